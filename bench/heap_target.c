@@ -1,0 +1,107 @@
+/*
+ * Benchmark target: NBLOCKS blocks of BLOCK_SIZE bytes linked in random
+ * address order, either as binary trees (block k of the order points to
+ * blocks 2k+1 and 2k+2) or as one chain (the serial worst case for a
+ * marker: every step waits for the previous block's memory); 90% reachable
+ * from g_root, 10% leaked. NTHREADS-1 busy threads, and the shim's snapshot-helper protocol
+ * (abi.h) implemented inline. Writes the allocations as packed (u64 begin,
+ * u64 size) to ALLOCS_FILE, then prints "root=.. cmd=.. helper=.." and idles.
+ *
+ * Usage: heap_target ALLOCS_FILE NBLOCKS BLOCK_SIZE NTHREADS [tree|list]
+ */
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "unreachable/abi.h"
+
+static uint32_t cmd_word;
+static volatile pid_t helper_tid;
+void *g_root;
+
+static void *helper(void *arg) {
+  (void)arg;
+  helper_tid = gettid();
+  for (;;) {
+    while (__atomic_load_n(&cmd_word, __ATOMIC_ACQUIRE) == UR_CMD_IDLE)
+      syscall(SYS_futex, &cmd_word, FUTEX_WAIT, UR_CMD_IDLE, NULL, NULL, 0);
+    long child = syscall(SYS_clone, 0L, 0L, 0L, 0L, 0L);
+    if (child == 0) syscall(SYS_exit_group, 0);
+    if (child > 0) {
+      int status;
+      while (wait4((pid_t)child, &status, __WALL, NULL) < 0) {
+      }
+    }
+    __atomic_store_n(&cmd_word, UR_CMD_IDLE, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+static void *busy(void *arg) {
+  volatile uint64_t *x = arg;
+  for (;;) (*x)++;
+  return NULL;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 5 && argc != 6) return 2;
+  int list = argc == 6 && strcmp(argv[5], "list") == 0;
+  size_t n = strtoull(argv[2], NULL, 0), size = strtoull(argv[3], NULL, 0);
+  int nthreads = atoi(argv[4]);
+  void ***blocks = malloc(n * sizeof(*blocks));
+  uint64_t *pairs = malloc(n * 2 * sizeof(*pairs));
+  size_t *order = malloc(n * sizeof(*order));
+  if (!blocks || !pairs || !order) return 1;
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = malloc(size);
+    memset(blocks[i], 0, size);
+    pairs[2 * i] = (uint64_t)(uintptr_t)blocks[i];
+    pairs[2 * i + 1] = size;
+    order[i] = i;
+  }
+  for (size_t i = n - 1; i > 0; i--) {
+    size_t j = rnd() % (i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  size_t live = n - n / 10;
+  if (list) {
+    for (size_t k = 0; k + 1 < n; k++)
+      if (k + 1 != live) blocks[order[k]][0] = blocks[order[k + 1]];
+  } else if (size >= 16) {
+    /* Two heap-shaped trees: [0, live) and [live, n). */
+    for (size_t k = 0; k < n; k++) {
+      size_t base = k < live ? 0 : live, cnt = k < live ? live : n - live, j = k - base;
+      for (size_t c = 0; c < 2; c++)
+        if (2 * j + 1 + c < cnt) blocks[order[k]][c] = blocks[order[base + 2 * j + 1 + c]];
+    }
+  }
+  g_root = blocks[order[0]];
+  FILE *f = fopen(argv[1], "wb");
+  if (!f || fwrite(pairs, 16, n, f) != n || fclose(f) != 0) return 1;
+  /* Keep no other references to the blocks. */
+  free(blocks);
+  free(pairs);
+  free(order);
+  pthread_t t;
+  pthread_create(&t, NULL, helper, NULL);
+  for (int i = 1; i < nthreads; i++) pthread_create(&t, NULL, busy, calloc(1, 64));
+  while (!helper_tid) usleep(1000);
+  printf("root=%p cmd=%p helper=%d\n", (void *)&g_root, (void *)&cmd_word, (int)helper_tid);
+  fflush(stdout);
+  for (;;) pause();
+}

@@ -1,0 +1,144 @@
+/*
+ * The contract between the shim (native/shim, inside the target) and the
+ * scanner (native/scanner and unreachable/, outside it).
+ *
+ * The scanner reads these structures out of a stopped (or copy-on-write
+ * frozen) target through /proc/PID/mem, so every field has a fixed size and
+ * offset, addresses are stored as uint64_t, and nothing here may change shape
+ * without bumping UR_ABI_VERSION.
+ *
+ * Consistency without locks, as seen by a reader that stops the target at an
+ * arbitrary instruction:
+ *   - an entry's size and stack_id are written before its key, and the key is
+ *     published with a release store; a reader treats key==UR_KEY_EMPTY or
+ *     UR_KEY_TOMBSTONE as "no entry", so it never sees a half-written entry;
+ *   - a table resize builds the new table completely, then publishes it with
+ *     one store of ur_shard.table/capacity (table written last); the old table
+ *     stays intact and mapped until after that store;
+ *   - each thread announces the operation it is inside (ur_thread_slot.op and
+ *     its pointers) before touching glibc or the registry, and clears it after.
+ *     The scanner treats the blocks named by an in-flight operation as roots
+ *     and never reports them, so a thread paused mid-malloc/free/realloc can
+ *     never make a leak appear.
+ *
+ * Pointers to heap blocks are never stored in the clear anywhere in shim
+ * memory: they are XORed with UR_POINTER_MANGLE, so a conservative scanner
+ * (ours, or LSan/valgrind running beside us) never finds them.
+ */
+#ifndef UNREACHABLE_ABI_H
+#define UNREACHABLE_ABI_H
+
+#include <stdint.h>
+
+#define UR_ABI_MAGIC UINT64_C(0x3142484341455255) /* "UREACHB1" little endian */
+#define UR_ABI_VERSION 1u
+
+/* The exported symbol the scanner looks up in the shim's ELF dynsym. */
+#define UR_DESCRIPTOR_SYMBOL "unreachable_descriptor"
+
+#define UR_POINTER_MANGLE UINT64_MAX
+#define UR_MANGLE(p) ((uint64_t)(uintptr_t)(p) ^ UR_POINTER_MANGLE)
+#define UR_UNMANGLE(k) ((uintptr_t)((k) ^ UR_POINTER_MANGLE))
+
+#define UR_KEY_EMPTY UINT64_C(0)
+#define UR_KEY_TOMBSTONE UINT64_C(1)
+
+/* ur_thread_slot.op: which entry point the thread is inside. */
+enum ur_op {
+  UR_OP_NONE = 0,
+  UR_OP_MALLOC = 1,   /* malloc, calloc, memalign family: out_* set on return */
+  UR_OP_FREE = 2,     /* in_* = block being freed */
+  UR_OP_REALLOC = 3,  /* in_* = old block, out_* = new block once known */
+  UR_OP_INTERNAL = 4, /* inside the shim for its own work (no user block) */
+};
+
+/* ur_thread_slot.state */
+enum ur_thread_state {
+  UR_THREAD_FREE = 0,   /* slot never used or recycled */
+  UR_THREAD_LIVE = 1,   /* thread is running */
+  UR_THREAD_EXITED = 2, /* thread exited; stack_lo/hi kept: glibc may cache that stack */
+};
+
+/* ur_descriptor.helper_cmd values (a uint32_t futex word in the shim). */
+enum ur_helper_cmd {
+  UR_CMD_IDLE = 0,
+  UR_CMD_SNAPSHOT = 1, /* helper: raw clone(flags=0) a frozen copy, wait4 it, back to IDLE */
+};
+
+struct ur_entry {          /* 24 bytes */
+  uint64_t key;            /* UR_KEY_EMPTY, UR_KEY_TOMBSTONE, or UR_MANGLE(user pointer) */
+  uint64_t size;           /* requested size */
+  uint32_t stack_id;       /* 0: no backtrace; else index into the stack table */
+  uint32_t flags;          /* reserved, 0 */
+};
+
+struct ur_shard {          /* 64 bytes, one cache line */
+  uint32_t lock;           /* 0 unlocked, 1 locked, 2 locked with waiters (futex) */
+  uint32_t owner_tid;      /* tid holding the lock, 0 if none (diagnostics) */
+  uint64_t table;          /* address of struct ur_entry[capacity] */
+  uint64_t capacity;       /* power of two, 0 if table not yet allocated */
+  uint64_t count;          /* live entries */
+  uint64_t tombstones;
+  uint64_t reserved[3];
+};
+
+struct ur_thread_slot {    /* 64 bytes */
+  uint32_t tid;
+  uint32_t state;          /* enum ur_thread_state */
+  uint32_t op;             /* enum ur_op, written last on entry, first on exit */
+  uint32_t reserved0;
+  uint64_t in_ptr;         /* UR_MANGLE'd, 0 if none */
+  uint64_t in_size;
+  uint64_t out_ptr;        /* UR_MANGLE'd, 0 if none */
+  uint64_t out_size;
+  uint64_t stack_lo;       /* this thread's stack as pthread_getattr_np saw it; 0 if unknown */
+  uint64_t stack_hi;       /* (main thread: 0, its stack is the [stack] mapping) */
+};
+
+/*
+ * Deduplicated backtraces. Stack id N (N >= 1) has num_frames at
+ * frame_counts[N] and its pcs at frames[N * max_frames ...]. Ids are
+ * published with a release store of `count` after the frames are written,
+ * so ids < count are complete.
+ */
+struct ur_stack_table {
+  uint64_t frames;         /* address of uint64_t[capacity * max_frames] */
+  uint64_t frame_counts;   /* address of uint16_t[capacity] */
+  uint32_t capacity;       /* max number of distinct stacks; id 0 is reserved */
+  uint32_t max_frames;     /* frames per stack (backtrace=N) */
+  uint32_t count;          /* next id to hand out; ids [1, count) are valid */
+  uint32_t overflowed;     /* allocations whose stack could not be stored */
+};
+
+struct ur_descriptor {
+  uint64_t magic;          /* UR_ABI_MAGIC */
+  uint32_t version;        /* UR_ABI_VERSION */
+  uint32_t size;           /* sizeof(struct ur_descriptor) */
+  uint32_t enabled;        /* 1 once the registry is initialised and options were valid */
+  uint32_t num_shards;
+  uint64_t shards;         /* address of struct ur_shard[num_shards] */
+  uint64_t threads;        /* address of struct ur_thread_slot[max_threads] */
+  uint32_t max_threads;
+  uint32_t helper_tid;     /* snapshot helper thread tid, 0 if none is running */
+  uint64_t helper_cmd;     /* address of the uint32_t command word (enum ur_helper_cmd) */
+  uint64_t stacks;         /* address of struct ur_stack_table */
+  uint64_t region_begin;   /* every byte the shim mmaps lies in [begin, end): never a root */
+  uint64_t region_end;
+  uint64_t options;        /* address of the NUL-terminated option string in effect */
+  uint64_t pid;            /* getpid() of the process that owns this registry (reset on fork) */
+  uint64_t reserved[8];
+};
+
+#ifdef __cplusplus
+static_assert(sizeof(struct ur_entry) == 24, "abi");
+static_assert(sizeof(struct ur_shard) == 64, "abi");
+static_assert(sizeof(struct ur_thread_slot) == 64, "abi");
+#else
+_Static_assert(sizeof(struct ur_entry) == 24, "abi");
+_Static_assert(sizeof(struct ur_shard) == 64, "abi");
+_Static_assert(sizeof(struct ur_thread_slot) == 64, "abi");
+_Static_assert(sizeof(struct ur_stack_table) == 32, "abi");
+_Static_assert(sizeof(struct ur_descriptor) == 160, "abi");
+#endif
+
+#endif

@@ -1,0 +1,280 @@
+#include "heap_walker.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "big_alloc.h"
+#include "radix_sort.h"
+
+/* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
+ * end of one allocation and the start of the next counts once). */
+static uint64_t count_buckets(const struct ur_walker *w, unsigned shift) {
+  uint64_t total = 0, last = UINT64_MAX;
+  for (size_t i = 0; i < w->n; i++) {
+    uint64_t first = w->begin[i] >> shift, final = (w->end[i] - 1) >> shift;
+    total += final - first + (first != last);
+    last = final;
+  }
+  return total;
+}
+
+static void build_buckets(struct ur_walker *w) {
+  /* The smallest buckets (from 256 bytes) that keep the index within about
+   * two entries per allocation: then the search inside a bucket is a step or
+   * two, where each step is a cache miss on a large heap. Huge allocations
+   * push the buckets up (one entry per bucket they span). */
+  unsigned shift = 8;
+  uint64_t limit = 2 * (uint64_t)w->n + 4096;
+  uint64_t count = count_buckets(w, shift);
+  while (count > limit && shift < 40) count = count_buckets(w, ++shift);
+  if (count > limit) return;
+  uint64_t size = 1;
+  while (size < 2 * count) size <<= 1;
+  struct ur_bucket *t = ur_big_calloc(size, sizeof(*t));
+  if (!t) return; /* binary search still works */
+  uint64_t mask = size - 1;
+  struct ur_bucket *cur = NULL;
+  for (size_t i = 0; i < w->n; i++) {
+    uint64_t first = w->begin[i] >> shift, final = (w->end[i] - 1) >> shift;
+    for (uint64_t b = first;; b++) {
+      if (cur && cur->key == b + 1) {
+        cur->hi = (uint32_t)i + 1;
+      } else {
+        uint64_t j = ur_bucket_hash(b + 1) & mask;
+        while (t[j].key) j = (j + 1) & mask;
+        cur = &t[j];
+        *cur = (struct ur_bucket){b + 1, (uint32_t)i, (uint32_t)i + 1};
+      }
+      if (b == final) break;
+    }
+  }
+  w->buckets = t;
+  w->bucket_mask = mask;
+  w->bucket_shift = shift;
+}
+
+int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n) {
+  memset(w, 0, sizeof(*w));
+  w->mem = mem;
+  if (n > UR_WALKER_MAX_ALLOCS) return -E2BIG;
+  size_t cap = n ? n : 1;
+  w->begin = ur_big_calloc(cap, sizeof(*w->begin));
+  w->end = ur_big_calloc(cap, sizeof(*w->end));
+  w->size = ur_big_calloc(cap, sizeof(*w->size));
+  w->orig = ur_big_calloc(cap, sizeof(*w->orig));
+  w->marked = ur_big_calloc(cap, 1);
+  if (!w->begin || !w->end || !w->size || !w->orig || !w->marked) goto nomem;
+  for (size_t i = 0; i < n; i++) {
+    w->begin[i] = allocs[2 * i];
+    w->orig[i] = (uint32_t)i;
+  }
+  if (ur_radix_sort(w->begin, w->orig, n) < 0) goto nomem;
+  uint64_t prev_end = 0;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b = w->begin[i], s = allocs[2 * w->orig[i] + 1];
+    uint64_t len = s ? s : 1;
+    uint64_t e = (b + len < b) ? UINT64_MAX : b + len;
+    if (k > 0 && b < prev_end) {
+      w->overlapping++;
+      continue;
+    }
+    w->begin[k] = b;
+    w->end[k] = e;
+    w->size[k] = s;
+    w->orig[k] = w->orig[i];
+    prev_end = e;
+    k++;
+  }
+  w->n = k;
+  if (k) {
+    w->lo = w->begin[0];
+    w->hi = prev_end;
+    build_buckets(w);
+  }
+  return 0;
+nomem:
+  ur_walker_free(w);
+  return -ENOMEM;
+}
+
+void ur_walker_free(struct ur_walker *w) {
+  ur_big_free(w->begin);
+  ur_big_free(w->end);
+  ur_big_free(w->size);
+  ur_big_free(w->orig);
+  ur_big_free(w->marked);
+  free(w->todo);
+  ur_big_free(w->buckets);
+  memset(w, 0, sizeof(*w));
+}
+
+int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
+  if (begin > UINT64_MAX - 7) return 0;
+  uint64_t a = (begin + 7) & ~UINT64_C(7);
+  const uint64_t lo = w->lo, span = w->hi - w->lo;
+  while (a < end) {
+    uint64_t avail;
+    const uint8_t *p = ur_mem_view(w->mem, a, end, &avail);
+    if (!p) return -ENOMEM;
+    /* a and chunk ends are 8-aligned, so the straddling last word is still
+     * inside the chunk buffer. */
+    size_t nwords = (size_t)((avail + 7) / 8);
+    for (size_t i = 0; i < nwords; i++) {
+      uint64_t v;
+      memcpy(&v, p + 8 * i, 8);
+      if (v - lo >= span) continue;
+      ssize_t idx = ur_walker_find(w, v);
+      if (idx >= 0) {
+        int r = fn(ctx, (size_t)idx);
+        if (r) return r;
+      }
+    }
+    w->bytes_scanned += avail;
+    uint64_t next = a + 8 * (uint64_t)nwords;
+    if (next < a) break; /* wrapped at the top of the address space */
+    a = next;
+  }
+  return 0;
+}
+
+static int push_todo(struct ur_walker *w, uint32_t idx) {
+  if (w->todo_len == w->todo_cap) {
+    size_t cap = w->todo_cap ? w->todo_cap * 2 : 1024;
+    uint32_t *t = realloc(w->todo, cap * sizeof(*t));
+    if (!t) return -ENOMEM;
+    w->todo = t;
+    w->todo_cap = cap;
+  }
+  w->todo[w->todo_len++] = idx;
+  return 0;
+}
+
+static int mark_hit(void *ctx, size_t idx) {
+  struct ur_walker *w = ctx;
+  if (w->marked[idx]) return 0;
+  w->marked[idx] = 1;
+  return push_todo(w, (uint32_t)idx);
+}
+
+/*
+ * The mark is a random walk: each block costs a handful of dependent cache
+ * misses (its data, the bucket, begin/end, the mark byte). Draining the work
+ * stack in batches lets those misses overlap: load the views of a batch of
+ * blocks and prefetch their data, collect the words that pass the range
+ * reject and prefetch their buckets, resolve the buckets and prefetch the
+ * candidates' entries, then search and mark.
+ */
+#define BATCH 32
+#define MAX_CANDIDATES 1024
+
+struct view {
+  const uint8_t *p;
+  uint64_t addr, end, avail;
+};
+
+static int resolve(struct ur_walker *w, const uint64_t *cand, size_t nc) {
+  size_t lo[MAX_CANDIDATES], hi[MAX_CANDIDATES];
+  for (size_t i = 0; i < nc; i++) {
+    if (!ur_walker_range(w, cand[i], &lo[i], &hi[i])) {
+      hi[i] = lo[i] = 0;
+      continue;
+    }
+    __builtin_prefetch(&w->begin[lo[i]]);
+    __builtin_prefetch(&w->end[lo[i]]);
+    __builtin_prefetch(&w->marked[lo[i]]);
+  }
+  for (size_t i = 0; i < nc; i++) {
+    if (hi[i] == lo[i]) continue;
+    ssize_t idx = ur_walker_search(w, cand[i], lo[i], hi[i]);
+    if (idx >= 0) {
+      int r = mark_hit(w, (size_t)idx);
+      if (r) return r;
+    }
+  }
+  return 0;
+}
+
+static int drain_batch(struct ur_walker *w, size_t nb) {
+  struct view items[BATCH];
+  uint64_t cand[MAX_CANDIDATES];
+  size_t nc = 0;
+  int r;
+  for (size_t k = 0; k < nb; k++) {
+    uint32_t idx = w->todo[--w->todo_len];
+    struct view *it = &items[k];
+    it->addr = (w->begin[idx] + 7) & ~UINT64_C(7);
+    it->end = w->end[idx];
+    it->p = NULL;
+    if (it->addr >= it->end) continue;
+    it->p = ur_mem_view(w->mem, it->addr, it->end, &it->avail);
+    if (!it->p) return -ENOMEM;
+    __builtin_prefetch(it->p);
+  }
+  const uint64_t lo = w->lo, span = w->hi - w->lo;
+  for (size_t k = 0; k < nb; k++) {
+    struct view *it = &items[k];
+    if (!it->p) continue;
+    size_t nwords = (size_t)((it->avail + 7) / 8);
+    for (size_t i = 0; i < nwords; i++) {
+      uint64_t v;
+      memcpy(&v, it->p + 8 * i, 8);
+      if (v - lo >= span) continue;
+      if (nc == MAX_CANDIDATES) {
+        if ((r = resolve(w, cand, nc)) != 0) return r;
+        nc = 0;
+      }
+      cand[nc++] = v;
+      if (w->buckets)
+        __builtin_prefetch(
+            &w->buckets[ur_bucket_hash((v >> w->bucket_shift) + 1) & w->bucket_mask]);
+    }
+    w->bytes_scanned += it->avail;
+    it->addr += 8 * (uint64_t)nwords;
+  }
+  if (nc && (r = resolve(w, cand, nc)) != 0) return r;
+  /* Blocks reaching past their first chunk: the rest the plain way. */
+  for (size_t k = 0; k < nb; k++) {
+    if (items[k].p && items[k].addr < items[k].end &&
+        (r = ur_walker_scan(w, items[k].addr, items[k].end, mark_hit, w)) != 0)
+      return r;
+  }
+  return 0;
+}
+
+static int drain(struct ur_walker *w) {
+  while (w->todo_len) {
+    /* Views stay valid only while nothing is evicted: batch only when the
+     * cache has room for a whole batch of new chunks. */
+    size_t room = w->mem->max_chunks - w->mem->used_chunks;
+    if (w->todo_len >= 4 && room >= BATCH) {
+      size_t nb = w->todo_len < BATCH ? w->todo_len : BATCH;
+      int r = drain_batch(w, nb);
+      if (r) return r;
+      continue;
+    }
+    uint32_t idx = w->todo[--w->todo_len];
+    int r = ur_walker_scan(w, w->begin[idx], w->end[idx], mark_hit, w);
+    if (r) return r;
+  }
+  return 0;
+}
+
+int ur_walker_mark(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
+                   const uint64_t *values, size_t nvalues) {
+  if (!w->n) return 0;
+  for (size_t i = 0; i < nranges; i++) {
+    int r = ur_walker_scan(w, ranges[2 * i], ranges[2 * i + 1], mark_hit, w);
+    if (!r) r = drain(w);
+    if (r) return r;
+  }
+  for (size_t i = 0; i < nvalues; i++) {
+    ssize_t idx = ur_walker_find(w, values[i]);
+    if (idx >= 0) {
+      int r = mark_hit(w, (size_t)idx);
+      if (r) return r;
+    }
+  }
+  return drain(w);
+}

@@ -1,0 +1,313 @@
+#include "leak_folding.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+struct frame {
+  uint32_t v;
+  size_t ep; /* next edge of v to visit */
+};
+
+/* Iterative Tarjan. SCC ids come out in reverse topological order: an edge
+ * between two SCCs always goes from a higher id to a lower one. */
+static int tarjan(size_t n, const size_t *off, const uint32_t *adj, uint32_t *scc_of,
+                  size_t *nscc_out) {
+  uint32_t *index = malloc(n * sizeof(*index));
+  uint32_t *low = malloc(n * sizeof(*low));
+  uint32_t *stack = malloc(n * sizeof(*stack));
+  struct frame *frames = malloc(n * sizeof(*frames));
+  if (!index || !low || !stack || !frames) {
+    free(index);
+    free(low);
+    free(stack);
+    free(frames);
+    return -ENOMEM;
+  }
+  /* scc_of doubles as the on-stack flag: NONE while on the Tarjan stack. */
+  for (size_t i = 0; i < n; i++) {
+    index[i] = NONE;
+    scc_of[i] = NONE;
+  }
+  uint32_t counter = 0, nscc = 0;
+  size_t sp = 0, fp = 0;
+  for (size_t r = 0; r < n; r++) {
+    if (index[r] != NONE) continue;
+    index[r] = low[r] = counter++;
+    stack[sp++] = (uint32_t)r;
+    frames[fp++] = (struct frame){(uint32_t)r, off[r]};
+    while (fp) {
+      struct frame *f = &frames[fp - 1];
+      uint32_t v = f->v;
+      if (f->ep < off[v + 1]) {
+        uint32_t t = adj[f->ep++];
+        if (index[t] == NONE) {
+          index[t] = low[t] = counter++;
+          stack[sp++] = t;
+          frames[fp++] = (struct frame){t, off[t]};
+        } else if (scc_of[t] == NONE && index[t] < low[v]) {
+          low[v] = index[t];
+        }
+        continue;
+      }
+      fp--;
+      if (low[v] == index[v]) {
+        uint32_t x;
+        do {
+          x = stack[--sp];
+          scc_of[x] = nscc;
+        } while (x != v);
+        nscc++;
+      }
+      if (fp) {
+        uint32_t p = frames[fp - 1].v;
+        if (low[v] < low[p]) low[p] = low[v];
+      }
+    }
+  }
+  free(index);
+  free(low);
+  free(stack);
+  free(frames);
+  *nscc_out = nscc;
+  return 0;
+}
+
+int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint32_t *adj,
+                  struct ur_leak **leaks_out, size_t *nleaks_out) {
+  *leaks_out = NULL;
+  *nleaks_out = 0;
+  if (n == 0) return 0;
+  int rc = -ENOMEM;
+  size_t nscc = 0;
+  uint32_t *scc_of = malloc(n * sizeof(*scc_of));
+  uint32_t *members = malloc(n * sizeof(*members));
+  uint64_t *count = NULL, *own = NULL, *cum_count = NULL, *cum_size = NULL;
+  size_t *moff = NULL, *soff = NULL;
+  uint32_t *indeg = NULL, *stamp = NULL, *sadj = NULL, *dfs = NULL;
+  uint8_t *tree = NULL;
+  struct ur_leak *leaks = NULL;
+  if (!scc_of || !members) goto out;
+  if ((rc = tarjan(n, off, adj, scc_of, &nscc)) < 0) goto out;
+  rc = -ENOMEM;
+  count = calloc(nscc, sizeof(*count));
+  own = calloc(nscc, sizeof(*own));
+  cum_count = calloc(nscc, sizeof(*cum_count));
+  cum_size = calloc(nscc, sizeof(*cum_size));
+  moff = calloc(nscc + 1, sizeof(*moff));
+  soff = calloc(nscc + 1, sizeof(*soff));
+  indeg = calloc(nscc, sizeof(*indeg));
+  stamp = malloc(nscc * sizeof(*stamp));
+  tree = calloc(nscc, 1);
+  if (!count || !own || !cum_count || !cum_size || !moff || !soff || !indeg || !stamp || !tree)
+    goto out;
+
+  /* Members grouped by SCC (counting sort). */
+  for (size_t v = 0; v < n; v++) {
+    count[scc_of[v]]++;
+    own[scc_of[v]] += size[v];
+  }
+  for (size_t s = 0; s < nscc; s++) moff[s + 1] = moff[s] + count[s];
+  {
+    size_t *fill = malloc(nscc * sizeof(*fill));
+    if (!fill) goto out;
+    memcpy(fill, moff, nscc * sizeof(*fill));
+    for (size_t v = 0; v < n; v++) members[fill[scc_of[v]]++] = (uint32_t)v;
+    free(fill);
+  }
+
+  /* The SCC DAG, deduplicated (stamp = last source SCC that added t), so
+   * indeg counts distinct parent SCCs. Two passes: count, then fill. */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t s = 0; s < nscc; s++) stamp[s] = NONE;
+    size_t e = 0;
+    for (size_t s = 0; s < nscc; s++) {
+      if (pass) soff[s] = e;
+      for (size_t m = moff[s]; m < moff[s + 1]; m++) {
+        uint32_t v = members[m];
+        for (size_t k = off[v]; k < off[v + 1]; k++) {
+          uint32_t t = scc_of[adj[k]];
+          if (t == s || stamp[t] == s) continue;
+          stamp[t] = (uint32_t)s;
+          if (pass) {
+            sadj[e] = t;
+            indeg[t]++;
+          }
+          e++;
+        }
+      }
+    }
+    if (pass) {
+      soff[nscc] = e;
+    } else {
+      sadj = malloc((e ? e : 1) * sizeof(*sadj));
+      if (!sadj) goto out;
+    }
+  }
+
+  /* Bottom-up (children have lower ids): an SCC whose descendants each have
+   * a single parent sees each of them on exactly one path, so its totals are
+   * plain sums. That is every list and tree, i.e. nearly all real leaks. */
+  for (size_t s = 0; s < nscc; s++) {
+    int ok = 1;
+    uint64_t cc = count[s], cs = own[s];
+    for (size_t k = soff[s]; k < soff[s + 1]; k++) {
+      uint32_t t = sadj[k];
+      if (indeg[t] != 1 || !tree[t]) ok = 0;
+      cc += cum_count[t];
+      cs += cum_size[t];
+    }
+    tree[s] = (uint8_t)ok;
+    if (ok) {
+      cum_count[s] = cc;
+      cum_size[s] = cs;
+    }
+  }
+
+  /* Dominators over shared sub-DAGs: one DFS each, visiting every SCC once
+   * per dominator and stopping at tree-shaped subgraphs, whose sums are
+   * already known and reachable only through their root. */
+  dfs = malloc(nscc * sizeof(*dfs));
+  if (!dfs) goto out;
+  for (size_t s = 0; s < nscc; s++) stamp[s] = NONE;
+  for (size_t d = 0; d < nscc; d++) {
+    if (indeg[d] || tree[d]) continue;
+    uint64_t cc = 0, cs = 0;
+    size_t top = 0;
+    dfs[top++] = (uint32_t)d;
+    stamp[d] = (uint32_t)d;
+    while (top) {
+      uint32_t x = dfs[--top];
+      if (tree[x]) {
+        cc += cum_count[x];
+        cs += cum_size[x];
+        continue;
+      }
+      cc += count[x];
+      cs += own[x];
+      for (size_t k = soff[x]; k < soff[x + 1]; k++) {
+        uint32_t t = sadj[k];
+        if (stamp[t] == d) continue;
+        stamp[t] = (uint32_t)d;
+        dfs[top++] = t;
+      }
+    }
+    cum_count[d] = cc;
+    cum_size[d] = cs;
+  }
+
+  size_t nleaks = 0;
+  for (size_t v = 0; v < n; v++)
+    if (!indeg[scc_of[v]]) nleaks++;
+  leaks = malloc((nleaks ? nleaks : 1) * sizeof(*leaks));
+  if (!leaks) goto out;
+  size_t k = 0;
+  for (size_t v = 0; v < n; v++) {
+    uint32_t s = scc_of[v];
+    if (indeg[s]) continue;
+    leaks[k++] = (struct ur_leak){(uint32_t)v, 0, cum_count[s] - 1, cum_size[s] - size[v]};
+  }
+  *leaks_out = leaks;
+  *nleaks_out = nleaks;
+  leaks = NULL;
+  rc = 0;
+out:
+  free(scc_of);
+  free(members);
+  free(count);
+  free(own);
+  free(cum_count);
+  free(cum_size);
+  free(moff);
+  free(soff);
+  free(indeg);
+  free(stamp);
+  free(sadj);
+  free(dfs);
+  free(tree);
+  free(leaks);
+  return rc;
+}
+
+struct edge_ctx {
+  struct ur_walker *w;
+  const uint32_t *node_of;
+  uint32_t self;
+  uint32_t *adj;
+  size_t nadj, cap;
+};
+
+static int edge_hit(void *p, size_t idx) {
+  struct edge_ctx *c = p;
+  uint32_t t = c->node_of[idx];
+  if (t == NONE || t == c->self) return 0;
+  if (c->nadj == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : 4096;
+    uint32_t *a = realloc(c->adj, cap * sizeof(*a));
+    if (!a) return -ENOMEM;
+    c->adj = a;
+    c->cap = cap;
+  }
+  c->adj[c->nadj++] = t;
+  return 0;
+}
+
+int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunreachable_out,
+                  struct ur_leak **leaks_out, size_t *nleaks_out) {
+  *unreachable_out = NULL;
+  *nunreachable_out = 0;
+  *leaks_out = NULL;
+  *nleaks_out = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < w->n; i++) n += !w->marked[i];
+  int rc = -ENOMEM;
+  uint32_t *node_of = malloc((w->n ? w->n : 1) * sizeof(*node_of));
+  uint32_t *unreachable = malloc((n ? n : 1) * sizeof(*unreachable));
+  uint32_t *sorted_idx = malloc((n ? n : 1) * sizeof(*sorted_idx));
+  uint64_t *size = malloc((n ? n : 1) * sizeof(*size));
+  size_t *off = malloc((n + 1) * sizeof(*off));
+  struct edge_ctx ec = {.w = w};
+  struct ur_leak *leaks = NULL;
+  size_t nleaks = 0;
+  if (!node_of || !unreachable || !sorted_idx || !size || !off) goto out;
+  size_t k = 0;
+  for (size_t i = 0; i < w->n; i++) {
+    if (w->marked[i]) {
+      node_of[i] = NONE;
+      continue;
+    }
+    node_of[i] = (uint32_t)k;
+    sorted_idx[k] = (uint32_t)i;
+    unreachable[k] = w->orig[i];
+    size[k] = w->size[i];
+    k++;
+  }
+  ec.node_of = node_of;
+  for (size_t v = 0; v < n; v++) {
+    off[v] = ec.nadj;
+    ec.self = (uint32_t)v;
+    uint32_t i = sorted_idx[v];
+    if ((rc = ur_walker_scan(w, w->begin[i], w->end[i], edge_hit, &ec)) != 0) goto out;
+  }
+  off[n] = ec.nadj;
+  if ((rc = ur_fold_graph(n, size, off, ec.adj, &leaks, &nleaks)) < 0) goto out;
+  for (size_t i = 0; i < nleaks; i++) leaks[i].index = unreachable[leaks[i].index];
+  *unreachable_out = unreachable;
+  *nunreachable_out = n;
+  *leaks_out = leaks;
+  *nleaks_out = nleaks;
+  unreachable = NULL;
+  leaks = NULL;
+  rc = 0;
+out:
+  free(node_of);
+  free(unreachable);
+  free(sorted_idx);
+  free(size);
+  free(off);
+  free(ec.adj);
+  free(leaks);
+  return rc;
+}

@@ -1,0 +1,182 @@
+#include "memory.h"
+
+#include "big_alloc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_CACHE_BYTES ((uint64_t)1 << 30)
+
+static size_t hash_slot(const struct ur_mem *m, uint64_t base) {
+  uint64_t k = (base >> UR_CHUNK_SHIFT) * UINT64_C(0x9E3779B97F4A7C15);
+  return (size_t)(k >> 32) & m->table_mask;
+}
+
+int ur_mem_open(struct ur_mem *m, pid_t pid, uint64_t cache_bytes) {
+  memset(m, 0, sizeof(*m));
+  m->fd = -1;
+  if (cache_bytes == 0) cache_bytes = DEFAULT_CACHE_BYTES;
+  m->max_chunks = (size_t)(cache_bytes >> UR_CHUNK_SHIFT);
+  if (m->max_chunks < 4) m->max_chunks = 4;
+  size_t tsize = 1;
+  while (tsize < m->max_chunks * 2) tsize <<= 1;
+  m->table_mask = tsize - 1;
+  m->table = calloc(tsize, sizeof(*m->table));
+  m->chunks = calloc(m->max_chunks, sizeof(*m->chunks));
+  /* One reservation for every chunk buffer: huge pages, touched lazily. */
+  m->arena = ur_big_reserve(m->max_chunks * UR_CHUNK_SIZE);
+  if (!m->table || !m->chunks || !m->arena) {
+    ur_mem_close(m);
+    return -ENOMEM;
+  }
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+  m->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (m->fd < 0) {
+    int err = errno;
+    ur_mem_close(m);
+    return -(err == ENOENT ? ESRCH : err);
+  }
+  return 0;
+}
+
+void ur_mem_close(struct ur_mem *m) {
+  ur_big_release(m->arena, m->max_chunks * UR_CHUNK_SIZE);
+  free(m->chunks);
+  free(m->table);
+  if (m->fd >= 0) close(m->fd);
+  memset(m, 0, sizeof(*m));
+  m->fd = -1;
+}
+
+/* Reads what it can; pages that fail are zeroed and reported through bad (a
+ * bitmap indexed by page from addr, may be NULL). addr must be page aligned
+ * for the bitmap to be meaningful. */
+static size_t read_pages(int fd, uint64_t addr, uint8_t *buf, size_t len, uint64_t *bad,
+                         int *any_bad) {
+  size_t pos = 0, good = 0;
+  while (pos < len) {
+    ssize_t r = -1;
+    /* pread's offset is signed; addresses at or above 2^63 cannot be read. */
+    if (addr + pos < (UINT64_C(1) << 63)) r = pread(fd, buf + pos, len - pos, (off_t)(addr + pos));
+    if (r > 0) {
+      pos += (size_t)r;
+      good += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    /* The page at pos is unreadable (or beyond the address space): zero it
+     * and retry from the next page, since a later mapping may start there. */
+    uint64_t page_end = ((addr + pos) | (UR_PAGE_SIZE - 1)) + 1;
+    size_t next = (size_t)(page_end - addr);
+    if (next > len) next = len;
+    memset(buf + pos, 0, next - pos);
+    if (bad) {
+      size_t page = pos >> UR_PAGE_SHIFT;
+      bad[page / 64] |= UINT64_C(1) << (page % 64);
+    }
+    if (any_bad) *any_bad = 1;
+    pos = next;
+  }
+  return good;
+}
+
+size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len) {
+  return read_pages(fd, addr, buf, len, NULL, NULL);
+}
+
+static void table_remove(struct ur_mem *m, uint64_t base) {
+  size_t i = hash_slot(m, base);
+  while (m->table[i]) {
+    if (m->chunks[m->table[i] - 1].base == base) break;
+    i = (i + 1) & m->table_mask;
+  }
+  if (!m->table[i]) return;
+  m->table[i] = 0;
+  /* Backward-shift deletion keeps linear probing free of tombstones. */
+  size_t j = i;
+  for (;;) {
+    j = (j + 1) & m->table_mask;
+    if (!m->table[j]) return;
+    size_t home = hash_slot(m, m->chunks[m->table[j] - 1].base);
+    int movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
+    if (movable) {
+      m->table[i] = m->table[j];
+      m->table[j] = 0;
+      i = j;
+    }
+  }
+}
+
+static struct ur_chunk *load_chunk(struct ur_mem *m, uint64_t base) {
+  struct ur_chunk *c;
+  if (m->used_chunks < m->max_chunks) {
+    c = &m->chunks[m->used_chunks];
+    c->data = m->arena + m->used_chunks * UR_CHUNK_SIZE;
+    m->used_chunks++;
+  } else {
+    /* Clock: skip recently used chunks once, evict the first cold one. */
+    for (;;) {
+      c = &m->chunks[m->clock_hand];
+      m->clock_hand = (m->clock_hand + 1) % m->max_chunks;
+      if (c != m->last && !c->referenced) break;
+      c->referenced = 0;
+    }
+    table_remove(m, c->base);
+  }
+  c->base = base;
+  c->referenced = 1;
+  c->any_bad = 0;
+  memset(c->bad, 0, sizeof(c->bad));
+  memset(c->counted, 0, sizeof(c->counted));
+  read_pages(m->fd, base, c->data, UR_CHUNK_SIZE, c->bad, &c->any_bad);
+  m->bytes_loaded += UR_CHUNK_SIZE;
+  m->chunk_loads++;
+  size_t i = hash_slot(m, base);
+  while (m->table[i]) i = (i + 1) & m->table_mask;
+  m->table[i] = (uint32_t)(c - m->chunks) + 1;
+  return c;
+}
+
+static void count_bad(struct ur_mem *m, struct ur_chunk *c, uint64_t off, uint64_t len) {
+  size_t first = (size_t)(off >> UR_PAGE_SHIFT);
+  size_t last = (size_t)((off + len - 1) >> UR_PAGE_SHIFT);
+  for (size_t p = first; p <= last; p++) {
+    uint64_t bit = UINT64_C(1) << (p % 64);
+    if ((c->bad[p / 64] & bit) && !(c->counted[p / 64] & bit)) {
+      c->counted[p / 64] |= bit;
+      m->pages_skipped++;
+    }
+  }
+}
+
+const uint8_t *ur_mem_view(struct ur_mem *m, uint64_t addr, uint64_t end, uint64_t *avail) {
+  uint64_t base = addr & ~(UR_CHUNK_SIZE - 1);
+  struct ur_chunk *c = m->last;
+  if (!c || c->base != base) {
+    c = NULL;
+    size_t i = hash_slot(m, base);
+    while (m->table[i]) {
+      struct ur_chunk *t = &m->chunks[m->table[i] - 1];
+      if (t->base == base) {
+        c = t;
+        break;
+      }
+      i = (i + 1) & m->table_mask;
+    }
+    if (!c) c = load_chunk(m, base);
+    if (!c) return NULL;
+    c->referenced = 1;
+    m->last = c;
+  }
+  uint64_t off = addr - base;
+  uint64_t n = UR_CHUNK_SIZE - off;
+  if (end > addr && end - addr < n) n = end - addr;
+  if (c->any_bad) count_bad(m, c, off, n);
+  *avail = n;
+  return c->data + off;
+}

@@ -1,0 +1,65 @@
+/*
+ * Reader over another process's memory (/proc/PID/mem) for the mark and fold
+ * phases.
+ *
+ * The walker touches memory word by word in DFS order; one pread per word
+ * would cost ~1 us each, so memory is loaded in 1 MiB chunks on first touch
+ * and kept in a bounded cache (clock eviction). Pages the kernel refuses
+ * (EIO/EFAULT: unmapped, VM_IO, ...) read as zero and are counted once each
+ * when a scan actually touches them; a scan never fails because of them.
+ */
+#ifndef UR_SCANNER_MEMORY_H
+#define UR_SCANNER_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define UR_CHUNK_SHIFT 20
+#define UR_CHUNK_SIZE ((uint64_t)1 << UR_CHUNK_SHIFT)
+#define UR_PAGE_SHIFT 12
+#define UR_PAGE_SIZE ((uint64_t)1 << UR_PAGE_SHIFT)
+#define UR_CHUNK_PAGES (UR_CHUNK_SIZE / UR_PAGE_SIZE)
+
+struct ur_chunk {
+  uint64_t base;                          /* chunk-aligned address; UINT64_MAX if slot unused */
+  uint8_t *data;                          /* UR_CHUNK_SIZE bytes */
+  uint64_t bad[UR_CHUNK_PAGES / 64];      /* pages that could not be read */
+  uint64_t counted[UR_CHUNK_PAGES / 64];  /* bad pages already counted in pages_skipped */
+  int any_bad;
+  int referenced;                         /* clock bit */
+};
+
+struct ur_mem {
+  int fd;
+  struct ur_chunk *chunks;  /* pool of max_chunks */
+  uint8_t *arena;           /* their buffers: max_chunks * UR_CHUNK_SIZE reserved */
+  size_t max_chunks;
+  size_t used_chunks;
+  size_t clock_hand;
+  uint32_t *table;          /* open addressing: chunk pool index + 1, 0 = empty */
+  size_t table_mask;
+  struct ur_chunk *last;    /* one-entry lookup cache: sequential scans hit it */
+  uint64_t pages_skipped;
+  uint64_t bytes_loaded;
+  uint64_t chunk_loads;
+};
+
+/* Open /proc/pid/mem for reading; cache_bytes bounds the chunk cache (0:
+ * default 1 GiB). Returns 0 or -errno. */
+int ur_mem_open(struct ur_mem *m, pid_t pid, uint64_t cache_bytes);
+void ur_mem_close(struct ur_mem *m);
+
+/*
+ * Bytes at addr, valid until the next ur_mem_* call on m. *avail receives how
+ * many bytes from addr are contiguous in the returned buffer (to the end of
+ * addr's chunk, capped at end - addr). Unreadable pages in [addr, addr +
+ * *avail) are zero and counted. Returns NULL only on allocation failure.
+ */
+const uint8_t *ur_mem_view(struct ur_mem *m, uint64_t addr, uint64_t end, uint64_t *avail);
+
+/* Uncached read of [addr, addr+len) with unreadable pages zeroed (not
+ * counted). Returns the number of bytes that were actually readable. */
+size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len);
+
+#endif

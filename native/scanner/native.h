@@ -1,0 +1,37 @@
+/* Python-facing pieces of unreachable._native, shared by module.c. The C
+ * core (capture, snapshot, memory, walker, folding) never includes Python.h,
+ * so the C unit tests link it without Python. */
+#ifndef UR_SCANNER_NATIVE_H
+#define UR_SCANNER_NATIVE_H
+
+#include <errno.h>
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+extern PyTypeObject ur_session_type;
+
+PyObject *ur_py_read_registry(PyObject *self, PyObject *args);
+PyObject *ur_py_read_stacks(PyObject *self, PyObject *args);
+PyObject *ur_py_sweep(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* rc is -errno: raise the matching OSError subclass (ESRCH ->
+ * ProcessLookupError, EPERM -> PermissionError, ETIMEDOUT -> TimeoutError),
+ * EINVAL -> ValueError, ENOMEM -> MemoryError. Returns NULL. */
+static inline PyObject *ur_py_raise(int rc, const char *msg) {
+  int e = -rc;
+  if (e == EINVAL) {
+    PyErr_SetString(PyExc_ValueError, msg);
+  } else if (e == ENOMEM) {
+    PyErr_SetString(PyExc_MemoryError, msg);
+  } else {
+    PyObject *args = Py_BuildValue("(is)", e, msg);
+    if (args) {
+      PyErr_SetObject(PyExc_OSError, args);
+      Py_DECREF(args);
+    }
+  }
+  return NULL;
+}
+
+#endif

@@ -1,0 +1,15 @@
+/*
+ * LSD radix sort for the scanner's large arrays (10M allocation addresses):
+ * qsort with a comparator costs seconds there, this costs tens of ms.
+ */
+#ifndef UR_SCANNER_RADIX_SORT_H
+#define UR_SCANNER_RADIX_SORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Stable ascending sort of keys, permuting vals (may be NULL) alongside.
+ * Returns 0 or -ENOMEM (arrays untouched then). */
+int ur_radix_sort(uint64_t *keys, uint32_t *vals, size_t n);
+
+#endif

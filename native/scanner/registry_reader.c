@@ -1,0 +1,339 @@
+/*
+ * Reads the shim's registry (abi.h) out of a stopped target or its frozen
+ * snapshot child. Each shard's table comes in large preads (the registry of
+ * a big process holds millions of entries); keys are unmangled here so that
+ * Python only ever sees plain addresses.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "memory.h"
+#include "native.h"
+#include "radix_sort.h"
+#include "unreachable/abi.h"
+
+#define MAX_SHARDS (1u << 16)
+#define MAX_THREAD_SLOTS (1u << 22)
+#define MAX_CAPACITY (UINT64_C(1) << 32)
+#define READ_BATCH (1u << 20) /* entries per pread: 24 MiB */
+#define MAX_OPTIONS 4096
+
+static const char bad_descriptor[] = "registry descriptor not found or incompatible (magic/version)";
+
+static int open_mem(int pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno == ENOENT ? ESRCH : errno;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "cannot open %s: %s", path, strerror(e));
+    ur_py_raise(-e, msg);
+  }
+  return fd;
+}
+
+/* Reads and validates the descriptor; sets ValueError on failure. */
+static int read_descriptor(int fd, uint64_t addr, struct ur_descriptor *d) {
+  memset(d, 0, sizeof(*d));
+  if (ur_mem_read_direct(fd, addr, d, sizeof(*d)) != sizeof(*d) || d->magic != UR_ABI_MAGIC ||
+      d->version != UR_ABI_VERSION || d->size < sizeof(*d)) {
+    PyErr_SetString(PyExc_ValueError, bad_descriptor);
+    return -1;
+  }
+  return 0;
+}
+
+struct entries {
+  uint64_t *pairs; /* begin, size */
+  uint32_t *stack_ids;
+  size_t n, cap;
+};
+
+static int entries_push(struct entries *e, uint64_t begin, uint64_t size, uint32_t stack_id) {
+  if (e->n == e->cap) {
+    size_t cap = e->cap ? e->cap * 2 : 4096;
+    uint64_t *p = realloc(e->pairs, cap * 2 * sizeof(*p));
+    if (!p) return -ENOMEM;
+    e->pairs = p;
+    uint32_t *s = realloc(e->stack_ids, cap * sizeof(*s));
+    if (!s) return -ENOMEM;
+    e->stack_ids = s;
+    e->cap = cap;
+  }
+  e->pairs[2 * e->n] = begin;
+  e->pairs[2 * e->n + 1] = size;
+  e->stack_ids[e->n] = stack_id;
+  e->n++;
+  return 0;
+}
+
+static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
+  struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
+  if (!buf) return -ENOMEM;
+  for (uint32_t s = 0; s < nshards; s++) {
+    uint64_t cap = shards[s].capacity, table = shards[s].table;
+    if (!table || !cap || cap > MAX_CAPACITY) continue;
+    for (uint64_t first = 0; first < cap; first += READ_BATCH) {
+      size_t cnt = (size_t)(cap - first < READ_BATCH ? cap - first : READ_BATCH);
+      /* Unreadable pages read as zero = empty keys. */
+      ur_mem_read_direct(fd, table + first * sizeof(*buf), buf, cnt * sizeof(*buf));
+      for (size_t i = 0; i < cnt; i++) {
+        uint64_t key = buf[i].key;
+        if (key == UR_KEY_EMPTY || key == UR_KEY_TOMBSTONE) continue;
+        if (entries_push(e, (uint64_t)UR_UNMANGLE(key), buf[i].size, buf[i].stack_id) < 0) {
+          free(buf);
+          return -ENOMEM;
+        }
+      }
+    }
+  }
+  free(buf);
+  return 0;
+}
+
+/* Drop later duplicates of a begin address, keeping the first, in place. A
+ * sorted copy finds them; the usual outcome is "none" and nothing moves. */
+static int dedup(struct entries *e) {
+  if (e->n < 2) return 0;
+  uint64_t *keys = malloc(e->n * sizeof(*keys));
+  if (!keys) return -ENOMEM;
+  for (size_t i = 0; i < e->n; i++) keys[i] = e->pairs[2 * i];
+  if (ur_radix_sort(keys, NULL, e->n) < 0) {
+    free(keys);
+    return -ENOMEM;
+  }
+  size_t ndup = 0;
+  for (size_t i = 1; i < e->n; i++)
+    if (keys[i] == keys[i - 1] && (ndup == 0 || keys[ndup - 1] != keys[i])) keys[ndup++] = keys[i];
+  if (ndup == 0) {
+    free(keys);
+    return 0;
+  }
+  uint8_t *seen = calloc(ndup, 1);
+  if (!seen) {
+    free(keys);
+    return -ENOMEM;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < e->n; i++) {
+    uint64_t b = e->pairs[2 * i];
+    size_t lo = 0, hi = ndup;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (keys[mid] < b) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < ndup && keys[lo] == b) {
+      if (seen[lo]) continue;
+      seen[lo] = 1;
+    }
+    e->pairs[2 * k] = b;
+    e->pairs[2 * k + 1] = e->pairs[2 * i + 1];
+    e->stack_ids[k] = e->stack_ids[i];
+    k++;
+  }
+  e->n = k;
+  free(seen);
+  free(keys);
+  return 0;
+}
+
+static uint64_t unmangle_opt(uint64_t v) { return v ? (uint64_t)UR_UNMANGLE(v) : 0; }
+
+PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
+  int pid;
+  unsigned long long addr;
+  if (!PyArg_ParseTuple(args, "iK", &pid, &addr)) return NULL;
+  int fd = open_mem(pid);
+  if (fd < 0) return NULL;
+  struct ur_descriptor d;
+  struct entries e = {0};
+  struct ur_shard *shards = NULL;
+  struct ur_thread_slot *slots = NULL;
+  PyObject *result = NULL, *threads = NULL, *locked = NULL;
+  if (read_descriptor(fd, addr, &d) < 0) goto out;
+
+  uint32_t nshards = d.num_shards <= MAX_SHARDS ? d.num_shards : 0;
+  uint32_t nslots = d.max_threads <= MAX_THREAD_SLOTS ? d.max_threads : 0;
+  shards = calloc(nshards ? nshards : 1, sizeof(*shards));
+  slots = calloc(nslots ? nslots : 1, sizeof(*slots));
+  if (!shards || !slots) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  int rc = 0;
+  char options[MAX_OPTIONS + 1] = "";
+  struct ur_stack_table st = {0};
+  Py_BEGIN_ALLOW_THREADS
+  if (d.shards) ur_mem_read_direct(fd, d.shards, shards, nshards * sizeof(*shards));
+  if (d.threads) ur_mem_read_direct(fd, d.threads, slots, nslots * sizeof(*slots));
+  if (d.options) {
+    ur_mem_read_direct(fd, d.options, options, MAX_OPTIONS);
+    options[MAX_OPTIONS] = 0;
+  }
+  if (d.stacks) ur_mem_read_direct(fd, d.stacks, &st, sizeof(st));
+  rc = read_tables(fd, shards, nshards, &e);
+  if (rc == 0) rc = dedup(&e);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) {
+    PyErr_NoMemory();
+    goto out;
+  }
+
+  threads = PyList_New(0);
+  locked = PyList_New(0);
+  if (!threads || !locked) goto out;
+  for (uint32_t i = 0; i < nslots; i++) {
+    const struct ur_thread_slot *t = &slots[i];
+    if (t->state == UR_THREAD_FREE) continue;
+    PyObject *item = Py_BuildValue("(IIIKKKKKK)", t->tid, t->state, t->op,
+                                   (unsigned long long)unmangle_opt(t->in_ptr),
+                                   (unsigned long long)t->in_size,
+                                   (unsigned long long)unmangle_opt(t->out_ptr),
+                                   (unsigned long long)t->out_size,
+                                   (unsigned long long)t->stack_lo,
+                                   (unsigned long long)t->stack_hi);
+    if (!item || PyList_Append(threads, item) < 0) {
+      Py_XDECREF(item);
+      goto out;
+    }
+    Py_DECREF(item);
+  }
+  for (uint32_t i = 0; i < nshards; i++) {
+    if (!shards[i].lock) continue;
+    PyObject *item = Py_BuildValue("(II)", i, shards[i].owner_tid);
+    if (!item || PyList_Append(locked, item) < 0) {
+      Py_XDECREF(item);
+      goto out;
+    }
+    Py_DECREF(item);
+  }
+  result = Py_BuildValue(
+      "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:s,s:I,s:I}", "allocs", e.pairs ? (const char *)e.pairs : "",
+      (Py_ssize_t)(e.n * 2 * sizeof(uint64_t)), "stack_ids", e.stack_ids ? (const char *)e.stack_ids : "",
+      (Py_ssize_t)(e.n * sizeof(uint32_t)), "threads", threads, "locked_shards", locked,
+      "enabled", d.enabled, "helper_tid", d.helper_tid, "helper_cmd",
+      (unsigned long long)d.helper_cmd, "region_begin", (unsigned long long)d.region_begin,
+      "region_end", (unsigned long long)d.region_end, "options", options, "max_frames",
+      st.max_frames, "stack_count", st.count);
+  /* options is arbitrary bytes from the target: fall back to a lossy decode. */
+  if (!result && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+    PyErr_Clear();
+    PyObject *opt = PyUnicode_DecodeUTF8(options, (Py_ssize_t)strlen(options), "replace");
+    if (opt) {
+      result = Py_BuildValue(
+          "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:N,s:I,s:I}", "allocs",
+          e.pairs ? (const char *)e.pairs : "", (Py_ssize_t)(e.n * 2 * sizeof(uint64_t)), "stack_ids",
+          e.stack_ids ? (const char *)e.stack_ids : "", (Py_ssize_t)(e.n * sizeof(uint32_t)), "threads", threads,
+          "locked_shards", locked, "enabled", d.enabled, "helper_tid", d.helper_tid,
+          "helper_cmd", (unsigned long long)d.helper_cmd, "region_begin",
+          (unsigned long long)d.region_begin, "region_end", (unsigned long long)d.region_end,
+          "options", opt, "max_frames", st.max_frames, "stack_count", st.count);
+    }
+  }
+out:
+  Py_XDECREF(threads);
+  Py_XDECREF(locked);
+  free(e.pairs);
+  free(e.stack_ids);
+  free(shards);
+  free(slots);
+  close(fd);
+  return result;
+}
+
+#define MAX_WHOLE_FRAMES (UINT64_C(64) << 20)
+
+PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
+  int pid;
+  unsigned long long addr;
+  Py_buffer ids;
+  if (!PyArg_ParseTuple(args, "iKy*", &pid, &addr, &ids)) return NULL;
+  PyObject *result = NULL;
+  uint16_t *counts = NULL;
+  uint64_t *frames = NULL, *one = NULL;
+  int fd = -1;
+  if (ids.len % 4) {
+    PyErr_SetString(PyExc_ValueError, "ids must be packed u32 (length a multiple of 4)");
+    goto out;
+  }
+  if ((fd = open_mem(pid)) < 0) goto out;
+  struct ur_descriptor d;
+  if (read_descriptor(fd, addr, &d) < 0) goto out;
+  struct ur_stack_table st = {0};
+  if (d.stacks) ur_mem_read_direct(fd, d.stacks, &st, sizeof(st));
+  uint32_t count = st.count < st.capacity ? st.count : st.capacity;
+  uint32_t maxf = st.max_frames;
+  if (!st.frames || !st.frame_counts || maxf == 0 || maxf > 4096) count = 0;
+  counts = calloc(count ? count : 1, sizeof(*counts));
+  one = calloc(maxf ? maxf : 1, sizeof(*one));
+  if (!counts || !one) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  uint64_t whole = (uint64_t)count * maxf * sizeof(uint64_t);
+  Py_BEGIN_ALLOW_THREADS
+  if (count) ur_mem_read_direct(fd, st.frame_counts, counts, count * sizeof(*counts));
+  /* One read for the whole frame table when it is of sane size, else per id. */
+  if (count && whole <= MAX_WHOLE_FRAMES && (frames = malloc(whole)) != NULL)
+    ur_mem_read_direct(fd, st.frames, frames, whole);
+  Py_END_ALLOW_THREADS
+  if (!(result = PyDict_New())) goto out;
+  size_t nids = (size_t)ids.len / 4;
+  for (size_t i = 0; i < nids; i++) {
+    uint32_t id;
+    memcpy(&id, (const char *)ids.buf + 4 * i, 4);
+    PyObject *key = PyLong_FromUnsignedLong(id);
+    if (!key) goto fail;
+    int has = PyDict_Contains(result, key);
+    if (has) {
+      Py_DECREF(key);
+      if (has < 0) goto fail;
+      continue;
+    }
+    size_t nf = 0;
+    const uint64_t *pcs = NULL;
+    if (id > 0 && id < count) {
+      nf = counts[id] < maxf ? counts[id] : maxf;
+      if (frames) {
+        pcs = frames + (size_t)id * maxf;
+      } else {
+        ur_mem_read_direct(fd, st.frames + (uint64_t)id * maxf * 8, one, nf * 8);
+        pcs = one;
+      }
+    }
+    PyObject *tup = PyTuple_New((Py_ssize_t)nf);
+    if (!tup) {
+      Py_DECREF(key);
+      goto fail;
+    }
+    for (size_t f = 0; f < nf; f++) {
+      PyObject *pc = PyLong_FromUnsignedLongLong(pcs[f]);
+      if (!pc) {
+        Py_DECREF(tup);
+        Py_DECREF(key);
+        goto fail;
+      }
+      PyTuple_SET_ITEM(tup, (Py_ssize_t)f, pc);
+    }
+    int r = PyDict_SetItem(result, key, tup);
+    Py_DECREF(key);
+    Py_DECREF(tup);
+    if (r < 0) goto fail;
+  }
+  goto out;
+fail:
+  Py_CLEAR(result);
+out:
+  free(counts);
+  free(frames);
+  free(one);
+  if (fd >= 0) close(fd);
+  PyBuffer_Release(&ids);
+  return result;
+}

@@ -1,0 +1,253 @@
+/*
+ * _native.Session: one pause of one process. stop() -> [snapshot()] ->
+ * release() -> ... -> close().
+ *
+ * ptrace ties tracees to the OS thread that attached, so every call after
+ * stop() must come from that thread; the check below turns a cross-thread
+ * call into a clear error rather than a spurious ESRCH. Releasing the GIL
+ * around the blocking parts is fine: the same OS thread continues them.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "native.h"
+#include "snapshot.h"
+#include "thread_capture.h"
+
+enum { ST_NEW, ST_STOPPED, ST_RELEASED };
+
+typedef struct {
+  PyObject_HEAD
+  pid_t pid;
+  int state;
+  int busy;              /* a method is running with the GIL released */
+  pid_t owner_tid;       /* the tracer thread */
+  pid_t child;           /* snapshot child, 0 if none */
+  int stopped_threads;
+  int group_stopped;
+  uint64_t t_start_ns, t_end_ns;
+  struct ur_capture cap;
+} Session;
+
+static int check_owner(Session *s) {
+  if (s->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "Session is in use by another call");
+    return -1;
+  }
+  if (s->state == ST_NEW || s->owner_tid == gettid()) return 0;
+  PyErr_Format(PyExc_RuntimeError,
+               "Session of pid %d was stopped by thread %d; ptrace only accepts calls from that "
+               "thread (called from %d)",
+               (int)s->pid, (int)s->owner_tid, (int)gettid());
+  return -1;
+}
+
+static int session_init(Session *s, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"pid", NULL};
+  int pid;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i", kwlist, &pid)) return -1;
+  if (s->state != ST_NEW) {
+    PyErr_SetString(PyExc_RuntimeError, "Session already initialised");
+    return -1;
+  }
+  if (pid <= 0) {
+    PyErr_Format(PyExc_ValueError, "invalid pid %d", pid);
+    return -1;
+  }
+  s->pid = pid;
+  return 0;
+}
+
+static void do_release(Session *s) {
+  if (s->state != ST_STOPPED) return;
+  ur_capture_release(&s->cap);
+  ur_capture_free(&s->cap);
+  s->t_end_ns = ur_now_ns();
+  s->state = ST_RELEASED;
+}
+
+static void do_close(Session *s) {
+  do_release(s);
+  if (s->child > 0) {
+    ur_snapshot_close(s->child);
+    s->child = 0;
+  }
+}
+
+static void session_dealloc(Session *s) {
+  /* From another thread ptrace would fail; the kernel still detaches
+   * everything when the scanner exits. */
+  if (!s->busy && (s->state != ST_STOPPED || s->owner_tid == gettid())) do_close(s);
+  Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *session_stop(Session *s, PyObject *Py_UNUSED(ignored)) {
+  if (check_owner(s) < 0) return NULL;
+  if (s->state != ST_NEW) {
+    PyErr_SetString(PyExc_RuntimeError, "stop() can be called once per Session");
+    return NULL;
+  }
+  int rc;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_capture_stop(&s->cap, s->pid);
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  if (rc < 0) return ur_py_raise(rc, s->cap.err);
+  s->owner_tid = gettid();
+  s->state = ST_STOPPED;
+  s->t_start_ns = s->cap.t_first_seize_ns;
+  s->stopped_threads = (int)s->cap.n;
+  s->group_stopped = s->cap.group_stopped;
+
+  PyObject *list = PyList_New((Py_ssize_t)s->cap.n);
+  if (!list) return NULL;
+  for (size_t i = 0; i < s->cap.n; i++) {
+    struct ur_thread *t = &s->cap.threads[i];
+#if defined(__x86_64__)
+    unsigned long long sp = t->regs.rsp;
+#else
+    unsigned long long sp = t->regs.sp;
+#endif
+    PyObject *item = Py_BuildValue("(iKy#y#)", (int)t->tid, sp, (const char *)&t->regs,
+                                   (Py_ssize_t)sizeof(t->regs), (const char *)t->xstate,
+                                   (Py_ssize_t)t->xstate_len);
+    if (!item) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+  }
+  return list;
+}
+
+static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"helper_tid", "cmd_addr", NULL};
+  int helper;
+  unsigned long long cmd_addr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iK", kwlist, &helper, &cmd_addr)) return NULL;
+  if (check_owner(s) < 0) return NULL;
+  if (s->state != ST_STOPPED) {
+    PyErr_SetString(PyExc_RuntimeError, "snapshot() needs a stopped Session");
+    return NULL;
+  }
+  if (s->child) {
+    PyErr_SetString(PyExc_RuntimeError, "this Session already has a snapshot");
+    return NULL;
+  }
+  char err[256] = "";
+  pid_t child;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  child = ur_snapshot_take(&s->cap, helper, cmd_addr, err, sizeof(err));
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  if (child < 0) return ur_py_raise(child, err);
+  s->child = child;
+  return PyLong_FromLong(child);
+}
+
+static PyObject *session_release(Session *s, PyObject *Py_UNUSED(ignored)) {
+  if (check_owner(s) < 0) return NULL;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  do_release(s);
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  Py_RETURN_NONE;
+}
+
+static PyObject *session_close(Session *s, PyObject *Py_UNUSED(ignored)) {
+  if (check_owner(s) < 0) return NULL;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  do_close(s);
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  Py_RETURN_NONE;
+}
+
+static PyObject *session_enter(Session *s, PyObject *Py_UNUSED(ignored)) {
+  Py_INCREF(s);
+  return (PyObject *)s;
+}
+
+static PyObject *session_exit(Session *s, PyObject *Py_UNUSED(args)) {
+  PyObject *r = session_close(s, NULL);
+  if (!r) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *get_mem_pid(Session *s, void *Py_UNUSED(c)) {
+  return PyLong_FromLong(s->child ? s->child : s->pid);
+}
+
+static PyObject *get_pid(Session *s, void *Py_UNUSED(c)) { return PyLong_FromLong(s->pid); }
+
+static PyObject *get_pause_ns(Session *s, void *Py_UNUSED(c)) {
+  if (!s->t_start_ns) return PyLong_FromLong(0);
+  uint64_t end = s->state == ST_RELEASED ? s->t_end_ns : ur_now_ns();
+  return PyLong_FromUnsignedLongLong(end - s->t_start_ns);
+}
+
+static PyObject *get_stopped_threads(Session *s, void *Py_UNUSED(c)) {
+  return PyLong_FromLong(s->stopped_threads);
+}
+
+static PyObject *get_group_stopped(Session *s, void *Py_UNUSED(c)) {
+  return PyBool_FromLong(s->group_stopped);
+}
+
+static PyObject *get_snapshot_pid(Session *s, void *Py_UNUSED(c)) {
+  if (!s->child) Py_RETURN_NONE;
+  return PyLong_FromLong(s->child);
+}
+
+static PyObject *get_released(Session *s, void *Py_UNUSED(c)) {
+  return PyBool_FromLong(s->state == ST_RELEASED);
+}
+
+static PyMethodDef session_methods[] = {
+    {"stop", (PyCFunction)session_stop, METH_NOARGS,
+     "stop() -> list[tuple[tid, sp, regs, xstate]]: stop every thread, read registers."},
+    {"snapshot", (PyCFunction)(void (*)(void))session_snapshot, METH_VARARGS | METH_KEYWORDS,
+     "snapshot(helper_tid, cmd_addr) -> int: fork a frozen copy through the shim's helper; "
+     "returns the child pid (also mem_pid)."},
+    {"release", (PyCFunction)session_release, METH_NOARGS,
+     "release(): detach every thread (idempotent)."},
+    {"close", (PyCFunction)session_close, METH_NOARGS,
+     "close(): release and kill the snapshot child (idempotent)."},
+    {"__enter__", (PyCFunction)session_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)session_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef session_getset[] = {
+    {"pid", (getter)get_pid, NULL, "target pid", NULL},
+    {"mem_pid", (getter)get_mem_pid, NULL,
+     "pid whose /proc/PID/mem to read: the snapshot child if any, else the target", NULL},
+    {"snapshot_pid", (getter)get_snapshot_pid, NULL, "snapshot child pid or None", NULL},
+    {"pause_ns", (getter)get_pause_ns, NULL,
+     "ns from the first PTRACE_SEIZE to the end of release (to now while not released)", NULL},
+    {"stopped_threads", (getter)get_stopped_threads, NULL, "threads stopped by stop()", NULL},
+    {"group_stopped", (getter)get_group_stopped, NULL,
+     "the target was in a group-stop (SIGSTOP) when stopped; it stays stopped after release",
+     NULL},
+    {"released", (getter)get_released, NULL, "release() has run", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject ur_session_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "unreachable._native.Session",
+    .tp_basicsize = sizeof(Session),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Session(pid): stop, snapshot and release one process.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)session_init,
+    .tp_dealloc = (destructor)session_dealloc,
+    .tp_methods = session_methods,
+    .tp_getset = session_getset,
+};

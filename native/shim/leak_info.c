@@ -1,0 +1,199 @@
+/*
+ * The allocator interface libmemunreachable needs (malloc_iterate,
+ * malloc_disable/enable, malloc_backtrace) and malloc_debug's leak info,
+ * answered from the registry.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <linux/membarrier.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "lock.h"
+#include "registry.h"
+#include "stacks.h"
+#include "threads.h"
+#include "unreachable/malloc_debug.h"
+
+static int ready(void) {
+  if (ur_load32(&ur_g.slow) & UR_SLOW_UNINIT) ur_init();
+  if (ur_load32(&ur_g.slow) & (UR_SLOW_UNINIT | UR_SLOW_INERT)) return 0;
+  ur_go_multi(); /* we are about to read the registry from this thread */
+  return 1;
+}
+
+/* Scratch memory that never comes from malloc (and so never shows up in the
+ * registry or re-enters the shim). */
+static void *scratch(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* Copy one shard's matching entries (pointers stay mangled in the copy). */
+static size_t snapshot_shard(struct ur_shard *s, uint64_t lo, uint64_t hi, struct ur_entry **buf,
+                             size_t *cap) {
+  int frozen = (ur_load32(&ur_g.slow) & UR_SLOW_GATE) != 0; /* disabled: nothing moves */
+  int locked = frozen ? 0 : ur_lock(&s->lock, &s->owner_tid, ur_self_tid());
+  size_t n = 0;
+  if (s->count > *cap) {
+    if (*buf) munmap(*buf, *cap * sizeof **buf);
+    *cap = s->count * 2;
+    *buf = scratch(*cap * sizeof **buf);
+    if (!*buf) *cap = 0;
+  }
+  const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)s->table;
+  for (uint64_t i = 0; i < s->capacity && n < *cap; i++) {
+    uint64_t k = t[i].key;
+    if (k == UR_KEY_EMPTY || k == UR_KEY_TOMBSTONE) continue;
+    uint64_t p = UR_UNMANGLE(k);
+    if (p >= lo && p < hi) (*buf)[n++] = t[i];
+  }
+  if (!frozen) ur_unlock(&s->lock, &s->owner_tid, locked);
+  return n;
+}
+
+/* The callback runs with no lock held, so it may allocate. */
+UR_EXPORT int malloc_iterate(uintptr_t base, size_t size,
+                             void (*cb)(uintptr_t ptr, size_t size, void *arg), void *arg) {
+  if (!ready()) return -1;
+  uint64_t hi = base + size < base ? UINT64_MAX : base + size;
+  struct ur_entry *buf = NULL;
+  size_t cap = 0;
+  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
+    size_t n = snapshot_shard(&ur_g.shards[i], base, hi, &buf, &cap);
+    for (size_t j = 0; j < n; j++) cb(UR_UNMANGLE(buf[j].key), buf[j].size, arg);
+  }
+  if (buf) munmap(buf, cap * sizeof *buf);
+  return 0;
+}
+
+UR_EXPORT void malloc_disable(void) {
+  if (!ready()) return;
+  uint32_t tid = ur_self_tid();
+  if (ur_g.disable_owner == tid) {
+    ur_g.disable_depth++;
+    return;
+  }
+  ur_lock_hard(&ur_g.disable_lock, &ur_g.disable_owner, tid);
+  ur_g.disable_depth = 1;
+  __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_SEQ_CST);
+  __atomic_fetch_or(&ur_g.slow, UR_SLOW_GATE, __ATOMIC_SEQ_CST);
+  /* Entry points announce, then read the gate, with no fence between; this
+   * barrier on every running thread makes one of the two sides see the other. */
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  ur_threads_wait_quiescent();
+  ur_registry_lock_all(tid);
+  ur_stacks_lock(tid);
+}
+
+UR_EXPORT void malloc_enable(void) {
+  if (!ready()) return;
+  uint32_t tid = ur_self_tid();
+  if (ur_g.disable_owner != tid) return;
+  if (--ur_g.disable_depth > 0) return;
+  ur_stacks_unlock();
+  ur_registry_unlock_all();
+  __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_SEQ_CST);
+  __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, &ur_g.slow, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+  ur_unlock(&ur_g.disable_lock, &ur_g.disable_owner, 1);
+}
+
+UR_EXPORT ssize_t malloc_backtrace(void *ptr, uintptr_t *frames, size_t max) {
+  if (!ready() || !ur_g.bt_frames) return 0;
+  uint64_t size;
+  uint32_t id;
+  if (!ur_registry_find(ptr, &size, &id)) return 0;
+  return (ssize_t)ur_stacks_get(id, frames, max);
+}
+
+struct leak_rec {
+  uint64_t size;
+  uint32_t id;
+};
+
+static int rec_before(const struct leak_rec *a, const struct leak_rec *b) {
+  /* bionic's order: larger sizes first, then by backtrace */
+  return a->size != b->size ? a->size > b->size : a->id < b->id;
+}
+
+/* Heapsort: no allocation, no recursion, O(n log n) for any n. */
+static void sift(struct leak_rec *r, size_t i, size_t n) {
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) return;
+    if (c + 1 < n && rec_before(&r[c], &r[c + 1])) c++;
+    if (!rec_before(&r[i], &r[c])) return;
+    struct leak_rec t = r[i];
+    r[i] = r[c];
+    r[c] = t;
+    i = c;
+  }
+}
+
+static void sort_recs(struct leak_rec *r, size_t n) {
+  for (size_t i = n / 2; i-- > 0;) sift(r, i, n);
+  for (size_t end = n; end-- > 1;) {
+    struct leak_rec t = r[0];
+    r[0] = r[end];
+    r[end] = t;
+    sift(r, 0, end);
+  }
+}
+
+UR_EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *info_size,
+                                    size_t *total_memory, size_t *backtrace_size) {
+  if (!info || !overall_size || !info_size || !total_memory || !backtrace_size) return;
+  *info = NULL;
+  *overall_size = *info_size = *total_memory = *backtrace_size = 0;
+  if (!ready() || !ur_g.bt_frames) return;
+
+  malloc_disable(); /* one consistent set across all shards */
+  size_t total = 0;
+  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) total += ur_g.shards[i].count;
+  size_t cap = total ? total : 1, n = 0;
+  uint64_t mem = 0;
+  struct leak_rec *recs = scratch(cap * sizeof *recs);
+  for (unsigned i = 0; recs && i < UR_NUM_SHARDS; i++) {
+    const struct ur_shard *s = &ur_g.shards[i];
+    const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)s->table;
+    for (uint64_t j = 0; j < s->capacity && n < cap; j++) {
+      if (t[j].key == UR_KEY_EMPTY || t[j].key == UR_KEY_TOMBSTONE) continue;
+      recs[n].size = t[j].size;
+      recs[n].id = t[j].stack_id;
+      mem += t[j].size;
+      n++;
+    }
+  }
+  malloc_enable();
+  if (!recs) return;
+
+  sort_recs(recs, n);
+  size_t frames = ur_g.bt_frames, unique = 0;
+  for (size_t i = 0; i < n; i++)
+    if (i == 0 || recs[i].size != recs[i - 1].size || recs[i].id != recs[i - 1].id) unique++;
+  size_t rec_bytes = (2 + frames) * sizeof(uintptr_t);
+  uint8_t *out = unique ? __libc_calloc(unique, rec_bytes) : NULL; /* untracked on purpose */
+  if (out) {
+    size_t *w = NULL;
+    for (size_t i = 0; i < n; i++) {
+      if (i == 0 || recs[i].size != recs[i - 1].size || recs[i].id != recs[i - 1].id) {
+        w = w ? (size_t *)((uint8_t *)w + rec_bytes) : (size_t *)out;
+        w[0] = recs[i].size;
+        ur_stacks_get(recs[i].id, (uintptr_t *)&w[2], frames);
+      }
+      w[1]++;
+    }
+    *info = out;
+    *overall_size = unique * rec_bytes;
+  }
+  *info_size = rec_bytes;
+  *total_memory = mem;
+  *backtrace_size = frames;
+  munmap(recs, cap * sizeof *recs);
+}
+
+UR_EXPORT void free_malloc_leak_info(uint8_t *info) { __libc_free(info); }

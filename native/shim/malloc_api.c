@@ -1,0 +1,269 @@
+/*
+ * The interposed allocator entry points. Each one announces what it is doing
+ * in the thread's slot, calls glibc's real allocator (__libc_*), and keeps the
+ * registry exact. Anything unusual (not initialised, inert, disabled, forked
+ * child without a helper, re-entry from the shim itself) leaves the hot path.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "helper.h"
+#include "registry.h"
+#include "stacks.h"
+#include "threads.h"
+#include "unwind.h"
+
+enum { PROCEED, PASS_THROUGH };
+
+/* Deal with whatever ur_g.slow flags. Returns PROCEED with the thread's slot
+ * announced, or PASS_THROUGH when the call must go straight to glibc. */
+static __attribute__((noinline)) int slow_begin(struct ur_thread_slot **out, uint32_t op,
+                                                const void *in, size_t in_size) {
+  for (;;) {
+    if (ur_tls.busy) return PASS_THROUGH;
+    uint32_t f = ur_load32(&ur_g.slow);
+    if (f & UR_SLOW_UNINIT) {
+      ur_init();
+      f = ur_load32(&ur_g.slow);
+      if (f & UR_SLOW_UNINIT) return PASS_THROUGH; /* our own init is allocating */
+    }
+    if (f & UR_SLOW_INERT) return PASS_THROUGH;
+    if (!ur_tls.slot) ur_thread_attach();
+    if (f & UR_SLOW_HELPER) {
+      /* Forked child: whoever clears the flag starts the replacement helper;
+       * its own allocations find the flag clear and cannot recurse. */
+      if (__atomic_fetch_and(&ur_g.slow, ~UR_SLOW_HELPER, __ATOMIC_ACQ_REL) & UR_SLOW_HELPER) {
+        ur_tls.busy++;
+        ur_helper_start();
+        ur_tls.busy--;
+      }
+      continue;
+    }
+    struct ur_thread_slot *s = ur_tls.slot;
+    ur_announce(s, op, in, in_size);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier in malloc_disable */
+    f = ur_load32(&ur_g.slow);
+    if (!(f & UR_SLOW_GATE) || ur_load32(&ur_g.excl_tid) == ur_tls.tid) {
+      if (f & ~(UR_SLOW_GATE | UR_SLOW_SINGLE)) {
+        ur_leave(s);
+        continue;
+      }
+      *out = s;
+      return PROCEED;
+    }
+    /* malloc_disable() is in force: step out of the slot and sleep on the gate. */
+    ur_leave(s);
+    int saved = errno;
+    syscall(SYS_futex, &ur_g.slow, FUTEX_WAIT_PRIVATE, f, NULL, NULL, 0);
+    errno = saved;
+  }
+}
+
+/* Returns the announced slot, or NULL to pass the call straight to glibc. */
+static inline __attribute__((always_inline)) struct ur_thread_slot *begin(uint32_t op,
+                                                                         const void *in,
+                                                                         size_t in_size) {
+  struct ur_thread_slot *s = ur_tls.slot;
+  if (UR_LIKELY(s != NULL && !ur_tls.busy)) {
+    ur_announce(s, op, in, in_size);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (UR_LIKELY((ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE) == 0)) return s;
+    ur_leave(s);
+  }
+  return slow_begin(&s, op, in, in_size) == PROCEED ? s : NULL;
+}
+
+static __attribute__((noinline)) uint32_t capture(size_t size) {
+  if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
+  uintptr_t frames[UR_MAX_FRAMES];
+  ur_tls.busy++;
+  size_t n = ur_unwind(frames, ur_g.bt_frames);
+  uint32_t id = ur_stacks_intern(frames, (uint32_t)n);
+  ur_tls.busy--;
+  return id;
+}
+
+static inline uint32_t maybe_capture(size_t size) {
+  if (UR_LIKELY(!ur_g.bt_frames) || !__atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)) return 0;
+  return capture(size);
+}
+
+/* glibc returned p: name it in the slot, register it, leave. */
+static inline void *finish(struct ur_thread_slot *s, void *p, size_t size) {
+  if (p) {
+    ur_announce_out(s, p, size);
+    ur_registry_insert(p, size, maybe_capture(size));
+  }
+  ur_leave(s);
+  return p;
+}
+
+static inline void *do_malloc(size_t n) {
+  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(!s)) return __libc_malloc(n);
+  return finish(s, __libc_malloc(n), n);
+}
+
+static inline void do_free(void *p) {
+  struct ur_thread_slot *s = begin(UR_OP_FREE, p, 0);
+  if (UR_UNLIKELY(!s)) {
+    __libc_free(p);
+    return;
+  }
+  ur_registry_remove(p);
+  __libc_free(p);
+  ur_leave(s);
+}
+
+static void *do_memalign(size_t align, size_t n) {
+  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(!s)) return __libc_memalign(align, n);
+  return finish(s, __libc_memalign(align, n), n);
+}
+
+UR_EXPORT void *malloc(size_t n) { return do_malloc(n); }
+
+UR_EXPORT void free(void *p) {
+  if (p) do_free(p);
+}
+
+UR_EXPORT void *calloc(size_t n, size_t m) {
+  size_t total;
+  if (__builtin_mul_overflow(n, m, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(!s)) return __libc_calloc(n, m);
+  return finish(s, __libc_calloc(n, m), total);
+}
+
+/* glibc 2.36 exports malloc_usable_size only as a weak symbol with no
+ * __libc_ twin, so find the next definition once. dlsym can allocate; the
+ * guard keeps a nested call from recursing into the lookup. */
+static size_t real_usable_size(void *p) {
+  typedef size_t (*fn_t)(void *);
+  static fn_t real;
+  static __thread int resolving __attribute__((tls_model("initial-exec")));
+  fn_t f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  if (UR_UNLIKELY(!f)) {
+    if (resolving) return 0;
+    resolving = 1;
+    ur_tls.busy++;
+    f = (fn_t)dlsym(RTLD_NEXT, "malloc_usable_size");
+    ur_tls.busy--;
+    resolving = 0;
+    if (!f) return 0;
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+  }
+  return f(p);
+}
+
+/* A block that must move is moved here, not by glibc: glibc's realloc frees
+ * the old block (its free list overwrites the first 16 bytes) before it
+ * returns the new one, so a thread stopped inside it would hold the only
+ * full copy of the block's pointers in a block the registry does not know
+ * yet. Here the new block is announced before the copy and the old one stays
+ * intact until the copy is registered, so every stop sees one complete copy.
+ * Growth that glibc could have done in place or by mremap becomes a copy. */
+static void *move_block(struct ur_thread_slot *s, void *p, size_t n, size_t old_usable) {
+  void *q = __libc_malloc(n);
+  if (!q) return NULL;
+  ur_announce_out(s, q, n);
+  __builtin_memcpy(q, p, old_usable < n ? old_usable : n);
+  ur_registry_insert(q, n, maybe_capture(n));
+  ur_registry_remove(p);
+  __libc_free(p);
+  return q;
+}
+
+UR_EXPORT void *realloc(void *p, size_t n) {
+  if (!p) return do_malloc(n);
+  if (n == 0) { /* glibc frees and returns NULL (REALLOC_ZERO_BYTES_FREES) */
+    do_free(p);
+    return NULL;
+  }
+  struct ur_thread_slot *s = begin(UR_OP_REALLOC, p, n);
+  if (UR_UNLIKELY(!s)) return __libc_realloc(p, n);
+  size_t usable = real_usable_size(p);
+  void *q;
+  if (n <= usable || usable == 0) {
+    /* Fits: glibc shrinks in place (mremap shrinks an mmap'ed chunk in place).
+     * usable == 0: malloc_usable_size is still being resolved; let glibc do it. */
+    q = __libc_realloc(p, n);
+    if (q == p) {
+      ur_announce_out(s, q, n);
+      /* Every realloc re-records the site, as bionic does since P. */
+      ur_registry_set(q, n, maybe_capture(n));
+    } else if (q) {
+      ur_announce_out(s, q, n);
+      ur_registry_insert(q, n, maybe_capture(n));
+      ur_registry_remove(p);
+    }
+  } else {
+    q = move_block(s, p, n, usable);
+  }
+  ur_leave(s); /* q == NULL: p is untouched and still registered */
+  return q;
+}
+
+UR_EXPORT void *reallocarray(void *p, size_t n, size_t m) {
+  size_t total;
+  if (__builtin_mul_overflow(n, m, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return realloc(p, total);
+}
+
+static int is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+UR_EXPORT int posix_memalign(void **out, size_t align, size_t n) {
+  if (align % sizeof(void *) != 0 || !is_pow2(align / sizeof(void *))) return EINVAL;
+  int saved = errno; /* posix_memalign reports through its result, not errno */
+  void *p = do_memalign(align, n);
+  if (!p) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  errno = saved;
+  return 0;
+}
+
+UR_EXPORT void *memalign(size_t align, size_t n) { return do_memalign(align, n); }
+
+/* C11 and glibc >= 2.38: the alignment must be a power of two. */
+UR_EXPORT void *aligned_alloc(size_t align, size_t n) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return do_memalign(align, n);
+}
+
+UR_EXPORT void *valloc(size_t n) {
+  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(!s)) return __libc_valloc(n);
+  return finish(s, __libc_valloc(n), n);
+}
+
+UR_EXPORT void *pvalloc(size_t n) {
+  size_t ps = (size_t)sysconf(_SC_PAGESIZE), rounded;
+  if (__builtin_add_overflow(n, ps - 1, &rounded)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  rounded &= ~(ps - 1); /* the caller owns the whole rounded size */
+  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(!s)) return __libc_pvalloc(n);
+  return finish(s, __libc_pvalloc(n), rounded);
+}
+
+
+UR_EXPORT size_t malloc_usable_size(void *p) { return real_usable_size(p); }

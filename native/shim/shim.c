@@ -1,0 +1,235 @@
+/*
+ * Start-up and process lifecycle: the exported descriptor, lazy
+ * initialisation on the first allocation (before any constructor runs), the
+ * constructor that finishes what needs a running libc, and fork handling.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/membarrier.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "helper.h"
+#include "lock.h"
+#include "options.h"
+#include "region.h"
+#include "registry.h"
+#include "stacks.h"
+#include "threads.h"
+#include "unwind.h"
+
+UR_EXPORT struct ur_descriptor unreachable_descriptor = {
+    .magic = UR_ABI_MAGIC,
+    .version = UR_ABI_VERSION,
+    .size = sizeof(struct ur_descriptor),
+};
+
+struct ur_globals ur_g = {.slow = UR_SLOW_UNINIT};
+__thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
+
+static struct ur_options opts;
+static int options_ok;
+static int fork_nested; /* fork() called by the thread that holds malloc_disable */
+static int membarrier_ok; /* needed for the lock-free single-thread mode */
+extern char **__environ;
+extern char *program_invocation_name;
+
+uint32_t ur_self_tid(void) {
+  uint32_t t = ur_tls.tid;
+  if (UR_UNLIKELY(!t)) ur_tls.tid = t = (uint32_t)syscall(SYS_gettid);
+  return t;
+}
+
+void ur_write_stderr(const char *buf, size_t len) {
+  while (len) {
+    ssize_t n = write(STDERR_FILENO, buf, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    buf += n;
+    len -= (size_t)n;
+  }
+}
+
+/* The environment may not be set up yet when the first allocation arrives
+ * (the loader allocates before libc's initialiser runs), so fall back to
+ * /proc/self/environ. Returns a region copy of the value ("" if unset). */
+static char *read_options(void) {
+  const char *name = UR_OPTIONS_ENV "=";
+  size_t nlen = strlen(name);
+  const char *val = NULL;
+  char *buf = NULL;
+  if (__environ) {
+    for (char **e = __environ; *e; e++)
+      if (strncmp(*e, name, nlen) == 0) val = *e + nlen;
+  } else {
+    int fd = open("/proc/self/environ", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      size_t cap = 1 << 20, len = 0;
+      buf = ur_region_alloc(cap + 1);
+      ssize_t n;
+      while (buf && len < cap && ((n = read(fd, buf + len, cap - len)) > 0 || (n < 0 && errno == EINTR)))
+        if (n > 0) len += (size_t)n;
+      close(fd);
+      for (size_t i = 0; buf && i < len; i += strlen(buf + i) + 1)
+        if (strncmp(buf + i, name, nlen) == 0) val = buf + i + nlen;
+    }
+  }
+  size_t vlen = val ? strlen(val) : 0;
+  char *copy = ur_region_alloc(vlen + 1);
+  if (copy && vlen) memcpy(copy, val, vlen);
+  return copy;
+}
+
+static void on_backtrace_signal(int sig) {
+  (void)sig;
+  __atomic_fetch_xor(&ur_g.bt_active, 1, __ATOMIC_RELAXED);
+}
+
+void ur_init(void) {
+  uint32_t tid = ur_self_tid(), expected = 0;
+  if (!__atomic_compare_exchange_n(&ur_g.init_tid, &expected, tid, 0, __ATOMIC_ACQUIRE,
+                                   __ATOMIC_ACQUIRE)) {
+    if (expected == tid) return; /* re-entered from our own set-up: glibc serves it */
+    while (ur_load32(&ur_g.slow) & UR_SLOW_UNINIT) sched_yield();
+    return;
+  }
+  if (!(ur_load32(&ur_g.slow) & UR_SLOW_UNINIT)) return;
+  ur_tls.busy++;
+  struct ur_descriptor *d = &unreachable_descriptor;
+  uint32_t state = 0; /* the value ur_g.slow takes when we are done */
+  if (ur_region_init() != 0) {
+    state = UR_SLOW_INERT;
+  } else {
+    ur_g.options = read_options();
+    d->region_begin = ur_region_begin();
+    d->region_end = ur_region_end();
+    d->options = (uint64_t)(uintptr_t)ur_g.options;
+    d->pid = (uint64_t)getpid();
+    options_ok = ur_g.options && ur_options_parse(ur_g.options, &opts, NULL, NULL, NULL);
+    if (!options_ok) state = UR_SLOW_INERT;
+  }
+  if (!state) {
+    uint32_t frames = (uint32_t)opts.backtrace_frames;
+    ur_g.bt_frames = frames;
+    ur_g.bt_min_size = opts.backtrace_min_size;
+    ur_g.bt_max_size = opts.backtrace_max_size;
+    /* With both options, capture starts on; with the signal option alone, off. */
+    ur_g.bt_active = opts.backtrace;
+    ur_g.helper_cmd = ur_region_alloc(sizeof(uint32_t));
+    if (ur_registry_init() || ur_threads_init() ||
+        ur_stacks_init(frames ? UR_STACK_CAPACITY : 0, frames) || !ur_g.helper_cmd)
+      state = UR_SLOW_INERT;
+  }
+  if (!state) {
+    if (ur_g.bt_frames) ur_unwind_init();
+    /* Lets malloc_disable fence every running thread without the hot path
+     * paying for a barrier. */
+    membarrier_ok =
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+    if (membarrier_ok) state = UR_SLOW_SINGLE; /* not a failure: start lock-free */
+    d->num_shards = UR_NUM_SHARDS;
+    d->shards = (uint64_t)(uintptr_t)ur_g.shards;
+    d->threads = (uint64_t)(uintptr_t)ur_g.threads;
+    d->max_threads = UR_MAX_THREADS;
+    d->helper_cmd = (uint64_t)(uintptr_t)ur_g.helper_cmd;
+    d->stacks = (uint64_t)(uintptr_t)ur_g.stacks;
+    __atomic_store_n(&d->enabled, 1, __ATOMIC_RELEASE);
+  }
+  ur_tls.busy--;
+  __atomic_store_n(&ur_g.slow, state, __ATOMIC_RELEASE);
+}
+
+/* ---- fork ---------------------------------------------------------------- */
+
+static void fork_prepare(void) {
+  if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
+  ur_go_multi(); /* a thread that never allocated may fork */
+  uint32_t tid = ur_self_tid();
+  fork_nested = ur_load32(&ur_g.excl_tid) == tid;
+  if (fork_nested) return; /* malloc_disable already holds everything */
+  ur_registry_lock_all(tid);
+  ur_stacks_lock(tid);
+  __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_RELEASE);
+}
+
+static void fork_parent(void) {
+  if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
+  if (fork_nested) return;
+  __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
+  ur_stacks_unlock();
+  ur_registry_unlock_all();
+}
+
+static void fork_child(void) {
+  if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
+  uint32_t tid = (uint32_t)syscall(SYS_gettid);
+  ur_tls.tid = tid;
+  /* Still disabled if the disabling thread forked: it keeps every lock. */
+  uint32_t owner = fork_nested ? tid : 0;
+  ur_registry_reset_locks(owner);
+  ur_stacks_reset_lock(owner);
+  ur_region_after_fork_child();
+  ur_g.multi_lock = ur_g.multi_owner = 0;
+  if (!fork_nested && membarrier_ok && ur_tls.slot && ur_tls.slot != &ur_tls.dummy) {
+    ur_g.single_slot = ur_tls.slot; /* only this thread survived */
+    __atomic_fetch_or(&ur_g.slow, UR_SLOW_SINGLE, __ATOMIC_SEQ_CST);
+  }
+  if (fork_nested) ur_g.disable_owner = tid;
+  __atomic_store_n(&ur_g.excl_tid, owner, __ATOMIC_RELEASE);
+  ur_threads_after_fork_child(tid);
+  unreachable_descriptor.pid = (uint64_t)getpid();
+  ur_helper_after_fork_child();
+}
+
+/* ---- constructor --------------------------------------------------------- */
+
+static void log_line(void *ctx, const char *msg) {
+  (void)ctx;
+  char line[600];
+  int n = snprintf(line, sizeof line, "unreachable: %s\n", msg);
+  if (n > 0) ur_write_stderr(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+__attribute__((constructor)) static void ur_constructor(void) {
+  if (ur_load32(&ur_g.slow) & UR_SLOW_UNINIT) ur_init();
+  const char *prog = program_invocation_name ? program_invocation_name : "<unknown>";
+  char msg[512];
+  if (!options_ok) {
+    if (ur_g.options) ur_options_parse(ur_g.options, &opts, prog, log_line, NULL);
+    else log_line(NULL, "cannot reserve memory for the registry; disabled");
+    return; /* inert: every call goes straight to glibc */
+  }
+  if (ur_load32(&ur_g.slow) & UR_SLOW_INERT) {
+    log_line(NULL, "cannot set up the registry; disabled");
+    return;
+  }
+  for (unsigned i = 0; i < opts.num_unimplemented; i++) {
+    snprintf(msg, sizeof msg, "option '%s' is not implemented yet; ignored",
+             ur_options_name(opts.unimplemented[i]));
+    log_line(NULL, msg);
+  }
+  int bt_signal = SIGRTMAX - 19;
+  if (opts.backtrace_enable_on_signal) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_backtrace_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(bt_signal, &sa, NULL);
+  }
+  if (opts.verbose) {
+    snprintf(msg, sizeof msg, "%s: malloc debug enabled", prog);
+    log_line(NULL, msg);
+    if (opts.backtrace_enable_on_signal) {
+      snprintf(msg, sizeof msg, "%s: Run: 'kill -%d %d' to enable backtracing.", prog, bt_signal,
+               (int)getpid());
+      log_line(NULL, msg);
+    }
+  }
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  ur_helper_start();
+}

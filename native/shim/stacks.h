@@ -1,0 +1,28 @@
+/*
+ * Deduplicated backtraces (abi.h ur_stack_table). Lookup of a known stack is
+ * lock-free; only inserting a new one takes the table lock. Ids are published
+ * by a release store of count after their frames are written.
+ */
+#ifndef UR_STACKS_H
+#define UR_STACKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shim.h"
+
+/* max_frames 0: no backtraces; the table exists but stays empty. */
+int ur_stacks_init(uint32_t capacity, uint32_t max_frames);
+
+/* Return the id of this stack (1..capacity-1), or 0 if nframes is 0 or the
+ * table is full (then ur_stack_table.overflowed counts the loss). */
+uint32_t ur_stacks_intern(const uintptr_t *frames, uint32_t nframes);
+
+/* Copy the frames of an id; returns how many were copied. */
+size_t ur_stacks_get(uint32_t id, uintptr_t *out, size_t max);
+
+void ur_stacks_lock(uint32_t tid);
+void ur_stacks_unlock(void);
+void ur_stacks_reset_lock(uint32_t owner_tid);
+
+#endif

@@ -1,0 +1,144 @@
+#include "threads.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/membarrier.h>
+
+#include "lock.h"
+#include "region.h"
+
+static struct {
+  uint32_t high_water; /* slots [0, high_water) have been handed out at least once */
+  pthread_key_t key;
+  int key_ok;
+  pid_t main_tid;
+} th;
+
+/* Runs at thread exit (pthread key destructor). The stack may be cached and
+ * reused by glibc, so its bounds stay; later destructors that free still
+ * announce through this slot, so the scanner honours op in any state. */
+static void on_thread_exit(void *v) {
+  struct ur_thread_slot *s = v;
+  __atomic_store_n(&s->state, UR_THREAD_EXITED, __ATOMIC_RELEASE);
+}
+
+int ur_threads_init(void) {
+  ur_g.threads = ur_region_alloc(UR_MAX_THREADS * sizeof(struct ur_thread_slot));
+  if (!ur_g.threads) return -1;
+  th.main_tid = getpid();
+  th.key_ok = pthread_key_create(&th.key, on_thread_exit) == 0;
+  return 0;
+}
+
+static struct ur_thread_slot *claim(uint32_t tid) {
+  struct ur_thread_slot *slots = ur_g.threads;
+  uint32_t hw = __atomic_load_n(&th.high_water, __ATOMIC_ACQUIRE);
+  /* Our TLS can be re-zeroed by the loader's TLS setup after the main
+   * thread's first calls; find the slot we already own instead of leaking it. */
+  for (uint32_t i = 0; i < hw; i++)
+    if (__atomic_load_n(&slots[i].state, __ATOMIC_ACQUIRE) == UR_THREAD_LIVE &&
+        __atomic_load_n(&slots[i].tid, __ATOMIC_RELAXED) == tid)
+      return &slots[i];
+  uint32_t i = __atomic_fetch_add(&th.high_water, 1, __ATOMIC_ACQ_REL);
+  if (i < UR_MAX_THREADS) {
+    __atomic_store_n(&slots[i].state, UR_THREAD_LIVE, __ATOMIC_RELEASE);
+    return &slots[i];
+  }
+  __atomic_store_n(&th.high_water, UR_MAX_THREADS, __ATOMIC_RELAXED);
+  /* Full: recycle a slot whose thread has gone. */
+  for (uint32_t j = 0; j < UR_MAX_THREADS; j++) {
+    uint32_t st = __atomic_load_n(&slots[j].state, __ATOMIC_ACQUIRE);
+    if (st != UR_THREAD_LIVE &&
+        __atomic_compare_exchange_n(&slots[j].state, &st, UR_THREAD_LIVE, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED))
+      return &slots[j];
+  }
+  return NULL;
+}
+
+void ur_thread_attach(void) {
+  uint32_t tid = ur_self_tid();
+  struct ur_thread_slot *s = claim(tid);
+  struct ur_thread_slot *none = NULL;
+  if (!s || !__atomic_compare_exchange_n(&ur_g.single_slot, &none, s, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+    if (ur_g.single_slot != s) ur_go_multi(); /* a second thread: locks from now on */
+  }
+  if (!s) {
+    ur_tls.slot = &ur_tls.dummy; /* untracked announcements beat no tracking */
+    return;
+  }
+  s->op = UR_OP_NONE;
+  __atomic_store_n(&s->tid, tid, __ATOMIC_RELEASE);
+  if ((pid_t)tid != th.main_tid) {
+    /* glibc allocates inside these; busy sends that straight to glibc. */
+    ur_tls.busy++;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void *addr;
+      size_t size;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+        s->stack_lo = (uint64_t)(uintptr_t)addr;
+        s->stack_hi = (uint64_t)(uintptr_t)addr + size;
+      }
+      pthread_attr_destroy(&attr);
+    }
+    if (th.key_ok) pthread_setspecific(th.key, s);
+    ur_tls.busy--;
+  } else {
+    s->stack_lo = s->stack_hi = 0; /* the scanner uses the [stack] mapping */
+  }
+  ur_tls.slot = s;
+}
+
+void ur_threads_after_fork_child(uint32_t new_tid) {
+  struct ur_thread_slot *mine = ur_tls.slot;
+  uint32_t hw = th.high_water < UR_MAX_THREADS ? th.high_water : UR_MAX_THREADS;
+  th.main_tid = getpid();
+  for (uint32_t i = 0; i < hw; i++) {
+    struct ur_thread_slot *s = &ur_g.threads[i];
+    if (s == mine || s->state != UR_THREAD_LIVE) continue;
+    s->op = UR_OP_NONE;
+    s->state = UR_THREAD_EXITED; /* their stacks are in glibc's cache now */
+  }
+  if (mine && mine != &ur_tls.dummy) {
+    mine->tid = new_tid;
+    /* The forking thread is the child's main thread: its stack is [stack]
+     * only if it was the parent's main thread, so keep the bounds we have. */
+  }
+}
+
+void ur_go_multi(void) {
+  if (!(ur_load32(&ur_g.slow) & UR_SLOW_SINGLE)) return;
+  struct ur_thread_slot *single = __atomic_load_n(&ur_g.single_slot, __ATOMIC_ACQUIRE);
+  if (single && ur_tls.slot == single) return;
+  uint32_t tid = ur_self_tid();
+  ur_lock_hard(&ur_g.multi_lock, &ur_g.multi_owner, tid);
+  if (ur_load32(&ur_g.slow) & UR_SLOW_SINGLE) {
+    __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_SINGLE, __ATOMIC_SEQ_CST);
+    /* The single thread announces, then reads the flag, with no fence: this
+     * barrier makes it either see the flag gone or show us its op, which we
+     * then wait out. After that it only touches the registry under locks. */
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (single)
+      while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE) sched_yield();
+  }
+  ur_unlock(&ur_g.multi_lock, &ur_g.multi_owner, 1);
+}
+
+void ur_threads_wait_quiescent(void) {
+  struct ur_thread_slot *mine = ur_tls.slot;
+  uint32_t hw = __atomic_load_n(&th.high_water, __ATOMIC_ACQUIRE);
+  if (hw > UR_MAX_THREADS) hw = UR_MAX_THREADS;
+  for (uint32_t i = 0; i < hw; i++) {
+    struct ur_thread_slot *s = &ur_g.threads[i];
+    if (s == mine) continue;
+    while (__atomic_load_n(&s->op, __ATOMIC_ACQUIRE) != UR_OP_NONE &&
+           __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UR_THREAD_FREE)
+      sched_yield();
+  }
+}

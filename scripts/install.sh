@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install everything unreachable needs on a fresh Debian/Ubuntu machine, then
+# the package itself (editable, so the checkout's tests run against it).
+#   bash scripts/install.sh          # runtime
+#   bash scripts/install.sh --test   # runtime + test tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# gcc/make/binutils (c++filt) build and symbolize; libunwind-dev for the
+# shim's unwinder; systemd for the monitoring unit checks.
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential binutils libunwind-dev pkg-config python3-dev python3-pip >/dev/null
+
+PY=${PYTHON:-python3}
+extra=""
+if [ "${1:-}" = "--test" ]; then extra="[test]"; fi
+# Build isolation would fetch scikit-build-core again on every install; it is
+# installed once here instead so editable rebuilds are fast and offline.
+$PY -m pip install -q --upgrade "scikit-build-core>=0.10" "cmake>=3.20" ninja
+$PY -m pip install -q --no-build-isolation -e ".${extra}"
+echo "installed: $(command -v unreachable-cli)"

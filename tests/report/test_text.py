@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.report.text import format_report
+from unreachable.symbolize.frames import Frame
+
+
+def _report(leaks):
+    return ScanReport(
+        pid=1,
+        command="x",
+        leak_count=12,
+        leak_bytes=736,
+        allocation_count=20,
+        allocation_bytes=2000,
+        pause_ms=0.5,
+        scan_ms=3.0,
+        snapshot="fork",
+        threads=1,
+        leaks=leaks,
+    )
+
+
+def test_matches_libmemunreachable_layout():
+    leak = LeakEntry(
+        address=0x7B2C4E8010,
+        size=24,
+        referenced_count=2,
+        referenced_size=160,
+        similar_count=3,
+        similar_size=72,
+        similar_referenced_count=6,
+        similar_referenced_size=480,
+        total_size=736,
+        contents=b"hello leak\0\0\x10\0\0\0" + b"\0" * 8,
+        backtrace=[Frame(0x7F001E5C4, "/system/lib64/libfoo.so", 0x1E5C4, "Foo::Bar()", 132)],
+    )
+    assert format_report(_report([leak])) == (
+        "  736 bytes in 12 unreachable allocations\n"
+        "  ABI: 'x86_64'\n"
+        "\n"
+        "  24 bytes unreachable at 7b2c4e8010\n"
+        "   referencing 160 unreachable bytes in 2 allocations\n"
+        "   and 72 similar unreachable bytes in 3 allocations\n"
+        "   referencing 480 unreachable bytes in 6 allocations\n"
+        "   contents:\n"
+        "   7b2c4e8010: 68 65 6c 6c 6f 20 6c 65 61 6b 00 00 10 00 00 00 hello leak......\n"
+        "   7b2c4e8020: 00 00 00 00 00 00 00 00                         ........\n"
+        "          #00  pc 000000000001e5c4  /system/lib64/libfoo.so (Foo::Bar()+132)\n"
+        "\n"
+    )
+
+
+def test_no_quirks_decimal_counts_and_unsigned_bytes():
+    leak = LeakEntry(
+        address=0x10,
+        size=40,
+        referenced_count=0,
+        referenced_size=0,
+        similar_count=0,
+        similar_size=0,
+        similar_referenced_count=0,
+        similar_referenced_size=0,
+        total_size=40,
+        contents=bytes([0xAA] * 32),
+    )
+    text = format_report(_report([leak]))
+    assert "   first 32 bytes of contents:\n" in text  # decimal, not "first 20"
+    assert "aa aa" in text and "ffffffaa" not in text
+
+
+def test_singular():
+    leak = LeakEntry(0x10, 1, 1, 8, 1, 1, 0, 0, 10)
+    text = format_report(_report([leak]))
+    assert "in 1 allocation\n" in text

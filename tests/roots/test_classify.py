@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from tests.support.registry import make_registry
+from unreachable.allocations.registry import THREAD_EXITED, ThreadSlot
+from unreachable.process.maps import parse_maps
+from unreachable.roots.classify import RED_ZONE, classify, register_words
+
+MAPS = """\
+555555554000-555555556000 r--p 00000000 08:01 100 /usr/bin/prog
+555555556000-555555558000 r-xp 00002000 08:01 100 /usr/bin/prog
+555555558000-555555559000 rw-p 00004000 08:01 100 /usr/bin/prog
+555555559000-55555555a000 rw-p 00000000 00:00 0
+55555555a000-55555557b000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0000021000 rw-p 00000000 00:00 0
+7f0000100000-7f0000101000 ---p 00000000 00:00 0
+7f0000101000-7f0000901000 rw-p 00000000 00:00 0
+7f0000a00000-7f0000a01000 ---p 00000000 00:00 0
+7f0000a01000-7f0001201000 rw-p 00000000 00:00 0
+7f0002000000-7f0002004000 rw-p 00000000 00:00 0
+7f0003000000-7f0003001000 r--p 00000000 00:00 0
+7f1000000000-7f1000010000 rw-p 00000000 00:00 0
+7f2000000000-7f2000001000 rw-p 00002000 08:01 200 /opt/unreachable/libunreachable_shim.so
+7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]
+7ffffffff000-7ffffffff100 r--p 00000000 00:00 0 [vvar]
+"""
+
+
+def test_classification():
+    maps = parse_maps(MAPS)
+    registry = make_registry(
+        [(0x55555555A010, 24), (0x7F0000000100, 64)],
+        threads=[
+            ThreadSlot(7, THREAD_EXITED, 0, 0, 0, 0, 0, 0x7F0000A01000, 0x7F0001201000),
+        ],
+        region=(0x7F1000000000, 0x7F1000010000),
+    )
+    sps = {1: 0x7FFFFFFFE000, 2: 0x7F0000800000}
+    roots = classify(maps, sps, registry, "/opt/unreachable/libunreachable_shim.so")
+    ranges = set(roots.ranges)
+    assert (0x555555558000, 0x555555559000) in ranges  # .data
+    assert (0x555555559000, 0x55555555A000) in ranges  # anonymous .bss tail
+    assert (0x7FFFFFFFE000 - RED_ZONE, 0x7FFFFFFFF000) in ranges  # main stack from SP
+    assert (0x7F0000800000 - RED_ZONE, 0x7F0000901000) in ranges  # thread stack from SP
+    assert (0x7F0002000000, 0x7F0002004000) in ranges  # user pool
+    assert (0x7F0003000000, 0x7F0003001000) in ranges  # read-only anonymous: still a root
+    covered = [r for r in roots.ranges]
+    for b, e in covered:
+        assert not (b <= 0x55555555A010 < e), "[heap] must not be a root"
+        assert not (b <= 0x7F0000000100 < e), "an arena holding allocations is heap"
+        assert not (b < 0x7F0001201000 and e > 0x7F0000A01000), "exited thread's cached stack"
+        assert not (b < 0x7F1000010000 and e > 0x7F1000000000), "shim region"
+        assert not (b < 0x7F2000001000 and e > 0x7F2000000000), "shim ELF data"
+        assert not (b < 0x7F0000100000 + 0x1000 and e > 0x7F0000100000), "PROT_NONE guard"
+    assert roots.kinds["heap"] == 0x21000 + 0x21000
+    assert roots.kinds["exited-thread stack"] == 0x800000
+
+
+def test_register_words_keeps_whole_words():
+    assert register_words([b"\1" * 8 + b"\2" * 3, b"\3" * 16]) == b"\1" * 8 + b"\3" * 16

@@ -1,0 +1,94 @@
+"""Each scenario program is scanned while it waits; totals must be exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.cbuild import build
+from unreachable.scan import ScanOptions, scan
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def check_exact(target, **kw):
+    report = scan(target.pid, ScanOptions(**kw))
+    assert (report.leak_count, report.leak_bytes) == (
+        target.int("leak_count"),
+        target.int("leak_bytes"),
+    ), [(hex(e.address), e.size) for e in report.leaks]
+    return report
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "globals.c",
+        "main_stack.c",
+        "thread_stack.c",
+        "registers.c",
+        "tls.c",
+        "mmap_page.c",
+        "interior.c",
+        "alloc_funcs.c",
+        "big_block.c",
+        "exited_thread.c",
+    ],
+)
+@pytest.mark.parametrize("snapshot", ["fork", "stopped"])
+def test_scenario(targets, program, snapshot):
+    target = targets.start(PROGRAMS / program)
+    report = check_exact(target, snapshot=snapshot)
+    assert report.snapshot == snapshot
+    assert target.alive() and target.tracer() == 0
+
+
+def test_dlopen_globals_and_tls(targets):
+    lib = build(PROGRAMS / "dlopen_lib.c", shared=True)
+    target = targets.start(PROGRAMS / "dlopen_main.c", str(lib))
+    check_exact(target)
+
+
+def test_cxx_containers_cookies_second_base(targets):
+    target = targets.start(PROGRAMS / "cxx.cpp", cxx=True)
+    check_exact(target)
+
+
+def test_graph_folding(targets):
+    target = targets.start(PROGRAMS / "graph.c")
+    report = check_exact(target)
+    assert len(report.leaks) == target.int("entries")
+    by_total = sorted((e.size, e.referenced_count, e.referenced_size) for e in report.leaks)
+    assert by_total == sorted(
+        [
+            (40, 2, 48 + 56),  # chain head -> 2 below
+            (132, 4, 4 * 132),  # tree root -> 4 below
+            (232, 1, 232),  # each member of the 2-cycle
+            (232, 1, 232),
+            (332, 0, 0),  # self-pointing block: its own pointer does not count
+        ]
+    )
+
+
+def test_many_allocations(targets):
+    target = targets.start(PROGRAMS / "many.c", "200000", "100000")
+    report = check_exact(target)
+    assert report.allocation_count >= 300000
+
+
+def test_churning_threads_invent_no_leak(targets):
+    target = targets.start(PROGRAMS / "churn.c")
+    for snapshot in ["fork", "stopped"] * 5:
+        check_exact(target, snapshot=snapshot)
+    assert target.alive()
+
+
+def test_limit_and_contents(targets):
+    target = targets.start(PROGRAMS / "many.c", "100", "50")
+    report = scan(target.pid, ScanOptions(limit=7, contents=True))
+    assert report.leak_count == 50
+    assert len(report.leaks) == 7
+    assert all(e.contents is not None and len(e.contents) == min(e.size, 32) for e in report.leaks)
+    totals = [e.total_size for e in report.leaks]
+    assert totals == sorted(totals, reverse=True)

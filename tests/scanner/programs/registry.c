@@ -1,0 +1,66 @@
+/*
+ * Target for read_registry/read_stacks: a hand-built registry per abi.h with
+ * known contents (tombstones, a duplicate key across shards, a locked shard,
+ * thread slots in every state, stacks). Prints "descriptor=ADDR".
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unreachable/abi.h"
+
+static struct ur_entry table0[8], table1[4];
+static struct ur_shard shards[2];
+static struct ur_thread_slot slots[4];
+static uint64_t frames[8 * 4];
+static uint16_t frame_counts[8];
+static struct ur_stack_table stacks;
+static uint32_t cmd;
+static const char options[] = "backtrace=4 helper=1";
+struct ur_descriptor unreachable_descriptor;
+
+int main(void) {
+  table0[1] = (struct ur_entry){UR_MANGLE(0x1000), 16, 1, 0};
+  table0[2] = (struct ur_entry){UR_KEY_TOMBSTONE, 5, 0, 0};
+  table0[5] = (struct ur_entry){UR_MANGLE(0x2000), 0, 2, 0};
+  table1[0] = (struct ur_entry){UR_MANGLE(0x1000), 99, 0, 0}; /* duplicate: dropped */
+  table1[3] = (struct ur_entry){UR_MANGLE(0x3000), 8, 0, 0};
+  shards[0] = (struct ur_shard){0, 0, (uint64_t)(uintptr_t)table0, 8, 2, 1, {0}};
+  shards[1] = (struct ur_shard){1, 4242, (uint64_t)(uintptr_t)table1, 4, 2, 0, {0}};
+  slots[0] = (struct ur_thread_slot){111, UR_THREAD_LIVE, UR_OP_MALLOC, 0, 0, 0,
+                                     UR_MANGLE(0x5000), 7, 0x100, 0x200};
+  slots[2] = (struct ur_thread_slot){222, UR_THREAD_EXITED, UR_OP_NONE, 0, 0, 0, 0, 0, 0x300,
+                                     0x400};
+  slots[3] = (struct ur_thread_slot){333, UR_THREAD_LIVE, UR_OP_FREE, 0, UR_MANGLE(0x6000), 9,
+                                     0, 0, 0, 0};
+  frame_counts[1] = 2;
+  frames[1 * 4 + 0] = 0xaaa;
+  frames[1 * 4 + 1] = 0xbbb;
+  frame_counts[2] = 4;
+  for (int i = 0; i < 4; i++) frames[2 * 4 + i] = (uint64_t)i + 1;
+  frame_counts[3] = 1; /* id 3 >= count: not yet published */
+  stacks = (struct ur_stack_table){(uint64_t)(uintptr_t)frames, (uint64_t)(uintptr_t)frame_counts,
+                                   8, 4, 3, 0};
+  struct ur_descriptor d;
+  memset(&d, 0, sizeof(d));
+  d.magic = UR_ABI_MAGIC;
+  d.version = UR_ABI_VERSION;
+  d.size = sizeof(d);
+  d.enabled = 1;
+  d.num_shards = 2;
+  d.shards = (uint64_t)(uintptr_t)shards;
+  d.threads = (uint64_t)(uintptr_t)slots;
+  d.max_threads = 4;
+  d.helper_tid = 777;
+  d.helper_cmd = (uint64_t)(uintptr_t)&cmd;
+  d.stacks = (uint64_t)(uintptr_t)&stacks;
+  d.region_begin = 0x10000;
+  d.region_end = 0x20000;
+  d.options = (uint64_t)(uintptr_t)options;
+  d.pid = (uint64_t)getpid();
+  unreachable_descriptor = d;
+  printf("descriptor=%p cmd=%p\n", (void *)&unreachable_descriptor, (void *)&cmd);
+  fflush(stdout);
+  for (;;) pause();
+}

@@ -1,0 +1,54 @@
+"""C unit tests of the scanner core under ASan+UBSan (see c/walker_test.c).
+
+Ports libmemunreachable's HeapWalker and LeakFolding tests, plus scale cases
+for the iterative code paths and a brute-force reference for folding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.cbuild import REPO_DIR, build
+
+SCANNER = REPO_DIR / "native" / "scanner"
+HARNESS = Path(__file__).parent / "c" / "walker_test.c"
+CORE = ["memory.c", "big_alloc.c", "radix_sort.c", "heap_walker.c", "leak_folding.c"]
+
+
+def _headers_digest() -> str:
+    # cbuild hashes the sources and abi.h only; rebuild when our headers change.
+    digest = hashlib.sha256()
+    for header in sorted(SCANNER.glob("*.h")):
+        digest.update(header.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+@pytest.fixture(scope="module")
+def harness() -> Path:
+    return build(
+        [HARNESS, *(SCANNER / name for name in CORE)],
+        name="walker_test",
+        cflags=[f"-I{SCANNER}", f"-DUR_HEADERS_DIGEST=0x{_headers_digest()}"],
+        sanitize=True,
+    )
+
+
+def _cases() -> list[str]:
+    text = HARNESS.read_text()
+    start = text.index("static const struct test tests[]")
+    lines = text[start:].splitlines()
+    return [line.split('"')[1] for line in lines if line.strip().startswith('{"')]
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_c_unit(harness: Path, case: str) -> None:
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    result = subprocess.run(
+        [str(harness), case], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert result.returncode == 0, f"{case} failed:\n{result.stdout}\n{result.stderr}"
+    assert f"ok {case}" in result.stdout

@@ -1,0 +1,65 @@
+/* The exported descriptor, read in-process: header fields, addresses inside
+ * the region, the option string, and the snapshot helper answering a command. */
+#include <linux/futex.h>
+#include <sys/syscall.h>
+
+#include "shimtest.h"
+
+int main(int argc, char **argv) {
+  struct ur_descriptor *d = shim_desc();
+  const char *want = argc > 1 ? argv[1] : "";
+  CHECK(d->magic == UR_ABI_MAGIC && d->version == UR_ABI_VERSION);
+  CHECK(d->size == sizeof(struct ur_descriptor));
+  CHECK(d->pid == (uint64_t)getpid());
+  CHECK(d->options && strcmp((const char *)(uintptr_t)d->options, want) == 0);
+  CHECK(d->region_begin && d->region_end > d->region_begin);
+#define IN_REGION(a) ((a) >= d->region_begin && (a) < d->region_end)
+  CHECK(IN_REGION(d->options));
+  if (argc > 2 && !strcmp(argv[2], "inert")) {
+    CHECK(d->enabled == 0);
+    /* everything still works, straight through glibc, untracked */
+    void *p = malloc(10);
+    CHECK(p && !registry_find(p, NULL, NULL));
+    free(p);
+    printf("OK inert\n");
+    return 0;
+  }
+  CHECK(d->enabled == 1);
+  CHECK(d->num_shards == 256 && d->max_threads > 0);
+  CHECK(IN_REGION(d->shards) && IN_REGION(d->threads) && IN_REGION(d->stacks) &&
+        IN_REGION(d->helper_cmd));
+  struct ur_shard *sh = (struct ur_shard *)(uintptr_t)d->shards;
+  uint64_t live = 0;
+  for (uint32_t i = 0; i < d->num_shards; i++) {
+    CHECK(sh[i].lock == 0 && sh[i].owner_tid == 0);
+    CHECK(sh[i].capacity == 0 || ((sh[i].capacity & (sh[i].capacity - 1)) == 0 &&
+                                  IN_REGION(sh[i].table)));
+    CHECK(sh[i].count + sh[i].tombstones <= sh[i].capacity);
+    live += sh[i].count;
+  }
+  CHECK(live > 0); /* libc and the loader allocated before main */
+  struct ur_stack_table *st = (struct ur_stack_table *)(uintptr_t)d->stacks;
+  CHECK(st->count >= 1 && st->overflowed == 0);
+
+  /* The helper: named, and it runs a snapshot command back to idle. */
+  for (int i = 0; i < 2000 && !__atomic_load_n(&d->helper_tid, __ATOMIC_ACQUIRE); i++)
+    usleep(1000);
+  CHECK(d->helper_tid != 0 && d->helper_tid != (uint32_t)getpid());
+  char path[64], comm[32] = {0};
+  snprintf(path, sizeof path, "/proc/self/task/%u/comm", d->helper_tid);
+  FILE *f = fopen(path, "r");
+  CHECK(f && fgets(comm, sizeof comm, f));
+  fclose(f);
+  CHECK(strcmp(comm, "ur-helper\n") == 0);
+  uint32_t *cmd = (uint32_t *)(uintptr_t)d->helper_cmd;
+  CHECK(*cmd == UR_CMD_IDLE);
+  for (int round = 0; round < 3; round++) {
+    __atomic_store_n(cmd, UR_CMD_SNAPSHOT, __ATOMIC_RELEASE);
+    syscall(SYS_futex, cmd, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    for (int i = 0; i < 5000 && __atomic_load_n(cmd, __ATOMIC_ACQUIRE) != UR_CMD_IDLE; i++)
+      usleep(1000);
+    CHECK(*cmd == UR_CMD_IDLE);
+  }
+  printf("OK\n");
+  return 0;
+}

@@ -1,0 +1,73 @@
+/* Helpers for programs run under the shim: find it through dlsym (the
+ * programs are not linked against it) and read its registry directly, the
+ * way the scanner does. */
+#ifndef SHIMTEST_H
+#define SHIMTEST_H
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "unreachable/abi.h"
+#include "unreachable/malloc_debug.h"
+
+#define CHECK(cond)                                                               \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);    \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+static inline void *shim_sym(const char *name) {
+  void *p = dlsym(RTLD_DEFAULT, name);
+  if (!p) {
+    fprintf(stderr, "symbol %s not found (shim not preloaded?)\n", name);
+    exit(2);
+  }
+  return p;
+}
+
+static inline struct ur_descriptor *shim_desc(void) {
+  return (struct ur_descriptor *)shim_sym(UR_DESCRIPTOR_SYMBOL);
+}
+
+#define SHIM_FN(name) ((__typeof__(&name))shim_sym(#name))
+
+/* Walk the shards like the scanner: returns 1 and the entry if p is live. */
+static inline int registry_find(const void *p, uint64_t *size, uint32_t *stack_id) {
+  struct ur_descriptor *d = shim_desc();
+  struct ur_shard *shards = (struct ur_shard *)(uintptr_t)d->shards;
+  uint64_t key = UR_MANGLE(p);
+  for (uint32_t i = 0; i < d->num_shards; i++) {
+    struct ur_entry *t = (struct ur_entry *)(uintptr_t)shards[i].table;
+    for (uint64_t j = 0; j < shards[i].capacity; j++) {
+      if (t[j].key == key) {
+        if (size) *size = t[j].size;
+        if (stack_id) *stack_id = t[j].stack_id;
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+static inline int registered_with_size(const void *p, uint64_t want) {
+  uint64_t size = UINT64_MAX;
+  return registry_find(p, &size, NULL) && size == want;
+}
+
+/* This thread's slot, found by tid. */
+static inline struct ur_thread_slot *my_slot(void) {
+  struct ur_descriptor *d = shim_desc();
+  struct ur_thread_slot *s = (struct ur_thread_slot *)(uintptr_t)d->threads;
+  uint32_t tid = (uint32_t)gettid();
+  for (uint32_t i = 0; i < d->max_threads; i++)
+    if (s[i].tid == tid && s[i].state == UR_THREAD_LIVE) return &s[i];
+  return NULL;
+}
+
+#endif

@@ -1,0 +1,52 @@
+"""Backtraces: leak info, malloc_backtrace, size filters, the toggle signal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.shim.support import program, run_ok
+
+
+def bt_program() -> Path:
+    # -rdynamic: dladdr names the allocation sites in the program
+    return program("backtraces.c", ldflags=["-rdynamic"])
+
+
+@pytest.mark.parametrize("options", ["backtrace", "bt=16", "backtrace = 16 verbose"])
+def test_leak_info_and_malloc_backtrace(shim: Path, options: str) -> None:
+    run_ok(bt_program(), "full", shim=shim, options=options)
+
+
+@pytest.mark.parametrize("options", [None, "", "verbose"])
+def test_no_backtrace_option_means_no_data(shim: Path, options: str | None) -> None:
+    run_ok(bt_program(), "none", shim=shim, options=options)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ("bt", "777:1 1234:1 3000:1"),
+        ("bt backtrace_size=1234", "777:0 1234:1 3000:0"),
+        ("bt bt_sz=777", "777:1 1234:0 3000:0"),
+        ("bt backtrace_min_size=1000", "777:0 1234:1 3000:1"),
+        ("bt bt_max_sz=1234", "777:1 1234:1 3000:0"),
+        ("bt_min_sz=1000 bt bt_max_sz=2000", "777:0 1234:1 3000:0"),
+        ("backtrace_size=1234", "777:0 1234:0 3000:0"),  # a filter alone captures nothing
+    ],
+)
+def test_size_filters(shim: Path, options: str, expected: str) -> None:
+    assert run_ok(bt_program(), "sizes", shim=shim, options=options).strip() == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ("backtrace_enable_on_signal", "0 1 0"),  # starts off, each signal toggles
+        ("bt_en_on_sig=8", "0 1 0"),
+        ("bt_en_on_sig backtrace", "1 0 1"),  # with backtrace too, starts on
+    ],
+)
+def test_enable_on_signal_toggles(shim: Path, options: str, expected: str) -> None:
+    assert run_ok(bt_program(), "toggle", shim=shim, options=options).strip() == expected

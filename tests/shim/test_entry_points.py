@@ -1,0 +1,56 @@
+"""The interposed allocator, one scenario program each, run under the shim."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.shim.support import program, run_ok
+
+
+def test_every_entry_point(shim: Path) -> None:
+    assert run_ok(program("entry_points.c"), shim=shim) == "OK\n"
+
+
+def test_entry_points_with_backtraces(shim: Path) -> None:
+    assert run_ok(program("entry_points.c"), shim=shim, options="backtrace=32") == "OK\n"
+
+
+def test_concurrent_threads_and_exact_registry(shim: Path) -> None:
+    out = run_ok(program("threads.c"), shim=shim)
+    assert out.startswith("OK ")
+
+
+def test_threads_with_backtraces(shim: Path) -> None:
+    assert run_ok(program("threads.c"), shim=shim, options="bt=8").startswith("OK ")
+
+
+@pytest.mark.parametrize("options", ["", "backtrace"])
+def test_fork_from_multithreaded_program(shim: Path, options: str) -> None:
+    assert run_ok(program("fork.c"), shim=shim, options=options) == "OK\n"
+
+
+def test_cxx_new_delete(shim: Path) -> None:
+    assert run_ok(program("cxx.cpp", cxx=True), shim=shim) == "OK\n"
+
+
+def test_program_that_never_frees(shim: Path) -> None:
+    assert run_ok(program("never_free.c"), shim=shim) == "OK\n"
+
+
+def test_malloc_disable_blocks_other_threads(shim: Path) -> None:
+    assert run_ok(program("disable.c"), shim=shim) == "OK\n"
+
+
+def test_real_programs_run_under_the_shim(shim: Path) -> None:
+    """Something bigger than our scenarios: a Python interpreter doing work."""
+    script = "import json; [json.dumps(list(range(10000))) for _ in range(20)]; print('ok')"
+    env = {"LD_PRELOAD": str(shim), "UNREACHABLE_MALLOC_OPTIONS": "bt"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"

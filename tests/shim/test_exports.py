@@ -1,0 +1,46 @@
+"""What the shim exports: the malloc family, the malloc_debug interface and the
+descriptor, nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+from tests.shim.support import program, run_ok
+
+EXPECTED_FUNCS = {
+    "malloc", "free", "calloc", "realloc", "reallocarray", "posix_memalign", "memalign",
+    "aligned_alloc", "valloc", "pvalloc", "malloc_usable_size",
+    "malloc_iterate", "malloc_disable", "malloc_enable", "malloc_backtrace",
+    "get_malloc_leak_info", "free_malloc_leak_info",
+}  # fmt: skip
+
+
+def defined_dynamic_symbols(path: Path) -> dict[str, tuple[str, int]]:
+    with path.open("rb") as f:
+        elf = ELFFile(f)
+        dynsym = elf.get_section_by_name(".dynsym")
+        return {
+            sym.name: (sym["st_info"]["type"], sym["st_size"])
+            for sym in dynsym.iter_symbols()
+            if sym.name and sym["st_shndx"] != "SHN_UNDEF"
+        }
+
+
+def test_exports(shim: Path) -> None:
+    syms = defined_dynamic_symbols(shim)
+    assert syms["unreachable_descriptor"] == ("STT_OBJECT", 160)
+    funcs = {name for name, (kind, _) in syms.items() if kind == "STT_FUNC"}
+    assert funcs == EXPECTED_FUNCS
+    assert set(syms) == EXPECTED_FUNCS | {"unreachable_descriptor"}
+
+
+def test_descriptor_fields_and_helper(shim: Path) -> None:
+    assert run_ok(program("descriptor.c"), "", shim=shim, options="") == "OK\n"
+
+
+def test_headers_installed(shim: Path) -> None:
+    from unreachable._paths import include_dir
+
+    assert (include_dir() / "unreachable" / "malloc_debug.h").is_file()

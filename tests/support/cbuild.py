@@ -1,0 +1,64 @@
+"""Compile the C programs that tests run, once per source change.
+
+Tests drive real C programs (targets under the shim, C unit tests of the
+native code), so every test module needs the same small build step: compile a
+source to tests/.build/, reusing the binary while its inputs are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from pathlib import Path
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
+BUILD_DIR = TESTS_DIR / ".build"
+REPO_DIR = TESTS_DIR.parent
+INCLUDE_DIR = REPO_DIR / "native" / "include"
+
+WARNINGS = ["-Wall", "-Wextra", "-Werror"]
+SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+
+
+def build(
+    sources: list[Path] | Path,
+    *,
+    name: str | None = None,
+    cflags: list[str] | None = None,
+    ldflags: list[str] | None = None,
+    cxx: bool = False,
+    sanitize: bool = False,
+    shared: bool = False,
+) -> Path:
+    """Compile `sources` (C, or C++ with cxx=True) and return the output path.
+
+    The output is keyed by a hash of the sources' contents and the flags, so a
+    changed source or flag rebuilds and an unchanged one is reused.
+    """
+    srcs = [sources] if isinstance(sources, Path) else list(sources)
+    flags = ["-g", "-O1", "-D_GNU_SOURCE", f"-I{INCLUDE_DIR}", *WARNINGS, *(cflags or [])]
+    if sanitize:
+        flags += SANITIZERS
+    if shared:
+        flags += ["-shared", "-fPIC"]
+    libs = ["-pthread", "-ldl", *(ldflags or [])]
+    digest = hashlib.sha256()
+    for src in srcs:
+        digest.update(src.read_bytes())
+    for header in sorted(INCLUDE_DIR.rglob("*.h")):
+        digest.update(header.read_bytes())
+    digest.update(" ".join(flags + libs + [str(cxx)]).encode())
+    stem = name or srcs[0].stem
+    suffix = ".so" if shared else ""
+    out = BUILD_DIR / f"{stem}-{digest.hexdigest()[:12]}{suffix}"
+    if out.exists():
+        return out
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    compiler = "g++" if cxx else "gcc"
+    tmp = out.with_name(out.name + ".tmp")
+    cmd = [compiler, *flags, "-o", str(tmp), *map(str, srcs), *libs]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"compile failed: {' '.join(cmd)}\n{result.stderr}")
+    tmp.rename(out)
+    return out

@@ -1,0 +1,114 @@
+"""Start C programs as scan targets and talk to them.
+
+A target program prints one line `READY key=value ...` on stdout once its
+scenario is set up, then waits; the test reads the line, scans, and the
+fixture kills the program afterwards whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support.cbuild import build
+
+
+@dataclass
+class Target:
+    proc: subprocess.Popen[bytes]
+    info: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def int(self, key: str) -> int:
+        return int(self.info[key], 0)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def state(self) -> str:
+        with open(f"/proc/{self.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+
+    def tracer(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+        return 0
+
+    def read_line(self, timeout: float = 20.0) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        buf = b""
+        fd = self.proc.stdout.fileno()
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"target said only {buf!r}")
+            chunk = os.read(fd, 1)
+            if not chunk:
+                raise EOFError(f"target exited ({self.proc.poll()}) after {buf!r}")
+            buf += chunk
+        return buf.decode().rstrip("\n")
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+class TargetFactory:
+    def __init__(self, shim: Path) -> None:
+        self.shim = shim
+        self.started: list[Target] = []
+
+    def start(
+        self,
+        program: Path | list[Path],
+        *args: str,
+        options: str | None = None,
+        cxx: bool = False,
+        preload: bool = True,
+        cflags: list[str] | None = None,
+        ldflags: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        wait_ready: bool = True,
+    ) -> Target:
+        exe = build(program, cxx=cxx, cflags=cflags, ldflags=ldflags)
+        full_env = dict(os.environ, **(env or {}))
+        if preload:
+            full_env["LD_PRELOAD"] = str(self.shim)
+        if options is not None:
+            full_env["UNREACHABLE_MALLOC_OPTIONS"] = options
+        proc = subprocess.Popen(
+            [str(exe), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=full_env
+        )
+        target = Target(proc)
+        self.started.append(target)
+        if wait_ready:
+            line = target.read_line()
+            while not line.startswith("READY"):
+                line = target.read_line()
+            target.info = dict(kv.split("=", 1) for kv in line.split()[1:])
+        return target
+
+    def cleanup(self) -> None:
+        for t in self.started:
+            t.stop()

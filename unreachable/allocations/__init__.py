@@ -1,0 +1,1 @@
+"""The target's live allocations, read from the shim's registry."""

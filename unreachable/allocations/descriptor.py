@@ -1,0 +1,119 @@
+"""Find the shim's registry descriptor in a target's address space.
+
+The shim exports one dynamic symbol, `unreachable_descriptor`; its address in
+the target is the symbol's value plus the load bias of the shim's mapping.
+Only files named libunreachable_shim*.so are opened: parsing every mapped
+library's ELF to look for the symbol would cost a scan tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+
+from elftools.elf.elffile import ELFFile
+
+from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
+from unreachable.process.maps import Mapping
+
+DESCRIPTOR_SYMBOL = "unreachable_descriptor"
+SHIM_PREFIX = "libunreachable_shim"
+
+
+@dataclass(frozen=True, slots=True)
+class ShimLocation:
+    path: str
+    load_bias: int
+    descriptor_addr: int
+
+
+@lru_cache(maxsize=64)
+def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> tuple[int, int]:
+    """(descriptor symbol value or -1, vaddr of the PT_LOAD at file offset 0)."""
+    del st_dev, st_ino, mtime  # cache key only
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        first_vaddr = 0
+        for seg in elf.iter_segments():
+            if seg["p_type"] == "PT_LOAD" and seg["p_offset"] == 0:
+                first_vaddr = seg["p_vaddr"]
+                break
+        dynsym = elf.get_section_by_name(".dynsym")
+        if dynsym is None:
+            return -1, first_vaddr
+        syms = dynsym.get_symbol_by_name(DESCRIPTOR_SYMBOL)
+        if not syms:
+            return -1, first_vaddr
+        return syms[0]["st_value"], first_vaddr
+
+
+def _open_path(pid: int, path: str) -> str:
+    # Through the target's root, so processes in other mount namespaces work.
+    return f"/proc/{pid}/root{path}"
+
+
+def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
+    candidates: dict[str, Mapping] = {}
+    for m in mappings:
+        if m.path.startswith("/") and m.offset == 0 and m.path not in candidates:
+            candidates[m.path] = m
+    for path in candidates:
+        if not os.path.basename(path).startswith(SHIM_PREFIX):
+            continue
+        real = _open_path(pid, path)
+        try:
+            st = os.stat(real)
+            value, first_vaddr = _symbol_and_first_vaddr(
+                real, st.st_dev, st.st_ino, int(st.st_mtime)
+            )
+        except (OSError, ValueError):
+            continue
+        if value < 0:
+            continue
+        bias = candidates[path].start - first_vaddr
+        return ShimLocation(path=path, load_bias=bias, descriptor_addr=bias + value)
+    raise TargetNotShimmed(
+        f"pid {pid} is not running under the unreachable shim; start it with "
+        "'unreachable-cli run -- CMD ...' or LD_PRELOAD=$(unreachable-cli shim-path)"
+    )
+
+
+_HEADER = struct.Struct("<QIIIIQQIIQQQQQQ")
+UR_ABI_MAGIC = 0x3142484341455255
+UR_ABI_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DescriptorHeader:
+    enabled: bool
+    helper_tid: int
+    helper_cmd: int
+    pid: int
+
+
+def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
+    """The few descriptor fields needed before the target is stopped."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except FileNotFoundError:
+        raise TargetNotFound(f"no process with pid {pid}") from None
+    except PermissionError:
+        raise TargetPermissionDenied(f"no permission to read the memory of pid {pid}") from None
+    try:
+        raw = os.pread(fd, _HEADER.size, addr)
+    except OSError as e:
+        raise TargetNotShimmed(f"cannot read the shim's descriptor in pid {pid}: {e}") from None
+    finally:
+        os.close(fd)
+    if len(raw) != _HEADER.size:
+        raise TargetNotShimmed(f"cannot read the shim's descriptor in pid {pid}")
+    f = _HEADER.unpack(raw)
+    magic, version, enabled, helper_tid, helper_cmd, owner = f[0], f[1], f[3], f[8], f[9], f[14]
+    if magic != UR_ABI_MAGIC or version != UR_ABI_VERSION:
+        raise TargetNotShimmed(
+            f"pid {pid} runs a shim with registry ABI {version}, this scanner reads "
+            f"ABI {UR_ABI_VERSION}: scan it with the unreachable version it was started with"
+        )
+    return DescriptorHeader(bool(enabled), helper_tid, helper_cmd, owner)

@@ -1,0 +1,103 @@
+"""Read the shim's allocation registry out of a stopped or frozen target."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+from unreachable import _native
+from unreachable.errors import TargetNotShimmed
+
+THREAD_LIVE = 1
+THREAD_EXITED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSlot:
+    """A thread as the shim knows it, with the operation it is inside, if any."""
+
+    tid: int
+    state: int
+    op: int
+    in_ptr: int
+    in_size: int
+    out_ptr: int
+    out_size: int
+    stack_lo: int
+    stack_hi: int
+
+    def inflight_blocks(self) -> list[tuple[int, int]]:
+        """(begin, size) of user blocks this thread is in the middle of handling."""
+        if not self.op:
+            return []
+        blocks = [(self.in_ptr, self.in_size), (self.out_ptr, self.out_size)]
+        return [(p, s) for p, s in blocks if p]
+
+
+@dataclass(slots=True)
+class Registry:
+    allocs: memoryview  # flat u64: begin0, size0, begin1, size1, ...; sorted by begin
+    stack_ids: memoryview  # u32 per allocation, same order
+    threads: list[ThreadSlot]
+    locked_shards: list[tuple[int, int]]
+    helper_tid: int
+    helper_cmd: int
+    region_begin: int
+    region_end: int
+    options: str
+    max_frames: int
+    total_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.total_bytes = sum(self.allocs[1::2])
+
+    @property
+    def count(self) -> int:
+        return len(self.stack_ids)
+
+    def begin(self, i: int) -> int:
+        return self.allocs[2 * i]
+
+    def size(self, i: int) -> int:
+        return self.allocs[2 * i + 1]
+
+
+def _sorted_by_address(allocs: bytes, stack_ids: bytes) -> tuple[memoryview, memoryview]:
+    """The registry's shards are hash-ordered; roots and dedup want address order."""
+    flat = memoryview(allocs).cast("Q")
+    ids = memoryview(stack_ids).cast("I")
+    begins = flat[0::2]
+    if all(begins[i] < begins[i + 1] for i in range(len(begins) - 1)):
+        return flat, ids
+    order = sorted(range(len(ids)), key=begins.__getitem__)
+    sorted_allocs = array("Q")
+    for i in order:
+        sorted_allocs.append(flat[2 * i])
+        sorted_allocs.append(flat[2 * i + 1])
+    sorted_ids = array("I", (ids[i] for i in order))
+    return memoryview(sorted_allocs), memoryview(sorted_ids)
+
+
+def read_registry(mem_pid: int, descriptor_addr: int) -> Registry:
+    try:
+        raw = _native.read_registry(mem_pid, descriptor_addr)
+    except ValueError as e:
+        raise TargetNotShimmed(f"the shim's registry is unreadable: {e}") from None
+    if not raw["enabled"]:
+        raise TargetNotShimmed(
+            "the shim in this process is inert (its options were rejected at start: "
+            "see the process's stderr); restart it with valid UNREACHABLE_MALLOC_OPTIONS"
+        )
+    allocs, stack_ids = _sorted_by_address(raw["allocs"], raw["stack_ids"])
+    return Registry(
+        allocs=allocs,
+        stack_ids=stack_ids,
+        threads=[ThreadSlot(*t) for t in raw["threads"]],
+        locked_shards=list(raw["locked_shards"]),
+        helper_tid=raw["helper_tid"],
+        helper_cmd=raw["helper_cmd"],
+        region_begin=raw["region_begin"],
+        region_end=raw["region_end"],
+        options=raw["options"],
+        max_frames=raw["max_frames"],
+    )

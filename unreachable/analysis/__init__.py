@@ -1,0 +1,1 @@
+"""Analyses over several snapshots: what grew between two heap dumps or scans."""

@@ -1,0 +1,1 @@
+"""Stop the target's threads, read their registers, take a frozen snapshot."""

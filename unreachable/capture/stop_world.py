@@ -1,0 +1,86 @@
+"""Pause the target for as short a time as possible.
+
+All threads are stopped with PTRACE_SEIZE + PTRACE_INTERRUPT and their
+registers read. Then, when the shim's helper thread is there and no seccomp
+filter could forbid clone(), the helper forks a copy-on-write child that
+stays frozen under ptrace; the target is released at once and the sweep reads
+the child. Otherwise ("stopped" mode) the target stays paused for the whole
+sweep. The pause therefore costs a page-table copy, not a heap copy
+(docs/pause.md has the numbers).
+
+Every exit path releases the target: the native Session detaches on close, on
+garbage collection, and the kernel detaches it if this process dies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from unreachable import _native
+from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
+
+SnapshotMode = Literal["auto", "fork", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedThread:
+    tid: int
+    sp: int
+    regs: bytes
+    xstate: bytes
+
+
+@dataclass(slots=True)
+class Capture:
+    session: _native.Session
+    threads: list[CapturedThread]
+    snapshot: str  # "fork" or "stopped"
+    snapshot_error: str = ""
+
+    @property
+    def mem_pid(self) -> int:
+        return self.session.mem_pid
+
+    @property
+    def pause_ms(self) -> float:
+        return self.session.pause_ns / 1e6
+
+
+def _translate(pid: int, e: OSError) -> Exception:
+    if isinstance(e, ProcessLookupError):
+        return TargetNotFound(f"process {pid} exited before or during the scan")
+    if isinstance(e, PermissionError):
+        return TargetPermissionDenied(f"cannot stop pid {pid}: {e.strerror or e}")
+    return TargetUnscannable(f"cannot stop pid {pid}: {e}")
+
+
+@contextmanager
+def stop_world(
+    pid: int, *, helper_tid: int, helper_cmd: int, mode: SnapshotMode, seccomp: int
+) -> Iterator[Capture]:
+    session = _native.Session(pid)
+    try:
+        try:
+            threads = [CapturedThread(*t) for t in session.stop()]
+        except OSError as e:
+            raise _translate(pid, e) from None
+        capture = Capture(session, threads, "stopped")
+        want_fork = mode == "fork" or (mode == "auto" and helper_tid and seccomp == 0)
+        if want_fork:
+            if not helper_tid:
+                capture.snapshot_error = "the shim's snapshot helper thread is not running"
+            else:
+                try:
+                    session.snapshot(helper_tid, helper_cmd)
+                    session.release()
+                    capture.snapshot = "fork"
+                except OSError as e:
+                    capture.snapshot_error = str(e)
+            if mode == "fork" and capture.snapshot != "fork":
+                raise TargetUnscannable(f"snapshot failed: {capture.snapshot_error}")
+        yield capture
+    finally:
+        session.close()

@@ -1,0 +1,1 @@
+"""unreachable-cli: one module per subcommand."""

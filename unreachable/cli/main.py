@@ -1,0 +1,57 @@
+"""Entry point of unreachable-cli.
+
+Exit codes (docs/cli.md): 0 success and no leak, 1 success and leaks found,
+2 the command could not be done (one line on stderr), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from unreachable.cli import diff, heapdump, run, scan, shim_path, watch
+from unreachable.errors import EXIT_FAILED, ScanError
+
+COMMANDS = (scan, run, shim_path, watch, heapdump, diff)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="unreachable-cli",
+        description="Find native memory leaks in running processes by proving memory unreachable.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ScanError as e:
+        print(f"unreachable-cli: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("unreachable-cli: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (e.g. piped into head): not an error of the scan.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+    except Exception as e:  # noqa: BLE001 - one line for users; the traceback on request
+        if os.environ.get("UNREACHABLE_DEBUG"):
+            raise
+        print(
+            f"unreachable-cli: internal error: {type(e).__name__}: {e} "
+            "(set UNREACHABLE_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""unreachable-cli scan PID: report the target's unreachable allocations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+
+from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, ScanError
+from unreachable.report.json_report import format_json
+from unreachable.report.text import format_report, format_summary
+from unreachable.rpc.options import add_remote_options
+from unreachable.scan import ScanOptions, scan
+
+
+def _pid(text: str) -> int:
+    try:
+        pid = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a pid: {text!r}") from None
+    if pid <= 0:
+        raise argparse.ArgumentTypeError(f"not a pid: {text!r}")
+    return pid
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "scan",
+        help="scan a running process for unreachable memory",
+        description="Stop PID briefly, prove which of its allocations are unreachable, "
+        "report them. "
+        "Exit status: 0 no leak, 1 leaks found, 2 the scan could not be done.",
+    )
+    p.add_argument("pid", type=_pid, help="process started under the shim")
+    p.add_argument("--json", action="store_true", help="write the report as JSON")
+    p.add_argument(
+        "--contents", action="store_true", help="include the first 32 bytes of each leak"
+    )
+    p.add_argument(
+        "--limit",
+        type=_limit,
+        default=100,
+        metavar="N",
+        help="report at most N leak entries (default 100); totals always count every leak",
+    )
+    p.add_argument(
+        "--snapshot",
+        choices=("auto", "fork", "stopped"),
+        default="auto",
+        help="fork: sweep a frozen copy-on-write copy and release the target at once; "
+        "stopped: keep the target paused during the sweep; auto: fork when possible",
+    )
+    p.add_argument(
+        "--progress-json",
+        action="store_true",
+        help=argparse.SUPPRESS,  # for unreachabled: JSON lines on stderr (progress, error)
+    )
+    add_remote_options(p)
+    p.set_defaults(handler=handle)
+
+
+def _progress_json(started: float) -> Callable[[str], None]:
+    def note(stage: str) -> None:
+        line = {"progress": stage, "elapsed_ms": round((time.monotonic() - started) * 1000, 3)}
+        sys.stderr.write(json.dumps(line) + "\n")
+        sys.stderr.flush()
+
+    return note
+
+
+def handle(args: argparse.Namespace) -> int:
+    options = ScanOptions(limit=args.limit, contents=args.contents, snapshot=args.snapshot)
+    if args.remote:
+        from unreachable.rpc.scan_client import remote_scan
+
+        report = remote_scan(args, options)
+    elif not args.progress_json:
+        report = scan(args.pid, options)
+    else:
+        try:
+            report = scan(args.pid, options, _progress_json(time.monotonic()))
+        except ScanError as e:
+            error = {"error": e.grpc_status, "message": str(e)}
+            sys.stderr.write(json.dumps(error) + "\n")
+            raise
+    sys.stdout.write(format_json(report) if args.json else format_report(report))
+    sys.stdout.flush()
+    if not args.json and sys.stderr.isatty():
+        print(format_summary(report), file=sys.stderr)
+    return EXIT_LEAKS if report.leak_count else EXIT_NO_LEAKS

@@ -1,0 +1,1 @@
+"""unreachabled: the scanning daemon (gRPC API in protos/unreachable/v1; docs/daemon.md)."""

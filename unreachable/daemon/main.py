@@ -1,0 +1,131 @@
+"""Entry point of unreachabled: arguments and an optional TOML file into a Config, then serve.
+
+Settings come from --config FILE (TOML, keys as in Config: socket_mode = "0660")
+and are overridden by the command line.
+"""
+
+from __future__ import annotations
+
+import os
+
+# gRPC and fork do not mix: scans run in subprocesses (spawned, never forked
+# without exec), and grpc's own fork handlers stay off. Before any grpc import.
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "0"
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import dataclasses  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+import tomllib  # noqa: E402
+from typing import Any  # noqa: E402
+
+from unreachable.daemon.config import Config, ConfigError  # noqa: E402
+
+
+def _mode(text: str) -> int:
+    try:
+        return int(str(text), 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal mode: {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = Config()
+    p = argparse.ArgumentParser(
+        prog="unreachabled",
+        description="Serve leak scans of shimmed processes over gRPC (docs/daemon.md).",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML settings (the options below win)")
+    s = argparse.SUPPRESS
+    p.add_argument("--socket", default=s, help=f"gRPC unix socket ('' = none; {d.socket})")
+    p.add_argument("--socket-mode", type=_mode, default=s, help="its file mode (0660)")
+    p.add_argument("--socket-group", default=s, metavar="GROUP", help="its group")
+    p.add_argument(
+        "--notify-socket",
+        default=s,
+        help=f"socket shims ask for scans on ('' = none; {d.notify_socket})",
+    )
+    p.add_argument("--notify-mode", type=_mode, default=s, help="its file mode (0666)")
+    p.add_argument("--tcp", default=s, metavar="HOST:PORT", help="also listen on TCP (TLS)")
+    p.add_argument("--tls-cert", default=s, metavar="PEM", help="server certificate chain")
+    p.add_argument("--tls-key", default=s, metavar="PEM", help="server private key")
+    p.add_argument(
+        "--tls-client-ca",
+        default=s,
+        metavar="PEM",
+        help="require client certificates signed by this CA (mTLS)",
+    )
+    p.add_argument(
+        "--insecure-tcp",
+        action="store_true",
+        default=s,
+        help="plaintext TCP; refused unless HOST is loopback",
+    )
+    p.add_argument(
+        "--allow-contents",
+        action="store_true",
+        default=s,
+        help="let clients that ask receive the first bytes of leaked blocks (may hold secrets)",
+    )
+    p.add_argument(
+        "--scan-interval",
+        type=float,
+        default=s,
+        metavar="SECONDS",
+        help="scan every shimmed process this often and publish to Watch (0 = never)",
+    )
+    p.add_argument("--scan-timeout", type=float, default=s, metavar="SECONDS")
+    p.add_argument("--max-concurrent-scans", type=int, default=s, metavar="N")
+    p.add_argument("--log-level", default=s, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    return p
+
+
+def load_config(argv: list[str] | None = None) -> Config:
+    args = vars(build_parser().parse_args(argv))
+    path = args.pop("config", None)
+    values: dict[str, Any] = {}
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"cannot read {path}: {e}") from None
+        for key, value in data.items():
+            name = key.replace("-", "_")
+            if name not in fields:
+                raise ConfigError(f"{path}: unknown setting {key!r}")
+            if name.endswith("_mode") and isinstance(value, str):
+                value = int(value, 8)
+            values[name] = value
+    values.update(args)
+    config = Config(**values)
+    config.validate()
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = load_config(argv)
+    except ConfigError as e:
+        print(f"unreachabled: error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level,
+        format="unreachabled: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from unreachable.daemon.server import serve
+
+    try:
+        return asyncio.run(serve(config))
+    except ConfigError as e:
+        print(f"unreachabled: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The notify socket: shims ask for a scan of their own process (check_unreachable_on_signal).
+
+Protocol, one request per connection on a unix STREAM socket:
+    client -> daemon: `SCAN <pid>\\n`
+    daemon -> client: `OK\\n` (scan queued), `BUSY\\n` (one is already pending for
+                      this pid), or `ERR <reason>\\n`; then the daemon closes.
+The daemon checks with SO_PEERCRED that the peer is the process it asks about
+(pid in the daemon's namespace, or the innermost NSpid for a peer inside a pid
+namespace), so a peer can only have itself scanned. The reply comes before
+the scan: the caller is never kept waiting while its process is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import stat
+import struct
+from collections.abc import Callable
+
+log = logging.getLogger("unreachabled.notify")
+LINE_MAX = 64
+READ_TIMEOUT = 5.0
+_UCRED = struct.Struct("3i")
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a unix socket."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    pid, uid, gid = _UCRED.unpack(raw)
+    return pid, uid, gid
+
+
+def _innermost_pid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
+def parse_request(line: bytes) -> int:
+    """The pid of `SCAN <pid>`; ValueError with a reason otherwise."""
+    parts = line.decode("ascii", errors="replace").split()
+    if len(parts) != 2 or parts[0] != "SCAN":
+        raise ValueError("expected 'SCAN <pid>'")
+    if not parts[1].isdigit() or int(parts[1]) <= 0:
+        raise ValueError(f"bad pid {parts[1]!r}")
+    return int(parts[1])
+
+
+class NotifyListener:
+    """Accepts scan requests; `request(pid)` returns False when one is already pending."""
+
+    def __init__(self, path: str, mode: int, request: Callable[[int], bool]) -> None:
+        self.path = path
+        self._mode = mode
+        self._request = request
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        _remove_stale_socket(self.path)
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._handle, path=self.path, limit=LINE_MAX
+            )
+        finally:
+            os.umask(old)
+        os.chmod(self.path, self._mode)
+        log.info("notify socket %s (mode %04o)", self.path, self._mode)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+            _remove_stale_socket(self.path)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            reply = await self._answer(reader, writer.get_extra_info("socket"))
+            writer.write(reply.encode() + b"\n")
+            await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, sock: socket.socket) -> str:
+        peer_pid, uid, _gid = peer_credentials(sock)
+        try:
+            line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
+        except TimeoutError:
+            return "ERR timed out waiting for the request"
+        except (ValueError, asyncio.LimitOverrunError):
+            return "ERR request too long"
+        try:
+            pid = parse_request(line)
+        except ValueError as e:
+            log.warning("notify: bad request from pid %d: %s", peer_pid, e)
+            return f"ERR {e}"
+        if pid != peer_pid and pid != _innermost_pid(peer_pid):
+            log.warning(
+                "notify: pid %d (uid %d) asked for a scan of pid %d: refused", peer_pid, uid, pid
+            )
+            return "ERR a process may only ask for a scan of itself"
+        if not self._request(peer_pid):
+            return "BUSY"
+        log.info("notify: pid %d (uid %d) asked for a scan", peer_pid, uid)
+        return "OK"
+
+
+def _remove_stale_socket(path: str) -> None:
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass

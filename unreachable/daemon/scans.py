@@ -1,0 +1,179 @@
+"""Run scans and heap dumps in subprocesses, one pid at a time, many pids at once.
+
+Each scan is `python -m unreachable.cli.main scan PID --json --progress-json`,
+started with asyncio.create_subprocess_exec (no fork without exec after grpc
+has started). Its stderr carries JSON progress lines and, on failure, one
+JSON error line naming the gRPC status. The ptrace work therefore never
+touches the daemon's threads, and killing the subprocess is enough to abort a
+scan: the kernel detaches the tracer's tracees when it dies, which releases
+the target at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+log = logging.getLogger("unreachabled.scans")
+
+ProgressCallback = Callable[[str, float], Awaitable[None]]
+
+_STATUS = {
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
+    "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
+    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
+    "INTERNAL": grpc.StatusCode.INTERNAL,
+}
+ERROR_PREFIX = "unreachable-cli: error: "
+
+
+class ScanFailed(Exception):
+    """A scan could not be done: a gRPC status and a one-line message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def _ignore_progress(_stage: str, _elapsed_ms: float) -> None:
+    return None
+
+
+class ScanRunner:
+    def __init__(self, *, timeout: float, max_concurrent: int) -> None:
+        self._timeout = timeout
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
+        self._procs: set[asyncio.subprocess.Process] = set()
+        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "UNREACHABLE_DEBUG")}
+        env["PYTHONUNBUFFERED"] = "1"
+        self._env = env
+
+    @contextlib.asynccontextmanager
+    async def _pid_lock(self, pid: int) -> AsyncIterator[None]:
+        lock, users = self._locks.get(pid, (asyncio.Lock(), 0))
+        self._locks[pid] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[pid]
+            if users == 1:
+                del self._locks[pid]
+            else:
+                self._locks[pid] = (lock, users - 1)
+
+    def busy(self, pid: int) -> bool:
+        return pid in self._locks
+
+    async def scan(
+        self,
+        pid: int,
+        *,
+        contents: bool = False,
+        limit: int = 100,
+        snapshot: str = "auto",
+        progress: ProgressCallback = _ignore_progress,
+    ) -> dict[str, Any]:
+        """The report as report_to_dict() makes it; ScanFailed otherwise."""
+        argv = ["scan", str(pid), "--json", "--progress-json", "--limit", str(limit)]
+        argv += ["--snapshot", snapshot] + (["--contents"] if contents else [])
+        return await self._run(pid, argv, progress)
+
+    async def heap_dump(self, pid: int) -> dict[str, Any]:
+        return await self._run(pid, ["heapdump", str(pid), "--json", "--progress-json"], None)
+
+    async def _run(
+        self, pid: int, argv: list[str], progress: ProgressCallback | None
+    ) -> dict[str, Any]:
+        async with self._pid_lock(pid), self._slots:
+            if progress is not None:
+                await progress("started", 0.0)
+            try:
+                async with asyncio.timeout(self._timeout):
+                    return await self._subprocess(argv, progress)
+            except TimeoutError:
+                raise ScanFailed(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"pid {pid}: gave up after {self._timeout:g} s (--scan-timeout)",
+                ) from None
+
+    async def _subprocess(
+        self, argv: list[str], progress: ProgressCallback | None
+    ) -> dict[str, Any]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "unreachable.cli.main",
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self._env,
+        )
+        self._procs.add(proc)
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            stdout = asyncio.ensure_future(proc.stdout.read())
+            error: dict[str, Any] | None = None
+            text: list[str] = []
+            try:
+                async for raw in proc.stderr:
+                    line = raw.decode(errors="replace").rstrip("\n")
+                    if line.startswith("{"):
+                        try:
+                            msg = json.loads(line)
+                        except ValueError:
+                            msg = None
+                        if isinstance(msg, dict) and "progress" in msg:
+                            if progress is not None:
+                                await progress(str(msg["progress"]), float(msg["elapsed_ms"]))
+                            continue
+                        if isinstance(msg, dict) and "error" in msg:
+                            error = msg
+                            continue
+                    if line:
+                        text.append(line)
+                out = await stdout
+            finally:
+                stdout.cancel()
+            code = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()  # cancelled or timed out: the kernel releases the target now
+                await asyncio.shield(proc.wait())
+            self._procs.discard(proc)
+        if code in (0, 1):
+            try:
+                return json.loads(out)
+            except ValueError:
+                why = text[-1] if text else "the scanner wrote an unreadable report"
+                raise ScanFailed(grpc.StatusCode.INTERNAL, why) from None
+        raise _failure(code, error, text)
+
+    def kill_all(self) -> None:
+        for proc in list(self._procs):
+            if proc.returncode is None:
+                proc.kill()
+
+
+def _failure(code: int, error: dict[str, Any] | None, text: list[str]) -> ScanFailed:
+    if error is not None:
+        status = _STATUS.get(str(error.get("error")), grpc.StatusCode.INTERNAL)
+        message = (str(error.get("message", "")).splitlines() or ["the scan failed"])[0]
+        return ScanFailed(status, message)
+    if code < 0:
+        return ScanFailed(grpc.StatusCode.INTERNAL, f"the scanner died of signal {-code}")
+    last = text[-1] if text else f"the scanner exited with status {code}"
+    log.debug("scanner stderr: %s", "\n".join(text))
+    return ScanFailed(grpc.StatusCode.INTERNAL, last.removeprefix(ERROR_PREFIX))

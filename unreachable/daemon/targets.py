@@ -1,0 +1,100 @@
+"""ListTargets: the processes that run with the shim mapped, and the options in effect.
+
+Reads /proc only (maps, cmdline, comm, and the option string through
+/proc/PID/mem): the targets are never stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from unreachable.allocations.descriptor import (
+    SHIM_PREFIX,
+    locate_shim,
+    read_descriptor_header,
+)
+from unreachable.errors import ScanError
+from unreachable.process.maps import read_maps
+
+# struct ur_descriptor (native/include/unreachable/abi.h): `uint64_t options` at
+# offset 80 is the address of the NUL-terminated option string in effect.
+OPTIONS_FIELD_OFFSET = 80
+OPTIONS_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class TargetInfo:
+    pid: int
+    command: str
+    name: str
+    options: str
+    enabled: bool
+    shim: str
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _maps_mention_shim(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any(SHIM_PREFIX in line for line in f)
+    except OSError:
+        return False
+
+
+def read_options(pid: int, descriptor_addr: int) -> str:
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        raw = os.pread(fd, 8, descriptor_addr + OPTIONS_FIELD_OFFSET)
+        addr = int.from_bytes(raw, "little") if len(raw) == 8 else 0
+        if not addr:
+            return ""
+        data = os.pread(fd, OPTIONS_MAX, addr)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return data.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def target_info(pid: int) -> TargetInfo | None:
+    """The target's description, or None when pid has no shim (or is unreadable)."""
+    if not _maps_mention_shim(pid):
+        return None
+    try:
+        shim = locate_shim(pid, read_maps(pid))
+        header = read_descriptor_header(pid, shim.descriptor_addr)
+    except ScanError:
+        return None
+    if header.pid and header.pid != pid:
+        return None  # a scan's frozen copy-on-write snapshot of another process
+    return TargetInfo(
+        pid=pid,
+        command=_read_text(f"/proc/{pid}/cmdline"),
+        name=_read_text(f"/proc/{pid}/comm"),
+        options=read_options(pid, shim.descriptor_addr),
+        enabled=header.enabled,
+        shim=shim.path,
+    )
+
+
+def list_targets() -> list[TargetInfo]:
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        info = target_info(int(entry))
+        if info is not None:
+            found.append(info)
+    return sorted(found, key=lambda t: t.pid)

@@ -1,0 +1,40 @@
+"""Errors a scan reports to its user, each with one line and an exit code.
+
+The CLI prints str(error) on one line and exits with `exit_code`; the daemon
+maps `grpc_status` onto its reply. Anything else escaping is a bug.
+"""
+
+from __future__ import annotations
+
+EXIT_NO_LEAKS = 0
+EXIT_LEAKS = 1
+EXIT_FAILED = 2
+
+
+class ScanError(Exception):
+    """A scan could not be done; the message is one line for the user."""
+
+    exit_code = EXIT_FAILED
+    grpc_status = "INTERNAL"
+
+
+class TargetNotFound(ScanError):
+    grpc_status = "NOT_FOUND"
+
+
+class TargetPermissionDenied(ScanError):
+    grpc_status = "PERMISSION_DENIED"
+
+
+class TargetNotShimmed(ScanError):
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class TargetUnscannable(ScanError):
+    """Zombie, kernel thread, ourselves, already traced, or vanished mid-scan."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class InvalidArgument(ScanError):
+    grpc_status = "INVALID_ARGUMENT"

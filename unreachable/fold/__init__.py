@@ -1,0 +1,1 @@
+"""Fold and deduplicate leaks (the native part folds; this merges by backtrace)."""

@@ -1,0 +1,1 @@
+"""What /proc says about a target process."""

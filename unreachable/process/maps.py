@@ -1,0 +1,80 @@
+"""Parse /proc/PID/maps into Mapping records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from unreachable.errors import TargetNotFound, TargetPermissionDenied
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    start: int
+    end: int
+    perms: str
+    offset: int
+    inode: int
+    path: str
+
+    @property
+    def readable(self) -> bool:
+        return self.perms[0] == "r"
+
+    @property
+    def writable(self) -> bool:
+        return self.perms[1] == "w"
+
+    @property
+    def executable(self) -> bool:
+        return self.perms[2] == "x"
+
+    @property
+    def private(self) -> bool:
+        return self.perms[3] == "p"
+
+    @property
+    def anonymous(self) -> bool:
+        return self.inode == 0 and (not self.path or self.path.startswith("[anon"))
+
+    def contains(self, addr: int) -> bool:
+        return self.start <= addr < self.end
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    mappings = []
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5:
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        path = parts[5].strip() if len(parts) == 6 else ""
+        mappings.append(Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path))
+    return mappings
+
+
+def read_maps(pid: int) -> list[Mapping]:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return parse_maps(f.read())
+    except FileNotFoundError:
+        raise TargetNotFound(f"no process with pid {pid}") from None
+    except PermissionError:
+        raise TargetPermissionDenied(
+            f"no permission to read the memory map of pid {pid} (run as its user or as root)"
+        ) from None
+    except ProcessLookupError:
+        raise TargetNotFound(f"process {pid} exited") from None
+
+
+def find_mapping(mappings: list[Mapping], addr: int) -> Mapping | None:
+    lo, hi = 0, len(mappings)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        m = mappings[mid]
+        if addr < m.start:
+            hi = mid
+        elif addr >= m.end:
+            lo = mid + 1
+        else:
+            return m
+    return None

@@ -1,0 +1,68 @@
+"""Checks made before a target is touched: does it exist, can it be scanned."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from unreachable.errors import (
+    TargetNotFound,
+    TargetPermissionDenied,
+    TargetUnscannable,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessStatus:
+    pid: int
+    name: str
+    state: str
+    tracer_pid: int
+    seccomp: int
+    is_kernel_thread: bool
+
+
+def read_status(pid: int) -> ProcessStatus:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+    except (FileNotFoundError, ProcessLookupError):
+        raise TargetNotFound(f"no process with pid {pid}") from None
+    except PermissionError:
+        raise TargetPermissionDenied(f"no permission to inspect pid {pid}") from None
+    try:
+        kthread = "Kthread" in fields and fields["Kthread"].strip() == "1"
+        if "Kthread" not in fields:
+            # Kernels without the Kthread field: kernel threads have no memory map.
+            with open(f"/proc/{pid}/stat") as f:
+                flags = int(f.read().rsplit(")", 1)[1].split()[7])
+            kthread = bool(flags & 0x00200000)  # PF_KTHREAD
+    except (OSError, ValueError, IndexError):
+        kthread = False
+    return ProcessStatus(
+        pid=pid,
+        name=fields.get("Name", "").strip(),
+        state=fields.get("State", "?").strip()[:1],
+        tracer_pid=int(fields.get("TracerPid", "0").strip() or 0),
+        seccomp=int(fields.get("Seccomp", "0").strip() or 0),
+        is_kernel_thread=kthread,
+    )
+
+
+def check_scannable(pid: int) -> ProcessStatus:
+    """Refuse, with one clear line, every target a scan must not touch."""
+    if pid <= 0:
+        raise TargetNotFound(f"invalid pid {pid}")
+    if pid == os.getpid():
+        raise TargetUnscannable("refusing to scan the scanner itself")
+    status = read_status(pid)
+    if status.is_kernel_thread:
+        raise TargetUnscannable(f"pid {pid} ({status.name}) is a kernel thread, it has no heap")
+    if status.state in ("Z", "X"):
+        raise TargetUnscannable(f"pid {pid} ({status.name}) is a zombie: it has exited")
+    if status.tracer_pid:
+        raise TargetUnscannable(
+            f"pid {pid} ({status.name}) is already traced by pid {status.tracer_pid} "
+            "(a debugger or strace?); detach it and retry"
+        )
+    return status

@@ -1,0 +1,63 @@
+"""The JSON report; its schema is documented in docs/report-schema.md."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from unreachable.report.model import LeakEntry, ScanReport
+
+SCHEMA_VERSION = 1
+
+
+def leak_to_dict(leak: LeakEntry) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "address": leak.address,
+        "size": leak.size,
+        "referenced_count": leak.referenced_count,
+        "referenced_size": leak.referenced_size,
+        "similar_count": leak.similar_count,
+        "similar_size": leak.similar_size,
+        "similar_referenced_count": leak.similar_referenced_count,
+        "similar_referenced_size": leak.similar_referenced_size,
+        "total_size": leak.total_size,
+        "backtrace": [
+            {
+                "pc": f.pc,
+                "map": f.map,
+                "rel_pc": f.rel_pc,
+                "function": f.function,
+                "offset": f.offset,
+                "file": f.file,
+                "line": f.line,
+            }
+            for f in leak.backtrace
+        ],
+    }
+    if leak.contents is not None:
+        d["contents_hex"] = leak.contents.hex()
+    return d
+
+
+def report_to_dict(report: ScanReport) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_VERSION,
+        "pid": report.pid,
+        "command": report.command,
+        "leak_count": report.leak_count,
+        "leak_bytes": report.leak_bytes,
+        "allocation_count": report.allocation_count,
+        "allocation_bytes": report.allocation_bytes,
+        "pause_ms": round(report.pause_ms, 3),
+        "scan_ms": round(report.scan_ms, 3),
+        "snapshot": report.snapshot,
+        "threads": report.threads,
+        "bytes_scanned": report.bytes_scanned,
+        "pages_skipped": report.pages_skipped,
+        "roots": dict(report.roots),
+        "leaks": [leak_to_dict(leak) for leak in report.leaks],
+    }
+
+
+def format_json(report: ScanReport) -> str:
+    return json.dumps(report_to_dict(report), indent=2) + "\n"

@@ -1,0 +1,40 @@
+"""What a scan found, independent of how it is printed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from unreachable.symbolize.frames import Frame
+
+
+@dataclass(slots=True)
+class LeakEntry:
+    address: int
+    size: int
+    referenced_count: int
+    referenced_size: int
+    similar_count: int
+    similar_size: int
+    similar_referenced_count: int
+    similar_referenced_size: int
+    total_size: int
+    contents: bytes | None = None  # first <= 32 bytes, only when asked for
+    backtrace: list[Frame] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ScanReport:
+    pid: int
+    command: str
+    leak_count: int  # every unreachable allocation, not only the reported entries
+    leak_bytes: int
+    allocation_count: int
+    allocation_bytes: int
+    pause_ms: float
+    scan_ms: float
+    snapshot: str  # "fork": frozen copy-on-write child; "stopped": swept while paused
+    threads: int
+    leaks: list[LeakEntry]
+    roots: dict[str, int] = field(default_factory=dict)  # bytes per root/skip class
+    pages_skipped: int = 0
+    bytes_scanned: int = 0

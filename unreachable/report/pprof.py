@@ -1,0 +1,210 @@
+"""pprof profiles (gzip'ed profile.proto) of leak reports and heap dumps.
+
+pprof, Pyroscope, Parca and speedscope read them. The message is encoded by
+hand (the schema is small and stable, github.com/google/pprof
+proto/profile.proto), which needs no generated module:
+
+    Profile  1 sample_type (ValueType)  2 sample  3 mapping  4 location
+             5 function  6 string_table  9 time_nanos  11 period_type
+             12 period  13 comment  14 default_sample_type
+    ValueType 1 type 2 unit (string indexes)
+    Sample   1 location_id (packed, leaf first)  2 value (packed)  3 label
+    Label    1 key  2 str  3 num  4 num_unit
+    Mapping  1 id 2 memory_start 3 memory_limit 4 file_offset 5 filename
+             6 build_id 7 has_functions 8 has_filenames 9 has_line_numbers
+    Location 1 id 2 mapping_id 3 address 4 line
+    Line     1 function_id 2 line
+    Function 1 id 2 name 3 system_name 4 filename
+
+Leak reports carry ``leak_objects/count`` and ``leak_space/bytes``; heap
+dumps ``inuse_objects/count`` and ``inuse_space/bytes``. Every sample has a
+numeric ``bytes`` label (allocation size) when all its allocations share one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from unreachable.report.collapsed import Sample, heap_samples, report_samples
+from unreachable.symbolize.frames import Frame
+
+LEAK_TYPES = (("leak_objects", "count"), ("leak_space", "bytes"))
+INUSE_TYPES = (("inuse_objects", "count"), ("inuse_space", "bytes"))
+
+
+# -- protobuf wire format ---------------------------------------------------------------
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64 two's complement
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field_varint(num: int, value: int) -> bytes:
+    return _varint(num << 3) + _varint(value) if value else b""
+
+
+def _field_bytes(num: int, data: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(data)) + data
+
+
+def _field_packed(num: int, values: Iterable[int]) -> bytes:
+    body = b"".join(_varint(v) for v in values)
+    return _field_bytes(num, body) if body else b""
+
+
+class _Strings:
+    def __init__(self) -> None:
+        self.table = [""]
+        self.index = {"": 0}
+
+    def __call__(self, s: str) -> int:
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.table)
+            self.table.append(s)
+        return i
+
+
+# -- profile ----------------------------------------------------------------------------
+def samples_to_pprof(
+    samples: Iterable[Sample | tuple[Sequence[Frame], int, int, int]],
+    sample_types: Sequence[tuple[str, str]] = LEAK_TYPES,
+    *,
+    build_ids: dict[str, str] | None = None,
+    comments: Sequence[str] = (),
+    time_nanos: int | None = None,
+    compress: bool = True,
+) -> bytes:
+    """samples: (frames innermost first, count, bytes[, allocation size for the label])."""
+    strings = _Strings()
+    build_ids = build_ids if build_ids is not None else {}
+    functions: dict[tuple[str, str], int] = {}
+    locations: dict[tuple[int, str], int] = {}
+    mappings: dict[str, dict[str, int]] = {}
+    body = bytearray()
+
+    for st_type, st_unit in sample_types:
+        vt = _field_varint(1, strings(st_type)) + _field_varint(2, strings(st_unit))
+        body += _field_bytes(1, vt)
+
+    loc_msgs: list[bytes] = []
+    for sample in samples:
+        frames, count, size = sample[0], sample[1], sample[2]
+        loc_ids = []
+        for f in frames:
+            key = (f.pc, f.map)
+            loc_id = locations.get(key)
+            if loc_id is None:
+                loc_id = locations[key] = len(locations) + 1
+                mapping_id = 0
+                if f.map:
+                    m = mappings.setdefault(
+                        f.map,
+                        {"id": len(mappings) + 1, "lo": f.pc, "hi": f.pc + 1,
+                         "bias": f.pc - f.rel_pc, "fn": 0, "file": 0},
+                    )  # fmt: skip
+                    m["lo"], m["hi"] = min(m["lo"], f.pc), max(m["hi"], f.pc + 1)
+                    m["fn"] |= bool(f.function)
+                    m["file"] |= bool(f.file)
+                    mapping_id = m["id"]
+                loc = _field_varint(1, loc_id) + _field_varint(2, mapping_id)
+                loc += _field_varint(3, f.pc)
+                if f.function:
+                    fkey = (f.function, f.file)
+                    fn_id = functions.get(fkey)
+                    if fn_id is None:
+                        fn_id = functions[fkey] = len(functions) + 1
+                    line = _field_varint(1, fn_id) + _field_varint(2, f.line)
+                    loc += _field_bytes(4, line)
+                loc_msgs.append(_field_bytes(4, loc))
+            loc_ids.append(loc_id)
+        values = [count, size][: len(sample_types)]
+        msg = _field_packed(1, loc_ids) + _field_packed(2, values)
+        alloc_size = sample[3] if len(sample) > 3 else (size // count if count else 0)
+        if alloc_size and (len(sample) > 3 or count == 1):
+            label = _field_varint(1, strings("bytes")) + _field_varint(3, alloc_size)
+            label += _field_varint(4, strings("bytes"))
+            msg += _field_bytes(3, label)
+        body += _field_bytes(2, msg)
+
+    for path, m in mappings.items():
+        msg = _field_varint(1, m["id"]) + _field_varint(2, m["lo"]) + _field_varint(3, m["hi"])
+        msg += _field_varint(4, max(m["lo"] - m["bias"], 0))
+        msg += _field_varint(5, strings(path))
+        if build_ids.get(path):
+            msg += _field_varint(6, strings(build_ids[path]))
+        msg += _field_varint(7, m["fn"]) + _field_varint(8, m["file"])
+        msg += _field_varint(9, m["file"])
+        body += _field_bytes(3, msg)
+    for loc in loc_msgs:
+        body += loc
+    for (name, file), fn_id in functions.items():
+        msg = _field_varint(1, fn_id) + _field_varint(2, strings(name))
+        msg += _field_varint(3, strings(name)) + _field_varint(4, strings(file))
+        body += _field_bytes(5, msg)
+
+    comment_ids = [strings(c) for c in comments]
+    period_type = _field_varint(1, strings(sample_types[-1][0])) + _field_varint(
+        2, strings(sample_types[-1][1])
+    )
+    tail = _field_varint(9, time_nanos if time_nanos is not None else time.time_ns())
+    tail += _field_bytes(11, period_type) + _field_varint(12, 1)
+    tail += _field_packed(13, comment_ids)
+    tail += _field_varint(14, strings(sample_types[-1][0]))
+    for s in strings.table:
+        body += _field_bytes(6, s.encode())
+    body += tail
+    data = bytes(body)
+    return gzip.compress(data, mtime=0) if compress else data
+
+
+def _build_ids(frames: Iterable[Frame]) -> dict[str, str]:
+    from unreachable.symbolize.elf_file import NotElf, read_elf
+
+    out: dict[str, str] = {}
+    for f in frames:
+        if f.map.startswith("/") and f.map not in out:
+            try:
+                out[f.map] = read_elf(f.map).build_id
+            except (OSError, NotElf, ValueError):
+                out[f.map] = ""
+    return out
+
+
+def report_to_pprof(report: Any) -> bytes:
+    """A ScanReport (unreachable.report.model) as a gzip'ed pprof profile."""
+    samples = report_samples(report)
+    return samples_to_pprof(
+        samples,
+        LEAK_TYPES,
+        build_ids=_build_ids(f for s in samples for f in s[0]),
+        comments=[
+            f"unreachable-cli scan {report.pid}: {report.command}",
+            f"{report.leak_bytes} bytes in {report.leak_count} unreachable allocations",
+        ],
+    )
+
+
+def heapdump_to_pprof(dump: Any, comments: Sequence[str] = ()) -> bytes:
+    """Heap records (.records of size, num_allocations, frames) as a pprof profile."""
+    samples = [
+        (f, n, b, r.size)
+        for (f, n, b), r in zip(heap_samples(dump.records), dump.records, strict=True)
+    ]
+    return samples_to_pprof(
+        samples,
+        INUSE_TYPES,
+        build_ids=_build_ids(f for s in samples for f in s[0]),
+        comments=comments,
+    )

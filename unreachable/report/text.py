@@ -1,0 +1,82 @@
+"""The text report: libmemunreachable's GetUnreachableMemoryString format.
+
+Two of its quirks are not reproduced: counts stay decimal when no optional
+line precedes the contents, and bytes >= 0x80 print as two hex digits.
+"""
+
+from __future__ import annotations
+
+from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.symbolize.frames import Frame
+
+CONTENTS_BYTES = 32
+
+
+def _plural(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def format_frame(index: int, frame: Frame) -> str:
+    line = f"          #{index:02d}  pc {frame.rel_pc:016x}  {frame.map or '<unknown>'}"
+    if frame.function:
+        line += f" ({frame.function}+{frame.offset})"
+    if frame.file:
+        line += f" {frame.file}:{frame.line}"
+    return line
+
+
+def format_leak(leak: LeakEntry) -> list[str]:
+    lines = [f"  {leak.size} bytes unreachable at {leak.address:x}"]
+    if leak.referenced_count:
+        lines.append(
+            f"   referencing {leak.referenced_size} unreachable bytes"
+            f" in {leak.referenced_count} allocation{_plural(leak.referenced_count)}"
+        )
+    if leak.similar_count:
+        lines.append(
+            f"   and {leak.similar_size} similar unreachable bytes"
+            f" in {leak.similar_count} allocation{_plural(leak.similar_count)}"
+        )
+        if leak.similar_referenced_count:
+            lines.append(
+                f"   referencing {leak.similar_referenced_size} unreachable bytes"
+                f" in {leak.similar_referenced_count}"
+                f" allocation{_plural(leak.similar_referenced_count)}"
+            )
+    if leak.contents is not None:
+        data = leak.contents
+        if len(data) == leak.size:
+            lines.append("   contents:")
+        else:
+            lines.append(f"   first {len(data)} bytes of contents:")
+        for i in range(0, len(data), 16):
+            chunk = data[i : i + 16]
+            hexes = "".join(f"{b:02x} " for b in chunk).ljust(16 * 3)
+            text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+            lines.append(f"   {leak.address + i:x}: {hexes}{text}")
+    lines += [format_frame(i, f) for i, f in enumerate(leak.backtrace)]
+    return lines
+
+
+def format_report(report: ScanReport) -> str:
+    lines = [
+        f"  {report.leak_bytes} bytes in {report.leak_count}"
+        f" unreachable allocation{_plural(report.leak_count)}",
+        "  ABI: 'x86_64'",
+        "",
+    ]
+    for leak in report.leaks:
+        lines += format_leak(leak)
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def format_summary(report: ScanReport) -> str:
+    """One line for logs: libmemunreachable's closing summary plus timings."""
+    return (
+        f"{report.leak_bytes} bytes in {report.leak_count}"
+        f" allocation{_plural(report.leak_count)} unreachable out of"
+        f" {report.allocation_bytes} bytes in {report.allocation_count}"
+        f" allocation{_plural(report.allocation_count)}"
+        f" (pid {report.pid}, paused {report.pause_ms:.2f} ms, scan {report.scan_ms:.1f} ms)"
+    )

@@ -1,0 +1,1 @@
+"""Which memory of the target is a root of the mark phase."""

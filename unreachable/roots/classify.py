@@ -1,0 +1,123 @@
+"""Classify the target's mappings into roots, heap and memory to leave alone.
+
+libmemunreachable classifies by mapping name (bionic names its heaps); glibc
+names none of its arenas or thread stacks, so here the shim's registry and the
+captured threads decide instead:
+
+- heap: [heap] and every anonymous mapping holding a registered allocation
+  (glibc arenas and mmap'ed chunks). Never a root: free chunks and tcache hold
+  stale pointers that would hide leaks.
+- the shim's own region and its ELF mappings: not roots (registry).
+- a live thread's stack: a root from SP (minus the red zone) to the top of its
+  mapping, which also covers glibc's static TLS and struct pthread at the top.
+  The part below SP is dead frames: not a root.
+- a stack glibc cached for an exited thread (the shim recorded its bounds and
+  no live thread runs on it): not a root.
+- other readable private or shared memory that can hold data (writable ELF
+  segments: .data, .bss, GOT; anonymous mappings: user pools, ld.so's memory,
+  the main thread's TLS): a root. Read-only file mappings, [vvar], [vdso] and
+  [vsyscall] cannot hold heap pointers written at run time and are skipped.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from unreachable.allocations.registry import THREAD_EXITED, Registry
+from unreachable.process.maps import Mapping, find_mapping
+
+RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
+SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
+
+
+@dataclass(slots=True)
+class Roots:
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    kinds: Counter[str] = field(default_factory=Counter)  # bytes per kind of region
+    holes: list[tuple[int, int]] = field(default_factory=list)  # never roots
+    dead_stacks: list[Mapping] = field(default_factory=list)
+
+    def add(self, kind: str, begin: int, end: int) -> None:
+        for hole_begin, hole_end in self.holes:
+            if hole_begin < end and hole_end > begin:
+                self.add(kind, begin, hole_begin)
+                self.kinds["allocator state"] += min(end, hole_end) - max(begin, hole_begin)
+                self.add(kind, hole_end, end)
+                return
+        if end > begin:
+            self.ranges.append((begin, end))
+            self.kinds[kind] += end - begin
+
+    def skip(self, kind: str, m: Mapping) -> None:
+        self.kinds[kind] += m.end - m.start
+
+
+def _holds_allocation(registry: Registry, m: Mapping) -> bool:
+    n = registry.count
+    i = bisect.bisect_left(range(n), m.start, key=registry.begin)
+    return i < n and registry.begin(i) < m.end
+
+
+def classify(
+    mappings: list[Mapping],
+    thread_sps: dict[int, int],
+    registry: Registry,
+    shim_path: str,
+    allocator_state: Sequence[tuple[int, int]] = (),
+) -> Roots:
+    """Root ranges of the target; thread_sps maps every captured tid to its SP.
+
+    allocator_state: ranges inside otherwise-root mappings that belong to the
+    allocator (glibc's main_arena) and are cut out of the roots.
+    """
+    roots = Roots(holes=sorted(allocator_state))
+    live_stacks: dict[Mapping, int] = {}
+    for sp in thread_sps.values():
+        m = find_mapping(mappings, sp - RED_ZONE) or find_mapping(mappings, sp)
+        if m is not None:
+            live_stacks[m] = min(sp - RED_ZONE, live_stacks.get(m, m.end))
+    dead_stacks = {
+        (t.stack_lo, t.stack_hi)
+        for t in registry.threads
+        if t.state == THREAD_EXITED and t.stack_hi and t.tid not in thread_sps
+    }
+
+    for m in mappings:
+        if not m.readable or m.path in SPECIAL:
+            continue
+        if m.start >= registry.region_begin and m.end <= registry.region_end:
+            roots.skip("shim", m)
+        elif m.path == shim_path:
+            roots.skip("shim", m)
+        elif m in live_stacks:
+            roots.add("stack", max(live_stacks[m], m.start), m.end)
+        elif m.path == "[heap]" or (m.anonymous and _holds_allocation(registry, m)):
+            roots.skip("heap", m)
+        elif m.anonymous and _is_dead_stack(m, dead_stacks):
+            roots.skip("exited-thread stack", m)
+            roots.dead_stacks.append(m)
+        elif m.anonymous or m.path.startswith("[stack"):
+            roots.add("anonymous", m.start, m.end)
+        elif m.writable:
+            roots.add("globals", m.start, m.end)
+        else:
+            roots.skip("read-only file", m)
+    return roots
+
+
+def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]]) -> bool:
+    # glibc's pthread_getattr_np reports the stack without its guard page, and
+    # the guard is its own PROT_NONE mapping, so the bounds match exactly.
+    return (m.start, m.end) in dead or any(lo >= m.start and hi == m.end for lo, hi in dead)
+
+
+def register_words(regsets: list[bytes]) -> bytes:
+    """Every register word of every thread, general and vector, as value roots."""
+    out = bytearray()
+    for regs in regsets:
+        usable = len(regs) - len(regs) % 8
+        out += regs[:usable]
+    return bytes(out)

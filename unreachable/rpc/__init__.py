@@ -1,0 +1,1 @@
+"""Shared by unreachabled and its clients: proto conversion and channels."""

@@ -1,0 +1,168 @@
+"""Between the JSON report (report_to_dict), the report model and the proto messages.
+
+The daemon gets reports as JSON from its scan subprocess and sends protos;
+the CLI turns protos back into the model and prints them with the same
+formatters as an embedded scan, so both print the same text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unreachable.heapdump.model import HeapDump, HeapRecord
+from unreachable.report.json_report import SCHEMA_VERSION
+from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.symbolize.frames import Frame
+from unreachable.v1 import unreachable_pb2 as pb
+
+STAGES = {
+    "started": pb.SCAN_STAGE_STARTED,
+    "attached": pb.SCAN_STAGE_ATTACHED,
+    "captured": pb.SCAN_STAGE_CAPTURED,
+    "allocations": pb.SCAN_STAGE_ALLOCATIONS,
+    "marked": pb.SCAN_STAGE_MARKED,
+    "folded": pb.SCAN_STAGE_FOLDED,
+    "done": pb.SCAN_STAGE_DONE,
+}
+SNAPSHOTS = {pb.SNAPSHOT_AUTO: "auto", pb.SNAPSHOT_FORK: "fork", pb.SNAPSHOT_STOPPED: "stopped"}
+SNAPSHOT_ENUM = {v: k for k, v in SNAPSHOTS.items()}
+
+
+def frame_from_dict(d: dict[str, Any]) -> pb.Frame:
+    return pb.Frame(
+        pc=d["pc"],
+        map=d.get("map") or "",
+        rel_pc=d["rel_pc"],
+        function=d.get("function") or "",
+        offset=d.get("offset") or 0,
+        file=d.get("file") or "",
+        line=d.get("line") or 0,
+    )
+
+
+def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.ScanReport:
+    """A report_to_dict() dict (the CLI's --json output) as a proto."""
+    leaks = []
+    for leak in d["leaks"]:
+        msg = pb.Leak(
+            address=leak["address"],
+            size=leak["size"],
+            referenced_count=leak["referenced_count"],
+            referenced_size=leak["referenced_size"],
+            similar_count=leak["similar_count"],
+            similar_size=leak["similar_size"],
+            similar_referenced_count=leak["similar_referenced_count"],
+            similar_referenced_size=leak["similar_referenced_size"],
+            total_size=leak["total_size"],
+            backtrace=[frame_from_dict(f) for f in leak["backtrace"]],
+        )
+        if keep_contents and "contents_hex" in leak:
+            msg.contents = bytes.fromhex(leak["contents_hex"])
+        leaks.append(msg)
+    return pb.ScanReport(
+        schema=d.get("schema", SCHEMA_VERSION),
+        pid=d["pid"],
+        command=d["command"],
+        leak_count=d["leak_count"],
+        leak_bytes=d["leak_bytes"],
+        allocation_count=d["allocation_count"],
+        allocation_bytes=d["allocation_bytes"],
+        pause_ms=d["pause_ms"],
+        scan_ms=d["scan_ms"],
+        snapshot=d["snapshot"],
+        threads=d["threads"],
+        bytes_scanned=d["bytes_scanned"],
+        pages_skipped=d["pages_skipped"],
+        roots=[pb.RootBytes(kind=k, bytes=v) for k, v in d["roots"].items()],
+        leaks=leaks,
+    )
+
+
+def strip_contents(report: pb.ScanReport) -> pb.ScanReport:
+    if not any(leak.HasField("contents") for leak in report.leaks):
+        return report
+    copy = pb.ScanReport()
+    copy.CopyFrom(report)
+    for leak in copy.leaks:
+        leak.ClearField("contents")
+    return copy
+
+
+def frame_to_model(f: pb.Frame) -> Frame:
+    return Frame(f.pc, f.map, f.rel_pc, f.function, f.offset, f.file, f.line)
+
+
+def report_to_model(r: pb.ScanReport) -> ScanReport:
+    """The proto as the model the CLI's formatters print."""
+    return ScanReport(
+        pid=r.pid,
+        command=r.command,
+        leak_count=r.leak_count,
+        leak_bytes=r.leak_bytes,
+        allocation_count=r.allocation_count,
+        allocation_bytes=r.allocation_bytes,
+        pause_ms=r.pause_ms,
+        scan_ms=r.scan_ms,
+        snapshot=r.snapshot,
+        threads=r.threads,
+        leaks=[
+            LeakEntry(
+                address=leak.address,
+                size=leak.size,
+                referenced_count=leak.referenced_count,
+                referenced_size=leak.referenced_size,
+                similar_count=leak.similar_count,
+                similar_size=leak.similar_size,
+                similar_referenced_count=leak.similar_referenced_count,
+                similar_referenced_size=leak.similar_referenced_size,
+                total_size=leak.total_size,
+                contents=leak.contents if leak.HasField("contents") else None,
+                backtrace=[frame_to_model(f) for f in leak.backtrace],
+            )
+            for leak in r.leaks
+        ],
+        roots={root.kind: root.bytes for root in r.roots},
+        pages_skipped=r.pages_skipped,
+        bytes_scanned=r.bytes_scanned,
+    )
+
+
+def heapdump_from_dict(d: dict[str, Any]) -> pb.HeapDumpResponse:
+    """A heap dump as unreachable.heapdump.live.dump_to_dict writes it."""
+    return pb.HeapDumpResponse(
+        pid=d["pid"],
+        command=d["command"],
+        total_memory=d["total_memory"],
+        backtrace_size=d["backtrace_size"],
+        allocation_count=d["allocation_count"],
+        pause_ms=d["pause_ms"],
+        maps=d.get("maps", ""),
+        records=[
+            pb.HeapRecord(
+                size=r["size"],
+                num_allocations=r["num_allocations"],
+                frames=[frame_from_dict(f) for f in r["frames"]],
+            )
+            for r in d["records"]
+        ],
+    )
+
+
+def heapdump_to_model(h: pb.HeapDumpResponse) -> HeapDump:
+    return HeapDump(
+        pid=h.pid,
+        command=h.command,
+        total_memory=h.total_memory,
+        backtrace_size=h.backtrace_size,
+        allocation_count=h.allocation_count,
+        pause_ms=h.pause_ms,
+        maps=h.maps,
+        records=[
+            HeapRecord(
+                size=r.size,
+                num_allocations=r.num_allocations,
+                frames=[frame_to_model(f) for f in r.frames],
+            )
+            for r in h.records
+        ],
+    )

@@ -1,0 +1,50 @@
+"""`unreachable-cli scan --remote`: the Scan RPC, returning the report an embedded scan would."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import grpc
+
+from unreachable.errors import InvalidArgument, ScanError
+from unreachable.report.model import ScanReport
+from unreachable.rpc.client import open_channel, rpc_error, stub
+from unreachable.rpc.convert import SNAPSHOT_ENUM, report_to_model
+from unreachable.rpc.progress import StageBar
+from unreachable.scan import ScanOptions
+from unreachable.v1 import unreachable_pb2 as pb
+
+
+def remote_scan(args: argparse.Namespace, options: ScanOptions) -> ScanReport:
+    if args.progress_json:
+        raise InvalidArgument("--progress-json applies to local scans only")
+    request = pb.ScanRequest(
+        pid=args.pid,
+        contents=options.contents,
+        limit=options.limit,
+        snapshot=SNAPSHOT_ENUM[options.snapshot],
+    )
+    bar = StageBar(sys.stderr, f"scanning pid {args.pid}") if sys.stderr.isatty() else None
+    report: pb.ScanReport | None = None
+    channel = open_channel(args)
+    try:
+        call = stub(channel).Scan(request, timeout=args.timeout)
+        try:
+            for event in call:
+                if event.HasField("report"):
+                    report = event.report
+                elif bar is not None:
+                    bar.update(event.progress.stage_name, event.progress.elapsed_ms)
+        except grpc.RpcError as e:
+            raise rpc_error(e, args.remote) from None
+        except KeyboardInterrupt:
+            call.cancel()  # the daemon kills the scan and the target is released
+            raise
+    finally:
+        if bar is not None:
+            bar.close()
+        channel.close()
+    if report is None:
+        raise ScanError(f"unreachabled at {args.remote} ended the scan without a report")
+    return report_to_model(report)

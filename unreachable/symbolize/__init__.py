@@ -1,0 +1,1 @@
+"""Turn program counters into map, relative pc and function names, after release."""

@@ -1,0 +1,58 @@
+"""The on-disk symbol cache: small JSON files per ELF object, keyed by build-id.
+
+Layout: ``<cache_dir>/symbols/v1/<key[:2]>/<key[2:]>/<name>.json``. The key is
+the build-id (plus a variant naming the debug file used, see objects.py), so
+an upgraded library gets a fresh entry and a second scan of the same binaries
+reads back what the first one computed instead of parsing ELF and DWARF.
+
+JSON rather than pickle or marshal: the directory may be shared, and reading
+it must never execute or crash anything. Every failure is a cache miss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+FORMAT = "v1"
+_SAFE = re.compile(r"^[0-9A-Za-z._-]+$")
+
+
+class ObjectCache:
+    def __init__(self, cache_dir: str | None, key: str) -> None:
+        self.dir = (
+            os.path.join(cache_dir, "symbols", FORMAT, key[:2], key[2:])
+            if cache_dir and _SAFE.match(key) and len(key) > 2
+            else None
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.dir is not None
+
+    def load(self, name: str) -> Any:
+        if self.dir is None:
+            return None
+        try:
+            with open(os.path.join(self.dir, name + ".json"), "rb") as f:
+                return json.loads(f.read())
+        except (OSError, ValueError):
+            return None
+
+    def save(self, name: str, value: Any) -> None:
+        if self.dir is None:
+            return
+        path = os.path.join(self.dir, name + ".json")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(self.dir, mode=0o755, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(value, f, separators=(",", ":"))
+            os.replace(tmp, path)
+        except (OSError, TypeError, ValueError):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

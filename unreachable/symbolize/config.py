@@ -1,0 +1,45 @@
+"""Where symbolization looks for separate debug files and keeps its cache.
+
+Environment (read when a Symbolizer is created, so tests and the daemon can
+set them):
+
+- ``UNREACHABLE_CACHE_DIR``: the on-disk symbol cache; empty or ``off``
+  disables it. Default ``$XDG_CACHE_HOME/unreachable`` (``~/.cache/unreachable``),
+  or ``/var/cache/unreachable`` when running as root.
+- ``UNREACHABLE_DEBUG_DIRS``: colon-separated global debug directories, as
+  gdb's ``debug-file-directory``. Default ``/usr/lib/debug``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
+
+
+def default_cache_dir() -> str | None:
+    env = os.environ.get("UNREACHABLE_CACHE_DIR")
+    if env is not None:
+        return None if env.strip() in ("", "off", "0", "none") else env
+    if os.geteuid() == 0:
+        return "/var/cache/unreachable"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "unreachable")
+
+
+def default_debug_dirs() -> tuple[str, ...]:
+    env = os.environ.get("UNREACHABLE_DEBUG_DIRS")
+    if env is None:
+        return DEFAULT_DEBUG_DIRS
+    return tuple(d for d in env.split(":") if d)
+
+
+@dataclass(frozen=True, slots=True)
+class SymbolConfig:
+    cache_dir: str | None  # None: no on-disk cache
+    debug_dirs: tuple[str, ...]
+
+    @classmethod
+    def from_env(cls) -> SymbolConfig:
+        return cls(default_cache_dir(), default_debug_dirs())

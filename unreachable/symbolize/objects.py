@@ -1,0 +1,141 @@
+"""One mapped ELF object: its symbols, its debug file, its line table, its caches.
+
+Everything an object learns is kept twice: in memory (an LRU of objects keyed
+by the file's identity, for the daemon's repeated scans) and on disk under
+its build-id (unreachable.symbolize.cache), so a second process symbolizing
+the same binaries only reads a few small JSON files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+
+from unreachable.symbolize.cache import ObjectCache
+from unreachable.symbolize.config import SymbolConfig
+from unreachable.symbolize.debuginfo import DebugFile, find_debug_file
+from unreachable.symbolize.dwarf_lines import LineTable
+from unreachable.symbolize.elf_file import ElfImage, NotElf, read_elf
+from unreachable.symbolize.elf_symbols import ElfSymbols, symbols_from_images
+
+# vaddr -> (function, offset, file, line); function already demangled
+Resolved = tuple[str, int, str, int]
+
+_LRU_SIZE = 64
+_objects: OrderedDict[tuple, SymbolObject | None] = OrderedDict()
+_lock = threading.RLock()
+
+
+class SymbolObject:
+    def __init__(self, image: ElfImage, obj_path: str, root: str, config: SymbolConfig) -> None:
+        self.image = image
+        self.debug: DebugFile | None = find_debug_file(image, obj_path, config.debug_dirs, root)
+        if self.debug is not None:
+            variant = f"d{(self.debug.image.build_id or self.debug.how)[:16]}"
+        elif image.has_dwarf_lines:
+            variant = "self"
+        else:
+            variant = "nodebug"
+        key = _cache_key(image)
+        self.cache = ObjectCache(config.cache_dir, f"{key}-{variant}")
+        self._symbols: ElfSymbols | None = None
+        self._lines: LineTable | None = None
+        self._lines_source = (
+            self.debug.path
+            if self.debug is not None and self.debug.image.has_dwarf_lines
+            else image.path
+            if image.has_dwarf_lines
+            else ""
+        )
+        loaded = self.cache.load("resolved")
+        self.resolved: dict[int, Resolved] = {}
+        if isinstance(loaded, dict):
+            for k, v in loaded.items():
+                if isinstance(v, list) and len(v) == 4:
+                    try:
+                        self.resolved[int(k)] = (str(v[0]), int(v[1]), str(v[2]), int(v[3]))
+                    except ValueError:
+                        continue
+        self._dirty = False
+
+    @property
+    def has_lines(self) -> bool:
+        return bool(self._lines_source)
+
+    def symbols(self) -> ElfSymbols:
+        if self._symbols is None:
+            syms = ElfSymbols.from_json(self.cache.load("symbols"))
+            if syms is None:
+                images = [self.image] + ([self.debug.image] if self.debug else [])
+                syms = symbols_from_images(*images)
+                self.cache.save("symbols", syms.to_json())
+            self._symbols = syms
+        return self._symbols
+
+    def line_of(self, vaddr: int) -> tuple[str, int] | None:
+        if not self._lines_source:
+            return None
+        if self._lines is None:
+            self._lines = LineTable(self._lines_source, self.cache)
+        return self._lines.lookup(vaddr)
+
+    def lookup_raw(self, vaddr: int) -> tuple[str, int, str, int]:
+        """Mangled function, offset, file, line of the call whose return address is vaddr."""
+        # Frames are return addresses: look up the call instruction before them.
+        hit = self.symbols().lookup(vaddr - 1)
+        name, off = (hit[0], hit[1] + 1) if hit else ("", 0)
+        line = self.line_of(vaddr - 1)
+        file, lineno = line if line else ("", 0)
+        return name, off, file, lineno
+
+    def remember(self, vaddr: int, value: Resolved) -> None:
+        self.resolved[vaddr] = value
+        self._dirty = True
+
+    def flush(self) -> None:
+        if self._dirty:
+            self.cache.save("resolved", {str(k): list(v) for k, v in self.resolved.items()})
+            self._dirty = False
+        if self._lines is not None:
+            self._lines.close()  # the decoded units stay in memory; the file reopens on need
+
+
+def _cache_key(image: ElfImage) -> str:
+    if image.build_id:
+        return image.build_id
+    # No build-id: the file's identity, so a rebuilt file never reuses stale entries.
+    try:
+        st = os.stat(image.path)
+        ident = f"{image.path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+    except OSError:
+        ident = image.path
+    return "nobid" + hashlib.sha1(ident.encode(), usedforsecurity=False).hexdigest()
+
+
+def get_object(path: str, obj_path: str, root: str, config: SymbolConfig) -> SymbolObject | None:
+    """The object for the file opened at `path` (known in its process as obj_path)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, obj_path, root, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, config)
+    with _lock:
+        if key in _objects:
+            _objects.move_to_end(key)
+            return _objects[key]
+        try:
+            obj: SymbolObject | None = SymbolObject(read_elf(path), obj_path, root, config)
+        except (OSError, NotElf, ValueError):
+            obj = None
+        _objects[key] = obj
+        while len(_objects) > _LRU_SIZE:
+            _objects.popitem(last=False)
+        return obj
+
+
+def clear_memory_cache() -> None:
+    """Forget every object held in memory (the on-disk cache stays)."""
+    with _lock:
+        _objects.clear()

@@ -1,0 +1,1 @@
+"""Generated gRPC/protobuf code for protos/unreachable/v1 (scripts/check_protos.sh keeps it in sync)."""
