@@ -93,7 +93,7 @@ def scan(
             ) + dtv_words(mem_pid, roots.dead_stacks)
             result = sweep(mem_pid, registry, roots, regs)
             note("marked")
-            leaks = dedup(result.leaks, registry, options.limit)
+            leaks = dedup(result.leaks, registry, options.limit, result.excluded)
             note("folded")
             contents = {
                 leak.begin: _read_contents(mem_pid, leak.begin, leak.size)
@@ -112,7 +112,6 @@ def scan(
     if not os.path.exists(f"/proc/{pid}"):
         raise TargetNotFound(f"process {pid} exited during the scan")
     frames = Symbolizer(pid, mappings).symbolize(stacks)
-    leak_bytes = sum(registry.size(i) for i in result.unreachable)
     entries = [
         LeakEntry(
             address=leak.begin,
@@ -133,8 +132,8 @@ def scan(
     return ScanReport(
         pid=pid,
         command=command,
-        leak_count=len(result.unreachable),
-        leak_bytes=leak_bytes,
+        leak_count=result.unreachable_count,
+        leak_bytes=result.unreachable_bytes,
         allocation_count=registry.count,
         allocation_bytes=registry.total_bytes,
         pause_ms=pause_ms,

@@ -73,6 +73,21 @@ static int entries_push(struct entries *e, uint64_t begin, uint64_t size, uint32
 }
 
 static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
+  /* Size the arrays once from the shards' counts: growing them by doubling
+   * touches (and has the kernel zero) several times the final memory. */
+  uint64_t expected = 0;
+  for (uint32_t s = 0; s < nshards; s++)
+    if (shards[s].count < MAX_CAPACITY) expected += shards[s].count;
+  if (expected > e->cap) {
+    size_t cap = (size_t)expected + expected / 64 + 16;
+    uint64_t *p = realloc(e->pairs, cap * 2 * sizeof(*p));
+    if (!p) return -ENOMEM;
+    e->pairs = p;
+    uint32_t *ids = realloc(e->stack_ids, cap * sizeof(*ids));
+    if (!ids) return -ENOMEM;
+    e->stack_ids = ids;
+    e->cap = cap;
+  }
   struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
   if (!buf) return -ENOMEM;
   for (uint32_t s = 0; s < nshards; s++) {
@@ -96,51 +111,45 @@ static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, 
   return 0;
 }
 
-/* Drop later duplicates of a begin address, keeping the first, in place. A
- * sorted copy finds them; the usual outcome is "none" and nothing moves. */
-static int dedup(struct entries *e) {
+/* Order the entries by address (shards are hash-ordered; roots, folding and
+ * reports want address order, and sorting 10M entries here costs tens of ms
+ * where Python would take seconds), dropping later duplicates of an address. */
+static int sort_by_address(struct entries *e) {
   if (e->n < 2) return 0;
+  if (e->n > UINT32_MAX) return -ENOMEM;
   uint64_t *keys = malloc(e->n * sizeof(*keys));
-  if (!keys) return -ENOMEM;
-  for (size_t i = 0; i < e->n; i++) keys[i] = e->pairs[2 * i];
-  if (ur_radix_sort(keys, NULL, e->n) < 0) {
-    free(keys);
-    return -ENOMEM;
+  uint32_t *order = malloc(e->n * sizeof(*order));
+  uint64_t *pairs = malloc(e->n * 2 * sizeof(*pairs));
+  uint32_t *ids = malloc(e->n * sizeof(*ids));
+  int rc = -ENOMEM;
+  if (!keys || !order || !pairs || !ids) goto out;
+  for (size_t i = 0; i < e->n; i++) {
+    keys[i] = e->pairs[2 * i];
+    order[i] = (uint32_t)i;
   }
-  size_t ndup = 0;
-  for (size_t i = 1; i < e->n; i++)
-    if (keys[i] == keys[i - 1] && (ndup == 0 || keys[ndup - 1] != keys[i])) keys[ndup++] = keys[i];
-  if (ndup == 0) {
-    free(keys);
-    return 0;
-  }
-  uint8_t *seen = calloc(ndup, 1);
-  if (!seen) {
-    free(keys);
-    return -ENOMEM;
-  }
+  if (ur_radix_sort(keys, order, e->n) < 0) goto out;
   size_t k = 0;
   for (size_t i = 0; i < e->n; i++) {
-    uint64_t b = e->pairs[2 * i];
-    size_t lo = 0, hi = ndup;
-    while (lo < hi) {
-      size_t mid = (lo + hi) / 2;
-      if (keys[mid] < b) lo = mid + 1;
-      else hi = mid;
-    }
-    if (lo < ndup && keys[lo] == b) {
-      if (seen[lo]) continue;
-      seen[lo] = 1;
-    }
-    e->pairs[2 * k] = b;
-    e->pairs[2 * k + 1] = e->pairs[2 * i + 1];
-    e->stack_ids[k] = e->stack_ids[i];
+    if (k > 0 && pairs[2 * (k - 1)] == keys[i]) continue; /* stable: the first stays */
+    pairs[2 * k] = keys[i];
+    pairs[2 * k + 1] = e->pairs[2 * order[i] + 1];
+    ids[k] = e->stack_ids[order[i]];
     k++;
   }
+  free(e->pairs);
+  free(e->stack_ids);
+  e->pairs = pairs;
+  e->stack_ids = ids;
   e->n = k;
-  free(seen);
+  pairs = NULL;
+  ids = NULL;
+  rc = 0;
+out:
   free(keys);
-  return 0;
+  free(order);
+  free(pairs);
+  free(ids);
+  return rc;
 }
 
 static uint64_t unmangle_opt(uint64_t v) { return v ? (uint64_t)UR_UNMANGLE(v) : 0; }
@@ -178,7 +187,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   }
   if (d.stacks) ur_mem_read_direct(fd, d.stacks, &st, sizeof(st));
   rc = read_tables(fd, shards, nshards, &e);
-  if (rc == 0) rc = dedup(&e);
+  if (rc == 0) rc = sort_by_address(&e);
   Py_END_ALLOW_THREADS
   if (rc < 0) {
     PyErr_NoMemory();

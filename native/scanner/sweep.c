@@ -100,10 +100,13 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   if (rc == 0) rc = ur_fold_leaks(&w, &unreachable, &nunreachable, &leaks, &nleaks);
   t2 = ur_now_ns();
   Py_END_ALLOW_THREADS
+  uint64_t unreachable_bytes = 0;
+  for (size_t i = 0; rc == 0 && i < nunreachable; i++) unreachable_bytes += allocs[2 * unreachable[i] + 1];
   if (rc == 0) {
-    result = Py_BuildValue("{s:y#,s:y#,s:K,s:K,s:K,s:K,s:n,s:K}", "unreachable",
+    result = Py_BuildValue("{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:n,s:K}", "unreachable",
                            unreachable ? (const char *)unreachable : "", (Py_ssize_t)(nunreachable * 4),
                            "leaks", leaks ? (const char *)leaks : "", (Py_ssize_t)(nleaks * sizeof(*leaks)),
+                           "unreachable_bytes", (unsigned long long)unreachable_bytes,
                            "bytes_scanned", (unsigned long long)marked_bytes, "pages_skipped",
                            (unsigned long long)mem.pages_skipped, "mark_ns",
                            (unsigned long long)(t1 - t0), "fold_ns",

@@ -92,3 +92,16 @@ def test_limit_and_contents(targets):
     assert all(e.contents is not None and len(e.contents) == min(e.size, 32) for e in report.leaks)
     totals = [e.total_size for e in report.leaks]
     assert totals == sorted(totals, reverse=True)
+
+
+def test_registry_comes_in_address_order(targets):
+    from unreachable.allocations.descriptor import locate_shim
+    from unreachable.allocations.registry import read_registry
+    from unreachable.process.maps import read_maps
+
+    target = targets.start(PROGRAMS / "many.c", "5000", "5000")
+    shim = locate_shim(target.pid, read_maps(target.pid))
+    registry = read_registry(target.pid, shim.descriptor_addr)
+    begins = [registry.begin(i) for i in range(registry.count)]
+    assert registry.count >= 10000
+    assert begins == sorted(set(begins))

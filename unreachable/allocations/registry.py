@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 
 from unreachable import _native
@@ -62,22 +61,6 @@ class Registry:
         return self.allocs[2 * i + 1]
 
 
-def _sorted_by_address(allocs: bytes, stack_ids: bytes) -> tuple[memoryview, memoryview]:
-    """The registry's shards are hash-ordered; roots and dedup want address order."""
-    flat = memoryview(allocs).cast("Q")
-    ids = memoryview(stack_ids).cast("I")
-    begins = flat[0::2]
-    if all(begins[i] < begins[i + 1] for i in range(len(begins) - 1)):
-        return flat, ids
-    order = sorted(range(len(ids)), key=begins.__getitem__)
-    sorted_allocs = array("Q")
-    for i in order:
-        sorted_allocs.append(flat[2 * i])
-        sorted_allocs.append(flat[2 * i + 1])
-    sorted_ids = array("I", (ids[i] for i in order))
-    return memoryview(sorted_allocs), memoryview(sorted_ids)
-
-
 def read_registry(mem_pid: int, descriptor_addr: int) -> Registry:
     try:
         raw = _native.read_registry(mem_pid, descriptor_addr)
@@ -88,10 +71,10 @@ def read_registry(mem_pid: int, descriptor_addr: int) -> Registry:
             "the shim in this process is inert (its options were rejected at start: "
             "see the process's stderr); restart it with valid UNREACHABLE_MALLOC_OPTIONS"
         )
-    allocs, stack_ids = _sorted_by_address(raw["allocs"], raw["stack_ids"])
+    # The native reader returns entries in address order, duplicates dropped.
     return Registry(
-        allocs=allocs,
-        stack_ids=stack_ids,
+        allocs=memoryview(raw["allocs"]).cast("Q"),
+        stack_ids=memoryview(raw["stack_ids"]).cast("I"),
         threads=[ThreadSlot(*t) for t in raw["threads"]],
         locked_shards=list(raw["locked_shards"]),
         helper_tid=raw["helper_tid"],

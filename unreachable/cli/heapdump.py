@@ -6,8 +6,11 @@ import argparse
 import json
 import sys
 
+from unreachable.cli.output import add_output_options, chosen_format, write_output
 from unreachable.cli.scan import _pid
-from unreachable.errors import ScanError
+from unreachable.errors import InvalidArgument, ScanError
+from unreachable.report.collapsed import heapdump_to_collapsed
+from unreachable.report.pprof import heapdump_to_pprof
 from unreachable.rpc.options import add_remote_options
 
 
@@ -18,8 +21,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Capture PID briefly and print its live allocations grouped by "
         "(size, backtrace), like malloc_debug's get_malloc_leak_info / dumpheap.",
     )
-    p.add_argument("pid", type=_pid, help="process started under the shim")
-    p.add_argument("--json", action="store_true", help="write the dump as JSON")
+    p.add_argument("pid", type=_pid, nargs="?", help="process started under the shim")
+    p.add_argument(
+        "--file",
+        metavar="DUMP",
+        help="read a heap dump file (v1.0, v1.1 or v1.2) instead of a live process",
+    )
+    p.add_argument("--json", action="store_true", help="same as --format json")
+    add_output_options(p, ("text", "json", "collapsed", "pprof"))
     p.add_argument("--progress-json", action="store_true", help=argparse.SUPPRESS)
     add_remote_options(p)
     p.set_defaults(handler=handle)
@@ -40,10 +49,31 @@ def _remote(args: argparse.Namespace):  # noqa: ANN202 - HeapDump, imported lazi
     return heapdump_to_model(reply)
 
 
+def _from_file(args: argparse.Namespace, fmt: str) -> int:
+    from unreachable.heapdump.dump_format import DumpFormatError
+    from unreachable.heapdump.viewer import render_dump
+
+    if fmt == "json":
+        raise InvalidArgument("--file prints text, collapsed or pprof")
+    try:
+        data = render_dump(args.file, fmt)
+    except DumpFormatError as e:
+        raise InvalidArgument(f"{args.file}: not a heap dump: {e}") from None
+    except OSError as e:
+        raise InvalidArgument(f"cannot read {args.file}: {e.strerror or e}") from None
+    write_output(data, args.output)
+    return 0
+
+
 def handle(args: argparse.Namespace) -> int:
     from unreachable.heapdump.live import heap_dump
     from unreachable.heapdump.report import format_json, format_text
 
+    fmt = chosen_format(args)
+    if (args.pid is None) == (args.file is None):
+        raise InvalidArgument("heapdump: give either PID or --file DUMP")
+    if args.file:
+        return _from_file(args, fmt)
     if args.remote:
         dump = _remote(args)
     else:
@@ -54,6 +84,13 @@ def handle(args: argparse.Namespace) -> int:
                 error = {"error": e.grpc_status, "message": str(e)}
                 sys.stderr.write(json.dumps(error) + "\n")
             raise
-    sys.stdout.write(format_json(dump) if args.json else format_text(dump))
-    sys.stdout.flush()
+    if fmt == "json":
+        data: str | bytes = format_json(dump)
+    elif fmt == "collapsed":
+        data = heapdump_to_collapsed(dump)
+    elif fmt == "pprof":
+        data = heapdump_to_pprof(dump)
+    else:
+        data = format_text(dump)
+    write_output(data, args.output)
     return 0

@@ -8,8 +8,12 @@ import sys
 import time
 from collections.abc import Callable
 
+from unreachable.cli.output import add_output_options, chosen_format, write_output
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, ScanError
+from unreachable.report.collapsed import report_to_collapsed
 from unreachable.report.json_report import format_json
+from unreachable.report.model import ScanReport
+from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
 from unreachable.rpc.options import add_remote_options
 from unreachable.scan import ScanOptions, scan
@@ -44,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Exit status: 0 no leak, 1 leaks found, 2 the scan could not be done.",
     )
     p.add_argument("pid", type=_pid, help="process started under the shim")
-    p.add_argument("--json", action="store_true", help="write the report as JSON")
+    p.add_argument("--json", action="store_true", help="same as --format json")
+    add_output_options(p, FORMATS)
     p.add_argument(
         "--contents", action="store_true", help="include the first 32 bytes of each leak"
     )
@@ -80,7 +85,21 @@ def _progress_json(started: float) -> Callable[[str], None]:
     return note
 
 
+FORMATS = ("text", "json", "collapsed", "pprof")
+
+
+def render(report: ScanReport, fmt: str) -> str | bytes:
+    if fmt == "json":
+        return format_json(report)
+    if fmt == "collapsed":
+        return report_to_collapsed(report)
+    if fmt == "pprof":
+        return report_to_pprof(report)
+    return format_report(report)
+
+
 def handle(args: argparse.Namespace) -> int:
+    chosen_format(args)  # reject contradictory flags before touching the target
     options = ScanOptions(limit=args.limit, contents=args.contents, snapshot=args.snapshot)
     if args.remote:
         from unreachable.rpc.scan_client import remote_scan
@@ -95,8 +114,8 @@ def handle(args: argparse.Namespace) -> int:
             error = {"error": e.grpc_status, "message": str(e)}
             sys.stderr.write(json.dumps(error) + "\n")
             raise
-    sys.stdout.write(format_json(report) if args.json else format_report(report))
-    sys.stdout.flush()
-    if not args.json and sys.stderr.isatty():
+    fmt = chosen_format(args)
+    write_output(render(report, fmt), args.output)
+    if fmt == "text" and sys.stderr.isatty():
         print(format_summary(report), file=sys.stderr)
     return EXIT_LEAKS if report.leak_count else EXIT_NO_LEAKS

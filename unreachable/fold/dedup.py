@@ -2,15 +2,17 @@
 
 Leaks are taken in address order; the first leak of each backtrace keeps its
 own address and size and absorbs the others into its similar_* fields. Leaks
-without a backtrace are never merged. The result is sorted by total size.
+without a backtrace are never merged. The result is sorted by total size
+(largest first, then by address) and cut to `limit`.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from unreachable.allocations.registry import Registry
-from unreachable.sweep.mark import FoldedLeak
+from unreachable.sweep.mark import LEAK_RECORD
 
 
 @dataclass(slots=True)
@@ -30,24 +32,38 @@ class Leak:
         return self.size + self.referenced_size + self.similar_size + self.similar_referenced_size
 
 
-def dedup(folded: list[FoldedLeak], registry: Registry, limit: int) -> list[Leak]:
+def dedup(
+    leaks: bytes, registry: Registry, limit: int, excluded: frozenset[int] = frozenset()
+) -> list[Leak]:
+    """leaks: packed LEAK_RECORDs in address order (sweep.mark.SweepResult.leaks)."""
+    if limit <= 0:
+        return []
+    allocs, stack_ids = registry.allocs, registry.stack_ids
     by_stack: dict[int, Leak] = {}
-    out: list[Leak] = []
-    for f in sorted(folded, key=lambda f: registry.begin(f.index)):
-        stack_id = registry.stack_ids[f.index]
-        size = registry.size(f.index)
-        first = by_stack.get(stack_id) if stack_id else None
-        if first is None:
-            leak = Leak(
-                registry.begin(f.index), size, stack_id, f.referenced_count, f.referenced_size
-            )
-            out.append(leak)
-            if stack_id:
-                by_stack[stack_id] = leak
-        else:
-            first.similar_count += 1
-            first.similar_size += size
-            first.similar_referenced_count += f.referenced_count
-            first.similar_referenced_size += f.referenced_size
+    # Leaks without a backtrace can be millions: keep only the `limit` largest
+    # in a min-heap keyed (total, -address) instead of building them all.
+    plain: list[tuple[int, int, int, int, int]] = []
+    for index, _, ref_count, ref_size in LEAK_RECORD.iter_unpack(leaks):
+        if index in excluded:
+            continue
+        size = allocs[2 * index + 1]
+        stack_id = stack_ids[index]
+        if stack_id:
+            first = by_stack.get(stack_id)
+            if first is None:
+                by_stack[stack_id] = Leak(allocs[2 * index], size, stack_id, ref_count, ref_size)
+            else:
+                first.similar_count += 1
+                first.similar_size += size
+                first.similar_referenced_count += ref_count
+                first.similar_referenced_size += ref_size
+            continue
+        key = (size + ref_size, -allocs[2 * index], index, ref_count, ref_size)
+        if len(plain) < limit:
+            heapq.heappush(plain, key)
+        elif key > plain[0]:
+            heapq.heapreplace(plain, key)
+    out = list(by_stack.values())
+    out += [Leak(-neg_begin, allocs[2 * i + 1], 0, rc, rs) for _, neg_begin, i, rc, rs in plain]
     out.sort(key=lambda leak: (-leak.total_size, leak.begin))
     return out[:limit]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass
 
@@ -9,24 +10,27 @@ from unreachable import _native
 from unreachable.allocations.registry import Registry
 from unreachable.roots.classify import Roots
 
-
-@dataclass(frozen=True, slots=True)
-class FoldedLeak:
-    """One member of a dominator component of the unreachable graph."""
-
-    index: int  # into the registry
-    referenced_count: int
-    referenced_size: int
+LEAK_RECORD = struct.Struct("<IIQQ")  # index, reserved, referenced_count, referenced_size
 
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    unreachable: list[int]  # registry indices of every unreachable allocation
-    leaks: list[FoldedLeak]
+    unreachable_count: int  # every unreachable allocation
+    unreachable_bytes: int
+    # One record per member of a dominator component of the unreachable
+    # graph, in address order (LEAK_RECORD). Kept packed: a heap with a
+    # million leaks must not become a million Python objects.
+    leaks: bytes
+    excluded: frozenset[int]  # registry indices never to report (in-flight blocks)
     bytes_scanned: int
     pages_skipped: int
     mark_ms: float
     fold_ms: float
+
+
+def _index_of(registry: Registry, addr: int) -> int | None:
+    i = bisect.bisect_left(range(registry.count), addr, key=registry.begin)
+    return i if i < registry.count and registry.begin(i) == addr else None
 
 
 def sweep(mem_pid: int, registry: Registry, roots: Roots, register_words: bytes) -> SweepResult:
@@ -37,17 +41,18 @@ def sweep(mem_pid: int, registry: Registry, roots: Roots, register_words: bytes)
     ranges = list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
     packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
     raw = _native.sweep(mem_pid, registry.allocs.cast("B"), packed_ranges, register_words)
-    unreachable = [
-        i for i in memoryview(raw["unreachable"]).cast("I") if registry.begin(i) not in inflight
-    ]
-    leaks = [
-        FoldedLeak(i, count, size)
-        for i, _, count, size in struct.iter_unpack("<IIQQ", raw["leaks"])
-        if registry.begin(i) not in inflight
-    ]
+    excluded = frozenset(i for p in inflight if (i := _index_of(registry, p)) is not None)
+    count = len(raw["unreachable"]) // 4
+    total = raw["unreachable_bytes"]
+    if excluded:
+        dropped = [i for i in memoryview(raw["unreachable"]).cast("I") if i in excluded]
+        count -= len(dropped)
+        total -= sum(registry.size(i) for i in dropped)
     return SweepResult(
-        unreachable=unreachable,
-        leaks=leaks,
+        unreachable_count=count,
+        unreachable_bytes=total,
+        leaks=raw["leaks"],
+        excluded=excluded,
         bytes_scanned=raw["bytes_scanned"],
         pages_skipped=raw["pages_skipped"],
         mark_ms=raw["mark_ns"] / 1e6,

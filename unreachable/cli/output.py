@@ -1,0 +1,42 @@
+"""Write a command's result to stdout or to -o FILE, text or binary alike."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from unreachable.errors import InvalidArgument
+
+
+def add_output_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) -> None:
+    p.add_argument(
+        "--format",
+        choices=formats,
+        default=None,
+        help="output format (collapsed: flamegraph.pl/speedscope; pprof: gzip'ed profile.proto)",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+
+def chosen_format(args: argparse.Namespace) -> str:
+    if args.format and getattr(args, "json", False) and args.format != "json":
+        raise InvalidArgument(f"--json and --format {args.format} contradict each other")
+    return args.format or ("json" if getattr(args, "json", False) else "text")
+
+
+def write_output(data: str | bytes, path: str | None) -> None:
+    if path:
+        try:
+            with open(path, "wb") as f:
+                f.write(data.encode() if isinstance(data, str) else data)
+        except OSError as e:
+            raise InvalidArgument(f"cannot write {path}: {e.strerror or e}") from None
+        return
+    if isinstance(data, bytes):
+        if sys.stdout.isatty():
+            raise InvalidArgument("pprof output is binary: use -o FILE or a pipe")
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    sys.stdout.write(data)
+    sys.stdout.flush()
