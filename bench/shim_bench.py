@@ -1,9 +1,12 @@
-"""malloc/free throughput: plain glibc vs the shim, default and backtrace=16.
+"""malloc/free throughput: plain glibc vs the shim, default and backtrace=16,
+then the overhead of each malloc_debug option (docs/malloc_debug.md).
 
 Not a test: prints ops/s (best of several runs, all configurations measured in
-the same run) and the slowdown of each shim configuration against glibc.
+the same run) and the slowdown of each shim configuration against glibc. Only
+the default and backtrace=16 configurations have targets; the malloc_debug
+options are debugging aids and are reported without one.
 
-    python bench/shim_bench.py [--ops N] [--repeat R]
+    python bench/shim_bench.py [--ops N] [--repeat R] [--option-ops N] [--no-options]
 """
 
 from __future__ import annotations
@@ -21,6 +24,27 @@ from tests.support.cbuild import build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
 TARGETS = {"default": 1.3, "backtrace=16": 3.0}
+
+# One configuration per malloc_debug option that costs something per call
+# (the signal-driven ones cost nothing until their signal arrives).
+OPTION_CONFIGS = [
+    "guard",
+    "front_guard",
+    "rear_guard",
+    "fill_on_alloc",
+    "fill_on_free",
+    "fill",
+    "fill=64",
+    "expand_alloc",
+    "free_track",
+    "free_track free_track_backtrace_num_frames=0",
+    "verify_pointers",
+    "leak_track",
+    "record_allocs",
+    "abort_on_error",
+    "check_unreachable_on_signal log_allocator_stats_on_signal",
+    "guard fill free_track verify_pointers backtrace=16",
+]
 
 
 def measure(exe: Path, threads: int, ops: int, shim: Path | None, options: str | None) -> float:
@@ -40,6 +64,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--ops", type=int, default=4_000_000, help="operations per thread")
     ap.add_argument("--repeat", type=int, default=5, help="runs per configuration (best kept)")
+    ap.add_argument(
+        "--option-ops", type=int, default=1_000_000, help="operations per thread, option runs"
+    )
+    ap.add_argument("--no-options", action="store_true", help="skip the malloc_debug options")
     args = ap.parse_args()
 
     exe = build(REPO / "bench" / "programs" / "malloc_bench.c", cflags=["-O2"])
@@ -65,7 +93,27 @@ def main() -> int:
                 ok &= ratio <= target
                 line += f"   slowdown {ratio:5.2f}x (target <= {target}x: {verdict})"
             print(line)
+    if not args.no_options:
+        measure_options(exe, shim, args)
     return 0 if ok else 1
+
+
+def measure_options(exe: Path, shim: Path, args: argparse.Namespace) -> None:
+    """Slowdown of each malloc_debug option against glibc (1 and 2 threads)."""
+    configs: list[tuple[str, Path | None, str | None]] = [("glibc", None, None)]
+    configs += [(opts, shim, opts) for opts in OPTION_CONFIGS]
+    for threads in (1, 2):
+        best = {name: 0.0 for name, _, _ in configs}
+        for _ in range(max(1, args.repeat - 2)):
+            for name, lib, options in configs:
+                rate = measure(exe, threads, args.option_ops, lib, options)
+                best[name] = max(best[name], rate)
+        print(f"malloc_debug options, threads={threads} ({args.option_ops} ops/thread)")
+        for name, _, _ in configs:
+            line = f"  {name:52s} {best[name] / 1e6:8.2f} Mops/s"
+            if name != "glibc":
+                line += f"   slowdown {best['glibc'] / best[name]:6.2f}x"
+            print(line)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 /* A small service that leaks: the demo target of scripts/demo-scan.sh.
  * It keeps a cache (reachable) and forgets a request buffer now and then
  * (unreachable), then idles until killed. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,10 +20,13 @@ static void remember(const char *key) {
   cache = e;
 }
 
+static size_t handled;
+
 static void handle_request(int i) {
   char *buf = malloc(128 + (size_t)i);
-  memset(buf, 'r', 16);
+  snprintf(buf, 128, "request %d", i);
   if (i % 3 == 0) return; /* the bug: an early return forgets to free */
+  handled += strlen(buf);
   free(buf);
 }
 

@@ -14,11 +14,11 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  build-essential binutils libunwind-dev pkg-config python3-dev python3-pip >/dev/null
+  build-essential binutils libunwind-dev pkg-config python3-dev python3-pip systemd >/dev/null
 
 PY=${PYTHON:-python3}
 extra=""
-if [ "${1:-}" = "--test" ]; then extra="[test]"; fi
+if [ "${1:-}" = "--test" ]; then extra="[test,dev]"; fi
 # Build isolation would fetch scikit-build-core again on every install; it is
 # installed once here instead so editable rebuilds are fast and offline.
 $PY -m pip install -q --upgrade "scikit-build-core>=0.10" "cmake>=3.20" ninja

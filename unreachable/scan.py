@@ -11,13 +11,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unreachable.allocations.descriptor import locate_shim, read_descriptor_header
 from unreachable.allocations.registry import read_registry
 from unreachable.capture.stop_world import SnapshotMode, stop_world
-from unreachable.errors import InvalidArgument, TargetNotFound, TargetNotShimmed
+from unreachable.capture.target import open_target, still_running
+from unreachable.errors import InvalidArgument, TargetNotFound
 from unreachable.fold.dedup import dedup
 from unreachable.process.maps import read_maps
-from unreachable.process.status import check_scannable
 from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
@@ -37,14 +36,6 @@ class ScanOptions:
     snapshot: SnapshotMode = "auto"
 
 
-def _command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
 def _read_contents(mem_pid: int, addr: int, size: int) -> bytes:
     fd = os.open(f"/proc/{mem_pid}/mem", os.O_RDONLY)
     try:
@@ -62,32 +53,18 @@ def scan(
         raise InvalidArgument("--limit must be >= 0")
     note = progress or (lambda _stage: None)
     started = time.monotonic()
-    status = check_scannable(pid)
-    shim = locate_shim(pid, read_maps(pid))
-    header = read_descriptor_header(pid, shim.descriptor_addr)
-    if not header.enabled:
-        raise TargetNotShimmed(
-            f"the shim in pid {pid} is inert: its UNREACHABLE_MALLOC_OPTIONS were rejected "
-            "at start (see the process's stderr)"
-        )
-    command = _command_line(pid)
+    target = open_target(pid)
 
     try:
-        with stop_world(
-            pid,
-            helper_tid=header.helper_tid,
-            helper_cmd=header.helper_cmd,
-            mode=options.snapshot,
-            seccomp=status.seccomp,
-        ) as capture:
+        with stop_world(target, options.snapshot) as capture:
             note("captured")
             mem_pid = capture.mem_pid
             mappings = read_maps(mem_pid)
-            registry = read_registry(mem_pid, shim.descriptor_addr)
+            registry = read_registry(mem_pid, target.shim.descriptor_addr)
             note("allocations")
             sps = {t.tid: t.sp for t in capture.threads}
             arena = find_main_arena(mem_pid, mappings)
-            roots = classify(mappings, sps, registry, shim.path, [arena] if arena else [])
+            roots = classify(mappings, sps, registry, target.shim.path, [arena] if arena else [])
             regs = register_words(
                 [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
             ) + dtv_words(mem_pid, roots.dead_stacks)
@@ -101,7 +78,7 @@ def scan(
                 if options.contents
             }
             stack_ids = {leak.stack_id for leak in leaks if leak.stack_id}
-            stacks = read_stacks(mem_pid, shim.descriptor_addr, stack_ids)
+            stacks = read_stacks(mem_pid, target.shim.descriptor_addr, stack_ids)
             snapshot_kind = capture.snapshot
             threads = len(capture.threads)
     except ProcessLookupError:
@@ -109,7 +86,7 @@ def scan(
         raise TargetNotFound(f"process {pid} exited during the scan") from None
     pause_ms = capture.pause_ms
 
-    if not os.path.exists(f"/proc/{pid}"):
+    if not still_running(pid):
         raise TargetNotFound(f"process {pid} exited during the scan")
     frames = Symbolizer(pid, mappings).symbolize(stacks)
     entries = [
@@ -131,7 +108,7 @@ def scan(
     note("done")
     return ScanReport(
         pid=pid,
-        command=command,
+        command=target.command,
         leak_count=result.unreachable_count,
         leak_bytes=result.unreachable_bytes,
         allocation_count=registry.count,

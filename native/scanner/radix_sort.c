@@ -1,5 +1,7 @@
 #include "radix_sort.h"
 
+#include "big_alloc.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +27,12 @@ int ur_radix_sort(uint64_t *keys, uint32_t *vals, size_t n) {
     return 0;
   }
   size_t (*hist)[RADIX] = calloc(NDIGITS, sizeof(*hist));
-  uint64_t *k2 = malloc(n * sizeof(*k2));
-  uint32_t *v2 = vals ? malloc(n * sizeof(*v2)) : NULL;
+  uint64_t *k2 = ur_big_calloc(n, sizeof(*k2));
+  uint32_t *v2 = vals ? ur_big_calloc(n, sizeof(*v2)) : NULL;
   if (!hist || !k2 || (vals && !v2)) {
     free(hist);
-    free(k2);
-    free(v2);
+    ur_big_free(k2);
+    ur_big_free(v2);
     return -ENOMEM;
   }
   /* One read pass builds every digit's histogram. */
@@ -67,7 +69,7 @@ int ur_radix_sort(uint64_t *keys, uint32_t *vals, size_t n) {
     if (vals) memcpy(vals, vsrc, n * sizeof(*vals));
   }
   free(hist);
-  free(k2);
-  free(v2);
+  ur_big_free(k2);
+  ur_big_free(v2);
   return 0;
 }

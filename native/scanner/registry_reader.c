@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "big_alloc.h"
 #include "memory.h"
 #include "native.h"
 #include "radix_sort.h"
@@ -54,17 +55,31 @@ struct entries {
   size_t n, cap;
 };
 
-static int entries_push(struct entries *e, uint64_t begin, uint64_t size, uint32_t stack_id) {
-  if (e->n == e->cap) {
-    size_t cap = e->cap ? e->cap * 2 : 4096;
-    uint64_t *p = realloc(e->pairs, cap * 2 * sizeof(*p));
-    if (!p) return -ENOMEM;
-    e->pairs = p;
-    uint32_t *s = realloc(e->stack_ids, cap * sizeof(*s));
-    if (!s) return -ENOMEM;
-    e->stack_ids = s;
-    e->cap = cap;
+/* The entry arrays can hold tens of millions of entries: huge pages (as the
+ * walker's arrays) keep the kernel's page faulting off the profile. */
+static int entries_reserve(struct entries *e, size_t cap) {
+  if (cap <= e->cap) return 0;
+  uint64_t *p = ur_big_calloc(cap * 2, sizeof(*p));
+  uint32_t *s = ur_big_calloc(cap, sizeof(*s));
+  if (!p || !s) {
+    ur_big_free(p);
+    ur_big_free(s);
+    return -ENOMEM;
   }
+  if (e->n) {
+    memcpy(p, e->pairs, e->n * 2 * sizeof(*p));
+    memcpy(s, e->stack_ids, e->n * sizeof(*s));
+  }
+  ur_big_free(e->pairs);
+  ur_big_free(e->stack_ids);
+  e->pairs = p;
+  e->stack_ids = s;
+  e->cap = cap;
+  return 0;
+}
+
+static int entries_push(struct entries *e, uint64_t begin, uint64_t size, uint32_t stack_id) {
+  if (e->n == e->cap && entries_reserve(e, e->cap ? e->cap * 2 : 4096) < 0) return -ENOMEM;
   e->pairs[2 * e->n] = begin;
   e->pairs[2 * e->n + 1] = size;
   e->stack_ids[e->n] = stack_id;
@@ -78,16 +93,7 @@ static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, 
   uint64_t expected = 0;
   for (uint32_t s = 0; s < nshards; s++)
     if (shards[s].count < MAX_CAPACITY) expected += shards[s].count;
-  if (expected > e->cap) {
-    size_t cap = (size_t)expected + expected / 64 + 16;
-    uint64_t *p = realloc(e->pairs, cap * 2 * sizeof(*p));
-    if (!p) return -ENOMEM;
-    e->pairs = p;
-    uint32_t *ids = realloc(e->stack_ids, cap * sizeof(*ids));
-    if (!ids) return -ENOMEM;
-    e->stack_ids = ids;
-    e->cap = cap;
-  }
+  if (entries_reserve(e, (size_t)expected + expected / 64 + 16) < 0) return -ENOMEM;
   struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
   if (!buf) return -ENOMEM;
   for (uint32_t s = 0; s < nshards; s++) {
@@ -117,10 +123,10 @@ static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, 
 static int sort_by_address(struct entries *e) {
   if (e->n < 2) return 0;
   if (e->n > UINT32_MAX) return -ENOMEM;
-  uint64_t *keys = malloc(e->n * sizeof(*keys));
-  uint32_t *order = malloc(e->n * sizeof(*order));
-  uint64_t *pairs = malloc(e->n * 2 * sizeof(*pairs));
-  uint32_t *ids = malloc(e->n * sizeof(*ids));
+  uint64_t *keys = ur_big_calloc(e->n, sizeof(*keys));
+  uint32_t *order = ur_big_calloc(e->n, sizeof(*order));
+  uint64_t *pairs = ur_big_calloc(e->n * 2, sizeof(*pairs));
+  uint32_t *ids = ur_big_calloc(e->n, sizeof(*ids));
   int rc = -ENOMEM;
   if (!keys || !order || !pairs || !ids) goto out;
   for (size_t i = 0; i < e->n; i++) {
@@ -136,8 +142,8 @@ static int sort_by_address(struct entries *e) {
     ids[k] = e->stack_ids[order[i]];
     k++;
   }
-  free(e->pairs);
-  free(e->stack_ids);
+  ur_big_free(e->pairs);
+  ur_big_free(e->stack_ids);
   e->pairs = pairs;
   e->stack_ids = ids;
   e->n = k;
@@ -145,10 +151,10 @@ static int sort_by_address(struct entries *e) {
   ids = NULL;
   rc = 0;
 out:
-  free(keys);
-  free(order);
-  free(pairs);
-  free(ids);
+  ur_big_free(keys);
+  ur_big_free(order);
+  ur_big_free(pairs);
+  ur_big_free(ids);
   return rc;
 }
 
@@ -248,8 +254,8 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
 out:
   Py_XDECREF(threads);
   Py_XDECREF(locked);
-  free(e.pairs);
-  free(e.stack_ids);
+  ur_big_free(e.pairs);
+  ur_big_free(e.stack_ids);
   free(shards);
   free(slots);
   close(fd);

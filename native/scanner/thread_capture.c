@@ -34,6 +34,8 @@ static void sleep_ns(uint64_t ns) {
   }
 }
 
+static char task_state(pid_t pid, pid_t tid);
+
 int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
   uint64_t deadline = ur_now_ns() + timeout_ns;
   uint64_t backoff = 2000;
@@ -45,6 +47,12 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
       return -errno;
     }
     if (ur_now_ns() >= deadline) return 0;
+    /* A thread of a process being killed can turn zombie without ever
+     * reporting a stop: after the first few milliseconds, look. */
+    if (backoff >= 1000000) {
+      char st = task_state(tid, tid);
+      if (st == 'Z' || st == 'X' || st == 0) return -ESRCH;
+    }
     sleep_ns(backoff);
     if (backoff < 1000000) backoff *= 2;
   }

@@ -7,8 +7,10 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "debug.h"
 #include "shim.h"
 
 static void snapshot(void) {
@@ -24,6 +26,57 @@ static void snapshot(void) {
   }
 }
 
+/*
+ * Two sources of work, two words:
+ *   - the command word (abi.h helper_cmd), written by the external scanner
+ *     with pwrite while the process is stopped; its protocol is unchanged:
+ *     UR_CMD_SNAPSHOT -> clone -> back to UR_CMD_IDLE;
+ *   - ur_g.pending, the bits signal handlers set (UR_REQ_*).
+ *
+ * No request is lost: the helper clears pending (atomic exchange) and runs
+ * what it took BEFORE it sleeps, and it sleeps with futex_waitv on BOTH words
+ * at their idle values (cmd == IDLE, pending == 0). The kernel compares both
+ * values after queueing the waiter, so a handler that sets pending after our
+ * exchange either changes the word before the compare (futex_waitv returns
+ * EAGAIN at once) or finds us queued and its FUTEX_WAKE on pending wakes us.
+ * A scanner's pwrite of the command word is seen the same way: the ptrace
+ * stop interrupts the wait, the restarted wait re-reads the word and returns.
+ * Kernels without futex_waitv (< 5.16): the helper waits on the command
+ * word alone with a 100 ms timeout and the handler also wakes that word, so a
+ * request is at worst 100 ms late.
+ */
+#ifndef __NR_futex_waitv
+#define __NR_futex_waitv 449
+#endif
+
+static void wait_for_work(uint32_t *cmd) {
+  static int no_waitv;
+  int saved = errno;
+  if (!no_waitv) {
+    struct futex_waitv w[2] = {
+        {.val = UR_CMD_IDLE, .uaddr = (uintptr_t)cmd, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
+        {.val = 0, .uaddr = (uintptr_t)&ur_g.pending, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
+    };
+    if (syscall(__NR_futex_waitv, w, 2, 0, NULL, CLOCK_MONOTONIC) >= 0 || errno != ENOSYS) {
+      errno = saved;
+      return;
+    }
+    no_waitv = 1;
+  }
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  syscall(SYS_futex, cmd, FUTEX_WAIT_PRIVATE, UR_CMD_IDLE, &ts, NULL, 0);
+  errno = saved;
+}
+
+void ur_helper_request(uint32_t bits) {
+  int saved = errno;
+  __atomic_fetch_or(&ur_g.pending, bits, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, &ur_g.pending, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  uint32_t *cmd = ur_g.helper_cmd;
+  if (cmd) syscall(SYS_futex, cmd, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  errno = saved;
+}
+
 static void *helper_main(void *arg) {
   (void)arg;
   prctl(PR_SET_NAME, "ur-helper", 0, 0, 0);
@@ -32,13 +85,21 @@ static void *helper_main(void *arg) {
                    __ATOMIC_RELEASE);
   for (;;) {
     uint32_t c = __atomic_load_n(cmd, __ATOMIC_ACQUIRE);
-    if (c == UR_CMD_IDLE) {
-      /* A ptrace interrupt restarts this wait, which re-reads the word. */
-      syscall(SYS_futex, cmd, FUTEX_WAIT_PRIVATE, UR_CMD_IDLE, NULL, NULL, 0);
+    if (c != UR_CMD_IDLE) {
+      if (c == UR_CMD_SNAPSHOT) snapshot();
+      __atomic_store_n(cmd, UR_CMD_IDLE, __ATOMIC_RELEASE);
       continue;
     }
-    if (c == UR_CMD_SNAPSHOT) snapshot();
-    __atomic_store_n(cmd, UR_CMD_IDLE, __ATOMIC_RELEASE);
+    uint32_t req = __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
+    if (req) {
+      /* The helper's own work (dumps, stats, the notify socket) stays out of
+       * the registry: whatever glibc allocates for it is passed through. */
+      ur_tls.busy++;
+      ur_debug_helper_work(req);
+      ur_tls.busy--;
+      continue;
+    }
+    wait_for_work(cmd);
   }
   return NULL;
 }
@@ -51,7 +112,8 @@ void ur_helper_start(void) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
+  /* Room for the dump writers and stdio (malloc_info) besides the snapshot. */
+  pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_t t;
   pthread_create(&t, &attr, helper_main, NULL);
   pthread_attr_destroy(&attr);
@@ -61,5 +123,6 @@ void ur_helper_start(void) {
 void ur_helper_after_fork_child(void) {
   unreachable_descriptor.helper_tid = 0;
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;
+  ur_g.pending = 0; /* the parent's requests are the parent's */
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
 }

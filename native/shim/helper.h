@@ -5,6 +5,17 @@
 #ifndef UR_HELPER_H
 #define UR_HELPER_H
 
+#include <stdint.h>
+
+/* Requests a signal handler posts for the helper (ur_g.pending bits). */
+#define UR_REQ_DUMP_HEAP 1u    /* SIGRTMAX-17: heap dump to <prefix>.<pid>.txt */
+#define UR_REQ_RECORD_DUMP 2u  /* SIGRTMAX-18: record_allocs to its file */
+#define UR_REQ_STATS 4u        /* SIGRTMAX-15: glibc's allocator statistics */
+#define UR_REQ_UNREACHABLE 8u  /* SIGRTMAX-16: ask unreachabled to scan us */
+
+/* Async-signal-safe: post requests and wake the helper. */
+void ur_helper_request(uint32_t bits);
+
 /* Start the helper; safe to call from the constructor or an allocation path. */
 void ur_helper_start(void);
 

@@ -12,27 +12,26 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "debug.h"
+#include "entry.h"
 #include "helper.h"
 #include "registry.h"
 #include "stacks.h"
 #include "threads.h"
 #include "unwind.h"
 
-enum { PROCEED, PASS_THROUGH };
-
-/* Deal with whatever ur_g.slow flags. Returns PROCEED with the thread's slot
- * announced, or PASS_THROUGH when the call must go straight to glibc. */
-static __attribute__((noinline)) int slow_begin(struct ur_thread_slot **out, uint32_t op,
-                                                const void *in, size_t in_size) {
+/* Deal with whatever ur_g.slow flags. */
+__attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_t op,
+                                            const void *in, size_t in_size) {
   for (;;) {
-    if (ur_tls.busy) return PASS_THROUGH;
+    if (ur_tls.busy) return UR_PASS_THROUGH;
     uint32_t f = ur_load32(&ur_g.slow);
     if (f & UR_SLOW_UNINIT) {
       ur_init();
       f = ur_load32(&ur_g.slow);
-      if (f & UR_SLOW_UNINIT) return PASS_THROUGH; /* our own init is allocating */
+      if (f & UR_SLOW_UNINIT) return UR_PASS_THROUGH; /* our own init is allocating */
     }
-    if (f & UR_SLOW_INERT) return PASS_THROUGH;
+    if (f & UR_SLOW_INERT) return UR_PASS_THROUGH;
     if (!ur_tls.slot) ur_thread_attach();
     if (f & UR_SLOW_HELPER) {
       /* Forked child: whoever clears the flag starts the replacement helper;
@@ -54,7 +53,7 @@ static __attribute__((noinline)) int slow_begin(struct ur_thread_slot **out, uin
         continue;
       }
       *out = s;
-      return PROCEED;
+      return UR_PROCEED;
     }
     /* malloc_disable() is in force: step out of the slot and sleep on the gate. */
     ur_leave(s);
@@ -64,21 +63,7 @@ static __attribute__((noinline)) int slow_begin(struct ur_thread_slot **out, uin
   }
 }
 
-/* Returns the announced slot, or NULL to pass the call straight to glibc. */
-static inline __attribute__((always_inline)) struct ur_thread_slot *begin(uint32_t op,
-                                                                         const void *in,
-                                                                         size_t in_size) {
-  struct ur_thread_slot *s = ur_tls.slot;
-  if (UR_LIKELY(s != NULL && !ur_tls.busy)) {
-    ur_announce(s, op, in, in_size);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    if (UR_LIKELY((ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE) == 0)) return s;
-    ur_leave(s);
-  }
-  return slow_begin(&s, op, in, in_size) == PROCEED ? s : NULL;
-}
-
-static __attribute__((noinline)) uint32_t capture(size_t size) {
+__attribute__((noinline)) uint32_t ur_capture(size_t size) {
   if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
   uintptr_t frames[UR_MAX_FRAMES];
   ur_tls.busy++;
@@ -88,29 +73,24 @@ static __attribute__((noinline)) uint32_t capture(size_t size) {
   return id;
 }
 
-static inline uint32_t maybe_capture(size_t size) {
-  if (UR_LIKELY(!ur_g.bt_frames) || !__atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)) return 0;
-  return capture(size);
-}
-
 /* glibc returned p: name it in the slot, register it, leave. */
 static inline void *finish(struct ur_thread_slot *s, void *p, size_t size) {
   if (p) {
     ur_announce_out(s, p, size);
-    ur_registry_insert(p, size, maybe_capture(size));
+    ur_registry_insert(p, size, ur_maybe_capture(size));
   }
   ur_leave(s);
   return p;
 }
 
 static inline void *do_malloc(size_t n) {
-  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_malloc(n);
   return finish(s, __libc_malloc(n), n);
 }
 
 static inline void do_free(void *p) {
-  struct ur_thread_slot *s = begin(UR_OP_FREE, p, 0);
+  struct ur_thread_slot *s = ur_begin(UR_OP_FREE, p, 0);
   if (UR_UNLIKELY(!s)) {
     __libc_free(p);
     return;
@@ -121,15 +101,24 @@ static inline void do_free(void *p) {
 }
 
 static void *do_memalign(size_t align, size_t n) {
-  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_memalign(align, n);
+  struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_memalign(align, n);
   return finish(s, __libc_memalign(align, n), n);
 }
 
-UR_EXPORT void *malloc(size_t n) { return do_malloc(n); }
+UR_EXPORT void *malloc(size_t n) {
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_malloc(n);
+  return do_malloc(n);
+}
 
 UR_EXPORT void free(void *p) {
-  if (p) do_free(p);
+  if (!p) return;
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) {
+    ur_dbg_free(p);
+    return;
+  }
+  do_free(p);
 }
 
 UR_EXPORT void *calloc(size_t n, size_t m) {
@@ -138,7 +127,8 @@ UR_EXPORT void *calloc(size_t n, size_t m) {
     errno = ENOMEM;
     return NULL;
   }
-  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_calloc(n, m);
+  struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_calloc(n, m);
   return finish(s, __libc_calloc(n, m), total);
 }
@@ -146,7 +136,7 @@ UR_EXPORT void *calloc(size_t n, size_t m) {
 /* glibc 2.36 exports malloc_usable_size only as a weak symbol with no
  * __libc_ twin, so find the next definition once. dlsym can allocate; the
  * guard keeps a nested call from recursing into the lookup. */
-static size_t real_usable_size(void *p) {
+size_t ur_real_usable_size(void *p) {
   typedef size_t (*fn_t)(void *);
   static fn_t real;
   static __thread int resolving __attribute__((tls_model("initial-exec")));
@@ -176,21 +166,22 @@ static void *move_block(struct ur_thread_slot *s, void *p, size_t n, size_t old_
   if (!q) return NULL;
   ur_announce_out(s, q, n);
   __builtin_memcpy(q, p, old_usable < n ? old_usable : n);
-  ur_registry_insert(q, n, maybe_capture(n));
+  ur_registry_insert(q, n, ur_maybe_capture(n));
   ur_registry_remove(p);
   __libc_free(p);
   return q;
 }
 
 UR_EXPORT void *realloc(void *p, size_t n) {
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_realloc(p, n);
   if (!p) return do_malloc(n);
   if (n == 0) { /* glibc frees and returns NULL (REALLOC_ZERO_BYTES_FREES) */
     do_free(p);
     return NULL;
   }
-  struct ur_thread_slot *s = begin(UR_OP_REALLOC, p, n);
+  struct ur_thread_slot *s = ur_begin(UR_OP_REALLOC, p, n);
   if (UR_UNLIKELY(!s)) return __libc_realloc(p, n);
-  size_t usable = real_usable_size(p);
+  size_t usable = ur_real_usable_size(p);
   void *q;
   if (n <= usable || usable == 0) {
     /* Fits: glibc shrinks in place (mremap shrinks an mmap'ed chunk in place).
@@ -199,10 +190,10 @@ UR_EXPORT void *realloc(void *p, size_t n) {
     if (q == p) {
       ur_announce_out(s, q, n);
       /* Every realloc re-records the site, as bionic does since P. */
-      ur_registry_set(q, n, maybe_capture(n));
+      ur_registry_set(q, n, ur_maybe_capture(n));
     } else if (q) {
       ur_announce_out(s, q, n);
-      ur_registry_insert(q, n, maybe_capture(n));
+      ur_registry_insert(q, n, ur_maybe_capture(n));
       ur_registry_remove(p);
     }
   } else {
@@ -248,7 +239,8 @@ UR_EXPORT void *aligned_alloc(size_t align, size_t n) {
 }
 
 UR_EXPORT void *valloc(size_t n) {
-  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_memalign((size_t)sysconf(_SC_PAGESIZE), n);
+  struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_valloc(n);
   return finish(s, __libc_valloc(n), n);
 }
@@ -260,10 +252,14 @@ UR_EXPORT void *pvalloc(size_t n) {
     return NULL;
   }
   rounded &= ~(ps - 1); /* the caller owns the whole rounded size */
-  struct ur_thread_slot *s = begin(UR_OP_MALLOC, NULL, 0);
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_memalign(ps, rounded);
+  struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_pvalloc(n);
   return finish(s, __libc_pvalloc(n), rounded);
 }
 
 
-UR_EXPORT size_t malloc_usable_size(void *p) { return real_usable_size(p); }
+UR_EXPORT size_t malloc_usable_size(void *p) {
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_usable_size(p);
+  return ur_real_usable_size(p);
+}

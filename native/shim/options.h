@@ -15,6 +15,11 @@
 #define UR_OPTIONS_ENV "UNREACHABLE_MALLOC_OPTIONS"
 #define UR_DEFAULT_BACKTRACE_FRAMES 16
 #define UR_MAX_OPTIONS 64
+#define UR_OPTION_PATH_MAX 1024 /* the longest value the parser accepts */
+
+/* Linux defaults for bionic's /data/local/tmp paths (docs/malloc_debug.md). */
+#define UR_DEFAULT_DUMP_PREFIX "/tmp/backtrace_heap"
+#define UR_DEFAULT_RECORD_FILE "/tmp/record_allocs.txt"
 
 struct ur_options {
   size_t backtrace_frames;        /* 0 unless a backtrace option was given */
@@ -23,6 +28,26 @@ struct ur_options {
   size_t backtrace_min_size;      /* inclusive range of sizes that get a backtrace */
   size_t backtrace_max_size;
   bool verbose;
+  /* malloc_debug's other options; 0 / false when not given. */
+  size_t front_guard_bytes;       /* rounded up to 16 (the returned alignment) */
+  size_t rear_guard_bytes;
+  size_t fill_on_alloc_bytes;     /* SIZE_MAX: the whole allocation */
+  size_t fill_on_free_bytes;
+  size_t expand_alloc_bytes;
+  size_t free_track_allocations;
+  size_t free_track_backtrace_num_frames;
+  size_t record_allocs;           /* TOTAL_ENTRIES */
+  bool backtrace_dump_on_exit;
+  bool backtrace_full;
+  bool leak_track;
+  bool record_allocs_on_exit;
+  bool verify_pointers;
+  bool abort_on_error;
+  bool check_unreachable_on_signal;
+  bool log_allocator_stats_on_signal;
+  bool log_allocator_stats_on_exit;
+  char backtrace_dump_prefix[UR_OPTION_PATH_MAX];
+  char record_allocs_file[UR_OPTION_PATH_MAX];
   /* Options given that parse but have no implementation yet, by table index,
    * in order of first appearance. */
   unsigned unimplemented[UR_MAX_OPTIONS];

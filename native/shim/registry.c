@@ -164,6 +164,22 @@ int ur_registry_remove(const void *p) {
   return e != NULL;
 }
 
+int ur_registry_take(const void *p, uint64_t *size, uint32_t *stack_id) {
+  uint64_t key = UR_MANGLE(p), hash;
+  struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
+  int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
+  struct ur_entry *e = lookup(s, key, hash);
+  if (e) {
+    *size = e->size;
+    *stack_id = e->stack_id;
+    __atomic_store_n(&e->key, UR_KEY_TOMBSTONE, __ATOMIC_RELEASE);
+    s->count--;
+    s->tombstones++;
+  }
+  ur_unlock(&s->lock, &s->owner_tid, locked);
+  return e != NULL;
+}
+
 int ur_registry_find(const void *p, uint64_t *size, uint32_t *stack_id) {
   uint64_t key = UR_MANGLE(p), hash;
   struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);

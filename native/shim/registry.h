@@ -24,6 +24,9 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id);
 /* Returns 1 if the pointer was registered. */
 int ur_registry_remove(const void *p);
 
+/* Remove and return what was registered (1), or 0 if p was not registered. */
+int ur_registry_take(const void *p, uint64_t *size, uint32_t *stack_id);
+
 /* Look up one pointer; returns 1 and fills size/stack_id if present. */
 int ur_registry_find(const void *p, uint64_t *size, uint32_t *stack_id);
 

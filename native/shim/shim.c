@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "debug.h"
 #include "helper.h"
 #include "lock.h"
 #include "options.h"
@@ -28,7 +29,7 @@ UR_EXPORT struct ur_descriptor unreachable_descriptor = {
     .size = sizeof(struct ur_descriptor),
 };
 
-struct ur_globals ur_g = {.slow = UR_SLOW_UNINIT};
+struct ur_globals ur_g = {.slow = UR_SLOW_UNINIT, .debug = UR_DBG_UNINIT};
 __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
 
 static struct ur_options opts;
@@ -84,11 +85,6 @@ static char *read_options(void) {
   return copy;
 }
 
-static void on_backtrace_signal(int sig) {
-  (void)sig;
-  __atomic_fetch_xor(&ur_g.bt_active, 1, __ATOMIC_RELAXED);
-}
-
 void ur_init(void) {
   uint32_t tid = ur_self_tid(), expected = 0;
   if (!__atomic_compare_exchange_n(&ur_g.init_tid, &expected, tid, 0, __ATOMIC_ACQUIRE,
@@ -101,6 +97,7 @@ void ur_init(void) {
   ur_tls.busy++;
   struct ur_descriptor *d = &unreachable_descriptor;
   uint32_t state = 0; /* the value ur_g.slow takes when we are done */
+  int debug = 0;      /* ur_debug_configure: malloc_debug's per-call options */
   if (ur_region_init() != 0) {
     state = UR_SLOW_INERT;
   } else {
@@ -121,7 +118,8 @@ void ur_init(void) {
     ur_g.bt_active = opts.backtrace;
     ur_g.helper_cmd = ur_region_alloc(sizeof(uint32_t));
     if (ur_registry_init() || ur_threads_init() ||
-        ur_stacks_init(frames ? UR_STACK_CAPACITY : 0, frames) || !ur_g.helper_cmd)
+        ur_stacks_init(frames ? UR_STACK_CAPACITY : 0, frames) || !ur_g.helper_cmd ||
+        (debug = ur_debug_configure(&opts)) < 0)
       state = UR_SLOW_INERT;
   }
   if (!state) {
@@ -140,6 +138,10 @@ void ur_init(void) {
     __atomic_store_n(&d->enabled, 1, __ATOMIC_RELEASE);
   }
   ur_tls.busy--;
+  /* Decided before anyone leaves ur_init: the first blocks already carry
+   * the debug header if they need one. */
+  __atomic_store_n(&ur_g.debug, !(state & UR_SLOW_INERT) && debug > 0 ? UR_DBG_ON : 0,
+                   __ATOMIC_RELEASE);
   __atomic_store_n(&ur_g.slow, state, __ATOMIC_RELEASE);
 }
 
@@ -173,6 +175,7 @@ static void fork_child(void) {
   ur_registry_reset_locks(owner);
   ur_stacks_reset_lock(owner);
   ur_region_after_fork_child();
+  ur_debug_after_fork_child();
   ur_g.multi_lock = ur_g.multi_owner = 0;
   if (!fork_nested && membarrier_ok && ur_tls.slot && ur_tls.slot != &ur_tls.dummy) {
     ur_g.single_slot = ur_tls.slot; /* only this thread survived */
@@ -212,24 +215,22 @@ __attribute__((constructor)) static void ur_constructor(void) {
              ur_options_name(opts.unimplemented[i]));
     log_line(NULL, msg);
   }
-  int bt_signal = SIGRTMAX - 19;
-  if (opts.backtrace_enable_on_signal) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_backtrace_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(bt_signal, &sa, NULL);
-  }
   if (opts.verbose) {
     snprintf(msg, sizeof msg, "%s: malloc debug enabled", prog);
     log_line(NULL, msg);
-    if (opts.backtrace_enable_on_signal) {
-      snprintf(msg, sizeof msg, "%s: Run: 'kill -%d %d' to enable backtracing.", prog, bt_signal,
-               (int)getpid());
-      log_line(NULL, msg);
-    }
   }
+  ur_debug_start(prog); /* signal handlers, the verbose "Run:" lines */
   pthread_atfork(fork_prepare, fork_parent, fork_child);
+  /* The helper's thread (its TLS, its DTV) is the shim's, not the program's:
+   * not registered, so neither a leak to leak_track nor a block to scan. */
+  ur_tls.busy++;
   ur_helper_start();
+  ur_tls.busy--;
+}
+
+/* Process exit: malloc_debug's at-exit work (leak_track, free_track checks,
+ * exit dumps). Runs after the program's own destructors and atexit handlers. */
+__attribute__((destructor)) static void ur_destructor(void) {
+  if (!options_ok || (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT))) return;
+  ur_debug_at_exit();
 }

@@ -39,8 +39,15 @@ void *__libc_pvalloc(size_t n);
  * runs without locks. Cleared (ur_go_multi) before a second thread touches it. */
 #define UR_SLOW_SINGLE 16u
 
+/* ur_g.debug: malloc_debug's per-call options (debug.c). Non-zero sends every
+ * entry point to the debug path; UR_DBG_UNINIT until ur_init has decided. */
+#define UR_DBG_UNINIT 1u
+#define UR_DBG_ON 2u
+
 struct ur_globals {
   uint32_t slow;
+  uint32_t debug;
+  uint32_t pending;      /* signal requests for the helper (helper.h UR_REQ_*) */
   uint32_t excl_tid;     /* thread holding every lock (malloc_disable or fork), 0 if none */
   uint32_t init_tid;     /* thread running ur_init, 0 when none */
   uint32_t bt_frames;    /* backtrace=N (0: no backtrace option) */

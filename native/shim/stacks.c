@@ -97,6 +97,16 @@ size_t ur_stacks_get(uint32_t id, uintptr_t *out, size_t max) {
   return n;
 }
 
+const uint64_t *ur_stacks_frames(uint32_t id, size_t *n) {
+  const struct ur_stack_table *t = ur_g.stacks;
+  if (!t || id == 0 || id >= __atomic_load_n(&t->count, __ATOMIC_ACQUIRE)) {
+    *n = 0;
+    return NULL;
+  }
+  *n = st.counts[id];
+  return &st.frames[(uint64_t)id * t->max_frames];
+}
+
 void ur_stacks_lock(uint32_t tid) { ur_lock_hard(&st.lock, &st.owner, tid); }
 void ur_stacks_unlock(void) { ur_unlock(&st.lock, &st.owner, 1); }
 void ur_stacks_reset_lock(uint32_t owner_tid) {

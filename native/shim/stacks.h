@@ -21,6 +21,9 @@ uint32_t ur_stacks_intern(const uintptr_t *frames, uint32_t nframes);
 /* Copy the frames of an id; returns how many were copied. */
 size_t ur_stacks_get(uint32_t id, uintptr_t *out, size_t max);
 
+/* The frames of a published id, without copying (NULL and 0 for none). */
+const uint64_t *ur_stacks_frames(uint32_t id, size_t *n);
+
 void ur_stacks_lock(uint32_t tid);
 void ur_stacks_unlock(void);
 void ur_stacks_reset_lock(uint32_t owner_tid);

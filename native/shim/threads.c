@@ -7,6 +7,7 @@
 
 #include <linux/membarrier.h>
 
+#include "debug.h"
 #include "lock.h"
 #include "region.h"
 
@@ -22,6 +23,7 @@ static struct {
  * announce through this slot, so the scanner honours op in any state. */
 static void on_thread_exit(void *v) {
   struct ur_thread_slot *s = v;
+  ur_debug_thread_done(); /* record_allocs: "TID: thread_done 0x0" */
   __atomic_store_n(&s->state, UR_THREAD_EXITED, __ATOMIC_RELEASE);
 }
 

@@ -10,6 +10,9 @@ import pytest
 
 from tests.shim.support import program, run_ok
 
+# malloc_debug options take the debug entry path (debug.c): same registry.
+DEBUG_OPTIONS = "guard fill expand_alloc free_track=10 verify_pointers record_allocs=100000"
+
 
 def test_every_entry_point(shim: Path) -> None:
     assert run_ok(program("entry_points.c"), shim=shim) == "OK\n"
@@ -17,6 +20,12 @@ def test_every_entry_point(shim: Path) -> None:
 
 def test_entry_points_with_backtraces(shim: Path) -> None:
     assert run_ok(program("entry_points.c"), shim=shim, options="backtrace=32") == "OK\n"
+
+
+@pytest.mark.parametrize("options", ["guard", "DEBUG"])
+def test_entry_points_with_debug_options(shim: Path, options: str) -> None:
+    opts = DEBUG_OPTIONS if options == "DEBUG" else options
+    assert run_ok(program("entry_points.c"), shim=shim, options=opts) == "OK\n"
 
 
 def test_concurrent_threads_and_exact_registry(shim: Path) -> None:
@@ -28,7 +37,12 @@ def test_threads_with_backtraces(shim: Path) -> None:
     assert run_ok(program("threads.c"), shim=shim, options="bt=8").startswith("OK ")
 
 
-@pytest.mark.parametrize("options", ["", "backtrace"])
+def test_threads_with_debug_options(shim: Path) -> None:
+    opts = DEBUG_OPTIONS + " bt=8"
+    assert run_ok(program("threads.c"), shim=shim, options=opts).startswith("OK ")
+
+
+@pytest.mark.parametrize("options", ["", "backtrace", DEBUG_OPTIONS])
 def test_fork_from_multithreaded_program(shim: Path, options: str) -> None:
     assert run_ok(program("fork.c"), shim=shim, options=options) == "OK\n"
 

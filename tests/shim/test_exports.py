@@ -14,6 +14,8 @@ EXPECTED_FUNCS = {
     "aligned_alloc", "valloc", "pvalloc", "malloc_usable_size",
     "malloc_iterate", "malloc_disable", "malloc_enable", "malloc_backtrace",
     "get_malloc_leak_info", "free_malloc_leak_info",
+    # libmemunreachable's C interface (memunreachable.h) and its C++ header's entry point
+    "LogUnreachableMemory", "NoLeaks", "unreachable_lmu_scan", "unreachable_lmu_release",
 }  # fmt: skip
 
 

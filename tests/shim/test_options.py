@@ -52,20 +52,14 @@ ERRORS = [
     ("fill_on_free=-5", "bad value for option 'fill_on_free', value cannot be negative: -5"),
 ]
 
-ALL_UNIMPLEMENTED = (
+ALL_OPTIONS = (
     "guard front_guard=16 rear_guard bt_dmp_on_ex bt_dmp_pre=/tmp/x bt_full fill=10 "
     "fill_on_alloc fill_on_free expand_alloc free_track=5 free_track_backtrace_num_frames=0 "
     "leak_track record_allocs record_allocs_file=/tmp/r record_allocs_on_exit verify_pointers "
     "abort_on_error check_unreachable_on_signal log_allocator_stats_on_signal "
     "log_allocator_stats_on_exit"
 )
-UNIMPLEMENTED_NAMES = [
-    "guard", "front_guard", "rear_guard", "backtrace_dump_on_exit", "backtrace_dump_prefix",
-    "backtrace_full", "fill", "fill_on_alloc", "fill_on_free", "expand_alloc", "free_track",
-    "free_track_backtrace_num_frames", "leak_track", "record_allocs", "record_allocs_file",
-    "record_allocs_on_exit", "verify_pointers", "abort_on_error", "check_unreachable_on_signal",
-    "log_allocator_stats_on_signal", "log_allocator_stats_on_exit",
-]  # fmt: skip
+SIZE_MAX_STR = str(2**64 - 1)
 
 
 def parse(options: str) -> subprocess.CompletedProcess[str]:
@@ -107,10 +101,35 @@ SIZE_MAX = str(2**64 - 1)
         ("bt_min_sz=10 bt_max_sz=20", {"min": "10", "max": "20"}),
         ("backtrace_min_size=010", {"min": "10"}),  # base 10, not octal
         ("bt_max_sz=" + str(2**63 - 1), {"max": str(2**63 - 1)}),
-        ("free_track_backtrace_num_frames=0", {"unimplemented": "free_track_backtrace_num_frames"}),
+        ("free_track_backtrace_num_frames=0", {"ft_frames": "0", "free_track": "0"}),
         ("verbose", {"verbose": "1", "unimplemented": ""}),
-        ("guard guard=8 bt_full", {"unimplemented": "guard,backtrace_full"}),
-        (ALL_UNIMPLEMENTED, {"unimplemented": ",".join(UNIMPLEMENTED_NAMES)}),
+        # guards: the front one padded to 16 so pointers stay aligned
+        ("guard", {"front": "32", "rear": "32"}),
+        ("guard guard=8 bt_full", {"front": "16", "rear": "8", "full": "1"}),
+        ("front_guard=17", {"front": "32", "rear": "0"}),
+        ("rear_guard=17", {"front": "0", "rear": "17"}),
+        ("fill", {"fill_alloc": SIZE_MAX_STR, "fill_free": SIZE_MAX_STR}),
+        ("fill_on_alloc=10", {"fill_alloc": "10", "fill_free": "0"}),
+        ("fill_on_free", {"fill_alloc": "0", "fill_free": SIZE_MAX_STR}),
+        ("expand_alloc", {"expand": "16"}),
+        # free_track turns on fill_on_free (whole) and 16 free frames unless set before
+        ("free_track", {"free_track": "100", "fill_free": SIZE_MAX_STR, "ft_frames": "16"}),
+        ("fill_on_free=8 free_track=3", {"free_track": "3", "fill_free": "8"}),
+        ("free_track free_track_backtrace_num_frames=0", {"ft_frames": "0"}),
+        ("free_track_backtrace_num_frames=0 free_track", {"ft_frames": "16"}),
+        ("record_allocs", {"record": "8000000", "record_file": "/tmp/record_allocs.txt"}),
+        ("record_allocs=5 record_allocs_file=/x/y", {"record": "5", "record_file": "/x/y"}),
+        ("bt bt_dmp_pre=/a/b bt_dmp_on_ex", {"prefix": "/a/b", "dump_on_exit": "1"}),
+        ("bt_dmp_pre", {"prefix": "/tmp/backtrace_heap"}),
+        (
+            ALL_OPTIONS,
+            {
+                "unimplemented": "", "leak_track": "1", "verify": "1", "abort": "1",
+                "unreachable": "1", "stats_signal": "1", "stats_exit": "1",
+                "record_on_exit": "1", "front": "16", "rear": "32", "expand": "16",
+                "ft_frames": "0", "free_track": "5", "prefix": "/tmp/x", "record_file": "/tmp/r",
+            },
+        ),  # fmt: skip
     ],
 )
 def test_parser_values(options: str, expected: dict[str, str]) -> None:
@@ -140,15 +159,14 @@ def test_valid_options_are_quiet(shim: Path, options: str) -> None:
     assert result.stderr == ""
 
 
-def test_unimplemented_options_are_announced_and_ignored(shim: Path) -> None:
+def test_every_option_is_implemented(shim: Path) -> None:
     exe = descriptor_program()
-    result = run(exe, ALL_UNIMPLEMENTED, shim=shim, options=ALL_UNIMPLEMENTED)
+    opts = ALL_OPTIONS.replace("abort_on_error ", "")  # leak_track reports at exit
+    result = run(exe, opts, shim=shim, options=opts)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == "OK\n"
-    assert result.stderr.splitlines() == [
-        f"unreachable: option '{name}' is not implemented yet; ignored"
-        for name in UNIMPLEMENTED_NAMES
-    ]
+    assert "not implemented" not in result.stderr
+    assert "malloc_debug: +++ " in result.stderr  # leak_track's list at exit
 
 
 def test_verbose(shim: Path) -> None:
@@ -173,7 +191,8 @@ def test_verbose_names_the_signal(shim: Path) -> None:
     sig = int(signal.SIGRTMAX) - 19  # glibc's SIGRTMAX, as the shim computes it
     assert err.splitlines() == [
         f"unreachable: {exe}: malloc debug enabled",
-        f"unreachable: {exe}: Run: 'kill -{sig} {proc.pid}' to enable backtracing.",
+        f"malloc_debug: {exe}: Run: 'kill -{sig} {proc.pid}' to enable backtracing.",
+        f"malloc_debug: {exe}: Run: 'kill -{sig + 2} {proc.pid}' to dump the backtrace.",
     ]
 
 

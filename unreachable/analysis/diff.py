@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frames import Frame, frame_to_dict
 
 FrameKey = tuple[str, int]
 StackKey = tuple[FrameKey, ...]
@@ -205,18 +205,7 @@ def diff_to_dict(old: Snapshot, new: Snapshot, rows: list[DiffRow]) -> dict[str,
                 "after_bytes": r.after_bytes,
                 "delta_count": r.delta_count,
                 "delta_bytes": r.delta_bytes,
-                "backtrace": [
-                    {
-                        "pc": f.pc,
-                        "map": f.map,
-                        "rel_pc": f.rel_pc,
-                        "function": f.function,
-                        "offset": f.offset,
-                        "file": f.file,
-                        "line": f.line,
-                    }
-                    for f in r.frames
-                ],
+                "backtrace": [frame_to_dict(f) for f in r.frames],
             }
             for r in rows
         ],

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from unreachable import _native
+from unreachable.capture.target import Target, still_running
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
 
 SnapshotMode = Literal["auto", "fork", "stopped"]
@@ -50,7 +51,7 @@ class Capture:
 
 
 def _translate(pid: int, e: OSError) -> Exception:
-    if isinstance(e, ProcessLookupError):
+    if isinstance(e, ProcessLookupError) or not still_running(pid):
         return TargetNotFound(f"process {pid} exited before or during the scan")
     if isinstance(e, PermissionError):
         return TargetPermissionDenied(f"cannot stop pid {pid}: {e.strerror or e}")
@@ -58,9 +59,10 @@ def _translate(pid: int, e: OSError) -> Exception:
 
 
 @contextmanager
-def stop_world(
-    pid: int, *, helper_tid: int, helper_cmd: int, mode: SnapshotMode, seccomp: int
-) -> Iterator[Capture]:
+def stop_world(target: Target, mode: SnapshotMode) -> Iterator[Capture]:
+    pid = target.pid
+    helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
+    seccomp = target.status.seccomp
     session = _native.Session(pid)
     try:
         try:

@@ -12,6 +12,7 @@ from unreachable.cli.output import add_output_options, chosen_format, write_outp
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, ScanError
 from unreachable.report.collapsed import report_to_collapsed
 from unreachable.report.json_report import format_json
+from unreachable.report.lmu import format_lmu
 from unreachable.report.model import ScanReport
 from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
@@ -85,7 +86,7 @@ def _progress_json(started: float) -> Callable[[str], None]:
     return note
 
 
-FORMATS = ("text", "json", "collapsed", "pprof")
+FORMATS = ("text", "json", "collapsed", "pprof", "lmu")
 
 
 def render(report: ScanReport, fmt: str) -> str | bytes:
@@ -95,6 +96,8 @@ def render(report: ScanReport, fmt: str) -> str | bytes:
         return report_to_collapsed(report)
     if fmt == "pprof":
         return report_to_pprof(report)
+    if fmt == "lmu":  # for the shim's memunreachable.h interface
+        return format_lmu(report)
     return format_report(report)
 
 

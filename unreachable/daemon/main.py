@@ -14,13 +14,11 @@ os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "0"
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
-import dataclasses  # noqa: E402
-import logging  # noqa: E402
 import sys  # noqa: E402
 import tomllib  # noqa: E402
 from typing import Any  # noqa: E402
 
-from unreachable.daemon.config import Config, ConfigError  # noqa: E402
+from unreachable.daemon.config import Config, ConfigError, values_from_toml  # noqa: E402
 
 
 def _mode(text: str) -> int:
@@ -77,6 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--scan-timeout", type=float, default=s, metavar="SECONDS")
     p.add_argument("--max-concurrent-scans", type=int, default=s, metavar="N")
+    p.add_argument(
+        "--history",
+        default=s,
+        metavar="FILE",
+        help="SQLite history of scans ('' = none; default $STATE_DIRECTORY/history.sqlite)",
+    )
+    p.add_argument(
+        "--metrics",
+        default=s,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics here (loopback only; port 0 picks one)",
+    )
+    p.add_argument(
+        "--journal-socket",
+        default=s,
+        metavar="PATH",
+        help=f"send structured log records here when it exists ('' = never; {d.journal_socket})",
+    )
     p.add_argument("--log-level", default=s, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     return p
 
@@ -85,20 +101,13 @@ def load_config(argv: list[str] | None = None) -> Config:
     args = vars(build_parser().parse_args(argv))
     path = args.pop("config", None)
     values: dict[str, Any] = {}
-    fields = {f.name: f for f in dataclasses.fields(Config)}
     if path:
         try:
             with open(path, "rb") as f:
                 data = tomllib.load(f)
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"cannot read {path}: {e}") from None
-        for key, value in data.items():
-            name = key.replace("-", "_")
-            if name not in fields:
-                raise ConfigError(f"{path}: unknown setting {key!r}")
-            if name.endswith("_mode") and isinstance(value, str):
-                value = int(value, 8)
-            values[name] = value
+        values = values_from_toml(data, path)
     values.update(args)
     config = Config(**values)
     config.validate()
@@ -111,11 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"unreachabled: error: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=config.log_level,
-        format="unreachabled: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from unreachable.daemon.journal import setup_logging
+
+    setup_logging(config.log_level, config.journal_socket)
     from unreachable.daemon.server import serve
 
     try:

@@ -1,70 +1,79 @@
 """Scans that nobody waits on: asked for through the notify socket or scheduled.
 
-Each is logged with libmemunreachable's summary line and published to the
-Watch hub. One pending request per pid: asking again while one is queued or
-running is answered BUSY.
+Each result goes to the Monitor (history, growth, log with journal fields,
+metrics, Watch). One pending request per pid: asking again while one is
+queued or running is answered BUSY.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
+from collections.abc import Callable
 
+from unreachable.daemon.matching import ProcessInfo, read_process
+from unreachable.daemon.monitor import TRIGGER_NAMES, Monitor
 from unreachable.daemon.scans import ScanFailed, ScanRunner
-from unreachable.daemon.watch import WatchHub
-from unreachable.report.text import format_summary
-from unreachable.rpc.convert import report_from_dict, report_to_model
-from unreachable.v1 import unreachable_pb2 as pb
 
 log = logging.getLogger("unreachabled.reports")
-TRIGGER_NAMES = {pb.TRIGGER_SIGNAL: "signal", pb.TRIGGER_SCHEDULED: "scheduled"}
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode(errors="replace").strip("\0\n")
-    except OSError:
-        return ""
+# Called when a requested scan ends: (True, "") or (False, the reason).
+Done = Callable[[bool, str], None]
 
 
 class ReportProducer:
-    def __init__(self, runner: ScanRunner, hub: WatchHub, *, contents: bool) -> None:
+    def __init__(self, runner: ScanRunner, monitor: Monitor, *, contents: bool) -> None:
         self._runner = runner
-        self._hub = hub
+        self._monitor = monitor
         self._contents = contents
         self._pending: dict[int, asyncio.Task[None]] = {}
 
-    def request(self, pid: int, trigger: int) -> bool:
+    def request(
+        self, pid: int, trigger: int, info: ProcessInfo | None = None, done: Done | None = None
+    ) -> bool:
         if pid in self._pending:
             return False
-        task = asyncio.create_task(self._scan(pid, trigger))
+        task = asyncio.create_task(self._scan(pid, trigger, info, done))
         self._pending[pid] = task
         task.add_done_callback(lambda _t: self._pending.pop(pid, None))
         return True
+
+    def pending(self, pid: int) -> bool:
+        return pid in self._pending
 
     async def close(self) -> None:
         for task in list(self._pending.values()):
             task.cancel()
         await asyncio.gather(*self._pending.values(), return_exceptions=True)
 
-    async def _scan(self, pid: int, trigger: int) -> None:
+    async def _scan(
+        self, pid: int, trigger: int, info: ProcessInfo | None, done: Done | None
+    ) -> None:
         how = TRIGGER_NAMES.get(trigger, "?")
-        name = _read(f"/proc/{pid}/comm")
-        argv0 = _read(f"/proc/{pid}/cmdline").split("\0", 1)[0]
+        if info is None:
+            info = read_process(pid)
+        ok, message = False, ""
         try:
-            report = await self._runner.scan(pid, contents=self._contents)
-        except ScanFailed as e:
-            log.warning("%s scan of pid %d failed: %s", how, pid, e.message)
-            return
-        except Exception:  # noqa: BLE001 - a background task must not die silently
+            if info is None:
+                message = f"pid {pid} is gone"
+                return
+            started = time.monotonic()
+            try:
+                report = await self._runner.scan(pid, contents=self._contents)
+            except ScanFailed as e:
+                message = e.message
+                if done is None:  # the scheduler logs its own failures, once
+                    log.warning("%s scan of pid %d failed: %s", how, pid, e.message)
+                self._monitor.failed(info, trigger, message)
+                return
+            ok = True
+            self._monitor.scanned(info, trigger, report, time.monotonic() - started)
+        except asyncio.CancelledError:
+            message = "cancelled"
+            raise
+        except Exception as e:  # noqa: BLE001 - a background task must not die silently
+            ok, message = False, f"{type(e).__name__}: {e}"
             log.exception("%s scan of pid %d failed", how, pid)
-            return
-        proto = report_from_dict(report)
-        summary = format_summary(report_to_model(proto))
-        log.info("%s scan: %s", how, summary)
-        event = pb.WatchEvent(trigger=trigger, name=name, summary=summary, report=proto)
-        event.time.FromNanoseconds(time.time_ns())
-        self._hub.publish(event, os.path.basename(argv0))
+        finally:
+            if done is not None:
+                done(ok, message)

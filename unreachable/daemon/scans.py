@@ -55,7 +55,9 @@ class ScanRunner:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
         self._procs: set[asyncio.subprocess.Process] = set()
-        env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "UNREACHABLE_DEBUG")}
+        # Not for the scanner: the shim, and systemd's notify/watchdog (the daemon's own).
+        skip = ("LD_PRELOAD", "UNREACHABLE_DEBUG", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC")
+        env = {k: v for k, v in os.environ.items() if k not in skip}
         env["PYTHONUNBUFFERED"] = "1"
         self._env = env
 

@@ -14,6 +14,7 @@ import grp
 import logging
 import os
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
 
 import grpc
@@ -21,11 +22,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from unreachable.daemon.config import Config, ConfigError
+from unreachable.daemon.history import MEMORY, History
+from unreachable.daemon.metrics import Metrics
+from unreachable.daemon.monitor import Monitor
 from unreachable.daemon.notify import NotifyListener
 from unreachable.daemon.producer import ReportProducer
 from unreachable.daemon.scans import ScanFailed, ScanRunner
-from unreachable.daemon.schedule import run_schedule
-from unreachable.daemon.sdnotify import sd_notify
+from unreachable.daemon.schedule import Scheduler
+from unreachable.daemon.sdnotify import Status, run_watchdog, sd_notify, watchdog_interval
 from unreachable.daemon.targets import list_targets
 from unreachable.daemon.watch import WatchHub
 from unreachable.report.text import format_summary
@@ -209,6 +213,29 @@ def _add_tcp_listener(server: grpc.aio.Server, config: Config) -> None:
     log.info("listening on tcp %s:%d (%s)", host, port, kind)
 
 
+def _open_history(config: Config) -> History:
+    path = config.history_path()
+    try:
+        history = History(path or MEMORY)
+    except (OSError, sqlite3.Error) as e:
+        raise ConfigError(f"cannot open the history {path}: {e}") from None
+    log.info("history: %s", path or "in memory only (no history file configured)")
+    return history
+
+
+def _start_metrics(config: Config) -> Metrics | None:
+    if not config.metrics:
+        return None
+    metrics = Metrics()
+    try:
+        host, port = metrics.serve(config.metrics)
+    except OSError as e:
+        raise ConfigError(f"cannot serve metrics on {config.metrics}: {e}") from None
+    shown = f"[{host}]" if ":" in host else host
+    log.info("metrics on http://%s:%d/metrics", shown, port)
+    return metrics
+
+
 async def serve(config: Config) -> int:
     server = grpc.aio.server(
         options=[
@@ -218,7 +245,11 @@ async def serve(config: Config) -> int:
     )
     hub = WatchHub()
     runner = ScanRunner(timeout=config.scan_timeout, max_concurrent=config.max_concurrent_scans)
-    producer = ReportProducer(runner, hub, contents=config.allow_contents)
+    history = _open_history(config)
+    metrics = _start_metrics(config)
+    status = Status()
+    monitor = Monitor(config, hub, history=history, metrics=metrics, status=status)
+    producer = ReportProducer(runner, monitor, contents=config.allow_contents)
     pb_grpc.add_UnreachableServicer_to_server(UnreachableService(config, runner, hub), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -241,9 +272,19 @@ async def serve(config: Config) -> int:
     if notify is not None:
         os.makedirs(os.path.dirname(notify.path), mode=0o755, exist_ok=True)
         await notify.start()
-    schedule = None
+    tasks = []
     if config.scan_interval > 0:
-        schedule = asyncio.create_task(run_schedule(config.scan_interval, producer))
+        tasks.append(asyncio.create_task(Scheduler(config, producer, monitor).run()))
+        log.info(
+            "scheduled scans every %g s of %s",
+            config.scan_interval,
+            f"{len(config.targets)} target pattern(s)"
+            if config.targets
+            else "every shimmed process",
+        )
+    watchdog = watchdog_interval()
+    if watchdog is not None:
+        tasks.append(asyncio.create_task(run_watchdog(watchdog)))
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -251,20 +292,23 @@ async def serve(config: Config) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    sd_notify("READY=1\nSTATUS=serving")
+    sd_notify(f"READY=1\nSTATUS={status.text()}")
     log.info("ready (pid %d)", os.getpid())
     await stop.wait()
 
     log.info("stopping")
     sd_notify("STOPPING=1")
     await health_servicer.enter_graceful_shutdown()
-    if schedule is not None:
-        schedule.cancel()
+    for task in tasks:
+        task.cancel()
     if notify is not None:
         await notify.close()
     runner.kill_all()
     await producer.close()
     await server.stop(grace=2.0)
+    if metrics is not None:
+        metrics.close()
+    history.close()
     if config.socket:
         with contextlib.suppress(OSError):
             os.unlink(config.socket)

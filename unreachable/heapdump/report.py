@@ -8,6 +8,7 @@ from typing import Any
 
 from unreachable.heapdump.dump_format import BtInfo, write_dump
 from unreachable.heapdump.model import HeapDump
+from unreachable.symbolize.frames import frame_to_dict
 
 
 def dump_to_dict(dump: HeapDump) -> dict[str, Any]:
@@ -22,18 +23,7 @@ def dump_to_dict(dump: HeapDump) -> dict[str, Any]:
             {
                 "size": r.size,
                 "num_allocations": r.num_allocations,
-                "frames": [
-                    {
-                        "pc": f.pc,
-                        "map": f.map,
-                        "rel_pc": f.rel_pc,
-                        "function": f.function,
-                        "offset": f.offset,
-                        "file": f.file,
-                        "line": f.line,
-                    }
-                    for f in r.frames
-                ],
+                "frames": [frame_to_dict(f) for f in r.frames],
             }
             for r in dump.records
         ],

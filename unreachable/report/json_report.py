@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.symbolize.frames import frame_to_dict
 
 SCHEMA_VERSION = 1
 
@@ -21,18 +22,7 @@ def leak_to_dict(leak: LeakEntry) -> dict[str, Any]:
         "similar_referenced_count": leak.similar_referenced_count,
         "similar_referenced_size": leak.similar_referenced_size,
         "total_size": leak.total_size,
-        "backtrace": [
-            {
-                "pc": f.pc,
-                "map": f.map,
-                "rel_pc": f.rel_pc,
-                "function": f.function,
-                "offset": f.offset,
-                "file": f.file,
-                "line": f.line,
-            }
-            for f in leak.backtrace
-        ],
+        "backtrace": [frame_to_dict(f) for f in leak.backtrace],
     }
     if leak.contents is not None:
         d["contents_hex"] = leak.contents.hex()

@@ -10,6 +10,7 @@ processes in containers resolve against their own files.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ class Frame:
     offset: int
     file: str = ""
     line: int = 0
+
+
+def frame_to_dict(frame: Frame) -> dict[str, int | str]:
+    """A frame as JSON reports, heap dumps and diffs write it."""
+    return dataclasses.asdict(frame)
 
 
 class Symbolizer:

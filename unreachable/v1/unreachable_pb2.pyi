@@ -174,18 +174,42 @@ class WatchRequest(_message.Message):
     def __init__(self, pid: _Optional[int] = ..., name: _Optional[str] = ..., contents: _Optional[bool] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
-    __slots__ = ("trigger", "time", "name", "summary", "report")
+    __slots__ = ("trigger", "time", "name", "summary", "report", "unit", "growth")
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     REPORT_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    GROWTH_FIELD_NUMBER: _ClassVar[int]
     trigger: Trigger
     time: _timestamp_pb2.Timestamp
     name: str
     summary: str
     report: ScanReport
-    def __init__(self, trigger: _Optional[_Union[Trigger, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ..., summary: _Optional[str] = ..., report: _Optional[_Union[ScanReport, _Mapping]] = ...) -> None: ...
+    unit: str
+    growth: _containers.RepeatedCompositeFieldContainer[LeakGrowth]
+    def __init__(self, trigger: _Optional[_Union[Trigger, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ..., summary: _Optional[str] = ..., report: _Optional[_Union[ScanReport, _Mapping]] = ..., unit: _Optional[str] = ..., growth: _Optional[_Iterable[_Union[LeakGrowth, _Mapping]]] = ...) -> None: ...
+
+class LeakGrowth(_message.Message):
+    __slots__ = ("site", "bytes", "count", "first_bytes", "scans", "seconds", "bytes_per_hour", "backtrace")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SCANS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    BACKTRACE_FIELD_NUMBER: _ClassVar[int]
+    site: str
+    bytes: int
+    count: int
+    first_bytes: int
+    scans: int
+    seconds: float
+    bytes_per_hour: float
+    backtrace: _containers.RepeatedCompositeFieldContainer[Frame]
+    def __init__(self, site: _Optional[str] = ..., bytes: _Optional[int] = ..., count: _Optional[int] = ..., first_bytes: _Optional[int] = ..., scans: _Optional[int] = ..., seconds: _Optional[float] = ..., bytes_per_hour: _Optional[float] = ..., backtrace: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ...) -> None: ...
 
 class HeapDumpRequest(_message.Message):
     __slots__ = ("pid",)

@@ -24,6 +24,15 @@
  * Pointers to heap blocks are never stored in the clear anywhere in shim
  * memory: they are XORed with UR_POINTER_MANGLE, so a conservative scanner
  * (ours, or LSan/valgrind running beside us) never finds them.
+ *
+ * malloc_debug's options (docs/malloc_debug.md) change none of this: an entry
+ * is always the USER pointer with the REQUESTED size. A guard header lies
+ * before the user pointer (outside [ptr, ptr+size)) and keeps the glibc
+ * pointer mangled; blocks free_track holds back are not registered (they are
+ * freed memory), and the FIFO naming them and record_allocs' entries lie in
+ * the shim's region with mangled pointers. Signal requests for the helper
+ * use a word of their own (not helper_cmd), so the snapshot protocol below
+ * is unchanged. No descriptor field was added: reserved[] is still free.
  */
 #ifndef UNREACHABLE_ABI_H
 #define UNREACHABLE_ABI_H

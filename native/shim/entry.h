@@ -1,0 +1,46 @@
+/*
+ * The entry-point protocol shared by malloc_api.c (the plain path) and
+ * debug.c (malloc_debug's options): announce the operation in the thread's
+ * slot, or learn that the call must go straight to glibc.
+ */
+#ifndef UR_ENTRY_H
+#define UR_ENTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shim.h"
+#include "threads.h"
+
+enum { UR_PROCEED, UR_PASS_THROUGH };
+
+/* Deal with whatever ur_g.slow flags. Returns UR_PROCEED with the thread's
+ * slot announced, or UR_PASS_THROUGH when the call must go straight to glibc. */
+int ur_slow_begin(struct ur_thread_slot **out, uint32_t op, const void *in, size_t in_size);
+
+/* Returns the announced slot, or NULL to pass the call straight to glibc. */
+static inline __attribute__((always_inline)) struct ur_thread_slot *ur_begin(uint32_t op,
+                                                                            const void *in,
+                                                                            size_t in_size) {
+  struct ur_thread_slot *s = ur_tls.slot;
+  if (UR_LIKELY(s != NULL && !ur_tls.busy)) {
+    ur_announce(s, op, in, in_size);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    if (UR_LIKELY((ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE) == 0)) return s;
+    ur_leave(s);
+  }
+  return ur_slow_begin(&s, op, in, in_size) == UR_PROCEED ? s : NULL;
+}
+
+/* The allocation-site backtrace for a block of this size (0: none). */
+uint32_t ur_capture(size_t size);
+
+static inline uint32_t ur_maybe_capture(size_t size) {
+  if (UR_LIKELY(!ur_g.bt_frames) || !__atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)) return 0;
+  return ur_capture(size);
+}
+
+/* glibc's malloc_usable_size (0 while it is still being resolved). */
+size_t ur_real_usable_size(void *p);
+
+#endif

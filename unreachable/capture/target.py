@@ -1,0 +1,54 @@
+"""Everything checked and read about a target before any of its threads stops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from unreachable.allocations.descriptor import (
+    DescriptorHeader,
+    ShimLocation,
+    locate_shim,
+    read_descriptor_header,
+)
+from unreachable.errors import TargetNotShimmed
+from unreachable.process.maps import read_maps
+from unreachable.process.status import ProcessStatus, check_scannable
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    pid: int
+    status: ProcessStatus
+    shim: ShimLocation
+    header: DescriptorHeader
+    command: str
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def open_target(pid: int) -> Target:
+    """Refuse what must not be scanned; find the shim's registry descriptor."""
+    status = check_scannable(pid)
+    shim = locate_shim(pid, read_maps(pid))
+    header = read_descriptor_header(pid, shim.descriptor_addr)
+    if not header.enabled:
+        raise TargetNotShimmed(
+            f"the shim in pid {pid} is inert: its UNREACHABLE_MALLOC_OPTIONS were rejected "
+            "at start (see the process's stderr)"
+        )
+    return Target(pid, status, shim, header, _command_line(pid))
+
+
+def still_running(pid: int) -> bool:
+    """False once the process has exited (gone, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
