@@ -22,3 +22,27 @@ def targets(shim: Path) -> Iterator[TargetFactory]:
     factory = TargetFactory(shim)
     yield factory
     factory.cleanup()
+
+
+# Tests that need the machine to allow something a sandbox may forbid (real
+# systemd as PID 1 of a namespace, Yama). CI logs say how many of them ran.
+MACHINE_DEPENDENT = {
+    "systemd integration": "tests/monitor/test_systemd.py",
+    "Yama ptrace_scope": "tests/memunreachable/test_memunreachable.py::test_non_root_under_yama",
+}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    del exitstatus, config
+    for label, prefix in MACHINE_DEPENDENT.items():
+        ran = skipped = 0
+        for key in ("passed", "failed", "skipped", "error"):
+            for report in terminalreporter.stats.get(key, []):
+                nodeid = getattr(report, "nodeid", "")
+                if not nodeid.startswith(prefix) or getattr(report, "when", "call") == "teardown":
+                    continue
+                if key == "skipped":
+                    skipped += 1
+                elif getattr(report, "when", "call") == "call":
+                    ran += 1
+        terminalreporter.write_line(f"{label} tests: {ran} ran, {skipped} skipped")

@@ -150,20 +150,6 @@ static struct ur_entry *lookup(struct ur_shard *s, uint64_t key, uint64_t hash) 
   }
 }
 
-int ur_registry_remove(const void *p) {
-  uint64_t key = UR_MANGLE(p), hash;
-  struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
-  int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
-  struct ur_entry *e = lookup(s, key, hash);
-  if (e) {
-    __atomic_store_n(&e->key, UR_KEY_TOMBSTONE, __ATOMIC_RELEASE);
-    s->count--;
-    s->tombstones++;
-  }
-  ur_unlock(&s->lock, &s->owner_tid, locked);
-  return e != NULL;
-}
-
 int ur_registry_take(const void *p, uint64_t *size, uint32_t *stack_id) {
   uint64_t key = UR_MANGLE(p), hash;
   struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
@@ -178,6 +164,12 @@ int ur_registry_take(const void *p, uint64_t *size, uint32_t *stack_id) {
   }
   ur_unlock(&s->lock, &s->owner_tid, locked);
   return e != NULL;
+}
+
+int ur_registry_remove(const void *p) {
+  uint64_t size;
+  uint32_t stack_id;
+  return ur_registry_take(p, &size, &stack_id);
 }
 
 int ur_registry_find(const void *p, uint64_t *size, uint32_t *stack_id) {

@@ -200,9 +200,18 @@ def _stage(staging: Path, *, port: int, shim: Path, leaky: Path) -> None:
     )
 
 
+def _skip_if_under_private_tmp() -> None:
+    # The unit under test has PrivateTmp=yes and the booted root gets a fresh
+    # /tmp, so a checkout or interpreter living under /tmp cannot be reached.
+    for p in (HERE, Path(sys.prefix), Path(sys.executable).resolve()):
+        if p.resolve().parts[1:2] == ("tmp",):
+            pytest.skip(f"{p} lies under /tmp, which the booted systemd replaces")
+
+
 @pytest.fixture
 def machine(tmp_path: Path, shim: Path) -> Iterator[tuple[Machine, int]]:
     _skip_unless_possible()
+    _skip_if_under_private_tmp()
     port = _free_port()
     leaky = build(PROGRAMS / "timer_leak.c")
     staging = tmp_path / "staging"
