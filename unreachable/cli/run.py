@@ -43,7 +43,9 @@ def check_options(options: str, shim: str) -> None:
     errors = [line for line in res.stderr.splitlines() if line.startswith("unreachable: ")]
     bad = [line for line in errors if "not implemented yet" not in line and "enabled" not in line]
     if bad:
-        raise InvalidArgument(f"bad --options: {bad[0].removeprefix('unreachable: ')}")
+        # The shim names the program it runs in; here that is only the probe.
+        message = bad[0].removeprefix("unreachable: ").removeprefix(f"{true}: ")
+        raise InvalidArgument(f"bad --options: {message}")
 
 
 def handle(args: argparse.Namespace) -> int:
