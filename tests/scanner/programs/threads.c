@@ -29,9 +29,11 @@ static long storm;
 static volatile pid_t r12_tid, xmm_tid;
 static volatile int started;
 
-static void on_usr1(int sig) { (void)sig; usr1_count++; }
-static void on_rt(int sig) { (void)sig; rt_count++; }
-static void on_storm(int sig) { (void)sig; storm_recv++; }
+/* Process-directed signals run their handler on any thread, two at once on
+ * two cores: a plain ++ would lose counts. Atomics are async-signal-safe. */
+static void on_usr1(int sig) { (void)sig; __atomic_add_fetch(&usr1_count, 1, __ATOMIC_RELAXED); }
+static void on_rt(int sig) { (void)sig; __atomic_add_fetch(&rt_count, 1, __ATOMIC_RELAXED); }
+static void on_storm(int sig) { (void)sig; __atomic_add_fetch(&storm_recv, 1, __ATOMIC_RELAXED); }
 
 static void *receiver(void *arg) {
   (void)arg;
