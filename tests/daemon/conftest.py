@@ -18,7 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 import pytest
+
+from unreachable.v1 import unreachable_pb2 as pb
+from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
 
 DAEMON = [sys.executable, "-m", "unreachable.daemon.main"]
 START_TIMEOUT = 60.0
@@ -261,3 +265,33 @@ def tls_daemon(daemons: DaemonFactory, certs: Certs) -> Daemon:
         str(certs.ca),
         unix=False,
     )
+
+
+class WatchThread:
+    """A Watch stream read in a thread; `get` waits (bounded) for the next event."""
+
+    def __init__(self, address: str, *, timeout: float = 120.0, **request) -> None:
+        self.events: queue.Queue = queue.Queue()
+        channel = grpc.insecure_channel(address)
+        self.call = pb_grpc.UnreachableStub(channel).Watch(
+            pb.WatchRequest(**request), timeout=timeout
+        )
+        self.call.initial_metadata()  # sent once the daemon has subscribed us
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self.call:
+                self.events.put(event)
+        except grpc.RpcError as e:
+            self.events.put(e)
+
+    def get(self, timeout: float = 120.0) -> pb.WatchEvent:
+        event = self.events.get(timeout=timeout)
+        assert isinstance(event, pb.WatchEvent), event
+        return event
+
+    def close(self) -> None:
+        self.call.cancel()
+        self.thread.join(timeout=10)

@@ -9,7 +9,6 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from tests.daemon.conftest import WatchThread
 from tests.support.cbuild import build
 from unreachable.heapdump.dump_format import parse_dump
 from unreachable.v1 import unreachable_pb2 as pb
@@ -351,35 +351,6 @@ def test_several_scans_at_once(daemon, targets):
 
 
 # --- Watch and the notify socket -----------------------------------------
-
-
-class WatchThread:
-    """A Watch stream read in a thread; `get` waits (bounded) for the next event."""
-
-    def __init__(self, address: str, **request) -> None:
-        import queue
-
-        self.events: queue.Queue = queue.Queue()
-        self.call = stub(address).Watch(pb.WatchRequest(**request), timeout=RPC_TIMEOUT)
-        self.call.initial_metadata()  # sent once the daemon has subscribed us
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            for event in self.call:
-                self.events.put(event)
-        except grpc.RpcError as e:
-            self.events.put(e)
-
-    def get(self, timeout: float = 120.0) -> pb.WatchEvent:
-        event = self.events.get(timeout=timeout)
-        assert isinstance(event, pb.WatchEvent), event
-        return event
-
-    def close(self) -> None:
-        self.call.cancel()
-        self.thread.join(timeout=10)
 
 
 def test_watch_receives_notify_scan(daemon, targets):

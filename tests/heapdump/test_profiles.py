@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tests.heapdump.profile_proto import decode
+from tests.support.reports import make_report
 from tests.symbolize import program
 from unreachable.heapdump.dump_format import write_dump
 from unreachable.heapdump.viewer import render_dump
@@ -40,7 +41,8 @@ def _report() -> ScanReport:
         _leak(0x2000, 48, 0, 0, [malloc, op, unknown, main]),
         _leak(0x3000, 7, 0, 0, []),
     ]
-    return ScanReport(
+    return make_report(
+        leaks,
         pid=42,
         command="app --serve",
         leak_count=5,
@@ -49,9 +51,6 @@ def _report() -> ScanReport:
         allocation_bytes=1000,
         pause_ms=1.0,
         scan_ms=2.0,
-        snapshot="fork",
-        threads=1,
-        leaks=leaks,
     )
 
 

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
-import threading
 import time
 from collections.abc import Iterator
 
-import grpc
 import pytest
 
-from tests.daemon.conftest import DaemonFactory
+from tests.daemon.conftest import DaemonFactory, WatchThread
 from unreachable.v1 import unreachable_pb2 as pb
-from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
 
 CHECK = signal.SIGRTMAX - 16
 PROGRAM = "unreachable_target.c"
@@ -25,30 +21,6 @@ def daemons() -> Iterator[DaemonFactory]:
     factory = DaemonFactory()
     yield factory
     factory.cleanup()
-
-
-class Watch:
-    def __init__(self, address: str, pid: int) -> None:
-        self.events: queue.Queue = queue.Queue()
-        stub = pb_grpc.UnreachableStub(grpc.insecure_channel(address))
-        self.call = stub.Watch(pb.WatchRequest(pid=pid), timeout=180)
-        self.call.initial_metadata()  # subscribed
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            for event in self.call:
-                self.events.put(event)
-        except grpc.RpcError as e:
-            self.events.put(e)
-
-    def get(self, timeout: float = 120.0) -> pb.WatchEvent:
-        event = self.events.get(timeout=timeout)
-        assert isinstance(event, pb.WatchEvent), event
-        return event
-
-    def close(self) -> None:
-        self.call.cancel()
 
 
 def untraced(pid: int, timeout: float = 20.0) -> None:
@@ -78,7 +50,7 @@ def test_signal_scan_reaches_watch(daemons, procs, mode, extra):
     p.wait_stderr(
         rf"^malloc_debug: {prog}: Run: 'kill -{CHECK} {p.pid}' to check for unreachable memory\.$"
     )
-    watch = Watch(daemon.address, p.pid)
+    watch = WatchThread(daemon.address, pid=p.pid, timeout=180)
     try:
         os.kill(p.pid, CHECK)
         event = watch.get()

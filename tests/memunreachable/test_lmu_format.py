@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.support.reports import make_report
 from unreachable.cli.scan import FORMATS, render
 from unreachable.report.lmu import format_lmu
 from unreachable.report.model import LeakEntry, ScanReport
@@ -10,19 +11,7 @@ from unreachable.symbolize.frames import Frame
 
 
 def _report(leaks: list[LeakEntry]) -> ScanReport:
-    return ScanReport(
-        pid=1,
-        command="x",
-        leak_count=7,
-        leak_bytes=736,
-        allocation_count=20,
-        allocation_bytes=2000,
-        pause_ms=0.5,
-        scan_ms=3.0,
-        snapshot="fork",
-        threads=1,
-        leaks=leaks,
-    )
+    return make_report(leaks, leak_count=7, leak_bytes=736)
 
 
 def _leak(contents: bytes | None, frames: int) -> LeakEntry:

@@ -1,24 +1,13 @@
 from __future__ import annotations
 
-from unreachable.report.model import LeakEntry, ScanReport
+from tests.support.reports import make_report
+from unreachable.report.model import LeakEntry
 from unreachable.report.text import format_report
 from unreachable.symbolize.frames import Frame
 
 
 def _report(leaks):
-    return ScanReport(
-        pid=1,
-        command="x",
-        leak_count=12,
-        leak_bytes=736,
-        allocation_count=20,
-        allocation_bytes=2000,
-        pause_ms=0.5,
-        scan_ms=3.0,
-        snapshot="fork",
-        threads=1,
-        leaks=leaks,
-    )
+    return make_report(leaks, leak_count=12, leak_bytes=736)
 
 
 def test_matches_libmemunreachable_layout():
