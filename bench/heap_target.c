@@ -3,12 +3,15 @@
  * address order, either as binary trees (block k of the order points to
  * blocks 2k+1 and 2k+2) or as one chain (the serial worst case for a
  * marker: every step waits for the previous block's memory); 90% reachable
- * from g_root, 10% leaked. NTHREADS-1 busy threads, and the shim's snapshot-helper protocol
- * (abi.h) implemented inline. Writes the allocations as packed (u64 begin,
- * u64 size) to ALLOCS_FILE, then prints "root=.. cmd=.. helper=.." and idles.
+ * from g_root, 10% leaked. NTHREADS-1 busy threads. Under the shim
+ * (LD_PRELOAD, as bench/sweep_bench.py runs it) the shim's helper serves
+ * snapshots; without it, the helper protocol (abi.h) is implemented inline.
+ * Writes the allocations as packed (u64 begin, u64 size) to ALLOCS_FILE, then
+ * prints "root=.. cmd=.. helper=.." and idles.
  *
  * Usage: heap_target ALLOCS_FILE NBLOCKS BLOCK_SIZE NTHREADS [tree|list]
  */
+#include <dlfcn.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -98,10 +101,16 @@ int main(int argc, char **argv) {
   free(pairs);
   free(order);
   pthread_t t;
-  pthread_create(&t, NULL, helper, NULL);
+  struct ur_descriptor *shim = dlsym(RTLD_DEFAULT, UR_DESCRIPTOR_SYMBOL);
+  if (!shim) pthread_create(&t, NULL, helper, NULL);
   for (int i = 1; i < nthreads; i++) pthread_create(&t, NULL, busy, calloc(1, 64));
+  if (shim) {
+    while (!__atomic_load_n(&shim->helper_tid, __ATOMIC_ACQUIRE)) usleep(1000);
+    helper_tid = (pid_t)shim->helper_tid;
+  }
   while (!helper_tid) usleep(1000);
-  printf("root=%p cmd=%p helper=%d\n", (void *)&g_root, (void *)&cmd_word, (int)helper_tid);
+  void *cmd = shim ? (void *)(uintptr_t)shim->helper_cmd : (void *)&cmd_word;
+  printf("root=%p cmd=%p helper=%d\n", (void *)&g_root, cmd, (int)helper_tid);
   fflush(stdout);
   for (;;) pause();
 }

@@ -1,4 +1,4 @@
-"""The tree stays ruff-clean (pyproject.toml holds the rules)."""
+"""The tree stays ruff-clean, lint and format (pyproject.toml holds the rules)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_ruff_check_is_clean():
+@pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["check", "format"])
+def test_ruff_is_clean(args: list[str]) -> None:
     ruff = shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed (pip install '.[test]')")
-    res = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)
+    res = subprocess.run([ruff, *args, str(ROOT)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr

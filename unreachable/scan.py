@@ -2,6 +2,13 @@
 
 The target is paused only inside capture (or, in "stopped" mode, until the
 sweep ends); symbolization runs after it has been released.
+
+In fork mode the snapshot child sweeps itself (sweep/child.py): it starts
+building its allocation index as soon as this process has read its maps, and
+this process only computes the roots and reads back the leaks. If that fails,
+the scan sweeps the frozen child from outside instead, or, if the child died,
+takes a new snapshot and does so; a scan never gets worse than the outside
+sweep.
 """
 
 from __future__ import annotations
@@ -10,23 +17,28 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from unreachable.allocations.registry import read_registry
 from unreachable.capture.stop_world import SnapshotMode, stop_world
-from unreachable.capture.target import open_target, still_running
-from unreachable.errors import InvalidArgument, TargetNotFound
+from unreachable.capture.target import Target, open_target, still_running
+from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.fold.dedup import dedup
-from unreachable.process.maps import read_maps
+from unreachable.process.maps import Mapping, read_maps
 from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
-from unreachable.sweep.mark import sweep
+from unreachable.sweep.child import ChildSweeper, ChildSweepFailed
+from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
 
 CONTENTS_BYTES = 32
 Progress = Callable[[str], None]
+# Where a fork-mode scan sweeps: "auto" in the snapshot child with the outside
+# sweep as fallback, "child" only there (fails otherwise), "scanner" outside.
+SweepMode = Literal["auto", "child", "scanner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +46,17 @@ class ScanOptions:
     limit: int = 100
     contents: bool = False
     snapshot: SnapshotMode = "auto"
+    sweep: SweepMode = "auto"
+
+
+class _ChildGone(Exception):
+    """The snapshot child died while sweeping itself: nothing left to read."""
+
+
+def _child_holds(child: ChildSweeper, mappings: list[Mapping]) -> Callable[[Mapping], bool]:
+    anon = [(m.start, m.end) for m in mappings if m.readable and m.anonymous]
+    answers = dict(zip(anon, child.holds(anon), strict=True))
+    return lambda m: answers.get((m.start, m.end), False)
 
 
 def _read_contents(mem_pid: int, addr: int, size: int) -> bytes:
@@ -54,23 +77,83 @@ def scan(
     note = progress or (lambda _stage: None)
     started = time.monotonic()
     target = open_target(pid)
+    try:
+        return _scan(target, options, note, started, options.sweep != "scanner", "")
+    except _ChildGone as e:
+        if options.sweep == "child":
+            raise TargetUnscannable(str(e)) from None
+        # A new snapshot, swept from outside.
+        return _scan(target, options, note, started, False, str(e))
 
+
+def _scan(
+    target: Target,
+    options: ScanOptions,
+    note: Progress,
+    started: float,
+    in_child: bool,
+    fallback: str,
+) -> ScanReport:
+    pid = target.pid
+    addr = target.shim.descriptor_addr
+    forked = False
     try:
         with stop_world(target, options.snapshot) as capture:
             note("captured")
+            forked = capture.snapshot == "fork"
             mem_pid = capture.mem_pid
+            # The child's maps, read before it runs a single instruction: its
+            # own memory (stack, inbox, scratch) never becomes a root.
             mappings = read_maps(mem_pid)
-            registry = read_registry(mem_pid, target.shim.descriptor_addr)
-            note("allocations")
+            child: ChildSweeper | None = None
+            if in_child and capture.snapshot == "fork":
+                if not target.header.child_box:
+                    fallback = "the shim in the target has no in-child sweep"
+                else:
+                    try:
+                        child = ChildSweeper(capture.session, target.header.child_box)
+                    except ChildSweepFailed as e:
+                        fallback = str(e)
+            elif in_child and options.sweep == "child":
+                raise TargetUnscannable(
+                    f"no in-child sweep without a snapshot child: {capture.snapshot_error}"
+                )
+            registry = read_registry(mem_pid, addr, entries=child is None)
             sps = {t.tid: t.sp for t in capture.threads}
             arena = find_main_arena(mem_pid, mappings)
-            roots = classify(mappings, sps, registry, target.shim.path, [arena] if arena else [])
             regs = register_words(
                 [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
-            ) + dtv_words(mem_pid, roots.dead_stacks)
-            result = sweep(mem_pid, registry, roots, regs)
+            )
+            result: SweepResult | None = None
+            if child is not None:
+                try:
+                    holds = _child_holds(child, mappings)
+                    note("allocations")
+                    roots = classify(
+                        mappings, sps, registry, target.shim.path, [arena] if arena else [], holds
+                    )
+                    regs += dtv_words(mem_pid, roots.dead_stacks)
+                    result = sweep_in_child(child, registry, roots, regs, mappings)
+                except ChildSweepFailed as e:
+                    if not e.frozen:
+                        raise _ChildGone(str(e)) from None
+                    if options.sweep == "child":
+                        raise TargetUnscannable(str(e)) from None
+                    fallback = str(e)
+                    # Frozen with its memory intact: sweep it from here.
+                    registry = read_registry(mem_pid, addr)
+                    regs = register_words(
+                        [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
+                    )
+            if result is None:
+                note("allocations")
+                roots = classify(
+                    mappings, sps, registry, target.shim.path, [arena] if arena else []
+                )
+                regs += dtv_words(mem_pid, roots.dead_stacks)
+                result = sweep(mem_pid, registry, roots, regs)
             note("marked")
-            leaks = dedup(result.leaks, registry, options.limit, result.excluded)
+            leaks = dedup(result.leaks, options.limit)
             note("folded")
             contents = {
                 leak.begin: _read_contents(mem_pid, leak.begin, leak.size)
@@ -78,11 +161,16 @@ def scan(
                 if options.contents
             }
             stack_ids = {leak.stack_id for leak in leaks if leak.stack_id}
-            stacks = read_stacks(mem_pid, target.shim.descriptor_addr, stack_ids)
+            stacks = read_stacks(mem_pid, addr, stack_ids)
             snapshot_kind = capture.snapshot
             threads = len(capture.threads)
-    except ProcessLookupError:
-        # The target (or its frozen copy) vanished between two reads.
+    except (ProcessLookupError, TargetNotFound):
+        # The target (or its frozen copy) vanished between two reads. A copy
+        # killed under a running target: once more, with a new snapshot. A
+        # target paused in place that vanished is dying, however /proc shows
+        # it in this instant: no second try.
+        if in_child and forked and still_running(pid):
+            raise _ChildGone("the snapshot child vanished") from None
         raise TargetNotFound(f"process {pid} exited during the scan") from None
     pause_ms = capture.pause_ms
 
@@ -111,8 +199,8 @@ def scan(
         command=target.command,
         leak_count=result.unreachable_count,
         leak_bytes=result.unreachable_bytes,
-        allocation_count=registry.count,
-        allocation_bytes=registry.total_bytes,
+        allocation_count=result.allocation_count,
+        allocation_bytes=result.allocation_bytes,
         pause_ms=pause_ms,
         scan_ms=(time.monotonic() - started) * 1000,
         snapshot=snapshot_kind,
@@ -121,4 +209,6 @@ def scan(
         roots=dict(roots.kinds),
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,
+        sweep=result.place,
+        sweep_fallback=fallback,
     )

@@ -1,6 +1,6 @@
 #include "memory.h"
 
-#include "big_alloc.h"
+#include "alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,17 +11,23 @@
 
 #define DEFAULT_CACHE_BYTES ((uint64_t)1 << 30)
 
-static size_t hash_slot(const struct ur_mem *m, uint64_t base) {
+static size_t hash_slot(const struct ur_pread_mem *m, uint64_t base) {
   uint64_t k = (base >> UR_CHUNK_SHIFT) * UINT64_C(0x9E3779B97F4A7C15);
   return (size_t)(k >> 32) & m->table_mask;
 }
 
-int ur_mem_open(struct ur_mem *m, pid_t pid, uint64_t cache_bytes) {
+static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *avail);
+
+static void update_room(struct ur_pread_mem *m) { m->mem.room = m->max_chunks - m->used_chunks; }
+
+int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
   memset(m, 0, sizeof(*m));
   m->fd = -1;
+  m->mem.slow = chunk_view;
   if (cache_bytes == 0) cache_bytes = DEFAULT_CACHE_BYTES;
   m->max_chunks = (size_t)(cache_bytes >> UR_CHUNK_SHIFT);
   if (m->max_chunks < 4) m->max_chunks = 4;
+  update_room(m);
   size_t tsize = 1;
   while (tsize < m->max_chunks * 2) tsize <<= 1;
   m->table_mask = tsize - 1;
@@ -44,7 +50,7 @@ int ur_mem_open(struct ur_mem *m, pid_t pid, uint64_t cache_bytes) {
   return 0;
 }
 
-void ur_mem_close(struct ur_mem *m) {
+void ur_mem_close(struct ur_pread_mem *m) {
   ur_big_release(m->arena, m->max_chunks * UR_CHUNK_SIZE);
   free(m->chunks);
   free(m->table);
@@ -89,7 +95,7 @@ size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len) {
   return read_pages(fd, addr, buf, len, NULL, NULL);
 }
 
-static void table_remove(struct ur_mem *m, uint64_t base) {
+static void table_remove(struct ur_pread_mem *m, uint64_t base) {
   size_t i = hash_slot(m, base);
   while (m->table[i]) {
     if (m->chunks[m->table[i] - 1].base == base) break;
@@ -112,12 +118,13 @@ static void table_remove(struct ur_mem *m, uint64_t base) {
   }
 }
 
-static struct ur_chunk *load_chunk(struct ur_mem *m, uint64_t base) {
+static struct ur_chunk *load_chunk(struct ur_pread_mem *m, uint64_t base) {
   struct ur_chunk *c;
   if (m->used_chunks < m->max_chunks) {
     c = &m->chunks[m->used_chunks];
     c->data = m->arena + m->used_chunks * UR_CHUNK_SIZE;
     m->used_chunks++;
+    update_room(m);
   } else {
     /* Clock: skip recently used chunks once, evict the first cold one. */
     for (;;) {
@@ -142,19 +149,20 @@ static struct ur_chunk *load_chunk(struct ur_mem *m, uint64_t base) {
   return c;
 }
 
-static void count_bad(struct ur_mem *m, struct ur_chunk *c, uint64_t off, uint64_t len) {
+static void count_bad(struct ur_pread_mem *m, struct ur_chunk *c, uint64_t off, uint64_t len) {
   size_t first = (size_t)(off >> UR_PAGE_SHIFT);
   size_t last = (size_t)((off + len - 1) >> UR_PAGE_SHIFT);
   for (size_t p = first; p <= last; p++) {
     uint64_t bit = UINT64_C(1) << (p % 64);
     if ((c->bad[p / 64] & bit) && !(c->counted[p / 64] & bit)) {
       c->counted[p / 64] |= bit;
-      m->pages_skipped++;
+      m->mem.pages_skipped++;
     }
   }
 }
 
-const uint8_t *ur_mem_view(struct ur_mem *m, uint64_t addr, uint64_t end, uint64_t *avail) {
+static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *avail) {
+  struct ur_pread_mem *m = (struct ur_pread_mem *)mm;
   uint64_t base = addr & ~(UR_CHUNK_SIZE - 1);
   struct ur_chunk *c = m->last;
   if (!c || c->base != base) {
@@ -176,7 +184,14 @@ const uint8_t *ur_mem_view(struct ur_mem *m, uint64_t addr, uint64_t end, uint64
   uint64_t off = addr - base;
   uint64_t n = UR_CHUNK_SIZE - off;
   if (end > addr && end - addr < n) n = end - addr;
-  if (c->any_bad) count_bad(m, c, off, n);
+  if (c->any_bad || base + UR_CHUNK_SIZE == 0) {
+    if (c->any_bad) count_bad(m, c, off, n);
+    mm->win_lo = mm->win_hi = 0; /* every view of it must count its bad pages */
+  } else {
+    mm->win_lo = base;
+    mm->win_hi = base + UR_CHUNK_SIZE;
+    mm->win_delta = (uint64_t)(uintptr_t)c->data - base;
+  }
   *avail = n;
   return c->data + off;
 }

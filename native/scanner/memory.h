@@ -15,10 +15,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "mem.h"
+
 #define UR_CHUNK_SHIFT 20
 #define UR_CHUNK_SIZE ((uint64_t)1 << UR_CHUNK_SHIFT)
-#define UR_PAGE_SHIFT 12
-#define UR_PAGE_SIZE ((uint64_t)1 << UR_PAGE_SHIFT)
 #define UR_CHUNK_PAGES (UR_CHUNK_SIZE / UR_PAGE_SIZE)
 
 struct ur_chunk {
@@ -30,7 +30,8 @@ struct ur_chunk {
   int referenced;                         /* clock bit */
 };
 
-struct ur_mem {
+struct ur_pread_mem {
+  struct ur_mem mem;        /* first: the walker holds &mem; window = the last clean chunk */
   int fd;
   struct ur_chunk *chunks;  /* pool of max_chunks */
   uint8_t *arena;           /* their buffers: max_chunks * UR_CHUNK_SIZE reserved */
@@ -40,23 +41,17 @@ struct ur_mem {
   uint32_t *table;          /* open addressing: chunk pool index + 1, 0 = empty */
   size_t table_mask;
   struct ur_chunk *last;    /* one-entry lookup cache: sequential scans hit it */
-  uint64_t pages_skipped;
   uint64_t bytes_loaded;
   uint64_t chunk_loads;
 };
 
 /* Open /proc/pid/mem for reading; cache_bytes bounds the chunk cache (0:
  * default 1 GiB). Returns 0 or -errno. */
-int ur_mem_open(struct ur_mem *m, pid_t pid, uint64_t cache_bytes);
-void ur_mem_close(struct ur_mem *m);
+int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes);
+void ur_mem_close(struct ur_pread_mem *m);
 
-/*
- * Bytes at addr, valid until the next ur_mem_* call on m. *avail receives how
- * many bytes from addr are contiguous in the returned buffer (to the end of
- * addr's chunk, capped at end - addr). Unreadable pages in [addr, addr +
- * *avail) are zero and counted. Returns NULL only on allocation failure.
- */
-const uint8_t *ur_mem_view(struct ur_mem *m, uint64_t addr, uint64_t end, uint64_t *avail);
+/* Views (mem.h ur_mem_view on &m->mem) reach to the end of addr's chunk and
+ * stay valid while m->mem.room more chunks can be loaded without eviction. */
 
 /* Uncached read of [addr, addr+len) with unreadable pages zeroed (not
  * counted). Returns the number of bytes that were actually readable. */

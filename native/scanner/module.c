@@ -3,14 +3,17 @@
 
 static PyMethodDef methods[] = {
     {"read_registry", ur_py_read_registry, METH_VARARGS,
-     "read_registry(mem_pid, descriptor_addr) -> dict\n\n"
-     "Read the shim's allocation registry (abi.h) out of mem_pid's memory."},
+     "read_registry(mem_pid, descriptor_addr, entries=True) -> dict\n\n"
+     "Read the shim's allocation registry (abi.h) out of mem_pid's memory; without "
+     "entries, only threads, shards and options (allocs and stack_ids empty)."},
     {"read_stacks", ur_py_read_stacks, METH_VARARGS,
      "read_stacks(mem_pid, descriptor_addr, ids) -> dict[int, tuple[int, ...]]\n\n"
      "Program counters of each stack id (ids: packed u32)."},
     {"sweep", (PyCFunction)(void (*)(void))ur_py_sweep, METH_VARARGS | METH_KEYWORDS,
-     "sweep(mem_pid, allocs, root_ranges, root_values, *, cache_mb=0) -> dict\n\n"
-     "Mark from the roots, then fold the unreachable allocations into leaks."},
+     "sweep(mem_pid, allocs, root_ranges, root_values, *, stack_ids=b'', excluded=b'', "
+     "cache_mb=0) -> dict\n\n"
+     "Mark from the roots, then fold the unreachable allocations into leaks (abi.h "
+     "ur_leak_record); excluded block addresses are neither counted nor reported."},
     {NULL, NULL, 0, NULL},
 };
 

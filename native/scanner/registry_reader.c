@@ -11,16 +11,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "big_alloc.h"
+#include "alloc.h"
 #include "memory.h"
 #include "native.h"
 #include "radix_sort.h"
+#include "registry_walk.h"
 #include "unreachable/abi.h"
 
 #define MAX_SHARDS (1u << 16)
 #define MAX_THREAD_SLOTS (1u << 22)
-#define MAX_CAPACITY (UINT64_C(1) << 32)
-#define READ_BATCH (1u << 20) /* entries per pread: 24 MiB */
+#define READ_BATCH (1u << 20) /* entries per pread: 16 MiB */
 #define MAX_OPTIONS 4096
 
 static const char bad_descriptor[] = "registry descriptor not found or incompatible (magic/version)";
@@ -78,39 +78,25 @@ static int entries_reserve(struct entries *e, size_t cap) {
   return 0;
 }
 
-static int entries_push(struct entries *e, uint64_t begin, uint64_t size, uint32_t stack_id) {
-  if (e->n == e->cap && entries_reserve(e, e->cap ? e->cap * 2 : 4096) < 0) return -ENOMEM;
-  e->pairs[2 * e->n] = begin;
-  e->pairs[2 * e->n + 1] = size;
-  e->stack_ids[e->n] = stack_id;
-  e->n++;
-  return 0;
-}
-
 static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
   /* Size the arrays once from the shards' counts: growing them by doubling
    * touches (and has the kernel zero) several times the final memory. */
-  uint64_t expected = 0;
-  for (uint32_t s = 0; s < nshards; s++)
-    if (shards[s].count < MAX_CAPACITY) expected += shards[s].count;
+  uint64_t expected = ur_registry_expected(shards, nshards);
   if (entries_reserve(e, (size_t)expected + expected / 64 + 16) < 0) return -ENOMEM;
   struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
   if (!buf) return -ENOMEM;
   for (uint32_t s = 0; s < nshards; s++) {
-    uint64_t cap = shards[s].capacity, table = shards[s].table;
-    if (!table || !cap || cap > MAX_CAPACITY) continue;
+    uint64_t cap, table;
+    if (!ur_registry_table(&shards[s], &table, &cap)) continue;
     for (uint64_t first = 0; first < cap; first += READ_BATCH) {
       size_t cnt = (size_t)(cap - first < READ_BATCH ? cap - first : READ_BATCH);
       /* Unreadable pages read as zero = empty keys. */
       ur_mem_read_direct(fd, table + first * sizeof(*buf), buf, cnt * sizeof(*buf));
-      for (size_t i = 0; i < cnt; i++) {
-        uint64_t key = buf[i].key;
-        if (key == UR_KEY_EMPTY || key == UR_KEY_TOMBSTONE) continue;
-        if (entries_push(e, (uint64_t)UR_UNMANGLE(key), buf[i].size, buf[i].stack_id) < 0) {
-          free(buf);
-          return -ENOMEM;
-        }
+      if (e->n + cnt > e->cap && entries_reserve(e, 2 * (e->n + cnt)) < 0) {
+        free(buf);
+        return -ENOMEM;
       }
+      e->n += ur_registry_collect(buf, cnt, e->pairs + 2 * e->n, e->stack_ids + e->n);
     }
   }
   free(buf);
@@ -161,9 +147,9 @@ out:
 static uint64_t unmangle_opt(uint64_t v) { return v ? (uint64_t)UR_UNMANGLE(v) : 0; }
 
 PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
-  int pid;
+  int pid, with_entries = 1;
   unsigned long long addr;
-  if (!PyArg_ParseTuple(args, "iK", &pid, &addr)) return NULL;
+  if (!PyArg_ParseTuple(args, "iK|p", &pid, &addr, &with_entries)) return NULL;
   int fd = open_mem(pid);
   if (fd < 0) return NULL;
   struct ur_descriptor d;
@@ -192,8 +178,10 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     options[MAX_OPTIONS] = 0;
   }
   if (d.stacks) ur_mem_read_direct(fd, d.stacks, &st, sizeof(st));
-  rc = read_tables(fd, shards, nshards, &e);
-  if (rc == 0) rc = sort_by_address(&e);
+  /* Without entries (the snapshot child sweeps itself): threads, shards and
+   * options only. */
+  if (with_entries) rc = read_tables(fd, shards, nshards, &e);
+  if (rc == 0 && with_entries) rc = sort_by_address(&e);
   Py_END_ALLOW_THREADS
   if (rc < 0) {
     PyErr_NoMemory();

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "child_sweep.h"
 #include "native.h"
 #include "snapshot.h"
 #include "thread_capture.h"
@@ -25,6 +26,8 @@ typedef struct {
   int busy;              /* a method is running with the GIL released */
   pid_t owner_tid;       /* the tracer thread */
   pid_t child;           /* snapshot child, 0 if none */
+  int child_started;     /* the child sweeps itself (child_start ran) */
+  struct ur_child csweep;
   int stopped_threads;
   int group_stopped;
   uint64_t t_start_ns, t_end_ns;
@@ -73,6 +76,10 @@ static void do_close(Session *s) {
   if (s->child > 0) {
     ur_snapshot_close(s->child);
     s->child = 0;
+  }
+  if (s->child_started) {
+    ur_child_forget(&s->csweep);
+    s->child_started = 0;
   }
 }
 
@@ -149,6 +156,103 @@ static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) 
   return PyLong_FromLong(child);
 }
 
+static int check_child(Session *s) {
+  if (check_owner(s) < 0) return -1;
+  if (!s->child) {
+    PyErr_SetString(PyExc_RuntimeError, "this Session has no snapshot child");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *session_child_start(Session *s, PyObject *args) {
+  unsigned long long box;
+  if (!PyArg_ParseTuple(args, "K", &box)) return NULL;
+  if (check_child(s) < 0) return NULL;
+  if (s->child_started) {
+    PyErr_SetString(PyExc_RuntimeError, "the snapshot child was already started");
+    return NULL;
+  }
+  char err[256] = "";
+  int rc;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_child_start(&s->csweep, s->child, box, err, sizeof(err));
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  if (rc < 0) {
+    ur_child_forget(&s->csweep);
+    return ur_py_raise(rc, err);
+  }
+  s->child_started = 1;
+  Py_RETURN_NONE;
+}
+
+/* Wait for the step to end; returns its reply (bytes) or raises. */
+static PyObject *child_finish(Session *s, double timeout_s) {
+  char err[256] = "";
+  int rc;
+  uint64_t timeout = timeout_s > 0 ? (uint64_t)(timeout_s * 1e9) : 0;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_child_wait(&s->csweep, timeout, err, sizeof(err));
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  if (rc == -ESRCH) s->child = 0; /* gone: nothing left to sweep or kill */
+  if (rc < 0) return ur_py_raise(rc, err);
+  uint64_t len = s->csweep.box.out_len;
+  if (len > PY_SSIZE_T_MAX) return ur_py_raise(-E2BIG, "reply too large");
+  PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
+  if (!out) return NULL;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_child_read_reply(&s->csweep, PyBytes_AS_STRING(out), (size_t)len);
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  if (rc < 0) {
+    Py_DECREF(out);
+    return ur_py_raise(rc, "cannot read the snapshot child's reply");
+  }
+  return out;
+}
+
+static int check_started(Session *s) {
+  if (check_child(s) < 0) return -1;
+  if (!s->child_started) {
+    PyErr_SetString(PyExc_RuntimeError, "child_start() has not run");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *session_child_wait(Session *s, PyObject *args) {
+  double timeout = 0;
+  if (!PyArg_ParseTuple(args, "d", &timeout)) return NULL;
+  if (check_started(s) < 0) return NULL;
+  return child_finish(s, timeout);
+}
+
+static PyObject *session_child_request(Session *s, PyObject *args) {
+  unsigned int request;
+  Py_buffer payload;
+  double timeout = 0;
+  if (!PyArg_ParseTuple(args, "Iy*d", &request, &payload, &timeout)) return NULL;
+  if (check_started(s) < 0) {
+    PyBuffer_Release(&payload);
+    return NULL;
+  }
+  char err[256] = "";
+  int rc;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_child_send(&s->csweep, request, payload.buf, (size_t)payload.len, err, sizeof(err));
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  PyBuffer_Release(&payload);
+  if (rc < 0) return ur_py_raise(rc, err);
+  return child_finish(s, timeout);
+}
+
 static PyObject *session_release(Session *s, PyObject *Py_UNUSED(ignored)) {
   if (check_owner(s) < 0) return NULL;
   s->busy = 1;
@@ -216,6 +320,16 @@ static PyMethodDef session_methods[] = {
     {"snapshot", (PyCFunction)(void (*)(void))session_snapshot, METH_VARARGS | METH_KEYWORDS,
      "snapshot(helper_tid, cmd_addr) -> int: fork a frozen copy through the shim's helper; "
      "returns the child pid (also mem_pid)."},
+    {"child_start", (PyCFunction)session_child_start, METH_VARARGS,
+     "child_start(box_addr): make the frozen snapshot child sweep itself (abi.h "
+     "ur_child_box); it builds its allocation index while the caller goes on."},
+    {"child_wait", (PyCFunction)session_child_wait, METH_VARARGS,
+     "child_wait(timeout_s) -> bytes: wait for the child's current step, return its reply. "
+     "TimeoutError: the child was interrupted and is frozen; ProcessLookupError: it died; "
+     "OSError(EIO): it reported a failure."},
+    {"child_request", (PyCFunction)session_child_request, METH_VARARGS,
+     "child_request(request, payload, timeout_s) -> bytes: hand the child a request "
+     "(abi.h UR_CHILD_REQ_*), wait for its reply."},
     {"release", (PyCFunction)session_release, METH_NOARGS,
      "release(): detach every thread (idempotent)."},
     {"close", (PyCFunction)session_close, METH_NOARGS,

@@ -1,14 +1,14 @@
-/* _native.sweep(): mark (heap_walker.c) then fold (leak_folding.c), with the
- * GIL released for the whole walk. */
+/* _native.sweep(): the shared sweep core (native/mark/sweep_core.c) over
+ * /proc/PID/mem, with the GIL released for the whole walk. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "heap_walker.h"
-#include "leak_folding.h"
 #include "memory.h"
 #include "native.h"
+#include "sweep_core.h"
 #include "thread_capture.h"
 
 /* Chunks the walk can touch at most: those under an allocation or a root
@@ -52,81 +52,94 @@ static const uint64_t *aligned_words(Py_buffer *b, uint64_t **owned) {
   return *owned;
 }
 
+static uint64_t now_ns(void) { return ur_now_ns(); }
+
 PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"mem_pid", "allocs", "root_ranges", "root_values", "cache_mb", NULL};
+  static char *kwlist[] = {"mem_pid", "allocs",   "root_ranges", "root_values",
+                           "stack_ids", "excluded", "cache_mb",   NULL};
   int pid;
   unsigned long long cache_mb = 0;
-  Py_buffer ab, rb, vb;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iy*y*y*|K", kwlist, &pid, &ab, &rb, &vb,
-                                   &cache_mb))
+  Py_buffer ab, rb, vb, sb = {0}, eb = {0};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iy*y*y*|$y*y*K", kwlist, &pid, &ab, &rb, &vb,
+                                   &sb, &eb, &cache_mb))
     return NULL;
   PyObject *result = NULL;
-  uint64_t *own_a = NULL, *own_r = NULL, *own_v = NULL;
-  if (ab.len % 16 || rb.len % 16 || vb.len % 8) {
+  uint64_t *own_a = NULL, *own_r = NULL, *own_v = NULL, *own_s = NULL, *own_e = NULL;
+  size_t nallocs = (size_t)ab.len / 16;
+  if (ab.len % 16 || rb.len % 16 || vb.len % 8 || eb.len % 8 ||
+      (sb.buf && sb.len && (size_t)sb.len != nallocs * 4)) {
     PyErr_SetString(PyExc_ValueError,
-                    "allocs and root_ranges must be packed u64 pairs, root_values packed u64");
+                    "allocs and root_ranges must be packed u64 pairs, root_values and excluded "
+                    "packed u64, stack_ids one packed u32 per allocation");
     goto out;
   }
-  if ((size_t)ab.len / 16 > UR_WALKER_MAX_ALLOCS) {
+  if (nallocs > UR_WALKER_MAX_ALLOCS) {
     PyErr_SetString(PyExc_ValueError, "too many allocations");
     goto out;
   }
   const uint64_t *allocs = aligned_words(&ab, &own_a);
   const uint64_t *ranges = aligned_words(&rb, &own_r);
   const uint64_t *values = aligned_words(&vb, &own_v);
-  if (!allocs || !ranges || !values) {
+  const uint64_t *excluded = eb.buf ? aligned_words(&eb, &own_e) : NULL;
+  const uint32_t *ids = sb.buf && sb.len ? (const uint32_t *)aligned_words(&sb, &own_s) : NULL;
+  if (!allocs || !ranges || !values || (eb.buf && !excluded) || (sb.buf && sb.len && !ids)) {
     PyErr_NoMemory();
     goto out;
   }
-  struct ur_mem mem;
+  struct ur_pread_mem mem;
   struct ur_walker w;
-  uint32_t *unreachable = NULL;
-  struct ur_leak *leaks = NULL;
-  size_t nunreachable = 0, nleaks = 0;
-  uint64_t t0 = 0, t1 = 0, t2 = 0, marked_bytes = 0;
+  struct ur_sweep_out res = {0};
+  struct ur_sweep_in in = {
+      .ranges = ranges,
+      .nranges = (size_t)rb.len / 16,
+      .values = values,
+      .nvalues = (size_t)vb.len / 8,
+      .excluded = excluded,
+      .nexcluded = excluded ? (size_t)eb.len / 8 : 0,
+      .stack_ids = ids,
+  };
   int rc, opened = 0;
   Py_BEGIN_ALLOW_THREADS
-  t0 = ur_now_ns();
   /* The walker only keeps the reader's address until marking starts. */
-  rc = ur_walker_init(&w, &mem, allocs, (size_t)ab.len / 16);
+  rc = ur_walker_init(&w, &mem.mem, allocs, nallocs);
   if (rc == 0) {
-    uint64_t cache = cache_mb ? cache_mb << 20 : default_cache_bytes(&w, ranges, (size_t)rb.len / 16);
+    uint64_t cache = cache_mb ? cache_mb << 20 : default_cache_bytes(&w, ranges, in.nranges);
     rc = ur_mem_open(&mem, pid, cache);
     opened = rc == 0;
   }
-  if (rc == 0) rc = ur_walker_mark(&w, ranges, (size_t)rb.len / 16, values, (size_t)vb.len / 8);
-  marked_bytes = w.bytes_scanned;
-  t1 = ur_now_ns();
-  if (rc == 0) rc = ur_fold_leaks(&w, &unreachable, &nunreachable, &leaks, &nleaks);
-  t2 = ur_now_ns();
+  if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
   Py_END_ALLOW_THREADS
-  uint64_t unreachable_bytes = 0;
-  for (size_t i = 0; rc == 0 && i < nunreachable; i++) unreachable_bytes += allocs[2 * unreachable[i] + 1];
   if (rc == 0) {
-    result = Py_BuildValue("{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:n,s:K}", "unreachable",
-                           unreachable ? (const char *)unreachable : "", (Py_ssize_t)(nunreachable * 4),
-                           "leaks", leaks ? (const char *)leaks : "", (Py_ssize_t)(nleaks * sizeof(*leaks)),
-                           "unreachable_bytes", (unsigned long long)unreachable_bytes,
-                           "bytes_scanned", (unsigned long long)marked_bytes, "pages_skipped",
-                           (unsigned long long)mem.pages_skipped, "mark_ns",
-                           (unsigned long long)(t1 - t0), "fold_ns",
-                           (unsigned long long)(t2 - t1), "overlapping", (Py_ssize_t)w.overlapping,
-                           "bytes_read", (unsigned long long)mem.bytes_loaded);
+    result = Py_BuildValue(
+        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K}", "unreachable",
+        res.unreachable ? (const char *)res.unreachable : "", (Py_ssize_t)(res.nunreachable * 4),
+        "leaks", res.leaks ? (const char *)res.leaks : "",
+        (Py_ssize_t)(res.nleaks * sizeof(*res.leaks)), "unreachable_count",
+        (unsigned long long)res.unreachable_count, "unreachable_bytes",
+        (unsigned long long)res.unreachable_bytes, "bytes_scanned",
+        (unsigned long long)res.bytes_scanned, "pages_skipped",
+        (unsigned long long)mem.mem.pages_skipped, "mark_ns", (unsigned long long)res.mark_ns,
+        "fold_ns", (unsigned long long)res.fold_ns, "overlapping", (Py_ssize_t)w.overlapping,
+        "bytes_read", (unsigned long long)mem.bytes_loaded, "allocation_count",
+        (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes);
   } else if (!opened && rc != -ENOMEM) {
     ur_py_raise(rc, rc == -ESRCH ? "no such process" : "cannot open the process's memory");
   } else {
     ur_py_raise(rc, "sweep failed");
   }
-  free(unreachable);
-  free(leaks);
+  ur_sweep_out_free(&res);
   ur_walker_free(&w);
   if (opened) ur_mem_close(&mem);
 out:
   free(own_a);
   free(own_r);
   free(own_v);
+  free(own_s);
+  free(own_e);
   PyBuffer_Release(&ab);
   PyBuffer_Release(&rb);
   PyBuffer_Release(&vb);
+  if (sb.buf) PyBuffer_Release(&sb);
+  if (eb.buf) PyBuffer_Release(&eb);
   return result;
 }

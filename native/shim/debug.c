@@ -110,21 +110,40 @@ __attribute__((format(printf, 1, 2))) static void dlog(const char *fmt, ...) {
   ur_write_stderr(buf, len);
 }
 
+/* Where a pc lies, as dladdr tells: file "" (and rel = pc) when in no
+ * object, sym NULL (and off 0) when no symbol covers it. */
+struct pc_name {
+  const char *file;
+  uintptr_t rel;
+  const char *sym;
+  uintptr_t off;
+};
+
+static struct pc_name name_pc(uintptr_t pc) {
+  Dl_info info;
+  struct pc_name n = {"", pc, NULL, 0};
+  if (dladdr((void *)pc, &info) && info.dli_fname) {
+    n.file = info.dli_fname;
+    n.rel = pc - (uintptr_t)info.dli_fbase;
+    if (info.dli_sname && info.dli_saddr) {
+      n.sym = info.dli_sname;
+      n.off = pc - (uintptr_t)info.dli_saddr;
+    }
+  }
+  return n;
+}
+
 /* bionic's frame lines: "          #00  pc 0000000000012345  /lib/x.so (fn+12)". */
 static void log_frames(const uint64_t *f, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    Dl_info info;
-    uintptr_t pc = (uintptr_t)f[i];
-    if (dladdr((void *)pc, &info) && info.dli_fname) {
-      uintptr_t rel = pc - (uintptr_t)info.dli_fbase;
-      if (info.dli_sname && info.dli_saddr)
-        dlog("          #%02zu  pc %016" PRIxPTR "  %s (%s+%" PRIuPTR ")", i, rel,
-             info.dli_fname, info.dli_sname, pc - (uintptr_t)info.dli_saddr);
-      else
-        dlog("          #%02zu  pc %016" PRIxPTR "  %s", i, rel, info.dli_fname);
-    } else {
-      dlog("          #%02zu  pc %016" PRIxPTR "  <unknown>", i, pc);
-    }
+    struct pc_name pn = name_pc((uintptr_t)f[i]);
+    if (!*pn.file)
+      dlog("          #%02zu  pc %016" PRIxPTR "  <unknown>", i, pn.rel);
+    else if (pn.sym)
+      dlog("          #%02zu  pc %016" PRIxPTR "  %s (%s+%" PRIuPTR ")", i, pn.rel, pn.file,
+           pn.sym, pn.off);
+    else
+      dlog("          #%02zu  pc %016" PRIxPTR "  %s", i, pn.rel, pn.file);
   }
 }
 
@@ -789,30 +808,34 @@ static bool leak_before(const struct drec *x, const struct drec *y) {
   return UR_UNMANGLE(x->a) < UR_UNMANGLE(y->a);
 }
 
+struct collect_ctx {
+  struct drec *r;
+  size_t n, cap;
+  bool leaks;
+};
+
+static void collect_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) {
+  struct collect_ctx *c = arg;
+  if (c->n >= c->cap) return;
+  struct drec *d = &c->r[c->n++];
+  d->a = c->leaks ? key : size; /* pointers stay mangled in the copy */
+  d->b = size;
+  d->id = stack_id;
+  d->pad = 0;
+}
+
 /* Every live allocation, copied under malloc_disable (one consistent set). */
 static struct drec *collect(size_t *count, size_t *bytes, bool leaks) {
   malloc_disable();
-  size_t total = 0;
-  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) total += ur_g.shards[i].count;
-  size_t cap = total ? total : 1, n = 0;
+  size_t total = (size_t)ur_registry_count();
+  size_t cap = total ? total : 1;
   *bytes = cap * sizeof(struct drec);
   void *m = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  struct drec *r = m == MAP_FAILED ? NULL : m;
-  for (unsigned i = 0; r && i < UR_NUM_SHARDS; i++) {
-    const struct ur_shard *s = &ur_g.shards[i];
-    const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)s->table;
-    for (uint64_t j = 0; j < s->capacity && n < cap; j++) {
-      if (t[j].key == UR_KEY_EMPTY || t[j].key == UR_KEY_TOMBSTONE) continue;
-      r[n].a = leaks ? t[j].key : t[j].size; /* pointers stay mangled in the copy */
-      r[n].b = t[j].size;
-      r[n].id = t[j].stack_id;
-      r[n].pad = 0;
-      n++;
-    }
-  }
+  struct collect_ctx c = {m == MAP_FAILED ? NULL : m, 0, cap, leaks};
+  if (c.r) ur_registry_foreach(0, collect_one, &c); /* disabled: nothing moves */
   malloc_enable();
-  *count = n;
-  return r;
+  *count = c.n;
+  return c.r;
 }
 
 static void fingerprint(char *out, size_t len) {
@@ -860,18 +883,9 @@ static void dump_heap(const char *path) {
     if (D.o.backtrace_full && nf) {
       bw_printf(&w, "  bt_info");
       for (size_t k = 0; k < nf; k++) {
-        Dl_info info;
-        uintptr_t pc = (uintptr_t)f[k];
-        if (dladdr((void *)pc, &info) && info.dli_fname) {
-          uintptr_t rel = pc - (uintptr_t)info.dli_fbase;
-          if (info.dli_sname && info.dli_saddr)
-            bw_printf(&w, " {\"%s\" %" PRIxPTR " \"%s\" %" PRIxPTR "}", info.dli_fname, rel,
-                      info.dli_sname, pc - (uintptr_t)info.dli_saddr);
-          else
-            bw_printf(&w, " {\"%s\" %" PRIxPTR " \"\" 0}", info.dli_fname, rel);
-        } else {
-          bw_printf(&w, " {\"\" %" PRIxPTR " \"\" 0}", pc);
-        }
+        struct pc_name pn = name_pc((uintptr_t)f[k]);
+        bw_printf(&w, " {\"%s\" %" PRIxPTR " \"%s\" %" PRIxPTR "}", pn.file, pn.rel,
+                  pn.sym ? pn.sym : "", pn.off);
       }
       bw_printf(&w, "\n");
     }

@@ -35,6 +35,10 @@ static inline __attribute__((always_inline)) struct ur_thread_slot *ur_begin(uin
 /* The allocation-site backtrace for a block of this size (0: none). */
 uint32_t ur_capture(size_t size);
 
+static inline int ur_backtraces_on(void) {
+  return UR_UNLIKELY(ur_g.bt_frames != 0) && __atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED);
+}
+
 static inline uint32_t ur_maybe_capture(size_t size) {
   if (UR_LIKELY(!ur_g.bt_frames) || !__atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)) return 0;
   return ur_capture(size);

@@ -10,20 +10,34 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "debug.h"
 #include "shim.h"
 
-static void snapshot(void) {
+/* Returns the child's pid, or 0 if the clone failed. */
+static pid_t snapshot(void) {
   /* Raw clone, not fork(): fork runs atfork handlers and takes malloc locks
    * that stopped threads may hold. Exit signal 0, no CLONE_VM: a frozen
    * copy-on-write image. The scanner traces us with PTRACE_O_TRACECLONE, so
-   * the child stops before it runs; untraced, it just exits. */
+   * the child stops before it runs; it then sweeps itself if the scanner
+   * asked it to in its copy of the box (child.c), else it just exits. */
   long pid = syscall(SYS_clone, 0, 0, NULL, NULL, 0);
-  if (pid == 0) syscall(SYS_exit_group, 0);
-  if (pid > 0) {
-    while (wait4((pid_t)pid, NULL, __WALL, NULL) < 0 && errno == EINTR) {
-    }
+  if (pid == 0) {
+    ur_child_run();
+    syscall(SYS_exit_group, 0);
   }
+  return pid > 0 ? (pid_t)pid : 0;
+}
+
+/* Whether the snapshot child is gone (reaped now, or not ours any more). A
+ * traced child is reported to us only once its tracer has reaped it. */
+static int child_gone(pid_t child) {
+  int saved = errno;
+  pid_t r;
+  while ((r = wait4(child, NULL, __WALL | WNOHANG, NULL)) < 0 && errno == EINTR) {
+  }
+  errno = saved;
+  return r != 0;
 }
 
 /*
@@ -44,6 +58,11 @@ static void snapshot(void) {
  * Kernels without futex_waitv (< 5.16): the helper waits on the command
  * word alone with a 100 ms timeout and the handler also wakes that word, so a
  * request is at worst 100 ms late.
+ *
+ * While a snapshot child lives (it may sweep for seconds) the command word
+ * stays UR_CMD_SNAPSHOT, as the scanner expects, and the helper keeps serving
+ * requests: it waits on pending alone, with a short timeout to notice the
+ * child's end, instead of blocking in wait4.
  */
 #ifndef __NR_futex_waitv
 #define __NR_futex_waitv 449
@@ -68,6 +87,19 @@ static void wait_for_work(uint32_t *cmd) {
   errno = saved;
 }
 
+/* From 1 ms up to 20 ms: a quick scan's child is reaped at once, and a child
+ * that lives long (or whose tracer never reaps it) costs 50 wakeups a second. */
+#define CHILD_POLL_MIN_NS (1000 * 1000)
+#define CHILD_POLL_MAX_NS (20 * 1000 * 1000)
+
+static void wait_for_request_or_child(long *poll_ns) {
+  int saved = errno;
+  struct timespec ts = {0, *poll_ns};
+  syscall(SYS_futex, &ur_g.pending, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+  *poll_ns = *poll_ns < CHILD_POLL_MAX_NS / 2 ? *poll_ns * 2 : CHILD_POLL_MAX_NS;
+  errno = saved;
+}
+
 void ur_helper_request(uint32_t bits) {
   int saved = errno;
   __atomic_fetch_or(&ur_g.pending, bits, __ATOMIC_SEQ_CST);
@@ -83,12 +115,25 @@ static void *helper_main(void *arg) {
   uint32_t *cmd = ur_g.helper_cmd;
   __atomic_store_n(&unreachable_descriptor.helper_tid, (uint32_t)syscall(SYS_gettid),
                    __ATOMIC_RELEASE);
+  pid_t child = 0; /* local: a forked process's new helper starts without one */
+  long poll_ns = CHILD_POLL_MIN_NS;
   for (;;) {
-    uint32_t c = __atomic_load_n(cmd, __ATOMIC_ACQUIRE);
-    if (c != UR_CMD_IDLE) {
-      if (c == UR_CMD_SNAPSHOT) snapshot();
-      __atomic_store_n(cmd, UR_CMD_IDLE, __ATOMIC_RELEASE);
-      continue;
+    /* The child first: a scanner letting us finish a previous snapshot
+     * (snapshot.c finish_previous) waits for IDLE alone, not for requests. */
+    if (child) {
+      if (child_gone(child)) {
+        child = 0;
+        __atomic_store_n(cmd, UR_CMD_IDLE, __ATOMIC_RELEASE);
+        continue;
+      }
+    } else {
+      uint32_t c = __atomic_load_n(cmd, __ATOMIC_ACQUIRE);
+      if (c != UR_CMD_IDLE) {
+        if (c != UR_CMD_SNAPSHOT || (child = snapshot()) == 0)
+          __atomic_store_n(cmd, UR_CMD_IDLE, __ATOMIC_RELEASE);
+        poll_ns = CHILD_POLL_MIN_NS;
+        continue;
+      }
     }
     uint32_t req = __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
     if (req) {
@@ -99,13 +144,17 @@ static void *helper_main(void *arg) {
       ur_tls.busy--;
       continue;
     }
-    wait_for_work(cmd);
+    if (child)
+      wait_for_request_or_child(&poll_ns);
+    else
+      wait_for_work(cmd);
   }
   return NULL;
 }
 
 void ur_helper_start(void) {
   if (!ur_g.helper_cmd) return;
+  unreachable_descriptor.child_box = (uint64_t)(uintptr_t)&ur_child_box;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old); /* the helper inherits a full mask */

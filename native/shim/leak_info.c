@@ -31,41 +31,50 @@ static void *scratch(size_t bytes) {
   return p == MAP_FAILED ? NULL : p;
 }
 
-/* Copy one shard's matching entries (pointers stay mangled in the copy). */
-static size_t snapshot_shard(struct ur_shard *s, uint64_t lo, uint64_t hi, struct ur_entry **buf,
-                             size_t *cap) {
-  int frozen = (ur_load32(&ur_g.slow) & UR_SLOW_GATE) != 0; /* disabled: nothing moves */
-  int locked = frozen ? 0 : ur_lock(&s->lock, &s->owner_tid, ur_self_tid());
-  size_t n = 0;
-  if (s->count > *cap) {
-    if (*buf) munmap(*buf, *cap * sizeof **buf);
-    *cap = s->count * 2;
-    *buf = scratch(*cap * sizeof **buf);
-    if (!*buf) *cap = 0;
-  }
-  const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)s->table;
-  for (uint64_t i = 0; i < s->capacity && n < *cap; i++) {
-    uint64_t k = t[i].key;
-    if (k == UR_KEY_EMPTY || k == UR_KEY_TOMBSTONE) continue;
-    uint64_t p = UR_UNMANGLE(k);
-    if (p >= lo && p < hi) (*buf)[n++] = t[i];
-  }
-  if (!frozen) ur_unlock(&s->lock, &s->owner_tid, locked);
-  return n;
+struct block {
+  uint64_t key; /* mangled, as in the registry */
+  uint64_t size;
+};
+
+struct copy_ctx {
+  struct block *buf;
+  size_t n, cap;
+  uint64_t lo, hi;
+};
+
+static void copy_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) {
+  (void)stack_id;
+  struct copy_ctx *c = arg;
+  uint64_t p = UR_UNMANGLE(key);
+  if (p < c->lo || p >= c->hi) return;
+  if (c->n < c->cap) c->buf[c->n] = (struct block){key, size};
+  c->n++; /* counted even without room, so the caller can grow and retry */
 }
 
 /* The callback runs with no lock held, so it may allocate. */
 UR_EXPORT int malloc_iterate(uintptr_t base, size_t size,
                              void (*cb)(uintptr_t ptr, size_t size, void *arg), void *arg) {
   if (!ready()) return -1;
-  uint64_t hi = base + size < base ? UINT64_MAX : base + size;
-  struct ur_entry *buf = NULL;
-  size_t cap = 0;
+  struct copy_ctx c = {NULL, 0, 0, base, base + size < base ? UINT64_MAX : base + size};
+  /* Disabled: nothing moves, and the shard locks are ours already. */
+  int lock = (ur_load32(&ur_g.slow) & UR_SLOW_GATE) == 0;
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
-    size_t n = snapshot_shard(&ur_g.shards[i], base, hi, &buf, &cap);
-    for (size_t j = 0; j < n; j++) cb(UR_UNMANGLE(buf[j].key), buf[j].size, arg);
+    for (;;) {
+      size_t want = (size_t)ur_registry_shard_count(i);
+      if (want > c.cap) { /* copy a shard's matches with its lock held, without allocating */
+        if (c.buf) munmap(c.buf, c.cap * sizeof *c.buf);
+        c.cap = want * 2;
+        c.buf = scratch(c.cap * sizeof *c.buf);
+        if (!c.buf) c.cap = 0;
+      }
+      c.n = 0;
+      ur_registry_foreach_in_shard(i, lock, copy_one, &c);
+      if (c.n <= c.cap || !c.buf) break; /* else the shard grew meanwhile: again */
+    }
+    size_t n = c.n < c.cap ? c.n : c.cap;
+    for (size_t j = 0; j < n; j++) cb(UR_UNMANGLE(c.buf[j].key), c.buf[j].size, arg);
   }
-  if (buf) munmap(buf, cap * sizeof *buf);
+  if (c.buf) munmap(c.buf, c.cap * sizeof *c.buf);
   return 0;
 }
 
@@ -144,6 +153,22 @@ static void sort_recs(struct leak_rec *r, size_t n) {
   }
 }
 
+struct leak_ctx {
+  struct leak_rec *recs;
+  size_t n, cap;
+  uint64_t mem;
+};
+
+static void leak_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) {
+  (void)key;
+  struct leak_ctx *c = arg;
+  if (c->n >= c->cap) return;
+  c->recs[c->n].size = size;
+  c->recs[c->n].id = stack_id;
+  c->mem += size;
+  c->n++;
+}
+
 UR_EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t *info_size,
                                     size_t *total_memory, size_t *backtrace_size) {
   if (!info || !overall_size || !info_size || !total_memory || !backtrace_size) return;
@@ -152,22 +177,13 @@ UR_EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t
   if (!ready() || !ur_g.bt_frames) return;
 
   malloc_disable(); /* one consistent set across all shards */
-  size_t total = 0;
-  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) total += ur_g.shards[i].count;
-  size_t cap = total ? total : 1, n = 0;
-  uint64_t mem = 0;
-  struct leak_rec *recs = scratch(cap * sizeof *recs);
-  for (unsigned i = 0; recs && i < UR_NUM_SHARDS; i++) {
-    const struct ur_shard *s = &ur_g.shards[i];
-    const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)s->table;
-    for (uint64_t j = 0; j < s->capacity && n < cap; j++) {
-      if (t[j].key == UR_KEY_EMPTY || t[j].key == UR_KEY_TOMBSTONE) continue;
-      recs[n].size = t[j].size;
-      recs[n].id = t[j].stack_id;
-      mem += t[j].size;
-      n++;
-    }
-  }
+  size_t total = (size_t)ur_registry_count();
+  struct leak_ctx c = {NULL, 0, total ? total : 1, 0};
+  c.recs = scratch(c.cap * sizeof *c.recs);
+  if (c.recs) ur_registry_foreach(0, leak_one, &c); /* disabled: nothing moves */
+  struct leak_rec *recs = c.recs;
+  size_t n = c.n, cap = c.cap;
+  uint64_t mem = c.mem;
   malloc_enable();
   if (!recs) return;
 

@@ -63,18 +63,21 @@ __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_
   }
 }
 
-__attribute__((noinline)) uint32_t ur_capture(size_t size) {
+static inline __attribute__((always_inline)) uint32_t capture_here(size_t size) {
   if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
   uintptr_t frames[UR_MAX_FRAMES];
   ur_tls.busy++;
-  size_t n = ur_unwind(frames, ur_g.bt_frames);
+  size_t n = ur_unwind_here(frames, ur_g.bt_frames);
   uint32_t id = ur_stacks_intern(frames, (uint32_t)n);
   ur_tls.busy--;
   return id;
 }
 
+__attribute__((noinline)) uint32_t ur_capture(size_t size) { return capture_here(size); }
+
 /* glibc returned p: name it in the slot, register it, leave. */
-static inline void *finish(struct ur_thread_slot *s, void *p, size_t size) {
+static inline __attribute__((always_inline)) void *finish(struct ur_thread_slot *s, void *p,
+                                                          size_t size) {
   if (p) {
     ur_announce_out(s, p, size);
     ur_registry_insert(p, size, ur_maybe_capture(size));
@@ -83,19 +86,71 @@ static inline void *finish(struct ur_thread_slot *s, void *p, size_t size) {
   return p;
 }
 
-static inline void *do_malloc(size_t n) {
+/* The hot paths announce and check the flags inline; anything else (first
+ * call of a thread, re-entry, a flag set) goes through these, out of line. */
+__attribute__((noinline)) static void *malloc_slow(size_t n) {
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_malloc(n);
   return finish(s, __libc_malloc(n), n);
 }
 
-static inline void do_free(void *p) {
+/* What the hot path does not: backtraces, the out-of-line registry. The
+ * hot path tail-calls it, so the backtrace is taken with one shim frame on
+ * the stack (this one) instead of three. */
+__attribute__((noinline)) static void *malloc_finish_slow(struct ur_thread_slot *s, void *p,
+                                                          size_t n) {
+  if (p) {
+    ur_announce_out(s, p, n);
+    uint32_t id = ur_backtraces_on() ? capture_here(n) : 0;
+    if (!ur_registry_try_insert(p, n, id, ur_single())) ur_registry_insert(p, n, id);
+  }
+  ur_leave(s);
+  return p;
+}
+
+__attribute__((noinline)) static void free_slow(void *p) {
   struct ur_thread_slot *s = ur_begin(UR_OP_FREE, p, 0);
   if (UR_UNLIKELY(!s)) {
     __libc_free(p);
     return;
   }
   ur_registry_remove(p);
+  __libc_free(p);
+  ur_leave(s);
+}
+
+/* Only the slot and the size live across glibc's malloc, and nothing is
+ * called after it on the fast path: few registers to save. The flags are read
+ * again after glibc returns; any read after the announcement is as good. */
+static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
+  struct ur_thread_slot *s = ur_tls.slot;
+  if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return malloc_slow(n);
+  ur_announce(s, UR_OP_MALLOC, NULL, 0);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier (ur_go_multi, malloc_disable) */
+  if (UR_UNLIKELY(ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE)) {
+    ur_leave(s);
+    return malloc_slow(n);
+  }
+  void *p = __libc_malloc(n);
+  if (UR_UNLIKELY(p == NULL) || ur_backtraces_on()) return malloc_finish_slow(s, p, n);
+  ur_announce_out(s, p, n);
+  if (UR_UNLIKELY(!ur_registry_try_insert(p, n, 0, ur_single())))
+    return malloc_finish_slow(s, p, n); /* named in the slot: the slow path registers it */
+  ur_leave(s);
+  return p;
+}
+
+static inline __attribute__((always_inline)) void do_free(void *p) {
+  struct ur_thread_slot *s = ur_tls.slot;
+  if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return free_slow(p);
+  ur_announce(s, UR_OP_FREE, p, 0);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  uint32_t f = ur_load32(&ur_g.slow);
+  if (UR_UNLIKELY(f & ~UR_SLOW_SINGLE)) {
+    ur_leave(s);
+    return free_slow(p);
+  }
+  if (UR_UNLIKELY(!ur_registry_try_remove(p, (f & UR_SLOW_SINGLE) != 0))) ur_registry_remove(p);
   __libc_free(p);
   ur_leave(s);
 }

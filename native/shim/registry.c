@@ -1,11 +1,22 @@
 #include "registry.h"
 
+#include <sched.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <linux/membarrier.h>
 
 #include "lock.h"
 #include "region.h"
 
 #define MIN_CAPACITY 32u
+
+_Static_assert(MIN_CAPACITY % 4 == 0 && sizeof(struct ur_entry) * 4 == 64, "one line, 4 entries");
+/* ur_home takes the index from hash bits 32 and up. */
+#define MAX_CAPACITY (UINT64_C(1) << 32)
+
+uint64_t ur_shard_limit[UR_NUM_SHARDS];
 
 /* Per shard, the table retired by the last resize: steady churn rehashes at
  * the same capacity over and over, so this saves the region lock and a fresh
@@ -20,10 +31,6 @@ int ur_registry_init(void) {
   return ur_g.shards ? 0 : -1;
 }
 
-static inline uint64_t slot_index(uint64_t hash, uint64_t capacity) {
-  return hash >> (64 - __builtin_ctzll(capacity));
-}
-
 /* Publish table and capacity with one 16-byte store: a stopped thread is
  * always between instructions, so a reader of a stopped target sees either
  * the old pair or the new one, never a mix. */
@@ -36,23 +43,18 @@ static inline void publish_table(struct ur_shard *s, struct ur_entry *table, uin
                    : "xmm0", "memory");
 }
 
-static void put_entry(struct ur_entry *t, uint64_t cap, uint64_t hash, const struct ur_entry *e) {
+/* The first free entry of the probe sequence (the table has one). */
+static struct ur_entry *first_free(struct ur_entry *t, uint64_t cap, uint64_t hash) {
   uint64_t mask = cap - 1;
-  for (uint64_t i = slot_index(hash, cap);; i = (i + 1) & mask) {
-    if (t[i].key == UR_KEY_EMPTY) {
-      t[i].size = e->size;
-      t[i].stack_id = e->stack_id;
-      t[i].flags = 0;
-      __atomic_store_n(&t[i].key, e->key, __ATOMIC_RELEASE);
-      return;
-    }
-  }
+  for (uint64_t i = ur_home(hash, cap);; i = (i + 1) & mask)
+    if (t[i].key <= UR_KEY_TOMBSTONE) return &t[i];
 }
 
 /* Build the new table completely, publish it, then recycle the old one. */
 static int resize(struct ur_shard *s) {
   uint64_t want = (s->count + 1) * 2, cap = MIN_CAPACITY;
   while (cap < want) cap <<= 1;
+  if (cap > MAX_CAPACITY) return -1;
   unsigned si = (unsigned)(s - ur_g.shards);
   struct ur_entry *nt;
   if (spare[si].table && spare[si].capacity == cap) {
@@ -70,10 +72,11 @@ static int resize(struct ur_shard *s) {
     if (k == UR_KEY_EMPTY || k == UR_KEY_TOMBSTONE) continue;
     uint64_t hash;
     ur_shard_of(k ^ UR_POINTER_MANGLE, &hash);
-    put_entry(nt, cap, hash, &old[i]);
+    ur_entry_write(first_free(nt, cap, hash), k, old[i].meta);
   }
   publish_table(s, nt, cap);
-  s->tombstones = 0;
+  ur_count_set(&s->tombstones, 0);
+  ur_shard_limit[si] = cap * 7 / 10;
   if (old) {
     if (spare[si].table) ur_region_table_put(spare[si].table, spare[si].capacity);
     spare[si].table = old;
@@ -84,120 +87,218 @@ static int resize(struct ur_shard *s) {
 
 static inline int make_room(struct ur_shard *s) {
   /* Keep (live + tombstones) under 70% so probes stay short. */
-  if (UR_LIKELY((s->count + s->tombstones + 1) * 10 <= s->capacity * 7)) return 0;
+  if (UR_LIKELY(s->count + s->tombstones + 1 <= ur_shard_limit[s - ur_g.shards])) return 0;
   return resize(s);
 }
 
-static inline void fill(struct ur_shard *s, struct ur_entry *e, uint64_t key, uint64_t size,
-                        uint32_t stack_id) {
-  if (e->key == UR_KEY_TOMBSTONE) s->tombstones--;
-  e->size = size;
-  e->stack_id = stack_id;
-  e->flags = 0;
-  __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
-  s->count++;
+/* The entry holding key, or NULL. */
+static struct ur_entry *lookup_held(struct ur_shard *s, uint64_t key, uint64_t hash) {
+  uint64_t cap = s->capacity;
+  if (!cap) return NULL;
+  struct ur_entry *t = (struct ur_entry *)(uintptr_t)s->table;
+  for (uint64_t i = ur_home(hash, cap);; i = (i + 4) & (cap - 1)) {
+    struct ur_entry *e = ur_line_find(&t[i], key);
+    if (e) return e;
+    /* A key never lies past an empty entry of its probe sequence. */
+    if (ur_line_find(&t[i], UR_KEY_EMPTY)) return NULL;
+  }
 }
 
-/* A freshly allocated pointer cannot be registered already (free removes it
- * before glibc can hand it out again), so take the first free slot. */
-void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
-  uint64_t key = UR_MANGLE(p), hash;
-  struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
+/* ---- holding a shard --------------------------------------------------------
+ *
+ * A shard is unowned, owned by one thread, or shared. Its owner updates it
+ * without touching the lock word: it names the shard in its thread slot
+ * (reserved0 = shard + 1), then checks it still owns it, with no fence
+ * between (ur_registry_try_hold). Every other thread takes the lock; finding the
+ * shard owned, it marks it shared, runs membarrier (a barrier on every
+ * running thread of the process, so the owner either sees the mark or shows
+ * its reserved0) and waits until the owner is out of the shard. A shard is
+ * owned by the first thread that locks it once the process is
+ * multi-threaded; a second thread makes it shared for good (until the next
+ * malloc_disable or fork resets it). Threads mostly allocate from their own
+ * glibc arena, so their shards stay theirs and the hot path pays no atomic
+ * read-modify-write (each would wait for the store buffer to drain, full of
+ * glibc's stores to cold chunk headers). Ownership changes nothing for
+ * readers: they stop the target and rely only on the publication order of
+ * abi.h, never on the lock. */
+
+uint32_t ur_shard_bias[UR_NUM_SHARDS];
+
+static void membarrier_all(void) {
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* not reached: bias_ok means it works */
+}
+
+/* Wait until the thread in slot token-1 is out of shard idx. */
+static void wait_owner(uint32_t token, unsigned idx) {
+  struct ur_thread_slot *o = &ur_g.threads[token - 1];
+  while (__atomic_load_n(&o->reserved0, __ATOMIC_ACQUIRE) == idx + 1) sched_yield();
+}
+
+/* Take the shard for an update: owned, or locked (claiming it when nobody
+ * owns it, taking it from its owner when someone does). */
+static int hold(struct ur_shard *s, unsigned idx, int single) {
+  int how = ur_registry_try_hold(idx, single);
+  if (how != UR_HOLD_LOCKED) return how;
   int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
-  if (UR_LIKELY(make_room(s) == 0)) {
-    struct ur_entry *t = (struct ur_entry *)(uintptr_t)s->table;
-    uint64_t mask = s->capacity - 1, i = slot_index(hash, s->capacity);
-    while (t[i].key > UR_KEY_TOMBSTONE) i = (i + 1) & mask;
-    fill(s, &t[i], key, size, stack_id);
-  } /* else out of region: the block goes untracked rather than crash */
-  ur_unlock(&s->lock, &s->owner_tid, locked);
+  uint32_t b = ur_load32(&ur_shard_bias[idx]), tok = ur_tls.shard_token;
+  if (b == 0) {
+    /* Claim it: under the lock, so no other thread is inside. */
+    if (locked && tok && ur_load32(&ur_g.bias_ok))
+      __atomic_store_n(&ur_shard_bias[idx], tok, __ATOMIC_RELAXED);
+  } else if (b != UR_BIAS_SHARED && b != tok) {
+    __atomic_store_n(&ur_shard_bias[idx], UR_BIAS_SHARED, __ATOMIC_SEQ_CST);
+    membarrier_all();
+    wait_owner(b, idx);
+  }
+  /* Not locked: malloc_disable's or fork's thread, which holds every lock. */
+  return locked ? UR_HOLD_LOCKED : UR_HOLD_NONE;
+}
+
+static void release(struct ur_shard *s, int how) {
+  if (how == UR_HOLD_LOCKED) ur_unlock(&s->lock, &s->owner_tid, 1);
+  else ur_registry_release_held(how);
+}
+
+void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta) {
+  if (make_room(s) != 0) return; /* out of region: the block goes untracked rather than crash */
+  struct ur_entry *e = first_free((struct ur_entry *)(uintptr_t)s->table, s->capacity, hash);
+  if (e->key == UR_KEY_TOMBSTONE) ur_count_set(&s->tombstones, s->tombstones - 1);
+  ur_entry_write(e, key, meta);
+  ur_count_set(&s->count, s->count + 1);
+}
+
+void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
+  if (size > UR_META_MAX_SIZE) return; /* 16 TiB: not registered (abi.h) */
+  uint64_t hash;
+  unsigned idx;
+  struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
+  int how = hold(s, idx, ur_single());
+  ur_registry_insert_held(s, hash, UR_MANGLE(p), UR_META(size, stack_id));
+  release(s, how);
 }
 
 void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
   uint64_t key = UR_MANGLE(p), hash;
-  struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
-  int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
-  if (make_room(s) == 0) {
-    struct ur_entry *t = (struct ur_entry *)(uintptr_t)s->table, *dst = NULL;
-    uint64_t mask = s->capacity - 1;
-    for (uint64_t i = slot_index(hash, s->capacity);; i = (i + 1) & mask) {
-      uint64_t k = t[i].key;
-      if (k == key) { /* same block, new size and site */
-        t[i].size = size;
-        t[i].stack_id = stack_id;
-        dst = NULL;
-        break;
-      }
-      if (k == UR_KEY_TOMBSTONE && !dst) dst = &t[i];
-      if (k == UR_KEY_EMPTY) {
-        if (!dst) dst = &t[i];
-        break;
-      }
-    }
-    if (dst) fill(s, dst, key, size, stack_id);
+  unsigned idx;
+  struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
+  int how = hold(s, idx, ur_single());
+  struct ur_entry *e = lookup_held(s, key, hash);
+  if (size > UR_META_MAX_SIZE) { /* not registered (abi.h) */
+    if (e) ur_registry_kill_held(s, e);
+  } else if (e) { /* same block, new size and site: one store */
+    __atomic_store_n(&e->meta, UR_META(size, stack_id), __ATOMIC_RELEASE);
+  } else {
+    ur_registry_insert_held(s, hash, key, UR_META(size, stack_id));
   }
-  ur_unlock(&s->lock, &s->owner_tid, locked);
+  release(s, how);
 }
 
-static struct ur_entry *lookup(struct ur_shard *s, uint64_t key, uint64_t hash) {
-  if (!s->capacity) return NULL;
-  struct ur_entry *t = (struct ur_entry *)(uintptr_t)s->table;
-  uint64_t mask = s->capacity - 1;
-  for (uint64_t i = slot_index(hash, s->capacity);; i = (i + 1) & mask) {
-    uint64_t k = t[i].key;
-    if (k == key) return &t[i];
-    if (k == UR_KEY_EMPTY) return NULL;
+/* Look p up under the shard's hold; report its size and stack id, and
+ * remove it when `kill`. Returns 1 if p was registered. */
+static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
+  uint64_t key = UR_MANGLE(p), hash;
+  unsigned idx;
+  struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
+  int how = hold(s, idx, ur_single());
+  struct ur_entry *e = lookup_held(s, key, hash);
+  if (e) {
+    *size = UR_META_SIZE(e->meta);
+    *stack_id = UR_META_STACK_ID(e->meta);
+    if (kill) ur_registry_kill_held(s, e);
   }
+  release(s, how);
+  return e != NULL;
 }
 
 int ur_registry_take(const void *p, uint64_t *size, uint32_t *stack_id) {
-  uint64_t key = UR_MANGLE(p), hash;
-  struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
-  int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
-  struct ur_entry *e = lookup(s, key, hash);
-  if (e) {
-    *size = e->size;
-    *stack_id = e->stack_id;
-    __atomic_store_n(&e->key, UR_KEY_TOMBSTONE, __ATOMIC_RELEASE);
-    s->count--;
-    s->tombstones++;
-  }
-  ur_unlock(&s->lock, &s->owner_tid, locked);
-  return e != NULL;
+  return lookup(p, size, stack_id, 1);
 }
 
 int ur_registry_remove(const void *p) {
   uint64_t size;
   uint32_t stack_id;
-  return ur_registry_take(p, &size, &stack_id);
+  return lookup(p, &size, &stack_id, 1);
 }
 
 int ur_registry_find(const void *p, uint64_t *size, uint32_t *stack_id) {
-  uint64_t key = UR_MANGLE(p), hash;
-  struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
-  int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
-  struct ur_entry *e = lookup(s, key, hash);
-  if (e) {
-    *size = e->size;
-    *stack_id = e->stack_id;
-  }
-  ur_unlock(&s->lock, &s->owner_tid, locked);
-  return e != NULL;
+  return lookup(p, size, stack_id, 0);
 }
+
+/* ---- walking ----------------------------------------------------------------- */
+
+size_t ur_registry_foreach_in_shard(unsigned shard, int lock, ur_registry_fn fn, void *arg) {
+  if (!ur_g.shards || shard >= UR_NUM_SHARDS) return 0;
+  struct ur_shard *s = &ur_g.shards[shard];
+  int how = lock ? hold(s, shard, ur_single()) : UR_HOLD_NONE;
+  const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)s->table;
+  uint64_t cap = s->capacity;
+  size_t n = 0;
+  for (uint64_t i = 0; i < cap; i++) {
+    uint64_t k = t[i].key, m = t[i].meta;
+    if (k == UR_KEY_EMPTY || k == UR_KEY_TOMBSTONE) continue;
+    fn(k, UR_META_SIZE(m), UR_META_STACK_ID(m), arg);
+    n++;
+  }
+  release(s, how);
+  return n;
+}
+
+size_t ur_registry_foreach(int lock, ur_registry_fn fn, void *arg) {
+  size_t n = 0;
+  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) n += ur_registry_foreach_in_shard(i, lock, fn, arg);
+  return n;
+}
+
+uint64_t ur_registry_shard_count(unsigned shard) {
+  if (!ur_g.shards || shard >= UR_NUM_SHARDS) return 0;
+  return __atomic_load_n(&ur_g.shards[shard].count, __ATOMIC_RELAXED);
+}
+
+uint64_t ur_registry_count(void) {
+  uint64_t n = 0;
+  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) n += ur_registry_shard_count(i);
+  return n;
+}
+
+/* ---- every shard at once ------------------------------------------------------ */
+
+/* Ownership before lock_all (written and read with every lock held). */
+static uint32_t bias_before[UR_NUM_SHARDS];
 
 void ur_registry_lock_all(uint32_t tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++)
     ur_lock_hard(&ur_g.shards[i].lock, &ur_g.shards[i].owner_tid, tid);
+  /* Owners do not take the lock: make every shard shared, then wait them out. */
+  int any = 0;
+  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
+    uint32_t b = ur_load32(&ur_shard_bias[i]);
+    bias_before[i] = b;
+    any |= b != 0 && b != UR_BIAS_SHARED;
+    __atomic_store_n(&ur_shard_bias[i], UR_BIAS_SHARED, __ATOMIC_SEQ_CST);
+  }
+  if (!any) return;
+  membarrier_all();
+  for (unsigned i = 0; i < UR_NUM_SHARDS; i++)
+    if (bias_before[i] != 0 && bias_before[i] != UR_BIAS_SHARED) wait_owner(bias_before[i], i);
 }
 
 void ur_registry_unlock_all(void) {
-  for (unsigned i = UR_NUM_SHARDS; i-- > 0;)
+  for (unsigned i = UR_NUM_SHARDS; i-- > 0;) {
+    /* A shard two threads used stays shared; one that was owned (or unused)
+     * is up for grabs again: its owner may be gone (fork child). */
+    if (bias_before[i] != UR_BIAS_SHARED) __atomic_store_n(&ur_shard_bias[i], 0, __ATOMIC_RELAXED);
     ur_unlock(&ur_g.shards[i].lock, &ur_g.shards[i].owner_tid, 1);
+  }
 }
 
 void ur_registry_reset_locks(uint32_t owner_tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
     ur_g.shards[i].lock = owner_tid ? 1 : 0;
     ur_g.shards[i].owner_tid = owner_tid;
+    /* The child's only thread owns nothing yet. Still held by the forking
+     * thread (it had malloc_disable()d): shared until malloc_enable. */
+    ur_shard_bias[i] = owner_tid ? UR_BIAS_SHARED : 0;
+    bias_before[i] = 0;
   }
 }

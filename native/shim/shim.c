@@ -129,6 +129,7 @@ void ur_init(void) {
     membarrier_ok =
         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
     if (membarrier_ok) state = UR_SLOW_SINGLE; /* not a failure: start lock-free */
+    ur_g.bias_ok = (uint32_t)membarrier_ok;
     d->num_shards = UR_NUM_SHARDS;
     d->shards = (uint64_t)(uintptr_t)ur_g.shards;
     d->threads = (uint64_t)(uintptr_t)ur_g.threads;

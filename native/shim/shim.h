@@ -61,6 +61,7 @@ struct ur_globals {
   struct ur_thread_slot *threads;
   struct ur_thread_slot *single_slot; /* the one thread while UR_SLOW_SINGLE */
   uint32_t multi_lock, multi_owner;
+  uint32_t bias_ok; /* membarrier works: threads may own registry shards (registry.c) */
   struct ur_stack_table *stacks;
   uint32_t *helper_cmd;
   char *options;
@@ -74,6 +75,7 @@ struct ur_tls {
   struct ur_thread_slot *slot; /* NULL until the thread's first tracked call */
   uint32_t tid;
   uint32_t busy;               /* >0: inside the shim's own work; calls pass to glibc */
+  uint32_t shard_token;        /* slot index + 1 (0: no shared slot): owner id in registry.c */
   struct ur_thread_slot dummy; /* used when every shared slot is taken */
 };
 

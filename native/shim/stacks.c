@@ -62,13 +62,39 @@ static uint32_t probe(const uintptr_t *f, uint32_t n, uint64_t h, uint64_t *slot
   }
 }
 
+/* The last stack this thread interned: allocations come in runs from one
+ * site, and comparing with it is cheaper than hashing and probing. Ids are
+ * never reused, so a remembered one stays right. */
+#define LAST_MAX 32
+static __thread struct {
+  uint32_t id, n;
+  uintptr_t f[LAST_MAX];
+} last __attribute__((tls_model("initial-exec")));
+
+static inline int same_as_last(const uintptr_t *f, uint32_t n) {
+  if (last.n != n || !last.id) return 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (last.f[i] != f[i]) return 0;
+  return 1;
+}
+
+static inline uint32_t remember(const uintptr_t *f, uint32_t n, uint32_t id) {
+  if (id && n <= LAST_MAX) {
+    memcpy(last.f, f, n * sizeof *f);
+    last.n = n;
+    last.id = id;
+  }
+  return id;
+}
+
 uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
   struct ur_stack_table *t = ur_g.stacks;
   if (!n || !t || !t->max_frames) return 0;
   if (n > t->max_frames) n = t->max_frames;
+  if (same_as_last(f, n)) return last.id;
   uint64_t h = hash_frames(f, n), slot;
   uint32_t id = probe(f, n, h, &slot);
-  if (id) return id;
+  if (id) return remember(f, n, id);
   int locked = ur_lock(&st.lock, &st.owner, ur_tls.tid);
   id = probe(f, n, h, &slot); /* someone may have added it meanwhile */
   if (!id) {
@@ -85,7 +111,7 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
     }
   }
   ur_unlock(&st.lock, &st.owner, locked);
-  return id;
+  return remember(f, n, id);
 }
 
 size_t ur_stacks_get(uint32_t id, uintptr_t *out, size_t max) {

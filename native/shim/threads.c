@@ -24,6 +24,9 @@ static struct {
 static void on_thread_exit(void *v) {
   struct ur_thread_slot *s = v;
   ur_debug_thread_done(); /* record_allocs: "TID: thread_done 0x0" */
+  /* Once EXITED, the slot may go to a new thread, and with it the shards
+   * owned under its token: later destructors here lock like strangers. */
+  ur_tls.shard_token = 0;
   __atomic_store_n(&s->state, UR_THREAD_EXITED, __ATOMIC_RELEASE);
 }
 
@@ -71,9 +74,11 @@ void ur_thread_attach(void) {
   }
   if (!s) {
     ur_tls.slot = &ur_tls.dummy; /* untracked announcements beat no tracking */
+    ur_tls.shard_token = 0;
     return;
   }
   s->op = UR_OP_NONE;
+  s->reserved0 = 0; /* names no shard: the slot's last thread has left */
   __atomic_store_n(&s->tid, tid, __ATOMIC_RELEASE);
   if ((pid_t)tid != th.main_tid) {
     /* glibc allocates inside these; busy sends that straight to glibc. */
@@ -93,6 +98,7 @@ void ur_thread_attach(void) {
   } else {
     s->stack_lo = s->stack_hi = 0; /* the scanner uses the [stack] mapping */
   }
+  ur_tls.shard_token = (uint32_t)(s - ur_g.threads) + 1;
   ur_tls.slot = s;
 }
 
@@ -102,7 +108,9 @@ void ur_threads_after_fork_child(uint32_t new_tid) {
   th.main_tid = getpid();
   for (uint32_t i = 0; i < hw; i++) {
     struct ur_thread_slot *s = &ur_g.threads[i];
-    if (s == mine || s->state != UR_THREAD_LIVE) continue;
+    if (s == mine) continue;
+    s->reserved0 = 0; /* the thread is gone, and so is what it owned */
+    if (s->state != UR_THREAD_LIVE) continue;
     s->op = UR_OP_NONE;
     s->state = UR_THREAD_EXITED; /* their stacks are in glibc's cache now */
   }

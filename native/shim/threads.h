@@ -6,6 +6,8 @@
 #ifndef UR_THREADS_H
 #define UR_THREADS_H
 
+#include <emmintrin.h>
+
 #include "shim.h"
 
 int ur_threads_init(void);
@@ -19,21 +21,28 @@ void ur_threads_after_fork_child(uint32_t new_tid);
 /* Wait until no thread but the caller is inside an entry point. */
 void ur_threads_wait_quiescent(void);
 
+/* Store a (pointer, size) pair of the slot with one 16-byte store: a thread
+ * is stopped between instructions, so a reader sees the old pair or the new
+ * one, never a mix (and the store buffer takes one entry, not two). */
+static inline void ur_slot_pair(uint64_t *pair, uint64_t ptr, uint64_t size) {
+  __m128i v = _mm_set_epi64x((long long)size, (long long)ptr);
+  _mm_storeu_si128((__m128i *)(void *)pair, v);
+}
+
 /* Announce an operation: inputs and outputs first, op last, so a stopped
  * thread's slot never names an op without its pointers. */
 static inline void ur_announce(struct ur_thread_slot *s, uint32_t op, const void *in,
                                size_t in_size) {
-  s->in_ptr = in ? UR_MANGLE(in) : 0;
-  s->in_size = in_size;
-  s->out_ptr = 0;
-  s->out_size = 0;
+  ur_slot_pair(&s->in_ptr, in ? UR_MANGLE(in) : 0, in_size);
+  ur_slot_pair(&s->out_ptr, 0, 0);
   __atomic_store_n(&s->op, op, __ATOMIC_RELEASE);
 }
 
 /* glibc has returned: name the new block before it enters the registry. */
 static inline void ur_announce_out(struct ur_thread_slot *s, const void *out, size_t size) {
-  s->out_size = size;
-  __atomic_store_n(&s->out_ptr, out ? UR_MANGLE(out) : 0, __ATOMIC_RELEASE);
+  __atomic_signal_fence(__ATOMIC_RELEASE); /* after everything before it, as a release store */
+  ur_slot_pair(&s->out_ptr, out ? UR_MANGLE(out) : 0, size);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST); /* before the registry's stores */
 }
 
 static inline void ur_leave(struct ur_thread_slot *s) {

@@ -1,7 +1,5 @@
-#define UNW_LOCAL_ONLY
 #include "unwind.h"
 
-#include <libunwind.h>
 #include <link.h>
 
 #include "shim.h"
@@ -29,14 +27,4 @@ void ur_unwind_init(void) {
   dl_iterate_phdr(find_self, NULL);
 }
 
-size_t ur_unwind(uintptr_t *out, size_t max) {
-  void *buf[UR_MAX_FRAMES + 16];
-  int want = (int)(max + 16 < UR_MAX_FRAMES + 16 ? max + 16 : UR_MAX_FRAMES + 16);
-  int n = unw_backtrace(buf, want);
-  int skip = 0;
-  while (skip < n && (uintptr_t)buf[skip] >= ur_g.text_lo && (uintptr_t)buf[skip] < ur_g.text_hi)
-    skip++;
-  size_t k = 0;
-  for (int i = skip; i < n && k < max; i++) out[k++] = (uintptr_t)buf[i];
-  return k;
-}
+size_t ur_unwind(uintptr_t *out, size_t max) { return ur_unwind_here(out, max); }

@@ -70,3 +70,26 @@ def test_run_missing_command():
 def test_run_command_not_found():
     res = cli("run", "--", "/nonexistent/prog")
     assert res.returncode == 2 and "command not found" in res.stderr
+
+
+def test_run_huge_pages_adds_glibcs_tunable_to_the_users():
+    res = subprocess.run(
+        [*CLI, "run", "--huge-pages", "--", "sh", "-c", 'echo "$GLIBC_TUNABLES"'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+
+
+def test_run_without_huge_pages_leaves_tunables_alone():
+    res = subprocess.run(
+        [*CLI, "run", "--", "sh", "-c", 'echo "${GLIBC_TUNABLES-unset}"'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert res.stdout.strip() == "unset"

@@ -214,6 +214,30 @@ def test_cli_without_client_cert_fails_cleanly(tls_daemon, certs, targets):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+def test_cli_targets_lists_the_same_here_and_through_the_daemon(daemon, targets):
+    with_options = targets.start(PROGRAMS / "globals.c", options="backtrace=4")
+    inert = targets.start(PROGRAMS / "globals.c", options="no_such_option", wait_ready=False)
+    without_shim = targets.start(PROGRAMS / "globals.c", preload=False)
+    time.sleep(0.3)  # the inert one prints no READY line: let it load its shim
+    local = cli("targets", "--json")
+    remote = cli("targets", "--json", "--remote", daemon.address)
+    assert local.returncode == remote.returncode == 0, remote.stderr
+    here, there = json.loads(local.stdout), json.loads(remote.stdout)
+    mine = {with_options.pid, inert.pid, without_shim.pid}
+    here = [t for t in here if t["pid"] in mine]
+    assert here == [t for t in there if t["pid"] in mine]
+    by_pid = {t["pid"]: t for t in here}
+    assert without_shim.pid not in by_pid
+    assert by_pid[with_options.pid]["options"] == "backtrace=4"
+    assert by_pid[with_options.pid]["enabled"] is True
+    assert by_pid[inert.pid]["enabled"] is False
+    table = cli("targets").stdout.splitlines()
+    assert table[0].split() == ["PID", "NAME", "SHIM", "OPTIONS", "COMMAND"]
+    row = next(line.split() for line in table if line.split()[0] == str(with_options.pid))
+    assert row[2:4] == ["active", "backtrace=4"]
+    assert with_options.alive() and with_options.tracer() == 0
+
+
 def test_contents_policy(daemons, targets):
     target = targets.start(PROGRAMS / "globals.c")
     strict = daemons.start()

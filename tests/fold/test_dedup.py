@@ -1,17 +1,22 @@
 from __future__ import annotations
 
-from tests.support.registry import make_registry
 from unreachable.fold.dedup import dedup
 from unreachable.sweep.mark import LEAK_RECORD
 
 
-def packed(records):
-    return b"".join(LEAK_RECORD.pack(i, 0, count, size) for i, count, size in records)
+def packed(records: list[tuple[int, int, int, int, int]]) -> bytes:
+    """(begin, size, referenced_count, referenced_size, stack_id) in address order."""
+    return b"".join(LEAK_RECORD.pack(b, s, c, rs, sid, 0) for b, s, c, rs, sid in records)
 
 
 def test_same_backtrace_merges_into_first_by_address():
-    reg = make_registry([(0x1000, 10), (0x2000, 20), (0x3000, 30), (0x4000, 40)], [5, 5, 0, 0])
-    leaks = dedup(packed([(0, 2, 9), (1, 1, 7), (2, 0, 0), (3, 0, 0)]), reg, limit=100)
+    records = [
+        (0x1000, 10, 2, 9, 5),
+        (0x2000, 20, 1, 7, 5),
+        (0x3000, 30, 0, 0, 0),
+        (0x4000, 40, 0, 0, 0),
+    ]
+    leaks = dedup(packed(records), limit=100)
     merged = next(x for x in leaks if x.stack_id == 5)
     assert merged.begin == 0x1000 and merged.size == 10
     assert (merged.referenced_count, merged.referenced_size) == (2, 9)
@@ -24,17 +29,10 @@ def test_same_backtrace_merges_into_first_by_address():
 
 
 def test_limit_keeps_the_largest_and_ties_go_to_the_lower_address():
-    reg = make_registry([(0x1000 * (i + 1), i + 1) for i in range(10)] + [(0x20000, 10)])
-    leaks = dedup(packed([(i, 0, 0) for i in range(11)]), reg, limit=3)
+    blocks = [(0x1000 * (i + 1), i + 1) for i in range(10)] + [(0x20000, 10)]
+    leaks = dedup(packed([(b, s, 0, 0, 0) for b, s in blocks]), limit=3)
     assert [(x.size, x.begin) for x in leaks] == [(10, 0xA000), (10, 0x20000), (9, 0x9000)]
 
 
-def test_excluded_in_flight_blocks_are_never_reported():
-    reg = make_registry([(0x1000, 10), (0x2000, 20)])
-    leaks = dedup(packed([(0, 0, 0), (1, 0, 0)]), reg, limit=10, excluded=frozenset({1}))
-    assert [x.begin for x in leaks] == [0x1000]
-
-
 def test_limit_zero():
-    reg = make_registry([(0x1000, 10)])
-    assert dedup(packed([(0, 0, 0)]), reg, limit=0) == []
+    assert dedup(packed([(0x1000, 10, 0, 0, 0)]), limit=0) == []

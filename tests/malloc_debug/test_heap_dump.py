@@ -10,6 +10,9 @@ import signal
 import pytest
 
 from tests.malloc_debug.support import exe, run, values, wait_file
+from tests.scanner.procs import exists, read_u32, wait_until
+from unreachable import _native
+from unreachable.capture.target import open_target
 from unreachable.heapdump.dump_format import parse_dump, write_dump
 
 DUMP = signal.SIGRTMAX - 17
@@ -60,6 +63,30 @@ def test_dump_on_signal(procs, tmp_path, mode, options):
     path = tmp_path / f"heap.{p.pid}.txt"
     check_dump(wait_file(path, complete), full="bt_full" in options)
     p.wait_stderr(rf"^malloc_debug: Dumping to file: {path}$")
+    assert p.alive()
+
+
+def test_dump_while_a_snapshot_child_lives(procs, tmp_path):
+    """A scan's snapshot child may sweep for seconds; the helper that cloned
+    it keeps serving signals meanwhile. Here the child is held frozen (traced,
+    never resumed) for the whole dump, so the helper can only have written the
+    dump while that child was alive."""
+    prefix = tmp_path / "heap"
+    p = procs.start("idle.c", "idle", options=f"backtrace backtrace_dump_prefix={prefix}")
+    assert p.read_line().startswith("READY")
+    target = open_target(p.pid)
+    cmd = target.header.helper_cmd
+    with _native.Session(p.pid) as s:
+        s.stop()
+        child = s.snapshot(target.header.helper_tid, cmd)
+        s.release()
+        os.kill(p.pid, DUMP)
+        check_dump(wait_file(tmp_path / f"heap.{p.pid}.txt", complete), full=False)
+        assert exists(child)
+        assert read_u32(p.pid, cmd) != 0  # still busy with the snapshot, as scanners expect
+    # Once the scanner lets the child go, the helper reaps it and is idle again.
+    wait_until(lambda: read_u32(p.pid, cmd) == 0, what="helper back to IDLE")
+    assert not exists(child)
     assert p.alive()
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.reports import make_report
+from tests.support.reports import folded_leak, make_report
 from unreachable.cli.scan import FORMATS, render
 from unreachable.report.lmu import format_lmu
 from unreachable.report.model import LeakEntry, ScanReport
@@ -15,19 +15,7 @@ def _report(leaks: list[LeakEntry]) -> ScanReport:
 
 
 def _leak(contents: bytes | None, frames: int) -> LeakEntry:
-    return LeakEntry(
-        address=0x7B2C4E8010,
-        size=24,
-        referenced_count=2,
-        referenced_size=160,
-        similar_count=3,
-        similar_size=72,
-        similar_referenced_count=6,
-        similar_referenced_size=480,
-        total_size=736,
-        contents=contents,
-        backtrace=[Frame(0x1000 + i, "/lib/x.so", i, "f", 1) for i in range(frames)],
-    )
+    return folded_leak(contents, [Frame(0x1000 + i, "/lib/x.so", i, "f", 1) for i in range(frames)])
 
 
 def test_records_then_the_exact_text_report():

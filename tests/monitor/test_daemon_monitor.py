@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,26 @@ from unreachable.v1 import unreachable_pb2 as pb
 from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
 
 WAIT = 120.0
+
+
+def cli_watch_until_growth(address: str, pid: int, extra: list[str]) -> str:
+    """The first line `unreachable-cli watch` prints about a growing leak."""
+    argv = [sys.executable, "-m", "unreachable.cli.main", "watch", "--pid", str(pid)]
+    proc = subprocess.Popen([*argv, "--remote", address, *extra], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + WAIT
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([proc.stdout], [], [], left)[0]:
+                break
+            line = proc.stdout.readline()
+            assert line, f"watch exited with {proc.wait()}"
+            if line.startswith("  growing: ") or '"growth": [{' in line:
+                return line.rstrip("\n")
+        raise AssertionError("no growth printed")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_daemon_monitors_a_leaking_process(daemons, journal, notify, sockdir, shim, tmp_path):
@@ -89,6 +110,14 @@ def test_daemon_monitors_a_leaking_process(daemons, journal, notify, sockdir, sh
         assert event.growth[0].site == grow["LEAK_SITE"]
         watch.cancel()
         channel.close()
+        # The CLI prints the growth it receives, in text and in JSON.
+        for extra in ([], ["--json"]):
+            growing = cli_watch_until_growth(d.address, target.pid, extra)
+            assert grow["LEAK_SITE"] in growing
+            if extra:
+                assert json.loads(growing)["growth"][0]["site"] == grow["LEAK_SITE"]
+            else:
+                assert growing.startswith("  growing: ") and "bytes/hour" in growing
 
         text = (
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()

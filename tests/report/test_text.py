@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tests.support.reports import make_report
+from tests.support.reports import folded_leak, make_report
 from unreachable.report.model import LeakEntry
 from unreachable.report.text import format_report
 from unreachable.symbolize.frames import Frame
@@ -11,18 +11,9 @@ def _report(leaks):
 
 
 def test_matches_libmemunreachable_layout():
-    leak = LeakEntry(
-        address=0x7B2C4E8010,
-        size=24,
-        referenced_count=2,
-        referenced_size=160,
-        similar_count=3,
-        similar_size=72,
-        similar_referenced_count=6,
-        similar_referenced_size=480,
-        total_size=736,
-        contents=b"hello leak\0\0\x10\0\0\0" + b"\0" * 8,
-        backtrace=[Frame(0x7F001E5C4, "/system/lib64/libfoo.so", 0x1E5C4, "Foo::Bar()", 132)],
+    leak = folded_leak(
+        b"hello leak\0\0\x10\0\0\0" + b"\0" * 8,
+        [Frame(0x7F001E5C4, "/system/lib64/libfoo.so", 0x1E5C4, "Foo::Bar()", 132)],
     )
     assert format_report(_report([leak])) == (
         "  736 bytes in 12 unreachable allocations\n"

@@ -36,11 +36,14 @@ def check_exact(target, **kw):
         "exited_thread.c",
     ],
 )
-@pytest.mark.parametrize("snapshot", ["fork", "stopped"])
-def test_scenario(targets, program, snapshot):
+@pytest.mark.parametrize(
+    ("snapshot", "sweep"), [("fork", "child"), ("fork", "scanner"), ("stopped", "auto")]
+)
+def test_scenario(targets, program, snapshot, sweep):
     target = targets.start(PROGRAMS / program)
-    report = check_exact(target, snapshot=snapshot)
+    report = check_exact(target, snapshot=snapshot, sweep=sweep)
     assert report.snapshot == snapshot
+    assert report.sweep == ("scanner" if snapshot == "stopped" else sweep)
     assert target.alive() and target.tracer() == 0
 
 
@@ -79,8 +82,8 @@ def test_many_allocations(targets):
 
 def test_churning_threads_invent_no_leak(targets):
     target = targets.start(PROGRAMS / "churn.c")
-    for snapshot in ["fork", "stopped"] * 5:
-        check_exact(target, snapshot=snapshot)
+    for snapshot, sweep in [("fork", "child"), ("fork", "scanner"), ("stopped", "auto")] * 4:
+        check_exact(target, snapshot=snapshot, sweep=sweep)
     assert target.alive()
 
 

@@ -1,4 +1,5 @@
-"""C unit tests of the scanner core under ASan+UBSan (see c/walker_test.c).
+"""C unit tests of the mark core (see c/walker_test.c): over the scanner's
+/proc reader under ASan+UBSan, and over the snapshot child's direct loads.
 
 Ports libmemunreachable's HeapWalker and LeakFolding tests, plus scale cases
 for the iterative code paths and a brute-force reference for folding.
@@ -15,25 +16,45 @@ import pytest
 from tests.support.cbuild import REPO_DIR, build
 
 SCANNER = REPO_DIR / "native" / "scanner"
+MARK = REPO_DIR / "native" / "mark"
 HARNESS = Path(__file__).parent / "c" / "walker_test.c"
-CORE = ["memory.c", "big_alloc.c", "radix_sort.c", "heap_walker.c", "leak_folding.c"]
+CORE = [
+    SCANNER / "memory.c",
+    *(
+        MARK / name
+        for name in (
+            "alloc.c",
+            "radix_sort.c",
+            "heap_walker.c",
+            "leak_folding.c",
+            "sweep_core.c",
+            "mem_direct.c",
+        )
+    ),
+]
 
 
 def _headers_digest() -> str:
     # cbuild hashes the sources and abi.h only; rebuild when our headers change.
     digest = hashlib.sha256()
-    for header in sorted(SCANNER.glob("*.h")):
+    for header in sorted([*SCANNER.glob("*.h"), *MARK.glob("*.h")]):
         digest.update(header.read_bytes())
     return digest.hexdigest()[:12]
 
 
-@pytest.fixture(scope="module")
-def harness() -> Path:
+@pytest.fixture(scope="module", params=["proc", "direct"])
+def harness(request: pytest.FixtureRequest) -> Path:
+    direct = request.param == "direct"
     return build(
-        [HARNESS, *(SCANNER / name for name in CORE)],
-        name="walker_test",
-        cflags=[f"-I{SCANNER}", f"-DUR_HEADERS_DIGEST=0x{_headers_digest()}"],
-        sanitize=True,
+        [HARNESS, *CORE],
+        name=f"walker_test_{request.param}",
+        cflags=[
+            f"-I{SCANNER}",
+            f"-I{MARK}",
+            f"-DUR_HEADERS_DIGEST=0x{_headers_digest()}",
+            *(["-DUR_TEST_DIRECT"] if direct else []),
+        ],
+        sanitize=not direct,
     )
 
 

@@ -122,13 +122,14 @@ def _indices(result: dict) -> set[int]:
     return {i for (i,) in struct.iter_unpack("<I", result["unreachable"])}
 
 
-def _check_blocks(result: dict) -> None:
+def _check_blocks(result: dict, f: dict[str, int]) -> None:
     assert _indices(result) == {2, 3, 4, 5, 6}
     leaks = {
-        idx: (count, size) for idx, _, count, size in struct.iter_unpack("<IIQQ", result["leaks"])
+        begin: (count, size)
+        for begin, _, count, size, _, _ in struct.iter_unpack("<QQQQII", result["leaks"])
     }
     # C alone; D <-> E (each the other's 16 bytes); F -> G.
-    assert leaks == {2: (0, 0), 3: (1, 16), 4: (1, 16), 5: (1, 8)}
+    assert leaks == {f["b2"]: (0, 0), f["b3"]: (1, 16), f["b4"]: (1, 16), f["b5"]: (1, 8)}
     assert result["bytes_scanned"] > 0
     assert result["pages_skipped"] == 0
     assert result["mark_ns"] >= 0 and result["fold_ns"] >= 0
@@ -138,7 +139,7 @@ def test_sweep_stopped_target(target) -> None:
     pid, f = target
     with _native.Session(pid) as s:
         s.stop()
-        _check_blocks(_sweep_blocks(s.mem_pid, f))
+        _check_blocks(_sweep_blocks(s.mem_pid, f), f)
 
 
 def test_sweep_snapshot_child(target) -> None:
@@ -147,7 +148,7 @@ def test_sweep_snapshot_child(target) -> None:
         s.stop()
         s.snapshot(f["helper"], f["cmd"])
         s.release()
-        _check_blocks(_sweep_blocks(s.mem_pid, f))
+        _check_blocks(_sweep_blocks(s.mem_pid, f), f)
 
 
 def test_sweep_register_roots(target) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.symbolize.frames import Frame
 
 
 def make_report(leaks: list[LeakEntry], **fields: Any) -> ScanReport:
@@ -23,3 +24,21 @@ def make_report(leaks: list[LeakEntry], **fields: Any) -> ScanReport:
     }
     values.update(fields)
     return ScanReport(leaks=leaks, **values)
+
+
+def folded_leak(contents: bytes | None, backtrace: list[Frame]) -> LeakEntry:
+    """One leak with every optional line of libmemunreachable's format:
+    24 bytes that reference 2 blocks (160 bytes) and have 3 similar ones."""
+    return LeakEntry(
+        address=0x7B2C4E8010,
+        size=24,
+        referenced_count=2,
+        referenced_size=160,
+        similar_count=3,
+        similar_size=72,
+        similar_referenced_count=6,
+        similar_referenced_size=480,
+        total_size=736,
+        contents=contents,
+        backtrace=backtrace,
+    )

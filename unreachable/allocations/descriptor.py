@@ -80,9 +80,9 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
     )
 
 
-_HEADER = struct.Struct("<QIIIIQQIIQQQQQQ")
+_HEADER = struct.Struct("<QIIIIQQIIQQQQQQQ")
 UR_ABI_MAGIC = 0x3142484341455255
-UR_ABI_VERSION = 1
+UR_ABI_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +91,7 @@ class DescriptorHeader:
     helper_tid: int
     helper_cmd: int
     pid: int
+    child_box: int = 0  # address of the in-child sweep's mailbox; 0: not supported
 
 
 def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
@@ -116,4 +117,4 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
             f"pid {pid} runs a shim with registry ABI {version}, this scanner reads "
             f"ABI {UR_ABI_VERSION}: scan it with the unreachable version it was started with"
         )
-    return DescriptorHeader(bool(enabled), helper_tid, helper_cmd, owner)
+    return DescriptorHeader(bool(enabled), helper_tid, helper_cmd, owner, f[15])

@@ -10,10 +10,10 @@ import argparse
 import os
 import sys
 
-from unreachable.cli import diff, heapdump, history, run, scan, shim_path, watch
+from unreachable.cli import diff, heapdump, history, run, scan, shim_path, targets, watch
 from unreachable.errors import EXIT_FAILED, ScanError
 
-COMMANDS = (scan, run, shim_path, watch, heapdump, diff, history)
+COMMANDS = (scan, run, shim_path, targets, watch, heapdump, diff, history)
 
 
 def build_parser() -> argparse.ArgumentParser:

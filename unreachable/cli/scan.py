@@ -69,6 +69,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "stopped: keep the target paused during the sweep; auto: fork when possible",
     )
     p.add_argument(
+        "--sweep",
+        choices=("auto", "child", "scanner"),
+        default="auto",
+        help="with a fork snapshot, where to mark: child: the snapshot child sweeps its own "
+        "memory; scanner: this process reads it through /proc; auto: child, falling back "
+        "to scanner",
+    )
+    p.add_argument(
         "--progress-json",
         action="store_true",
         help=argparse.SUPPRESS,  # for unreachabled: JSON lines on stderr (progress, error)
@@ -103,7 +111,9 @@ def render(report: ScanReport, fmt: str) -> str | bytes:
 
 def handle(args: argparse.Namespace) -> int:
     chosen_format(args)  # reject contradictory flags before touching the target
-    options = ScanOptions(limit=args.limit, contents=args.contents, snapshot=args.snapshot)
+    options = ScanOptions(
+        limit=args.limit, contents=args.contents, snapshot=args.snapshot, sweep=args.sweep
+    )
     if args.remote:
         from unreachable.rpc.scan_client import remote_scan
 

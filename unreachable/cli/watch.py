@@ -26,8 +26,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
+def _growth_lines(event) -> list[str]:  # noqa: ANN001 - pb.WatchEvent, imported lazily
+    from unreachable.report.text import format_frame
+    from unreachable.rpc.convert import frame_to_model
+
+    lines = []
+    for g in event.growth:
+        lines.append(
+            f"  growing: {g.bytes} bytes in {g.count} unreachable allocations from site "
+            f"{g.site}, up from {g.first_bytes} over {g.scans} scans in {g.seconds:.0f} s "
+            f"({g.bytes_per_hour:.0f} bytes/hour)"
+        )
+        lines += [format_frame(i, frame_to_model(f)) for i, f in enumerate(g.backtrace)]
+    return lines
+
+
 def handle(args: argparse.Namespace) -> int:
     import grpc
+    from google.protobuf.json_format import MessageToDict
 
     from unreachable.report.json_report import report_to_dict
     from unreachable.report.text import format_report
@@ -47,10 +63,15 @@ def handle(args: argparse.Namespace) -> int:
                         "time": event.time.ToJsonString(),
                         "name": event.name,
                         "report": report_to_dict(report),
+                        "growth": [
+                            MessageToDict(g, preserving_proto_field_name=True) for g in event.growth
+                        ],
                     }
                     sys.stdout.write(json.dumps(line) + "\n")
                 else:
                     sys.stdout.write(f"{event.time.ToJsonString()} {event.summary}\n")
+                    for text in _growth_lines(event):
+                        sys.stdout.write(text + "\n")
                     sys.stdout.write(format_report(report))
                 sys.stdout.flush()
         except grpc.RpcError as e:

@@ -51,17 +51,25 @@ CONTENTS_REFUSED = "leak contents are not allowed by this server (unreachabled -
 
 
 @contextlib.asynccontextmanager
-async def _deadline(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-    """Abort the work when the client's deadline passes, even if grpc lets it run."""
+async def _deadline(context: grpc.aio.ServicerContext, work: str) -> AsyncIterator[None]:
+    """Abort the work when the client's deadline passes, even if grpc lets it run.
+
+    Either our timer or grpc's own cancellation may fire first; both are logged
+    the same way so an operator sees one line whichever won."""
     remaining = context.time_remaining()
-    if remaining is None:
-        yield
-        return
     try:
-        async with asyncio.timeout(max(remaining, 0.0)):
+        if remaining is None:
             yield
-    except TimeoutError:
-        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+            return
+        try:
+            async with asyncio.timeout(max(remaining, 0.0)):
+                yield
+        except TimeoutError:
+            log.info("%s cancelled (deadline passed)", work)
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+    except asyncio.CancelledError:
+        log.info("%s cancelled (client gone or deadline passed)", work)
+        raise
 
 
 class UnreachableService(pb_grpc.UnreachableServicer):
@@ -94,7 +102,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
 
         log.info("scan of pid %d asked by %s", request.pid, context.peer())
         try:
-            async with _deadline(context):
+            async with _deadline(context, f"scan of pid {request.pid}"):
                 report = await self._runner.scan(
                     request.pid,
                     contents=request.contents,
@@ -105,9 +113,6 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         except ScanFailed as e:
             log.info("scan of pid %d: %s: %s", request.pid, e.code.name, e.message)
             await context.abort(e.code, e.message)
-        except asyncio.CancelledError:
-            log.info("scan of pid %d cancelled (client gone or deadline passed)", request.pid)
-            raise
         proto = report_from_dict(report)
         log.info("scan of pid %d: %s", request.pid, format_summary(report_to_model(proto)))
         await context.write(pb.ScanEvent(report=proto))
@@ -138,7 +143,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         await self._check_pid(request.pid, context)
         log.info("heap dump of pid %d asked by %s", request.pid, context.peer())
         try:
-            async with _deadline(context):
+            async with _deadline(context, f"heap dump of pid {request.pid}"):
                 dump = await self._runner.heap_dump(request.pid)
         except ScanFailed as e:
             await context.abort(e.code, e.message)

@@ -11,8 +11,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from unreachable.allocations.registry import Registry
-from unreachable.sweep.mark import LEAK_RECORD
+from unreachable.sweep.child import LEAK_RECORD
 
 
 @dataclass(slots=True)
@@ -32,38 +31,31 @@ class Leak:
         return self.size + self.referenced_size + self.similar_size + self.similar_referenced_size
 
 
-def dedup(
-    leaks: bytes, registry: Registry, limit: int, excluded: frozenset[int] = frozenset()
-) -> list[Leak]:
+def dedup(leaks: bytes, limit: int) -> list[Leak]:
     """leaks: packed LEAK_RECORDs in address order (sweep.mark.SweepResult.leaks)."""
     if limit <= 0:
         return []
-    allocs, stack_ids = registry.allocs, registry.stack_ids
     by_stack: dict[int, Leak] = {}
     # Leaks without a backtrace can be millions: keep only the `limit` largest
     # in a min-heap keyed (total, -address) instead of building them all.
     plain: list[tuple[int, int, int, int, int]] = []
-    for index, _, ref_count, ref_size in LEAK_RECORD.iter_unpack(leaks):
-        if index in excluded:
-            continue
-        size = allocs[2 * index + 1]
-        stack_id = stack_ids[index]
+    for begin, size, ref_count, ref_size, stack_id, _ in LEAK_RECORD.iter_unpack(leaks):
         if stack_id:
             first = by_stack.get(stack_id)
             if first is None:
-                by_stack[stack_id] = Leak(allocs[2 * index], size, stack_id, ref_count, ref_size)
+                by_stack[stack_id] = Leak(begin, size, stack_id, ref_count, ref_size)
             else:
                 first.similar_count += 1
                 first.similar_size += size
                 first.similar_referenced_count += ref_count
                 first.similar_referenced_size += ref_size
             continue
-        key = (size + ref_size, -allocs[2 * index], index, ref_count, ref_size)
+        key = (size + ref_size, -begin, size, ref_count, ref_size)
         if len(plain) < limit:
             heapq.heappush(plain, key)
         elif key > plain[0]:
             heapq.heapreplace(plain, key)
     out = list(by_stack.values())
-    out += [Leak(-neg_begin, allocs[2 * i + 1], 0, rc, rs) for _, neg_begin, i, rc, rs in plain]
+    out += [Leak(-neg_begin, size, 0, rc, rs) for _, neg_begin, size, rc, rs in plain]
     out.sort(key=lambda leak: (-leak.total_size, leak.begin))
     return out[:limit]

@@ -38,3 +38,7 @@ class ScanReport:
     roots: dict[str, int] = field(default_factory=dict)  # bytes per root/skip class
     pages_skipped: int = 0
     bytes_scanned: int = 0
+    # Where the mark ran: "child" (the snapshot child swept its own memory) or
+    # "scanner" (this process read the target or child through /proc).
+    sweep: str = "scanner"
+    sweep_fallback: str = ""  # why the in-child sweep was not used, if it was tried

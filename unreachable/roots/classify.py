@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from unreachable.allocations.registry import THREAD_EXITED, Registry
@@ -67,12 +67,16 @@ def classify(
     registry: Registry,
     shim_path: str,
     allocator_state: Sequence[tuple[int, int]] = (),
+    holds_allocation: Callable[[Mapping], bool] | None = None,
 ) -> Roots:
     """Root ranges of the target; thread_sps maps every captured tid to its SP.
 
     allocator_state: ranges inside otherwise-root mappings that belong to the
     allocator (glibc's main_arena) and are cut out of the roots.
+    holds_allocation: whether a registered block begins in a mapping; by
+    default the registry's entries answer (the in-child sweep asks the child).
     """
+    holds = holds_allocation or (lambda m: _holds_allocation(registry, m))
     roots = Roots(holes=sorted(allocator_state))
     live_stacks: dict[Mapping, int] = {}
     for sp in thread_sps.values():
@@ -94,7 +98,7 @@ def classify(
             roots.skip("shim", m)
         elif m in live_stacks:
             roots.add("stack", max(live_stacks[m], m.start), m.end)
-        elif m.path == "[heap]" or (m.anonymous and _holds_allocation(registry, m)):
+        elif m.path == "[heap]" or (m.anonymous and holds(m)):
             roots.skip("heap", m)
         elif m.anonymous and _is_dead_stack(m, dead_stacks):
             roots.skip("exited-thread stack", m)

@@ -70,6 +70,7 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
         pause_ms=d["pause_ms"],
         scan_ms=d["scan_ms"],
         snapshot=d["snapshot"],
+        sweep=d.get("sweep", ""),
         threads=d["threads"],
         bytes_scanned=d["bytes_scanned"],
         pages_skipped=d["pages_skipped"],
@@ -104,6 +105,7 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         pause_ms=r.pause_ms,
         scan_ms=r.scan_ms,
         snapshot=r.snapshot,
+        sweep=r.sweep or "scanner",
         threads=r.threads,
         leaks=[
             LeakEntry(

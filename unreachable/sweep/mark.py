@@ -1,60 +1,114 @@
-"""Run the native mark-and-sweep and fold over the registry and roots."""
+"""Run the native mark-and-sweep and fold: inside the snapshot child when it
+can (sweep/child.py), else over /proc/PID/mem from here."""
 
 from __future__ import annotations
 
-import bisect
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry
-from unreachable.roots.classify import Roots
+from unreachable.process.maps import Mapping
+from unreachable.roots.classify import SPECIAL, Roots
+from unreachable.sweep.child import LEAK_RECORD, ChildSweeper
 
-LEAK_RECORD = struct.Struct("<IIQQ")  # index, reserved, referenced_count, referenced_size
+SweepPlace = Literal["child", "scanner"]
+
+__all__ = ["LEAK_RECORD", "SweepResult", "direct_ranges", "sweep", "sweep_in_child"]
 
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    unreachable_count: int  # every unreachable allocation
+    unreachable_count: int  # every unreachable allocation, in-flight blocks left out
     unreachable_bytes: int
+    allocation_count: int  # distinct registered blocks
+    allocation_bytes: int
     # One record per member of a dominator component of the unreachable
-    # graph, in address order (LEAK_RECORD). Kept packed: a heap with a
+    # graph, in address order (LEAK_RECORD: begin, size, referenced count and
+    # size, stack id), in-flight blocks left out. Kept packed: a heap with a
     # million leaks must not become a million Python objects.
     leaks: bytes
-    excluded: frozenset[int]  # registry indices never to report (in-flight blocks)
     bytes_scanned: int
     pages_skipped: int
     mark_ms: float
     fold_ms: float
+    place: SweepPlace  # where the mark ran: in the snapshot child, or here
 
 
-def _index_of(registry: Registry, addr: int) -> int | None:
-    i = bisect.bisect_left(range(registry.count), addr, key=registry.begin)
-    return i if i < registry.count and registry.begin(i) == addr else None
-
-
-def sweep(mem_pid: int, registry: Registry, roots: Roots, register_words: bytes) -> SweepResult:
+def _inflight(registry: Registry) -> dict[int, int]:
     # A block a paused thread is inside malloc/free/realloc for is treated as
     # a root and never reported: its pointer may live only in that thread's
     # locals, or glibc may be halfway through moving it.
-    inflight = {p: s for t in registry.threads for p, s in t.inflight_blocks()}
-    ranges = list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
-    packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
-    raw = _native.sweep(mem_pid, registry.allocs.cast("B"), packed_ranges, register_words)
-    excluded = frozenset(i for p in inflight if (i := _index_of(registry, p)) is not None)
-    count = len(raw["unreachable"]) // 4
-    total = raw["unreachable_bytes"]
-    if excluded:
-        dropped = [i for i in memoryview(raw["unreachable"]).cast("I") if i in excluded]
-        count -= len(dropped)
-        total -= sum(registry.size(i) for i in dropped)
+    return {p: s for t in registry.threads for p, s in t.inflight_blocks()}
+
+
+def _root_ranges(roots: Roots, inflight: dict[int, int]) -> list[tuple[int, int]]:
+    return list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
+
+
+def sweep(mem_pid: int, registry: Registry, roots: Roots, register_words: bytes) -> SweepResult:
+    """The sweep from outside: the target (or its frozen child) read through /proc."""
+    inflight = _inflight(registry)
+    packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in _root_ranges(roots, inflight))
+    raw = _native.sweep(
+        mem_pid,
+        registry.allocs.cast("B"),
+        packed_ranges,
+        register_words,
+        stack_ids=registry.stack_ids.cast("B"),
+        excluded=b"".join(struct.pack("<Q", p) for p in inflight),
+    )
     return SweepResult(
-        unreachable_count=count,
-        unreachable_bytes=total,
+        unreachable_count=raw["unreachable_count"],
+        unreachable_bytes=raw["unreachable_bytes"],
+        allocation_count=raw["allocation_count"],
+        allocation_bytes=raw["allocation_bytes"],
         leaks=raw["leaks"],
-        excluded=excluded,
         bytes_scanned=raw["bytes_scanned"],
         pages_skipped=raw["pages_skipped"],
         mark_ms=raw["mark_ns"] / 1e6,
         fold_ms=raw["fold_ns"] / 1e6,
+        place="scanner",
+    )
+
+
+def direct_ranges(mappings: Sequence[Mapping]) -> list[tuple[int, int]]:
+    """Where the child may load directly: readable memory, but not device
+    files (a load could have side effects; /proc/PID/mem refuses them, and
+    the child reads anything unlisted through /proc/self/mem as we would)."""
+    return [
+        (m.start, m.end)
+        for m in mappings
+        if m.readable
+        and m.path not in SPECIAL
+        and not (m.path.startswith("/dev/") and not m.path.startswith(("/dev/shm/", "/dev/zero")))
+    ]
+
+
+def sweep_in_child(
+    child: ChildSweeper,
+    registry: Registry,
+    roots: Roots,
+    register_words: bytes,
+    mappings: Sequence[Mapping],
+) -> SweepResult:
+    """The sweep inside the snapshot child (raises ChildSweepFailed)."""
+    inflight = _inflight(registry)
+    index = child.index()
+    reply = child.sweep(
+        _root_ranges(roots, inflight), register_words, list(inflight), direct_ranges(mappings)
+    )
+    return SweepResult(
+        unreachable_count=reply.unreachable_count,
+        unreachable_bytes=reply.unreachable_bytes,
+        allocation_count=index.allocation_count,
+        allocation_bytes=index.allocation_bytes,
+        leaks=reply.leaks,
+        bytes_scanned=reply.bytes_scanned,
+        pages_skipped=reply.pages_skipped,
+        mark_ms=reply.mark_ms,
+        fold_ms=reply.fold_ms,
+        place="child",
     )

@@ -130,7 +130,7 @@ class RootBytes(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ScanReport(_message.Message):
-    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks")
+    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep")
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class ScanReport(_message.Message):
     PAGES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     ROOTS_FIELD_NUMBER: _ClassVar[int]
     LEAKS_FIELD_NUMBER: _ClassVar[int]
+    SWEEP_FIELD_NUMBER: _ClassVar[int]
     schema: int
     pid: int
     command: str
@@ -161,7 +162,8 @@ class ScanReport(_message.Message):
     pages_skipped: int
     roots: _containers.RepeatedCompositeFieldContainer[RootBytes]
     leaks: _containers.RepeatedCompositeFieldContainer[Leak]
-    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ...) -> None: ...
+    sweep: str
+    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("pid", "name", "contents")

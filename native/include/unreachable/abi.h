@@ -9,9 +9,10 @@
  *
  * Consistency without locks, as seen by a reader that stops the target at an
  * arbitrary instruction:
- *   - an entry's size and stack_id are written before its key, and the key is
- *     published with a release store; a reader treats key==UR_KEY_EMPTY or
- *     UR_KEY_TOMBSTONE as "no entry", so it never sees a half-written entry;
+ *   - an entry's meta (size and stack id, one 8-byte store) is written before
+ *     its key, and the key is published with a release store; a reader treats
+ *     key==UR_KEY_EMPTY or UR_KEY_TOMBSTONE as "no entry", so it never sees a
+ *     half-written entry; realloc in place rewrites meta with one store;
  *   - a table resize builds the new table completely, then publishes it with
  *     one store of ur_shard.table/capacity (table written last); the old table
  *     stays intact and mapped until after that store;
@@ -32,7 +33,29 @@
  * freed memory), and the FIFO naming them and record_allocs' entries lie in
  * the shim's region with mangled pointers. Signal requests for the helper
  * use a word of their own (not helper_cmd), so the snapshot protocol below
- * is unchanged. No descriptor field was added: reserved[] is still free.
+ * is unchanged.
+ *
+ * The in-child sweep (struct ur_child_box, descriptor.child_box, taken from
+ * reserved[]: an older shim leaves it 0 and the scanner sweeps from outside).
+ * The snapshot child the helper clones is traced from birth. It checks
+ * box.go in its own copy of memory: unless the scanner wrote UR_CHILD_GO
+ * there (into the CHILD, never the target; only after setting
+ * PTRACE_O_EXITKILL on it), it exits at once, as before. Otherwise it maps its
+ * own stack, an inbox (in, in_cap) and, reading its copy of the registry
+ * without locks, builds the sorted allocation index; it stops (SIGSTOP,
+ * state = UR_CHILD_INDEXED or UR_CHILD_FAILED with error, reply
+ * struct ur_child_index at out). Then, each time: the scanner pwrites a request
+ * into the inbox, sets in_len and request, resumes it; the child answers at
+ * (out, out_len), sets state = UR_CHILD_REPLIED or UR_CHILD_FAILED, stops.
+ * Requests:
+ *   UR_CHILD_REQ_HOLDS: in = n (begin, end) u64 pairs; reply = n bytes, 1 if a
+ *     registered block begins in [begin, end);
+ *   UR_CHILD_REQ_SWEEP: in = struct ur_child_sweep_req, then nranges root
+ *     (begin, end) pairs, nvalues root words, nexcluded in-flight block
+ *     addresses, nreadable (begin, end) pairs the child may load directly;
+ *     reply = struct ur_child_sweep_reply, then nleaks ur_leak_records;
+ *   anything else: the child exits.
+ * The scanner kills the child when done; tracer exit kills it (EXITKILL).
  */
 #ifndef UNREACHABLE_ABI_H
 #define UNREACHABLE_ABI_H
@@ -40,7 +63,7 @@
 #include <stdint.h>
 
 #define UR_ABI_MAGIC UINT64_C(0x3142484341455255) /* "UREACHB1" little endian */
-#define UR_ABI_VERSION 1u
+#define UR_ABI_VERSION 2u /* 2: 16-byte entries (size and stack id packed in meta) */
 
 /* The exported symbol the scanner looks up in the shim's ELF dynsym. */
 #define UR_DESCRIPTOR_SYMBOL "unreachable_descriptor"
@@ -74,15 +97,24 @@ enum ur_helper_cmd {
   UR_CMD_SNAPSHOT = 1, /* helper: raw clone(flags=0) a frozen copy, wait4 it, back to IDLE */
 };
 
-struct ur_entry {          /* 24 bytes */
+/* ur_entry.meta: the requested size in the low 44 bits, the stack id (0: no
+ * backtrace; else an index into the stack table) in the high 20. A block of
+ * 16 TiB or more is not registered. */
+#define UR_META_SIZE_BITS 44
+#define UR_META_MAX_SIZE ((UINT64_C(1) << UR_META_SIZE_BITS) - 1)
+#define UR_META_MAX_STACK_ID ((UINT32_C(1) << (64 - UR_META_SIZE_BITS)) - 1)
+#define UR_META(size, stack_id) ((uint64_t)(size) | ((uint64_t)(stack_id) << UR_META_SIZE_BITS))
+#define UR_META_SIZE(meta) ((uint64_t)(meta) & UR_META_MAX_SIZE)
+#define UR_META_STACK_ID(meta) ((uint32_t)((uint64_t)(meta) >> UR_META_SIZE_BITS))
+
+struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte aligned) */
   uint64_t key;            /* UR_KEY_EMPTY, UR_KEY_TOMBSTONE, or UR_MANGLE(user pointer) */
-  uint64_t size;           /* requested size */
-  uint32_t stack_id;       /* 0: no backtrace; else index into the stack table */
-  uint32_t flags;          /* reserved, 0 */
+  uint64_t meta;           /* UR_META(requested size, stack id) */
 };
 
 struct ur_shard {          /* 64 bytes, one cache line */
-  uint32_t lock;           /* 0 unlocked, 1 locked, 2 locked with waiters (futex) */
+  uint32_t lock;           /* 0 unlocked, 1 locked, 2 locked with waiters (futex); a shard
+                              one thread owns is updated without it: diagnostics only */
   uint32_t owner_tid;      /* tid holding the lock, 0 if none (diagnostics) */
   uint64_t table;          /* address of struct ur_entry[capacity] */
   uint64_t capacity;       /* power of two, 0 if table not yet allocated */
@@ -95,7 +127,7 @@ struct ur_thread_slot {    /* 64 bytes */
   uint32_t tid;
   uint32_t state;          /* enum ur_thread_state */
   uint32_t op;             /* enum ur_op, written last on entry, first on exit */
-  uint32_t reserved0;
+  uint32_t reserved0;      /* the shim's own (the shard this thread updates unlocked); ignore */
   uint64_t in_ptr;         /* UR_MANGLE'd, 0 if none */
   uint64_t in_size;
   uint64_t out_ptr;        /* UR_MANGLE'd, 0 if none */
@@ -119,6 +151,70 @@ struct ur_stack_table {
   uint32_t overflowed;     /* allocations whose stack could not be stored */
 };
 
+/* The in-child sweep's mailbox (see the top of this file). */
+#define UR_CHILD_GO UINT32_C(0x50455753) /* "SWEP" */
+
+enum ur_child_state {
+  UR_CHILD_BUSY = 0,
+  UR_CHILD_INDEXED = 1,
+  UR_CHILD_REPLIED = 2,
+  UR_CHILD_FAILED = 3,
+};
+
+enum ur_child_request {
+  UR_CHILD_REQ_NONE = 0,
+  UR_CHILD_REQ_HOLDS = 1,
+  UR_CHILD_REQ_SWEEP = 2,
+  UR_CHILD_REQ_EXIT = 3,
+};
+
+struct ur_child_box {      /* 80 bytes, in shim memory */
+  uint32_t go;             /* scanner, in the child at its birth stop: UR_CHILD_GO */
+  uint32_t state;          /* child: enum ur_child_state */
+  uint32_t request;        /* scanner: enum ur_child_request */
+  int32_t error;           /* child: -errno of a failed step, else 0 */
+  uint64_t in;             /* child: inbox address */
+  uint64_t in_cap;         /* child: inbox capacity in bytes */
+  uint64_t in_len;         /* scanner: bytes of the request in the inbox */
+  uint64_t out;            /* child: reply address */
+  uint64_t out_len;        /* child: reply length */
+  uint64_t reserved[3];
+};
+
+struct ur_child_index {    /* reply to the index step */
+  uint64_t entries;          /* live registry entries read */
+  uint64_t allocation_count; /* distinct block addresses */
+  uint64_t allocation_bytes; /* their requested sizes */
+  uint64_t overlapping;      /* blocks dropped for overlapping another */
+  uint64_t index_ns;
+  uint64_t reserved[3];
+};
+
+struct ur_child_sweep_req {
+  uint64_t nranges, nvalues, nexcluded, nreadable;
+};
+
+struct ur_child_sweep_reply {
+  uint64_t unreachable_count; /* in-flight (excluded) blocks left out */
+  uint64_t unreachable_bytes;
+  uint64_t bytes_scanned;
+  uint64_t pages_skipped;
+  uint64_t mark_ns, fold_ns;
+  uint64_t nleaks;
+  uint64_t bounced_pages;     /* pages read through /proc/self/mem (not listed readable) */
+};
+
+/* One reported leak: a member of a dominating component of the unreachable
+ * graph (also _native.sweep()["leaks"]). */
+struct ur_leak_record {
+  uint64_t begin;
+  uint64_t size;
+  uint64_t referenced_count;
+  uint64_t referenced_size;
+  uint32_t stack_id;
+  uint32_t reserved;
+};
+
 struct ur_descriptor {
   uint64_t magic;          /* UR_ABI_MAGIC */
   uint32_t version;        /* UR_ABI_VERSION */
@@ -135,19 +231,22 @@ struct ur_descriptor {
   uint64_t region_end;
   uint64_t options;        /* address of the NUL-terminated option string in effect */
   uint64_t pid;            /* getpid() of the process that owns this registry (reset on fork) */
-  uint64_t reserved[8];
+  uint64_t child_box;      /* address of struct ur_child_box, 0: no in-child sweep */
+  uint64_t reserved[7];
 };
 
 #ifdef __cplusplus
-static_assert(sizeof(struct ur_entry) == 24, "abi");
+static_assert(sizeof(struct ur_entry) == 16, "abi");
 static_assert(sizeof(struct ur_shard) == 64, "abi");
 static_assert(sizeof(struct ur_thread_slot) == 64, "abi");
 #else
-_Static_assert(sizeof(struct ur_entry) == 24, "abi");
+_Static_assert(sizeof(struct ur_entry) == 16, "abi");
 _Static_assert(sizeof(struct ur_shard) == 64, "abi");
 _Static_assert(sizeof(struct ur_thread_slot) == 64, "abi");
 _Static_assert(sizeof(struct ur_stack_table) == 32, "abi");
 _Static_assert(sizeof(struct ur_descriptor) == 160, "abi");
+_Static_assert(sizeof(struct ur_child_box) == 80, "abi");
+_Static_assert(sizeof(struct ur_leak_record) == 40, "abi");
 #endif
 
 #endif

@@ -1,6 +1,10 @@
 /*
- * C unit tests of the scanner core (memory reader, HeapWalker, LeakFolding,
- * radix sort), run under ASan+UBSan by tests/scanner/test_heap_walker_c.py.
+ * C unit tests of the mark core (native/mark: HeapWalker, LeakFolding, radix
+ * sort) over both of its memory backends: the scanner's chunked reader of
+ * /proc/self/mem (run under ASan+UBSan), and, built with -DUR_TEST_DIRECT
+ * (no sanitizers: it loads whole words past odd block ends), the snapshot
+ * child's direct loads over the readable ranges of /proc/self/maps; run by
+ * tests/scanner/test_heap_walker_c.py.
  * Ports libmemunreachable's HeapWalker_test and LeakFolding_test: the
  * "heap" is buffers of this process, read back through /proc/self/mem.
  *
@@ -14,8 +18,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "heap_walker.h"
 #include "leak_folding.h"
+#include "mem_direct.h"
 #include "memory.h"
 #include "radix_sort.h"
 
@@ -72,12 +78,40 @@ static void root(uint64_t b, uint64_t e) {
   nroots++;
 }
 
+#ifdef UR_TEST_DIRECT
+/* The readable mappings of this process, as the scanner lists them. */
+static size_t readable_ranges(uint64_t *out, size_t cap) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  CHECK(f != NULL);
+  char line[512];
+  size_t n = 0;
+  while (n < cap && fgets(line, sizeof(line), f)) {
+    unsigned long long b, e;
+    char perms[8];
+    if (sscanf(line, "%llx-%llx %7s", &b, &e, perms) != 3 || perms[0] != 'r') continue;
+    if (strstr(line, "[vvar") || strstr(line, "[vdso]") || strstr(line, "[vsyscall]")) continue;
+    out[2 * n] = b;
+    out[2 * n + 1] = e;
+    n++;
+  }
+  fclose(f);
+  return n;
+}
+#endif
+
 static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t nr,
                        const uint64_t *v, size_t nv, struct result *res) {
-  struct ur_mem m;
+#ifdef UR_TEST_DIRECT
+  static uint64_t ranges[2 * 4096];
+  struct ur_direct_mem m;
+  CHECK_EQ(ur_direct_open(&m, ranges, readable_ranges(ranges, 4096)), 0);
+  ur_direct_catch_faults(&m);
+#else
+  struct ur_pread_mem m;
   CHECK_EQ(ur_mem_open(&m, getpid(), 0), 0);
+#endif
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m, a, na), 0);
+  CHECK_EQ(ur_walker_init(&w, &m.mem, a, na), 0);
   CHECK_EQ(ur_walker_mark(&w, r, nr, v, nv), 0);
   memset(res, 0, sizeof(*res));
   CHECK_EQ(ur_fold_leaks(&w, &res->unreachable, &res->nunreachable, &res->leaks, &res->nleaks),
@@ -86,10 +120,15 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
     uint64_t s = a[2 * res->unreachable[i] + 1];
     res->unreachable_bytes += s;
   }
-  res->pages_skipped = m.pages_skipped;
+  res->pages_skipped = m.mem.pages_skipped;
   res->overlapping = w.overlapping;
   ur_walker_free(&w);
+#ifdef UR_TEST_DIRECT
+  ur_direct_catch_faults(NULL);
+  ur_direct_close(&m);
+#else
   ur_mem_close(&m);
+#endif
 }
 
 static void sweep(struct result *res) {
@@ -97,8 +136,8 @@ static void sweep(struct result *res) {
 }
 
 static void result_free(struct result *r) {
-  free(r->unreachable);
-  free(r->leaks);
+  ur_big_free(r->unreachable);
+  ur_big_free(r->leaks);
 }
 
 /* ---- HeapWalker_test ---- */
@@ -108,7 +147,7 @@ static void t_allocation(void) {
   alloc(3, 4);
   alloc(5, 6);
   alloc(1, 2);
-  struct ur_mem m = {.fd = -1};
+  struct ur_mem m = {0};
   struct ur_walker w;
   CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs), 0);
   CHECK_EQ(w.n, 3);
@@ -124,7 +163,7 @@ static size_t overlaps(uint64_t b1, uint64_t e1, uint64_t b2, uint64_t e2) {
   reset();
   alloc(b1, e1);
   alloc(b2, e2);
-  struct ur_mem m = {.fd = -1};
+  struct ur_mem m = {0};
   struct ur_walker w;
   CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs), 0);
   size_t o = w.overlapping;
@@ -239,13 +278,18 @@ static void t_values(void) {
   result_free(&r);
 }
 
-/* An allocation on an unreadable page (munmapped: /proc/PID/mem says EIO) is
- * walked without failing, stays live, and the page is counted once. */
+/* An allocation on an unreadable page (a file page past EOF: /proc/PID/mem
+ * says EIO, a direct load SIGBUS) is walked without failing, stays live, and
+ * the page is counted once. (Not a munmapped hole: the walker's own mmaps
+ * could land in it.) */
 static void t_segv(void) {
   long ps = sysconf(_SC_PAGESIZE);
   char *p = mmap(NULL, 3 * ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(p != MAP_FAILED);
-  CHECK_EQ(munmap(p + ps, ps), 0);
+  int mfd = memfd_create("walker_test", MFD_CLOEXEC); /* size 0: every page is past EOF */
+  CHECK(mfd >= 0);
+  CHECK(mmap(p + ps, ps, PROT_READ, MAP_SHARED | MAP_FIXED, mfd, 0) == p + ps);
+  close(mfd);
   void *buffer2[2];
   buffer2[0] = p + ps;
   buffer2[1] = p + ps + 8;
@@ -568,7 +612,7 @@ static void t_fold_reference(void) {
       k++;
     }
     CHECK_EQ(k, nleaks);
-    free(leaks);
+    ur_big_free(leaks);
     free(size);
     free(off);
     free(src);
@@ -723,11 +767,11 @@ static void t_cache_eviction(void) {
   void *rw[1] = {blocks[0]};
   escape(rw);
   uint64_t r[2] = {BEGIN(rw), END(rw)};
-  struct ur_mem m;
+  struct ur_pread_mem m;
   CHECK_EQ(ur_mem_open(&m, getpid(), 4 * UR_CHUNK_SIZE), 0);
   CHECK_EQ(m.max_chunks, 4);
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
+  CHECK_EQ(ur_walker_init(&w, &m.mem, a, n), 0);
   CHECK_EQ(ur_walker_mark(&w, r, 1, NULL, 0), 0);
   for (size_t i = 0; i < w.n; i++) CHECK(w.marked[i]);
   CHECK(m.used_chunks <= 4);

@@ -21,11 +21,11 @@ static const char options[] = "backtrace=4 helper=1";
 struct ur_descriptor unreachable_descriptor;
 
 int main(void) {
-  table0[1] = (struct ur_entry){UR_MANGLE(0x1000), 16, 1, 0};
-  table0[2] = (struct ur_entry){UR_KEY_TOMBSTONE, 5, 0, 0};
-  table0[5] = (struct ur_entry){UR_MANGLE(0x2000), 0, 2, 0};
-  table1[0] = (struct ur_entry){UR_MANGLE(0x1000), 99, 0, 0}; /* duplicate: dropped */
-  table1[3] = (struct ur_entry){UR_MANGLE(0x3000), 8, 0, 0};
+  table0[1] = (struct ur_entry){UR_MANGLE(0x1000), UR_META(16, 1)};
+  table0[2] = (struct ur_entry){UR_KEY_TOMBSTONE, UR_META(5, 0)};
+  table0[5] = (struct ur_entry){UR_MANGLE(0x2000), UR_META(0, 2)};
+  table1[0] = (struct ur_entry){UR_MANGLE(0x1000), UR_META(99, 0)}; /* duplicate: dropped */
+  table1[3] = (struct ur_entry){UR_MANGLE(0x3000), UR_META(8, 0)};
   shards[0] = (struct ur_shard){0, 0, (uint64_t)(uintptr_t)table0, 8, 2, 1, {0}};
   shards[1] = (struct ur_shard){1, 4242, (uint64_t)(uintptr_t)table1, 4, 2, 0, {0}};
   slots[0] = (struct ur_thread_slot){111, UR_THREAD_LIVE, UR_OP_MALLOC, 0, 0, 0,

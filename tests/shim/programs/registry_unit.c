@@ -41,9 +41,30 @@ static void check_tables(size_t want_live) {
     CHECK(n == s->count && tomb == s->tombstones);
     CHECK(s->capacity == 0 || (s->capacity & (s->capacity - 1)) == 0);
     CHECK(s->lock == 0 && s->owner_tid == 0);
+    /* Linear probing from each key's home line: no empty entry between a
+     * key's home and the key (lookups stop at the first line with one). */
+    for (uint64_t j = 0; j < s->capacity; j++) {
+      if (t[j].key <= UR_KEY_TOMBSTONE) continue;
+      uint64_t hash;
+      ur_shard_of(UR_UNMANGLE(t[j].key), &hash);
+      for (uint64_t h = ur_home(hash, s->capacity); h != j; h = (h + 1) & (s->capacity - 1))
+        CHECK(t[h].key != UR_KEY_EMPTY);
+    }
     live += n;
   }
   CHECK(live == want_live);
+}
+
+struct walk {
+  size_t n;
+  uint64_t bytes;
+};
+
+static void count_entry(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) {
+  struct walk *w = arg;
+  CHECK(key > UR_KEY_TOMBSTONE && stack_id < N);
+  w->n++;
+  w->bytes += size;
 }
 
 int main(void) {
@@ -65,7 +86,7 @@ int main(void) {
       live[i] = 0;
       nlive--;
     } else {
-      sizes[i] = (uint64_t)rand_r(&seed);
+      sizes[i] = (uint64_t)rand_r(&seed) << (rand_r(&seed) % 13); /* up to 43 bits */
       /* insert is for fresh blocks; set updates (realloc in place) or inserts */
       if (live[i] || rand_r(&seed) % 4 == 0)
         ur_registry_set((void *)ptrs[i], sizes[i], (uint32_t)i);
@@ -91,6 +112,29 @@ int main(void) {
     for (uint64_t j = 0; j < ur_g.shards[i].capacity; j++)
       if (t[j].key > UR_KEY_TOMBSTONE) CHECK(UR_UNMANGLE(t[j].key) >= 0x10000 && t[j].key >> 63);
   }
+  /* Sizes of 16 TiB and more are not registered; the largest below is. */
+  ur_registry_insert((void *)0x7000000, UR_META_MAX_SIZE + 1, 3);
+  uint64_t big;
+  uint32_t big_id;
+  CHECK(ur_registry_find((void *)0x7000000, &big, &big_id) == 0);
+  ur_registry_insert((void *)0x7000000, UR_META_MAX_SIZE, UR_META_MAX_STACK_ID);
+  CHECK(ur_registry_find((void *)0x7000000, &big, &big_id) == 1);
+  CHECK(big == UR_META_MAX_SIZE && big_id == UR_META_MAX_STACK_ID);
+  ur_registry_set((void *)0x7000000, 5, 7); /* realloc in place */
+  CHECK(ur_registry_find((void *)0x7000000, &big, &big_id) == 1 && big == 5 && big_id == 7);
+  ur_registry_set((void *)0x7000000, UR_META_MAX_SIZE + 1, 7); /* grew past the limit */
+  CHECK(ur_registry_find((void *)0x7000000, &big, &big_id) == 0);
+
+  /* The walker sees exactly the live entries. */
+  struct walk w = {0, 0}, want = {0, 0};
+  for (int i = 0; i < N; i++)
+    if (live[i]) {
+      want.n++;
+      want.bytes += sizes[i];
+    }
+  CHECK(ur_registry_foreach(1, count_entry, &w) == want.n);
+  CHECK(w.n == want.n && w.bytes == want.bytes && ur_registry_count() == want.n);
+
   for (int i = 0; i < N; i++)
     if (live[i]) ur_registry_remove((void *)ptrs[i]);
   check_tables(0);

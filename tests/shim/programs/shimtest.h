@@ -46,8 +46,8 @@ static inline int registry_find(const void *p, uint64_t *size, uint32_t *stack_i
     struct ur_entry *t = (struct ur_entry *)(uintptr_t)shards[i].table;
     for (uint64_t j = 0; j < shards[i].capacity; j++) {
       if (t[j].key == key) {
-        if (size) *size = t[j].size;
-        if (stack_id) *stack_id = t[j].stack_id;
+        if (size) *size = UR_META_SIZE(t[j].meta);
+        if (stack_id) *stack_id = UR_META_STACK_ID(t[j].meta);
         return 1;
       }
     }

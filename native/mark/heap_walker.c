@@ -1,10 +1,9 @@
 #include "heap_walker.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "big_alloc.h"
+#include "alloc.h"
 #include "radix_sort.h"
 
 /* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
@@ -57,32 +56,36 @@ static void build_buckets(struct ur_walker *w) {
 int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n) {
   memset(w, 0, sizeof(*w));
   w->mem = mem;
+  w->allocs = allocs;
   if (n > UR_WALKER_MAX_ALLOCS) return -E2BIG;
   size_t cap = n ? n : 1;
   w->begin = ur_big_calloc(cap, sizeof(*w->begin));
   w->end = ur_big_calloc(cap, sizeof(*w->end));
-  w->size = ur_big_calloc(cap, sizeof(*w->size));
   w->orig = ur_big_calloc(cap, sizeof(*w->orig));
   w->marked = ur_big_calloc(cap, 1);
-  if (!w->begin || !w->end || !w->size || !w->orig || !w->marked) goto nomem;
+  if (!w->begin || !w->end || !w->orig || !w->marked) goto nomem;
   for (size_t i = 0; i < n; i++) {
     w->begin[i] = allocs[2 * i];
     w->orig[i] = (uint32_t)i;
   }
   if (ur_radix_sort(w->begin, w->orig, n) < 0) goto nomem;
-  uint64_t prev_end = 0;
+  uint64_t prev_end = 0, prev_b = 0;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t b = w->begin[i], s = allocs[2 * w->orig[i] + 1];
     uint64_t len = s ? s : 1;
     uint64_t e = (b + len < b) ? UINT64_MAX : b + len;
+    if (i == 0 || b != prev_b) {
+      w->distinct++;
+      w->distinct_bytes += s;
+    }
+    prev_b = b;
     if (k > 0 && b < prev_end) {
       w->overlapping++;
       continue;
     }
     w->begin[k] = b;
     w->end[k] = e;
-    w->size[k] = s;
     w->orig[k] = w->orig[i];
     prev_end = e;
     k++;
@@ -102,10 +105,9 @@ nomem:
 void ur_walker_free(struct ur_walker *w) {
   ur_big_free(w->begin);
   ur_big_free(w->end);
-  ur_big_free(w->size);
   ur_big_free(w->orig);
   ur_big_free(w->marked);
-  free(w->todo);
+  ur_big_free(w->todo);
   ur_big_free(w->buckets);
   memset(w, 0, sizeof(*w));
 }
@@ -141,8 +143,8 @@ int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn 
 
 static int push_todo(struct ur_walker *w, uint32_t idx) {
   if (w->todo_len == w->todo_cap) {
-    size_t cap = w->todo_cap ? w->todo_cap * 2 : 1024;
-    uint32_t *t = realloc(w->todo, cap * sizeof(*t));
+    size_t cap = w->todo_cap ? w->todo_cap * 2 : 4096;
+    uint32_t *t = ur_big_realloc(w->todo, cap * sizeof(*t));
     if (!t) return -ENOMEM;
     w->todo = t;
     w->todo_cap = cap;
@@ -155,6 +157,8 @@ static int mark_hit(void *ctx, size_t idx) {
   struct ur_walker *w = ctx;
   if (w->marked[idx]) return 0;
   w->marked[idx] = 1;
+  /* Popped soon (the work stack is LIFO): have its first line on the way. */
+  ur_mem_prefetch(w->mem, w->begin[idx]);
   return push_todo(w, (uint32_t)idx);
 }
 
@@ -168,6 +172,7 @@ static int mark_hit(void *ctx, size_t idx) {
  */
 #define BATCH 32
 #define MAX_CANDIDATES 1024
+#define PREFETCH_BYTES 2048
 
 struct view {
   const uint8_t *p;
@@ -210,7 +215,11 @@ static int drain_batch(struct ur_walker *w, size_t nb) {
     if (it->addr >= it->end) continue;
     it->p = ur_mem_view(w->mem, it->addr, it->end, &it->avail);
     if (!it->p) return -ENOMEM;
-    __builtin_prefetch(it->p);
+    /* The whole block (up to PREFETCH_BYTES): its lines are all needed and
+     * all cold; asking for every block of the batch at once overlaps the
+     * misses instead of paying them block after block. */
+    uint64_t span = it->avail < PREFETCH_BYTES ? it->avail : PREFETCH_BYTES;
+    for (uint64_t off = 0; off < span; off += 64) __builtin_prefetch(it->p + off);
   }
   const uint64_t lo = w->lo, span = w->hi - w->lo;
   for (size_t k = 0; k < nb; k++) {
@@ -247,8 +256,7 @@ static int drain(struct ur_walker *w) {
   while (w->todo_len) {
     /* Views stay valid only while nothing is evicted: batch only when the
      * cache has room for a whole batch of new chunks. */
-    size_t room = w->mem->max_chunks - w->mem->used_chunks;
-    if (w->todo_len >= 4 && room >= BATCH) {
+    if (w->todo_len >= 4 && w->mem->room >= BATCH) {
       size_t nb = w->todo_len < BATCH ? w->todo_len : BATCH;
       int r = drain_batch(w, nb);
       if (r) return r;

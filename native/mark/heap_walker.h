@@ -10,15 +10,18 @@
  * misses per pointer; the bucket costs one or two. Marking is an explicit
  * work stack, so depth (a 10M-element linked list) costs memory, never C
  * stack.
+ *
+ * Shared by the scanner and the forked snapshot child (native/shim/child.c):
+ * memory comes from alloc.h (mmap, never malloc) and is read through mem.h.
  */
-#ifndef UR_SCANNER_HEAP_WALKER_H
-#define UR_SCANNER_HEAP_WALKER_H
+#ifndef UR_MARK_HEAP_WALKER_H
+#define UR_MARK_HEAP_WALKER_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "memory.h"
+#include "mem.h"
 
 #define UR_WALKER_MAX_ALLOCS (UINT32_MAX - 1)
 
@@ -26,11 +29,13 @@ struct ur_walker {
   size_t n;            /* accepted allocations, sorted by begin */
   uint64_t *begin;
   uint64_t *end;       /* begin + max(size, 1): a zero-size block still owns its address */
-  uint64_t *size;      /* requested size */
   uint32_t *orig;      /* index in the caller's array */
+  const uint64_t *allocs; /* the caller's (begin, size) pairs: kept, not copied */
   uint8_t *marked;
   uint64_t lo, hi;     /* [lowest begin, highest end): the fast reject */
   size_t overlapping;  /* inputs dropped because they overlap an accepted one */
+  size_t distinct;     /* inputs with distinct begins (duplicates of a begin dropped) */
+  uint64_t distinct_bytes; /* their requested sizes summed */
   struct ur_mem *mem;
   uint64_t bytes_scanned;
   uint32_t *todo;
@@ -45,14 +50,17 @@ struct ur_bucket {
   uint32_t lo, hi;  /* sorted indices of the allocations overlapping the bucket */
 };
 
-/* allocs: n pairs (begin, size), any order. Overlapping or duplicate ranges
- * keep the first (lowest begin, then lowest input index) as libmemunreachable
- * does. Returns 0, -ENOMEM or -E2BIG. */
+/* allocs: n pairs (begin, size), any order; must outlive the walker.
+ * Overlapping or duplicate ranges keep the first (lowest begin, then lowest
+ * input index) as libmemunreachable does. Returns 0, -ENOMEM or -E2BIG. */
 int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n);
 void ur_walker_free(struct ur_walker *w);
 
-/* Sorted index of the allocation containing v, or -1. One past the end is
- * outside. */
+/* Requested size of sorted allocation i. */
+static inline uint64_t ur_walker_size(const struct ur_walker *w, size_t i) {
+  return w->allocs[2 * (size_t)w->orig[i] + 1];
+}
+
 static inline uint64_t ur_bucket_hash(uint64_t key) {
   return (key * UINT64_C(0x9E3779B97F4A7C15)) >> 20;
 }
@@ -90,6 +98,8 @@ static inline ssize_t ur_walker_search(const struct ur_walker *w, uint64_t v, si
   return (*base <= v && v < w->end[i]) ? (ssize_t)i : -1;
 }
 
+/* Sorted index of the allocation containing v, or -1. One past the end is
+ * outside. */
 static inline ssize_t ur_walker_find(const struct ur_walker *w, uint64_t v) {
   size_t lo, hi;
   if (v - w->lo >= w->hi - w->lo || !ur_walker_range(w, v, &lo, &hi)) return -1;

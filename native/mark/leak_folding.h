@@ -11,8 +11,8 @@
  * and referenced_size = (their bytes) - the member's own size. An SCC below
  * two dominators counts for both; a diamond below one counts once.
  */
-#ifndef UR_SCANNER_LEAK_FOLDING_H
-#define UR_SCANNER_LEAK_FOLDING_H
+#ifndef UR_MARK_LEAK_FOLDING_H
+#define UR_MARK_LEAK_FOLDING_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +30,7 @@ _Static_assert(sizeof(struct ur_leak) == 24, "wire format");
 /*
  * The graph part: nodes 0..n-1, edges of node v in adj[off[v] .. off[v+1]),
  * self-edges and duplicates allowed. Writes one leak per member of a
- * dominating SCC to *leaks (malloc'd, node order, index = node id).
+ * dominating SCC to *leaks (ur_big_calloc'd, node order, index = node id).
  * Returns 0 or -ENOMEM.
  */
 int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint32_t *adj,

@@ -1,10 +1,9 @@
 #include "radix_sort.h"
 
-#include "big_alloc.h"
-
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "alloc.h"
 
 #define DIGIT_BITS 11
 #define NDIGITS ((64 + DIGIT_BITS - 1) / DIGIT_BITS)
@@ -26,11 +25,11 @@ int ur_radix_sort(uint64_t *keys, uint32_t *vals, size_t n) {
     }
     return 0;
   }
-  size_t (*hist)[RADIX] = calloc(NDIGITS, sizeof(*hist));
+  size_t (*hist)[RADIX] = ur_big_calloc(NDIGITS, sizeof(*hist));
   uint64_t *k2 = ur_big_calloc(n, sizeof(*k2));
   uint32_t *v2 = vals ? ur_big_calloc(n, sizeof(*v2)) : NULL;
   if (!hist || !k2 || (vals && !v2)) {
-    free(hist);
+    ur_big_free(hist);
     ur_big_free(k2);
     ur_big_free(v2);
     return -ENOMEM;
@@ -68,7 +67,7 @@ int ur_radix_sort(uint64_t *keys, uint32_t *vals, size_t n) {
     memcpy(keys, ksrc, n * sizeof(*keys));
     if (vals) memcpy(vals, vsrc, n * sizeof(*vals));
   }
-  free(hist);
+  ur_big_free(hist);
   ur_big_free(k2);
   ur_big_free(v2);
   return 0;

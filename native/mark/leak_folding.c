@@ -1,8 +1,9 @@
 #include "leak_folding.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "alloc.h"
 
 #define NONE UINT32_MAX
 
@@ -15,15 +16,15 @@ struct frame {
  * between two SCCs always goes from a higher id to a lower one. */
 static int tarjan(size_t n, const size_t *off, const uint32_t *adj, uint32_t *scc_of,
                   size_t *nscc_out) {
-  uint32_t *index = malloc(n * sizeof(*index));
-  uint32_t *low = malloc(n * sizeof(*low));
-  uint32_t *stack = malloc(n * sizeof(*stack));
-  struct frame *frames = malloc(n * sizeof(*frames));
+  uint32_t *index = ur_big_calloc(1, n * sizeof(*index));
+  uint32_t *low = ur_big_calloc(1, n * sizeof(*low));
+  uint32_t *stack = ur_big_calloc(1, n * sizeof(*stack));
+  struct frame *frames = ur_big_calloc(1, n * sizeof(*frames));
   if (!index || !low || !stack || !frames) {
-    free(index);
-    free(low);
-    free(stack);
-    free(frames);
+    ur_big_free(index);
+    ur_big_free(low);
+    ur_big_free(stack);
+    ur_big_free(frames);
     return -ENOMEM;
   }
   /* scc_of doubles as the on-stack flag: NONE while on the Tarjan stack. */
@@ -67,10 +68,10 @@ static int tarjan(size_t n, const size_t *off, const uint32_t *adj, uint32_t *sc
       }
     }
   }
-  free(index);
-  free(low);
-  free(stack);
-  free(frames);
+  ur_big_free(index);
+  ur_big_free(low);
+  ur_big_free(stack);
+  ur_big_free(frames);
   *nscc_out = nscc;
   return 0;
 }
@@ -82,8 +83,8 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   if (n == 0) return 0;
   int rc = -ENOMEM;
   size_t nscc = 0;
-  uint32_t *scc_of = malloc(n * sizeof(*scc_of));
-  uint32_t *members = malloc(n * sizeof(*members));
+  uint32_t *scc_of = ur_big_calloc(1, n * sizeof(*scc_of));
+  uint32_t *members = ur_big_calloc(1, n * sizeof(*members));
   uint64_t *count = NULL, *own = NULL, *cum_count = NULL, *cum_size = NULL;
   size_t *moff = NULL, *soff = NULL;
   uint32_t *indeg = NULL, *stamp = NULL, *sadj = NULL, *dfs = NULL;
@@ -92,15 +93,15 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   if (!scc_of || !members) goto out;
   if ((rc = tarjan(n, off, adj, scc_of, &nscc)) < 0) goto out;
   rc = -ENOMEM;
-  count = calloc(nscc, sizeof(*count));
-  own = calloc(nscc, sizeof(*own));
-  cum_count = calloc(nscc, sizeof(*cum_count));
-  cum_size = calloc(nscc, sizeof(*cum_size));
-  moff = calloc(nscc + 1, sizeof(*moff));
-  soff = calloc(nscc + 1, sizeof(*soff));
-  indeg = calloc(nscc, sizeof(*indeg));
-  stamp = malloc(nscc * sizeof(*stamp));
-  tree = calloc(nscc, 1);
+  count = ur_big_calloc(nscc, sizeof(*count));
+  own = ur_big_calloc(nscc, sizeof(*own));
+  cum_count = ur_big_calloc(nscc, sizeof(*cum_count));
+  cum_size = ur_big_calloc(nscc, sizeof(*cum_size));
+  moff = ur_big_calloc(nscc + 1, sizeof(*moff));
+  soff = ur_big_calloc(nscc + 1, sizeof(*soff));
+  indeg = ur_big_calloc(nscc, sizeof(*indeg));
+  stamp = ur_big_calloc(1, nscc * sizeof(*stamp));
+  tree = ur_big_calloc(nscc, 1);
   if (!count || !own || !cum_count || !cum_size || !moff || !soff || !indeg || !stamp || !tree)
     goto out;
 
@@ -111,11 +112,11 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   }
   for (size_t s = 0; s < nscc; s++) moff[s + 1] = moff[s] + count[s];
   {
-    size_t *fill = malloc(nscc * sizeof(*fill));
+    size_t *fill = ur_big_calloc(1, nscc * sizeof(*fill));
     if (!fill) goto out;
     memcpy(fill, moff, nscc * sizeof(*fill));
     for (size_t v = 0; v < n; v++) members[fill[scc_of[v]]++] = (uint32_t)v;
-    free(fill);
+    ur_big_free(fill);
   }
 
   /* The SCC DAG, deduplicated (stamp = last source SCC that added t), so
@@ -142,7 +143,7 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
     if (pass) {
       soff[nscc] = e;
     } else {
-      sadj = malloc((e ? e : 1) * sizeof(*sadj));
+      sadj = ur_big_calloc(1, (e ? e : 1) * sizeof(*sadj));
       if (!sadj) goto out;
     }
   }
@@ -169,7 +170,7 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   /* Dominators over shared sub-DAGs: one DFS each, visiting every SCC once
    * per dominator and stopping at tree-shaped subgraphs, whose sums are
    * already known and reachable only through their root. */
-  dfs = malloc(nscc * sizeof(*dfs));
+  dfs = ur_big_calloc(1, nscc * sizeof(*dfs));
   if (!dfs) goto out;
   for (size_t s = 0; s < nscc; s++) stamp[s] = NONE;
   for (size_t d = 0; d < nscc; d++) {
@@ -201,7 +202,7 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   size_t nleaks = 0;
   for (size_t v = 0; v < n; v++)
     if (!indeg[scc_of[v]]) nleaks++;
-  leaks = malloc((nleaks ? nleaks : 1) * sizeof(*leaks));
+  leaks = ur_big_calloc(1, (nleaks ? nleaks : 1) * sizeof(*leaks));
   if (!leaks) goto out;
   size_t k = 0;
   for (size_t v = 0; v < n; v++) {
@@ -214,20 +215,20 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   leaks = NULL;
   rc = 0;
 out:
-  free(scc_of);
-  free(members);
-  free(count);
-  free(own);
-  free(cum_count);
-  free(cum_size);
-  free(moff);
-  free(soff);
-  free(indeg);
-  free(stamp);
-  free(sadj);
-  free(dfs);
-  free(tree);
-  free(leaks);
+  ur_big_free(scc_of);
+  ur_big_free(members);
+  ur_big_free(count);
+  ur_big_free(own);
+  ur_big_free(cum_count);
+  ur_big_free(cum_size);
+  ur_big_free(moff);
+  ur_big_free(soff);
+  ur_big_free(indeg);
+  ur_big_free(stamp);
+  ur_big_free(sadj);
+  ur_big_free(dfs);
+  ur_big_free(tree);
+  ur_big_free(leaks);
   return rc;
 }
 
@@ -245,7 +246,7 @@ static int edge_hit(void *p, size_t idx) {
   if (t == NONE || t == c->self) return 0;
   if (c->nadj == c->cap) {
     size_t cap = c->cap ? c->cap * 2 : 4096;
-    uint32_t *a = realloc(c->adj, cap * sizeof(*a));
+    uint32_t *a = ur_big_realloc(c->adj, cap * sizeof(*a));
     if (!a) return -ENOMEM;
     c->adj = a;
     c->cap = cap;
@@ -263,11 +264,11 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
   size_t n = 0;
   for (size_t i = 0; i < w->n; i++) n += !w->marked[i];
   int rc = -ENOMEM;
-  uint32_t *node_of = malloc((w->n ? w->n : 1) * sizeof(*node_of));
-  uint32_t *unreachable = malloc((n ? n : 1) * sizeof(*unreachable));
-  uint32_t *sorted_idx = malloc((n ? n : 1) * sizeof(*sorted_idx));
-  uint64_t *size = malloc((n ? n : 1) * sizeof(*size));
-  size_t *off = malloc((n + 1) * sizeof(*off));
+  uint32_t *node_of = ur_big_calloc(1, (w->n ? w->n : 1) * sizeof(*node_of));
+  uint32_t *unreachable = ur_big_calloc(1, (n ? n : 1) * sizeof(*unreachable));
+  uint32_t *sorted_idx = ur_big_calloc(1, (n ? n : 1) * sizeof(*sorted_idx));
+  uint64_t *size = ur_big_calloc(1, (n ? n : 1) * sizeof(*size));
+  size_t *off = ur_big_calloc(1, (n + 1) * sizeof(*off));
   struct edge_ctx ec = {.w = w};
   struct ur_leak *leaks = NULL;
   size_t nleaks = 0;
@@ -281,7 +282,7 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
     node_of[i] = (uint32_t)k;
     sorted_idx[k] = (uint32_t)i;
     unreachable[k] = w->orig[i];
-    size[k] = w->size[i];
+    size[k] = ur_walker_size(w, i);
     k++;
   }
   ec.node_of = node_of;
@@ -302,12 +303,12 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
   leaks = NULL;
   rc = 0;
 out:
-  free(node_of);
-  free(unreachable);
-  free(sorted_idx);
-  free(size);
-  free(off);
-  free(ec.adj);
-  free(leaks);
+  ur_big_free(node_of);
+  ur_big_free(unreachable);
+  ur_big_free(sorted_idx);
+  ur_big_free(size);
+  ur_big_free(off);
+  ur_big_free(ec.adj);
+  ur_big_free(leaks);
   return rc;
 }

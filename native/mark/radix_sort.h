@@ -1,9 +1,9 @@
 /*
- * LSD radix sort for the scanner's large arrays (10M allocation addresses):
+ * LSD radix sort for the mark core's large arrays (10M allocation addresses):
  * qsort with a comparator costs seconds there, this costs tens of ms.
  */
-#ifndef UR_SCANNER_RADIX_SORT_H
-#define UR_SCANNER_RADIX_SORT_H
+#ifndef UR_MARK_RADIX_SORT_H
+#define UR_MARK_RADIX_SORT_H
 
 #include <stddef.h>
 #include <stdint.h>

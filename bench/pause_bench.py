@@ -1,0 +1,102 @@
+"""Pause of a fork snapshot against heap size, threads and page size (not a test).
+
+For each configuration bench/programs/pause_target.c runs under the shim with
+N blocks of SIZE bytes allocated by the main thread (glibc's brk heap) or by
+all threads (glibc's per-thread arenas), T threads in all, T-1 of them
+spinning. It is paused REPEAT times exactly as `unreachable-cli scan` pauses
+it (stop every thread, the helper's copy-on-write clone, release) and the
+median pause is printed, once with 4 KiB pages and once with the shim's
+huge-page heap (`unreachable-cli run --huge-pages`, glibc.malloc.hugetlb=1),
+with the share of the heap the kernel really put on huge pages. The baseline
+is the same heap on 4 KiB pages, measured in the same run.
+
+    python bench/pause_bench.py [--quick] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support.targets import TargetFactory  # noqa: E402
+from unreachable._paths import shim_path  # noqa: E402
+from unreachable.capture.stop_world import stop_world  # noqa: E402
+from unreachable.capture.target import open_target  # noqa: E402
+from unreachable.shim_env import huge_pages_unavailable, shim_environment  # noqa: E402
+
+PROGRAM = REPO / "bench" / "programs" / "pause_target.c"
+TARGET_MS = 10.0
+
+
+def smaps_kb(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def measure(
+    factory: TargetFactory, n: int, size: int, threads: int, who: str, huge: bool, repeat: int
+) -> tuple[float, float]:
+    # The target factory preloads the shim itself; take only the tunable.
+    tunables = shim_environment(os.environ, factory.shim, huge_pages=huge).get("GLIBC_TUNABLES")
+    target = factory.start(
+        PROGRAM,
+        *(str(a) for a in (n, size, threads, who)),
+        env={"GLIBC_TUNABLES": tunables} if tunables else None,
+        cflags=["-O2", "-pthread"],
+    )
+    try:
+        pid = target.pid
+        huge_share = smaps_kb(pid, "AnonHugePages") / max(smaps_kb(pid, "Anonymous"), 1)
+        pauses = []
+        for _ in range(repeat):
+            with stop_world(open_target(pid), "fork") as capture:
+                pass
+            pauses.append(capture.pause_ms)
+        return statistics.median(pauses), huge_share
+    finally:
+        target.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="100 MB only")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    if why := huge_pages_unavailable():
+        print(f"note: {why}; the huge-page columns show what glibc's tunable does here")
+    heaps = [(100_000, 1024)] if args.quick else [(100_000, 1024), (1_000_000, 1024)]
+    configs = [(n, s, 1, "main") for n, s in heaps]
+    configs += [(n, s, 8, who) for n, s in heaps for who in ("main", "all")]
+    factory = TargetFactory(shim_path())
+    hdr = (
+        f"{'heap MB':>8} {'threads':>7} {'allocating':>10} | {'4 KiB pages':>11} | "
+        f"{'huge-page heap':>14} {'on THP':>6} {'x 4 KiB':>7} | {'<= 10 ms':>8}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    try:
+        for n, size, threads, who in configs:
+            small, _ = measure(factory, n, size, threads, who, False, args.repeat)
+            huge, share = measure(factory, n, size, threads, who, True, args.repeat)
+            print(
+                f"{n * size / 1e6:>8.0f} {threads:>7} {who:>10} | {small:>8.2f} ms | "
+                f"{huge:>11.2f} ms {share:>6.0%} {huge / small:>7.2f} | "
+                f"{'yes' if huge <= TARGET_MS else 'no':>8}",
+                flush=True,
+            )
+    finally:
+        factory.cleanup()
+    print(f"(medians of {args.repeat}; machine load adds noise; cpus: {os.cpu_count()})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+#include "alloc.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "raw_syscall.h"
+
+#define HEADER 64
+#define HUGE_MIN ((size_t)2 << 20)
+
+void *ur_big_reserve(size_t len) {
+  long p = ur_sys6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (ur_sys_failed(p)) return NULL;
+  if (len >= HUGE_MIN) ur_sys3(SYS_madvise, p, len, MADV_HUGEPAGE); /* advisory */
+  return (void *)p;
+}
+
+void ur_big_release(void *p, size_t len) {
+  if (p) ur_sys2(SYS_munmap, p, len);
+}
+
+void *ur_big_calloc(size_t n, size_t size) {
+  if (size && n > (SIZE_MAX - HEADER) / size) return NULL;
+  size_t len = n * size + HEADER;
+  uint8_t *p = ur_big_reserve(len);
+  if (!p) return NULL;
+  *(size_t *)p = len;
+  return p + HEADER;
+}
+
+void *ur_big_realloc(void *q, size_t bytes) {
+  if (!q) return ur_big_calloc(bytes, 1);
+  if (bytes > SIZE_MAX - HEADER) return NULL;
+  uint8_t *p = (uint8_t *)q - HEADER;
+  size_t old = *(size_t *)p, len = bytes + HEADER;
+  long r = ur_sys4(SYS_mremap, p, old, len, MREMAP_MAYMOVE);
+  if (ur_sys_failed(r)) return NULL;
+  p = (uint8_t *)r;
+  *(size_t *)p = len;
+  if (len >= HUGE_MIN && old < HUGE_MIN) ur_sys3(SYS_madvise, p, len, MADV_HUGEPAGE);
+  return p + HEADER;
+}
+
+void ur_big_free(void *q) {
+  if (!q) return;
+  uint8_t *p = (uint8_t *)q - HEADER;
+  ur_sys2(SYS_munmap, p, *(size_t *)p);
+}

@@ -1,0 +1,57 @@
+/*
+ * How the mark core reads the memory it scans, in both places it runs:
+ *   - the scanner (native/scanner/memory.c): another process's memory through
+ *     /proc/PID/mem, loaded in chunks into a cache;
+ *   - the forked snapshot child (native/shim/child.c, mem_direct.c): its own
+ *     memory, with plain loads.
+ *
+ * Both are a "window" [win_lo, win_hi) whose byte at addr sits at addr +
+ * win_delta (the child: the identity; the scanner: its most recent chunk),
+ * checked inline, and a backend function for everything else.
+ */
+#ifndef UR_MARK_MEM_H
+#define UR_MARK_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define UR_PAGE_SHIFT 12
+#define UR_PAGE_SIZE ((uint64_t)1 << UR_PAGE_SHIFT)
+
+struct ur_mem;
+typedef const uint8_t *(*ur_mem_slow_fn)(struct ur_mem *m, uint64_t addr, uint64_t end,
+                                          uint64_t *avail);
+
+struct ur_mem {
+  uint64_t win_lo, win_hi;
+  uint64_t win_delta;
+  ur_mem_slow_fn slow;    /* addr outside the window: returns a view and may move the window */
+  size_t room;            /* further views that can be taken while earlier ones stay valid */
+  uint64_t pages_skipped; /* unreadable pages read as zero, each counted once */
+};
+
+/*
+ * Bytes at addr, valid until the backend has to replace them (at least for
+ * `room` further calls). *avail receives how many bytes from addr are
+ * contiguous in the returned buffer (capped at end - addr when end > addr).
+ * Unreadable pages read as zero and are counted. Returns NULL only on
+ * allocation failure.
+ */
+static inline const uint8_t *ur_mem_view(struct ur_mem *m, uint64_t addr, uint64_t end,
+                                         uint64_t *avail) {
+  if (addr - m->win_lo < m->win_hi - m->win_lo) {
+    uint64_t n = m->win_hi - addr;
+    if (end > addr && end - addr < n) n = end - addr;
+    *avail = n;
+    return (const uint8_t *)(uintptr_t)(addr + m->win_delta);
+  }
+  return m->slow(m, addr, end, avail);
+}
+
+/* Start loading the line at addr if it is in the window (a hint; never faults). */
+static inline void ur_mem_prefetch(const struct ur_mem *m, uint64_t addr) {
+  if (addr - m->win_lo < m->win_hi - m->win_lo)
+    __builtin_prefetch((const void *)(uintptr_t)(addr + m->win_delta));
+}
+
+#endif

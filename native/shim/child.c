@@ -1,0 +1,244 @@
+/*
+ * The in-child sweep, as libmemunreachable sweeps inside its forked child:
+ * the copy-on-write child reads the heap and the registry as its own memory,
+ * with plain loads, where the scanner would copy them through /proc/PID/mem.
+ * Protocol: abi.h (struct ur_child_box). Mark and fold are the scanner's code
+ * (native/mark/), compiled in here.
+ *
+ * What code here may do. Threads of the target were stopped at arbitrary
+ * instructions when the helper cloned, and the child has only the helper's
+ * thread: glibc's and the shim's locks may be held forever. So: no malloc, no
+ * stdio, no shim lock, no libc wrapper that can set errno (errno lives in the
+ * helper's TLS, a root; native/mark/raw_syscall.h); memory comes from mmap
+ * (native/mark/alloc.c). The registry is walked lock-free exactly as the
+ * external reader does (native/mark/registry_walk.h). The child runs on a
+ * stack of its own, so nothing it computes lands in a root (the helper's
+ * stack is one), and all of it is iterative. Heap memory is loaded directly
+ * only inside the ranges the scanner listed readable; SIGSEGV/SIGBUS on such
+ * a load (a file truncated under a mapping) maps a zero page there and
+ * counts it, as /proc/PID/mem would have read it as zero.
+ */
+#include "child.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "heap_walker.h"
+#include "mem_direct.h"
+#include "raw_syscall.h"
+#include "registry_walk.h"
+#include "shim.h"
+#include "sweep_core.h"
+
+#define CHILD_STACK ((size_t)1 << 20)
+#define INBOX_CAP ((uint64_t)1 << 30) /* reserved, touched only by the scanner's writes */
+
+struct ur_child_box ur_child_box;
+
+static struct {
+  uint64_t *pairs; /* registry entries in walk order: (begin, size) */
+  uint32_t *ids;   /* their stack ids */
+  size_t n;
+  struct ur_walker w;
+  int indexed, swept;
+  struct ur_direct_mem dm;
+  int dm_open;
+  struct ur_child_index index_reply;
+  uint8_t *reply;
+  size_t reply_len;
+} st;
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A ptrace signal-delivery-stop; the scanner resumes us with no signal. */
+static void stop_for_scanner(void) {
+  long pid = ur_sys0(SYS_getpid);
+  ur_sys2(SYS_kill, pid, SIGSTOP);
+}
+
+__attribute__((noreturn)) static void die(void) {
+  for (;;) ur_sys1(SYS_exit_group, 0);
+}
+
+/* The registry, read as the external reader reads it, then sorted. */
+static int build_index(void) {
+  uint64_t t0 = now_ns();
+  const struct ur_descriptor *d = &unreachable_descriptor;
+  const struct ur_shard *shards = (const struct ur_shard *)(uintptr_t)d->shards;
+  uint32_t nshards = shards ? d->num_shards : 0;
+  uint64_t lo = d->region_begin, hi = d->region_end;
+  /* Room for every slot of every table: reserved, only what is written is touched. */
+  uint64_t room = 0;
+  for (uint32_t s = 0; s < nshards; s++) {
+    uint64_t table, cap;
+    if (ur_registry_table(&shards[s], &table, &cap)) room += cap;
+  }
+  st.pairs = ur_big_calloc(2 * (room ? room : 1), sizeof(*st.pairs));
+  st.ids = ur_big_calloc(room ? room : 1, sizeof(*st.ids));
+  if (!st.pairs || !st.ids) return -ENOMEM;
+  size_t n = 0;
+  for (uint32_t s = 0; s < nshards; s++) {
+    uint64_t table, cap;
+    if (!ur_registry_table(&shards[s], &table, &cap)) continue;
+    /* Shard tables live in the shim's region; anything else is not read. */
+    if (table < lo || table > hi || cap > (hi - table) / sizeof(struct ur_entry)) continue;
+    n += ur_registry_collect((const struct ur_entry *)(uintptr_t)table, (size_t)cap,
+                          st.pairs + 2 * n, st.ids + n);
+  }
+  st.n = n;
+  int rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
+  if (rc) return rc;
+  st.indexed = 1;
+  st.index_reply = (struct ur_child_index){
+      .entries = n,
+      .allocation_count = st.w.distinct,
+      .allocation_bytes = st.w.distinct_bytes,
+      .overlapping = st.w.overlapping,
+      .index_ns = now_ns() - t0,
+  };
+  return 0;
+}
+
+static void *new_reply(size_t len) {
+  ur_big_free(st.reply);
+  st.reply = ur_big_calloc(len ? len : 1, 1);
+  st.reply_len = st.reply ? len : 0;
+  return st.reply;
+}
+
+static int serve_holds(const uint8_t *in, uint64_t len) {
+  if (len % 16) return -EINVAL;
+  size_t n = (size_t)(len / 16);
+  uint8_t *out = new_reply(n);
+  if (!out) return -ENOMEM;
+  const uint64_t *r = (const uint64_t *)in;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b = r[2 * i], e = r[2 * i + 1];
+    size_t lo = 0, hi = st.w.n; /* first begin >= b */
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (st.w.begin[mid] < b) lo = mid + 1;
+      else hi = mid;
+    }
+    out[i] = lo < st.w.n && st.w.begin[lo] < e;
+  }
+  return 0;
+}
+
+static int serve_sweep(const uint8_t *in, uint64_t len) {
+  if (st.swept) return -EALREADY; /* the marks are spent */
+  struct ur_child_sweep_req q;
+  if (len < sizeof(q)) return -EINVAL;
+  memcpy(&q, in, sizeof(q));
+  uint64_t words = 2 * q.nranges + q.nvalues + q.nexcluded + 2 * q.nreadable;
+  if (q.nranges > len || q.nvalues > len || q.nexcluded > len || q.nreadable > len ||
+      len != sizeof(q) + 8 * words)
+    return -EINVAL;
+  const uint64_t *p = (const uint64_t *)(in + sizeof(q));
+  struct ur_sweep_in si = {
+      .ranges = p,
+      .nranges = (size_t)q.nranges,
+      .values = p + 2 * q.nranges,
+      .nvalues = (size_t)q.nvalues,
+      .excluded = p + 2 * q.nranges + q.nvalues,
+      .nexcluded = (size_t)q.nexcluded,
+      .stack_ids = st.ids,
+  };
+  const uint64_t *readable = p + 2 * q.nranges + q.nvalues + q.nexcluded;
+  int rc = ur_direct_open(&st.dm, readable, (size_t)q.nreadable);
+  if (rc) return rc;
+  st.dm_open = 1;
+  ur_direct_catch_faults(&st.dm);
+  st.swept = 1;
+  struct ur_sweep_out out;
+  rc = ur_sweep_run(&st.w, &si, 0, now_ns, &out);
+  if (rc) return rc;
+  struct ur_child_sweep_reply h = {
+      .unreachable_count = out.unreachable_count,
+      .unreachable_bytes = out.unreachable_bytes,
+      .bytes_scanned = out.bytes_scanned,
+      .pages_skipped = st.dm.mem.pages_skipped,
+      .mark_ns = out.mark_ns,
+      .fold_ns = out.fold_ns,
+      .nleaks = out.nleaks,
+      .bounced_pages = st.dm.bounced,
+  };
+  size_t body = out.nleaks * sizeof(struct ur_leak_record);
+  uint8_t *r = new_reply(sizeof(h) + body);
+  if (r) {
+    memcpy(r, &h, sizeof(h));
+    if (body) memcpy(r + sizeof(h), out.leaks, body);
+  }
+  ur_sweep_out_free(&out);
+  return r ? 0 : -ENOMEM;
+}
+
+__attribute__((noreturn)) static void child_main(void) {
+  struct ur_child_box *b = &ur_child_box;
+  void *inbox = ur_big_reserve(INBOX_CAP);
+  int rc = inbox ? build_index() : -ENOMEM;
+  b->in = (uint64_t)(uintptr_t)inbox;
+  b->in_cap = inbox ? INBOX_CAP : 0;
+  b->out = (uint64_t)(uintptr_t)&st.index_reply;
+  b->out_len = rc ? 0 : sizeof(st.index_reply);
+  b->error = rc;
+  __atomic_store_n(&b->state, rc ? UR_CHILD_FAILED : UR_CHILD_INDEXED, __ATOMIC_RELEASE);
+  for (;;) {
+    stop_for_scanner();
+    uint32_t req = __atomic_exchange_n(&b->request, UR_CHILD_REQ_NONE, __ATOMIC_ACQ_REL);
+    uint64_t len = b->in_len;
+    b->state = UR_CHILD_BUSY;
+    if (req == UR_CHILD_REQ_NONE) continue; /* a stray resume */
+    if (!inbox || len > INBOX_CAP) {
+      rc = -EINVAL;
+    } else if (!st.indexed) {
+      rc = b->error ? b->error : -EINVAL;
+    } else if (req == UR_CHILD_REQ_HOLDS) {
+      rc = serve_holds(inbox, len);
+    } else if (req == UR_CHILD_REQ_SWEEP) {
+      rc = serve_sweep(inbox, len);
+    } else {
+      die();
+    }
+    b->out = (uint64_t)(uintptr_t)st.reply;
+    b->out_len = rc ? 0 : st.reply_len;
+    b->error = rc;
+    __atomic_store_n(&b->state, rc ? UR_CHILD_FAILED : UR_CHILD_REPLIED, __ATOMIC_RELEASE);
+  }
+}
+
+__attribute__((noreturn)) static void run_on_stack(void *top, void (*fn)(void)) {
+#if defined(__x86_64__)
+  __asm__ volatile("mov %0, %%rsp\n\txor %%ebp, %%ebp\n\tcall *%1\n\tud2"
+                   :
+                   : "r"(top), "r"(fn)
+                   : "memory");
+#elif defined(__aarch64__)
+  __asm__ volatile("mov sp, %0\n\tmov x29, xzr\n\tblr %1\n\tbrk #0" : : "r"(top), "r"(fn) : "memory");
+#else
+#error "unsupported architecture"
+#endif
+  __builtin_unreachable();
+}
+
+void ur_child_run(void) {
+  if (__atomic_load_n(&ur_child_box.go, __ATOMIC_ACQUIRE) != UR_CHILD_GO) return;
+  long stack = ur_sys6(SYS_mmap, 0, (long)CHILD_STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (ur_sys_failed(stack)) {
+    ur_child_box.error = (int32_t)stack;
+    __atomic_store_n(&ur_child_box.state, UR_CHILD_FAILED, __ATOMIC_RELEASE);
+    stop_for_scanner();
+    return;
+  }
+  run_on_stack((uint8_t *)stack + CHILD_STACK, child_main);
+}

@@ -1,0 +1,155 @@
+"""The in-child sweep (abi.h ur_child_box): the snapshot child marks and
+folds its own memory. It must actually be used, give the outside sweep's exact
+result, fall back to the outside sweep whatever fails, and never leave the
+target stopped, traced or changed, even when the scanner dies mid-sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.scanner.procs import children, exists, read_u32, state, wait_until
+from tests.support.cbuild import REPO_DIR
+from unreachable.allocations.descriptor import locate_shim, read_descriptor_header
+from unreachable.process.maps import read_maps
+from unreachable.report.json_report import format_json
+from unreachable.scan import ScanOptions, scan
+from unreachable.sweep import child as child_mod
+from unreachable.sweep.child import ChildSweepFailed
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+
+def _exact(target, report) -> None:
+    assert (report.leak_count, report.leak_bytes) == (
+        target.int("leak_count"),
+        target.int("leak_bytes"),
+    )
+
+
+def _released(target) -> None:
+    pid = target.pid
+    wait_until(lambda: children(pid) == [], what="snapshot child gone")
+    assert target.alive() and target.tracer() == 0
+    assert target.state() != "t"
+
+
+def test_in_child_sweep_is_used_and_reported(targets):
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    report = scan(target.pid, ScanOptions())
+    _exact(target, report)
+    assert report.snapshot == "fork" and report.sweep == "child"
+    assert report.sweep_fallback == ""
+    assert json.loads(format_json(report))["sweep"] == "child"
+    outside = scan(target.pid, ScanOptions(sweep="scanner"))
+    assert outside.sweep == "scanner"
+    assert [(e.address, e.size, e.referenced_count) for e in report.leaks] == [
+        (e.address, e.size, e.referenced_count) for e in outside.leaks
+    ]
+    assert (report.allocation_count, report.allocation_bytes) == (
+        outside.allocation_count,
+        outside.allocation_bytes,
+    )
+    _released(target)
+
+
+def test_child_failure_falls_back_to_sweeping_the_same_child(targets, monkeypatch):
+    """A step the child reports as failed leaves it frozen: swept from outside."""
+
+    def failing(*_args: object, **_kw: object) -> None:
+        raise ChildSweepFailed("injected failure", frozen=True)
+
+    monkeypatch.setattr("unreachable.scan.sweep_in_child", failing)
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    report = scan(target.pid, ScanOptions())
+    _exact(target, report)
+    assert report.snapshot == "fork" and report.sweep == "scanner"
+    assert "injected" in report.sweep_fallback
+    with pytest.raises(Exception, match="injected"):
+        scan(target.pid, ScanOptions(sweep="child"))
+    _released(target)
+
+
+@pytest.mark.parametrize("stage", ["captured", "allocations"])
+def test_child_killed_falls_back_to_a_new_snapshot(targets, stage):
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    killed: list[int] = []
+
+    def kill_child(now: str) -> None:
+        # "captured": frozen at birth; "allocations": indexed, answered, stopped.
+        if now == stage and not killed:
+            for c in children(target.pid):
+                os.kill(c, signal.SIGKILL)
+                killed.append(c)
+
+    report = scan(target.pid, ScanOptions(), progress=kill_child)
+    assert killed
+    _exact(target, report)
+    assert report.snapshot == "fork" and report.sweep == "scanner"
+    assert report.sweep_fallback
+    _released(target)
+
+
+def test_child_timeout_is_interrupted_and_swept_from_outside(targets, monkeypatch):
+    monkeypatch.setattr(child_mod, "DEFAULT_TIMEOUT_S", 1e-6)
+    target = targets.start(PROGRAMS / "many.c", "200000", "50000")
+    report = scan(target.pid, ScanOptions())
+    _exact(target, report)
+    assert report.sweep in ("child", "scanner")  # the child may beat a 1 us deadline
+    if report.sweep == "scanner":
+        assert "did not finish" in report.sweep_fallback
+    _released(target)
+
+
+SCANNER = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, sys.argv[2])
+    from unreachable import _native
+    from unreachable.capture.target import open_target
+    t = open_target(int(sys.argv[1]))
+    s = _native.Session(t.pid)
+    s.stop()
+    child = s.snapshot(t.header.helper_tid, t.header.helper_cmd)
+    s.release()
+    s.child_start(t.header.child_box)
+    print(child, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_scanner_killed_while_the_child_sweeps(targets):
+    """PTRACE_O_EXITKILL: the sweeping child dies with its scanner; the target
+    is released, untraced, and scans again exactly."""
+    target = targets.start(PROGRAMS / "many.c", "2000000", "500000")
+    pid = target.pid
+    shim = locate_shim(pid, read_maps(pid))
+    header = read_descriptor_header(pid, shim.descriptor_addr)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCANNER, str(pid), str(REPO_DIR)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        assert child in children(pid)
+        assert state(child) != "t" or exists(child)  # indexing (or already stopped)
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: not exists(child), what="child killed with its tracer")
+    _released(target)
+    wait_until(lambda: read_u32(pid, header.helper_cmd) == 0, what="helper back to IDLE")
+    report = scan(pid, ScanOptions(sweep="child"))
+    _exact(target, report)
+    assert report.sweep == "child"
+    _released(target)

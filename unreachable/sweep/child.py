@@ -1,0 +1,141 @@
+"""Drive the in-child sweep (abi.h struct ur_child_box).
+
+In fork mode the frozen snapshot child is a private copy of the target, so
+it can mark and fold its own memory with plain loads, as libmemunreachable's
+sweeper does, instead of being read through /proc/CHILD/mem. The scanner
+still decides what the roots are; it hands them to the child and reads back
+totals and one compact record per leak. The shared mark/fold code is
+native/mark/; the child's side is native/shim/child.c.
+
+Every failure raises ChildSweepFailed; `frozen` says whether the child is
+still stopped with its memory intact (then the caller sweeps it from outside)
+or gone (then the caller takes a new snapshot).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from unreachable import _native
+from unreachable.capture.target import still_running
+
+REQ_HOLDS = 1
+REQ_SWEEP = 2
+INDEX = struct.Struct("<8Q")  # entries, allocation_count, allocation_bytes, overlapping, index_ns
+SWEEP_REQ = struct.Struct("<4Q")  # nranges, nvalues, nexcluded, nreadable
+SWEEP_REPLY = struct.Struct("<8Q")
+# begin, size, referenced_count, referenced_size, stack_id, reserved (abi.h ur_leak_record)
+LEAK_RECORD = struct.Struct("<QQQQII")
+
+# Generous: the child sweeps a 10M-block heap in seconds; a hang means a bug.
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class ChildSweepFailed(Exception):
+    def __init__(self, message: str, frozen: bool) -> None:
+        super().__init__(message)
+        self.frozen = frozen  # the child is stopped and its memory intact
+
+
+@dataclass(frozen=True, slots=True)
+class ChildIndex:
+    entries: int
+    allocation_count: int
+    allocation_bytes: int
+    overlapping: int
+    index_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSweepReply:
+    unreachable_count: int
+    unreachable_bytes: int
+    bytes_scanned: int
+    pages_skipped: int
+    mark_ms: float
+    fold_ms: float
+    bounced_pages: int
+    leaks: bytes  # packed LEAK_RECORDs, address order
+
+
+def _pairs(ranges: Sequence[tuple[int, int]]) -> bytes:
+    return b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
+
+
+class ChildSweeper:
+    """One snapshot child sweeping itself; the Session must be in fork mode."""
+
+    def __init__(
+        self, session: _native.Session, box_addr: int, timeout_s: float | None = None
+    ) -> None:
+        self.session = session
+        self.timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+        self._index: ChildIndex | None = None
+        try:
+            session.child_start(box_addr)
+        except OSError as e:
+            raise self._fail("start", e) from None
+
+    def _fail(self, what: str, e: OSError) -> ChildSweepFailed:
+        child = self.session.snapshot_pid
+        gone = isinstance(e, ProcessLookupError) or child is None or not still_running(child)
+        return ChildSweepFailed(f"in-child sweep, {what}: {e}", frozen=not gone)
+
+    def index(self) -> ChildIndex:
+        """Wait for the child's allocation index (built while the caller works)."""
+        if self._index is None:
+            try:
+                raw = self.session.child_wait(self.timeout_s)
+            except OSError as e:
+                raise self._fail("index", e) from None
+            f = INDEX.unpack(raw[: INDEX.size])
+            self._index = ChildIndex(f[0], f[1], f[2], f[3], f[4] / 1e6)
+        return self._index
+
+    def holds(self, ranges: Sequence[tuple[int, int]]) -> list[bool]:
+        """For each [begin, end): does a registered block begin inside it?"""
+        self.index()
+        try:
+            raw = self.session.child_request(REQ_HOLDS, _pairs(ranges), self.timeout_s)
+        except OSError as e:
+            raise self._fail("holds", e) from None
+        return [bool(b) for b in raw]
+
+    def sweep(
+        self,
+        ranges: Sequence[tuple[int, int]],
+        values: bytes,
+        excluded: Sequence[int],
+        readable: Sequence[tuple[int, int]],
+    ) -> ChildSweepReply:
+        self.index()
+        usable = len(values) - len(values) % 8
+        payload = b"".join(
+            [
+                SWEEP_REQ.pack(len(ranges), usable // 8, len(excluded), len(readable)),
+                _pairs(ranges),
+                values[:usable],
+                b"".join(struct.pack("<Q", a) for a in excluded),
+                _pairs(readable),
+            ]
+        )
+        try:
+            raw = self.session.child_request(REQ_SWEEP, payload, self.timeout_s)
+        except OSError as e:
+            raise self._fail("sweep", e) from None
+        f = SWEEP_REPLY.unpack(raw[: SWEEP_REPLY.size])
+        leaks = raw[SWEEP_REPLY.size :]
+        if len(leaks) != f[6] * LEAK_RECORD.size:
+            raise ChildSweepFailed("in-child sweep: truncated reply", frozen=True)
+        return ChildSweepReply(
+            unreachable_count=f[0],
+            unreachable_bytes=f[1],
+            bytes_scanned=f[2],
+            pages_skipped=f[3],
+            mark_ms=f[4] / 1e6,
+            fold_ms=f[5] / 1e6,
+            bounced_pages=f[7],
+            leaks=leaks,
+        )
