@@ -51,7 +51,12 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
      * reporting a stop: after the first few milliseconds, look. */
     if (backoff >= 1000000) {
       char st = task_state(tid, tid);
-      if (st == 'Z' || st == 'X' || st == 0) return -ESRCH;
+      if (st == 'Z' || st == 'X' || st == 0) {
+        /* It may have died since the waitpid above and be ours to reap: a
+         * traced zombie left unreaped keeps its real parent waiting. */
+        if (waitpid(tid, status, __WALL | WNOHANG) == tid) return 1;
+        return -ESRCH;
+      }
     }
     sleep_ns(backoff);
     if (backoff < 1000000) backoff *= 2;
@@ -78,7 +83,22 @@ static struct ur_thread *add_thread(struct ur_capture *c, pid_t tid) {
   return t;
 }
 
-static void drop_thread(struct ur_capture *c, struct ur_thread *t) {
+/* A thread that died while ours and whose exit is not reaped yet (a leader
+ * waiting for its other threads, one woken by SIGKILL) is still traced by
+ * us: release reaps it. */
+static void note_dying(struct ur_capture *c, pid_t tid) {
+  if (c->ndying == c->dying_cap) {
+    size_t cap = c->dying_cap ? c->dying_cap * 2 : 8;
+    pid_t *d = realloc(c->dying, cap * sizeof(*d));
+    if (!d) return; /* the kernel reaps it when this process exits */
+    c->dying = d;
+    c->dying_cap = cap;
+  }
+  c->dying[c->ndying++] = tid;
+}
+
+static void drop_thread(struct ur_capture *c, struct ur_thread *t, bool reaped) {
+  if (!reaped) note_dying(c, t->tid);
   free(t->xstate);
   *t = c->threads[--c->n];
 }
@@ -293,8 +313,7 @@ int ur_capture_stop(struct ur_capture *c, pid_t pid) {
         return fail(c, -ETIMEDOUT);
       }
       if (r < 0 || !classify_stop(c, t, status)) {
-        t->attached = false; /* gone; its exit status is reaped */
-        drop_thread(c, t);
+        drop_thread(c, t, r > 0);
         continue;
       }
       t->running = false;
@@ -305,9 +324,8 @@ int ur_capture_stop(struct ur_capture *c, pid_t pid) {
     int r = ur_read_regs(&c->threads[i]);
     if (r == -ESRCH) { /* killed while stopped (SIGKILL wakes tracees) */
       int status;
-      waitpid(c->threads[i].tid, &status, __WALL | WNOHANG);
-      c->threads[i].attached = false;
-      drop_thread(c, &c->threads[i]);
+      pid_t tid = c->threads[i].tid;
+      drop_thread(c, &c->threads[i], waitpid(tid, &status, __WALL | WNOHANG) == tid);
       continue;
     }
     if (r < 0) {
@@ -324,6 +342,8 @@ int ur_capture_stop(struct ur_capture *c, pid_t pid) {
   return 0;
 }
 
+/* 0: detached; -ESRCH: it died, exit reaped here; -EAGAIN: it is dying and
+ * its exit is still to be reaped. */
 static int detach_one(struct ur_thread *t) {
   if (t->running) {
     /* Resumed by us (the snapshot helper): it must be in a ptrace-stop to
@@ -337,11 +357,30 @@ static int detach_one(struct ur_thread *t) {
     t->running = false;
   }
   if (ptrace(PTRACE_DETACH, t->tid, NULL, (void *)(long)t->resume_sig) == 0) return 0;
-  int err = errno;
-  int status;
-  /* Died while stopped: reap its notification so no traced zombie lingers. */
-  waitpid(t->tid, &status, __WALL | WNOHANG);
-  return -err;
+  return -EAGAIN; /* not in a ptrace-stop: SIGKILL woke it */
+}
+
+/* A thread that died while traced stays ours until we reap its exit:
+ * unreaped, its real parent never learns of the death and a new
+ * PTRACE_SEIZE of it fails with EPERM. A leader is reapable only after its
+ * other threads, which may come later in the list: poll them together. */
+static void reap_dying(struct ur_capture *c, uint64_t timeout_ns) {
+  uint64_t deadline = ur_now_ns() + timeout_ns;
+  while (c->ndying) {
+    for (size_t i = 0; i < c->ndying;) {
+      int status;
+      pid_t r = waitpid(c->dying[i], &status, __WALL | WNOHANG);
+      if (r == c->dying[i] && WIFSTOPPED(status))
+        ptrace(PTRACE_DETACH, c->dying[i], NULL, NULL); /* a last stop, not the exit */
+      if (r == c->dying[i] || (r < 0 && errno == ECHILD))
+        c->dying[i] = c->dying[--c->ndying];
+      else
+        i++;
+    }
+    if (!c->ndying || ur_now_ns() >= deadline) break;
+    sleep_ns(1000000);
+  }
+  c->ndying = 0; /* past the deadline the kernel reaps them when we exit */
 }
 
 int ur_capture_release(struct ur_capture *c) {
@@ -349,13 +388,20 @@ int ur_capture_release(struct ur_capture *c) {
   for (size_t i = 0; i < c->n; i++) {
     struct ur_thread *t = &c->threads[i];
     if (!t->attached) continue;
-    if (detach_one(t) < 0) failed++;
     t->attached = false;
+    int r = detach_one(t);
+    if (r == 0) continue;
+    failed++;
+    if (r == -EAGAIN) note_dying(c, t->tid);
   }
+  reap_dying(c, 2000000000ull);
   return failed;
 }
 
 void ur_capture_free(struct ur_capture *c) {
+  free(c->dying);
+  c->dying = NULL;
+  c->ndying = c->dying_cap = 0;
   for (size_t i = 0; i < c->n; i++) free(c->threads[i].xstate);
   free(c->threads);
   c->threads = NULL;

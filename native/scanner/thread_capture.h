@@ -31,6 +31,8 @@ struct ur_capture {
   struct ur_thread *threads;
   size_t n, cap;
   bool group_stopped;   /* some thread was in group-stop when captured */
+  pid_t *dying;         /* died while traced by us, exit not yet reaped */
+  size_t ndying, dying_cap;
   uint64_t t_first_seize_ns;
   char err[256];
 };
@@ -48,8 +50,10 @@ uint64_t ur_now_ns(void);
 int ur_capture_stop(struct ur_capture *c, pid_t pid);
 
 /* Detach every attached thread, re-injecting saved signals; threads that
- * were group-stopped re-enter the group-stop. Idempotent. Returns the number
- * of threads that could not be detached cleanly (they vanished). */
+ * were group-stopped re-enter the group-stop. Threads that died while traced
+ * are reaped (waiting up to 2 s for a dying group to finish), so none stays
+ * traced by this process. Idempotent. Returns the number of threads that
+ * could not be detached cleanly (they vanished). */
 int ur_capture_release(struct ur_capture *c);
 
 /* Free memory (call after release). */

@@ -247,3 +247,44 @@ def test_dealloc_releases(target) -> None:
     before = counter.loops
     del s
     wait_until(lambda: counter.loops > before, what="progress after dealloc")
+
+
+KILLING_SCANNER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from unreachable import _native
+    pid = int(sys.argv[1])
+    s = _native.Session(pid)
+    s.stop()
+    os.kill(pid, signal.SIGKILL)
+    s.close()
+    print("closed", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_target_killed_while_stopped_is_left_to_its_parent(target) -> None:
+    # The 11-thread target dies while every thread is ours; closing must reap
+    # the deaths, or its parent (this test) never sees the exit while the
+    # scanner lives on, and a new Session on a reused tid fails with EPERM.
+    # The scanner is a separate process as in production: a tracer that is
+    # also the parent would consume the exit status itself.
+    proc, _, _, _ = target
+    scanner = subprocess.Popen(
+        [sys.executable, "-c", KILLING_SCANNER, str(proc.pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert scanner.stdout is not None
+        assert scanner.stdout.readline().strip() == "closed"
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.returncode == -signal.SIGKILL
+        assert scanner.poll() is None
+    finally:
+        scanner.kill()
+        scanner.wait()
