@@ -782,6 +782,46 @@ static void t_cache_eviction(void) {
   free(a);
 }
 
+static void t_cache_tree(void) {
+  /* A tree of blocks that straddle chunk boundaries, marked through a 4-chunk
+   * cache: the mark keeps several blocks in flight, and none of their views
+   * may be evicted before it is scanned. Each block points to its children
+   * from its first and its last word (past its first chunk); the last 16
+   * blocks form a tree of their own that nothing roots. */
+  size_t n = 96, live = n - 16, sz = UR_CHUNK_SIZE / 3 + 24;
+  char **blocks = malloc(n * sizeof(*blocks));
+  uint64_t *a = malloc(n * 2 * 8);
+  CHECK(blocks && a);
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = malloc(sz);
+    CHECK(blocks[i] != NULL);
+    memset(blocks[i], 0, sz);
+    a[2 * i] = (uint64_t)(uintptr_t)blocks[i];
+    a[2 * i + 1] = sz;
+  }
+  for (size_t k = 0; k < n; k++) {
+    size_t base = k < live ? 0 : live, cnt = k < live ? live : n - live, j = k - base;
+    if (2 * j + 1 < cnt) memcpy(blocks[k], &blocks[base + 2 * j + 1], 8);
+    if (2 * j + 2 < cnt) memcpy(blocks[k] + ((sz - 8) & ~(size_t)7), &blocks[base + 2 * j + 2], 8);
+  }
+  escape(blocks);
+  void *rw[1] = {blocks[0]};
+  escape(rw);
+  uint64_t r[2] = {BEGIN(rw), END(rw)};
+  struct ur_pread_mem m;
+  CHECK_EQ(ur_mem_open(&m, getpid(), 4 * UR_CHUNK_SIZE), 0);
+  struct ur_walker w;
+  CHECK_EQ(ur_walker_init(&w, &m.mem, a, n), 0);
+  CHECK_EQ(ur_walker_mark(&w, r, 1, NULL, 0), 0);
+  for (size_t i = 0; i < w.n; i++) CHECK_EQ(w.marked[i], w.orig[i] < live);
+  CHECK(m.used_chunks <= 4);
+  ur_walker_free(&w);
+  ur_mem_close(&m);
+  for (size_t i = 0; i < n; i++) free(blocks[i]);
+  free(blocks);
+  free(a);
+}
+
 struct test {
   const char *name;
   void (*fn)(void);
@@ -815,6 +855,7 @@ static const struct test tests[] = {
     {"scale_random", t_scale_random},
     {"radix_sort", t_radix_sort},
     {"cache_eviction", t_cache_eviction},
+    {"cache_tree", t_cache_tree},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,65 @@
+"""The mark core alone: sweep throughput as a ratio of memcpy (not a test).
+
+bench/sweep_bench.py measures the mark where it runs, in a forked snapshot
+child of a real target, which adds the noise of a whole scan. This runs
+native/mark's heap walker over its direct-load backend inside one C program
+(bench/programs/mark_bench.c) on the same heap shapes, memcpy measured in
+the same process, so two builds of the mark can be compared quickly.
+
+Usage: python bench/mark_bench.py [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support.cbuild import build  # noqa: E402
+
+MARK = REPO / "native" / "mark"
+SOURCES = [
+    REPO / "bench" / "programs" / "mark_bench.c",
+    *(MARK / name for name in ("heap_walker.c", "alloc.c", "radix_sort.c", "mem_direct.c")),
+]
+CONFIGS = [
+    (100_000, 1024, "tree"),
+    (20_000, 8192, "tree"),
+    (1_000_000, 64, "tree"),
+    (100_000, 64, "list"),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7, help="best of R per configuration")
+    args = ap.parse_args()
+    # cbuild keys its cache on the sources, not on native/mark's headers.
+    digest = hashlib.sha256(b"".join(h.read_bytes() for h in sorted(MARK.glob("*.h"))))
+    exe = build(SOURCES, name=f"mark_bench-{digest.hexdigest()[:12]}", cflags=["-O2", f"-I{MARK}"])
+    print(
+        f"{'blocks':>9} {'size':>5} {'shape':5} | {'memcpy GB/s':>11} {'mark ms':>8} "
+        f"{'mark GB/s':>9} {'x memcpy':>8}"
+    )
+    for n, size, shape in CONFIGS:
+        out = subprocess.run(
+            [str(exe), str(n), str(size), shape, str(args.rounds)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        copy, mark_ms, mark, ratio, marked = out
+        assert int(marked) == n - n // 10, (marked, n)
+        print(
+            f"{n:>9} {size:>5} {shape:5} | {float(copy):>11.2f} {float(mark_ms):>8.1f} "
+            f"{float(mark):>9.2f} {float(ratio):>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

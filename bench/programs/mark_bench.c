@@ -1,0 +1,135 @@
+/*
+ * The mark core alone (native/mark heap_walker over the snapshot child's
+ * direct-load backend), on the heap shapes of bench/heap_target.c, built in
+ * this process: no target, no fork, no Python, so a change to the mark can
+ * be compared run against run without the noise of the rest of a scan.
+ *
+ * Usage: mark_bench NBLOCKS BLOCK_SIZE [tree|list] [ROUNDS]
+ * Prints: memcpy_gbps mark_ms mark_gbps ratio marked
+ * (best of ROUNDS for both; memcpy copies as many bytes as the heap holds).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "heap_walker.h"
+#include "mem_direct.h"
+
+#define MAX_RANGES 4096
+
+void *g_root;
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* What the scanner would list as readable: every readable mapping. */
+static size_t readable_ranges(uint64_t *r, size_t max) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  if (!f) return 0;
+  char line[512];
+  size_t n = 0;
+  while (n < max && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[5];
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && perms[0] == 'r' &&
+        !strstr(line, "[vvar") && !strstr(line, "[vsyscall")) {
+      r[2 * n] = lo;
+      r[2 * n + 1] = hi;
+      n++;
+    }
+  }
+  fclose(f);
+  return n;
+}
+
+/* Blocks linked in random address order: binary trees (block k of the order
+ * points to 2k+1 and 2k+2) or one chain; 90% reachable from g_root. */
+static uint64_t *make_heap(size_t n, size_t size, int list) {
+  void ***blocks = malloc(n * sizeof(*blocks));
+  uint64_t *pairs = malloc(n * 2 * sizeof(*pairs));
+  size_t *order = malloc(n * sizeof(*order));
+  if (!blocks || !pairs || !order) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = malloc(size);
+    if (!blocks[i]) return NULL;
+    memset(blocks[i], 0, size);
+    pairs[2 * i] = (uint64_t)(uintptr_t)blocks[i];
+    pairs[2 * i + 1] = size;
+    order[i] = i;
+  }
+  for (size_t i = n - 1; i > 0; i--) {
+    size_t j = rnd() % (i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  size_t live = n - n / 10;
+  for (size_t k = 0; k < n; k++) {
+    if (list) {
+      if (k + 1 < n && k + 1 != live) blocks[order[k]][0] = blocks[order[k + 1]];
+      continue;
+    }
+    size_t base = k < live ? 0 : live, cnt = k < live ? live : n - live, j = k - base;
+    for (size_t c = 0; c < 2; c++)
+      if (2 * j + 1 + c < cnt) blocks[order[k]][c] = blocks[order[base + 2 * j + 1 + c]];
+  }
+  g_root = blocks[order[0]];
+  free(blocks);
+  free(order);
+  return pairs;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) return 2;
+  size_t n = strtoull(argv[1], NULL, 0), size = strtoull(argv[2], NULL, 0);
+  int list = argc > 3 && strcmp(argv[3], "list") == 0;
+  int rounds = argc > 4 ? atoi(argv[4]) : 7;
+  if (n < 10 || size < 16) return 2;
+  uint64_t *pairs = make_heap(n, size, list);
+  size_t total = n * size;
+  char *src = malloc(total), *dst = malloc(total);
+  if (!pairs || !src || !dst) return 1;
+  memset(src, 1, total);
+  memset(dst, 2, total);
+  static uint64_t ranges[2 * MAX_RANGES];
+  size_t nranges = readable_ranges(ranges, MAX_RANGES);
+  uint64_t root[2] = {(uint64_t)(uintptr_t)&g_root, (uint64_t)(uintptr_t)&g_root + 8};
+  double best_copy = 1e9, best_mark = 1e9;
+  uint64_t scanned = 0;
+  size_t marked = 0;
+  for (int r = 0; r < rounds; r++) {
+    double t0 = now();
+    memcpy(dst, src, total);
+    double t1 = now();
+    if (t1 - t0 < best_copy) best_copy = t1 - t0;
+    struct ur_direct_mem m;
+    struct ur_walker w;
+    if (ur_direct_open(&m, ranges, nranges) != 0 || ur_walker_init(&w, &m.mem, pairs, n) != 0)
+      return 1;
+    t0 = now();
+    if (ur_walker_mark(&w, root, 1, NULL, 0) != 0) return 1;
+    t1 = now();
+    if (t1 - t0 < best_mark) best_mark = t1 - t0;
+    scanned = w.bytes_scanned;
+    marked = 0;
+    for (size_t i = 0; i < w.n; i++) marked += w.marked[i];
+    ur_walker_free(&w);
+    ur_direct_close(&m);
+  }
+  double copy_gbps = (double)total / best_copy / 1e9, mark_gbps = (double)scanned / best_mark / 1e9;
+  printf("%.2f %.2f %.2f %.3f %zu\n", copy_gbps, best_mark * 1e3, mark_gbps, mark_gbps / copy_gbps,
+         marked);
+  return dst[total / 2] == 1 ? 0 : 1;
+}
