@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "programs/heap_shape.h"
 #include "unreachable/abi.h"
 
 static uint32_t cmd_word;
@@ -52,54 +53,16 @@ static void *busy(void *arg) {
   return NULL;
 }
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
 int main(int argc, char **argv) {
   if (argc != 5 && argc != 6) return 2;
   int list = argc == 6 && strcmp(argv[5], "list") == 0;
   size_t n = strtoull(argv[2], NULL, 0), size = strtoull(argv[3], NULL, 0);
   int nthreads = atoi(argv[4]);
-  void ***blocks = malloc(n * sizeof(*blocks));
   uint64_t *pairs = malloc(n * 2 * sizeof(*pairs));
-  size_t *order = malloc(n * sizeof(*order));
-  if (!blocks || !pairs || !order) return 1;
-  for (size_t i = 0; i < n; i++) {
-    blocks[i] = malloc(size);
-    memset(blocks[i], 0, size);
-    pairs[2 * i] = (uint64_t)(uintptr_t)blocks[i];
-    pairs[2 * i + 1] = size;
-    order[i] = i;
-  }
-  for (size_t i = n - 1; i > 0; i--) {
-    size_t j = rnd() % (i + 1), t = order[i];
-    order[i] = order[j];
-    order[j] = t;
-  }
-  size_t live = n - n / 10;
-  if (list) {
-    for (size_t k = 0; k + 1 < n; k++)
-      if (k + 1 != live) blocks[order[k]][0] = blocks[order[k + 1]];
-  } else if (size >= 16) {
-    /* Two heap-shaped trees: [0, live) and [live, n). */
-    for (size_t k = 0; k < n; k++) {
-      size_t base = k < live ? 0 : live, cnt = k < live ? live : n - live, j = k - base;
-      for (size_t c = 0; c < 2; c++)
-        if (2 * j + 1 + c < cnt) blocks[order[k]][c] = blocks[order[base + 2 * j + 1 + c]];
-    }
-  }
-  g_root = blocks[order[0]];
+  if (!pairs || !(g_root = heap_shape_make(n, size, list, pairs))) return 1;
   FILE *f = fopen(argv[1], "wb");
   if (!f || fwrite(pairs, 16, n, f) != n || fclose(f) != 0) return 1;
-  /* Keep no other references to the blocks. */
-  free(blocks);
   free(pairs);
-  free(order);
   pthread_t t;
   struct ur_descriptor *shim = dlsym(RTLD_DEFAULT, UR_DESCRIPTOR_SYMBOL);
   if (!shim) pthread_create(&t, NULL, helper, NULL);

@@ -25,6 +25,7 @@ from tests.support.cbuild import build  # noqa: E402
 MARK = REPO / "native" / "mark"
 SOURCES = [
     REPO / "bench" / "programs" / "mark_bench.c",
+    REPO / "bench" / "programs" / "heap_shape.c",
     *(MARK / name for name in ("heap_walker.c", "alloc.c", "radix_sort.c", "mem_direct.c")),
 ]
 CONFIGS = [

@@ -186,7 +186,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes only")
     ap.add_argument("--big", action="store_true", help="also 10M allocations and 1 GB heaps")
     args = ap.parse_args()
-    exe = build(REPO / "bench" / "heap_target.c", name="heap_target", cflags=["-O2"])
+    exe = build(
+        [REPO / "bench" / "heap_target.c", REPO / "bench" / "programs" / "heap_shape.c"],
+        name="heap_target",
+        cflags=["-O2"],
+    )
     heap_series = [(100_000, 1024)] if args.quick else [(100_000, 1024), (1_000_000, 1024)]
     count_series = [(100_000, 64)] if args.quick else [(100_000, 64), (1_000_000, 64)]
     if args.big or not args.quick:

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "heap_shape.h"
 #include "heap_walker.h"
 #include "mem_direct.h"
 
@@ -25,14 +26,6 @@ static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
 }
 
 /* What the scanner would list as readable: every readable mapping. */
@@ -55,52 +48,17 @@ static size_t readable_ranges(uint64_t *r, size_t max) {
   return n;
 }
 
-/* Blocks linked in random address order: binary trees (block k of the order
- * points to 2k+1 and 2k+2) or one chain; 90% reachable from g_root. */
-static uint64_t *make_heap(size_t n, size_t size, int list) {
-  void ***blocks = malloc(n * sizeof(*blocks));
-  uint64_t *pairs = malloc(n * 2 * sizeof(*pairs));
-  size_t *order = malloc(n * sizeof(*order));
-  if (!blocks || !pairs || !order) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    blocks[i] = malloc(size);
-    if (!blocks[i]) return NULL;
-    memset(blocks[i], 0, size);
-    pairs[2 * i] = (uint64_t)(uintptr_t)blocks[i];
-    pairs[2 * i + 1] = size;
-    order[i] = i;
-  }
-  for (size_t i = n - 1; i > 0; i--) {
-    size_t j = rnd() % (i + 1), t = order[i];
-    order[i] = order[j];
-    order[j] = t;
-  }
-  size_t live = n - n / 10;
-  for (size_t k = 0; k < n; k++) {
-    if (list) {
-      if (k + 1 < n && k + 1 != live) blocks[order[k]][0] = blocks[order[k + 1]];
-      continue;
-    }
-    size_t base = k < live ? 0 : live, cnt = k < live ? live : n - live, j = k - base;
-    for (size_t c = 0; c < 2; c++)
-      if (2 * j + 1 + c < cnt) blocks[order[k]][c] = blocks[order[base + 2 * j + 1 + c]];
-  }
-  g_root = blocks[order[0]];
-  free(blocks);
-  free(order);
-  return pairs;
-}
-
 int main(int argc, char **argv) {
   if (argc < 3) return 2;
   size_t n = strtoull(argv[1], NULL, 0), size = strtoull(argv[2], NULL, 0);
   int list = argc > 3 && strcmp(argv[3], "list") == 0;
   int rounds = argc > 4 ? atoi(argv[4]) : 7;
   if (n < 10 || size < 16) return 2;
-  uint64_t *pairs = make_heap(n, size, list);
+  uint64_t *pairs = malloc(n * 2 * sizeof(*pairs));
+  if (!pairs || !(g_root = heap_shape_make(n, size, list, pairs))) return 1;
   size_t total = n * size;
   char *src = malloc(total), *dst = malloc(total);
-  if (!pairs || !src || !dst) return 1;
+  if (!src || !dst) return 1;
   memset(src, 1, total);
   memset(dst, 2, total);
   static uint64_t ranges[2 * MAX_RANGES];
