@@ -752,17 +752,27 @@ static void t_radix_sort(void) {
 }
 
 /* The chunk cache with a tiny bound: eviction must not change results. */
-static void t_cache_eviction(void) {
-  size_t n = 64;
+/* n zeroed blocks of sz bytes. */
+static char **zeroed_blocks(size_t n, size_t sz) {
   char **blocks = malloc(n * sizeof(*blocks));
-  uint64_t *a = malloc(n * 2 * 8);
+  CHECK(blocks != NULL);
   for (size_t i = 0; i < n; i++) {
-    blocks[i] = malloc(UR_CHUNK_SIZE / 2);
-    memset(blocks[i], 0, UR_CHUNK_SIZE / 2);
-    a[2 * i] = (uint64_t)(uintptr_t)blocks[i];
-    a[2 * i + 1] = UR_CHUNK_SIZE / 2;
+    blocks[i] = malloc(sz);
+    CHECK(blocks[i] != NULL);
+    memset(blocks[i], 0, sz);
   }
-  for (size_t i = 0; i + 1 < n; i++) memcpy(blocks[i] + 4096, &blocks[i + 1], 8);
+  return blocks;
+}
+
+/* Mark the blocks (n of sz bytes) from blocks[0] through a cache of four
+ * chunks, check that exactly the first `live` are marked, free them. */
+static void mark_through_4_chunks(char **blocks, size_t n, size_t sz, size_t live) {
+  uint64_t *a = malloc(n * 2 * 8);
+  CHECK(a != NULL);
+  for (size_t i = 0; i < n; i++) {
+    a[2 * i] = (uint64_t)(uintptr_t)blocks[i];
+    a[2 * i + 1] = sz;
+  }
   escape(blocks);
   void *rw[1] = {blocks[0]};
   escape(rw);
@@ -773,7 +783,7 @@ static void t_cache_eviction(void) {
   struct ur_walker w;
   CHECK_EQ(ur_walker_init(&w, &m.mem, a, n), 0);
   CHECK_EQ(ur_walker_mark(&w, r, 1, NULL, 0), 0);
-  for (size_t i = 0; i < w.n; i++) CHECK(w.marked[i]);
+  for (size_t i = 0; i < w.n; i++) CHECK_EQ(w.marked[i], w.orig[i] < live);
   CHECK(m.used_chunks <= 4);
   ur_walker_free(&w);
   ur_mem_close(&m);
@@ -782,44 +792,28 @@ static void t_cache_eviction(void) {
   free(a);
 }
 
+static void t_cache_eviction(void) {
+  /* A chain of 64 half-chunk blocks: far more than the cache holds. */
+  size_t n = 64;
+  char **blocks = zeroed_blocks(n, UR_CHUNK_SIZE / 2);
+  for (size_t i = 0; i + 1 < n; i++) memcpy(blocks[i] + 4096, &blocks[i + 1], 8);
+  mark_through_4_chunks(blocks, n, UR_CHUNK_SIZE / 2, n);
+}
+
 static void t_cache_tree(void) {
-  /* A tree of blocks that straddle chunk boundaries, marked through a 4-chunk
-   * cache: the mark keeps several blocks in flight, and none of their views
-   * may be evicted before it is scanned. Each block points to its children
-   * from its first and its last word (past its first chunk); the last 16
-   * blocks form a tree of their own that nothing roots. */
+  /* A tree of blocks that straddle chunk boundaries: the mark keeps several
+   * blocks in flight, and none of their views may be evicted before it is
+   * scanned. Each block points to its children from its first and its last
+   * word (past its first chunk); the last 16 blocks form a tree of their own
+   * that nothing roots. */
   size_t n = 96, live = n - 16, sz = UR_CHUNK_SIZE / 3 + 24;
-  char **blocks = malloc(n * sizeof(*blocks));
-  uint64_t *a = malloc(n * 2 * 8);
-  CHECK(blocks && a);
-  for (size_t i = 0; i < n; i++) {
-    blocks[i] = malloc(sz);
-    CHECK(blocks[i] != NULL);
-    memset(blocks[i], 0, sz);
-    a[2 * i] = (uint64_t)(uintptr_t)blocks[i];
-    a[2 * i + 1] = sz;
-  }
+  char **blocks = zeroed_blocks(n, sz);
   for (size_t k = 0; k < n; k++) {
     size_t base = k < live ? 0 : live, cnt = k < live ? live : n - live, j = k - base;
     if (2 * j + 1 < cnt) memcpy(blocks[k], &blocks[base + 2 * j + 1], 8);
     if (2 * j + 2 < cnt) memcpy(blocks[k] + ((sz - 8) & ~(size_t)7), &blocks[base + 2 * j + 2], 8);
   }
-  escape(blocks);
-  void *rw[1] = {blocks[0]};
-  escape(rw);
-  uint64_t r[2] = {BEGIN(rw), END(rw)};
-  struct ur_pread_mem m;
-  CHECK_EQ(ur_mem_open(&m, getpid(), 4 * UR_CHUNK_SIZE), 0);
-  struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m.mem, a, n), 0);
-  CHECK_EQ(ur_walker_mark(&w, r, 1, NULL, 0), 0);
-  for (size_t i = 0; i < w.n; i++) CHECK_EQ(w.marked[i], w.orig[i] < live);
-  CHECK(m.used_chunks <= 4);
-  ur_walker_free(&w);
-  ur_mem_close(&m);
-  for (size_t i = 0; i < n; i++) free(blocks[i]);
-  free(blocks);
-  free(a);
+  mark_through_4_chunks(blocks, n, sz, live);
 }
 
 struct test {
