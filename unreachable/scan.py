@@ -106,7 +106,7 @@ def _scan(
             # own memory (stack, inbox, scratch) never becomes a root.
             mappings = read_maps(mem_pid)
             child: ChildSweeper | None = None
-            if in_child and capture.snapshot == "fork":
+            if in_child and forked:
                 if not target.header.child_box:
                     fallback = "the shim in the target has no in-child sweep"
                 else:
