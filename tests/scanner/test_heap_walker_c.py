@@ -7,7 +7,6 @@ for the iterative code paths and a brute-force reference for folding.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from pathlib import Path
 
@@ -34,14 +33,6 @@ CORE = [
 ]
 
 
-def _headers_digest() -> str:
-    # cbuild hashes the sources and abi.h only; rebuild when our headers change.
-    digest = hashlib.sha256()
-    for header in sorted([*SCANNER.glob("*.h"), *MARK.glob("*.h")]):
-        digest.update(header.read_bytes())
-    return digest.hexdigest()[:12]
-
-
 @pytest.fixture(scope="module", params=["proc", "direct"])
 def harness(request: pytest.FixtureRequest) -> Path:
     direct = request.param == "direct"
@@ -51,7 +42,6 @@ def harness(request: pytest.FixtureRequest) -> Path:
         cflags=[
             f"-I{SCANNER}",
             f"-I{MARK}",
-            f"-DUR_HEADERS_DIGEST=0x{_headers_digest()}",
             *(["-DUR_TEST_DIRECT"] if direct else []),
         ],
         sanitize=not direct,

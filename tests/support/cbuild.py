@@ -32,8 +32,9 @@ def build(
 ) -> Path:
     """Compile `sources` (C, or C++ with cxx=True) and return the output path.
 
-    The output is keyed by a hash of the sources' contents and the flags, so a
-    changed source or flag rebuilds and an unchanged one is reused.
+    The output is keyed by a hash of the sources' contents, the headers of
+    every include directory (native/include and each -I in cflags) and the
+    flags, so a changed input rebuilds and an unchanged one is reused.
     """
     srcs = [sources] if isinstance(sources, Path) else list(sources)
     flags = ["-g", "-O1", "-D_GNU_SOURCE", f"-I{INCLUDE_DIR}", *WARNINGS, *(cflags or [])]
@@ -45,8 +46,10 @@ def build(
     digest = hashlib.sha256()
     for src in srcs:
         digest.update(src.read_bytes())
-    for header in sorted(INCLUDE_DIR.rglob("*.h")):
-        digest.update(header.read_bytes())
+    include_dirs = [INCLUDE_DIR, *(Path(f[2:]) for f in flags if f.startswith("-I"))]
+    for directory in dict.fromkeys(include_dirs):
+        for header in sorted(directory.rglob("*.h")):
+            digest.update(header.read_bytes())
     digest.update(" ".join(flags + libs + [str(cxx)]).encode())
     stem = name or srcs[0].stem
     suffix = ".so" if shared else ""
