@@ -6,12 +6,16 @@ native/mark's heap walker over its direct-load backend inside one C program
 (bench/programs/mark_bench.c) on the same heap shapes, memcpy measured in
 the same process, so two builds of the mark can be compared quickly.
 
-Usage: python bench/mark_bench.py [--rounds R]
+Each shape is marked by one thread and by a team (--threads, default: this
+machine's CPUs, at most 4) as the snapshot child marks.
+
+Usage: python bench/mark_bench.py [--rounds R] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +29,17 @@ MARK = REPO / "native" / "mark"
 SOURCES = [
     REPO / "bench" / "programs" / "mark_bench.c",
     REPO / "bench" / "programs" / "heap_shape.c",
-    *(MARK / name for name in ("heap_walker.c", "alloc.c", "radix_sort.c", "mem_direct.c")),
+    *(
+        MARK / name
+        for name in (
+            "heap_walker.c",
+            "alloc.c",
+            "radix_sort.c",
+            "mem_direct.c",
+            "raw_thread.c",
+            "work_pool.c",
+        )
+    ),
 ]
 CONFIGS = [
     (100_000, 1024, "tree"),
@@ -38,25 +52,30 @@ CONFIGS = [
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7, help="best of R per configuration")
+    ap.add_argument(
+        "--threads", type=int, default=min(4, len(os.sched_getaffinity(0))), help="team size"
+    )
     args = ap.parse_args()
     exe = build(SOURCES, name="mark_bench", cflags=["-O2", f"-I{MARK}"])
     print(
-        f"{'blocks':>9} {'size':>5} {'shape':5} | {'memcpy GB/s':>11} {'mark ms':>8} "
+        f"{'blocks':>9} {'size':>5} {'shape':5} {'thr':>3} | {'memcpy GB/s':>11} {'mark ms':>8} "
         f"{'mark GB/s':>9} {'x memcpy':>8}"
     )
+    teams = sorted({1, max(1, args.threads)})
     for n, size, shape in CONFIGS:
-        out = subprocess.run(
-            [str(exe), str(n), str(size), shape, str(args.rounds)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        copy, mark_ms, mark, ratio, marked = out
-        assert int(marked) == n - n // 10, (marked, n)
-        print(
-            f"{n:>9} {size:>5} {shape:5} | {float(copy):>11.2f} {float(mark_ms):>8.1f} "
-            f"{float(mark):>9.2f} {float(ratio):>8.2f}"
-        )
+        for threads in teams:
+            out = subprocess.run(
+                [str(exe), str(n), str(size), shape, str(args.rounds), str(threads)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            copy, mark_ms, mark, ratio, marked = out
+            assert int(marked) == n - n // 10, (marked, n)
+            print(
+                f"{n:>9} {size:>5} {shape:5} {threads:>3} | {float(copy):>11.2f} "
+                f"{float(mark_ms):>8.1f} {float(mark):>9.2f} {float(ratio):>8.2f}"
+            )
 
 
 if __name__ == "__main__":

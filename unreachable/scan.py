@@ -29,7 +29,7 @@ from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
-from unreachable.sweep.child import ChildSweeper, ChildSweepFailed
+from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
@@ -47,6 +47,7 @@ class ScanOptions:
     contents: bool = False
     snapshot: SnapshotMode = "auto"
     sweep: SweepMode = "auto"
+    mark_threads: int = 0  # in the snapshot child; 0: default_mark_threads()
 
 
 class _ChildGone(Exception):
@@ -133,7 +134,8 @@ def _scan(
                         mappings, sps, registry, target.shim.path, [arena] if arena else [], holds
                     )
                     regs += dtv_words(mem_pid, roots.dead_stacks)
-                    result = sweep_in_child(child, registry, roots, regs, mappings)
+                    threads = options.mark_threads or default_mark_threads()
+                    result = sweep_in_child(child, registry, roots, regs, mappings, threads)
                 except ChildSweepFailed as e:
                     if not e.frozen:
                         raise _ChildGone(str(e)) from None

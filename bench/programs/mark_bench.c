@@ -4,7 +4,8 @@
  * this process: no target, no fork, no Python, so a change to the mark can
  * be compared run against run without the noise of the rest of a scan.
  *
- * Usage: mark_bench NBLOCKS BLOCK_SIZE [tree|list] [ROUNDS]
+ * Usage: mark_bench NBLOCKS BLOCK_SIZE [tree|list] [ROUNDS] [THREADS]
+ * THREADS > 1 marks as the snapshot child does with that many (raw clones).
  * Prints: memcpy_gbps mark_ms mark_gbps ratio marked
  * (best of ROUNDS for both; memcpy copies as many bytes as the heap holds).
  */
@@ -17,6 +18,7 @@
 #include "heap_shape.h"
 #include "heap_walker.h"
 #include "mem_direct.h"
+#include "raw_thread.h"
 
 #define MAX_RANGES 4096
 
@@ -53,7 +55,8 @@ int main(int argc, char **argv) {
   size_t n = strtoull(argv[1], NULL, 0), size = strtoull(argv[2], NULL, 0);
   int list = argc > 3 && strcmp(argv[3], "list") == 0;
   int rounds = argc > 4 ? atoi(argv[4]) : 7;
-  if (n < 10 || size < 16) return 2;
+  unsigned threads = argc > 5 ? (unsigned)atoi(argv[5]) : 1;
+  if (n < 10 || size < 16 || threads < 1 || threads > 16) return 2;
   uint64_t *pairs = malloc(n * 2 * sizeof(*pairs));
   if (!pairs || !(g_root = heap_shape_make(n, size, list, pairs))) return 1;
   size_t total = n * size;
@@ -72,19 +75,25 @@ int main(int argc, char **argv) {
     memcpy(dst, src, total);
     double t1 = now();
     if (t1 - t0 < best_copy) best_copy = t1 - t0;
-    struct ur_direct_mem m;
+    struct ur_direct_mem m[16];
+    struct ur_mem *mems[16];
+    for (unsigned k = 0; k < threads; k++) {
+      if (ur_direct_open(&m[k], ranges, nranges) != 0) return 1;
+      mems[k] = &m[k].mem;
+    }
     struct ur_walker w;
-    if (ur_direct_open(&m, ranges, nranges) != 0 || ur_walker_init(&w, &m.mem, pairs, n) != 0)
-      return 1;
+    if (ur_walker_init(&w, mems[0], pairs, n) != 0) return 1;
+    struct ur_raw_threads team = {.n = 0};
+    const struct ur_team_ops ops = {ur_raw_thread_start, ur_raw_thread_join, &team};
     t0 = now();
-    if (ur_walker_mark(&w, root, 1, NULL, 0) != 0) return 1;
+    if (ur_walker_mark_team(&w, mems, threads, &ops, root, 1, NULL, 0) != 0) return 1;
     t1 = now();
     if (t1 - t0 < best_mark) best_mark = t1 - t0;
     scanned = w.bytes_scanned;
     marked = 0;
     for (size_t i = 0; i < w.n; i++) marked += w.marked[i];
     ur_walker_free(&w);
-    ur_direct_close(&m);
+    for (unsigned k = 0; k < threads; k++) ur_direct_close(&m[k]);
   }
   double copy_gbps = (double)total / best_copy / 1e9, mark_gbps = (double)scanned / best_mark / 1e9;
   printf("%.2f %.2f %.2f %.3f %zu\n", copy_gbps, best_mark * 1e3, mark_gbps, mark_gbps / copy_gbps,

@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "radix_sort.h"
+#include "work_pool.h"
 
 /* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
  * end of one allocation and the start of the next counts once). */
@@ -107,18 +108,20 @@ void ur_walker_free(struct ur_walker *w) {
   ur_big_free(w->end);
   ur_big_free(w->orig);
   ur_big_free(w->marked);
-  ur_big_free(w->todo);
   ur_big_free(w->buckets);
   memset(w, 0, sizeof(*w));
 }
 
-int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
+/* Every 8-aligned word of [begin, end) that points into an allocation goes
+ * to fn; the bytes read are added to *scanned. */
+static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *scanned,
+                      uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
   if (begin > UINT64_MAX - 7) return 0;
   uint64_t a = (begin + 7) & ~UINT64_C(7);
   const uint64_t lo = w->lo, span = w->hi - w->lo;
   while (a < end) {
     uint64_t avail;
-    const uint8_t *p = ur_mem_view(w->mem, a, end, &avail);
+    const uint8_t *p = ur_mem_view(mem, a, end, &avail);
     if (!p) return -ENOMEM;
     /* a and chunk ends are 8-aligned, so the straddling last word is still
      * inside the chunk buffer. */
@@ -133,7 +136,7 @@ int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn 
         if (r) return r;
       }
     }
-    w->bytes_scanned += avail;
+    *scanned += avail;
     uint64_t next = a + 8 * (uint64_t)nwords;
     if (next < a) break; /* wrapped at the top of the address space */
     a = next;
@@ -141,25 +144,52 @@ int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn 
   return 0;
 }
 
-static int push_todo(struct ur_walker *w, uint32_t idx) {
-  if (w->todo_len == w->todo_cap) {
-    size_t cap = w->todo_cap ? w->todo_cap * 2 : 4096;
-    uint32_t *t = ur_big_realloc(w->todo, cap * sizeof(*t));
-    if (!t) return -ENOMEM;
-    w->todo = t;
-    w->todo_cap = cap;
-  }
-  w->todo[w->todo_len++] = idx;
+int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
+  return scan_range(w, w->mem, &w->bytes_scanned, begin, end, fn, ctx);
+}
+
+/* One marking thread: its own view of memory and its own work stack. The
+ * walker's marks are shared; with a team each is claimed by one atomic
+ * exchange, so every block is scanned by exactly one thread. */
+struct marker {
+  struct ur_walker *w;
+  struct ur_mem *mem;
+  struct ur_work_pool *pool; /* NULL: marking alone */
+  uint32_t *todo;
+  size_t todo_len, todo_cap;
+  uint64_t bytes_scanned;
+};
+
+/* Room for n more entries on the work stack. */
+static int reserve_todo(struct marker *m, size_t n) {
+  if (m->todo_cap - m->todo_len >= n) return 0;
+  size_t cap = m->todo_cap ? m->todo_cap : 4096;
+  while (cap - m->todo_len < n) cap *= 2;
+  uint32_t *t = ur_big_realloc(m->todo, cap * sizeof(*t));
+  if (!t) return -ENOMEM;
+  m->todo = t;
+  m->todo_cap = cap;
+  return 0;
+}
+
+static int push_todo(struct marker *m, uint32_t idx) {
+  if (m->todo_len == m->todo_cap && reserve_todo(m, 1) != 0) return -ENOMEM;
+  m->todo[m->todo_len++] = idx;
   return 0;
 }
 
 static int mark_hit(void *ctx, size_t idx) {
-  struct ur_walker *w = ctx;
-  if (w->marked[idx]) return 0;
-  w->marked[idx] = 1;
+  struct marker *m = ctx;
+  uint8_t *mark = &m->w->marked[idx];
+  if (__atomic_load_n(mark, __ATOMIC_RELAXED)) return 0;
+  if (m->pool) {
+    if (__atomic_exchange_n(mark, 1, __ATOMIC_RELAXED)) return 0; /* another thread's now */
+  } else {
+    *mark = 1;
+  }
   /* Popped soon (the work stack is LIFO): have its first line on the way. */
-  ur_mem_prefetch(w->mem, w->begin[idx]);
-  return push_todo(w, (uint32_t)idx);
+  ur_mem_prefetch(m->mem, m->w->begin[idx]);
+  return push_todo(m, (uint32_t)idx);
 }
 
 /*
@@ -180,13 +210,16 @@ static int mark_hit(void *ctx, size_t idx) {
 #define RESOLVE_AT 64           /* candidates collected before resolving */
 #define MAX_CANDIDATES 1024
 #define PREFETCH_BYTES 2048     /* of each block; the hardware streams the rest */
+#define SHARE_MIN 64            /* a stack this deep gives to a waiting thread */
+#define SHARE_MAX 4096          /* items moved at once */
 
 struct view {
   const uint8_t *p;
   uint64_t addr, end, avail;
 };
 
-static int resolve(struct ur_walker *w, const uint64_t *cand, size_t nc) {
+static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
+  const struct ur_walker *w = m->w;
   size_t lo[MAX_CANDIDATES], hi[MAX_CANDIDATES];
   for (size_t i = 0; i < nc; i++) {
     if (!ur_walker_range(w, cand[i], &lo[i], &hi[i])) {
@@ -201,7 +234,7 @@ static int resolve(struct ur_walker *w, const uint64_t *cand, size_t nc) {
     if (hi[i] == lo[i]) continue;
     ssize_t idx = ur_walker_search(w, cand[i], lo[i], hi[i]);
     if (idx >= 0) {
-      int r = mark_hit(w, (size_t)idx);
+      int r = mark_hit(m, (size_t)idx);
       if (r) return r;
     }
   }
@@ -217,18 +250,35 @@ struct pipeline {
   size_t nc;
 };
 
+/* Give the bottom of the stack (the oldest entries: near the roots, so
+ * likely the biggest subgraphs) to a thread that has nothing to do. */
+static int share(struct marker *m) {
+  size_t n = m->todo_len / 2;
+  if (n > SHARE_MAX) n = SHARE_MAX;
+  int r = ur_work_pool_give(m->pool, m->todo, n);
+  if (r) return r;
+  memmove(m->todo, m->todo + n, (m->todo_len - n) * sizeof(*m->todo));
+  m->todo_len -= n;
+  return 0;
+}
+
 /* Views stay valid only while the backend evicts nothing: a view joins the
  * ring only while the backend has room for every view in flight (or none
  * is), and the rest of a long block waits until the ring is empty. */
-static int fill(struct ur_walker *w, struct pipeline *pl) {
-  while (pl->count < DEPTH && w->todo_len && !pl->nrest &&
-         (pl->count == 0 || pl->count < w->mem->room)) {
-    uint32_t idx = w->todo[--w->todo_len];
+static int fill(struct marker *m, struct pipeline *pl) {
+  const struct ur_walker *w = m->w;
+  if (m->pool && m->todo_len >= SHARE_MIN && ur_work_pool_hungry(m->pool)) {
+    int r = share(m);
+    if (r) return r;
+  }
+  while (pl->count < DEPTH && m->todo_len && !pl->nrest &&
+         (pl->count == 0 || pl->count < m->mem->room)) {
+    uint32_t idx = m->todo[--m->todo_len];
     struct view *it = &pl->ring[(pl->head + pl->count) % DEPTH];
     it->addr = (w->begin[idx] + 7) & ~UINT64_C(7);
     it->end = w->end[idx];
     if (it->addr >= it->end) continue;
-    it->p = ur_mem_view(w->mem, it->addr, it->end, &it->avail);
+    it->p = ur_mem_view(m->mem, it->addr, it->end, &it->avail);
     if (!it->p) return -ENOMEM;
     uint64_t span = it->avail < PREFETCH_BYTES ? it->avail : PREFETCH_BYTES;
     for (uint64_t off = 0; off < span; off += 64) __builtin_prefetch(it->p + off);
@@ -237,15 +287,16 @@ static int fill(struct ur_walker *w, struct pipeline *pl) {
   return 0;
 }
 
-static int flush_candidates(struct ur_walker *w, struct pipeline *pl) {
-  int r = resolve(w, pl->cand, pl->nc);
+static int flush_candidates(struct marker *m, struct pipeline *pl) {
+  int r = resolve(m, pl->cand, pl->nc);
   pl->nc = 0;
   return r;
 }
 
 /* Scan the oldest block in flight: its words that pass the range reject
  * become candidates. */
-static int scan_oldest(struct ur_walker *w, struct pipeline *pl) {
+static int scan_oldest(struct marker *m, struct pipeline *pl) {
+  const struct ur_walker *w = m->w;
   struct view *it = &pl->ring[pl->head];
   pl->head = (pl->head + 1) % DEPTH;
   pl->count--;
@@ -256,56 +307,125 @@ static int scan_oldest(struct ur_walker *w, struct pipeline *pl) {
     memcpy(&v, it->p + 8 * i, 8);
     if (v - lo >= span) continue;
     if (pl->nc == MAX_CANDIDATES) {
-      int r = flush_candidates(w, pl);
+      int r = flush_candidates(m, pl);
       if (r) return r;
     }
     pl->cand[pl->nc++] = v;
     if (w->buckets)
       __builtin_prefetch(&w->buckets[ur_bucket_hash((v >> w->bucket_shift) + 1) & w->bucket_mask]);
   }
-  w->bytes_scanned += it->avail;
+  m->bytes_scanned += it->avail;
   it->addr += 8 * (uint64_t)nwords;
   if (it->addr < it->end) pl->rest[pl->nrest++] = *it;
   return 0;
 }
 
-static int drain(struct ur_walker *w) {
+/* Mark until this thread's own stack is empty. */
+static int drain(struct marker *m) {
   struct pipeline state, *pl = &state;
   pl->head = pl->count = pl->nrest = pl->nc = 0;
   for (;;) {
-    int r = fill(w, pl);
+    int r = fill(m, pl);
     if (r) return r;
     if (pl->count) {
-      if ((r = scan_oldest(w, pl)) != 0) return r;
-      if (pl->nc >= RESOLVE_AT && (r = flush_candidates(w, pl)) != 0) return r;
+      if ((r = scan_oldest(m, pl)) != 0) return r;
+      if (pl->nc >= RESOLVE_AT && (r = flush_candidates(m, pl)) != 0) return r;
       continue;
     }
     /* Nothing in flight: finish long blocks, then what is left to resolve. */
     for (size_t k = 0; k < pl->nrest; k++)
-      if ((r = ur_walker_scan(w, pl->rest[k].addr, pl->rest[k].end, mark_hit, w)) != 0) return r;
+      if ((r = scan_range(m->w, m->mem, &m->bytes_scanned, pl->rest[k].addr, pl->rest[k].end,
+                          mark_hit, m)) != 0)
+        return r;
     pl->nrest = 0;
     if (pl->nc) {
-      if ((r = flush_candidates(w, pl)) != 0) return r;
+      if ((r = flush_candidates(m, pl)) != 0) return r;
       continue;
     }
-    if (!w->todo_len) return 0;
+    if (!m->todo_len) return 0;
   }
+}
+
+/* Drain, then take from the pool, until the team has nothing left. */
+static int work(struct marker *m) {
+  for (;;) {
+    int r = drain(m);
+    if (r) return r;
+    if (!m->pool) return 0;
+    if ((r = reserve_todo(m, SHARE_MAX)) != 0) return r;
+    m->todo_len = ur_work_pool_take(m->pool, m->todo, SHARE_MAX);
+    if (!m->todo_len) return 0;
+  }
+}
+
+/* The first marker scans the roots; the others start with nothing and are
+ * given work as its stack grows. */
+static int mark_roots(struct marker *m, const uint64_t *ranges, size_t nranges,
+                      const uint64_t *values, size_t nvalues) {
+  for (size_t i = 0; i < nranges; i++) {
+    int r = scan_range(m->w, m->mem, &m->bytes_scanned, ranges[2 * i], ranges[2 * i + 1],
+                       mark_hit, m);
+    if (!r) r = drain(m);
+    if (r) return r;
+  }
+  for (size_t i = 0; i < nvalues; i++) {
+    ssize_t idx = ur_walker_find(m->w, values[i]);
+    if (idx >= 0) {
+      int r = mark_hit(m, (size_t)idx);
+      if (r) return r;
+    }
+  }
+  return work(m);
+}
+
+struct helper_job {
+  struct marker m;
+  int rc;
+};
+
+static void helper_main(void *arg) {
+  struct helper_job *job = arg;
+  job->rc = work(&job->m);
+  if (job->rc) ur_work_pool_fail(job->m.pool);
 }
 
 int ur_walker_mark(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
                    const uint64_t *values, size_t nvalues) {
+  return ur_walker_mark_team(w, &w->mem, 1, NULL, ranges, nranges, values, nvalues);
+}
+
+int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigned n,
+                        const struct ur_team_ops *ops, const uint64_t *ranges, size_t nranges,
+                        const uint64_t *values, size_t nvalues) {
   if (!w->n) return 0;
-  for (size_t i = 0; i < nranges; i++) {
-    int r = ur_walker_scan(w, ranges[2 * i], ranges[2 * i + 1], mark_hit, w);
-    if (!r) r = drain(w);
-    if (r) return r;
+  if (n > UR_WALKER_MAX_TEAM) n = UR_WALKER_MAX_TEAM;
+  if (!ops || n < 1) n = 1;
+  struct helper_job *jobs = n > 1 ? ur_big_calloc(n - 1, sizeof(*jobs)) : NULL;
+  if (!jobs) n = 1;
+  struct ur_work_pool pool;
+  ur_work_pool_init(&pool, n);
+  struct marker lead = {.w = w, .mem = mems[0], .pool = n > 1 ? &pool : NULL};
+  /* Helpers that fail to start never join in: the count is settled before
+   * the lead marks anything, so no one can wait for a missing thread. */
+  unsigned started = 0;
+  for (unsigned k = 1; k < n; k++) {
+    struct helper_job *job = &jobs[started];
+    job->m = (struct marker){.w = w, .mem = mems[k], .pool = &pool};
+    if (ops->start(ops->ctx, helper_main, job) == 0) started++;
+    else ur_work_pool_leave(&pool);
   }
-  for (size_t i = 0; i < nvalues; i++) {
-    ssize_t idx = ur_walker_find(w, values[i]);
-    if (idx >= 0) {
-      int r = mark_hit(w, (size_t)idx);
-      if (r) return r;
-    }
+  int rc = mark_roots(&lead, ranges, nranges, values, nvalues);
+  if (rc && lead.pool) ur_work_pool_fail(&pool);
+  if (started) ops->join(ops->ctx);
+  w->bytes_scanned += lead.bytes_scanned;
+  ur_big_free(lead.todo);
+  for (unsigned k = 0; k < started; k++) {
+    w->bytes_scanned += jobs[k].m.bytes_scanned;
+    ur_big_free(jobs[k].m.todo);
+    if (!rc) rc = jobs[k].rc;
   }
-  return drain(w);
+  ur_big_free(jobs);
+  w->handed_over += pool.given;
+  ur_work_pool_free(&pool);
+  return rc;
 }

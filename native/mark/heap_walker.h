@@ -38,8 +38,7 @@ struct ur_walker {
   uint64_t distinct_bytes; /* their requested sizes summed */
   struct ur_mem *mem;
   uint64_t bytes_scanned;
-  uint32_t *todo;
-  size_t todo_len, todo_cap;
+  uint64_t handed_over; /* blocks one marking thread gave another (ur_walker_mark_team) */
   struct ur_bucket *buckets; /* NULL: plain binary search */
   uint64_t bucket_mask;
   unsigned bucket_shift;
@@ -117,5 +116,22 @@ int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn 
  * root values (register words). Returns 0 or -ENOMEM. */
 int ur_walker_mark(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
                    const uint64_t *values, size_t nvalues);
+
+/* How the caller runs the extra marking threads (pthreads; raw clones in the
+ * snapshot child, which may not use libc). */
+struct ur_team_ops {
+  int (*start)(void *ctx, void (*fn)(void *), void *arg); /* 0, or -errno: not started */
+  void (*join)(void *ctx);                                /* wait for every started one */
+  void *ctx;
+};
+
+#define UR_WALKER_MAX_TEAM 64u
+
+/* ur_walker_mark with n threads: the caller and n - 1 it starts through ops;
+ * thread k reads memory through mems[k] (backends keep per-reader state).
+ * Threads that fail to start are done without. Same result as one thread. */
+int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigned n,
+                        const struct ur_team_ops *ops, const uint64_t *ranges, size_t nranges,
+                        const uint64_t *values, size_t nvalues);
 
 #endif

@@ -26,7 +26,11 @@ int ur_sweep_run(struct ur_walker *w, const struct ur_sweep_in *in, int want_ind
   uint64_t *excl = NULL;
   int rc;
   uint64_t t0 = now();
-  rc = ur_walker_mark(w, in->ranges, in->nranges, in->values, in->nvalues);
+  if (in->threads > 1)
+    rc = ur_walker_mark_team(w, in->mems, in->threads, in->team, in->ranges, in->nranges,
+                             in->values, in->nvalues);
+  else
+    rc = ur_walker_mark(w, in->ranges, in->nranges, in->values, in->nvalues);
   out->bytes_scanned = w->bytes_scanned;
   uint64_t t1 = now();
   out->mark_ns = t1 - t0;

@@ -23,6 +23,11 @@ struct ur_sweep_in {
   const uint64_t *excluded; /* block addresses never counted nor reported (in-flight) */
   size_t nexcluded;
   const uint32_t *stack_ids;/* per caller index, or NULL */
+  /* Marking threads beyond the caller (ur_walker_mark_team): none when
+   * threads <= 1; else mems[k] is thread k's reader, mems[0] the walker's. */
+  unsigned threads;
+  struct ur_mem *const *mems;
+  const struct ur_team_ops *team;
 };
 
 struct ur_sweep_out {

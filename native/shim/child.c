@@ -31,6 +31,7 @@
 #include "heap_walker.h"
 #include "mem_direct.h"
 #include "raw_syscall.h"
+#include "raw_thread.h"
 #include "registry_walk.h"
 #include "shim.h"
 #include "sweep_core.h"
@@ -48,6 +49,7 @@ static struct {
   int indexed, swept;
   struct ur_direct_mem dm;
   int dm_open;
+  struct ur_direct_mem team_dm[UR_CHILD_MAX_THREADS - 1]; /* the other marking threads' */
   struct ur_child_index index_reply;
   uint8_t *reply;
   size_t reply_len;
@@ -104,6 +106,7 @@ static int build_index(void) {
       .allocation_bytes = st.w.distinct_bytes,
       .overlapping = st.w.overlapping,
       .index_ns = now_ns() - t0,
+      .features = UR_CHILD_FEATURE_TEAM,
   };
   return 0;
 }
@@ -134,15 +137,29 @@ static int serve_holds(const uint8_t *in, uint64_t len) {
   return 0;
 }
 
+/* CPUs this process may run on (1 if unknown). */
+static unsigned allowed_cpus(void) {
+  uint64_t mask[16] = {0}; /* 1024 CPUs */
+  long got = ur_sys3(SYS_sched_getaffinity, 0, sizeof(mask), mask);
+  if (ur_sys_failed(got)) return 1;
+  unsigned n = 0;
+  for (long i = 0; i < got / 8; i++) n += (unsigned)__builtin_popcountll(mask[i]);
+  return n ? n : 1;
+}
+
 static int serve_sweep(const uint8_t *in, uint64_t len) {
   if (st.swept) return -EALREADY; /* the marks are spent */
   struct ur_child_sweep_req q;
   if (len < sizeof(q)) return -EINVAL;
   memcpy(&q, in, sizeof(q));
   uint64_t words = 2 * q.nranges + q.nvalues + q.nexcluded + 2 * q.nreadable;
-  if (q.nranges > len || q.nvalues > len || q.nexcluded > len || q.nreadable > len ||
-      len != sizeof(q) + 8 * words)
+  if (q.nranges > len || q.nvalues > len || q.nexcluded > len || q.nreadable > len)
     return -EINVAL;
+  uint64_t base = sizeof(q) + 8 * words;
+  struct ur_child_sweep_opts opts = {.threads = 1};
+  if (len == base + sizeof(opts)) memcpy(&opts, in + base, sizeof(opts));
+  else if (len != base) return -EINVAL;
+  if (opts.threads < 1 || opts.threads > UR_CHILD_MAX_THREADS) return -EINVAL;
   const uint64_t *p = (const uint64_t *)(in + sizeof(q));
   struct ur_sweep_in si = {
       .ranges = p,
@@ -159,18 +176,40 @@ static int serve_sweep(const uint8_t *in, uint64_t len) {
   st.dm_open = 1;
   ur_direct_catch_faults(&st.dm);
   st.swept = 1;
+  /* Each marking thread reads through a backend of its own; one that cannot
+   * have one is not started. No more threads than CPUs we may run on (the
+   * target's affinity, inherited): more would only wait for each other. */
+  struct ur_mem *mems[UR_CHILD_MAX_THREADS] = {&st.dm.mem};
+  unsigned threads = 1, want = allowed_cpus();
+  if (want > opts.threads) want = (unsigned)opts.threads;
+  while (threads < want &&
+         ur_direct_open(&st.team_dm[threads - 1], readable, (size_t)q.nreadable) == 0) {
+    mems[threads] = &st.team_dm[threads - 1].mem;
+    threads++;
+  }
+  struct ur_raw_threads team = {.n = 0};
+  const struct ur_team_ops ops = {ur_raw_thread_start, ur_raw_thread_join, &team};
+  si.threads = threads;
+  si.mems = mems;
+  si.team = &ops;
   struct ur_sweep_out out;
   rc = ur_sweep_run(&st.w, &si, 0, now_ns, &out);
+  uint64_t skipped = st.dm.mem.pages_skipped, bounced = st.dm.bounced;
+  for (unsigned k = 1; k < threads; k++) {
+    skipped += st.team_dm[k - 1].mem.pages_skipped;
+    bounced += st.team_dm[k - 1].bounced;
+    ur_direct_close(&st.team_dm[k - 1]);
+  }
   if (rc) return rc;
   struct ur_child_sweep_reply h = {
       .unreachable_count = out.unreachable_count,
       .unreachable_bytes = out.unreachable_bytes,
       .bytes_scanned = out.bytes_scanned,
-      .pages_skipped = st.dm.mem.pages_skipped,
+      .pages_skipped = skipped,
       .mark_ns = out.mark_ns,
       .fold_ns = out.fold_ns,
       .nleaks = out.nleaks,
-      .bounced_pages = st.dm.bounced,
+      .bounced_pages = bounced,
   };
   size_t body = out.nleaks * sizeof(struct ur_leak_record);
   uint8_t *r = new_reply(sizeof(h) + body);

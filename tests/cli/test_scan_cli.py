@@ -107,6 +107,23 @@ def test_not_a_pid():
     assert res.returncode == 2 and "not a pid" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "17", "two"])
+def test_bad_mark_threads(targets, value):
+    target = targets.start(PROGRAMS / "many.c", "1000", "10")
+    res = cli("scan", str(target.pid), "--mark-threads", value)
+    assert res.returncode == 2 and "--mark-threads" in res.stderr, res
+    assert "Traceback" not in res.stderr
+    assert target.alive() and target.tracer() == 0
+
+
+def test_mark_threads(targets):
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    res = cli("scan", str(target.pid), "--json", "--mark-threads", "3")
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout)
+    assert (doc["leak_count"], doc["sweep"]) == (5000, "child")
+
+
 def test_target_without_shim(targets):
     target = targets.start(PROGRAMS / "globals.c", preload=False)
     assert_one_line_error(cli("scan", str(target.pid)), r"not running under the unreachable shim")

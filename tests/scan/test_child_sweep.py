@@ -60,6 +60,21 @@ def test_in_child_sweep_is_used_and_reported(targets):
     _released(target)
 
 
+def test_a_marking_team_gives_one_threads_result(targets):
+    """Several threads mark the child's heap (abi.h ur_child_sweep_opts): the
+    same leaks, to the byte, as one thread, and both exact."""
+    target = targets.start(PROGRAMS / "many.c", "200000", "50000")
+    one = scan(target.pid, ScanOptions(mark_threads=1))
+    team = scan(target.pid, ScanOptions(mark_threads=4))
+    _exact(target, one)
+    _exact(target, team)
+    assert one.sweep == team.sweep == "child"
+    assert [(e.address, e.size, e.referenced_count, e.referenced_size) for e in team.leaks] == [
+        (e.address, e.size, e.referenced_count, e.referenced_size) for e in one.leaks
+    ]
+    _released(target)
+
+
 def test_child_failure_falls_back_to_sweeping_the_same_child(targets, monkeypatch):
     """A step the child reports as failed leaves it frozen: swept from outside."""
 

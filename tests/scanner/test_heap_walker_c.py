@@ -1,5 +1,7 @@
 """C unit tests of the mark core (see c/walker_test.c): over the scanner's
-/proc reader under ASan+UBSan, and over the snapshot child's direct loads.
+/proc reader under ASan+UBSan, and over the snapshot child's direct loads;
+each alone and as a team of four marking threads (pthreads under ASan+UBSan
+and under TSan, raw clones with direct loads, as the snapshot child runs).
 
 Ports libmemunreachable's HeapWalker and LeakFolding tests, plus scale cases
 for the iterative code paths and a brute-force reference for folding.
@@ -28,24 +30,33 @@ CORE = [
             "leak_folding.c",
             "sweep_core.c",
             "mem_direct.c",
+            "raw_thread.c",
+            "work_pool.c",
         )
     ),
 ]
 
 
-@pytest.fixture(scope="module", params=["proc", "direct"])
-def harness(request: pytest.FixtureRequest) -> Path:
-    direct = request.param == "direct"
-    return build(
+# (build, marking threads): TSan only checks the team.
+VARIANTS = [("proc", 1), ("proc", 4), ("direct", 1), ("direct", 4), ("tsan", 4)]
+
+
+@pytest.fixture(scope="module", params=VARIANTS, ids=[f"{k}-{n}" for k, n in VARIANTS])
+def harness(request: pytest.FixtureRequest) -> tuple[Path, int]:
+    kind, team = request.param
+    exe = build(
         [HARNESS, *CORE],
-        name=f"walker_test_{request.param}",
+        name=f"walker_test_{kind}",
         cflags=[
             f"-I{SCANNER}",
             f"-I{MARK}",
-            *(["-DUR_TEST_DIRECT"] if direct else []),
+            *(["-DUR_TEST_DIRECT"] if kind == "direct" else []),
+            *(["-fsanitize=thread"] if kind == "tsan" else []),
         ],
-        sanitize=not direct,
+        ldflags=["-fsanitize=thread"] if kind == "tsan" else None,
+        sanitize=kind == "proc",
     )
+    return exe, team
 
 
 def _cases() -> list[str]:
@@ -56,10 +67,14 @@ def _cases() -> list[str]:
 
 
 @pytest.mark.parametrize("case", _cases())
-def test_c_unit(harness: Path, case: str) -> None:
-    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1"}
-    result = subprocess.run(
-        [str(harness), case], capture_output=True, text=True, timeout=600, env=env
-    )
+def test_c_unit(harness: tuple[Path, int], case: str) -> None:
+    exe, team = harness
+    env = {
+        "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+        "UBSAN_OPTIONS": "print_stacktrace=1",
+        "TSAN_OPTIONS": "halt_on_error=1",
+        "UR_TEST_TEAM": str(team),
+    }
+    result = subprocess.run([str(exe), case], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, f"{case} failed:\n{result.stdout}\n{result.stderr}"
     assert f"ok {case}" in result.stdout

@@ -18,6 +18,7 @@ from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
 from unreachable.rpc.options import add_remote_options
 from unreachable.scan import ScanOptions, scan
+from unreachable.sweep.child import MAX_MARK_THREADS
 
 
 def _pid(text: str) -> int:
@@ -37,6 +38,13 @@ def _limit(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _mark_threads(text: str) -> int:
+    value = _limit(text)
+    if not 1 <= value <= MAX_MARK_THREADS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_MARK_THREADS}")
     return value
 
 
@@ -77,6 +85,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "to scanner",
     )
     p.add_argument(
+        "--mark-threads",
+        type=_mark_threads,
+        default=0,
+        metavar="N",
+        help="threads the snapshot child marks with (1-16; default: this machine's CPUs, "
+        "at most 4)",
+    )
+    p.add_argument(
         "--progress-json",
         action="store_true",
         help=argparse.SUPPRESS,  # for unreachabled: JSON lines on stderr (progress, error)
@@ -112,7 +128,11 @@ def render(report: ScanReport, fmt: str) -> str | bytes:
 def handle(args: argparse.Namespace) -> int:
     chosen_format(args)  # reject contradictory flags before touching the target
     options = ScanOptions(
-        limit=args.limit, contents=args.contents, snapshot=args.snapshot, sweep=args.sweep
+        limit=args.limit,
+        contents=args.contents,
+        snapshot=args.snapshot,
+        sweep=args.sweep,
+        mark_threads=args.mark_threads,
     )
     if args.remote:
         from unreachable.rpc.scan_client import remote_scan

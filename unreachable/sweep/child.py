@@ -14,6 +14,7 @@ or gone (then the caller takes a new snapshot).
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,14 +24,25 @@ from unreachable.capture.target import still_running
 
 REQ_HOLDS = 1
 REQ_SWEEP = 2
-INDEX = struct.Struct("<8Q")  # entries, allocation_count, allocation_bytes, overlapping, index_ns
+# entries, allocation_count, allocation_bytes, overlapping, index_ns, features
+INDEX = struct.Struct("<8Q")
+FEATURE_TEAM = 1  # the child marks with several threads (abi.h ur_child_sweep_opts)
 SWEEP_REQ = struct.Struct("<4Q")  # nranges, nvalues, nexcluded, nreadable
+SWEEP_OPTS = struct.Struct("<4Q")  # threads, reserved
+MAX_MARK_THREADS = 16  # abi.h UR_CHILD_MAX_THREADS
 SWEEP_REPLY = struct.Struct("<8Q")
 # begin, size, referenced_count, referenced_size, stack_id, reserved (abi.h ur_leak_record)
 LEAK_RECORD = struct.Struct("<QQQQII")
 
 # Generous: the child sweeps a 10M-block heap in seconds; a hang means a bug.
 DEFAULT_TIMEOUT_S = 600.0
+
+
+def default_mark_threads() -> int:
+    """Marking threads in the snapshot child unless told otherwise: the CPUs
+    this scanner may run on, at most 4 (the mark is bound by memory latency,
+    and more threads than that take more from the target than they save)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 class ChildSweepFailed(Exception):
@@ -46,6 +58,7 @@ class ChildIndex:
     allocation_bytes: int
     overlapping: int
     index_ms: float
+    features: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +104,7 @@ class ChildSweeper:
             except OSError as e:
                 raise self._fail("index", e) from None
             f = INDEX.unpack(raw[: INDEX.size])
-            self._index = ChildIndex(f[0], f[1], f[2], f[3], f[4] / 1e6)
+            self._index = ChildIndex(f[0], f[1], f[2], f[3], f[4] / 1e6, f[5])
         return self._index
 
     def holds(self, ranges: Sequence[tuple[int, int]]) -> list[bool]:
@@ -109,18 +122,22 @@ class ChildSweeper:
         values: bytes,
         excluded: Sequence[int],
         readable: Sequence[tuple[int, int]],
+        threads: int = 1,
     ) -> ChildSweepReply:
-        self.index()
+        """threads: marking threads; a child from an older shim marks alone."""
+        index = self.index()
         usable = len(values) - len(values) % 8
-        payload = b"".join(
-            [
-                SWEEP_REQ.pack(len(ranges), usable // 8, len(excluded), len(readable)),
-                _pairs(ranges),
-                values[:usable],
-                b"".join(struct.pack("<Q", a) for a in excluded),
-                _pairs(readable),
-            ]
-        )
+        parts = [
+            SWEEP_REQ.pack(len(ranges), usable // 8, len(excluded), len(readable)),
+            _pairs(ranges),
+            values[:usable],
+            b"".join(struct.pack("<Q", a) for a in excluded),
+            _pairs(readable),
+        ]
+        threads = max(1, min(threads, MAX_MARK_THREADS))
+        if threads > 1 and index.features & FEATURE_TEAM:
+            parts.append(SWEEP_OPTS.pack(threads, 0, 0, 0))
+        payload = b"".join(parts)
         try:
             raw = self.session.child_request(REQ_SWEEP, payload, self.timeout_s)
         except OSError as e:

@@ -93,12 +93,18 @@ def sweep_in_child(
     roots: Roots,
     register_words: bytes,
     mappings: Sequence[Mapping],
+    threads: int = 1,
 ) -> SweepResult:
-    """The sweep inside the snapshot child (raises ChildSweepFailed)."""
+    """The sweep inside the snapshot child with `threads` marking threads
+    (raises ChildSweepFailed)."""
     inflight = _inflight(registry)
     index = child.index()
     reply = child.sweep(
-        _root_ranges(roots, inflight), register_words, list(inflight), direct_ranges(mappings)
+        _root_ranges(roots, inflight),
+        register_words,
+        list(inflight),
+        direct_ranges(mappings),
+        threads,
     )
     return SweepResult(
         unreachable_count=reply.unreachable_count,

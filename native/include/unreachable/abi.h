@@ -52,7 +52,8 @@
  *     registered block begins in [begin, end);
  *   UR_CHILD_REQ_SWEEP: in = struct ur_child_sweep_req, then nranges root
  *     (begin, end) pairs, nvalues root words, nexcluded in-flight block
- *     addresses, nreadable (begin, end) pairs the child may load directly;
+ *     addresses, nreadable (begin, end) pairs the child may load directly,
+ *     then optionally struct ur_child_sweep_opts (marking threads);
  *     reply = struct ur_child_sweep_reply, then nleaks ur_leak_records;
  *   anything else: the child exits.
  * The scanner kills the child when done; tracer exit kills it (EXITKILL).
@@ -187,12 +188,22 @@ struct ur_child_index {    /* reply to the index step */
   uint64_t allocation_bytes; /* their requested sizes */
   uint64_t overlapping;      /* blocks dropped for overlapping another */
   uint64_t index_ns;
-  uint64_t reserved[3];
+  uint64_t features;         /* UR_CHILD_FEATURE_* this child understands (0: older shim) */
+  uint64_t reserved[2];
 };
+#define UR_CHILD_FEATURE_TEAM UINT64_C(1) /* struct ur_child_sweep_opts */
 
 struct ur_child_sweep_req {
   uint64_t nranges, nvalues, nexcluded, nreadable;
 };
+
+/* Optional, after the words of a sweep request; only to a child whose index
+ * reply set UR_CHILD_FEATURE_TEAM (an older one refuses the longer request). */
+struct ur_child_sweep_opts {
+  uint64_t threads;           /* marking threads, 1 to UR_CHILD_MAX_THREADS */
+  uint64_t reserved[3];
+};
+#define UR_CHILD_MAX_THREADS 16u
 
 struct ur_child_sweep_reply {
   uint64_t unreachable_count; /* in-flight (excluded) blocks left out */

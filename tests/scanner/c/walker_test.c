@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "mem_direct.h"
 #include "memory.h"
 #include "radix_sort.h"
+#include "raw_thread.h"
 
 #define CHECK(c)                                                       \
   do {                                                                 \
@@ -57,6 +59,7 @@ struct result {
   uint64_t pages_skipped;
   size_t overlapping;
   uint64_t unreachable_bytes;
+  uint64_t handed_over;
 };
 
 static uint64_t allocs[4096 * 2];
@@ -99,35 +102,95 @@ static size_t readable_ranges(uint64_t *out, size_t cap) {
 }
 #endif
 
+/* UR_TEST_TEAM=N: every sweep marks with N threads, each reading through a
+ * backend of its own: raw clones with direct loads (as the snapshot child
+ * runs them), pthreads under the sanitizers with the /proc reader. */
+static unsigned team_size(void) {
+  const char *s = getenv("UR_TEST_TEAM");
+  unsigned n = s ? (unsigned)atoi(s) : 1;
+  return n >= 1 && n <= 16 ? n : 1;
+}
+
+#ifndef UR_TEST_DIRECT
+struct pthread_team {
+  pthread_t t[16];
+  unsigned n;
+};
+
+struct pthread_job {
+  void (*fn)(void *);
+  void *arg;
+};
+
+static void *pthread_job_main(void *arg) {
+  struct pthread_job job = *(struct pthread_job *)arg;
+  free(arg);
+  job.fn(job.arg);
+  return NULL;
+}
+
+static int pthread_team_start(void *ctx, void (*fn)(void *), void *arg) {
+  struct pthread_team *team = ctx;
+  struct pthread_job *job = malloc(sizeof(*job));
+  if (!job) return -ENOMEM;
+  *job = (struct pthread_job){fn, arg};
+  int rc = pthread_create(&team->t[team->n], NULL, pthread_job_main, job);
+  if (rc) {
+    free(job);
+    return -rc;
+  }
+  team->n++;
+  return 0;
+}
+
+static void pthread_team_join(void *ctx) {
+  struct pthread_team *team = ctx;
+  for (unsigned i = 0; i < team->n; i++) pthread_join(team->t[i], NULL);
+  team->n = 0;
+}
+#endif
+
 static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t nr,
                        const uint64_t *v, size_t nv, struct result *res) {
+  unsigned nteam = team_size();
 #ifdef UR_TEST_DIRECT
   static uint64_t ranges[2 * 4096];
-  struct ur_direct_mem m;
-  CHECK_EQ(ur_direct_open(&m, ranges, readable_ranges(ranges, 4096)), 0);
-  ur_direct_catch_faults(&m);
+  size_t nranges = readable_ranges(ranges, 4096);
+  struct ur_direct_mem ms[16];
+  for (unsigned k = 0; k < nteam; k++) CHECK_EQ(ur_direct_open(&ms[k], ranges, nranges), 0);
+  ur_direct_catch_faults(&ms[0]);
+  struct ur_raw_threads team = {.n = 0};
+  const struct ur_team_ops ops = {ur_raw_thread_start, ur_raw_thread_join, &team};
 #else
-  struct ur_pread_mem m;
-  CHECK_EQ(ur_mem_open(&m, getpid(), 0), 0);
+  struct ur_pread_mem ms[16];
+  for (unsigned k = 0; k < nteam; k++) CHECK_EQ(ur_mem_open(&ms[k], getpid(), 0), 0);
+  struct pthread_team team = {.n = 0};
+  const struct ur_team_ops ops = {pthread_team_start, pthread_team_join, &team};
 #endif
+  struct ur_mem *mems[16];
+  for (unsigned k = 0; k < nteam; k++) mems[k] = &ms[k].mem;
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m.mem, a, na), 0);
-  CHECK_EQ(ur_walker_mark(&w, r, nr, v, nv), 0);
+  CHECK_EQ(ur_walker_init(&w, mems[0], a, na), 0);
+  if (nteam > 1)
+    CHECK_EQ(ur_walker_mark_team(&w, mems, nteam, &ops, r, nr, v, nv), 0);
+  else
+    CHECK_EQ(ur_walker_mark(&w, r, nr, v, nv), 0);
   memset(res, 0, sizeof(*res));
+  res->handed_over = w.handed_over;
   CHECK_EQ(ur_fold_leaks(&w, &res->unreachable, &res->nunreachable, &res->leaks, &res->nleaks),
            0);
   for (size_t i = 0; i < res->nunreachable; i++) {
     uint64_t s = a[2 * res->unreachable[i] + 1];
     res->unreachable_bytes += s;
   }
-  res->pages_skipped = m.mem.pages_skipped;
+  for (unsigned k = 0; k < nteam; k++) res->pages_skipped += ms[k].mem.pages_skipped;
   res->overlapping = w.overlapping;
   ur_walker_free(&w);
 #ifdef UR_TEST_DIRECT
   ur_direct_catch_faults(NULL);
-  ur_direct_close(&m);
+  for (unsigned k = 0; k < nteam; k++) ur_direct_close(&ms[k]);
 #else
-  ur_mem_close(&m);
+  for (unsigned k = 0; k < nteam; k++) ur_mem_close(&ms[k]);
 #endif
 }
 
@@ -687,6 +750,8 @@ static void t_scale_random(void) {
   uint64_t r[2] = {(uint64_t)(uintptr_t)rootv, (uint64_t)(uintptr_t)(rootv + SCALE_N / 10)};
   struct result res;
   sweep_with(a, SCALE_N, r, 1, NULL, 0, &res);
+  /* A team shares this much work (else it marked alone, however right). */
+  if (team_size() > 1) CHECK(res.handed_over > 0);
   /* Cross-check marking against a plain BFS over the same graph. */
   uint8_t *live = calloc(SCALE_N, 1);
   uint32_t *q = malloc(SCALE_N * sizeof(*q));
