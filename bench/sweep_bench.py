@@ -106,6 +106,20 @@ def start_target(
     return proc, fields
 
 
+def settle(pid: int) -> None:
+    """Wait until the last snapshot child is gone: tearing down a copy of a
+    1 GB heap takes a core for milliseconds, which a timed run must not share."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not any(
+            (task / "children").read_text().split()
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            if (task / "children").exists()
+        ):
+            return
+        time.sleep(0.005)
+
+
 def outside_sweep(mem_pid: int, descriptor: int, roots: bytes) -> dict:
     reg = _native.read_registry(mem_pid, descriptor)
     raw = _native.sweep(mem_pid, reg["allocs"], roots, b"", stack_ids=reg["stack_ids"])
@@ -138,6 +152,7 @@ def run_config(
         # Fork snapshot swept from outside: the pause is the clone.
         pauses = []
         for _ in range(3):
+            settle(pid)
             with _native.Session(pid) as s:
                 s.stop()
                 s.snapshot(header.helper_tid, header.helper_cmd)
@@ -150,6 +165,7 @@ def run_config(
         for threads in sorted({1, team}):
             runs = []
             for _ in range(3):
+                settle(pid)
                 with _native.Session(pid) as s:
                     s.stop()
                     s.snapshot(header.helper_tid, header.helper_cmd)
