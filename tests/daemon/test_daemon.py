@@ -158,6 +158,14 @@ def test_cli_remote_prints_what_embedded_prints(daemon, targets):
     assert len(b["leaks"]) == 2
 
 
+def test_cli_remote_passes_sweep_and_mark_threads(daemon, targets):
+    target = targets.start(PROGRAMS / "graph.c")
+    for flags, sweep in [(["--sweep", "scanner"], "scanner"), (["--mark-threads", "3"], "child")]:
+        res = cli("scan", str(target.pid), "--json", *flags, "--remote", daemon.address)
+        assert res.returncode == 1, res.stderr
+        assert json.loads(res.stdout)["sweep"] == sweep
+
+
 def test_cli_remote_over_mtls(tls_daemon, certs, targets):
     target = targets.start(PROGRAMS / "globals.c")
     tls = ["--tls-ca", str(certs.ca), "--tls-cert", str(certs.client_cert)]
@@ -288,6 +296,12 @@ def test_invalid_arguments(daemon):
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     code, _ = rpc_code(stub(daemon.address).Scan, pb.ScanRequest(pid=1, snapshot=7), timeout=10)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
+    code, _ = rpc_code(stub(daemon.address).Scan, pb.ScanRequest(pid=1, sweep=9), timeout=10)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    code, details = rpc_code(
+        stub(daemon.address).Scan, pb.ScanRequest(pid=1, mark_threads=17), timeout=10
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "mark_threads" in details
 
 
 def cancel_after(daemon, target, stage: str, snapshot: int) -> bool:

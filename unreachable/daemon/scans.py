@@ -85,11 +85,16 @@ class ScanRunner:
         contents: bool = False,
         limit: int = 100,
         snapshot: str = "auto",
+        sweep: str = "auto",
+        mark_threads: int = 0,
         progress: ProgressCallback = _ignore_progress,
     ) -> dict[str, Any]:
-        """The report as report_to_dict() makes it; ScanFailed otherwise."""
+        """The report as report_to_dict() makes it; ScanFailed otherwise.
+        mark_threads 0: the CLI's default."""
         argv = ["scan", str(pid), "--json", "--progress-json", "--limit", str(limit)]
-        argv += ["--snapshot", snapshot] + (["--contents"] if contents else [])
+        argv += ["--snapshot", snapshot, "--sweep", sweep] + (["--contents"] if contents else [])
+        if mark_threads:
+            argv += ["--mark-threads", str(mark_threads)]
         return await self._run(pid, argv, progress)
 
     async def heap_dump(self, pid: int) -> dict[str, Any]:

@@ -37,11 +37,13 @@ from unreachable.rpc.client import MAX_MESSAGE
 from unreachable.rpc.convert import (
     SNAPSHOTS,
     STAGES,
+    SWEEPS,
     heapdump_from_dict,
     report_from_dict,
     report_to_model,
     strip_contents,
 )
+from unreachable.sweep.child import MAX_MARK_THREADS
 from unreachable.v1 import unreachable_pb2 as pb
 from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
 
@@ -90,6 +92,13 @@ class UnreachableService(pb_grpc.UnreachableServicer):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, CONTENTS_REFUSED)
         if request.snapshot not in SNAPSHOTS:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown snapshot mode")
+        if request.sweep not in SWEEPS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown sweep mode")
+        if request.mark_threads > MAX_MARK_THREADS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"mark_threads must be 0 (the default) to {MAX_MARK_THREADS}",
+            )
         limit = request.limit if request.HasField("limit") else 100
 
         async def progress(stage: str, elapsed_ms: float) -> None:
@@ -108,6 +117,8 @@ class UnreachableService(pb_grpc.UnreachableServicer):
                     contents=request.contents,
                     limit=limit,
                     snapshot=SNAPSHOTS[request.snapshot],
+                    sweep=SWEEPS[request.sweep],
+                    mark_threads=request.mark_threads,
                     progress=progress,
                 )
         except ScanFailed as e:

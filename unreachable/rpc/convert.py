@@ -26,6 +26,8 @@ STAGES = {
 }
 SNAPSHOTS = {pb.SNAPSHOT_AUTO: "auto", pb.SNAPSHOT_FORK: "fork", pb.SNAPSHOT_STOPPED: "stopped"}
 SNAPSHOT_ENUM = {v: k for k, v in SNAPSHOTS.items()}
+SWEEPS = {pb.SWEEP_AUTO: "auto", pb.SWEEP_CHILD: "child", pb.SWEEP_SCANNER: "scanner"}
+SWEEP_ENUM = {v: k for k, v in SWEEPS.items()}
 
 
 def frame_from_dict(d: dict[str, Any]) -> pb.Frame:

@@ -10,7 +10,7 @@ import grpc
 from unreachable.errors import InvalidArgument, ScanError
 from unreachable.report.model import ScanReport
 from unreachable.rpc.client import open_channel, rpc_error, stub
-from unreachable.rpc.convert import SNAPSHOT_ENUM, report_to_model
+from unreachable.rpc.convert import SNAPSHOT_ENUM, SWEEP_ENUM, report_to_model
 from unreachable.rpc.progress import StageBar
 from unreachable.scan import ScanOptions
 from unreachable.v1 import unreachable_pb2 as pb
@@ -24,6 +24,8 @@ def remote_scan(args: argparse.Namespace, options: ScanOptions) -> ScanReport:
         contents=options.contents,
         limit=options.limit,
         snapshot=SNAPSHOT_ENUM[options.snapshot],
+        sweep=SWEEP_ENUM[options.sweep],
+        mark_threads=options.mark_threads,
     )
     bar = StageBar(sys.stderr, f"scanning pid {args.pid}") if sys.stderr.isatty() else None
     report: pb.ScanReport | None = None

@@ -16,6 +16,12 @@ class Snapshot(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SNAPSHOT_FORK: _ClassVar[Snapshot]
     SNAPSHOT_STOPPED: _ClassVar[Snapshot]
 
+class Sweep(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SWEEP_AUTO: _ClassVar[Sweep]
+    SWEEP_CHILD: _ClassVar[Sweep]
+    SWEEP_SCANNER: _ClassVar[Sweep]
+
 class ScanStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SCAN_STAGE_UNSPECIFIED: _ClassVar[ScanStage]
@@ -35,6 +41,9 @@ class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 SNAPSHOT_AUTO: Snapshot
 SNAPSHOT_FORK: Snapshot
 SNAPSHOT_STOPPED: Snapshot
+SWEEP_AUTO: Sweep
+SWEEP_CHILD: Sweep
+SWEEP_SCANNER: Sweep
 SCAN_STAGE_UNSPECIFIED: ScanStage
 SCAN_STAGE_STARTED: ScanStage
 SCAN_STAGE_ATTACHED: ScanStage
@@ -48,16 +57,20 @@ TRIGGER_SIGNAL: Trigger
 TRIGGER_SCHEDULED: Trigger
 
 class ScanRequest(_message.Message):
-    __slots__ = ("pid", "contents", "limit", "snapshot")
+    __slots__ = ("pid", "contents", "limit", "snapshot", "sweep", "mark_threads")
     PID_FIELD_NUMBER: _ClassVar[int]
     CONTENTS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    SWEEP_FIELD_NUMBER: _ClassVar[int]
+    MARK_THREADS_FIELD_NUMBER: _ClassVar[int]
     pid: int
     contents: bool
     limit: int
     snapshot: Snapshot
-    def __init__(self, pid: _Optional[int] = ..., contents: _Optional[bool] = ..., limit: _Optional[int] = ..., snapshot: _Optional[_Union[Snapshot, str]] = ...) -> None: ...
+    sweep: Sweep
+    mark_threads: int
+    def __init__(self, pid: _Optional[int] = ..., contents: _Optional[bool] = ..., limit: _Optional[int] = ..., snapshot: _Optional[_Union[Snapshot, str]] = ..., sweep: _Optional[_Union[Sweep, str]] = ..., mark_threads: _Optional[int] = ...) -> None: ...
 
 class ScanProgress(_message.Message):
     __slots__ = ("stage", "stage_name", "elapsed_ms")
