@@ -6,8 +6,10 @@ all threads (glibc's per-thread arenas), T threads in all, T-1 of them
 spinning. It is paused REPEAT times exactly as `unreachable-cli scan` pauses
 it (stop every thread, the helper's copy-on-write clone, release) and the
 median pause is printed, once with 4 KiB pages and once with the shim's
-huge-page heap (`unreachable-cli run --huge-pages`, glibc.malloc.hugetlb=1),
-with the share of the heap the kernel really put on huge pages. The baseline
+huge-page heap (`unreachable-cli run --huge-pages`, glibc.malloc.hugetlb=1:
+glibc's brk heap, and the shim's helper collapses the arenas' whole 2 MiB
+ranges; measured once that is done), with the share of the heap the kernel
+really put on huge pages. The baseline
 is the same heap on 4 KiB pages, measured in the same run.
 
     python bench/pause_bench.py [--quick] [--repeat R]
@@ -19,6 +21,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,6 +45,21 @@ def smaps_kb(pid: int, field: str) -> int:
     return 0
 
 
+def settle_huge_pages(pid: int, quiet_s: float = 2.5, limit_s: float = 60.0) -> None:
+    """Wait while the shim's helper collapses glibc's arenas onto huge pages
+    (native/shim/huge_arenas.c: a few 2 MiB ranges at a time, in the
+    background): until AnonHugePages stops growing for longer than the
+    helper's one-second period."""
+    last, since, start = -1, time.monotonic(), time.monotonic()
+    while time.monotonic() - start < limit_s:
+        now_kb = smaps_kb(pid, "AnonHugePages")
+        if now_kb != last:
+            last, since = now_kb, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.25)
+
+
 def measure(
     factory: TargetFactory, n: int, size: int, threads: int, who: str, huge: bool, repeat: int
 ) -> tuple[float, float]:
@@ -55,6 +73,8 @@ def measure(
     )
     try:
         pid = target.pid
+        if huge:
+            settle_huge_pages(pid)
         huge_share = smaps_kb(pid, "AnonHugePages") / max(smaps_kb(pid, "Anonymous"), 1)
         pauses = []
         for _ in range(repeat):

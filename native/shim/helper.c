@@ -12,6 +12,7 @@
 
 #include "child.h"
 #include "debug.h"
+#include "huge_arenas.h"
 #include "shim.h"
 
 /* Returns the child's pid, or 0 if the clone failed. */
@@ -68,7 +69,14 @@ static int child_gone(pid_t child) {
 #define __NR_futex_waitv 449
 #endif
 
-static void wait_for_work(uint32_t *cmd) {
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleep until there is work, or until `until` (CLOCK_MONOTONIC ns; 0: no limit). */
+static void wait_for_work(uint32_t *cmd, uint64_t until) {
   static int no_waitv;
   int saved = errno;
   if (!no_waitv) {
@@ -76,7 +84,9 @@ static void wait_for_work(uint32_t *cmd) {
         {.val = UR_CMD_IDLE, .uaddr = (uintptr_t)cmd, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
         {.val = 0, .uaddr = (uintptr_t)&ur_g.pending, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
     };
-    if (syscall(__NR_futex_waitv, w, 2, 0, NULL, CLOCK_MONOTONIC) >= 0 || errno != ENOSYS) {
+    struct timespec abs = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+    if (syscall(__NR_futex_waitv, w, 2, 0, until ? &abs : NULL, CLOCK_MONOTONIC) >= 0 ||
+        errno != ENOSYS) {
       errno = saved;
       return;
     }
@@ -86,6 +96,15 @@ static void wait_for_work(uint32_t *cmd) {
   syscall(SYS_futex, cmd, FUTEX_WAIT_PRIVATE, UR_CMD_IDLE, &ts, NULL, 0);
   errno = saved;
 }
+
+/* Arena collapsing (huge_arenas.h) gives way to the scanner and to requests. */
+static int helper_wanted(void *cmd) {
+  return __atomic_load_n((uint32_t *)cmd, __ATOMIC_ACQUIRE) != UR_CMD_IDLE ||
+         __atomic_load_n(&ur_g.pending, __ATOMIC_ACQUIRE) != 0;
+}
+
+#define HUGE_ARENAS_PERIOD_NS (1000ull * 1000 * 1000) /* look for new whole ranges */
+#define HUGE_ARENAS_AGAIN_NS (20ull * 1000 * 1000)    /* more left from the last step */
 
 /* From 1 ms up to 20 ms: a quick scan's child is reaped at once, and a child
  * that lives long (or whose tracer never reaps it) costs 50 wakeups a second. */
@@ -117,6 +136,8 @@ static void *helper_main(void *arg) {
                    __ATOMIC_RELEASE);
   pid_t child = 0; /* local: a forked process's new helper starts without one */
   long poll_ns = CHILD_POLL_MIN_NS;
+  int huge = ur_huge_arenas_wanted();
+  uint64_t huge_due = 0;
   for (;;) {
     /* The child first: a scanner letting us finish a previous snapshot
      * (snapshot.c finish_previous) waits for IDLE alone, not for requests. */
@@ -144,10 +165,18 @@ static void *helper_main(void *arg) {
       ur_tls.busy--;
       continue;
     }
-    if (child)
+    if (child) {
       wait_for_request_or_child(&poll_ns);
-    else
-      wait_for_work(cmd);
+      continue;
+    }
+    if (huge && now_ns() >= huge_due) {
+      ur_tls.busy++;
+      int more = ur_huge_arenas_step(helper_wanted, cmd);
+      ur_tls.busy--;
+      huge_due = now_ns() + (more ? HUGE_ARENAS_AGAIN_NS : HUGE_ARENAS_PERIOD_NS);
+      continue;
+    }
+    wait_for_work(cmd, huge ? huge_due : 0);
   }
   return NULL;
 }

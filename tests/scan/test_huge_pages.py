@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -30,4 +32,38 @@ def test_scan_of_a_huge_page_heap_is_exact(targets, snapshot):
         target.int("leak_bytes"),
     )
     assert report.snapshot == snapshot
+    assert target.alive() and target.tracer() == 0
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = os.uname().release.split("-")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
+
+
+def _wait_huge_kb(pid: int, at_least: int, timeout_s: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while (kb := anon_huge_kb(pid)) < at_least and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return kb
+
+
+def test_arena_heaps_are_collapsed_onto_huge_pages(targets):
+    """glibc leaves its per-thread arenas on 4 KiB pages even with the tunable;
+    the shim's helper collapses them (native/shim/huge_arenas.c)."""
+    if why := huge_pages_unavailable():
+        pytest.skip(why)
+    if not _kernel_at_least(6, 1):
+        pytest.skip("MADV_COLLAPSE needs Linux 6.1")
+    plain = targets.start(PROGRAMS / "arena_heap.c")
+    target = targets.start(PROGRAMS / "arena_heap.c", env={"GLIBC_TUNABLES": HUGE_PAGE_TUNABLE})
+    # 4 arenas of 8 MiB: at least 3 whole 2 MiB ranges each.
+    assert _wait_huge_kb(target.pid, 4 * 3 * 2048) >= 4 * 3 * 2048
+    # Without the tunable nothing is collapsed (the kernel's mode is madvise).
+    assert anon_huge_kb(plain.pid) < 2048
+    for snapshot in ("fork", "stopped"):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert (report.leak_count, report.leak_bytes) == (
+            target.int("leak_count"),
+            target.int("leak_bytes"),
+        )
     assert target.alive() and target.tracer() == 0
