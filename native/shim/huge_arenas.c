@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "unreachable/abi.h" /* UR_MANGLE */
+
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
 #endif
@@ -25,9 +27,9 @@ struct heap_info {
 
 /* Heaps seen, with the 2 MiB ranges already collapsed or given up on: each
  * is collapsed once, so memory glibc later returns to the kernel stays
- * returned. */
+ * returned. Bases are kept mangled, as every address in shim memory. */
 static struct {
-  uint64_t base;
+  uint64_t mangled_base;
   uint32_t done;
 } heaps[MAX_HEAPS];
 static unsigned nheaps;
@@ -46,10 +48,11 @@ int ur_huge_arenas_wanted(void) {
 }
 
 static uint32_t *done_mask(uint64_t base) {
+  uint64_t key = UR_MANGLE(base);
   for (unsigned i = 0; i < nheaps; i++)
-    if (heaps[i].base == base) return &heaps[i].done;
+    if (heaps[i].mangled_base == key) return &heaps[i].done;
   if (nheaps == MAX_HEAPS) return NULL;
-  heaps[nheaps].base = base;
+  heaps[nheaps].mangled_base = key;
   heaps[nheaps].done = 0;
   return &heaps[nheaps++].done;
 }
