@@ -42,6 +42,7 @@ from unreachable import _native  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 from unreachable.allocations.descriptor import locate_shim, read_descriptor_header  # noqa: E402
 from unreachable.process.maps import read_maps  # noqa: E402
+from unreachable.shim_env import shim_environment  # noqa: E402
 from unreachable.sweep.child import ChildSweeper, default_mark_threads  # noqa: E402
 from unreachable.sweep.mark import direct_ranges  # noqa: E402
 
@@ -89,14 +90,14 @@ def pread_gbps(pid: int, allocs: bytes, limit: int = 512 * MiB) -> float:
 
 
 def start_target(
-    exe: Path, nblocks: int, size: int, threads: int, shape: str, tmp: Path
+    exe: Path, nblocks: int, size: int, threads: int, shape: str, tmp: Path, huge: bool = False
 ) -> tuple[subprocess.Popen[str], dict[str, int]]:
     allocs_file = tmp / "allocs.bin"
     proc = subprocess.Popen(
         [str(exe), str(allocs_file), str(nblocks), str(size), str(threads), shape],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "LD_PRELOAD": str(shim_path())},
+        env=shim_environment(os.environ, shim_path(), huge_pages=huge),
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -128,12 +129,9 @@ def outside_sweep(mem_pid: int, descriptor: int, roots: bytes) -> dict:
 
 
 def run_config(
-    exe: Path, nblocks: int, size: int, threads: int, shape: str, tmp: Path, team: int
+    exe: Path, nblocks: int, size: int, threads: int, shape: str, tmp: Path, team: int, huge: bool
 ) -> dict[str, float]:
-    (
-        proc,
-        f,
-    ) = start_target(exe, nblocks, size, threads, shape, tmp)
+    proc, f = start_target(exe, nblocks, size, threads, shape, tmp, huge)
     root = f["root"]
     roots = root.to_bytes(8, "little") + (root + 8).to_bytes(8, "little")
     pid = proc.pid
@@ -211,6 +209,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes only")
     ap.add_argument("--big", action="store_true", help="also 10M allocations and 1 GB heaps")
     ap.add_argument(
+        "--huge-pages",
+        action="store_true",
+        help="targets run as `unreachable-cli run --huge-pages` runs them",
+    )
+    ap.add_argument(
         "--mark-threads",
         type=int,
         default=default_mark_threads(),
@@ -233,7 +236,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for n, size, threads, shape in configs:
-            r = run_config(exe, n, size, threads, shape, Path(d), args.mark_threads)
+            team, huge = args.mark_threads, args.huge_pages
+            r = run_config(exe, n, size, threads, shape, Path(d), team, huge)
             r["memcpy_gbps"] = memcpy_gbps(r["scanned"])
             rows.append((n, size, threads, shape, r))
             print(f"done: {n} x {size} B {shape}, {threads} threads", file=sys.stderr, flush=True)
