@@ -67,3 +67,26 @@ def test_arena_heaps_are_collapsed_onto_huge_pages(targets):
             target.int("leak_bytes"),
         )
     assert target.alive() and target.tracer() == 0
+
+
+def anon_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Anonymous:"))
+
+
+def test_memory_glibc_returns_is_not_collapsed_back(targets):
+    """Each range is collapsed once: what glibc trims from an arena stays
+    returned to the kernel while the helper keeps looking for new ranges."""
+    if why := huge_pages_unavailable():
+        pytest.skip(why)
+    if not _kernel_at_least(6, 1):
+        pytest.skip("MADV_COLLAPSE needs Linux 6.1")
+    target = targets.start(PROGRAMS / "arena_trim.c", env={"GLIBC_TUNABLES": HUGE_PAGE_TUNABLE})
+    assert _wait_huge_kb(target.pid, 4 * 3 * 2048) >= 4 * 3 * 2048
+    full = anon_kb(target.pid)
+    target.send("free")
+    assert target.read_line() == "FREED"
+    trimmed = anon_kb(target.pid)
+    assert trimmed < full - 16 * 1024, (full, trimmed)
+    time.sleep(2.5)  # two of the helper's one-second looks
+    assert anon_kb(target.pid) <= trimmed + 2048, (full, trimmed)
