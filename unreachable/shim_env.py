@@ -46,18 +46,26 @@ def shim_environment(
 
 
 def huge_pages_unavailable() -> str | None:
-    """Why glibc's huge-page heap would do nothing here, or None.
+    """Why --huge-pages does less than it says here, or None.
 
-    glibc honours the tunable only when the kernel's THP mode is "madvise";
-    with "always" the kernel backs aligned heap ranges by itself, with
-    "never" nothing does.
+    glibc honours the tunable for its brk heap only when the kernel's THP
+    mode is "madvise"; with "always" the kernel backs aligned heap ranges by
+    itself, with "never" nothing does. The shim's collapsing of glibc's
+    per-thread arenas (MADV_COLLAPSE) works in every mode of a kernel with
+    transparent huge pages (Linux 6.1+).
     """
     try:
         setting = THP_SETTING.read_text()
     except OSError:
-        return "this kernel has no transparent huge pages"
+        return "this kernel has no transparent huge pages: --huge-pages changes nothing"
     if "[never]" in setting:
-        return f"transparent huge pages are disabled ({THP_SETTING}: never)"
+        return (
+            f"transparent huge pages are disabled ({THP_SETTING}: never): glibc's brk heap "
+            "stays on 4 KiB pages; only its per-thread arenas are collapsed onto huge pages"
+        )
     if "[always]" in setting:
-        return f"the kernel already uses huge pages where it can ({THP_SETTING}: always)"
+        return (
+            f"the kernel backs glibc's brk heap with huge pages where it can by itself "
+            f"({THP_SETTING}: always); --huge-pages still collapses glibc's per-thread arenas"
+        )
     return None

@@ -65,7 +65,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.options is not None:
         check_options(args.options, shim)
     if args.huge_pages and (why := huge_pages_unavailable()):
-        print(f"unreachable-cli: note: --huge-pages changes nothing: {why}", file=sys.stderr)
+        print(f"unreachable-cli: note: {why}", file=sys.stderr)
     env = shim_environment(os.environ, shim, args.options, huge_pages=args.huge_pages)
     try:
         os.execvpe(cmd[0], cmd, env)
