@@ -26,12 +26,14 @@ Usage: python bench/sweep_bench.py [--quick] [--big]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +42,11 @@ sys.path.insert(0, str(REPO))
 from tests.support.cbuild import build  # noqa: E402
 from unreachable import _native  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
-from unreachable.allocations.descriptor import locate_shim, read_descriptor_header  # noqa: E402
+from unreachable.allocations.descriptor import (  # noqa: E402
+    DescriptorHeader,
+    locate_shim,
+    read_descriptor_header,
+)
 from unreachable.process.maps import read_maps  # noqa: E402
 from unreachable.shim_env import shim_environment  # noqa: E402
 from unreachable.sweep.child import ChildSweeper, default_mark_threads  # noqa: E402
@@ -121,6 +127,17 @@ def settle(pid: int) -> None:
         time.sleep(0.005)
 
 
+@contextlib.contextmanager
+def fork_snapshot(pid: int, header: DescriptorHeader) -> Iterator[_native.Session]:
+    """A session holding a fresh copy-on-write snapshot, the target released."""
+    settle(pid)
+    with _native.Session(pid) as s:
+        s.stop()
+        s.snapshot(header.helper_tid, header.helper_cmd)
+        s.release()
+        yield s
+
+
 def outside_sweep(mem_pid: int, descriptor: int, roots: bytes) -> dict:
     reg = _native.read_registry(mem_pid, descriptor)
     raw = _native.sweep(mem_pid, reg["allocs"], roots, b"", stack_ids=reg["stack_ids"])
@@ -150,11 +167,7 @@ def run_config(
         # Fork snapshot swept from outside: the pause is the clone.
         pauses = []
         for _ in range(3):
-            settle(pid)
-            with _native.Session(pid) as s:
-                s.stop()
-                s.snapshot(header.helper_tid, header.helper_cmd)
-                s.release()
+            with fork_snapshot(pid, header) as s:
                 pauses.append(s.pause_ns)
                 outside = outside_sweep(s.mem_pid, shim.descriptor_addr, roots)
         # Fork snapshot swept in the child (best of 3 mark times), by one
@@ -163,11 +176,7 @@ def run_config(
         for threads in sorted({1, team}):
             runs = []
             for _ in range(3):
-                settle(pid)
-                with _native.Session(pid) as s:
-                    s.stop()
-                    s.snapshot(header.helper_tid, header.helper_cmd)
-                    s.release()
+                with fork_snapshot(pid, header) as s:
                     maps = read_maps(s.mem_pid)
                     t0 = time.perf_counter()
                     child = ChildSweeper(s, header.child_box)
