@@ -158,6 +158,16 @@ def test_cli_remote_prints_what_embedded_prints(daemon, targets):
     assert len(b["leaks"]) == 2
 
 
+def test_daemon_mark_threads_unless_the_request_names_its_own(daemons, targets):
+    d = daemons.start("--mark-threads", "1", "--log-level", "DEBUG")
+    target = targets.start(PROGRAMS / "graph.c")
+    for asked, used in [(0, 1), (3, 3)]:
+        request = pb.ScanRequest(pid=target.pid, mark_threads=asked)
+        events = list(stub(d.address).Scan(request, timeout=RPC_TIMEOUT))
+        assert events[-1].report.leak_count > 0
+        d.wait_for_log(rf"running unreachable-cli scan {target.pid} .*--mark-threads {used}\b")
+
+
 def test_cli_remote_passes_sweep_and_mark_threads(daemon, targets):
     target = targets.start(PROGRAMS / "graph.c")
     for flags, sweep in [(["--sweep", "scanner"], "scanner"), (["--mark-threads", "3"], "child")]:

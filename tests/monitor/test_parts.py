@@ -79,6 +79,7 @@ def test_toml_tables_and_flat_keys():
         ("[metrics]\nlisten = '0.0.0.0:9465'", "loopback only"),
         ("scan_interval = 'often'", "expected float"),
         ("[thresholds]\ngrowth_scans = 1", "growth_scans >= 2"),
+        ("mark_threads = 17", "mark_threads is 0"),
     ],
 )
 def test_bad_settings_are_one_line_errors(text, message):

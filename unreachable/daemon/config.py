@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unreachable.rpc.options import DEFAULT_NOTIFY_SOCKET, DEFAULT_SOCKET
+from unreachable.sweep.child import MAX_MARK_THREADS
 
 DEFAULT_JOURNAL_SOCKET = "/run/systemd/journal/socket"
 HISTORY_FILE = "history.sqlite"
@@ -81,6 +82,7 @@ class Config:
     scan_interval: float = 0.0  # seconds between scheduled scans of every target; 0: off
     scan_timeout: float = 300.0  # seconds a scan subprocess may run
     max_concurrent_scans: int = 8
+    mark_threads: int = 0  # the snapshot child's marking threads; 0: the CLI's default
     log_level: str = "INFO"
     # Monitoring (docs/monitoring.md).
     targets: list[TargetSpec] = field(default_factory=list)  # empty: every shimmed process
@@ -115,6 +117,8 @@ class Config:
             raise ConfigError("--tls-* and --insecure-tcp apply to --tcp")
         if self.scan_interval < 0 or self.scan_timeout <= 0 or self.max_concurrent_scans < 1:
             raise ConfigError("scan_interval >= 0, scan_timeout > 0, max_concurrent_scans >= 1")
+        if not 0 <= self.mark_threads <= MAX_MARK_THREADS:
+            raise ConfigError(f"mark_threads is 0 (the default) to {MAX_MARK_THREADS}")
         if self.retry_backoff < 0 or self.retry_backoff_max <= 0:
             raise ConfigError("retry_backoff >= 0 and retry_backoff_max > 0")
         if self.leak_bytes_threshold < 0 or self.growth_bytes_per_hour < 0:

@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scan-timeout", type=float, default=s, metavar="SECONDS")
     p.add_argument("--max-concurrent-scans", type=int, default=s, metavar="N")
     p.add_argument(
+        "--mark-threads",
+        type=int,
+        default=s,
+        metavar="N",
+        help="threads a scan's snapshot child marks with, unless a request says (0 = CPUs, <= 4)",
+    )
+    p.add_argument(
         "--history",
         default=s,
         metavar="FILE",

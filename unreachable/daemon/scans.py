@@ -50,8 +50,9 @@ async def _ignore_progress(_stage: str, _elapsed_ms: float) -> None:
 
 
 class ScanRunner:
-    def __init__(self, *, timeout: float, max_concurrent: int) -> None:
+    def __init__(self, *, timeout: float, max_concurrent: int, mark_threads: int = 0) -> None:
         self._timeout = timeout
+        self._mark_threads = mark_threads  # for scans that do not name theirs
         self._slots = asyncio.Semaphore(max_concurrent)
         self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
         self._procs: set[asyncio.subprocess.Process] = set()
@@ -90,10 +91,10 @@ class ScanRunner:
         progress: ProgressCallback = _ignore_progress,
     ) -> dict[str, Any]:
         """The report as report_to_dict() makes it; ScanFailed otherwise.
-        mark_threads 0: the CLI's default."""
+        mark_threads 0: the daemon's --mark-threads, else the CLI's default."""
         argv = ["scan", str(pid), "--json", "--progress-json", "--limit", str(limit)]
         argv += ["--snapshot", snapshot, "--sweep", sweep] + (["--contents"] if contents else [])
-        if mark_threads:
+        if mark_threads := mark_threads or self._mark_threads:
             argv += ["--mark-threads", str(mark_threads)]
         return await self._run(pid, argv, progress)
 
@@ -118,6 +119,7 @@ class ScanRunner:
     async def _subprocess(
         self, argv: list[str], progress: ProgressCallback | None
     ) -> dict[str, Any]:
+        log.debug("running unreachable-cli %s", " ".join(argv))
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

@@ -260,7 +260,11 @@ async def serve(config: Config) -> int:
         ]
     )
     hub = WatchHub()
-    runner = ScanRunner(timeout=config.scan_timeout, max_concurrent=config.max_concurrent_scans)
+    runner = ScanRunner(
+        timeout=config.scan_timeout,
+        max_concurrent=config.max_concurrent_scans,
+        mark_threads=config.mark_threads,
+    )
     history = _open_history(config)
     metrics = _start_metrics(config)
     status = Status()
