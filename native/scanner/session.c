@@ -10,10 +10,12 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "child_sweep.h"
 #include "native.h"
+#include "seccomp_check.h"
 #include "snapshot.h"
 #include "thread_capture.h"
 
@@ -154,6 +156,21 @@ static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) 
   if (child < 0) return ur_py_raise(child, err);
   s->child = child;
   return PyLong_FromLong(child);
+}
+
+static PyObject *session_seccomp_allows_clone(Session *s, PyObject *args) {
+  int tid;
+  if (!PyArg_ParseTuple(args, "i", &tid)) return NULL;
+  if (check_owner(s) < 0) return NULL;
+  if (s->state != ST_STOPPED) {
+    PyErr_SetString(PyExc_RuntimeError, "seccomp_allows_clone() needs a stopped Session");
+    return NULL;
+  }
+  /* The helper's snapshot call, exactly (native/shim/helper.c). */
+  const uint64_t args5[UR_SECCOMP_ARGS_KNOWN] = {0, 0, 0, 0, 0};
+  int rc = ur_seccomp_allows(tid, SYS_clone, args5);
+  if (rc < 0) return ur_py_raise(rc, "cannot read the target's seccomp filters");
+  return PyBool_FromLong(rc);
 }
 
 static int check_child(Session *s) {
@@ -320,6 +337,9 @@ static PyMethodDef session_methods[] = {
     {"snapshot", (PyCFunction)(void (*)(void))session_snapshot, METH_VARARGS | METH_KEYWORDS,
      "snapshot(helper_tid, cmd_addr) -> int: fork a frozen copy through the shim's helper; "
      "returns the child pid (also mem_pid)."},
+    {"seccomp_allows_clone", (PyCFunction)session_seccomp_allows_clone, METH_VARARGS,
+     "seccomp_allows_clone(tid): whether the stopped thread's seccomp filters let the "
+     "helper's snapshot clone() through (OSError if they cannot be read)"},
     {"child_start", (PyCFunction)session_child_start, METH_VARARGS,
      "child_start(box_addr): make the frozen snapshot child sweep itself (abi.h "
      "ur_child_box); it builds its allocation index while the caller goes on."},

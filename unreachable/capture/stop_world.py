@@ -1,12 +1,12 @@
 """Pause the target for as short a time as possible.
 
 All threads are stopped with PTRACE_SEIZE + PTRACE_INTERRUPT and their
-registers read. Then, when the shim's helper thread is there and no seccomp
-filter could forbid clone(), the helper forks a copy-on-write child that
-stays frozen under ptrace; the target is released at once and the sweep reads
-the child. Otherwise ("stopped" mode) the target stays paused for the whole
-sweep. The pause therefore costs a page-table copy, not a heap copy
-(docs/pause.md has the numbers).
+registers read. Then, when the shim's helper thread is there and its seccomp
+filters (if any) provably let its clone() through, the helper forks a
+copy-on-write child that stays frozen under ptrace; the target is released at
+once and the sweep reads the child. Otherwise ("stopped" mode) the target
+stays paused for the whole sweep. The pause therefore costs a page-table
+copy, not a heap copy (docs/pause.md has the numbers).
 
 Every exit path releases the target: the native Session detaches on close, on
 garbage collection, and the kernel detaches it if this process dies.
@@ -22,6 +22,7 @@ from typing import Literal
 from unreachable import _native
 from unreachable.capture.target import Target, still_running
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
+from unreachable.process.status import thread_seccomp
 
 SnapshotMode = Literal["auto", "fork", "stopped"]
 
@@ -58,11 +59,25 @@ def _translate(pid: int, e: OSError) -> Exception:
     return TargetUnscannable(f"cannot stop pid {pid}: {e}")
 
 
+def _clone_verdict(session: _native.Session, pid: int, helper_tid: int) -> bool | None:
+    """Whether the helper's snapshot clone() gets past its seccomp filters:
+    True, False (a filter would kill, trap or hold it), or None (they cannot
+    be read: reading them takes CAP_SYS_ADMIN)."""
+    mode = thread_seccomp(pid, helper_tid)
+    if mode == 0:
+        return True
+    if mode == 1:
+        return False  # strict mode: read, write, exit and sigreturn only
+    try:
+        return session.seccomp_allows_clone(helper_tid)
+    except OSError:
+        return None
+
+
 @contextmanager
 def stop_world(target: Target, mode: SnapshotMode) -> Iterator[Capture]:
     pid = target.pid
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
-    seccomp = target.status.seccomp
     session = _native.Session(pid)
     try:
         try:
@@ -70,10 +85,13 @@ def stop_world(target: Target, mode: SnapshotMode) -> Iterator[Capture]:
         except OSError as e:
             raise _translate(pid, e) from None
         capture = Capture(session, threads, "stopped")
-        want_fork = mode == "fork" or (mode == "auto" and helper_tid and seccomp == 0)
-        if want_fork:
+        clone_ok = _clone_verdict(session, pid, helper_tid) if helper_tid else None
+        if mode == "fork" or (mode == "auto" and clone_ok):
             if not helper_tid:
                 capture.snapshot_error = "the shim's snapshot helper thread is not running"
+            elif clone_ok is False:
+                # Never asked of the helper: the filter would kill the target.
+                capture.snapshot_error = "the target's seccomp filter forbids the helper's clone()"
             else:
                 try:
                     session.snapshot(helper_tid, helper_cmd)

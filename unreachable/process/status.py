@@ -49,6 +49,18 @@ def read_status(pid: int) -> ProcessStatus:
     )
 
 
+def thread_seccomp(pid: int, tid: int) -> int:
+    """One thread's seccomp mode (0 none, 1 strict, 2 filter); -1 if unknown."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    return int(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
 def check_scannable(pid: int) -> ProcessStatus:
     """Refuse, with one clear line, every target a scan must not touch."""
     if pid <= 0:

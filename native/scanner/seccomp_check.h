@@ -1,0 +1,31 @@
+/*
+ * Whether a target's seccomp filters let the shim's helper thread clone() its
+ * snapshot. A target with a filter used to be swept while stopped, for fear of
+ * a filter that kills on clone; the scanner (with CAP_SYS_ADMIN) can read the
+ * helper's filters instead (PTRACE_SECCOMP_GET_FILTER, the thread stopped by
+ * us) and run them on the very call the helper makes.
+ */
+#ifndef UR_SECCOMP_CHECK_H
+#define UR_SECCOMP_CHECK_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The helper's call: clone(0, 0, NULL, NULL, 0) (native/shim/helper.c). */
+#define UR_SECCOMP_ARGS_KNOWN 5 /* the sixth register is whatever syscall() left there */
+
+/* Run every filter of the stopped tracee `tid` on system call `nr` with the
+ * first UR_SECCOMP_ARGS_KNOWN `args`. Returns 1 if each lets it through
+ * (ALLOW, LOG, or ERRNO: the call fails cleanly), 0 if any would kill, trap,
+ * trace, wait for a supervisor, or looks at what we cannot know (the
+ * instruction pointer, the sixth argument), or -errno if the filters cannot
+ * be read (EACCES without CAP_SYS_ADMIN). */
+int ur_seccomp_allows(pid_t tid, uint32_t nr, const uint64_t args[UR_SECCOMP_ARGS_KNOWN]);
+
+/* One classic-BPF seccomp program run on a seccomp_data; 1 and *ret set, or
+ * 0 when the program reads what we cannot know or does what seccomp refuses. */
+struct sock_filter;
+int ur_seccomp_run(const struct sock_filter *prog, size_t n, uint32_t nr, uint32_t arch,
+                   const uint64_t args[UR_SECCOMP_ARGS_KNOWN], uint32_t *ret);
+
+#endif
