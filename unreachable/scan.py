@@ -165,6 +165,7 @@ def _scan(
             stack_ids = {leak.stack_id for leak in leaks if leak.stack_id}
             stacks = read_stacks(mem_pid, addr, stack_ids)
             snapshot_kind = capture.snapshot
+            snapshot_note = capture.snapshot_error if options.snapshot == "auto" else ""
             threads = len(capture.threads)
     except (ProcessLookupError, TargetNotFound):
         # The target (or its frozen copy) vanished between two reads. A copy
@@ -213,4 +214,5 @@ def _scan(
         bytes_scanned=result.bytes_scanned,
         sweep=result.place,
         sweep_fallback=fallback,
+        snapshot_note=snapshot_note if snapshot_kind == "stopped" else "",
     )

@@ -86,17 +86,23 @@ def stop_world(target: Target, mode: SnapshotMode) -> Iterator[Capture]:
             raise _translate(pid, e) from None
         capture = Capture(session, threads, "stopped")
         clone_ok = _clone_verdict(session, pid, helper_tid) if helper_tid else None
+        if not helper_tid:
+            capture.snapshot_error = "the shim's snapshot helper thread is not running"
+        elif clone_ok is False:
+            capture.snapshot_error = (
+                "the target's seccomp filter does not provably allow the helper's clone()"
+            )
+        elif clone_ok is None:
+            capture.snapshot_error = (
+                "the target has a seccomp filter and reading it takes CAP_SYS_ADMIN"
+            )
         if mode == "fork" or (mode == "auto" and clone_ok):
-            if not helper_tid:
-                capture.snapshot_error = "the shim's snapshot helper thread is not running"
-            elif clone_ok is False:
-                # Never asked of the helper: the filter would kill the target.
-                capture.snapshot_error = "the target's seccomp filter forbids the helper's clone()"
-            else:
+            # Never asked of the helper when its filter would kill the target.
+            if helper_tid and clone_ok is not False:
                 try:
                     session.snapshot(helper_tid, helper_cmd)
                     session.release()
-                    capture.snapshot = "fork"
+                    capture.snapshot, capture.snapshot_error = "fork", ""
                 except OSError as e:
                     capture.snapshot_error = str(e)
             if mode == "fork" and capture.snapshot != "fork":

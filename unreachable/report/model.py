@@ -42,3 +42,4 @@ class ScanReport:
     # "scanner" (this process read the target or child through /proc).
     sweep: str = "scanner"
     sweep_fallback: str = ""  # why the in-child sweep was not used, if it was tried
+    snapshot_note: str = ""  # why a scan free to fork swept the target stopped
