@@ -85,17 +85,18 @@ def stop_world(target: Target, mode: SnapshotMode) -> Iterator[Capture]:
         except OSError as e:
             raise _translate(pid, e) from None
         capture = Capture(session, threads, "stopped")
-        clone_ok = _clone_verdict(session, pid, helper_tid) if helper_tid else None
-        if not helper_tid:
-            capture.snapshot_error = "the shim's snapshot helper thread is not running"
-        elif clone_ok is False:
-            capture.snapshot_error = (
-                "the target's seccomp filter does not provably allow the helper's clone()"
-            )
-        elif clone_ok is None:
-            capture.snapshot_error = (
-                "the target has a seccomp filter and reading it takes CAP_SYS_ADMIN"
-            )
+        clone_ok: bool | None = None
+        if mode != "stopped":
+            if not helper_tid:
+                capture.snapshot_error = "the shim's snapshot helper thread is not running"
+            elif (clone_ok := _clone_verdict(session, pid, helper_tid)) is False:
+                capture.snapshot_error = (
+                    "the target's seccomp filter does not provably allow the helper's clone()"
+                )
+            elif clone_ok is None:
+                capture.snapshot_error = (
+                    "the target has a seccomp filter and reading it takes CAP_SYS_ADMIN"
+                )
         if mode == "fork" or (mode == "auto" and clone_ok):
             # Never asked of the helper when its filter would kill the target.
             if helper_tid and clone_ok is not False:
