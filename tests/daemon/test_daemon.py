@@ -168,6 +168,19 @@ def test_daemon_mark_threads_unless_the_request_names_its_own(daemons, targets):
         d.wait_for_log(rf"running unreachable-cli scan {target.pid} .*--mark-threads {used}\b")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading seccomp filters takes CAP_SYS_ADMIN")
+def test_cli_remote_reports_why_it_swept_stopped(daemon, targets):
+    target = targets.start(PROGRAMS / "seccomp_filter.c", "kill-clone")
+    local = cli("scan", str(target.pid), "--json")
+    remote = cli("scan", str(target.pid), "--json", "--remote", daemon.address)
+    assert local.returncode == remote.returncode == 1, remote.stderr
+    a, b = json.loads(local.stdout), json.loads(remote.stdout)
+    for doc in (a, b):
+        doc.pop("pause_ms"), doc.pop("scan_ms")
+    assert a == b
+    assert b["snapshot"] == "stopped" and "seccomp" in b["snapshot_note"]
+
+
 def test_cli_remote_passes_sweep_and_mark_threads(daemon, targets):
     target = targets.start(PROGRAMS / "graph.c")
     for flags, sweep in [(["--sweep", "scanner"], "scanner"), (["--mark-threads", "3"], "child")]:

@@ -41,6 +41,7 @@ def report_to_dict(report: ScanReport) -> dict[str, Any]:
         "pause_ms": round(report.pause_ms, 3),
         "scan_ms": round(report.scan_ms, 3),
         "snapshot": report.snapshot,
+        "snapshot_note": report.snapshot_note,
         "sweep": report.sweep,
         "threads": report.threads,
         "bytes_scanned": report.bytes_scanned,

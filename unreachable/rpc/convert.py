@@ -72,6 +72,7 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
         pause_ms=d["pause_ms"],
         scan_ms=d["scan_ms"],
         snapshot=d["snapshot"],
+        snapshot_note=d.get("snapshot_note", ""),
         sweep=d.get("sweep", ""),
         threads=d["threads"],
         bytes_scanned=d["bytes_scanned"],
@@ -128,6 +129,7 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         roots={root.kind: root.bytes for root in r.roots},
         pages_skipped=r.pages_skipped,
         bytes_scanned=r.bytes_scanned,
+        snapshot_note=r.snapshot_note,
     )
 
 
