@@ -6,6 +6,7 @@ filter would kill it for."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -40,6 +41,28 @@ def test_fork_only_when_the_filter_lets_the_clone_through(targets, variant, snap
     assert report.snapshot == snapshot
     # Why it did not fork, for the CLI's note; nothing when it did.
     assert ("seccomp" in report.snapshot_note) == (snapshot == "stopped"), report.snapshot_note
+    assert target.alive() and target.tracer() == 0 and target.state() != "t"
+
+
+def _libseccomp() -> bool:
+    try:
+        ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _libseccomp(), reason="no libseccomp.so.2 to compile filters with")
+@pytest.mark.parametrize(
+    ("variant", "snapshot"), [("lib-newuser", "fork"), ("lib-fork", "stopped")]
+)
+def test_filters_compiled_by_libseccomp(targets, variant, snapshot):
+    """Filters as systemd's SystemCallFilter= makes them: libseccomp's arch and
+    x32 checks, 64-bit argument comparisons split into halves."""
+    target = targets.start(PROGRAMS / "seccomp_filter.c", variant)
+    report = scan(target.pid, ScanOptions())
+    _exact(target, report)
+    assert report.snapshot == snapshot
     assert target.alive() and target.tracer() == 0 and target.state() != "t"
 
 
