@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from tests.support.reports import folded_leak, make_report
 from unreachable.report.model import LeakEntry
-from unreachable.report.text import format_report
+from unreachable.report.text import format_report, format_summary
 from unreachable.symbolize.frames import Frame
 
 
@@ -53,3 +53,11 @@ def test_singular():
     leak = LeakEntry(0x10, 1, 1, 8, 1, 1, 0, 0, 10)
     text = format_report(_report([leak]))
     assert "in 1 allocation\n" in text
+
+
+def test_summary_says_why_the_target_stayed_paused():
+    forked = format_summary(make_report([]))
+    assert forked.endswith("scan 3.0 ms)") and "stopped" not in forked
+    why = "the target has a seccomp filter and reading it takes CAP_SYS_ADMIN"
+    stopped = format_summary(make_report([], snapshot="stopped", snapshot_note=why))
+    assert stopped.endswith(f"scan 3.0 ms; swept stopped: {why})")

@@ -151,7 +151,7 @@ def handle(args: argparse.Namespace) -> int:
     write_output(render(report, fmt), args.output)
     if fmt == "text" and sys.stderr.isatty():
         print(format_summary(report), file=sys.stderr)
-    if report.snapshot_note and sys.stderr.isatty():
+    elif report.snapshot_note and sys.stderr.isatty():
         print(
             f"unreachable-cli: note: pid {report.pid} stayed paused for the whole sweep "
             f"({report.pause_ms:.0f} ms): {report.snapshot_note}",

@@ -72,11 +72,14 @@ def format_report(report: ScanReport) -> str:
 
 
 def format_summary(report: ScanReport) -> str:
-    """One line for logs: libmemunreachable's closing summary plus timings."""
+    """One line for logs: libmemunreachable's closing summary plus timings,
+    and why the target stayed paused for the whole sweep when it did."""
+    stopped = f"; swept stopped: {report.snapshot_note}" if report.snapshot_note else ""
     return (
         f"{report.leak_bytes} bytes in {report.leak_count}"
         f" allocation{_plural(report.leak_count)} unreachable out of"
         f" {report.allocation_bytes} bytes in {report.allocation_count}"
         f" allocation{_plural(report.allocation_count)}"
-        f" (pid {report.pid}, paused {report.pause_ms:.2f} ms, scan {report.scan_ms:.1f} ms)"
+        f" (pid {report.pid}, paused {report.pause_ms:.2f} ms, scan {report.scan_ms:.1f} ms"
+        f"{stopped})"
     )
