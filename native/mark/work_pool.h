@@ -1,7 +1,10 @@
 /*
  * The work several marking threads share (ur_walker_mark_team). Each thread
- * marks from a stack of its own; one that runs dry waits here, and a busy
- * one that sees a waiter hands over part of its stack. Marking is over when
+ * marks from a stack of its own; one that runs dry waits here (spinning a
+ * little, then asleep on a futex: a serial heap such as a long list gives a
+ * waiter nothing for the whole mark, and the CPU it would burn is the
+ * target's, whose cgroup the snapshot child is in), and a busy one that
+ * sees a waiter hands over part of its stack. Marking is over when
  * every thread waits and nothing is left to hand over: only a working thread
  * gives, and a thread only starts to wait after finding the pool empty, so
  * at that point nothing can arrive any more.
@@ -17,6 +20,8 @@
 
 struct ur_work_pool {
   uint32_t lock;
+  uint32_t changes;  /* futex word: bumped when work arrives or marking ends */
+  uint32_t sleepers; /* waiters asleep on `changes` */
   unsigned workers; /* threads taking part; final before any of them marks */
   unsigned waiting; /* of them, how many found nothing to do */
   int failed;       /* a thread failed: the others stop at their next wait */
