@@ -153,7 +153,9 @@ def _scan(
                     mappings, sps, registry, target.shim.path, [arena] if arena else []
                 )
                 regs += dtv_words(mem_pid, roots.dead_stacks)
-                result = sweep(mem_pid, registry, roots, regs)
+                # Stopped in place: let it go once the walk's memory is read.
+                stopped = capture.snapshot == "stopped"
+                result = sweep(mem_pid, registry, roots, regs, capture.session if stopped else None)
             note("marked")
             leaks = dedup(result.leaks, options.limit)
             note("folded")

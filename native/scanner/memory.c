@@ -161,22 +161,46 @@ static void count_bad(struct ur_pread_mem *m, struct ur_chunk *c, uint64_t off, 
   }
 }
 
+static struct ur_chunk *find_chunk(struct ur_pread_mem *m, uint64_t base) {
+  for (size_t i = hash_slot(m, base); m->table[i]; i = (i + 1) & m->table_mask) {
+    struct ur_chunk *t = &m->chunks[m->table[i] - 1];
+    if (t->base == base) return t;
+  }
+  return NULL;
+}
+
+int ur_mem_preload(struct ur_pread_mem *m, const uint64_t *ranges, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b = ranges[2 * i], e = ranges[2 * i + 1];
+    if (e <= b) continue;
+    for (uint64_t base = b & ~(UR_CHUNK_SIZE - 1); base < e; base += UR_CHUNK_SIZE) {
+      if (find_chunk(m, base)) continue;
+      if (m->used_chunks == m->max_chunks) return -ENOSPC; /* would evict */
+      load_chunk(m, base);
+      if (base + UR_CHUNK_SIZE < base) break; /* the top of the address space */
+    }
+  }
+  return 0;
+}
+
+void ur_mem_freeze(struct ur_pread_mem *m) {
+  m->frozen = 1;
+  m->mem.room = SIZE_MAX; /* nothing is evicted any more: every view stays valid */
+}
+
 static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *avail) {
   struct ur_pread_mem *m = (struct ur_pread_mem *)mm;
   uint64_t base = addr & ~(UR_CHUNK_SIZE - 1);
   struct ur_chunk *c = m->last;
   if (!c || c->base != base) {
-    c = NULL;
-    size_t i = hash_slot(m, base);
-    while (m->table[i]) {
-      struct ur_chunk *t = &m->chunks[m->table[i] - 1];
-      if (t->base == base) {
-        c = t;
-        break;
+    c = find_chunk(m, base);
+    if (!c) {
+      if (m->frozen) {
+        m->frozen_miss = 1;
+        return NULL;
       }
-      i = (i + 1) & m->table_mask;
+      c = load_chunk(m, base);
     }
-    if (!c) c = load_chunk(m, base);
     if (!c) return NULL;
     c->referenced = 1;
     m->last = c;

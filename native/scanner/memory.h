@@ -43,12 +43,23 @@ struct ur_pread_mem {
   struct ur_chunk *last;    /* one-entry lookup cache: sequential scans hit it */
   uint64_t bytes_loaded;
   uint64_t chunk_loads;
+  int frozen;               /* ur_mem_preload ran: load nothing more */
+  int frozen_miss;          /* a view was asked outside what was preloaded */
 };
 
 /* Open /proc/pid/mem for reading; cache_bytes bounds the chunk cache (0:
  * default 1 GiB). Returns 0 or -errno. */
 int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes);
 void ur_mem_close(struct ur_pread_mem *m);
+
+/* Load every chunk under the (begin, end) pairs now. Returns 0, or -ENOSPC
+ * when they do not all fit in the cache with what is loaded already. */
+int ur_mem_preload(struct ur_pread_mem *m, const uint64_t *ranges, size_t n);
+
+/* Load nothing more: the caller lets the process run on, and a later load
+ * would read another moment. A view outside what is loaded then fails (NULL,
+ * frozen_miss set). */
+void ur_mem_freeze(struct ur_pread_mem *m);
 
 /* Views (mem.h ur_mem_view on &m->mem) reach to the end of addr's chunk and
  * stay valid while m->mem.room more chunks can be loaded without eviction. */

@@ -15,6 +15,12 @@ PyObject *ur_py_read_registry(PyObject *self, PyObject *args);
 PyObject *ur_py_read_stacks(PyObject *self, PyObject *args);
 PyObject *ur_py_sweep(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* _native.sweep(release=session): the stopped Session to release once the
+ * memory is copied (NULL with an exception set if it is not one), and the
+ * release itself, on the tracer thread, without the GIL. */
+void *ur_session_to_release(PyObject *obj);
+void ur_session_release_nogil(void *session);
+
 /* rc is -errno: raise the matching OSError subclass (ESRCH ->
  * ProcessLookupError, EPERM -> PermissionError, ETIMEDOUT -> TimeoutError),
  * EINVAL -> ValueError, ENOMEM -> MemoryError. Returns NULL. */

@@ -73,6 +73,22 @@ static void do_release(Session *s) {
   s->state = ST_RELEASED;
 }
 
+void *ur_session_to_release(PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, &ur_session_type)) {
+    PyErr_SetString(PyExc_TypeError, "release must be a Session");
+    return NULL;
+  }
+  Session *s = (Session *)obj;
+  if (check_owner(s) < 0) return NULL;
+  if (s->state != ST_STOPPED) {
+    PyErr_SetString(PyExc_RuntimeError, "release needs a stopped Session");
+    return NULL;
+  }
+  return s;
+}
+
+void ur_session_release_nogil(void *session) { do_release(session); }
+
 static void do_close(Session *s) {
   do_release(s);
   if (s->child > 0) {

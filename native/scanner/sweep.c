@@ -1,5 +1,11 @@
 /* _native.sweep(): the shared sweep core (native/mark/sweep_core.c) over
- * /proc/PID/mem, with the GIL released for the whole walk. */
+ * /proc/PID/mem, with the GIL released for the whole walk.
+ *
+ * release=SESSION (a target swept in place, "stopped" mode): every chunk the
+ * walk can touch (under an allocation or a root range) is read first, the
+ * session is released, and the mark and fold run on that copy while the
+ * target runs on. The pause is then the copy, not the sweep. When the copy
+ * would not fit in the cache the target stays stopped throughout, as before. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,15 +60,42 @@ static const uint64_t *aligned_words(Py_buffer *b, uint64_t **owned) {
 
 static uint64_t now_ns(void) { return ur_now_ns(); }
 
+/* Read everything the walk can touch, then let the target go. Returns 1 if
+ * it was released, 0 if the copy did not fit (it stays stopped). */
+static int copy_then_release(struct ur_pread_mem *mem, const struct ur_walker *w,
+                             const uint64_t *roots, size_t nroots, void *session) {
+  if (ur_mem_preload(mem, roots, nroots) != 0) return 0;
+  uint64_t done = 0; /* allocations come sorted: skip what the last one loaded */
+  for (size_t i = 0; i < w->n; i++) {
+    uint64_t r[2] = {w->begin[i] > done ? w->begin[i] : done, w->end[i]};
+    if (r[1] <= r[0]) continue;
+    if (ur_mem_preload(mem, r, 1) != 0) return 0;
+    done = r[1];
+  }
+  ur_mem_freeze(mem);
+  ur_session_release_nogil(session);
+  return 1;
+}
+
 PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"mem_pid", "allocs",   "root_ranges", "root_values",
-                           "stack_ids", "excluded", "cache_mb",   NULL};
+  static char *kwlist[] = {"mem_pid",  "allocs",   "root_ranges", "root_values", "stack_ids",
+                           "excluded", "cache_mb", "release",     NULL};
   int pid;
   unsigned long long cache_mb = 0;
+  PyObject *release_obj = NULL;
   Py_buffer ab, rb, vb, sb = {0}, eb = {0};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iy*y*y*|$y*y*K", kwlist, &pid, &ab, &rb, &vb,
-                                   &sb, &eb, &cache_mb))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iy*y*y*|$y*y*KO", kwlist, &pid, &ab, &rb, &vb,
+                                   &sb, &eb, &cache_mb, &release_obj))
     return NULL;
+  void *release = NULL;
+  if (release_obj && release_obj != Py_None && !(release = ur_session_to_release(release_obj))) {
+    PyBuffer_Release(&ab);
+    PyBuffer_Release(&rb);
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&sb);
+    PyBuffer_Release(&eb);
+    return NULL;
+  }
   PyObject *result = NULL;
   uint64_t *own_a = NULL, *own_r = NULL, *own_v = NULL, *own_s = NULL, *own_e = NULL;
   size_t nallocs = (size_t)ab.len / 16;
@@ -98,7 +131,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
       .nexcluded = excluded ? (size_t)eb.len / 8 : 0,
       .stack_ids = ids,
   };
-  int rc, opened = 0;
+  int rc, opened = 0, released = 0;
   Py_BEGIN_ALLOW_THREADS
   /* The walker only keeps the reader's address until marking starts. */
   rc = ur_walker_init(&w, &mem.mem, allocs, nallocs);
@@ -107,11 +140,13 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     rc = ur_mem_open(&mem, pid, cache);
     opened = rc == 0;
   }
+  if (rc == 0 && release) released = copy_then_release(&mem, &w, ranges, in.nranges, release);
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
+  if (rc == -ENOMEM && mem.frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
   Py_END_ALLOW_THREADS
   if (rc == 0) {
     result = Py_BuildValue(
-        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K}", "unreachable",
+        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K,s:O}", "unreachable",
         res.unreachable ? (const char *)res.unreachable : "", (Py_ssize_t)(res.nunreachable * 4),
         "leaks", res.leaks ? (const char *)res.leaks : "",
         (Py_ssize_t)(res.nleaks * sizeof(*res.leaks)), "unreachable_count",
@@ -121,7 +156,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         (unsigned long long)mem.mem.pages_skipped, "mark_ns", (unsigned long long)res.mark_ns,
         "fold_ns", (unsigned long long)res.fold_ns, "overlapping", (Py_ssize_t)w.overlapping,
         "bytes_read", (unsigned long long)mem.bytes_loaded, "allocation_count",
-        (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes);
+        (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
+        "released_early", released ? Py_True : Py_False);
   } else if (!opened && rc != -ENOMEM) {
     ur_py_raise(rc, rc == -ESRCH ? "no such process" : "cannot open the process's memory");
   } else {

@@ -108,3 +108,23 @@ def test_registry_comes_in_address_order(targets):
     begins = [registry.begin(i) for i in range(registry.count)]
     assert registry.count >= 10000
     assert begins == sorted(set(begins))
+
+
+def test_stopped_mode_lets_the_target_go_before_marking(targets):
+    """`stopped` pauses the target while the memory the walk needs is read,
+    not for the mark and fold (native/scanner/sweep.c, release=)."""
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    seen: dict[str, object] = {}
+
+    def progress(stage: str) -> None:
+        if stage in ("allocations", "marked"):
+            seen[stage] = (target.tracer(), target.state())
+
+    report = scan(target.pid, ScanOptions(snapshot="stopped"), progress=progress)
+    assert (report.leak_count, report.leak_bytes) == (
+        target.int("leak_count"),
+        target.int("leak_bytes"),
+    )
+    assert report.snapshot == "stopped"
+    assert seen["allocations"][0] != 0  # still held while its memory is read
+    assert seen["marked"][0] == 0 and seen["marked"][1] != "t"  # running during the mark

@@ -5,8 +5,9 @@ registers read. Then, when the shim's helper thread is there and its seccomp
 filters (if any) provably let its clone() through, the helper forks a
 copy-on-write child that stays frozen under ptrace; the target is released at
 once and the sweep reads the child. Otherwise ("stopped" mode) the target
-stays paused for the whole sweep. The pause therefore costs a page-table
-copy, not a heap copy (docs/pause.md has the numbers).
+stays paused while the scanner copies the memory the sweep needs
+(sweep/mark.py, release=). The pause therefore costs a page-table copy or a
+heap copy, never the mark (docs/pause.md has the numbers).
 
 Every exit path releases the target: the native Session detaches on close, on
 garbage collection, and the kernel detaches it if this process dies.

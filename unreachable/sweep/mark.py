@@ -48,8 +48,16 @@ def _root_ranges(roots: Roots, inflight: dict[int, int]) -> list[tuple[int, int]
     return list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
 
 
-def sweep(mem_pid: int, registry: Registry, roots: Roots, register_words: bytes) -> SweepResult:
-    """The sweep from outside: the target (or its frozen child) read through /proc."""
+def sweep(
+    mem_pid: int,
+    registry: Registry,
+    roots: Roots,
+    register_words: bytes,
+    release: _native.Session | None = None,
+) -> SweepResult:
+    """The sweep from outside: the target (or its frozen child) read through /proc.
+    release: the stopped target's session, let go as soon as the memory the
+    walk needs is read (native/scanner/sweep.c)."""
     inflight = _inflight(registry)
     packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in _root_ranges(roots, inflight))
     raw = _native.sweep(
@@ -59,6 +67,7 @@ def sweep(mem_pid: int, registry: Registry, roots: Roots, register_words: bytes)
         register_words,
         stack_ids=registry.stack_ids.cast("B"),
         excluded=b"".join(struct.pack("<Q", p) for p in inflight),
+        release=release,
     )
     return SweepResult(
         unreachable_count=raw["unreachable_count"],
