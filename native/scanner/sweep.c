@@ -17,22 +17,30 @@
 #include "sweep_core.h"
 #include "thread_capture.h"
 
-/* Chunks the walk can touch at most: those under an allocation or a root
- * range. Sizing the cache to this means nothing is ever evicted and re-read
- * (a random-order list over a 1 GiB heap would otherwise reload a 1 MiB chunk
- * per block), bounded by half the available memory. */
-static uint64_t default_cache_bytes(const struct ur_walker *w, const uint64_t *ranges,
-                                    size_t nranges) {
+/* Chunks spanned by n ranges, counting a chunk shared by neighbours in the
+ * list once: exact for sorted ranges, an overestimate otherwise. Each range
+ * is begin[i * stride] to end[i * stride], or, with `sizes`, begin plus
+ * max(that, 1) (the registry's (begin, size) pairs). */
+static uint64_t chunks_spanned(const uint64_t *begin, const uint64_t *end, size_t stride,
+                               size_t n, int sizes) {
   uint64_t chunks = 0, last = UINT64_MAX;
-  for (size_t i = 0; i < w->n; i++) {
-    uint64_t first = w->begin[i] >> UR_CHUNK_SHIFT, end = (w->end[i] - 1) >> UR_CHUNK_SHIFT;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b = begin[i * stride], e = end[i * stride];
+    if (sizes) e = b + (e ? e : 1) < b ? UINT64_MAX : b + (e ? e : 1);
+    if (e <= b) continue;
+    uint64_t first = b >> UR_CHUNK_SHIFT, final = (e - 1) >> UR_CHUNK_SHIFT;
     if (first == last) first++;
-    if (end >= first && end != UINT64_MAX) chunks += end - first + 1;
-    last = end;
+    if (final >= first && final != UINT64_MAX) chunks += final - first + 1;
+    last = final;
   }
-  for (size_t i = 0; i < nranges; i++)
-    if (ranges[2 * i + 1] > ranges[2 * i])
-      chunks += ((ranges[2 * i + 1] - 1) >> UR_CHUNK_SHIFT) - (ranges[2 * i] >> UR_CHUNK_SHIFT) + 1;
+  return chunks;
+}
+
+/* Enough cache for `chunks` (those under an allocation or a root range):
+ * sized so, nothing is ever evicted and re-read (a random-order list over a
+ * 1 GiB heap would otherwise reload a 1 MiB chunk per block), bounded by half
+ * the available memory. */
+static uint64_t cache_bytes_for(uint64_t chunks) {
   uint64_t avail = 0;
   FILE *f = fopen("/proc/meminfo", "re");
   if (f) {
@@ -43,8 +51,8 @@ static uint64_t default_cache_bytes(const struct ur_walker *w, const uint64_t *r
     fclose(f);
   }
   chunks += 64; /* headroom: the walker batches only while 32 chunks are free */
-  uint64_t bytes = chunks << UR_CHUNK_SHIFT, cap = avail ? avail / 2 : (UINT64_C(1) << 30);
-  if (bytes > cap) bytes = cap;
+  uint64_t cap = avail ? avail / 2 : (UINT64_C(1) << 30);
+  uint64_t bytes = chunks > (cap >> UR_CHUNK_SHIFT) ? cap : chunks << UR_CHUNK_SHIFT;
   if (bytes < (UINT64_C(64) << 20)) bytes = UINT64_C(64) << 20;
   return bytes;
 }
@@ -60,17 +68,17 @@ static const uint64_t *aligned_words(Py_buffer *b, uint64_t **owned) {
 
 static uint64_t now_ns(void) { return ur_now_ns(); }
 
-/* Read everything the walk can touch, then let the target go. Returns 1 if
- * it was released, 0 if the copy did not fit (it stays stopped). */
-static int copy_then_release(struct ur_pread_mem *mem, const struct ur_walker *w,
+/* Read every chunk under an allocation (unsorted (begin, size) pairs) or a
+ * root range, then let the target go: the walker's index is built after, on
+ * the scanner's time. Returns 1 if it was released, 0 if the copy did not
+ * fit (the target stays stopped and the reader loads on demand). */
+static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, size_t nallocs,
                              const uint64_t *roots, size_t nroots, void *session) {
   if (ur_mem_preload(mem, roots, nroots) != 0) return 0;
-  uint64_t done = 0; /* allocations come sorted: skip what the last one loaded */
-  for (size_t i = 0; i < w->n; i++) {
-    uint64_t r[2] = {w->begin[i] > done ? w->begin[i] : done, w->end[i]};
-    if (r[1] <= r[0]) continue;
+  for (size_t i = 0; i < nallocs; i++) {
+    uint64_t b = allocs[2 * i], s = allocs[2 * i + 1] ? allocs[2 * i + 1] : 1;
+    uint64_t r[2] = {b, b + s < b ? UINT64_MAX : b + s};
     if (ur_mem_preload(mem, r, 1) != 0) return 0;
-    done = r[1];
   }
   ur_mem_freeze(mem);
   ur_session_release_nogil(session);
@@ -120,7 +128,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     goto out;
   }
   struct ur_pread_mem mem;
-  struct ur_walker w;
+  struct ur_walker w = {0};
   struct ur_sweep_out res = {0};
   struct ur_sweep_in in = {
       .ranges = ranges,
@@ -131,16 +139,24 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
       .nexcluded = excluded ? (size_t)eb.len / 8 : 0,
       .stack_ids = ids,
   };
-  int rc, opened = 0, released = 0;
+  int rc = 0, opened = 0, released = 0;
+  uint64_t root_chunks = chunks_spanned(ranges, ranges + 1, 2, in.nranges, 0);
   Py_BEGIN_ALLOW_THREADS
+  if (release) {
+    /* The copy first (the cache sized from the unsorted list: an
+     * overestimate, bounded like any), the index once the target runs. */
+    uint64_t chunks = chunks_spanned(allocs, allocs + 1, 2, nallocs, 1);
+    rc = ur_mem_open(&mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks + root_chunks));
+    opened = rc == 0;
+    if (rc == 0) released = copy_then_release(&mem, allocs, nallocs, ranges, in.nranges, release);
+  }
   /* The walker only keeps the reader's address until marking starts. */
-  rc = ur_walker_init(&w, &mem.mem, allocs, nallocs);
-  if (rc == 0) {
-    uint64_t cache = cache_mb ? cache_mb << 20 : default_cache_bytes(&w, ranges, in.nranges);
-    rc = ur_mem_open(&mem, pid, cache);
+  if (rc == 0) rc = ur_walker_init(&w, &mem.mem, allocs, nallocs);
+  if (rc == 0 && !opened) {
+    uint64_t chunks = chunks_spanned(w.begin, w.end, 1, w.n, 0) + root_chunks;
+    rc = ur_mem_open(&mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
     opened = rc == 0;
   }
-  if (rc == 0 && release) released = copy_then_release(&mem, &w, ranges, in.nranges, release);
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
   if (rc == -ENOMEM && mem.frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
   Py_END_ALLOW_THREADS
