@@ -153,8 +153,8 @@ def handle(args: argparse.Namespace) -> int:
         print(format_summary(report), file=sys.stderr)
     elif report.snapshot_note and sys.stderr.isatty():
         print(
-            f"unreachable-cli: note: pid {report.pid} stayed paused for the whole sweep "
-            f"({report.pause_ms:.0f} ms): {report.snapshot_note}",
+            f"unreachable-cli: note: pid {report.pid} was swept in place, paused "
+            f"{report.pause_ms:.0f} ms: {report.snapshot_note}",
             file=sys.stderr,
         )
     return EXIT_LEAKS if report.leak_count else EXIT_NO_LEAKS

@@ -73,7 +73,7 @@ def format_report(report: ScanReport) -> str:
 
 def format_summary(report: ScanReport) -> str:
     """One line for logs: libmemunreachable's closing summary plus timings,
-    and why the target stayed paused for the whole sweep when it did."""
+    and why the target was swept in place (no snapshot child) when it was."""
     stopped = f"; swept stopped: {report.snapshot_note}" if report.snapshot_note else ""
     return (
         f"{report.leak_bytes} bytes in {report.leak_count}"
