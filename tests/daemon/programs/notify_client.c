@@ -8,15 +8,7 @@
 
 #include "../../scan/programs/scenario.h"
 
-void *g_data = (void *)1;
-void *g_bss;
-
-__attribute__((noinline)) static void setup(void) {
-  g_data = malloc(100);
-  g_bss = malloc(200);
-  void *lost = malloc(300);
-  KEEP(lost);
-}
+#include "../../scan/programs/globals_heap.h"
 
 static void ask(const char *path, int pid) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

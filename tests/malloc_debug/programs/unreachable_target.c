@@ -3,15 +3,7 @@
  * on the main thread) until killed or stdin closes. */
 #include "../../scan/programs/scenario.h"
 
-void *g_data = (void *)1;
-void *g_bss;
-
-__attribute__((noinline)) static void setup(void) {
-  g_data = malloc(100);
-  g_bss = malloc(200);
-  void *lost = malloc(300);
-  KEEP(lost);
-}
+#include "../../scan/programs/globals_heap.h"
 
 int main(int argc, char **argv) {
   setup();

@@ -1,15 +1,7 @@
 /* The only pointer to a block in .data, in .bss; one block dropped. */
 #include "scenario.h"
 
-void *g_data = (void *)1; /* initialised: .data */
-void *g_bss;              /* zero: .bss */
-
-__attribute__((noinline)) static void setup(void) {
-  g_data = malloc(100);
-  g_bss = malloc(200);
-  void *lost = malloc(300);
-  KEEP(lost);
-}
+#include "globals_heap.h"
 
 int main(void) {
   setup();

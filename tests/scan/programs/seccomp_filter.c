@@ -21,15 +21,7 @@
 
 #include "scenario.h"
 
-void *g_data = (void *)1;
-void *g_bss;
-
-__attribute__((noinline)) static void setup(void) {
-  g_data = malloc(100);
-  g_bss = malloc(200);
-  void *lost = malloc(300);
-  KEEP(lost);
-}
+#include "globals_heap.h"
 
 /* libseccomp's ABI (seccomp.h), for dlopen. */
 struct scmp_arg_cmp {
