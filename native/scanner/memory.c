@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +119,8 @@ static void table_remove(struct ur_pread_mem *m, uint64_t base) {
   }
 }
 
-static struct ur_chunk *load_chunk(struct ur_pread_mem *m, uint64_t base) {
+/* A slot for base, entered in the table, its bytes not read yet. */
+static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   struct ur_chunk *c;
   if (m->used_chunks < m->max_chunks) {
     c = &m->chunks[m->used_chunks];
@@ -140,12 +142,22 @@ static struct ur_chunk *load_chunk(struct ur_pread_mem *m, uint64_t base) {
   c->any_bad = 0;
   memset(c->bad, 0, sizeof(c->bad));
   memset(c->counted, 0, sizeof(c->counted));
-  read_pages(m->fd, base, c->data, UR_CHUNK_SIZE, c->bad, &c->any_bad);
   m->bytes_loaded += UR_CHUNK_SIZE;
   m->chunk_loads++;
   size_t i = hash_slot(m, base);
   while (m->table[i]) i = (i + 1) & m->table_mask;
   m->table[i] = (uint32_t)(c - m->chunks) + 1;
+  return c;
+}
+
+/* Touches only c: chunks can be read by several threads at once. */
+static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
+  read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, &c->any_bad);
+}
+
+static struct ur_chunk *load_chunk(struct ur_pread_mem *m, uint64_t base) {
+  struct ur_chunk *c = reserve_chunk(m, base);
+  read_chunk(m, c);
   return c;
 }
 
@@ -169,18 +181,47 @@ static struct ur_chunk *find_chunk(struct ur_pread_mem *m, uint64_t base) {
   return NULL;
 }
 
-int ur_mem_preload(struct ur_pread_mem *m, const uint64_t *ranges, size_t n) {
+int ur_mem_reserve(struct ur_pread_mem *m, const uint64_t *ranges, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint64_t b = ranges[2 * i], e = ranges[2 * i + 1];
     if (e <= b) continue;
     for (uint64_t base = b & ~(UR_CHUNK_SIZE - 1); base < e; base += UR_CHUNK_SIZE) {
       if (find_chunk(m, base)) continue;
       if (m->used_chunks == m->max_chunks) return -ENOSPC; /* would evict */
-      load_chunk(m, base);
+      reserve_chunk(m, base);
       if (base + UR_CHUNK_SIZE < base) break; /* the top of the address space */
     }
   }
   return 0;
+}
+
+struct fill_job {
+  const struct ur_pread_mem *m;
+  size_t first, end, step;
+};
+
+static void *fill_part(void *arg) {
+  const struct fill_job *j = arg;
+  for (size_t i = j->first; i < j->end; i += j->step) read_chunk(j->m, &j->m->chunks[i]);
+  return NULL;
+}
+
+void ur_mem_fill(struct ur_pread_mem *m, size_t from, unsigned threads) {
+  if (threads < 1) threads = 1;
+  if (threads > 16) threads = 16;
+  pthread_t t[16];
+  struct fill_job jobs[16];
+  unsigned started = 0;
+  for (unsigned k = 0; k < threads; k++) {
+    jobs[k] = (struct fill_job){m, from + k, m->used_chunks, threads};
+    /* The last part runs here; a thread that cannot start leaves its part
+     * to this one too. */
+    if (k + 1 < threads && pthread_create(&t[k], NULL, fill_part, &jobs[k]) == 0) started |= 1u << k;
+  }
+  for (unsigned k = 0; k < threads; k++)
+    if (!(started & (1u << k))) fill_part(&jobs[k]);
+  for (unsigned k = 0; k + 1 < threads; k++)
+    if (started & (1u << k)) pthread_join(t[k], NULL);
 }
 
 void ur_mem_freeze(struct ur_pread_mem *m) {

@@ -43,7 +43,7 @@ struct ur_pread_mem {
   struct ur_chunk *last;    /* one-entry lookup cache: sequential scans hit it */
   uint64_t bytes_loaded;
   uint64_t chunk_loads;
-  int frozen;               /* ur_mem_preload ran: load nothing more */
+  int frozen;               /* ur_mem_freeze ran: load nothing more */
   int frozen_miss;          /* a view was asked outside what was preloaded */
 };
 
@@ -52,9 +52,14 @@ struct ur_pread_mem {
 int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes);
 void ur_mem_close(struct ur_pread_mem *m);
 
-/* Load every chunk under the (begin, end) pairs now. Returns 0, or -ENOSPC
- * when they do not all fit in the cache with what is loaded already. */
-int ur_mem_preload(struct ur_pread_mem *m, const uint64_t *ranges, size_t n);
+/* Give every chunk under the (begin, end) pairs a slot, unread: read them
+ * with ur_mem_fill before any view. Returns 0, or -ENOSPC when they do not
+ * all fit in the cache with what is there already (the slots given stay). */
+int ur_mem_reserve(struct ur_pread_mem *m, const uint64_t *ranges, size_t n);
+
+/* Read the slots given since used_chunks was `from`, with `threads` threads
+ * (pread on one descriptor: each thread reads whole chunks of its own). */
+void ur_mem_fill(struct ur_pread_mem *m, size_t from, unsigned threads);
 
 /* Load nothing more: the caller lets the process run on, and a later load
  * would read another moment. A view outside what is loaded then fails (NULL,

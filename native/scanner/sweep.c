@@ -7,6 +7,7 @@
  * target runs on. The pause is then the copy, not the sweep. When the copy
  * would not fit in the cache the target stays stopped throughout, as before. */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,18 +69,32 @@ static const uint64_t *aligned_words(Py_buffer *b, uint64_t **owned) {
 
 static uint64_t now_ns(void) { return ur_now_ns(); }
 
+/* Threads that read a stopped target's memory: the copy is the pause, and
+ * /proc/PID/mem reads are CPU-bound per thread. The CPUs we may use, <= 4. */
+static unsigned copy_threads(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  int n = CPU_COUNT(&set);
+  return n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+}
+
 /* Read every chunk under an allocation (unsorted (begin, size) pairs) or a
  * root range, then let the target go: the walker's index is built after, on
  * the scanner's time. Returns 1 if it was released, 0 if the copy did not
  * fit (the target stays stopped and the reader loads on demand). */
 static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, size_t nallocs,
                              const uint64_t *roots, size_t nroots, void *session) {
-  if (ur_mem_preload(mem, roots, nroots) != 0) return 0;
-  for (size_t i = 0; i < nallocs; i++) {
+  size_t from = mem->used_chunks;
+  int rc = ur_mem_reserve(mem, roots, nroots);
+  for (size_t i = 0; rc == 0 && i < nallocs; i++) {
     uint64_t b = allocs[2 * i], s = allocs[2 * i + 1] ? allocs[2 * i + 1] : 1;
     uint64_t r[2] = {b, b + s < b ? UINT64_MAX : b + s};
-    if (ur_mem_preload(mem, r, 1) != 0) return 0;
+    rc = ur_mem_reserve(mem, r, 1);
   }
+  /* What was reserved is read even when not everything fit: a slot in the
+   * table must hold its bytes before anyone views it. */
+  ur_mem_fill(mem, from, copy_threads());
+  if (rc != 0) return 0;
   ur_mem_freeze(mem);
   ur_session_release_nogil(session);
   return 1;
