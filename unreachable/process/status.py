@@ -18,7 +18,6 @@ class ProcessStatus:
     name: str
     state: str
     tracer_pid: int
-    seccomp: int
     is_kernel_thread: bool
 
 
@@ -44,7 +43,6 @@ def read_status(pid: int) -> ProcessStatus:
         name=fields.get("Name", "").strip(),
         state=fields.get("State", "?").strip()[:1],
         tracer_pid=int(fields.get("TracerPid", "0").strip() or 0),
-        seccomp=int(fields.get("Seccomp", "0").strip() or 0),
         is_kernel_thread=kthread,
     )
 
