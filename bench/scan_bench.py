@@ -1,9 +1,10 @@
 """End-to-end `scan()` against allocation count: the issue's 10M-in-5-s target.
 
 Starts tests/scan/programs/many.c under the shim with LIVE reachable and
-LEAKED dropped blocks, and scans it once per size the default way (fork
-snapshot, swept inside the snapshot child) and, in the same run for
-comparison, with the snapshot swept from outside (--sweep scanner).
+LEAKED dropped blocks, and scans it once per size the default way (a fork
+snapshot swept inside the snapshot child; from 256 MiB of writable memory a
+copy snapshot swept by the scanner) and, in the same run for comparison,
+with --sweep scanner (a fork snapshot swept from outside, or the copy again).
 Usage: python bench/scan_bench.py [--sizes 100000,1000000,10000000] [--no-compare]
 """
 

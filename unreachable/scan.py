@@ -1,7 +1,9 @@
 """One scan, stage by stage: capture -> allocations -> roots -> sweep -> fold -> symbolize.
 
-The target is paused only inside capture (or, in "stopped" mode, until the
-sweep ends); symbolization runs after it has been released.
+The target is paused only inside capture (in "stopped" mode, until the memory
+the sweep needs is copied); symbolization runs after it has been released.
+In "copy" mode every stage reads the copy made in capture
+(capture/copy_snapshot.py), the target running on.
 
 In fork mode the snapshot child sweeps itself (sweep/child.py): it starts
 building its allocation index as soon as this process has read its maps, and
@@ -13,18 +15,21 @@ sweep.
 
 from __future__ import annotations
 
-import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from unreachable.allocations.registry import read_registry
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.fold.dedup import dedup
 from unreachable.process.maps import Mapping, read_maps
+from unreachable.process.memory import Memory, memory_reader, present_ranges
 from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
@@ -60,14 +65,12 @@ def _child_holds(child: ChildSweeper, mappings: list[Mapping]) -> Callable[[Mapp
     return lambda m: answers.get((m.start, m.end), False)
 
 
-def _read_contents(mem_pid: int, addr: int, size: int) -> bytes:
-    fd = os.open(f"/proc/{mem_pid}/mem", os.O_RDONLY)
-    try:
-        return os.pread(fd, min(size, CONTENTS_BYTES), addr)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
+def _read_contents(memory: Memory, addr: int, size: int) -> bytes:
+    with memory_reader(memory) as read:
+        try:
+            return read(addr, min(size, CONTENTS_BYTES))
+        except OSError:
+            return b""
 
 
 def scan(
@@ -99,13 +102,16 @@ def _scan(
     addr = target.shim.descriptor_addr
     forked = False
     try:
-        with stop_world(target, options.snapshot) as capture:
+        # Only a fork snapshot has a child to sweep in: "auto" then never copies.
+        copy_from = sys.maxsize if options.sweep == "child" else COPY_FROM_BYTES
+        with stop_world(target, options.snapshot, copy_from) as capture:
             note("captured")
             forked = capture.snapshot == "fork"
             mem_pid = capture.mem_pid
+            memory = capture.memory
             # The child's maps, read before it runs a single instruction: its
             # own memory (stack, inbox, scratch) never becomes a root.
-            mappings = read_maps(mem_pid)
+            mappings = capture.mappings or read_maps(mem_pid)
             child: ChildSweeper | None = None
             if in_child and forked:
                 if not target.header.child_box:
@@ -119,9 +125,10 @@ def _scan(
                 raise TargetUnscannable(
                     f"no in-child sweep without a snapshot child: {capture.snapshot_error}"
                 )
-            registry = read_registry(mem_pid, addr, entries=child is None)
+            registry = read_registry(memory, addr, entries=child is None)
+            present = partial(present_ranges, memory)
             sps = {t.tid: t.sp for t in capture.threads}
-            arena = find_main_arena(mem_pid, mappings)
+            arena = find_main_arena(memory, mappings)
             regs = register_words(
                 [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
             )
@@ -131,7 +138,13 @@ def _scan(
                     holds = _child_holds(child, mappings)
                     note("allocations")
                     roots = classify(
-                        mappings, sps, registry, target.shim.path, [arena] if arena else [], holds
+                        mappings,
+                        sps,
+                        registry,
+                        target.shim.path,
+                        [arena] if arena else [],
+                        holds,
+                        present,
                     )
                     regs += dtv_words(mem_pid, roots.dead_stacks)
                     threads = options.mark_threads or default_mark_threads()
@@ -150,24 +163,31 @@ def _scan(
             if result is None:
                 note("allocations")
                 roots = classify(
-                    mappings, sps, registry, target.shim.path, [arena] if arena else []
+                    mappings,
+                    sps,
+                    registry,
+                    target.shim.path,
+                    [arena] if arena else [],
+                    present=present,
                 )
-                regs += dtv_words(mem_pid, roots.dead_stacks)
+                regs += dtv_words(memory, roots.dead_stacks)
                 # Stopped in place: let it go once the walk's memory is read.
                 stopped = capture.snapshot == "stopped"
-                result = sweep(mem_pid, registry, roots, regs, capture.session if stopped else None)
+                result = sweep(memory, registry, roots, regs, capture.session if stopped else None)
             note("marked")
             leaks = dedup(result.leaks, options.limit)
             note("folded")
             contents = {
-                leak.begin: _read_contents(mem_pid, leak.begin, leak.size)
+                leak.begin: _read_contents(memory, leak.begin, leak.size)
                 for leak in leaks
                 if options.contents
             }
             stack_ids = {leak.stack_id for leak in leaks if leak.stack_id}
-            stacks = read_stacks(mem_pid, addr, stack_ids)
+            stacks = read_stacks(memory, addr, stack_ids)
             snapshot_kind = capture.snapshot
-            snapshot_note = capture.snapshot_error if options.snapshot == "auto" else ""
+            # Said when the scan fell back from what was asked (or from auto's
+            # first choice); an explicit "stopped" needs no reason.
+            snapshot_note = capture.snapshot_error if options.snapshot != "stopped" else ""
             threads = len(capture.threads)
     except (ProcessLookupError, TargetNotFound):
         # The target (or its frozen copy) vanished between two reads. A copy
@@ -216,5 +236,5 @@ def _scan(
         bytes_scanned=result.bytes_scanned,
         sweep=result.place,
         sweep_fallback=fallback,
-        snapshot_note=snapshot_note if snapshot_kind == "stopped" else "",
+        snapshot_note=snapshot_note,
     )

@@ -53,6 +53,7 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
 
 void ur_mem_close(struct ur_pread_mem *m) {
   ur_big_release(m->arena, m->max_chunks * UR_CHUNK_SIZE);
+  free(m->zero_ranges);
   free(m->chunks);
   free(m->table);
   if (m->fd >= 0) close(m->fd);
@@ -64,7 +65,7 @@ void ur_mem_close(struct ur_pread_mem *m) {
  * bitmap indexed by page from addr, may be NULL). addr must be page aligned
  * for the bitmap to be meaningful. */
 static size_t read_pages(int fd, uint64_t addr, uint8_t *buf, size_t len, uint64_t *bad,
-                         int *any_bad) {
+                         size_t first_page, int *any_bad) {
   size_t pos = 0, good = 0;
   while (pos < len) {
     ssize_t r = -1;
@@ -83,7 +84,7 @@ static size_t read_pages(int fd, uint64_t addr, uint8_t *buf, size_t len, uint64
     if (next > len) next = len;
     memset(buf + pos, 0, next - pos);
     if (bad) {
-      size_t page = pos >> UR_PAGE_SHIFT;
+      size_t page = first_page + (pos >> UR_PAGE_SHIFT);
       bad[page / 64] |= UINT64_C(1) << (page % 64);
     }
     if (any_bad) *any_bad = 1;
@@ -93,7 +94,7 @@ static size_t read_pages(int fd, uint64_t addr, uint8_t *buf, size_t len, uint64
 }
 
 size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len) {
-  return read_pages(fd, addr, buf, len, NULL, NULL);
+  return read_pages(fd, addr, buf, len, NULL, 0, NULL);
 }
 
 static void table_remove(struct ur_pread_mem *m, uint64_t base) {
@@ -142,6 +143,7 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   c->any_bad = 0;
   memset(c->bad, 0, sizeof(c->bad));
   memset(c->counted, 0, sizeof(c->counted));
+  memset(c->synced, 0, sizeof(c->synced));
   m->bytes_loaded += UR_CHUNK_SIZE;
   m->chunk_loads++;
   size_t i = hash_slot(m, base);
@@ -152,7 +154,17 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
 
 /* Touches only c: chunks can be read by several threads at once. */
 static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
-  read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, &c->any_bad);
+  read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
+}
+
+void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t addr,
+                      uint64_t len) {
+  size_t first = (size_t)((addr - c->base) >> UR_PAGE_SHIFT);
+  size_t pages = (size_t)(len >> UR_PAGE_SHIFT);
+  for (size_t p = first; p < first + pages; p++) c->bad[p / 64] &= ~(UINT64_C(1) << (p % 64));
+  int any = 0;
+  read_pages(m->fd, addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any);
+  if (any) c->any_bad = 1;
 }
 
 static struct ur_chunk *load_chunk(struct ur_pread_mem *m, uint64_t base) {
@@ -181,6 +193,72 @@ static struct ur_chunk *find_chunk(struct ur_pread_mem *m, uint64_t base) {
   return NULL;
 }
 
+struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base) { return find_chunk(m, base); }
+
+int ur_mem_set_zero_ranges(struct ur_pread_mem *m, const uint64_t *pairs, size_t n) {
+  uint64_t *copy = n ? malloc(n * 2 * sizeof(uint64_t)) : NULL;
+  if (n && !copy) return -ENOMEM;
+  if (n) memcpy(copy, pairs, n * 2 * sizeof(uint64_t));
+  free(m->zero_ranges);
+  m->zero_ranges = copy;
+  m->n_zero_ranges = n;
+  return 0;
+}
+
+uint64_t ur_mem_zero_range_end(const struct ur_pread_mem *m, uint64_t addr) {
+  size_t lo = 0, hi = m->n_zero_ranges;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->zero_ranges[2 * mid + 1] <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < m->n_zero_ranges && m->zero_ranges[2 * lo] <= addr ? m->zero_ranges[2 * lo + 1] : 0;
+}
+
+static const uint8_t zero_chunk[UR_CHUNK_SIZE];
+
+struct ur_chunk *ur_mem_chunk(struct ur_pread_mem *m, uint64_t base, int *err) {
+  struct ur_chunk *c = find_chunk(m, base);
+  if (c) return c;
+  if (m->used_chunks == m->max_chunks) {
+    *err = -ENOSPC;
+    return NULL;
+  }
+  return reserve_chunk(m, base);
+}
+
+size_t ur_mem_read_cached(struct ur_pread_mem *m, uint64_t addr, void *buf, size_t len) {
+  size_t pos = 0, good = 0;
+  uint8_t *out = buf;
+  while (pos < len) {
+    uint64_t a = addr + pos, base = a & ~(UR_CHUNK_SIZE - 1);
+    size_t n = (size_t)(UR_CHUNK_SIZE - (a - base));
+    if (n > len - pos) n = len - pos;
+    struct ur_chunk *c = find_chunk(m, base);
+    if (!c) {
+      memset(out + pos, 0, n);
+      uint64_t zend = ur_mem_zero_range_end(m, a);
+      if (zend) good += zend - a < n ? (size_t)(zend - a) : n;
+    } else {
+      memcpy(out + pos, c->data + (a - base), n);
+      for (size_t q = 0; q < n;) {
+        size_t page = (size_t)((a + q - base) >> UR_PAGE_SHIFT);
+        size_t in_page = (size_t)(UR_PAGE_SIZE - ((a + q) & (UR_PAGE_SIZE - 1)));
+        if (in_page > n - q) in_page = n - q;
+        if (!(c->bad[page / 64] & (UINT64_C(1) << (page % 64))))
+          good += in_page;
+        else
+          memset(out + pos + q, 0, in_page);
+        q += in_page;
+      }
+    }
+    pos += n;
+  }
+  return good;
+}
+
 int ur_mem_reserve(struct ur_pread_mem *m, const uint64_t *ranges, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint64_t b = ranges[2 * i], e = ranges[2 * i + 1];
@@ -193,6 +271,21 @@ int ur_mem_reserve(struct ur_pread_mem *m, const uint64_t *ranges, size_t n) {
     }
   }
   return 0;
+}
+
+void ur_mem_parallel(unsigned threads, void *(*part)(void *), void *jobs, size_t job_size) {
+  if (threads < 1) threads = 1;
+  if (threads > UR_MEM_MAX_THREADS) threads = UR_MEM_MAX_THREADS;
+  pthread_t t[UR_MEM_MAX_THREADS];
+  unsigned started = 0;
+  for (unsigned k = 0; k + 1 < threads; k++)
+    if (pthread_create(&t[k], NULL, part, (char *)jobs + k * job_size) == 0) started |= 1u << k;
+  /* The last part runs here; a thread that cannot start leaves its part to
+   * this one too. */
+  for (unsigned k = 0; k < threads; k++)
+    if (!(started & (1u << k))) part((char *)jobs + k * job_size);
+  for (unsigned k = 0; k + 1 < threads; k++)
+    if (started & (1u << k)) pthread_join(t[k], NULL);
 }
 
 struct fill_job {
@@ -208,20 +301,11 @@ static void *fill_part(void *arg) {
 
 void ur_mem_fill(struct ur_pread_mem *m, size_t from, unsigned threads) {
   if (threads < 1) threads = 1;
-  if (threads > 16) threads = 16;
-  pthread_t t[16];
-  struct fill_job jobs[16];
-  unsigned started = 0;
-  for (unsigned k = 0; k < threads; k++) {
-    jobs[k] = (struct fill_job){m, from + k, m->used_chunks, threads};
-    /* The last part runs here; a thread that cannot start leaves its part
-     * to this one too. */
-    if (k + 1 < threads && pthread_create(&t[k], NULL, fill_part, &jobs[k]) == 0) started |= 1u << k;
-  }
+  if (threads > UR_MEM_MAX_THREADS) threads = UR_MEM_MAX_THREADS;
+  struct fill_job jobs[UR_MEM_MAX_THREADS];
   for (unsigned k = 0; k < threads; k++)
-    if (!(started & (1u << k))) fill_part(&jobs[k]);
-  for (unsigned k = 0; k + 1 < threads; k++)
-    if (started & (1u << k)) pthread_join(t[k], NULL);
+    jobs[k] = (struct fill_job){m, from + k, m->used_chunks, threads};
+  ur_mem_parallel(threads, fill_part, jobs, sizeof jobs[0]);
 }
 
 void ur_mem_freeze(struct ur_pread_mem *m) {
@@ -236,6 +320,15 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
   if (!c || c->base != base) {
     c = find_chunk(m, base);
     if (!c) {
+      uint64_t zend = m->frozen ? ur_mem_zero_range_end(m, addr) : 0;
+      if (zend) {
+        /* Absent when copied: zero. No window, so each view comes back here. */
+        uint64_t n = (zend < base + UR_CHUNK_SIZE && zend > base ? zend : base + UR_CHUNK_SIZE) - addr;
+        if (end > addr && end - addr < n) n = end - addr;
+        mm->win_lo = mm->win_hi = 0;
+        *avail = n;
+        return zero_chunk + (addr - base);
+      }
       if (m->frozen) {
         m->frozen_miss = 1;
         return NULL;

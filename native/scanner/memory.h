@@ -26,6 +26,7 @@ struct ur_chunk {
   uint8_t *data;                          /* UR_CHUNK_SIZE bytes */
   uint64_t bad[UR_CHUNK_PAGES / 64];      /* pages that could not be read */
   uint64_t counted[UR_CHUNK_PAGES / 64];  /* bad pages already counted in pages_skipped */
+  uint64_t synced[UR_CHUNK_PAGES / 64];   /* pages a copy snapshot holds (page_sync.h) */
   int any_bad;
   int referenced;                         /* clock bit */
 };
@@ -45,6 +46,10 @@ struct ur_pread_mem {
   uint64_t chunk_loads;
   int frozen;               /* ur_mem_freeze ran: load nothing more */
   int frozen_miss;          /* a view was asked outside what was preloaded */
+  /* Frozen: a chunk not held inside one of these sorted (begin, end) pairs
+   * reads as zero (a copy snapshot's anonymous memory that was absent). */
+  uint64_t *zero_ranges;
+  size_t n_zero_ranges;
 };
 
 /* Open /proc/pid/mem for reading; cache_bytes bounds the chunk cache (0:
@@ -56,6 +61,12 @@ void ur_mem_close(struct ur_pread_mem *m);
  * with ur_mem_fill before any view. Returns 0, or -ENOSPC when they do not
  * all fit in the cache with what is there already (the slots given stay). */
 int ur_mem_reserve(struct ur_pread_mem *m, const uint64_t *ranges, size_t n);
+
+#define UR_MEM_MAX_THREADS 16
+
+/* Run part(&jobs[k]) for each of `threads` jobs (at most UR_MEM_MAX_THREADS),
+ * on threads of their own but the last, which runs on the caller's. */
+void ur_mem_parallel(unsigned threads, void *(*part)(void *), void *jobs, size_t job_size);
 
 /* Read the slots given since used_chunks was `from`, with `threads` threads
  * (pread on one descriptor: each thread reads whole chunks of its own). */
@@ -72,5 +83,28 @@ void ur_mem_freeze(struct ur_pread_mem *m);
 /* Uncached read of [addr, addr+len) with unreadable pages zeroed (not
  * counted). Returns the number of bytes that were actually readable. */
 size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len);
+
+/* The same, but from what the cache holds (a frozen copy snapshot): bytes of
+ * chunks it does not hold and of pages that could not be read are zeroed. */
+size_t ur_mem_read_cached(struct ur_pread_mem *m, uint64_t addr, void *buf, size_t len);
+
+/* Pages [addr, addr + len) of one chunk (never crossing its end), read into
+ * its buffer with their bad bits redone; the chunk must hold a slot
+ * (ur_mem_chunk). Touches only that chunk. */
+void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t addr,
+                      uint64_t len);
+
+/* The slot holding the chunk at base, or NULL. */
+struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base);
+
+/* Set the zero ranges (sorted (begin, end) pairs, copied). 0 or -ENOMEM. */
+int ur_mem_set_zero_ranges(struct ur_pread_mem *m, const uint64_t *pairs, size_t n);
+
+/* The end of the zero range holding addr, or 0 if none does. */
+uint64_t ur_mem_zero_range_end(const struct ur_pread_mem *m, uint64_t addr);
+
+/* The slot of the chunk at base, given one if it has none (-ENOSPC in *err
+ * when that would evict). */
+struct ur_chunk *ur_mem_chunk(struct ur_pread_mem *m, uint64_t base, int *err);
 
 #endif

@@ -3,17 +3,24 @@
 
 static PyMethodDef methods[] = {
     {"read_registry", ur_py_read_registry, METH_VARARGS,
-     "read_registry(mem_pid, descriptor_addr, entries=True) -> dict\n\n"
-     "Read the shim's allocation registry (abi.h) out of mem_pid's memory; without "
-     "entries, only threads, shards and options (allocs and stack_ids empty)."},
+     "read_registry(memory, descriptor_addr, entries=True) -> dict\n\n"
+     "Read the shim's allocation registry (abi.h) out of memory (a pid or a MemoryCopy); "
+     "without entries, only threads, shards and options (allocs and stack_ids empty)."},
     {"read_stacks", ur_py_read_stacks, METH_VARARGS,
-     "read_stacks(mem_pid, descriptor_addr, ids) -> dict[int, tuple[int, ...]]\n\n"
+     "read_stacks(memory, descriptor_addr, ids) -> dict[int, tuple[int, ...]]\n\n"
      "Program counters of each stack id (ids: packed u32)."},
     {"sweep", (PyCFunction)(void (*)(void))ur_py_sweep, METH_VARARGS | METH_KEYWORDS,
-     "sweep(mem_pid, allocs, root_ranges, root_values, *, stack_ids=b'', excluded=b'', "
-     "cache_mb=0) -> dict\n\n"
+     "sweep(memory, allocs, root_ranges, root_values, *, stack_ids=b'', excluded=b'', "
+     "cache_mb=0, release=None) -> dict\n\n"
      "Mark from the roots, then fold the unreachable allocations into leaks (abi.h "
      "ur_leak_record); excluded block addresses are neither counted nor reported."},
+    {"nudge_thread", ur_py_nudge_thread, METH_VARARGS,
+     "nudge_thread(tid): stop one thread under ptrace and let it go at once, so that a "
+     "futex wait it sleeps in restarts and re-reads its words."},
+    {"present_ranges", ur_py_present_ranges, METH_VARARGS,
+     "present_ranges(memory, ranges) -> bytes\n\n"
+     "The parts of the sorted (begin, end) ranges (packed u64) that hold pages: present or "
+     "swapped in a pid (all of them on a kernel without PAGEMAP_SCAN), held by a MemoryCopy."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -24,12 +31,11 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-  if (PyType_Ready(&ur_session_type) < 0) return NULL;
+  if (PyType_Ready(&ur_session_type) < 0 || PyType_Ready(&ur_memory_copy_type) < 0) return NULL;
   PyObject *m = PyModule_Create(&moduledef);
   if (!m) return NULL;
-  Py_INCREF(&ur_session_type);
-  if (PyModule_AddObject(m, "Session", (PyObject *)&ur_session_type) < 0) {
-    Py_DECREF(&ur_session_type);
+  if (PyModule_AddObjectRef(m, "Session", (PyObject *)&ur_session_type) < 0 ||
+      PyModule_AddObjectRef(m, "MemoryCopy", (PyObject *)&ur_memory_copy_type) < 0) {
     Py_DECREF(m);
     return NULL;
   }

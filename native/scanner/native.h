@@ -9,11 +9,32 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stddef.h>
+#include <stdint.h>
+
 extern PyTypeObject ur_session_type;
+extern PyTypeObject ur_memory_copy_type;
+
+/* Where a native reader takes memory from (memory_copy.c): a pid's
+ * /proc/PID/mem, or a finished MemoryCopy. */
+struct ur_pread_mem;
+struct ur_reader {
+  int fd;
+  struct ur_pread_mem *copy;
+};
+/* source: an int pid or a MemoryCopy; -1 with an exception set. */
+int ur_reader_open(PyObject *source, struct ur_reader *r);
+void ur_reader_close(struct ur_reader *r);
+/* As ur_mem_read_direct: unreadable bytes zeroed; returns the readable count. */
+size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len);
+/* The finished copy's cache, or NULL if obj is not a finished MemoryCopy. */
+struct ur_pread_mem *ur_memory_copy_mem(PyObject *obj);
 
 PyObject *ur_py_read_registry(PyObject *self, PyObject *args);
 PyObject *ur_py_read_stacks(PyObject *self, PyObject *args);
 PyObject *ur_py_sweep(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *ur_py_nudge_thread(PyObject *self, PyObject *args);
+PyObject *ur_py_present_ranges(PyObject *self, PyObject *args);
 
 /* _native.sweep(release=session): the stopped Session to release once the
  * memory is copied (NULL with an exception set if it is not one), and the

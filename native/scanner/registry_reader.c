@@ -25,23 +25,10 @@
 
 static const char bad_descriptor[] = "registry descriptor not found or incompatible (magic/version)";
 
-static int open_mem(int pid) {
-  char path[64];
-  snprintf(path, sizeof(path), "/proc/%d/mem", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno == ENOENT ? ESRCH : errno;
-    char msg[128];
-    snprintf(msg, sizeof(msg), "cannot open %s: %s", path, strerror(e));
-    ur_py_raise(-e, msg);
-  }
-  return fd;
-}
-
 /* Reads and validates the descriptor; sets ValueError on failure. */
-static int read_descriptor(int fd, uint64_t addr, struct ur_descriptor *d) {
+static int read_descriptor(struct ur_reader *r, uint64_t addr, struct ur_descriptor *d) {
   memset(d, 0, sizeof(*d));
-  if (ur_mem_read_direct(fd, addr, d, sizeof(*d)) != sizeof(*d) || d->magic != UR_ABI_MAGIC ||
+  if (ur_reader_read(r, addr, d, sizeof(*d)) != sizeof(*d) || d->magic != UR_ABI_MAGIC ||
       d->version != UR_ABI_VERSION || d->size < sizeof(*d)) {
     PyErr_SetString(PyExc_ValueError, bad_descriptor);
     return -1;
@@ -78,7 +65,7 @@ static int entries_reserve(struct entries *e, size_t cap) {
   return 0;
 }
 
-static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
+static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
   /* Size the arrays once from the shards' counts: growing them by doubling
    * touches (and has the kernel zero) several times the final memory. */
   uint64_t expected = ur_registry_expected(shards, nshards);
@@ -91,7 +78,7 @@ static int read_tables(int fd, const struct ur_shard *shards, uint32_t nshards, 
     for (uint64_t first = 0; first < cap; first += READ_BATCH) {
       size_t cnt = (size_t)(cap - first < READ_BATCH ? cap - first : READ_BATCH);
       /* Unreadable pages read as zero = empty keys. */
-      ur_mem_read_direct(fd, table + first * sizeof(*buf), buf, cnt * sizeof(*buf));
+      ur_reader_read(r, table + first * sizeof(*buf), buf, cnt * sizeof(*buf));
       if (e->n + cnt > e->cap && entries_reserve(e, 2 * (e->n + cnt)) < 0) {
         free(buf);
         return -ENOMEM;
@@ -147,17 +134,18 @@ out:
 static uint64_t unmangle_opt(uint64_t v) { return v ? (uint64_t)UR_UNMANGLE(v) : 0; }
 
 PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
-  int pid, with_entries = 1;
+  PyObject *source;
+  int with_entries = 1;
   unsigned long long addr;
-  if (!PyArg_ParseTuple(args, "iK|p", &pid, &addr, &with_entries)) return NULL;
-  int fd = open_mem(pid);
-  if (fd < 0) return NULL;
+  if (!PyArg_ParseTuple(args, "OK|p", &source, &addr, &with_entries)) return NULL;
+  struct ur_reader rd;
+  if (ur_reader_open(source, &rd) < 0) return NULL;
   struct ur_descriptor d;
   struct entries e = {0};
   struct ur_shard *shards = NULL;
   struct ur_thread_slot *slots = NULL;
   PyObject *result = NULL, *threads = NULL, *locked = NULL;
-  if (read_descriptor(fd, addr, &d) < 0) goto out;
+  if (read_descriptor(&rd, addr, &d) < 0) goto out;
 
   uint32_t nshards = d.num_shards <= MAX_SHARDS ? d.num_shards : 0;
   uint32_t nslots = d.max_threads <= MAX_THREAD_SLOTS ? d.max_threads : 0;
@@ -171,16 +159,16 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   char options[MAX_OPTIONS + 1] = "";
   struct ur_stack_table st = {0};
   Py_BEGIN_ALLOW_THREADS
-  if (d.shards) ur_mem_read_direct(fd, d.shards, shards, nshards * sizeof(*shards));
-  if (d.threads) ur_mem_read_direct(fd, d.threads, slots, nslots * sizeof(*slots));
+  if (d.shards) ur_reader_read(&rd, d.shards, shards, nshards * sizeof(*shards));
+  if (d.threads) ur_reader_read(&rd, d.threads, slots, nslots * sizeof(*slots));
   if (d.options) {
-    ur_mem_read_direct(fd, d.options, options, MAX_OPTIONS);
+    ur_reader_read(&rd, d.options, options, MAX_OPTIONS);
     options[MAX_OPTIONS] = 0;
   }
-  if (d.stacks) ur_mem_read_direct(fd, d.stacks, &st, sizeof(st));
+  if (d.stacks) ur_reader_read(&rd, d.stacks, &st, sizeof(st));
   /* Without entries (the snapshot child sweeps itself): threads, shards and
    * options only. */
-  if (with_entries) rc = read_tables(fd, shards, nshards, &e);
+  if (with_entries) rc = read_tables(&rd, shards, nshards, &e);
   if (rc == 0 && with_entries) rc = sort_by_address(&e);
   Py_END_ALLOW_THREADS
   if (rc < 0) {
@@ -246,30 +234,30 @@ out:
   ur_big_free(e.stack_ids);
   free(shards);
   free(slots);
-  close(fd);
+  ur_reader_close(&rd);
   return result;
 }
 
 #define MAX_WHOLE_FRAMES (UINT64_C(64) << 20)
 
 PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
-  int pid;
+  PyObject *source;
   unsigned long long addr;
   Py_buffer ids;
-  if (!PyArg_ParseTuple(args, "iKy*", &pid, &addr, &ids)) return NULL;
+  if (!PyArg_ParseTuple(args, "OKy*", &source, &addr, &ids)) return NULL;
   PyObject *result = NULL;
   uint16_t *counts = NULL;
   uint64_t *frames = NULL, *one = NULL;
-  int fd = -1;
+  struct ur_reader rd = {-1, NULL};
   if (ids.len % 4) {
     PyErr_SetString(PyExc_ValueError, "ids must be packed u32 (length a multiple of 4)");
     goto out;
   }
-  if ((fd = open_mem(pid)) < 0) goto out;
+  if (ur_reader_open(source, &rd) < 0) goto out;
   struct ur_descriptor d;
-  if (read_descriptor(fd, addr, &d) < 0) goto out;
+  if (read_descriptor(&rd, addr, &d) < 0) goto out;
   struct ur_stack_table st = {0};
-  if (d.stacks) ur_mem_read_direct(fd, d.stacks, &st, sizeof(st));
+  if (d.stacks) ur_reader_read(&rd, d.stacks, &st, sizeof(st));
   uint32_t count = st.count < st.capacity ? st.count : st.capacity;
   uint32_t maxf = st.max_frames;
   if (!st.frames || !st.frame_counts || maxf == 0 || maxf > 4096) count = 0;
@@ -281,10 +269,10 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
   }
   uint64_t whole = (uint64_t)count * maxf * sizeof(uint64_t);
   Py_BEGIN_ALLOW_THREADS
-  if (count) ur_mem_read_direct(fd, st.frame_counts, counts, count * sizeof(*counts));
+  if (count) ur_reader_read(&rd, st.frame_counts, counts, count * sizeof(*counts));
   /* One read for the whole frame table when it is of sane size, else per id. */
   if (count && whole <= MAX_WHOLE_FRAMES && (frames = malloc(whole)) != NULL)
-    ur_mem_read_direct(fd, st.frames, frames, whole);
+    ur_reader_read(&rd, st.frames, frames, whole);
   Py_END_ALLOW_THREADS
   if (!(result = PyDict_New())) goto out;
   size_t nids = (size_t)ids.len / 4;
@@ -306,7 +294,7 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
       if (frames) {
         pcs = frames + (size_t)id * maxf;
       } else {
-        ur_mem_read_direct(fd, st.frames + (uint64_t)id * maxf * 8, one, nf * 8);
+        ur_reader_read(&rd, st.frames + (uint64_t)id * maxf * 8, one, nf * 8);
         pcs = one;
       }
     }
@@ -336,7 +324,7 @@ out:
   free(counts);
   free(frames);
   free(one);
-  if (fd >= 0) close(fd);
+  ur_reader_close(&rd);
   PyBuffer_Release(&ids);
   return result;
 }

@@ -5,7 +5,10 @@
  * walk can touch (under an allocation or a root range) is read first, the
  * session is released, and the mark and fold run on that copy while the
  * target runs on. The pause is then the copy, not the sweep. When the copy
- * would not fit in the cache the target stays stopped throughout, as before. */
+ * would not fit in the cache the target stays stopped throughout, as before.
+ *
+ * memory=MemoryCopy (a "copy" snapshot, memory_copy.c): the walk reads the
+ * finished copy, which already holds every chunk it may touch. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -86,10 +89,16 @@ static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, s
                              const uint64_t *roots, size_t nroots, void *session) {
   size_t from = mem->used_chunks;
   int rc = ur_mem_reserve(mem, roots, nroots);
+  uint64_t held = UINT64_MAX; /* the chunk the last block ended in: reserved */
   for (size_t i = 0; rc == 0 && i < nallocs; i++) {
     uint64_t b = allocs[2 * i], s = allocs[2 * i + 1] ? allocs[2 * i + 1] : 1;
     uint64_t r[2] = {b, b + s < b ? UINT64_MAX : b + s};
+    /* Most blocks share their chunk with the one before (the registry
+     * comes in address order): no lookup for those. */
+    uint64_t first = b >> UR_CHUNK_SHIFT, final = (r[1] - 1) >> UR_CHUNK_SHIFT;
+    if (first == held && final == held) continue;
     rc = ur_mem_reserve(mem, r, 1);
+    held = final;
   }
   /* What was reserved is read even when not everything fit: a slot in the
    * table must hold its bytes before anyone views it. */
@@ -101,17 +110,23 @@ static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, s
 }
 
 PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"mem_pid",  "allocs",   "root_ranges", "root_values", "stack_ids",
+  static char *kwlist[] = {"memory",   "allocs",   "root_ranges", "root_values", "stack_ids",
                            "excluded", "cache_mb", "release",     NULL};
-  int pid;
+  PyObject *source;
+  int pid = -1;
   unsigned long long cache_mb = 0;
   PyObject *release_obj = NULL;
   Py_buffer ab, rb, vb, sb = {0}, eb = {0};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iy*y*y*|$y*y*KO", kwlist, &pid, &ab, &rb, &vb,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KO", kwlist, &source, &ab, &rb, &vb,
                                    &sb, &eb, &cache_mb, &release_obj))
     return NULL;
   void *release = NULL;
-  if (release_obj && release_obj != Py_None && !(release = ur_session_to_release(release_obj))) {
+  struct ur_pread_mem *copy = ur_memory_copy_mem(source);
+  if (!copy && PyLong_Check(source)) pid = (int)PyLong_AsLong(source);
+  if ((!copy && pid <= 0) ||
+      (release_obj && release_obj != Py_None && !(release = ur_session_to_release(release_obj)))) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_ValueError, "memory must be a pid or a finished MemoryCopy");
     PyBuffer_Release(&ab);
     PyBuffer_Release(&rb);
     PyBuffer_Release(&vb);
@@ -142,7 +157,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     PyErr_NoMemory();
     goto out;
   }
-  struct ur_pread_mem mem;
+  struct ur_pread_mem own, *mem = copy ? copy : &own;
   struct ur_walker w = {0};
   struct ur_sweep_out res = {0};
   struct ur_sweep_in in = {
@@ -154,26 +169,27 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
       .nexcluded = excluded ? (size_t)eb.len / 8 : 0,
       .stack_ids = ids,
   };
-  int rc = 0, opened = 0, released = 0;
+  int rc = 0, opened = copy != NULL, released = 0;
+  if (copy) copy->mem.pages_skipped = 0;
   uint64_t root_chunks = chunks_spanned(ranges, ranges + 1, 2, in.nranges, 0);
   Py_BEGIN_ALLOW_THREADS
-  if (release) {
+  if (release && !copy) {
     /* The copy first (the cache sized from the unsorted list: an
      * overestimate, bounded like any), the index once the target runs. */
     uint64_t chunks = chunks_spanned(allocs, allocs + 1, 2, nallocs, 1);
-    rc = ur_mem_open(&mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks + root_chunks));
+    rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks + root_chunks));
     opened = rc == 0;
-    if (rc == 0) released = copy_then_release(&mem, allocs, nallocs, ranges, in.nranges, release);
+    if (rc == 0) released = copy_then_release(mem, allocs, nallocs, ranges, in.nranges, release);
   }
   /* The walker only keeps the reader's address until marking starts. */
-  if (rc == 0) rc = ur_walker_init(&w, &mem.mem, allocs, nallocs);
+  if (rc == 0) rc = ur_walker_init(&w, &mem->mem, allocs, nallocs);
   if (rc == 0 && !opened) {
     uint64_t chunks = chunks_spanned(w.begin, w.end, 1, w.n, 0) + root_chunks;
-    rc = ur_mem_open(&mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
+    rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
     opened = rc == 0;
   }
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
-  if (rc == -ENOMEM && mem.frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
+  if (rc == -ENOMEM && mem->frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
   Py_END_ALLOW_THREADS
   if (rc == 0) {
     result = Py_BuildValue(
@@ -184,9 +200,9 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         (unsigned long long)res.unreachable_count, "unreachable_bytes",
         (unsigned long long)res.unreachable_bytes, "bytes_scanned",
         (unsigned long long)res.bytes_scanned, "pages_skipped",
-        (unsigned long long)mem.mem.pages_skipped, "mark_ns", (unsigned long long)res.mark_ns,
+        (unsigned long long)mem->mem.pages_skipped, "mark_ns", (unsigned long long)res.mark_ns,
         "fold_ns", (unsigned long long)res.fold_ns, "overlapping", (Py_ssize_t)w.overlapping,
-        "bytes_read", (unsigned long long)mem.bytes_loaded, "allocation_count",
+        "bytes_read", (unsigned long long)mem->bytes_loaded, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
         "released_early", released ? Py_True : Py_False);
   } else if (!opened && rc != -ENOMEM) {
@@ -196,7 +212,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   }
   ur_sweep_out_free(&res);
   ur_walker_free(&w);
-  if (opened) ur_mem_close(&mem);
+  if (opened && !copy) ur_mem_close(mem);
 out:
   free(own_a);
   free(own_r);

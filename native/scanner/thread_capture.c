@@ -63,6 +63,20 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
   }
 }
 
+int ur_nudge_thread(pid_t tid) {
+  if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) return -errno;
+  int status = 0, sig = 0, rc = -ESRCH;
+  if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) == 0) rc = ur_wait_stop(tid, &status, 1000000000ull);
+  if (rc == 1) {
+    if (WIFEXITED(status) || WIFSIGNALED(status)) return -ESRCH;
+    if ((status >> 16) == 0) sig = WSTOPSIG(status); /* a signal-delivery-stop */
+  }
+  /* Not stopped (rc != 1): a seized thread that never stopped may be
+   * detached as it is; the kernel detaches it at our exit anyway. */
+  if (ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)sig) < 0 && rc == 1) return -errno;
+  return rc == 1 ? 0 : rc == 0 ? -ETIMEDOUT : rc;
+}
+
 struct ur_thread *ur_capture_find(struct ur_capture *c, pid_t tid) {
   for (size_t i = 0; i < c->n; i++)
     if (c->threads[i].tid == tid) return &c->threads[i];

@@ -68,6 +68,12 @@ struct ur_thread *ur_capture_find(struct ur_capture *c, pid_t tid);
  */
 int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns);
 
+/* Stop one thread (PTRACE_SEIZE + PTRACE_INTERRUPT) and detach at once: a
+ * futex wait it sleeps in is restarted and compares its words again. The
+ * rest of the process runs on. A signal caught meanwhile is handed back.
+ * Returns 0 or -errno (-ETIMEDOUT: it did not stop within a second). */
+int ur_nudge_thread(pid_t tid);
+
 /* Read one thread's registers into t. Returns 0 or -errno. */
 int ur_read_regs(struct ur_thread *t);
 

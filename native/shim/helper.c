@@ -14,6 +14,7 @@
 #include "debug.h"
 #include "huge_arenas.h"
 #include "shim.h"
+#include "write_tracking.h"
 
 /* Returns the child's pid, or 0 if the clone failed. */
 static pid_t snapshot(void) {
@@ -80,12 +81,17 @@ static void wait_for_work(uint32_t *cmd, uint64_t until) {
   static int no_waitv;
   int saved = errno;
   if (!no_waitv) {
-    struct futex_waitv w[2] = {
+    /* The tracker's word at its present value (idle, on, or a failed
+     * start): a scanner's START is seen as the command word's is. */
+    struct futex_waitv w[3] = {
         {.val = UR_CMD_IDLE, .uaddr = (uintptr_t)cmd, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
         {.val = 0, .uaddr = (uintptr_t)&ur_g.pending, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
+        {.val = ur_write_tracking_word(),
+         .uaddr = (uintptr_t)&ur_write_tracker.cmd,
+         .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
     };
     struct timespec abs = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
-    if (syscall(__NR_futex_waitv, w, 2, 0, until ? &abs : NULL, CLOCK_MONOTONIC) >= 0 ||
+    if (syscall(__NR_futex_waitv, w, 3, 0, until ? &abs : NULL, CLOCK_MONOTONIC) >= 0 ||
         errno != ENOSYS) {
       errno = saved;
       return;
@@ -139,6 +145,15 @@ static void *helper_main(void *arg) {
   int huge = ur_huge_arenas_wanted();
   uint64_t huge_due = 0;
   for (;;) {
+    if (ur_write_tracking_requested()) {
+      ur_tls.busy++;
+      ur_write_tracking_begin();
+      ur_tls.busy--;
+      continue;
+    }
+    ur_tls.busy++;
+    uint64_t tracking_ns = ur_write_tracking_check();
+    ur_tls.busy--;
     /* The child first: a scanner letting us finish a previous snapshot
      * (snapshot.c finish_previous) waits for IDLE alone, not for requests. */
     if (child) {
@@ -169,14 +184,17 @@ static void *helper_main(void *arg) {
       wait_for_request_or_child(&poll_ns);
       continue;
     }
-    if (huge && now_ns() >= huge_due) {
+    /* Collapsing would fail on write-protected ranges and remember them done. */
+    if (huge && !tracking_ns && now_ns() >= huge_due) {
       ur_tls.busy++;
       int more = ur_huge_arenas_step(helper_wanted, cmd);
       ur_tls.busy--;
       huge_due = now_ns() + (more ? HUGE_ARENAS_AGAIN_NS : HUGE_ARENAS_PERIOD_NS);
       continue;
     }
-    wait_for_work(cmd, huge ? huge_due : 0);
+    uint64_t until = huge ? huge_due : 0;
+    if (tracking_ns && (!until || until > now_ns() + tracking_ns)) until = now_ns() + tracking_ns;
+    wait_for_work(cmd, until);
   }
   return NULL;
 }
@@ -184,6 +202,7 @@ static void *helper_main(void *arg) {
 void ur_helper_start(void) {
   if (!ur_g.helper_cmd) return;
   unreachable_descriptor.child_box = (uint64_t)(uintptr_t)&ur_child_box;
+  unreachable_descriptor.write_tracker = (uint64_t)(uintptr_t)&ur_write_tracker;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old); /* the helper inherits a full mask */
@@ -202,5 +221,6 @@ void ur_helper_after_fork_child(void) {
   unreachable_descriptor.helper_tid = 0;
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;
   ur_g.pending = 0; /* the parent's requests are the parent's */
+  ur_write_tracking_after_fork_child();
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
 }

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "self_maps.h"
 #include "unreachable/abi.h" /* UR_MANGLE */
 
 #ifndef MADV_COLLAPSE
@@ -95,42 +96,29 @@ static int collapse_heap(uint64_t lo, uint64_t hi, int budget, int (*stop)(void 
   return tried;
 }
 
+struct step {
+  int mem;    /* /proc/self/mem */
+  int budget; /* ranges left to try in this step */
+  int (*stop)(void *);
+  void *arg;
+};
+
+static int step_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
+  struct step *st = arg;
+  if (anonymous_rw(rest) && is_arena_heap(st->mem, lo, hi)) {
+    int tried = collapse_heap(lo, hi, st->budget, st->stop, st->arg);
+    st->budget = tried < 0 ? 0 : st->budget - tried;
+  }
+  return st->budget <= 0;
+}
+
 int ur_huge_arenas_step(int (*stop)(void *), void *arg) {
   int saved = errno;
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || mem < 0) {
-    if (fd >= 0) close(fd);
-    if (mem >= 0) close(mem);
-    errno = saved;
-    return 0;
+  struct step st = {open("/proc/self/mem", O_RDONLY | O_CLOEXEC), STEP_RANGES, stop, arg};
+  if (st.mem >= 0) {
+    ur_self_maps_foreach(step_mapping, &st);
+    close(st.mem);
   }
-  /* Parsed from a fixed buffer: the helper passes its allocations straight
-   * to glibc, but needs none here. */
-  static char buf[1 << 16];
-  size_t have = 0;
-  int budget = STEP_RANGES;
-  for (;;) {
-    ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
-    if (got <= 0) break;
-    have += (size_t)got;
-    buf[have] = '\0';
-    char *line = buf, *nl;
-    while ((nl = strchr(line, '\n')) != NULL) {
-      *nl = '\0';
-      char *end;
-      uint64_t lo = strtoull(line, &end, 16), hi = *end == '-' ? strtoull(end + 1, &end, 16) : 0;
-      if (budget > 0 && hi > lo && anonymous_rw(end) && is_arena_heap(mem, lo, hi)) {
-        int tried = collapse_heap(lo, hi, budget, stop, arg);
-        budget = tried < 0 ? 0 : budget - tried;
-      }
-      line = nl + 1;
-    }
-    have -= (size_t)(line - buf);
-    memmove(buf, line, have);
-  }
-  close(fd);
-  close(mem);
   errno = saved;
-  return budget <= 0; /* perhaps more: another step finds out */
+  return st.mem >= 0 && st.budget <= 0; /* perhaps more: another step finds out */
 }

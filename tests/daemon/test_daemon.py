@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.daemon.conftest import WatchThread
 from tests.support.cbuild import build
+from tests.support.tracking import copy_unsupported, wait_untracked
 from unreachable.heapdump.dump_format import parse_dump
 from unreachable.v1 import unreachable_pb2 as pb
 from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
@@ -171,6 +172,10 @@ def test_daemon_mark_threads_unless_the_request_names_its_own(daemons, targets):
 @pytest.mark.skipif(os.geteuid() != 0, reason="reading seccomp filters takes CAP_SYS_ADMIN")
 def test_cli_remote_reports_why_it_swept_stopped(daemon, targets):
     target = targets.start(PROGRAMS / "seccomp_filter.c", "kill-clone")
+    # A stopped-mode scan reads whole 1 MiB chunks, mapping the zero page
+    # into untouched pages it passes: the first scan changes how many root
+    # pages the next one finds present. Compare two that come after it.
+    assert cli("scan", str(target.pid), "--json").returncode == 1
     local = cli("scan", str(target.pid), "--json")
     remote = cli("scan", str(target.pid), "--json", "--remote", daemon.address)
     assert local.returncode == remote.returncode == 1, remote.stderr
@@ -376,6 +381,31 @@ def test_cancel_mid_scan_releases_target(daemon, targets, snapshot):
     # And the daemon still scans it afterwards.
     report = scan_report(stub(daemon.address), pid=target.pid)
     assert report.leak_count == 0
+
+
+@pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
+def test_copy_snapshot(daemon, targets):
+    target = targets.start(PROGRAMS / "globals.c")
+    report = scan_report(stub(daemon.address), pid=target.pid, snapshot=pb.SNAPSHOT_COPY)
+    assert report.snapshot == "copy" and report.snapshot_note == ""
+    assert report.leak_count == target.int("leak_count")
+    wait_untracked(target.pid)
+
+
+@pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
+def test_cancel_during_the_copy_ends_the_tracking(daemon, targets):
+    # Cancelled while the memory is copied, the target running and its
+    # writes tracked: the scanner is gone and the helper stops tracking.
+    target = targets.start(BIG_HEAP, "1000000")
+    for _attempt in range(3):
+        if cancel_after(daemon, target, "started", pb.SNAPSHOT_COPY):
+            break
+    else:
+        pytest.fail("every scan finished before the cancellation reached the daemon")
+    wait_untracked(target.pid)
+    wait_untraced(target.pid)
+    os.kill(target.pid, signal.SIGUSR1)
+    assert target.read_line(timeout=20) == "SIGUSR1"
 
 
 def test_deadline_aborts_scan(daemon, targets):

@@ -55,5 +55,33 @@ def test_classification():
     assert roots.kinds["exited-thread stack"] == 0x800000
 
 
+def test_untouched_anonymous_pages_are_left_out():
+    """The present callback trims anonymous roots (and only those) to the
+    pages that exist; the rest is counted as untouched."""
+    maps = parse_maps(MAPS)
+    registry = make_registry([(0x55555555A010, 24)], region=(0x7F1000000000, 0x7F1000010000))
+    asked: list[list[tuple[int, int]]] = []
+
+    def present(spans):
+        asked.append(list(spans))
+        return [(0x7F0002001000, 0x7F0002002000)]  # one page of the user pool
+
+    roots = classify(
+        maps,
+        {1: 0x7FFFFFFFE000},
+        registry,
+        "/opt/unreachable/libunreachable_shim.so",
+        present=present,
+    )
+    assert len(asked) == 1 and (0x7F0002000000, 0x7F0002004000) in asked[0]
+    assert (0x555555558000, 0x555555559000) not in asked[0]  # a file's .data: not asked
+    ranges = set(roots.ranges)
+    assert (0x7F0002001000, 0x7F0002002000) in ranges
+    assert (0x7F0002000000, 0x7F0002004000) not in ranges
+    assert (0x555555558000, 0x555555559000) in ranges  # .data kept whole
+    assert roots.kinds["anonymous"] == 0x1000
+    assert roots.kinds["untouched"] == sum(e - b for b, e in asked[0]) - 0x1000
+
+
 def test_register_words_keeps_whole_words():
     assert register_words([b"\1" * 8 + b"\2" * 3, b"\3" * 16]) == b"\1" * 8 + b"\3" * 16

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cbuild import build
+from tests.support.tracking import copy_unsupported
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -34,17 +35,38 @@ def check_exact(target, **kw):
         "alloc_funcs.c",
         "big_block.c",
         "exited_thread.c",
+        "sparse.c",
     ],
 )
 @pytest.mark.parametrize(
-    ("snapshot", "sweep"), [("fork", "child"), ("fork", "scanner"), ("stopped", "auto")]
+    ("snapshot", "sweep"),
+    [
+        ("fork", "child"),
+        ("fork", "scanner"),
+        pytest.param(
+            "copy",
+            "auto",
+            marks=pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported()),
+        ),
+        ("stopped", "auto"),
+    ],
 )
 def test_scenario(targets, program, snapshot, sweep):
     target = targets.start(PROGRAMS / program)
     report = check_exact(target, snapshot=snapshot, sweep=sweep)
     assert report.snapshot == snapshot
-    assert report.sweep == ("scanner" if snapshot == "stopped" else sweep)
+    assert report.sweep == (sweep if snapshot == "fork" else "scanner")
     assert target.alive() and target.tracer() == 0
+
+
+def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
+    target = targets.start(PROGRAMS / "sparse.c")
+    modes = ["fork", "stopped"] + ([] if copy_unsupported() else ["copy"])
+    for snapshot in modes:
+        report = check_exact(target, snapshot=snapshot)
+        # The copy knows absence by 1 MiB chunk, the kernel's pagemap by page.
+        assert report.roots["untouched"] >= target.int("reserved") - (4 << 20), report.roots
+        assert report.bytes_scanned < 64 << 20, report.bytes_scanned
 
 
 def test_dlopen_globals_and_tls(targets):

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from unreachable import _native
 from unreachable.errors import TargetNotShimmed
+from unreachable.process.memory import Memory
 
 THREAD_LIVE = 1
 THREAD_EXITED = 2
@@ -61,11 +62,11 @@ class Registry:
         return self.allocs[2 * i + 1]
 
 
-def read_registry(mem_pid: int, descriptor_addr: int, entries: bool = True) -> Registry:
+def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) -> Registry:
     """entries=False: threads, shards and options only (allocs and stack_ids
     empty), for a scan whose snapshot child reads the entries itself."""
     try:
-        raw = _native.read_registry(mem_pid, descriptor_addr, entries)
+        raw = _native.read_registry(memory, descriptor_addr, entries)
     except ValueError as e:
         raise TargetNotShimmed(f"the shim's registry is unreadable: {e}") from None
     if not raw["enabled"]:

@@ -4,10 +4,14 @@ All threads are stopped with PTRACE_SEIZE + PTRACE_INTERRUPT and their
 registers read. Then, when the shim's helper thread is there and its seccomp
 filters (if any) provably let its clone() through, the helper forks a
 copy-on-write child that stays frozen under ptrace; the target is released at
-once and the sweep reads the child. Otherwise ("stopped" mode) the target
+once and the sweep reads the child. In "copy" mode the scanner copies the
+memory while the target runs and, stopped, reads again only what it wrote
+since (copy_snapshot.py); "auto" does so when the heap is big enough for the
+fork's page-table copy to cost more. Otherwise ("stopped" mode) the target
 stays paused while the scanner copies the memory the sweep needs
-(sweep/mark.py, release=). The pause therefore costs a page-table copy or a
-heap copy, never the mark (docs/pause.md has the numbers).
+(sweep/mark.py, release=). The pause therefore costs a page-table copy, a
+page-table walk plus the pages written, or a heap copy, never the mark
+(docs/pause.md has the numbers).
 
 Every exit path releases the target: the native Session detaches on close, on
 garbage collection, and the kernel detaches it if this process dies.
@@ -16,16 +20,25 @@ garbage collection, and the kernel detaches it if this process dies.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from typing import Literal
 
 from unreachable import _native
+from unreachable.capture.copy_snapshot import (
+    COPY_FROM_BYTES,
+    copy_while_running,
+    refresh,
+    resident_anonymous_bytes,
+)
 from unreachable.capture.target import Target, still_running
+from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
+from unreachable.process.maps import Mapping
+from unreachable.process.memory import Memory
 from unreachable.process.status import thread_seccomp
 
-SnapshotMode = Literal["auto", "fork", "stopped"]
+SnapshotMode = Literal["auto", "fork", "copy", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +53,19 @@ class CapturedThread:
 class Capture:
     session: _native.Session
     threads: list[CapturedThread]
-    snapshot: str  # "fork" or "stopped"
-    snapshot_error: str = ""
+    snapshot: str  # "fork", "copy" or "stopped"
+    snapshot_error: str = ""  # why it is not the snapshot asked for (or auto's first choice)
+    copy: _native.MemoryCopy | None = None  # "copy": the memory as it was when stopped
+    mappings: list[Mapping] = field(default_factory=list)  # "copy": the maps of that moment
 
     @property
     def mem_pid(self) -> int:
         return self.session.mem_pid
+
+    @property
+    def memory(self) -> Memory:
+        """Where the scan reads: the copy, or the stopped target / frozen child."""
+        return self.copy if self.copy is not None else self.session.mem_pid
 
     @property
     def pause_ms(self) -> float:
@@ -76,16 +96,42 @@ def _clone_verdict(session: _native.Session, pid: int, helper_tid: int) -> bool 
 
 
 @contextmanager
-def stop_world(target: Target, mode: SnapshotMode) -> Iterator[Capture]:
+def stop_world(
+    target: Target, mode: SnapshotMode, copy_from: int = COPY_FROM_BYTES
+) -> Iterator[Capture]:
+    """copy_from: the anonymous memory in use from which "auto" tries a copy snapshot."""
     pid = target.pid
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
     session = _native.Session(pid)
-    try:
+    with ExitStack() as cleanup:
+        cleanup.callback(session.close)
+        tracking = cleanup.enter_context(ExitStack())
+        copy: _native.MemoryCopy | None = None
+        copy_error = ""
+        if mode == "copy" or (mode == "auto" and resident_anonymous_bytes(pid) >= copy_from):
+            try:
+                copy = tracking.enter_context(copy_while_running(target))
+                cleanup.callback(copy.close)
+            except TrackingUnavailable as e:
+                if mode == "copy":
+                    raise TargetUnscannable(f"no copy snapshot: {e}") from None
+                copy_error = f"no copy snapshot: {e}"
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:
             raise _translate(pid, e) from None
         capture = Capture(session, threads, "stopped")
+        if copy is not None:
+            try:
+                capture.mappings = refresh(copy, pid)
+                session.release()
+                capture.snapshot, capture.copy = "copy", copy
+            except (OSError, MemoryError) as e:
+                # Still stopped: swept in place instead, as "stopped" would.
+                capture.snapshot_error = f"the copy could not be brought up to date: {e}"
+            tracking.close()  # writes are not tracked a moment longer
+            yield capture
+            return
         clone_ok: bool | None = None
         if mode != "stopped":
             if not helper_tid:
@@ -104,11 +150,9 @@ def stop_world(target: Target, mode: SnapshotMode) -> Iterator[Capture]:
                 try:
                     session.snapshot(helper_tid, helper_cmd)
                     session.release()
-                    capture.snapshot, capture.snapshot_error = "fork", ""
+                    capture.snapshot, capture.snapshot_error = "fork", copy_error
                 except OSError as e:
                     capture.snapshot_error = str(e)
             if mode == "fork" and capture.snapshot != "fork":
                 raise TargetUnscannable(f"snapshot failed: {capture.snapshot_error}")
         yield capture
-    finally:
-        session.close()

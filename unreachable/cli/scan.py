@@ -71,10 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--snapshot",
-        choices=("auto", "fork", "stopped"),
+        choices=("auto", "fork", "copy", "stopped"),
         default="auto",
         help="fork: sweep a frozen copy-on-write copy and release the target at once; "
-        "stopped: keep the target paused during the sweep; auto: fork when possible",
+        "copy: copy the memory while the target runs, then pause it only to read again "
+        "what it wrote (Linux 6.7+); stopped: copy it all while paused; auto: copy for a "
+        "big heap, else fork, when possible (docs/pause.md)",
     )
     p.add_argument(
         "--sweep",
@@ -152,8 +154,9 @@ def handle(args: argparse.Namespace) -> int:
     if fmt == "text" and sys.stderr.isatty():
         print(format_summary(report), file=sys.stderr)
     elif report.snapshot_note and sys.stderr.isatty():
+        how = {"fork": "forked", "copy": "copied"}.get(report.snapshot, "swept in place")
         print(
-            f"unreachable-cli: note: pid {report.pid} was swept in place, paused "
+            f"unreachable-cli: note: pid {report.pid} was {how}, paused "
             f"{report.pause_ms:.0f} ms: {report.snapshot_note}",
             file=sys.stderr,
         )

@@ -7,6 +7,7 @@ are copied (at once in fork mode), and symbolization runs afterwards.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 from unreachable.allocations.registry import read_registry
@@ -18,18 +19,19 @@ from unreachable.process.maps import read_maps
 from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
 
+NEVER = sys.maxsize
+
 
 def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
     target = open_target(pid)
-    with stop_world(target, snapshot) as capture:
-        mem_pid = capture.mem_pid
-        mappings = read_maps(mem_pid)
+    # Only the registry is read: "auto" never copies the whole heap for it.
+    with stop_world(target, snapshot, copy_from=NEVER) as capture:
+        memory = capture.memory
+        mappings = capture.mappings or read_maps(capture.mem_pid)
         maps_text = _read_maps_text(pid)
-        registry = read_registry(mem_pid, target.shim.descriptor_addr)
+        registry = read_registry(memory, target.shim.descriptor_addr)
         groups = Counter(zip(registry.allocs[1::2], registry.stack_ids, strict=True))
-        stacks = read_stacks(
-            mem_pid, target.shim.descriptor_addr, {sid for _, sid in groups if sid}
-        )
+        stacks = read_stacks(memory, target.shim.descriptor_addr, {sid for _, sid in groups if sid})
         total = registry.total_bytes
         count = registry.count
         max_frames = registry.max_frames

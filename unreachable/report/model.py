@@ -32,7 +32,9 @@ class ScanReport:
     allocation_bytes: int
     pause_ms: float
     scan_ms: float
-    snapshot: str  # "fork": frozen copy-on-write child; "stopped": swept while paused
+    # "fork": frozen copy-on-write child; "copy": copied while running, then
+    # brought up to date while paused; "stopped": swept while paused
+    snapshot: str
     threads: int
     leaks: list[LeakEntry]
     roots: dict[str, int] = field(default_factory=dict)  # bytes per root/skip class
@@ -42,4 +44,4 @@ class ScanReport:
     # "scanner" (this process read the target or child through /proc).
     sweep: str = "scanner"
     sweep_fallback: str = ""  # why the in-child sweep was not used, if it was tried
-    snapshot_note: str = ""  # why a scan free to fork swept the target stopped
+    snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did

@@ -73,8 +73,9 @@ def format_report(report: ScanReport) -> str:
 
 def format_summary(report: ScanReport) -> str:
     """One line for logs: libmemunreachable's closing summary plus timings,
-    and why the target was swept in place (no snapshot child) when it was."""
-    stopped = f"; swept stopped: {report.snapshot_note}" if report.snapshot_note else ""
+    and why the scan fell back to the snapshot it took, when it did."""
+    how = "swept stopped" if report.snapshot == "stopped" else f"{report.snapshot} snapshot"
+    stopped = f"; {how}: {report.snapshot_note}" if report.snapshot_note else ""
     return (
         f"{report.leak_bytes} bytes in {report.leak_count}"
         f" allocation{_plural(report.leak_count)} unreachable out of"

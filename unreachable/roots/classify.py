@@ -17,6 +17,7 @@ captured threads decide instead:
   segments: .data, .bss, GOT; anonymous mappings: user pools, ld.so's memory,
   the main thread's TLS): a root. Read-only file mappings, [vvar], [vdso] and
   [vsyscall] cannot hold heap pointers written at run time and are skipped.
+  Pages of anonymous roots that were never touched are zero and left out.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from unreachable.allocations.registry import THREAD_EXITED, Registry
 from unreachable.process.maps import Mapping, find_mapping
 
 RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
+# The parts of sorted (begin, end) ranges that hold pages (process/memory.py).
+Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
 SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 
 
@@ -68,6 +71,7 @@ def classify(
     shim_path: str,
     allocator_state: Sequence[tuple[int, int]] = (),
     holds_allocation: Callable[[Mapping], bool] | None = None,
+    present: Present | None = None,
 ) -> Roots:
     """Root ranges of the target; thread_sps maps every captured tid to its SP.
 
@@ -75,9 +79,12 @@ def classify(
     allocator (glibc's main_arena) and are cut out of the roots.
     holds_allocation: whether a registered block begins in a mapping; by
     default the registry's entries answer (the in-child sweep asks the child).
+    present: the parts of anonymous ranges that hold pages; the rest was never
+    touched, is zero, and is left out (counted as "untouched").
     """
     holds = holds_allocation or (lambda m: _holds_allocation(registry, m))
     roots = Roots(holes=sorted(allocator_state))
+    anonymous: list[Mapping] = []
     live_stacks: dict[Mapping, int] = {}
     for sp in thread_sps.values():
         m = find_mapping(mappings, sp - RED_ZONE) or find_mapping(mappings, sp)
@@ -103,12 +110,23 @@ def classify(
         elif m.anonymous and _is_dead_stack(m, dead_stacks):
             roots.skip("exited-thread stack", m)
             roots.dead_stacks.append(m)
+        elif (m.anonymous or m.path.startswith("[stack")) and m.private:
+            anonymous.append(m)  # only private pages that exist hold data
         elif m.anonymous or m.path.startswith("[stack"):
             roots.add("anonymous", m.start, m.end)
         elif m.writable:
             roots.add("globals", m.start, m.end)
         else:
             roots.skip("read-only file", m)
+    # One query for all of them: a sparse reservation (64 GiB reserved, a few
+    # pages used) is then as cheap to scan as the pages it uses.
+    spans = [(m.start, m.end) for m in anonymous]
+    used = present(spans) if present and spans else spans
+    for begin, end in used:
+        roots.add("anonymous", begin, end)
+    untouched = sum(e - b for b, e in spans) - sum(e - b for b, e in used)
+    if untouched > 0:
+        roots.kinds["untouched"] += untouched
     return roots
 
 

@@ -10,24 +10,23 @@ becomes a root.
 
 from __future__ import annotations
 
-import os
 import struct
 
 from unreachable.process.maps import Mapping
+from unreachable.process.memory import Memory, memory_reader
 
 SEARCH_TOP = 64 * 1024  # struct pthread and static TLS sit in the top pages
 
 
-def dtv_words(mem_pid: int, dead_stacks: list[Mapping]) -> bytes:
+def dtv_words(memory: Memory, dead_stacks: list[Mapping]) -> bytes:
     out = bytearray()
     if not dead_stacks:
         return bytes(out)
-    fd = os.open(f"/proc/{mem_pid}/mem", os.O_RDONLY)
-    try:
+    with memory_reader(memory) as read:
         for m in dead_stacks:
             begin = max(m.start, m.end - SEARCH_TOP)
             try:
-                raw = os.pread(fd, m.end - begin, begin)
+                raw = read(begin, m.end - begin)
             except OSError:
                 continue
             words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
@@ -36,6 +35,4 @@ def dtv_words(mem_pid: int, dead_stacks: list[Mapping]) -> bytes:
                 if words[i] == addr and words[i + 2] == addr:
                     out += struct.pack("<Q", words[i + 1])
                     break
-    finally:
-        os.close(fd)
     return bytes(out)

@@ -16,10 +16,10 @@ next_free 0x878, attached_threads, system_mem, max_system_mem; size 0x898.
 
 from __future__ import annotations
 
-import os
 import struct
 
 from unreachable.process.maps import Mapping
+from unreachable.process.memory import Memory, memory_reader
 
 BINS_OFFSET = 0x70
 NBINS = 128
@@ -37,7 +37,7 @@ def _empty_bins(words: tuple[int, ...], base_addr: int, start: int) -> int:
     return count
 
 
-def find_main_arena(mem_pid: int, mappings: list[Mapping]) -> tuple[int, int] | None:
+def find_main_arena(memory: Memory, mappings: list[Mapping]) -> tuple[int, int] | None:
     """[begin, end) of main_arena in libc's writable data, or None."""
     libc = [m for m in mappings if "/libc.so" in m.path or "/libc-" in m.path]
     data = [m for m in libc if m.writable and m.readable]
@@ -50,11 +50,8 @@ def find_main_arena(mem_pid: int, mappings: list[Mapping]) -> tuple[int, int] | 
         if m.start == end and m.anonymous and m.writable:
             end = m.end
     try:
-        fd = os.open(f"/proc/{mem_pid}/mem", os.O_RDONLY)
-        try:
-            raw = os.pread(fd, end - begin, begin)
-        finally:
-            os.close(fd)
+        with memory_reader(memory) as read:
+            raw = read(begin, end - begin)
     except OSError:
         return None
     words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])

@@ -24,7 +24,12 @@ STAGES = {
     "folded": pb.SCAN_STAGE_FOLDED,
     "done": pb.SCAN_STAGE_DONE,
 }
-SNAPSHOTS = {pb.SNAPSHOT_AUTO: "auto", pb.SNAPSHOT_FORK: "fork", pb.SNAPSHOT_STOPPED: "stopped"}
+SNAPSHOTS = {
+    pb.SNAPSHOT_AUTO: "auto",
+    pb.SNAPSHOT_FORK: "fork",
+    pb.SNAPSHOT_STOPPED: "stopped",
+    pb.SNAPSHOT_COPY: "copy",
+}
 SNAPSHOT_ENUM = {v: k for k, v in SNAPSHOTS.items()}
 SWEEPS = {pb.SWEEP_AUTO: "auto", pb.SWEEP_CHILD: "child", pb.SWEEP_SCANNER: "scanner"}
 SWEEP_ENUM = {v: k for k, v in SWEEPS.items()}

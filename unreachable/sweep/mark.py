@@ -11,6 +11,7 @@ from typing import Literal
 from unreachable import _native
 from unreachable.allocations.registry import Registry
 from unreachable.process.maps import Mapping
+from unreachable.process.memory import Memory
 from unreachable.roots.classify import SPECIAL, Roots
 from unreachable.sweep.child import LEAK_RECORD, ChildSweeper
 
@@ -49,19 +50,19 @@ def _root_ranges(roots: Roots, inflight: dict[int, int]) -> list[tuple[int, int]
 
 
 def sweep(
-    mem_pid: int,
+    memory: Memory,
     registry: Registry,
     roots: Roots,
     register_words: bytes,
     release: _native.Session | None = None,
 ) -> SweepResult:
-    """The sweep from outside: the target (or its frozen child) read through /proc.
-    release: the stopped target's session, let go as soon as the memory the
-    walk needs is read (native/scanner/sweep.c)."""
+    """The sweep from outside: the target (or its frozen child) read through
+    /proc, or a copy snapshot. release: the stopped target's session, let go
+    as soon as the memory the walk needs is read (native/scanner/sweep.c)."""
     inflight = _inflight(registry)
     packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in _root_ranges(roots, inflight))
     raw = _native.sweep(
-        mem_pid,
+        memory,
         registry.allocs.cast("B"),
         packed_ranges,
         register_words,

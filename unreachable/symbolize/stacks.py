@@ -5,10 +5,11 @@ from __future__ import annotations
 import struct
 
 from unreachable import _native
+from unreachable.process.memory import Memory
 
 
-def read_stacks(mem_pid: int, descriptor_addr: int, ids: set[int]) -> dict[int, tuple[int, ...]]:
+def read_stacks(memory: Memory, descriptor_addr: int, ids: set[int]) -> dict[int, tuple[int, ...]]:
     if not ids:
         return {}
     packed = b"".join(struct.pack("<I", i) for i in sorted(ids))
-    return dict(_native.read_stacks(mem_pid, descriptor_addr, packed))
+    return dict(_native.read_stacks(memory, descriptor_addr, packed))

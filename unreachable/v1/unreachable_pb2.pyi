@@ -15,6 +15,7 @@ class Snapshot(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SNAPSHOT_AUTO: _ClassVar[Snapshot]
     SNAPSHOT_FORK: _ClassVar[Snapshot]
     SNAPSHOT_STOPPED: _ClassVar[Snapshot]
+    SNAPSHOT_COPY: _ClassVar[Snapshot]
 
 class Sweep(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -41,6 +42,7 @@ class Trigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 SNAPSHOT_AUTO: Snapshot
 SNAPSHOT_FORK: Snapshot
 SNAPSHOT_STOPPED: Snapshot
+SNAPSHOT_COPY: Snapshot
 SWEEP_AUTO: Sweep
 SWEEP_CHILD: Sweep
 SWEEP_SCANNER: Sweep

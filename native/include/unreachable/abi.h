@@ -57,6 +57,24 @@
  *     reply = struct ur_child_sweep_reply, then nleaks ur_leak_records;
  *   anything else: the child exits.
  * The scanner kills the child when done; tracer exit kills it (EXITKILL).
+ *
+ * Write tracking for "copy" snapshots (struct ur_write_tracker,
+ * descriptor.write_tracker, taken from reserved[]: an older shim leaves it 0
+ * and offers no copy mode). The scanner writes scanner_pid, then cmd =
+ * UR_TRACK_START, and wakes the helper (a ptrace stop of the helper thread
+ * alone restarts its futex wait, which re-reads the word). The helper opens a
+ * userfaultfd in asynchronous write-protect mode (UFFD_FEATURE_WP_ASYNC,
+ * Linux 6.7), registers every private writable mapping and write-protects
+ * it (anonymous ones: their present pages only), and sets ranges and cmd =
+ * UR_TRACK_ON, or UR_TRACK_FAILED with error = errno. From then on the
+ * kernel resolves each first write to a page by itself and /proc/PID/pagemap
+ * (PAGEMAP_SCAN) reports the page as written. The scanner copies the memory
+ * while the process runs, stops it, re-reads only what was written since,
+ * lets it go and writes cmd = UR_TRACK_STOP. The helper, which keeps serving
+ * snapshots and requests meanwhile and checks the word every 10 ms,
+ * unregisters every mapping, closes the userfaultfd and sets UR_TRACK_IDLE.
+ * It stops by itself, the same way, once scanner_pid is gone or after
+ * UR_TRACK_MAX_SECONDS.
  */
 #ifndef UNREACHABLE_ABI_H
 #define UNREACHABLE_ABI_H
@@ -96,6 +114,24 @@ enum ur_thread_state {
 enum ur_helper_cmd {
   UR_CMD_IDLE = 0,
   UR_CMD_SNAPSHOT = 1, /* helper: raw clone(flags=0) a frozen copy, wait4 it, back to IDLE */
+};
+
+/* ur_write_tracker.cmd: written by the scanner (START, STOP) and the helper. */
+enum ur_track_cmd {
+  UR_TRACK_IDLE = 0,
+  UR_TRACK_START = 1,
+  UR_TRACK_ON = 2,
+  UR_TRACK_STOP = 3,
+  UR_TRACK_FAILED = 4,
+};
+#define UR_TRACK_MAX_SECONDS 600u /* the longest scan (the scanner's own timeout) */
+
+struct ur_write_tracker {  /* 32 bytes, in shim memory */
+  uint32_t cmd;            /* enum ur_track_cmd, a futex word */
+  int32_t error;           /* helper: errno of a failed start */
+  uint32_t scanner_pid;    /* scanner: tracking ends when this process is gone */
+  uint32_t ranges;         /* helper: mappings registered */
+  uint64_t reserved[2];
 };
 
 /* ur_entry.meta: the requested size in the low 44 bits, the stack id (0: no
@@ -243,7 +279,8 @@ struct ur_descriptor {
   uint64_t options;        /* address of the NUL-terminated option string in effect */
   uint64_t pid;            /* getpid() of the process that owns this registry (reset on fork) */
   uint64_t child_box;      /* address of struct ur_child_box, 0: no in-child sweep */
-  uint64_t reserved[7];
+  uint64_t write_tracker;  /* address of struct ur_write_tracker, 0: no copy snapshots */
+  uint64_t reserved[6];
 };
 
 #ifdef __cplusplus
@@ -258,6 +295,7 @@ _Static_assert(sizeof(struct ur_stack_table) == 32, "abi");
 _Static_assert(sizeof(struct ur_descriptor) == 160, "abi");
 _Static_assert(sizeof(struct ur_child_box) == 80, "abi");
 _Static_assert(sizeof(struct ur_leak_record) == 40, "abi");
+_Static_assert(sizeof(struct ur_write_tracker) == 32, "abi");
 #endif
 
 #endif

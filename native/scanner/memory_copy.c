@@ -1,0 +1,329 @@
+/*
+ * _native.MemoryCopy: the "copy" snapshot's memory (page_sync.h), and the
+ * readers every native entry point takes memory through: a pid (its
+ * /proc/PID/mem, the process stopped or frozen) or a MemoryCopy (finished:
+ * the process runs on, the copy holds the moment it was stopped).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "memory.h"
+#include "native.h"
+#include "page_sync.h"
+#include "present_pages.h"
+
+typedef struct {
+  PyObject_HEAD
+  int pid;
+  int opened;
+  int busy;     /* a sync runs with the GIL released */
+  int finished; /* ur_sync_finish ran: readable, nothing more to sync */
+  int pagemap;
+  struct ur_pread_mem mem;
+  struct ur_sync_stats stats;
+} MemoryCopy;
+
+static void copy_close(MemoryCopy *c) {
+  if (c->opened) ur_mem_close(&c->mem);
+  if (c->pagemap >= 0) close(c->pagemap);
+  c->opened = 0;
+  c->pagemap = -1;
+}
+
+static int copy_init(MemoryCopy *c, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"pid", "cache_bytes", NULL};
+  int pid;
+  unsigned long long cache = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iK", kwlist, &pid, &cache)) return -1;
+  if (c->opened) {
+    PyErr_SetString(PyExc_RuntimeError, "MemoryCopy already initialised");
+    return -1;
+  }
+  c->pid = pid;
+  c->pagemap = -1;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+  if ((c->pagemap = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    int e = errno == ENOENT ? ESRCH : errno;
+    ur_py_raise(-e, "cannot open the process's pagemap");
+    return -1;
+  }
+  int rc = ur_mem_open(&c->mem, pid, cache);
+  if (rc < 0) {
+    copy_close(c);
+    ur_py_raise(rc, "cannot open the process's memory");
+    return -1;
+  }
+  c->opened = 1;
+  return 0;
+}
+
+static void copy_dealloc(MemoryCopy *c) {
+  copy_close(c);
+  Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static int usable(MemoryCopy *c) {
+  if (c->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "MemoryCopy is in use by another call");
+    return 0;
+  }
+  if (!c->opened) {
+    PyErr_SetString(PyExc_ValueError, "MemoryCopy is closed");
+    return 0;
+  }
+  return 1;
+}
+
+static PyObject *copy_sync(MemoryCopy *c, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"ranges", "refresh", "threads", NULL};
+  Py_buffer rb;
+  int refresh = 0;
+  unsigned threads = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|pI", kwlist, &rb, &refresh, &threads))
+    return NULL;
+  PyObject *result = NULL;
+  if (!usable(c)) goto out;
+  if (c->finished) {
+    PyErr_SetString(PyExc_RuntimeError, "MemoryCopy is finished");
+    goto out;
+  }
+  if (rb.len % sizeof(struct ur_sync_range) || ((uintptr_t)rb.buf & 7)) {
+    PyErr_SetString(PyExc_ValueError, "ranges must be packed u64 (begin, end, flags) triples");
+    goto out;
+  }
+  int rc;
+  c->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_sync(&c->mem, c->pagemap, rb.buf, (size_t)rb.len / sizeof(struct ur_sync_range), refresh,
+               threads, &c->stats);
+  Py_END_ALLOW_THREADS
+  c->busy = 0;
+  if (rc == -ENOSPC) {
+    PyErr_SetString(PyExc_MemoryError, "the copy does not fit in its cache");
+  } else if (rc < 0) {
+    ur_py_raise(rc, "cannot read the process's pagemap");
+  } else {
+    result = Py_NewRef(Py_None);
+  }
+out:
+  PyBuffer_Release(&rb);
+  return result;
+}
+
+static PyObject *copy_finish(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
+  if (!usable(c)) return NULL;
+  if (!c->finished) ur_sync_finish(&c->mem);
+  c->finished = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *copy_read(MemoryCopy *c, PyObject *args) {
+  unsigned long long addr;
+  Py_ssize_t n;
+  if (!PyArg_ParseTuple(args, "Kn", &addr, &n)) return NULL;
+  if (!usable(c)) return NULL;
+  if (n < 0) {
+    PyErr_SetString(PyExc_ValueError, "negative length");
+    return NULL;
+  }
+  PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+  if (!out) return NULL;
+  /* As a pread of /proc/PID/mem: EIO when nothing there could be read. */
+  if (ur_mem_read_cached(&c->mem, addr, PyBytes_AS_STRING(out), (size_t)n) == 0 && n > 0) {
+    Py_DECREF(out);
+    return ur_py_raise(-EIO, "not in the copy");
+  }
+  return out;
+}
+
+static PyObject *copy_close_py(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
+  if (c->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "MemoryCopy is in use by another call");
+    return NULL;
+  }
+  copy_close(c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *copy_get_pid(MemoryCopy *c, void *Py_UNUSED(closure)) {
+  return PyLong_FromLong(c->pid);
+}
+
+static PyObject *copy_get_stats(MemoryCopy *c, void *Py_UNUSED(closure)) {
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "pages_read",
+                       (unsigned long long)c->stats.pages_read, "pages_zeroed",
+                       (unsigned long long)c->stats.pages_zeroed, "pages_kept",
+                       (unsigned long long)c->stats.pages_kept, "pages_untracked",
+                       (unsigned long long)c->stats.untracked, "bytes_held",
+                       (unsigned long long)(c->opened ? c->mem.used_chunks * UR_CHUNK_SIZE : 0));
+}
+
+static PyObject *copy_reset_stats(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
+  memset(&c->stats, 0, sizeof(c->stats));
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef copy_methods[] = {
+    {"sync", (PyCFunction)(void (*)(void))copy_sync, METH_VARARGS | METH_KEYWORDS,
+     "sync(ranges, refresh=False, threads=1): copy the (begin, end, flags) ranges (packed "
+     "u64); refresh: the process is stopped, read again only what it wrote since."},
+    {"finish", (PyCFunction)copy_finish, METH_NOARGS,
+     "finish(): the copy is complete; readers may use it, nothing more is read."},
+    {"read", (PyCFunction)copy_read, METH_VARARGS,
+     "read(addr, n) -> bytes: from the copy, as os.pread of /proc/PID/mem would."},
+    {"reset_stats", (PyCFunction)copy_reset_stats, METH_NOARGS, "reset_stats()"},
+    {"close", (PyCFunction)copy_close_py, METH_NOARGS, "close(): free the copy."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef copy_getset[] = {
+    {"pid", (getter)copy_get_pid, NULL, "the process copied", NULL},
+    {"stats", (getter)copy_get_stats, NULL, "pages read, zeroed and kept by the syncs", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject ur_memory_copy_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "unreachable._native.MemoryCopy",
+    .tp_basicsize = sizeof(MemoryCopy),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "MemoryCopy(pid, cache_bytes): a copy of a process's memory, brought up to date "
+              "in a stop (the copy snapshot).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)copy_init,
+    .tp_dealloc = (destructor)copy_dealloc,
+    .tp_methods = copy_methods,
+    .tp_getset = copy_getset,
+};
+
+struct ur_pread_mem *ur_memory_copy_mem(PyObject *obj) {
+  if (!PyObject_TypeCheck(obj, &ur_memory_copy_type)) return NULL;
+  MemoryCopy *c = (MemoryCopy *)obj;
+  return c->opened && c->finished && !c->busy ? &c->mem : NULL;
+}
+
+int ur_reader_open(PyObject *source, struct ur_reader *r) {
+  r->fd = -1;
+  r->copy = NULL;
+  if (PyObject_TypeCheck(source, &ur_memory_copy_type)) {
+    if (!(r->copy = ur_memory_copy_mem(source))) {
+      PyErr_SetString(PyExc_ValueError, "the MemoryCopy is not finished, or closed");
+      return -1;
+    }
+    return 0;
+  }
+  long pid = PyLong_Check(source) ? PyLong_AsLong(source) : -1;
+  if (pid < 0 || pid > INT32_MAX) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_TypeError, "memory source must be a pid or a MemoryCopy");
+    return -1;
+  }
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%ld/mem", pid);
+  if ((r->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+    int e = errno == ENOENT ? ESRCH : errno;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "cannot open %s: %s", path, strerror(e));
+    ur_py_raise(-e, msg);
+    return -1;
+  }
+  return 0;
+}
+
+void ur_reader_close(struct ur_reader *r) {
+  if (r->fd >= 0) close(r->fd);
+  r->fd = -1;
+  r->copy = NULL;
+}
+
+size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len) {
+  return r->copy ? ur_mem_read_cached(r->copy, addr, buf, len)
+                 : ur_mem_read_direct(r->fd, addr, buf, len);
+}
+
+/* A finished copy: the parts of the ranges in chunks it holds (a chunk it
+ * does not hold was absent, zero, or is not the process's memory). */
+static int held_parts(struct ur_pread_mem *m, const uint64_t *in, size_t n, PyObject *out) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b = in[2 * i], e = in[2 * i + 1], run = 0;
+    int open = 0;
+    for (uint64_t pos = b; pos < e;) {
+      uint64_t base = pos & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
+      uint64_t stop = next < e && next > base ? next : e;
+      int held = ur_mem_find(m, base) != NULL;
+      if (held && !open) run = pos;
+      if (!held && open) {
+        uint64_t pair[2] = {run, pos};
+        if (PyByteArray_Resize(out, PyByteArray_GET_SIZE(out) + 16) < 0) return -1;
+        memcpy(PyByteArray_AS_STRING(out) + PyByteArray_GET_SIZE(out) - 16, pair, 16);
+      }
+      open = held;
+      pos = stop;
+    }
+    if (open) {
+      uint64_t pair[2] = {run, e};
+      if (PyByteArray_Resize(out, PyByteArray_GET_SIZE(out) + 16) < 0) return -1;
+      memcpy(PyByteArray_AS_STRING(out) + PyByteArray_GET_SIZE(out) - 16, pair, 16);
+    }
+  }
+  return 0;
+}
+
+PyObject *ur_py_present_ranges(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *source;
+  Py_buffer rb;
+  if (!PyArg_ParseTuple(args, "Oy*", &source, &rb)) return NULL;
+  PyObject *result = NULL;
+  const uint64_t *in = rb.buf;
+  size_t n = (size_t)rb.len / 16;
+  if (rb.len % 16 || ((uintptr_t)rb.buf & 7)) {
+    PyErr_SetString(PyExc_ValueError, "ranges must be packed u64 (begin, end) pairs");
+    goto out;
+  }
+  if (PyObject_TypeCheck(source, &ur_memory_copy_type)) {
+    struct ur_pread_mem *m = ur_memory_copy_mem(source);
+    if (!m) {
+      PyErr_SetString(PyExc_ValueError, "the MemoryCopy is not finished, or closed");
+      goto out;
+    }
+    PyObject *ba = PyByteArray_FromStringAndSize(NULL, 0);
+    if (ba && held_parts(m, in, n, ba) == 0) result = PyBytes_FromObject(ba);
+    Py_XDECREF(ba);
+    goto out;
+  }
+  long pid = PyLong_Check(source) ? PyLong_AsLong(source) : -1;
+  if (pid < 0 || pid > INT32_MAX) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_TypeError, "memory source must be a pid or a MemoryCopy");
+    goto out;
+  }
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%ld/pagemap", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    ur_py_raise(-(errno == ENOENT ? ESRCH : errno), "cannot open the process's pagemap");
+    goto out;
+  }
+  uint64_t *parts = NULL;
+  size_t np = 0;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_present_pages(fd, in, n, &parts, &np);
+  Py_END_ALLOW_THREADS
+  close(fd);
+  if (rc == -ENOTTY || rc == -EINVAL) {
+    result = PyBytes_FromStringAndSize(rb.buf, rb.len); /* no PAGEMAP_SCAN: all of it */
+  } else if (rc < 0) {
+    ur_py_raise(rc, "cannot read the process's pagemap");
+  } else {
+    result = PyBytes_FromStringAndSize((const char *)parts, (Py_ssize_t)(np * 16));
+  }
+  free(parts);
+out:
+  PyBuffer_Release(&rb);
+  return result;
+}

@@ -1,0 +1,72 @@
+#include "present_pages.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "unreachable/pagemap_scan.h"
+
+#define VEC 512
+
+struct pairs {
+  uint64_t *v;
+  size_t n, cap;
+};
+
+static int push(struct pairs *p, uint64_t b, uint64_t e) {
+  if (p->n && p->v[2 * p->n - 1] == b) { /* adjacent: one range */
+    p->v[2 * p->n - 1] = e;
+    return 0;
+  }
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    uint64_t *v = realloc(p->v, cap * 2 * sizeof(uint64_t));
+    if (!v) return -ENOMEM;
+    p->v = v;
+    p->cap = cap;
+  }
+  p->v[2 * p->n] = b;
+  p->v[2 * p->n + 1] = e;
+  p->n++;
+  return 0;
+}
+
+int ur_present_pages(int pagemap_fd, const uint64_t *in, size_t n, uint64_t **out, size_t *n_out) {
+  struct page_region vec[VEC];
+  struct pairs p = {0};
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    uint64_t pos = in[2 * i] & ~(uint64_t)4095, end = in[2 * i + 1];
+    while (rc == 0 && pos < end) {
+      struct pm_scan_arg a = {
+          .size = sizeof(a),
+          .start = pos,
+          .end = end,
+          .vec = (uint64_t)(uintptr_t)vec,
+          .vec_len = VEC,
+          .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+          .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+      };
+      long got = ioctl(pagemap_fd, PAGEMAP_SCAN, &a);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        rc = -errno;
+        break;
+      }
+      for (long k = 0; rc == 0 && k < got; k++) {
+        /* The ranges need not be page aligned (a root after a hole). */
+        uint64_t b = vec[k].start < in[2 * i] ? in[2 * i] : vec[k].start;
+        uint64_t e = vec[k].end > end ? end : vec[k].end;
+        if (e > b) rc = push(&p, b, e);
+      }
+      if (a.walk_end <= pos) break; /* no progress: the rest of the range is gone */
+      pos = a.walk_end;
+    }
+  }
+  if (rc < 0) {
+    free(p.v);
+    return rc;
+  }
+  *out = p.v;
+  *n_out = p.n;
+  return 0;
+}

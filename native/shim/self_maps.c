@@ -1,0 +1,55 @@
+#include "self_maps.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int ur_self_maps_foreach(ur_maps_fn fn, void *arg) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  static char buf[1 << 16];
+  size_t have = 0;
+  int stop = 0;
+  while (!stop) {
+    ssize_t got = read(fd, buf + have, sizeof(buf) - 1 - have);
+    if (got <= 0) break;
+    have += (size_t)got;
+    buf[have] = '\0';
+    char *line = buf, *nl;
+    while (!stop && (nl = strchr(line, '\n')) != NULL) {
+      *nl = '\0';
+      char *end;
+      uint64_t lo = strtoull(line, &end, 16), hi = *end == '-' ? strtoull(end + 1, &end, 16) : 0;
+      if (hi > lo) stop = fn(lo, hi, end, arg);
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+  }
+  close(fd);
+  return 0;
+}
+
+int ur_maps_perms(const char *rest, char perms[5]) {
+  while (*rest == ' ') rest++;
+  for (int i = 0; i < 4; i++) {
+    if (!rest[i]) return 0;
+    perms[i] = rest[i];
+  }
+  perms[4] = '\0';
+  return 1;
+}
+
+uint64_t ur_maps_inode(const char *rest) {
+  /* " perms offset dev inode [path]": the fourth field. */
+  for (int field = 0; field < 3; field++) {
+    while (*rest == ' ') rest++;
+    while (*rest && *rest != ' ') rest++;
+  }
+  uint64_t inode = 0;
+  while (*rest == ' ') rest++;
+  for (; *rest >= '0' && *rest <= '9'; rest++) inode = inode * 10 + (uint64_t)(*rest - '0');
+  return inode;
+}

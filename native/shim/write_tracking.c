@@ -1,0 +1,203 @@
+#include "write_tracking.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <linux/userfaultfd.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "self_maps.h"
+#include "unreachable/pagemap_scan.h"
+
+/* Debian 12's headers predate Linux 6.7's asynchronous write protection. */
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+
+#define POLL_NS (10 * 1000 * 1000) /* how soon a STOP or a vanished scanner is seen */
+
+struct ur_write_tracker ur_write_tracker;
+static int g_uffd = -1;
+static int g_pagemap = -1; /* /proc/self/pagemap, while tracking starts */
+
+uint32_t ur_write_tracking_word(void) {
+  return __atomic_load_n(&ur_write_tracker.cmd, __ATOMIC_ACQUIRE);
+}
+
+int ur_write_tracking_requested(void) { return ur_write_tracking_word() == UR_TRACK_START; }
+
+static uint64_t now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec;
+}
+
+/* User-mode faults only is all an unprivileged process may ask for
+ * (vm.unprivileged_userfaultfd=0), and all asynchronous write protection
+ * needs: the kernel resolves such faults itself, whoever takes them. */
+static int open_uffd(void) {
+  int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+  if (fd < 0 && errno == EINVAL) fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -errno;
+  struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC};
+  if (ioctl(fd, UFFDIO_API, &api) != 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+/* Anonymous memory: only the pages that exist. UFFDIO_WRITEPROTECT would
+ * put a marker in every absent page too, building page tables for all of a
+ * sparse reservation (measured: 128 MiB of them for 64 GiB reserved, kept
+ * after the scan); an absent anonymous page is zero, which the scanner
+ * knows without reading it, and one that appears later carries no
+ * protection, so the scanner sees it written. The walk is given an output
+ * vector although nothing reads it: without one the kernel takes a fast
+ * path that marks the absent pages of every page table it passes. */
+static int protect_present(uint64_t lo, uint64_t hi) {
+  static struct page_region vec[256]; /* helper thread only */
+  for (uint64_t pos = lo; pos < hi;) {
+    struct pm_scan_arg a = {
+        .size = sizeof(a),
+        .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+        .start = pos,
+        .end = hi,
+        .vec = (uint64_t)(uintptr_t)vec,
+        .vec_len = sizeof vec / sizeof vec[0],
+        .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        .return_mask = PAGE_IS_PRESENT,
+    };
+    if (ioctl(g_pagemap, PAGEMAP_SCAN, &a) < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (a.walk_end <= pos) return -1;
+    pos = a.walk_end;
+  }
+  return 0;
+}
+
+/* Every private writable mapping: registered, then its pages
+ * write-protected. One that refuses stays untracked, and the scanner
+ * re-reads it whole. */
+static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
+  unsigned *n = arg;
+  char perms[5];
+  if (!ur_maps_perms(rest, perms) || perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p')
+    return 0;
+  struct uffdio_register reg = {.range = {lo, hi - lo}, .mode = UFFDIO_REGISTER_MODE_WP};
+  if (ioctl(g_uffd, UFFDIO_REGISTER, &reg) != 0) return 0;
+  /* A file's absent page is not zero: the scanner's copy faults it in,
+   * and only a marker keeps it protected then. Such mappings (a library's
+   * .data) are small. */
+  struct uffdio_writeprotect wp = {.range = {lo, hi - lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+  int rc = ur_maps_inode(rest) != 0 ? ioctl(g_uffd, UFFDIO_WRITEPROTECT, &wp) : protect_present(lo, hi);
+  if (rc == 0) {
+    ++*n;
+  } else {
+    struct uffdio_range range = {lo, hi - lo};
+    ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
+  }
+  return 0;
+}
+
+/* Closing the descriptor unregisters too, but only once its last copy is
+ * closed, and a child forked meanwhile without our atfork handler holds one. */
+static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
+  (void)rest;
+  (void)arg;
+  struct uffdio_range range = {lo, hi - lo};
+  ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
+  return 0;
+}
+
+static int scanner_gone(uint32_t pid) {
+  return pid == 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+}
+
+static uint64_t g_deadline_s;
+
+int ur_write_tracking_active(void) { return g_uffd >= 0; }
+
+static void stop_tracking(void) {
+  struct ur_write_tracker *t = &ur_write_tracker;
+  ur_self_maps_foreach(untrack_mapping, NULL);
+  close(g_uffd);
+  g_uffd = -1;
+  /* A new START (a scanner that came back) is kept for the next round. */
+  uint32_t now = ur_write_tracking_word();
+  if (now != UR_TRACK_START)
+    __atomic_compare_exchange_n(&t->cmd, &now, UR_TRACK_IDLE, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
+}
+
+void ur_write_tracking_begin(void) {
+  struct ur_write_tracker *t = &ur_write_tracker;
+  int saved = errno;
+  if (g_uffd >= 0) stop_tracking(); /* a START while ON: its scanner started over */
+  unsigned n = 0;
+  int fd = open_uffd();
+  if (fd >= 0 && (g_pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) < 0) {
+    int e = errno;
+    close(fd);
+    fd = -e;
+  }
+  if (fd >= 0) {
+    g_uffd = fd;
+    int rc = ur_self_maps_foreach(track_mapping, &n);
+    close(g_pagemap);
+    g_pagemap = -1;
+    if (rc < 0 || n == 0) {
+      ur_self_maps_foreach(untrack_mapping, NULL);
+      close(fd);
+      g_uffd = -1;
+      fd = rc < 0 ? rc : -ENOENT;
+    }
+  }
+  /* From START only: a scanner that gave up meanwhile wrote STOP. */
+  uint32_t expected = UR_TRACK_START;
+  if (fd < 0) {
+    t->error = -fd;
+    if (!__atomic_compare_exchange_n(&t->cmd, &expected, UR_TRACK_FAILED, 0, __ATOMIC_RELEASE,
+                                     __ATOMIC_RELAXED) &&
+        expected == UR_TRACK_STOP)
+      __atomic_compare_exchange_n(&t->cmd, &expected, UR_TRACK_IDLE, 0, __ATOMIC_RELEASE,
+                                  __ATOMIC_RELAXED);
+    errno = saved;
+    return;
+  }
+  t->ranges = n;
+  t->error = 0;
+  g_deadline_s = now_s() + UR_TRACK_MAX_SECONDS;
+  if (!__atomic_compare_exchange_n(&t->cmd, &expected, UR_TRACK_ON, 0, __ATOMIC_RELEASE,
+                                   __ATOMIC_RELAXED))
+    stop_tracking();
+  errno = saved;
+}
+
+uint64_t ur_write_tracking_check(void) {
+  if (g_uffd < 0) return 0;
+  int saved = errno;
+  /* Anything but ON ends it: STOP, or a scanner that restarted the protocol. */
+  if (ur_write_tracking_word() != UR_TRACK_ON ||
+      scanner_gone(__atomic_load_n(&ur_write_tracker.scanner_pid, __ATOMIC_RELAXED)) ||
+      now_s() >= g_deadline_s)
+    stop_tracking();
+  errno = saved;
+  return g_uffd >= 0 ? POLL_NS : 0;
+}
+
+void ur_write_tracking_after_fork_child(void) {
+  if (g_uffd >= 0) close(g_uffd);
+  g_uffd = -1;
+  ur_write_tracker.cmd = UR_TRACK_IDLE;
+}

@@ -1,0 +1,233 @@
+"""The copy snapshot (capture/copy_snapshot.py, capture/write_tracking.py,
+native/shim/write_tracking.c, native/scanner/page_sync.c) on real targets:
+exact verdicts while threads write during the copy, and the target left
+exactly as it was (no mapping still write-protected, the tracker idle),
+whatever happens to the scan."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.tracking import (
+    copy_unsupported,
+    tracker_cmd,
+    wait_untracked,
+    write_protected,
+)
+from unreachable import _native
+from unreachable.capture.copy_snapshot import copy_while_running, refresh
+from unreachable.capture.stop_world import stop_world
+from unreachable.capture.target import open_target
+from unreachable.capture.write_tracking import IDLE, TrackingUnavailable, tracked_writes
+from unreachable.scan import ScanOptions, scan
+
+HERE = Path(__file__).parent
+PROGRAMS = HERE.parent / "scan" / "programs"
+CLI = [sys.executable, "-m", "unreachable.cli.main"]
+
+
+pytestmark = pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
+
+
+def exact(target, report) -> None:
+    assert (report.leak_count, report.leak_bytes) == (
+        target.int("leak_count"),
+        target.int("leak_bytes"),
+    ), [(hex(e.address), e.size) for e in report.leaks]
+
+
+def test_threads_writing_during_the_copy_invent_no_leak(targets):
+    """churn.c's four threads allocate, free and relink all through the copy:
+    every page they wrote must be read again while the target is stopped."""
+    target = targets.start(PROGRAMS / "churn.c")
+    for _ in range(6):
+        report = scan(target.pid, ScanOptions(snapshot="copy"))
+        exact(target, report)
+        assert report.snapshot == "copy" and report.snapshot_note == ""
+    wait_untracked(target.pid)
+    assert target.alive() and target.tracer() == 0
+
+
+def test_the_stop_reads_again_only_what_was_written(targets):
+    target = targets.start(PROGRAMS / "churn.c")
+    with stop_world(open_target(target.pid), "copy") as capture:
+        assert capture.snapshot == "copy" and capture.copy is not None
+        stats = capture.copy.stats
+        mappings = capture.mappings
+    # The churning threads wrote some pages during the copy (their arenas,
+    # their stacks); the rest of what was copied was kept, or is absent and
+    # known to be zero without a read.
+    held_pages = stats["bytes_held"] // 4096
+    assert stats["pages_read"] + stats["pages_untracked"] > 0, stats
+    assert stats["pages_kept"] > 0 and stats["pages_read"] * 4 < held_pages, stats
+    assert mappings and target.tracer() == 0
+    wait_untracked(target.pid)
+
+
+def _live_u64(pid: int, addr: int) -> int:
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(addr)
+        return int.from_bytes(f.read(8), "little")
+
+
+def test_the_copy_holds_memory_as_it_was_at_the_stop(targets):
+    """writer.c counts in .data, a heap block and an mmap'ed page without
+    pause: the copy must hold the stop's values, not the first copy's."""
+    target = targets.start(HERE / "programs" / "writer.c")
+    pid = target.pid
+    addrs = [int(target.info[k], 16) for k in ("data", "heap", "mmap")]
+    session = _native.Session(pid)
+    try:
+        with copy_while_running(open_target(pid)) as copy:
+            copied_by_now = [_live_u64(pid, a) for a in addrs]
+            time.sleep(0.05)
+            session.stop()
+            try:
+                refresh(copy, pid)
+                at_stop = [_live_u64(pid, a) for a in addrs]
+            finally:
+                session.release()
+        held = [int.from_bytes(copy.read(a, 8), "little") for a in addrs]
+        copy.close()
+    finally:
+        session.close()
+    assert held == at_stop
+    assert all(h > c for h, c in zip(held, copied_by_now, strict=True)), (held, copied_by_now)
+    wait_untracked(pid)
+
+
+def test_the_target_is_left_as_it_was(targets):
+    target = targets.start(PROGRAMS / "many.c", "20000", "10000")
+    with open(f"/proc/{target.pid}/maps") as f:
+        maps_before = f.read()
+    report = scan(target.pid, ScanOptions(snapshot="copy"))
+    exact(target, report)
+    wait_untracked(target.pid)
+    with open(f"/proc/{target.pid}/maps") as f:
+        assert f.read() == maps_before
+    assert target.tracer() == 0 and target.state() in ("S", "R")
+    target.proc.stdin.close()
+    assert target.proc.wait(timeout=10) == 0
+
+
+def _page_tables_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmPTE:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmPTE")
+
+
+def test_a_sparse_reservation_costs_no_page_tables(targets):
+    # Write-protecting whole ranges would mark every absent page: 128 MiB of
+    # page tables for this 64 GiB reservation, left in the target.
+    target = targets.start(PROGRAMS / "sparse.c")
+    before = _page_tables_kib(target.pid)
+    report = scan(target.pid, ScanOptions(snapshot="copy"))
+    exact(target, report)
+    wait_untracked(target.pid)
+    assert _page_tables_kib(target.pid) - before < 1024
+
+
+def test_auto_copies_a_heap_above_the_threshold(targets):
+    target = targets.start(PROGRAMS / "many.c", "20000", "10000")
+    with stop_world(open_target(target.pid), "auto") as capture:
+        assert capture.snapshot == "fork"  # a small heap: the page-table copy is cheap
+    with stop_world(open_target(target.pid), "auto", copy_from=1) as capture:
+        assert capture.snapshot == "copy", capture.snapshot_error
+    wait_untracked(target.pid)
+
+
+def test_auto_falls_back_to_fork_and_says_why(targets):
+    # Nothing to track with: a tracker another scan holds. The second
+    # tracked_writes is refused; auto then forks, and the note says why.
+    target = targets.start(PROGRAMS / "globals.c")
+    with tracked_writes(open_target(target.pid)):
+        with pytest.raises(TrackingUnavailable, match="another scan"):
+            with tracked_writes(open_target(target.pid)):
+                pass
+        with stop_world(open_target(target.pid), "auto", copy_from=1) as capture:
+            assert capture.snapshot == "fork"
+            assert "another scan is copying" in capture.snapshot_error
+    wait_untracked(target.pid)
+
+
+def test_scanner_killed_while_tracking_stops_the_tracking(targets):
+    target = targets.start(PROGRAMS / "many.c", "600000", "300000")
+    scanner = subprocess.Popen(
+        [*CLI, "scan", str(target.pid), "--snapshot", "copy"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not write_protected(target.pid):
+        assert scanner.poll() is None and time.monotonic() < deadline, "tracking never began"
+        time.sleep(0.001)
+    os.kill(scanner.pid, signal.SIGKILL)
+    scanner.wait()
+    # The helper sees the scanner's pid gone within its 10 ms poll.
+    wait_untracked(target.pid)
+    assert target.tracer() == 0 and target.state() in ("S", "R")
+    report = scan(target.pid, ScanOptions(snapshot="copy"))
+    exact(target, report)
+    target.proc.stdin.close()
+    assert target.proc.wait(timeout=10) == 0
+
+
+def test_cli_copy_snapshot(targets):
+    import json
+
+    target = targets.start(PROGRAMS / "globals.c")
+    res = subprocess.run(
+        [*CLI, "scan", str(target.pid), "--snapshot", "copy", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stderr
+    report = json.loads(res.stdout)
+    assert report["snapshot"] == "copy" and report["leak_count"] == target.int("leak_count")
+    wait_untracked(target.pid)
+
+
+def test_cli_copy_of_a_user_stopped_target_is_refused(targets):
+    target = targets.start(PROGRAMS / "globals.c")
+    os.kill(target.pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.05)
+        res = subprocess.run(
+            [*CLI, "scan", str(target.pid), "--snapshot", "copy"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert res.returncode == 2 and res.stdout == ""
+        assert res.stderr.strip().count("\n") == 0 and "Traceback" not in res.stderr
+        assert "no copy snapshot" in res.stderr and "SIGSTOP" in res.stderr, res.stderr
+        assert target.state() == "T" and target.tracer() == 0
+        assert tracker_cmd(target.pid) == IDLE
+    finally:
+        os.kill(target.pid, signal.SIGCONT)
+
+
+def test_copy_under_a_seccomp_filter_is_refused(targets):
+    # A filter could kill the process on the helper's userfaultfd(); unlike
+    # the fork snapshot's clone, nothing proves it will not: never asked.
+    target = targets.start(PROGRAMS / "seccomp_filter.c", "errno-uname")
+    res = subprocess.run(
+        [*CLI, "scan", str(target.pid), "--snapshot", "copy"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res
+    assert "no copy snapshot: the target has a seccomp filter" in res.stderr, res.stderr
+    assert target.alive() and target.tracer() == 0
+    assert tracker_cmd(target.pid) == IDLE and not write_protected(target.pid)

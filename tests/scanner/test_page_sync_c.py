@@ -1,0 +1,37 @@
+"""C unit test of the copy snapshot's page sync (see c/page_sync_test.c)
+under ASan+UBSan, against a real process that write-protects its own memory
+with an asynchronous userfaultfd; tests/capture/test_copy_snapshot.py runs
+the whole copy snapshot on scan targets."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.cbuild import REPO_DIR, build
+
+SCANNER = REPO_DIR / "native" / "scanner"
+MARK = REPO_DIR / "native" / "mark"
+
+
+def test_page_sync() -> None:
+    exe = build(
+        [
+            Path(__file__).parent / "c" / "page_sync_test.c",
+            SCANNER / "page_sync.c",
+            SCANNER / "memory.c",
+            MARK / "alloc.c",
+        ],
+        name="page_sync_test",
+        cflags=[f"-I{SCANNER}", f"-I{MARK}", f"-I{REPO_DIR / 'native' / 'include'}", "-pthread"],
+        ldflags=["-pthread"],
+        sanitize=True,
+    )
+    env = {"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if result.stdout.startswith("skip:"):
+        pytest.skip(result.stdout.strip())
+    assert result.stdout.strip() == "ok page_sync"

@@ -1,0 +1,37 @@
+"""Where a scan reads the target's memory: the process itself, through
+/proc/PID/mem (stopped, or its frozen snapshot child), or a finished copy
+snapshot (capture/copy_snapshot.py) while the process runs on."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from unreachable import _native
+
+# A pid, or the copy; every native reader takes either.
+Memory = int | _native.MemoryCopy
+Read = Callable[[int, int], bytes]  # (addr, n) -> bytes, OSError where unreadable
+
+
+@contextmanager
+def memory_reader(memory: Memory) -> Iterator[Read]:
+    if isinstance(memory, int):
+        fd = os.open(f"/proc/{memory}/mem", os.O_RDONLY)
+        try:
+            yield lambda addr, n: os.pread(fd, n, addr)
+        finally:
+            os.close(fd)
+    else:
+        yield memory.read
+
+
+def present_ranges(memory: Memory, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of the sorted ranges that hold pages: present or swapped out
+    in the process (PAGEMAP_SCAN; all of them on a kernel without it), or
+    held by the copy. The rest was never touched and reads as zero."""
+    packed = b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
+    out = _native.present_ranges(memory, packed)
+    return [(b, e) for b, e in struct.iter_unpack("<QQ", out)]
