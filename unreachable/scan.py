@@ -52,7 +52,7 @@ class ScanOptions:
     contents: bool = False
     snapshot: SnapshotMode = "auto"
     sweep: SweepMode = "auto"
-    mark_threads: int = 0  # in the snapshot child; 0: default_mark_threads()
+    mark_threads: int = 0  # the child's, or a frozen copy's in here; 0: default_mark_threads()
 
 
 class _ChildGone(Exception):
@@ -173,7 +173,14 @@ def _scan(
                 regs += dtv_words(memory, roots.dead_stacks)
                 # Stopped in place: let it go once the walk's memory is read.
                 stopped = capture.snapshot == "stopped"
-                result = sweep(memory, registry, roots, regs, capture.session if stopped else None)
+                result = sweep(
+                    memory,
+                    registry,
+                    roots,
+                    regs,
+                    capture.session if stopped else None,
+                    options.mark_threads or default_mark_threads(),
+                )
             note("marked")
             leaks = dedup(result.leaks, options.limit)
             note("folded")

@@ -144,6 +144,7 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   memset(c->bad, 0, sizeof(c->bad));
   memset(c->counted, 0, sizeof(c->counted));
   memset(c->synced, 0, sizeof(c->synced));
+  memset(c->zeroed, 0, sizeof(c->zeroed));
   m->bytes_loaded += UR_CHUNK_SIZE;
   m->chunk_loads++;
   size_t i = hash_slot(m, base);
@@ -173,15 +174,15 @@ static struct ur_chunk *load_chunk(struct ur_pread_mem *m, uint64_t base) {
   return c;
 }
 
-static void count_bad(struct ur_pread_mem *m, struct ur_chunk *c, uint64_t off, uint64_t len) {
+/* Atomic: the marking threads' readers share the chunks' counted bits. */
+static void count_bad(struct ur_mem *reader, struct ur_chunk *c, uint64_t off, uint64_t len) {
   size_t first = (size_t)(off >> UR_PAGE_SHIFT);
   size_t last = (size_t)((off + len - 1) >> UR_PAGE_SHIFT);
   for (size_t p = first; p <= last; p++) {
     uint64_t bit = UINT64_C(1) << (p % 64);
-    if ((c->bad[p / 64] & bit) && !(c->counted[p / 64] & bit)) {
-      c->counted[p / 64] |= bit;
-      m->mem.pages_skipped++;
-    }
+    if (!(c->bad[p / 64] & bit)) continue;
+    if (!(__atomic_fetch_or(&c->counted[p / 64], bit, __ATOMIC_RELAXED) & bit))
+      reader->pages_skipped++;
   }
 }
 
@@ -313,6 +314,37 @@ void ur_mem_freeze(struct ur_pread_mem *m) {
   m->mem.room = SIZE_MAX; /* nothing is evicted any more: every view stays valid */
 }
 
+/* Frozen and not held, inside a zero range: absent when copied, so zero. No
+ * window, so each view of it comes back to the backend. */
+static const uint8_t *zero_view(struct ur_mem *mm, uint64_t zend, uint64_t addr, uint64_t end,
+                                uint64_t *avail) {
+  uint64_t base = addr & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
+  uint64_t n = (zend < next && zend > base ? zend : next) - addr;
+  if (end > addr && end - addr < n) n = end - addr;
+  mm->win_lo = mm->win_hi = 0;
+  *avail = n;
+  return zero_chunk + (addr - base);
+}
+
+/* A view of a held chunk; the window moves onto it unless it has bad pages,
+ * which every view must count (once each, whichever reader comes first). */
+static const uint8_t *held_view(struct ur_mem *mm, struct ur_chunk *c, uint64_t addr,
+                                uint64_t end, uint64_t *avail) {
+  uint64_t base = c->base, off = addr - base;
+  uint64_t n = UR_CHUNK_SIZE - off;
+  if (end > addr && end - addr < n) n = end - addr;
+  if (c->any_bad || base + UR_CHUNK_SIZE == 0) {
+    if (c->any_bad) count_bad(mm, c, off, n);
+    mm->win_lo = mm->win_hi = 0;
+  } else {
+    mm->win_lo = base;
+    mm->win_hi = base + UR_CHUNK_SIZE;
+    mm->win_delta = (uint64_t)(uintptr_t)c->data - base;
+  }
+  *avail = n;
+  return c->data + off;
+}
+
 static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *avail) {
   struct ur_pread_mem *m = (struct ur_pread_mem *)mm;
   uint64_t base = addr & ~(UR_CHUNK_SIZE - 1);
@@ -321,14 +353,7 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
     c = find_chunk(m, base);
     if (!c) {
       uint64_t zend = m->frozen ? ur_mem_zero_range_end(m, addr) : 0;
-      if (zend) {
-        /* Absent when copied: zero. No window, so each view comes back here. */
-        uint64_t n = (zend < base + UR_CHUNK_SIZE && zend > base ? zend : base + UR_CHUNK_SIZE) - addr;
-        if (end > addr && end - addr < n) n = end - addr;
-        mm->win_lo = mm->win_hi = 0;
-        *avail = n;
-        return zero_chunk + (addr - base);
-      }
+      if (zend) return zero_view(mm, zend, addr, end, avail);
       if (m->frozen) {
         m->frozen_miss = 1;
         return NULL;
@@ -339,17 +364,24 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
     c->referenced = 1;
     m->last = c;
   }
-  uint64_t off = addr - base;
-  uint64_t n = UR_CHUNK_SIZE - off;
-  if (end > addr && end - addr < n) n = end - addr;
-  if (c->any_bad || base + UR_CHUNK_SIZE == 0) {
-    if (c->any_bad) count_bad(m, c, off, n);
-    mm->win_lo = mm->win_hi = 0; /* every view of it must count its bad pages */
-  } else {
-    mm->win_lo = base;
-    mm->win_hi = base + UR_CHUNK_SIZE;
-    mm->win_delta = (uint64_t)(uintptr_t)c->data - base;
-  }
-  *avail = n;
-  return c->data + off;
+  return held_view(mm, c, addr, end, avail);
+}
+
+/* A frozen cache changes no more: views only look chunks up. */
+static const uint8_t *frozen_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
+                                  uint64_t *avail) {
+  struct ur_pread_mem *m = ((struct ur_frozen_view *)mm)->src;
+  struct ur_chunk *c = find_chunk(m, addr & ~(UR_CHUNK_SIZE - 1));
+  if (c) return held_view(mm, c, addr, end, avail);
+  uint64_t zend = ur_mem_zero_range_end(m, addr);
+  if (zend) return zero_view(mm, zend, addr, end, avail);
+  __atomic_store_n(&m->frozen_miss, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+void ur_frozen_view_init(struct ur_frozen_view *v, struct ur_pread_mem *src) {
+  memset(v, 0, sizeof(*v));
+  v->mem.slow = frozen_view;
+  v->mem.room = SIZE_MAX;
+  v->src = src;
 }

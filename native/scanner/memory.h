@@ -27,6 +27,7 @@ struct ur_chunk {
   uint64_t bad[UR_CHUNK_PAGES / 64];      /* pages that could not be read */
   uint64_t counted[UR_CHUNK_PAGES / 64];  /* bad pages already counted in pages_skipped */
   uint64_t synced[UR_CHUNK_PAGES / 64];   /* pages a copy snapshot holds (page_sync.h) */
+  uint64_t zeroed[UR_CHUNK_PAGES / 64];   /* of those, absent when synced: held as zero */
   int any_bad;
   int referenced;                         /* clock bit */
 };
@@ -76,6 +77,15 @@ void ur_mem_fill(struct ur_pread_mem *m, size_t from, unsigned threads);
  * would read another moment. A view outside what is loaded then fails (NULL,
  * frozen_miss set). */
 void ur_mem_freeze(struct ur_pread_mem *m);
+
+/* A reader of its own over a frozen cache (ur_mem_freeze), for one more
+ * marking thread: chunks are only looked up, never loaded; bad pages are
+ * counted once across all readers, in the reader that met them first. */
+struct ur_frozen_view {
+  struct ur_mem mem; /* first */
+  struct ur_pread_mem *src;
+};
+void ur_frozen_view_init(struct ur_frozen_view *v, struct ur_pread_mem *src);
 
 /* Views (mem.h ur_mem_view on &m->mem) reach to the end of addr's chunk and
  * stay valid while m->mem.room more chunks can be loaded without eviction. */

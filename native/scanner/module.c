@@ -5,7 +5,8 @@ static PyMethodDef methods[] = {
     {"read_registry", ur_py_read_registry, METH_VARARGS,
      "read_registry(memory, descriptor_addr, entries=True) -> dict\n\n"
      "Read the shim's allocation registry (abi.h) out of memory (a pid or a MemoryCopy); "
-     "without entries, only threads, shards and options (allocs and stack_ids empty)."},
+     "without entries, only threads, shards and options (allocs and stack_ids empty); "
+     "expected: the live allocations the shards count."},
     {"read_stacks", ur_py_read_stacks, METH_VARARGS,
      "read_stacks(memory, descriptor_addr, ids) -> dict[int, tuple[int, ...]]\n\n"
      "Program counters of each stack id (ids: packed u32)."},

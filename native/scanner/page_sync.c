@@ -73,9 +73,16 @@ static int apply(struct plan *p, uint64_t lo, uint64_t hi, enum action a) {
     size_t n = (size_t)((end - lo) >> UR_PAGE_SHIFT);
     for (size_t w = first / 64; w * 64 < first + n; w++) {
       uint64_t mask = word_mask(w, first, n);
-      /* The common case of a refresh, 64 pages at a time: all kept. */
-      uint64_t todo = a == KEEP ? mask & ~c->synced[w] : mask;
+      /* The common case of a refresh, 64 pages at a time: all kept. A page
+       * still absent that is held as zero is kept too. */
+      uint64_t todo = a == KEEP   ? mask & ~c->synced[w]
+                      : a == ZERO ? mask & ~(c->synced[w] & c->zeroed[w])
+                                  : mask;
       p->st->pages_kept += (uint64_t)__builtin_popcountll(mask & ~todo);
+      if (a == ZERO)
+        c->zeroed[w] |= todo;
+      else
+        c->zeroed[w] &= ~todo;
       while (todo) {
         size_t page = w * 64 + (size_t)__builtin_ctzll(todo);
         uint64_t bit = todo & -todo, addr = base + ((uint64_t)page << UR_PAGE_SHIFT);

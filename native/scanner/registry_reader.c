@@ -158,6 +158,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   int rc = 0;
   char options[MAX_OPTIONS + 1] = "";
   struct ur_stack_table st = {0};
+  uint64_t expected = 0;
   Py_BEGIN_ALLOW_THREADS
   if (d.shards) ur_reader_read(&rd, d.shards, shards, nshards * sizeof(*shards));
   if (d.threads) ur_reader_read(&rd, d.threads, slots, nslots * sizeof(*slots));
@@ -166,6 +167,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     options[MAX_OPTIONS] = 0;
   }
   if (d.stacks) ur_reader_read(&rd, d.stacks, &st, sizeof(st));
+  expected = ur_registry_expected(shards, nshards);
   /* Without entries (the snapshot child sweeps itself): threads, shards and
    * options only. */
   if (with_entries) rc = read_tables(&rd, shards, nshards, &e);
@@ -205,26 +207,27 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_DECREF(item);
   }
   result = Py_BuildValue(
-      "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:s,s:I,s:I}", "allocs", e.pairs ? (const char *)e.pairs : "",
+      "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:s,s:I,s:I,s:K}", "allocs", e.pairs ? (const char *)e.pairs : "",
       (Py_ssize_t)(e.n * 2 * sizeof(uint64_t)), "stack_ids", e.stack_ids ? (const char *)e.stack_ids : "",
       (Py_ssize_t)(e.n * sizeof(uint32_t)), "threads", threads, "locked_shards", locked,
       "enabled", d.enabled, "helper_tid", d.helper_tid, "helper_cmd",
       (unsigned long long)d.helper_cmd, "region_begin", (unsigned long long)d.region_begin,
       "region_end", (unsigned long long)d.region_end, "options", options, "max_frames",
-      st.max_frames, "stack_count", st.count);
+      st.max_frames, "stack_count", st.count, "expected", (unsigned long long)expected);
   /* options is arbitrary bytes from the target: fall back to a lossy decode. */
   if (!result && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
     PyErr_Clear();
     PyObject *opt = PyUnicode_DecodeUTF8(options, (Py_ssize_t)strlen(options), "replace");
     if (opt) {
       result = Py_BuildValue(
-          "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:N,s:I,s:I}", "allocs",
+          "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:N,s:I,s:I,s:K}", "allocs",
           e.pairs ? (const char *)e.pairs : "", (Py_ssize_t)(e.n * 2 * sizeof(uint64_t)), "stack_ids",
           e.stack_ids ? (const char *)e.stack_ids : "", (Py_ssize_t)(e.n * sizeof(uint32_t)), "threads", threads,
           "locked_shards", locked, "enabled", d.enabled, "helper_tid", d.helper_tid,
           "helper_cmd", (unsigned long long)d.helper_cmd, "region_begin",
           (unsigned long long)d.region_begin, "region_end", (unsigned long long)d.region_end,
-          "options", opt, "max_frames", st.max_frames, "stack_count", st.count);
+          "options", opt, "max_frames", st.max_frames, "stack_count", st.count, "expected",
+          (unsigned long long)expected);
     }
   }
 out:

@@ -10,6 +10,7 @@
  * memory=MemoryCopy (a "copy" snapshot, memory_copy.c): the walk reads the
  * finished copy, which already holds every chunk it may touch. */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@
 #include "native.h"
 #include "sweep_core.h"
 #include "thread_capture.h"
+
+#define UR_SWEEP_MAX_THREADS 16
 
 /* Chunks spanned by n ranges, counting a chunk shared by neighbours in the
  * list once: exact for sorted ranges, an overestimate otherwise. Each range
@@ -109,17 +112,62 @@ static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, s
   return 1;
 }
 
+/* The marking team's extra threads, for a frozen cache (a copy snapshot,
+ * or stopped mode once the target is released). */
+struct pthread_team {
+  pthread_t t[UR_SWEEP_MAX_THREADS];
+  unsigned n;
+};
+
+struct team_job {
+  void (*fn)(void *);
+  void *arg;
+};
+
+static void *team_main(void *arg) {
+  struct team_job job = *(struct team_job *)arg;
+  free(arg);
+  job.fn(job.arg);
+  return NULL;
+}
+
+static int team_start(void *ctx, void (*fn)(void *), void *arg) {
+  struct pthread_team *team = ctx;
+  struct team_job *job = malloc(sizeof(*job));
+  if (!job || team->n == UR_SWEEP_MAX_THREADS) {
+    free(job);
+    return -ENOMEM;
+  }
+  *job = (struct team_job){fn, arg};
+  int rc = pthread_create(&team->t[team->n], NULL, team_main, job);
+  if (rc != 0) {
+    free(job);
+    return -rc;
+  }
+  team->n++;
+  return 0;
+}
+
+static void team_join(void *ctx) {
+  struct pthread_team *team = ctx;
+  for (unsigned i = 0; i < team->n; i++) pthread_join(team->t[i], NULL);
+  team->n = 0;
+}
+
 PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"memory",   "allocs",   "root_ranges", "root_values", "stack_ids",
-                           "excluded", "cache_mb", "release",     NULL};
+                           "excluded", "cache_mb", "release",     "threads",     NULL};
   PyObject *source;
   int pid = -1;
   unsigned long long cache_mb = 0;
+  unsigned threads = 1;
   PyObject *release_obj = NULL;
   Py_buffer ab, rb, vb, sb = {0}, eb = {0};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KO", kwlist, &source, &ab, &rb, &vb,
-                                   &sb, &eb, &cache_mb, &release_obj))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOI", kwlist, &source, &ab, &rb,
+                                   &vb, &sb, &eb, &cache_mb, &release_obj, &threads))
     return NULL;
+  if (threads < 1) threads = 1;
+  if (threads > UR_SWEEP_MAX_THREADS) threads = UR_SWEEP_MAX_THREADS;
   void *release = NULL;
   struct ur_pread_mem *copy = ur_memory_copy_mem(source);
   if (!copy && PyLong_Check(source)) pid = (int)PyLong_AsLong(source);
@@ -172,6 +220,11 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   int rc = 0, opened = copy != NULL, released = 0;
   if (copy) copy->mem.pages_skipped = 0;
   uint64_t root_chunks = chunks_spanned(ranges, ranges + 1, 2, in.nranges, 0);
+  struct ur_frozen_view views[UR_SWEEP_MAX_THREADS];
+  struct ur_mem *mems[UR_SWEEP_MAX_THREADS];
+  struct pthread_team team = {.n = 0};
+  const struct ur_team_ops ops = {team_start, team_join, &team};
+  unsigned team_size = 1;
   Py_BEGIN_ALLOW_THREADS
   if (release && !copy) {
     /* The copy first (the cache sized from the unsorted list: an
@@ -188,12 +241,26 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
     opened = rc == 0;
   }
+  /* Several marking threads only over a frozen cache: each reads it through
+   * a view of its own, and nothing is loaded any more. */
+  team_size = rc == 0 && mem->frozen ? threads : 1;
+  if (team_size > 1) {
+    mems[0] = &mem->mem;
+    for (unsigned k = 1; k < team_size; k++) {
+      ur_frozen_view_init(&views[k], mem);
+      mems[k] = &views[k].mem;
+    }
+    in.threads = team_size;
+    in.mems = mems;
+    in.team = &ops;
+  }
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
+  for (unsigned k = 1; k < team_size; k++) mem->mem.pages_skipped += views[k].mem.pages_skipped;
   if (rc == -ENOMEM && mem->frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
   Py_END_ALLOW_THREADS
   if (rc == 0) {
     result = Py_BuildValue(
-        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K,s:O}", "unreachable",
+        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K,s:O,s:I}", "unreachable",
         res.unreachable ? (const char *)res.unreachable : "", (Py_ssize_t)(res.nunreachable * 4),
         "leaks", res.leaks ? (const char *)res.leaks : "",
         (Py_ssize_t)(res.nleaks * sizeof(*res.leaks)), "unreachable_count",
@@ -204,7 +271,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         "fold_ns", (unsigned long long)res.fold_ns, "overlapping", (Py_ssize_t)w.overlapping,
         "bytes_read", (unsigned long long)mem->bytes_loaded, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
-        "released_early", released ? Py_True : Py_False);
+        "released_early", released ? Py_True : Py_False, "mark_threads", (unsigned)team_size);
   } else if (!opened && rc != -ENOMEM) {
     ur_py_raise(rc, rc == -ESRCH ? "no such process" : "cannot open the process's memory");
   } else {

@@ -22,7 +22,7 @@ from tests.support.tracking import (
     write_protected,
 )
 from unreachable import _native
-from unreachable.capture.copy_snapshot import copy_while_running, refresh
+from unreachable.capture.copy_snapshot import COPY_MAX_ALLOCATIONS, copy_while_running, refresh
 from unreachable.capture.stop_world import stop_world
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import IDLE, TrackingUnavailable, tracked_writes
@@ -143,6 +143,14 @@ def test_auto_copies_a_heap_above_the_threshold(targets):
     with stop_world(open_target(target.pid), "auto", copy_from=1) as capture:
         assert capture.snapshot == "copy", capture.snapshot_error
     wait_untracked(target.pid)
+
+
+def test_auto_forks_for_millions_of_allocations(targets):
+    # The scanner's own registry and index work on a copy would make the
+    # whole scan much longer than the in-child sweep of a fork.
+    target = targets.start(PROGRAMS / "many.c", str(COPY_MAX_ALLOCATIONS), "100000")
+    with stop_world(open_target(target.pid), "auto", copy_from=1) as capture:
+        assert capture.snapshot == "fork" and capture.snapshot_error == ""
 
 
 def test_auto_falls_back_to_fork_and_says_why(targets):

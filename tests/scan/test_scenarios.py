@@ -69,6 +69,20 @@ def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
         assert report.bytes_scanned < 64 << 20, report.bytes_scanned
 
 
+@pytest.mark.parametrize("snapshot", ["stopped", "copy"])
+def test_marking_team_over_a_frozen_copy(targets, snapshot):
+    """Once the scanner's copy no longer changes (stopped mode after the
+    release, a copy snapshot), it marks with a team: the same verdicts."""
+    if snapshot == "copy" and copy_unsupported():
+        pytest.skip(copy_unsupported())
+    target = targets.start(PROGRAMS / "graph.c")
+    one = check_exact(target, snapshot=snapshot, mark_threads=1)
+    team = check_exact(target, snapshot=snapshot, mark_threads=4)
+    key = sorted((e.size, e.referenced_count, e.referenced_size) for e in one.leaks)
+    assert key == sorted((e.size, e.referenced_count, e.referenced_size) for e in team.leaks)
+    assert one.sweep == team.sweep == "scanner"
+
+
 def test_dlopen_globals_and_tls(targets):
     lib = build(PROGRAMS / "dlopen_lib.c", shared=True)
     target = targets.start(PROGRAMS / "dlopen_main.c", str(lib))

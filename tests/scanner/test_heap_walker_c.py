@@ -37,8 +37,18 @@ CORE = [
 ]
 
 
-# (build, marking threads): TSan only checks the team.
-VARIANTS = [("proc", 1), ("proc", 4), ("direct", 1), ("direct", 4), ("tsan", 4)]
+# (build, marking threads): TSan only checks the teams. "frozen": the /proc
+# reader loaded once and frozen, the team reading it through views of their
+# own, as a copy snapshot (or stopped mode once released) is swept.
+VARIANTS = [
+    ("proc", 1),
+    ("proc", 4),
+    ("direct", 1),
+    ("direct", 4),
+    ("tsan", 4),
+    ("frozen", 4),
+    ("tsan-frozen", 4),
+]
 
 
 @pytest.fixture(scope="module", params=VARIANTS, ids=[f"{k}-{n}" for k, n in VARIANTS])
@@ -51,10 +61,11 @@ def harness(request: pytest.FixtureRequest) -> tuple[Path, int]:
             f"-I{SCANNER}",
             f"-I{MARK}",
             *(["-DUR_TEST_DIRECT"] if kind == "direct" else []),
-            *(["-fsanitize=thread"] if kind == "tsan" else []),
+            *(["-DUR_TEST_FROZEN"] if kind.endswith("frozen") else []),
+            *(["-fsanitize=thread"] if kind.startswith("tsan") else []),
         ],
-        ldflags=["-fsanitize=thread"] if kind == "tsan" else None,
-        sanitize=kind == "proc",
+        ldflags=["-fsanitize=thread"] if kind.startswith("tsan") else None,
+        sanitize=kind in ("proc", "frozen"),
     )
     return exe, team
 

@@ -27,6 +27,10 @@ MAX_THREADS = 4
 # From here on a fork snapshot's page-table copy (~30 ms per GB on 4 KiB
 # pages) pauses longer than a copy snapshot's stop (docs/pause.md).
 COPY_FROM_BYTES = 256 << 20
+# Beyond this many live allocations the scanner's own work on the copy (the
+# registry, the index, ~0.4 us each, where a snapshot child does it beside
+# the scanner) makes the whole scan 2x slower and more: auto forks.
+COPY_MAX_ALLOCATIONS = 2_000_000
 
 
 def _copied(m: Mapping) -> bool:
@@ -44,7 +48,20 @@ def sync_ranges(mappings: Sequence[Mapping]) -> bytes:
     return bytes(out)
 
 
-def resident_anonymous_bytes(pid: int) -> int:
+def copy_pays_off(target: Target, copy_from: int) -> bool:
+    """Whether "auto" should try a copy snapshot: a heap big enough for the
+    fork's pause to pass the copy's, with few enough allocations for the
+    scan not to take much longer (docs/pause.md)."""
+    if _resident_anonymous_bytes(target.pid) < copy_from:
+        return False
+    try:
+        registry = _native.read_registry(target.pid, target.shim.descriptor_addr, False)
+    except (OSError, ValueError):
+        return False  # stopping it reports why
+    return registry["expected"] <= COPY_MAX_ALLOCATIONS
+
+
+def _resident_anonymous_bytes(pid: int) -> int:
     """The target's anonymous memory in use (RssAnon): what a fork's
     page-table copy and a copy snapshot both grow with."""
     try:

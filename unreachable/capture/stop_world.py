@@ -7,7 +7,8 @@ copy-on-write child that stays frozen under ptrace; the target is released at
 once and the sweep reads the child. In "copy" mode the scanner copies the
 memory while the target runs and, stopped, reads again only what it wrote
 since (copy_snapshot.py); "auto" does so when the heap is big enough for the
-fork's page-table copy to cost more. Otherwise ("stopped" mode) the target
+fork's page-table copy to cost more, and the allocations few enough for the
+scan not to take much longer. Otherwise ("stopped" mode) the target
 stays paused while the scanner copies the memory the sweep needs
 (sweep/mark.py, release=). The pause therefore costs a page-table copy, a
 page-table walk plus the pages written, or a heap copy, never the mark
@@ -27,9 +28,9 @@ from typing import Literal
 from unreachable import _native
 from unreachable.capture.copy_snapshot import (
     COPY_FROM_BYTES,
+    copy_pays_off,
     copy_while_running,
     refresh,
-    resident_anonymous_bytes,
 )
 from unreachable.capture.target import Target, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
@@ -99,7 +100,8 @@ def _clone_verdict(session: _native.Session, pid: int, helper_tid: int) -> bool 
 def stop_world(
     target: Target, mode: SnapshotMode, copy_from: int = COPY_FROM_BYTES
 ) -> Iterator[Capture]:
-    """copy_from: the anonymous memory in use from which "auto" tries a copy snapshot."""
+    """copy_from: the anonymous memory in use from which "auto" may try a
+    copy snapshot (copy_snapshot.copy_pays_off)."""
     pid = target.pid
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
     session = _native.Session(pid)
@@ -108,7 +110,7 @@ def stop_world(
         tracking = cleanup.enter_context(ExitStack())
         copy: _native.MemoryCopy | None = None
         copy_error = ""
-        if mode == "copy" or (mode == "auto" and resident_anonymous_bytes(pid) >= copy_from):
+        if mode == "copy" or (mode == "auto" and copy_pays_off(target, copy_from)):
             try:
                 copy = tracking.enter_context(copy_while_running(target))
                 cleanup.callback(copy.close)

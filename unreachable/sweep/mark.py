@@ -55,10 +55,13 @@ def sweep(
     roots: Roots,
     register_words: bytes,
     release: _native.Session | None = None,
+    threads: int = 1,
 ) -> SweepResult:
     """The sweep from outside: the target (or its frozen child) read through
     /proc, or a copy snapshot. release: the stopped target's session, let go
-    as soon as the memory the walk needs is read (native/scanner/sweep.c)."""
+    as soon as the memory the walk needs is read (native/scanner/sweep.c).
+    threads: marking threads, used over a copy that no longer changes (a
+    copy snapshot, or the stopped target's once it is let go)."""
     inflight = _inflight(registry)
     packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in _root_ranges(roots, inflight))
     raw = _native.sweep(
@@ -69,6 +72,7 @@ def sweep(
         stack_ids=registry.stack_ids.cast("B"),
         excluded=b"".join(struct.pack("<Q", p) for p in inflight),
         release=release,
+        threads=threads,
     )
     return SweepResult(
         unreachable_count=raw["unreachable_count"],

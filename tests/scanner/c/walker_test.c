@@ -161,6 +161,22 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
   ur_direct_catch_faults(&ms[0]);
   struct ur_raw_threads team = {.n = 0};
   const struct ur_team_ops ops = {ur_raw_thread_start, ur_raw_thread_join, &team};
+#elif defined(UR_TEST_FROZEN)
+  /* As a copy snapshot is swept: everything the walk reads is loaded once,
+   * frozen, and each further thread reads it through a view of its own. */
+  struct ur_pread_mem ms[1];
+  struct ur_frozen_view views[16];
+  CHECK_EQ(ur_mem_open(&ms[0], getpid(), 0), 0);
+  CHECK_EQ(ur_mem_reserve(&ms[0], r, nr), 0);
+  for (size_t i = 0; i < na; i++) {
+    uint64_t span[2] = {a[2 * i], a[2 * i] + (a[2 * i + 1] ? a[2 * i + 1] : 1)};
+    CHECK_EQ(ur_mem_reserve(&ms[0], span, 1), 0);
+  }
+  ur_mem_fill(&ms[0], 0, 2);
+  ur_mem_freeze(&ms[0]);
+  for (unsigned k = 1; k < nteam; k++) ur_frozen_view_init(&views[k], &ms[0]);
+  struct pthread_team team = {.n = 0};
+  const struct ur_team_ops ops = {pthread_team_start, pthread_team_join, &team};
 #else
   struct ur_pread_mem ms[16];
   for (unsigned k = 0; k < nteam; k++) CHECK_EQ(ur_mem_open(&ms[k], getpid(), 0), 0);
@@ -168,7 +184,12 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
   const struct ur_team_ops ops = {pthread_team_start, pthread_team_join, &team};
 #endif
   struct ur_mem *mems[16];
+#ifdef UR_TEST_FROZEN
+  mems[0] = &ms[0].mem;
+  for (unsigned k = 1; k < nteam; k++) mems[k] = &views[k].mem;
+#else
   for (unsigned k = 0; k < nteam; k++) mems[k] = &ms[k].mem;
+#endif
   struct ur_walker w;
   CHECK_EQ(ur_walker_init(&w, mems[0], a, na), 0);
   if (nteam > 1)
@@ -183,12 +204,14 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
     uint64_t s = a[2 * res->unreachable[i] + 1];
     res->unreachable_bytes += s;
   }
-  for (unsigned k = 0; k < nteam; k++) res->pages_skipped += ms[k].mem.pages_skipped;
+  for (unsigned k = 0; k < nteam; k++) res->pages_skipped += mems[k]->pages_skipped;
   res->overlapping = w.overlapping;
   ur_walker_free(&w);
 #ifdef UR_TEST_DIRECT
   ur_direct_catch_faults(NULL);
   for (unsigned k = 0; k < nteam; k++) ur_direct_close(&ms[k]);
+#elif defined(UR_TEST_FROZEN)
+  ur_mem_close(&ms[0]);
 #else
   for (unsigned k = 0; k < nteam; k++) ur_mem_close(&ms[k]);
 #endif
