@@ -180,6 +180,7 @@ def _scan(
                     regs,
                     capture.session if stopped else None,
                     options.mark_threads or default_mark_threads(),
+                    mappings,
                 )
             note("marked")
             leaks = dedup(result.leaks, options.limit)

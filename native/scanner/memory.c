@@ -1,6 +1,7 @@
 #include "memory.h"
 
 #include "alloc.h"
+#include "unreachable/pagemap_scan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,8 @@ static void update_room(struct ur_pread_mem *m) { m->mem.room = m->max_chunks - 
 int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
   memset(m, 0, sizeof(*m));
   m->fd = -1;
+  m->pagemap_fd = -1;
+  m->pid = pid;
   m->mem.slow = chunk_view;
   if (cache_bytes == 0) cache_bytes = DEFAULT_CACHE_BYTES;
   m->max_chunks = (size_t)(cache_bytes >> UR_CHUNK_SHIFT);
@@ -54,11 +57,14 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
 void ur_mem_close(struct ur_pread_mem *m) {
   ur_big_release(m->arena, m->max_chunks * UR_CHUNK_SIZE);
   free(m->zero_ranges);
+  free(m->readable);
+  if (m->pagemap_fd >= 0) close(m->pagemap_fd);
   free(m->chunks);
   free(m->table);
   if (m->fd >= 0) close(m->fd);
   memset(m, 0, sizeof(*m));
   m->fd = -1;
+  m->pagemap_fd = -1;
 }
 
 /* Reads what it can; pages that fail are zeroed and reported through bad (a
@@ -153,9 +159,93 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   return c;
 }
 
+/* The index of the first zero range ending after addr (n_zero_ranges: none). */
+/* The index of the first of n sorted (begin, end) pairs ending after addr. */
+static size_t range_after(const uint64_t *pairs, size_t n, uint64_t addr) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (pairs[2 * mid + 1] <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Sets the bits of the chunk's pages in [lo, hi) (clipped to the chunk). */
+static void mark_pages(uint64_t *bits, uint64_t base, uint64_t lo, uint64_t hi) {
+  uint64_t end = base + UR_CHUNK_SIZE;
+  if (lo < base) lo = base;
+  if (hi > end || hi < lo) hi = end;
+  for (uint64_t addr = lo & ~(UR_PAGE_SIZE - 1); addr < hi; addr += UR_PAGE_SIZE) {
+    size_t page = (size_t)((addr - base) >> UR_PAGE_SHIFT);
+    bits[page / 64] |= UINT64_C(1) << (page % 64);
+  }
+}
+
+/* With the process's layout known (ur_mem_set_layout): the chunk's pages
+ * outside every mapping (gone: reading them could even grow a stack) and its
+ * demand-zero pages the process does not have (zero). 0 if neither. */
+static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *gone,
+                        uint64_t *zero) {
+  uint64_t end = base + UR_CHUNK_SIZE;
+  if (m->pagemap_fd < 0 || end < base) return 0;
+  uint64_t mapped[UR_CHUNK_PAGES / 64] = {0};
+  for (size_t i = range_after(m->readable, m->n_readable, base);
+       i < m->n_readable && m->readable[2 * i] < end; i++)
+    mark_pages(mapped, base, m->readable[2 * i], m->readable[2 * i + 1]);
+  int any = 0;
+  for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) any |= (gone[w] = ~mapped[w]) != 0;
+  size_t i = range_after(m->zero_ranges, m->n_zero_ranges, base);
+  if (i == m->n_zero_ranges || m->zero_ranges[2 * i] >= end) return any;
+  uint64_t present[UR_CHUNK_PAGES / 64] = {0};
+  struct page_region vec[UR_CHUNK_PAGES / 2 + 1];
+  struct pm_scan_arg a = {
+      .size = sizeof(a),
+      .start = base,
+      .end = end,
+      .vec = (uint64_t)(uintptr_t)vec,
+      .vec_len = sizeof vec / sizeof vec[0],
+      .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+      .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+  };
+  long n = ioctl(m->pagemap_fd, PAGEMAP_SCAN, &a);
+  if (n < 0 || a.walk_end < end) return any; /* cannot tell: read them */
+  for (long k = 0; k < n; k++) mark_pages(present, base, vec[k].start, vec[k].end);
+  for (; i < m->n_zero_ranges && m->zero_ranges[2 * i] < end; i++)
+    mark_pages(zero, base, m->zero_ranges[2 * i], m->zero_ranges[2 * i + 1]);
+  for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) any |= (zero[w] &= ~present[w]) != 0;
+  return any;
+}
+
 /* Touches only c: chunks can be read by several threads at once. */
 static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
-  read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
+  uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
+  if (!chunk_layout(m, c->base, gone, zero)) {
+    read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
+    return;
+  }
+  /* Runs of pages alike: read, zero, or unreadable without a read. */
+  for (size_t p = 0; p < UR_CHUNK_PAGES;) {
+    int kind = (int)((gone[p / 64] >> (p % 64)) & 1) * 2 + (int)((zero[p / 64] >> (p % 64)) & 1);
+    size_t q = p + 1;
+    while (q < UR_CHUNK_PAGES &&
+           (int)((gone[q / 64] >> (q % 64)) & 1) * 2 + (int)((zero[q / 64] >> (q % 64)) & 1) == kind)
+      q++;
+    uint8_t *at = c->data + p * UR_PAGE_SIZE;
+    if (kind == 0) {
+      read_pages(m->fd, c->base + p * UR_PAGE_SIZE, at, (q - p) * UR_PAGE_SIZE, c->bad, p,
+                 &c->any_bad);
+    } else {
+      memset(at, 0, (q - p) * UR_PAGE_SIZE);
+      if (kind >= 2) {
+        for (size_t r = p; r < q; r++) c->bad[r / 64] |= UINT64_C(1) << (r % 64);
+        c->any_bad = 1;
+      }
+    }
+    p = q;
+  }
 }
 
 void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t addr,
@@ -196,26 +286,35 @@ static struct ur_chunk *find_chunk(struct ur_pread_mem *m, uint64_t base) {
 
 struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base) { return find_chunk(m, base); }
 
-int ur_mem_set_zero_ranges(struct ur_pread_mem *m, const uint64_t *pairs, size_t n) {
+static int copy_pairs(uint64_t **to, size_t *n_to, const uint64_t *pairs, size_t n) {
   uint64_t *copy = n ? malloc(n * 2 * sizeof(uint64_t)) : NULL;
   if (n && !copy) return -ENOMEM;
   if (n) memcpy(copy, pairs, n * 2 * sizeof(uint64_t));
-  free(m->zero_ranges);
-  m->zero_ranges = copy;
-  m->n_zero_ranges = n;
+  free(*to);
+  *to = copy;
+  *n_to = n;
+  return 0;
+}
+
+int ur_mem_set_zero_ranges(struct ur_pread_mem *m, const uint64_t *pairs, size_t n) {
+  return copy_pairs(&m->zero_ranges, &m->n_zero_ranges, pairs, n);
+}
+
+
+int ur_mem_set_layout(struct ur_pread_mem *m, const uint64_t *readable, size_t nr,
+                      const uint64_t *demand_zero, size_t nz) {
+  int rc = copy_pairs(&m->readable, &m->n_readable, readable, nr);
+  if (rc == 0) rc = ur_mem_set_zero_ranges(m, demand_zero, nz);
+  if (rc < 0) return rc;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)m->pid);
+  if (m->pagemap_fd < 0 && (m->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -errno;
   return 0;
 }
 
 uint64_t ur_mem_zero_range_end(const struct ur_pread_mem *m, uint64_t addr) {
-  size_t lo = 0, hi = m->n_zero_ranges;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (m->zero_ranges[2 * mid + 1] <= addr)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo < m->n_zero_ranges && m->zero_ranges[2 * lo] <= addr ? m->zero_ranges[2 * lo + 1] : 0;
+  size_t i = range_after(m->zero_ranges, m->n_zero_ranges, addr);
+  return i < m->n_zero_ranges && m->zero_ranges[2 * i] <= addr ? m->zero_ranges[2 * i + 1] : 0;
 }
 
 static const uint8_t zero_chunk[UR_CHUNK_SIZE];

@@ -35,6 +35,8 @@ struct ur_chunk {
 struct ur_pread_mem {
   struct ur_mem mem;        /* first: the walker holds &mem; window = the last clean chunk */
   int fd;
+  int pagemap_fd;           /* ur_mem_set_layout: the process's pagemap; else -1 */
+  pid_t pid;
   struct ur_chunk *chunks;  /* pool of max_chunks */
   uint8_t *arena;           /* their buffers: max_chunks * UR_CHUNK_SIZE reserved */
   size_t max_chunks;
@@ -51,6 +53,8 @@ struct ur_pread_mem {
    * reads as zero (a copy snapshot's anonymous memory that was absent). */
   uint64_t *zero_ranges;
   size_t n_zero_ranges;
+  uint64_t *readable;       /* ur_mem_set_layout: the process's mappings */
+  size_t n_readable;
 };
 
 /* Open /proc/pid/mem for reading; cache_bytes bounds the chunk cache (0:
@@ -109,6 +113,16 @@ struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base);
 
 /* Set the zero ranges (sorted (begin, end) pairs, copied). 0 or -ENOMEM. */
 int ur_mem_set_zero_ranges(struct ur_pread_mem *m, const uint64_t *pairs, size_t n);
+
+/* The process's layout, as sorted (begin, end) pairs: its readable
+ * mappings, and those of them that are demand-zero (private, no file). A
+ * chunk then loads neither the pages outside every mapping (unreadable;
+ * reading them could grow a stack) nor the demand-zero pages the process
+ * does not have (zero; reading them through /proc would map the zero page
+ * into it). The demand-zero ones become the zero ranges too. 0, or -errno
+ * (no pagemap: everything is read as before). */
+int ur_mem_set_layout(struct ur_pread_mem *m, const uint64_t *readable, size_t nr,
+                      const uint64_t *demand_zero, size_t nz);
 
 /* The end of the zero range holding addr, or 0 if none does. */
 uint64_t ur_mem_zero_range_end(const struct ur_pread_mem *m, uint64_t addr);

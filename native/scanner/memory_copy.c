@@ -208,6 +208,8 @@ struct ur_pread_mem *ur_memory_copy_mem(PyObject *obj) {
 int ur_reader_open(PyObject *source, struct ur_reader *r) {
   r->fd = -1;
   r->copy = NULL;
+  r->pagemap_fd = -1;
+  r->pid = 0;
   if (PyObject_TypeCheck(source, &ur_memory_copy_type)) {
     if (!(r->copy = ur_memory_copy_mem(source))) {
       PyErr_SetString(PyExc_ValueError, "the MemoryCopy is not finished, or closed");
@@ -222,6 +224,7 @@ int ur_reader_open(PyObject *source, struct ur_reader *r) {
     return -1;
   }
   char path[64];
+  r->pid = (int)pid;
   snprintf(path, sizeof(path), "/proc/%ld/mem", pid);
   if ((r->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
     int e = errno == ENOENT ? ESRCH : errno;
@@ -235,13 +238,35 @@ int ur_reader_open(PyObject *source, struct ur_reader *r) {
 
 void ur_reader_close(struct ur_reader *r) {
   if (r->fd >= 0) close(r->fd);
-  r->fd = -1;
+  if (r->pagemap_fd >= 0) close(r->pagemap_fd);
+  r->fd = r->pagemap_fd = -1;
   r->copy = NULL;
 }
 
 size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len) {
   return r->copy ? ur_mem_read_cached(r->copy, addr, buf, len)
                  : ur_mem_read_direct(r->fd, addr, buf, len);
+}
+
+size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t len) {
+  if (r->copy || len == 0) return ur_reader_read(r, addr, buf, len);
+  if (r->pagemap_fd == -1) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/pagemap", r->pid);
+    r->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->pagemap_fd < 0) r->pagemap_fd = -2;
+  }
+  uint64_t span[2] = {addr, addr + len}, *parts = NULL;
+  size_t n = 0;
+  if (r->pagemap_fd < 0 || span[1] < addr || ur_present_pages(r->pagemap_fd, span, 1, &parts, &n) < 0)
+    return ur_mem_read_direct(r->fd, addr, buf, len);
+  memset(buf, 0, len);
+  size_t good = 0;
+  for (size_t i = 0; i < n; i++)
+    good += ur_mem_read_direct(r->fd, parts[2 * i], (uint8_t *)buf + (parts[2 * i] - addr),
+                               (size_t)(parts[2 * i + 1] - parts[2 * i]));
+  free(parts);
+  return good;
 }
 
 /* A finished copy: the parts of the ranges in chunks it holds (a chunk it

@@ -12,7 +12,7 @@ static PyMethodDef methods[] = {
      "Program counters of each stack id (ids: packed u32)."},
     {"sweep", (PyCFunction)(void (*)(void))ur_py_sweep, METH_VARARGS | METH_KEYWORDS,
      "sweep(memory, allocs, root_ranges, root_values, *, stack_ids=b'', excluded=b'', "
-     "cache_mb=0, release=None) -> dict\n\n"
+     "cache_mb=0, release=None, threads=1, layout=b'') -> dict\n\n"
      "Mark from the roots, then fold the unreachable allocations into leaks (abi.h "
      "ur_leak_record); excluded block addresses are neither counted nor reported."},
     {"nudge_thread", ur_py_nudge_thread, METH_VARARGS,

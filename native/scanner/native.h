@@ -21,12 +21,19 @@ struct ur_pread_mem;
 struct ur_reader {
   int fd;
   struct ur_pread_mem *copy;
+  int pagemap_fd; /* opened by the first ur_reader_read_anon of a pid; -2: unavailable */
+  int pid;
 };
 /* source: an int pid or a MemoryCopy; -1 with an exception set. */
 int ur_reader_open(PyObject *source, struct ur_reader *r);
 void ur_reader_close(struct ur_reader *r);
 /* As ur_mem_read_direct: unreadable bytes zeroed; returns the readable count. */
 size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len);
+/* The same for private anonymous memory only (the shim's region: registry
+ * tables, thread slots, frames, big and mostly untouched): pages the process
+ * does not have are zero and not read, since reading them through /proc
+ * would map the zero page into it. */
+size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t len);
 /* The finished copy's cache, or NULL if obj is not a finished MemoryCopy. */
 struct ur_pread_mem *ur_memory_copy_mem(PyObject *obj);
 

@@ -47,8 +47,12 @@ int ur_present_pages(int pagemap_fd, const uint64_t *in, size_t n, uint64_t **ou
           .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
       };
       long got = ioctl(pagemap_fd, PAGEMAP_SCAN, &a);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0 && errno == EFAULT) { /* not the process's to walk: keep it all */
+        rc = push(&p, pos > in[2 * i] ? pos : in[2 * i], end);
+        break;
+      }
       if (got < 0) {
-        if (errno == EINTR) continue;
         rc = -errno;
         break;
       }

@@ -78,7 +78,7 @@ static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint3
     for (uint64_t first = 0; first < cap; first += READ_BATCH) {
       size_t cnt = (size_t)(cap - first < READ_BATCH ? cap - first : READ_BATCH);
       /* Unreadable pages read as zero = empty keys. */
-      ur_reader_read(r, table + first * sizeof(*buf), buf, cnt * sizeof(*buf));
+      ur_reader_read_anon(r, table + first * sizeof(*buf), buf, cnt * sizeof(*buf));
       if (e->n + cnt > e->cap && entries_reserve(e, 2 * (e->n + cnt)) < 0) {
         free(buf);
         return -ENOMEM;
@@ -160,8 +160,8 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   struct ur_stack_table st = {0};
   uint64_t expected = 0;
   Py_BEGIN_ALLOW_THREADS
-  if (d.shards) ur_reader_read(&rd, d.shards, shards, nshards * sizeof(*shards));
-  if (d.threads) ur_reader_read(&rd, d.threads, slots, nslots * sizeof(*slots));
+  if (d.shards) ur_reader_read_anon(&rd, d.shards, shards, nshards * sizeof(*shards));
+  if (d.threads) ur_reader_read_anon(&rd, d.threads, slots, nslots * sizeof(*slots));
   if (d.options) {
     ur_reader_read(&rd, d.options, options, MAX_OPTIONS);
     options[MAX_OPTIONS] = 0;
@@ -251,7 +251,7 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *result = NULL;
   uint16_t *counts = NULL;
   uint64_t *frames = NULL, *one = NULL;
-  struct ur_reader rd = {-1, NULL};
+  struct ur_reader rd = {-1, NULL, -1, 0};
   if (ids.len % 4) {
     PyErr_SetString(PyExc_ValueError, "ids must be packed u32 (length a multiple of 4)");
     goto out;
@@ -275,7 +275,7 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
   if (count) ur_reader_read(&rd, st.frame_counts, counts, count * sizeof(*counts));
   /* One read for the whole frame table when it is of sane size, else per id. */
   if (count && whole <= MAX_WHOLE_FRAMES && (frames = malloc(whole)) != NULL)
-    ur_reader_read(&rd, st.frames, frames, whole);
+    ur_reader_read_anon(&rd, st.frames, frames, whole);
   Py_END_ALLOW_THREADS
   if (!(result = PyDict_New())) goto out;
   size_t nids = (size_t)ids.len / 4;

@@ -154,17 +154,38 @@ static void team_join(void *ctx) {
   team->n = 0;
 }
 
+/* layout: (begin, end, demand_zero) per readable mapping of the process,
+ * sorted. Without it (or memory for it) every page is read, as before. */
+static void set_layout(struct ur_pread_mem *mem, const uint64_t *layout, size_t n) {
+  uint64_t *readable = malloc((n ? n : 1) * 2 * sizeof(uint64_t));
+  uint64_t *zero = malloc((n ? n : 1) * 2 * sizeof(uint64_t));
+  size_t nr = 0, nz = 0;
+  for (size_t i = 0; readable && zero && i < n; i++) {
+    const uint64_t *t = layout + 3 * i;
+    readable[2 * nr] = t[0];
+    readable[2 * nr++ + 1] = t[1];
+    if (t[2]) {
+      zero[2 * nz] = t[0];
+      zero[2 * nz++ + 1] = t[1];
+    }
+  }
+  if (readable && zero) ur_mem_set_layout(mem, readable, nr, zero, nz);
+  free(readable);
+  free(zero);
+}
+
 PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
-  static char *kwlist[] = {"memory",   "allocs",   "root_ranges", "root_values", "stack_ids",
-                           "excluded", "cache_mb", "release",     "threads",     NULL};
+  static char *kwlist[] = {"memory",   "allocs",  "root_ranges", "root_values", "stack_ids",
+                           "excluded", "cache_mb", "release",    "threads",     "layout",
+                           NULL};
   PyObject *source;
   int pid = -1;
   unsigned long long cache_mb = 0;
   unsigned threads = 1;
   PyObject *release_obj = NULL;
-  Py_buffer ab, rb, vb, sb = {0}, eb = {0};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOI", kwlist, &source, &ab, &rb,
-                                   &vb, &sb, &eb, &cache_mb, &release_obj, &threads))
+  Py_buffer ab, rb, vb, sb = {0}, eb = {0}, zb = {0};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*", kwlist, &source, &ab, &rb,
+                                   &vb, &sb, &eb, &cache_mb, &release_obj, &threads, &zb))
     return NULL;
   if (threads < 1) threads = 1;
   if (threads > UR_SWEEP_MAX_THREADS) threads = UR_SWEEP_MAX_THREADS;
@@ -180,16 +201,19 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     PyBuffer_Release(&vb);
     PyBuffer_Release(&sb);
     PyBuffer_Release(&eb);
+    PyBuffer_Release(&zb);
     return NULL;
   }
   PyObject *result = NULL;
   uint64_t *own_a = NULL, *own_r = NULL, *own_v = NULL, *own_s = NULL, *own_e = NULL;
+  uint64_t *own_z = NULL;
   size_t nallocs = (size_t)ab.len / 16;
-  if (ab.len % 16 || rb.len % 16 || vb.len % 8 || eb.len % 8 ||
+  if (ab.len % 16 || rb.len % 16 || vb.len % 8 || eb.len % 8 || zb.len % 24 ||
       (sb.buf && sb.len && (size_t)sb.len != nallocs * 4)) {
     PyErr_SetString(PyExc_ValueError,
-                    "allocs and root_ranges must be packed u64 pairs, root_values and excluded "
-                    "packed u64, stack_ids one packed u32 per allocation");
+                    "allocs and root_ranges must be packed u64 pairs, layout u64 triples, "
+                    "root_values and excluded packed u64, stack_ids one packed u32 per "
+                    "allocation");
     goto out;
   }
   if (nallocs > UR_WALKER_MAX_ALLOCS) {
@@ -201,7 +225,9 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   const uint64_t *values = aligned_words(&vb, &own_v);
   const uint64_t *excluded = eb.buf ? aligned_words(&eb, &own_e) : NULL;
   const uint32_t *ids = sb.buf && sb.len ? (const uint32_t *)aligned_words(&sb, &own_s) : NULL;
-  if (!allocs || !ranges || !values || (eb.buf && !excluded) || (sb.buf && sb.len && !ids)) {
+  const uint64_t *zeros = zb.buf && zb.len ? aligned_words(&zb, &own_z) : NULL;
+  if (!allocs || !ranges || !values || (eb.buf && !excluded) || (sb.buf && sb.len && !ids) ||
+      (zb.buf && zb.len && !zeros)) {
     PyErr_NoMemory();
     goto out;
   }
@@ -232,6 +258,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     uint64_t chunks = chunks_spanned(allocs, allocs + 1, 2, nallocs, 1);
     rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks + root_chunks));
     opened = rc == 0;
+    if (rc == 0 && zeros) set_layout(mem, zeros, (size_t)zb.len / 24); /* else: read all */
     if (rc == 0) released = copy_then_release(mem, allocs, nallocs, ranges, in.nranges, release);
   }
   /* The walker only keeps the reader's address until marking starts. */
@@ -240,6 +267,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     uint64_t chunks = chunks_spanned(w.begin, w.end, 1, w.n, 0) + root_chunks;
     rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
     opened = rc == 0;
+    if (rc == 0 && zeros) set_layout(mem, zeros, (size_t)zb.len / 24);
   }
   /* Several marking threads only over a frozen cache: each reads it through
    * a view of its own, and nothing is loaded any more. */
@@ -286,10 +314,12 @@ out:
   free(own_v);
   free(own_s);
   free(own_e);
+  free(own_z);
   PyBuffer_Release(&ab);
   PyBuffer_Release(&rb);
   PyBuffer_Release(&vb);
   if (sb.buf) PyBuffer_Release(&sb);
   if (eb.buf) PyBuffer_Release(&eb);
+  if (zb.buf) PyBuffer_Release(&zb);
   return result;
 }

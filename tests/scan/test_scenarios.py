@@ -8,6 +8,8 @@ import pytest
 
 from tests.support.cbuild import build
 from tests.support.tracking import copy_unsupported
+from unreachable.process.maps import read_maps
+from unreachable.process.memory import present_ranges
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -67,6 +69,21 @@ def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
         # The copy knows absence by 1 MiB chunk, the kernel's pagemap by page.
         assert report.roots["untouched"] >= target.int("reserved") - (4 << 20), report.roots
         assert report.bytes_scanned < 64 << 20, report.bytes_scanned
+
+
+@pytest.mark.parametrize("snapshot", ["stopped", "fork"])
+def test_the_scan_maps_nothing_into_the_target(targets, snapshot):
+    """Reading an untouched page of private anonymous memory through /proc
+    maps the zero page there: the scanner reads only the pages that exist."""
+    target = targets.start(PROGRAMS / "sparse.c")
+
+    def present_bytes() -> int:
+        spans = [(m.start, m.end) for m in read_maps(target.pid) if m.demand_zero]
+        return sum(e - b for b, e in present_ranges(target.pid, spans))
+
+    before = present_bytes()
+    check_exact(target, snapshot=snapshot, sweep="scanner")
+    assert present_bytes() == before
 
 
 @pytest.mark.parametrize("snapshot", ["stopped", "copy"])

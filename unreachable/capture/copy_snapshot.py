@@ -43,8 +43,7 @@ def sync_ranges(mappings: Sequence[Mapping]) -> bytes:
     out = bytearray()
     for m in mappings:
         if _copied(m):
-            anon = m.private and m.inode == 0 and (not m.path or m.path.startswith("["))
-            out += struct.pack("<QQQ", m.start, m.end, SYNC_ANON if anon else 0)
+            out += struct.pack("<QQQ", m.start, m.end, SYNC_ANON if m.demand_zero else 0)
     return bytes(out)
 
 

@@ -36,6 +36,13 @@ class Mapping:
     def anonymous(self) -> bool:
         return self.inode == 0 and (not self.path or self.path.startswith("[anon"))
 
+    @property
+    def demand_zero(self) -> bool:
+        """Private memory no file backs ([heap] and [stack] included): a page
+        never touched is zero, and reading it would map the zero page in."""
+        named = self.path in ("[heap]", "[stack]") or self.path.startswith(("[anon:", "[stack:"))
+        return self.private and self.inode == 0 and (not self.path or named)
+
     def contains(self, addr: int) -> bool:
         return self.start <= addr < self.end
 

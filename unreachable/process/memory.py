@@ -35,3 +35,19 @@ def present_ranges(memory: Memory, ranges: Sequence[tuple[int, int]]) -> list[tu
     packed = b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
     out = _native.present_ranges(memory, packed)
     return [(b, e) for b, e in struct.iter_unpack("<QQ", out)]
+
+
+def read_anonymous(memory: Memory, begin: int, end: int) -> bytes:
+    """[begin, end) of private anonymous memory. Pages the process never
+    touched are zero and not read: reading them through /proc would map the
+    zero page into it. Unreadable pages read as zero too."""
+    out = bytearray(end - begin)
+    parts = present_ranges(memory, [(begin, end)]) if isinstance(memory, int) else [(begin, end)]
+    with memory_reader(memory) as read:
+        for b, e in parts:
+            try:
+                data = read(b, e - b)
+            except OSError:
+                continue
+            out[b - begin : b - begin + len(data)] = data
+    return bytes(out)

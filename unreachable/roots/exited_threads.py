@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 
 from unreachable.process.maps import Mapping
-from unreachable.process.memory import Memory, memory_reader
+from unreachable.process.memory import Memory, read_anonymous
 
 SEARCH_TOP = 64 * 1024  # struct pthread and static TLS sit in the top pages
 
@@ -22,17 +22,13 @@ def dtv_words(memory: Memory, dead_stacks: list[Mapping]) -> bytes:
     out = bytearray()
     if not dead_stacks:
         return bytes(out)
-    with memory_reader(memory) as read:
-        for m in dead_stacks:
-            begin = max(m.start, m.end - SEARCH_TOP)
-            try:
-                raw = read(begin, m.end - begin)
-            except OSError:
-                continue
-            words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
-            for i in range(len(words) - 2):
-                addr = begin + 8 * i
-                if words[i] == addr and words[i + 2] == addr:
-                    out += struct.pack("<Q", words[i + 1])
-                    break
+    for m in dead_stacks:
+        begin = max(m.start, m.end - SEARCH_TOP)
+        raw = read_anonymous(memory, begin, m.end)
+        words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
+        for i in range(len(words) - 2):
+            addr = begin + 8 * i
+            if words[i] == addr and words[i + 2] == addr:
+                out += struct.pack("<Q", words[i + 1])
+                break
     return bytes(out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 
 from unreachable.process.maps import Mapping
-from unreachable.process.memory import Memory, memory_reader
+from unreachable.process.memory import Memory, memory_reader, read_anonymous
 
 BINS_OFFSET = 0x70
 NBINS = 128
@@ -45,15 +45,16 @@ def find_main_arena(memory: Memory, mappings: list[Mapping]) -> tuple[int, int] 
         return None
     # .data and the .bss that follows it are one region to search.
     begin = data[0].start
-    end = max(m.end for m in data)
+    end = data_end = max(m.end for m in data)
     for m in mappings:
         if m.start == end and m.anonymous and m.writable:
             end = m.end
     try:
         with memory_reader(memory) as read:
-            raw = read(begin, end - begin)
+            raw = read(begin, data_end - begin)
     except OSError:
         return None
+    raw += read_anonymous(memory, data_end, end)
     words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
     last = len(words) - ARENA_SIZE // 8
     probe = BINS_OFFSET + (NBINS - 2) * 16  # the largest bin: empty in practice

@@ -56,12 +56,16 @@ def sweep(
     register_words: bytes,
     release: _native.Session | None = None,
     threads: int = 1,
+    mappings: Sequence[Mapping] = (),
 ) -> SweepResult:
     """The sweep from outside: the target (or its frozen child) read through
     /proc, or a copy snapshot. release: the stopped target's session, let go
     as soon as the memory the walk needs is read (native/scanner/sweep.c).
     threads: marking threads, used over a copy that no longer changes (a
-    copy snapshot, or the stopped target's once it is let go)."""
+    copy snapshot, or the stopped target's once it is let go).
+    mappings: the process's; pages outside them, and absent pages of its
+    demand-zero ones, are not read (reading them could grow a stack, or map
+    the zero page into the process)."""
     inflight = _inflight(registry)
     packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in _root_ranges(roots, inflight))
     raw = _native.sweep(
@@ -73,6 +77,9 @@ def sweep(
         excluded=b"".join(struct.pack("<Q", p) for p in inflight),
         release=release,
         threads=threads,
+        layout=b"".join(
+            struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in mappings if m.readable
+        ),
     )
     return SweepResult(
         unreachable_count=raw["unreachable_count"],
