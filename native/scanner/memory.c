@@ -1,7 +1,7 @@
 #include "memory.h"
 
 #include "alloc.h"
-#include "unreachable/pagemap_scan.h"
+#include "unreachable/linux_compat.h"
 
 #include <errno.h>
 #include <fcntl.h>

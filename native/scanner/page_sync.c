@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
-#include "unreachable/pagemap_scan.h"
+#include "unreachable/linux_compat.h"
 
 #define CATEGORIES (PAGE_IS_WPALLOWED | PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_SWAPPED)
 #define VEC 512

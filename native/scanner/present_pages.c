@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "unreachable/pagemap_scan.h"
+#include "unreachable/linux_compat.h"
 
 #define VEC 512
 

@@ -10,7 +10,6 @@
  * memory=MemoryCopy (a "copy" snapshot, memory_copy.c): the walk reads the
  * finished copy, which already holds every chunk it may touch. */
 #include <errno.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +18,11 @@
 #include "heap_walker.h"
 #include "memory.h"
 #include "native.h"
+#include "pthread_team.h"
 #include "sweep_core.h"
 #include "thread_capture.h"
 
-#define UR_SWEEP_MAX_THREADS 16
+#define UR_SWEEP_MAX_THREADS UR_PTHREAD_TEAM_MAX
 
 /* Chunks spanned by n ranges, counting a chunk shared by neighbours in the
  * list once: exact for sorted ranges, an overestimate otherwise. Each range
@@ -110,48 +110,6 @@ static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, s
   ur_mem_freeze(mem);
   ur_session_release_nogil(session);
   return 1;
-}
-
-/* The marking team's extra threads, for a frozen cache (a copy snapshot,
- * or stopped mode once the target is released). */
-struct pthread_team {
-  pthread_t t[UR_SWEEP_MAX_THREADS];
-  unsigned n;
-};
-
-struct team_job {
-  void (*fn)(void *);
-  void *arg;
-};
-
-static void *team_main(void *arg) {
-  struct team_job job = *(struct team_job *)arg;
-  free(arg);
-  job.fn(job.arg);
-  return NULL;
-}
-
-static int team_start(void *ctx, void (*fn)(void *), void *arg) {
-  struct pthread_team *team = ctx;
-  struct team_job *job = malloc(sizeof(*job));
-  if (!job || team->n == UR_SWEEP_MAX_THREADS) {
-    free(job);
-    return -ENOMEM;
-  }
-  *job = (struct team_job){fn, arg};
-  int rc = pthread_create(&team->t[team->n], NULL, team_main, job);
-  if (rc != 0) {
-    free(job);
-    return -rc;
-  }
-  team->n++;
-  return 0;
-}
-
-static void team_join(void *ctx) {
-  struct pthread_team *team = ctx;
-  for (unsigned i = 0; i < team->n; i++) pthread_join(team->t[i], NULL);
-  team->n = 0;
 }
 
 /* layout: (begin, end, demand_zero) per readable mapping of the process,
@@ -248,8 +206,9 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   uint64_t root_chunks = chunks_spanned(ranges, ranges + 1, 2, in.nranges, 0);
   struct ur_frozen_view views[UR_SWEEP_MAX_THREADS];
   struct ur_mem *mems[UR_SWEEP_MAX_THREADS];
-  struct pthread_team team = {.n = 0};
-  const struct ur_team_ops ops = {team_start, team_join, &team};
+  /* The marking team's extra threads, over a frozen cache. */
+  struct ur_pthread_team team = {.n = 0};
+  const struct ur_team_ops ops = {ur_pthread_team_start, ur_pthread_team_join, &team};
   unsigned team_size = 1;
   Py_BEGIN_ALLOW_THREADS
   if (release && !copy) {

@@ -11,15 +11,8 @@
 #include <unistd.h>
 
 #include "self_maps.h"
-#include "unreachable/pagemap_scan.h"
+#include "unreachable/linux_compat.h"
 
-/* Debian 12's headers predate Linux 6.7's asynchronous write protection. */
-#ifndef UFFD_FEATURE_WP_ASYNC
-#define UFFD_FEATURE_WP_ASYNC (1 << 15)
-#endif
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
 
 #define POLL_NS (10 * 1000 * 1000) /* how soon a STOP or a vanished scanner is seen */
 

@@ -21,6 +21,7 @@ MARK = REPO_DIR / "native" / "mark"
 HARNESS = Path(__file__).parent / "c" / "walker_test.c"
 CORE = [
     SCANNER / "memory.c",
+    SCANNER / "pthread_team.c",
     *(
         MARK / name
         for name in (

@@ -17,14 +17,8 @@
 #include <unistd.h>
 
 #include "page_sync.h"
-#include "unreachable/pagemap_scan.h"
+#include "unreachable/linux_compat.h"
 
-#ifndef UFFD_FEATURE_WP_ASYNC
-#define UFFD_FEATURE_WP_ASYNC (1 << 15)
-#endif
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
 
 #define PAGES 64
 #define PG 4096ul

@@ -24,6 +24,7 @@
 #include "leak_folding.h"
 #include "mem_direct.h"
 #include "memory.h"
+#include "pthread_team.h"
 #include "radix_sort.h"
 #include "raw_thread.h"
 
@@ -111,44 +112,6 @@ static unsigned team_size(void) {
   return n >= 1 && n <= 16 ? n : 1;
 }
 
-#ifndef UR_TEST_DIRECT
-struct pthread_team {
-  pthread_t t[16];
-  unsigned n;
-};
-
-struct pthread_job {
-  void (*fn)(void *);
-  void *arg;
-};
-
-static void *pthread_job_main(void *arg) {
-  struct pthread_job job = *(struct pthread_job *)arg;
-  free(arg);
-  job.fn(job.arg);
-  return NULL;
-}
-
-static int pthread_team_start(void *ctx, void (*fn)(void *), void *arg) {
-  struct pthread_team *team = ctx;
-  struct pthread_job *job = malloc(sizeof(*job));
-  if (!job) return -ENOMEM;
-  *job = (struct pthread_job){fn, arg};
-  int rc = pthread_create(&team->t[team->n], NULL, pthread_job_main, job);
-  if (rc) {
-    free(job);
-    return -rc;
-  }
-  team->n++;
-  return 0;
-}
-
-static void pthread_team_join(void *ctx) {
-  struct pthread_team *team = ctx;
-  for (unsigned i = 0; i < team->n; i++) pthread_join(team->t[i], NULL);
-  team->n = 0;
-}
-#endif
 
 static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t nr,
                        const uint64_t *v, size_t nv, struct result *res) {
@@ -175,13 +138,13 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
   ur_mem_fill(&ms[0], 0, 2);
   ur_mem_freeze(&ms[0]);
   for (unsigned k = 1; k < nteam; k++) ur_frozen_view_init(&views[k], &ms[0]);
-  struct pthread_team team = {.n = 0};
-  const struct ur_team_ops ops = {pthread_team_start, pthread_team_join, &team};
+  struct ur_pthread_team team = {.n = 0};
+  const struct ur_team_ops ops = {ur_pthread_team_start, ur_pthread_team_join, &team};
 #else
   struct ur_pread_mem ms[16];
   for (unsigned k = 0; k < nteam; k++) CHECK_EQ(ur_mem_open(&ms[k], getpid(), 0), 0);
-  struct pthread_team team = {.n = 0};
-  const struct ur_team_ops ops = {pthread_team_start, pthread_team_join, &team};
+  struct ur_pthread_team team = {.n = 0};
+  const struct ur_team_ops ops = {ur_pthread_team_start, ur_pthread_team_join, &team};
 #endif
   struct ur_mem *mems[16];
 #ifdef UR_TEST_FROZEN

@@ -1,14 +1,23 @@
 /*
- * Linux 6.7's PAGEMAP_SCAN ioctl on /proc/PID/pagemap (linux/fs.h), for
- * headers that predate it (Debian 12's). The shim's helper write-protects
- * its present pages with it; the scanner asks which were written since.
+ * Linux 6.7's asynchronous userfaultfd write protection and PAGEMAP_SCAN
+ * ioctl on /proc/PID/pagemap (linux/userfaultfd.h, linux/fs.h), for headers
+ * that predate them (Debian 12's). The shim's helper write-protects with
+ * them; the scanner asks which pages were written since, or exist at all.
  */
-#ifndef UNREACHABLE_PAGEMAP_SCAN_H
-#define UNREACHABLE_PAGEMAP_SCAN_H
+#ifndef UNREACHABLE_LINUX_COMPAT_H
+#define UNREACHABLE_LINUX_COMPAT_H
 
 #include <linux/fs.h>
+#include <linux/userfaultfd.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
+
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
 
 #ifndef PAGEMAP_SCAN
 #define PM_SCAN_WP_MATCHING (1 << 0)
