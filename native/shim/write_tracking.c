@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <linux/userfaultfd.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -113,7 +114,23 @@ static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg
   return 0;
 }
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* The scanner, held by a pidfd taken when tracking starts: a pid alone
+ * could be reused by another process within the 10 ms between checks. */
+static int g_scanner_fd = -1;
+
+static void hold_scanner(uint32_t pid) {
+  g_scanner_fd = pid ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+}
+
 static int scanner_gone(uint32_t pid) {
+  if (g_scanner_fd >= 0) {
+    struct pollfd p = {.fd = g_scanner_fd, .events = POLLIN};
+    return poll(&p, 1, 0) != 0; /* readable once it has exited */
+  }
   return pid == 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
 }
 
@@ -123,6 +140,8 @@ int ur_write_tracking_active(void) { return g_uffd >= 0; }
 
 static void stop_tracking(void) {
   struct ur_write_tracker *t = &ur_write_tracker;
+  if (g_scanner_fd >= 0) close(g_scanner_fd);
+  g_scanner_fd = -1;
   ur_self_maps_foreach(untrack_mapping, NULL);
   close(g_uffd);
   g_uffd = -1;
@@ -171,6 +190,7 @@ void ur_write_tracking_begin(void) {
   t->ranges = n;
   t->error = 0;
   g_deadline_s = now_s() + UR_TRACK_MAX_SECONDS;
+  hold_scanner(__atomic_load_n(&t->scanner_pid, __ATOMIC_RELAXED));
   if (!__atomic_compare_exchange_n(&t->cmd, &expected, UR_TRACK_ON, 0, __ATOMIC_RELEASE,
                                    __ATOMIC_RELAXED))
     stop_tracking();
@@ -191,6 +211,7 @@ uint64_t ur_write_tracking_check(void) {
 
 void ur_write_tracking_after_fork_child(void) {
   if (g_uffd >= 0) close(g_uffd);
-  g_uffd = -1;
+  if (g_scanner_fd >= 0) close(g_scanner_fd);
+  g_uffd = g_scanner_fd = -1;
   ur_write_tracker.cmd = UR_TRACK_IDLE;
 }
