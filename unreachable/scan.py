@@ -15,7 +15,6 @@ sweep.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from functools import partial
 from typing import Literal
 
 from unreachable.allocations.registry import read_registry
-from unreachable.capture.copy_snapshot import COPY_FROM_BYTES
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, NEVER_COPY
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
@@ -103,7 +102,7 @@ def _scan(
     forked = False
     try:
         # Only a fork snapshot has a child to sweep in: "auto" then never copies.
-        copy_from = sys.maxsize if options.sweep == "child" else COPY_FROM_BYTES
+        copy_from = NEVER_COPY if options.sweep == "child" else COPY_FROM_BYTES
         with stop_world(target, options.snapshot, copy_from) as capture:
             note("captured")
             forked = capture.snapshot == "fork"

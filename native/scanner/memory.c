@@ -22,6 +22,19 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
 
 static void update_room(struct ur_pread_mem *m) { m->mem.room = m->max_chunks - m->used_chunks; }
 
+uint64_t ur_mem_cache_bound(void) {
+  uint64_t avail = 0;
+  FILE *f = fopen("/proc/meminfo", "re");
+  if (f) {
+    char line[128];
+    unsigned long long kb;
+    while (fgets(line, sizeof(line), f))
+      if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (uint64_t)kb << 10;
+    fclose(f);
+  }
+  return avail ? avail / 2 : DEFAULT_CACHE_BYTES;
+}
+
 int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
   memset(m, 0, sizeof(*m));
   m->fd = -1;

@@ -57,6 +57,9 @@ struct ur_pread_mem {
   size_t n_readable;
 };
 
+/* The most a cache may take: half the available memory (1 GiB if unknown). */
+uint64_t ur_mem_cache_bound(void);
+
 /* Open /proc/pid/mem for reading; cache_bytes bounds the chunk cache (0:
  * default 1 GiB). Returns 0 or -errno. */
 int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes);

@@ -37,7 +37,8 @@ static int copy_init(MemoryCopy *c, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"pid", "cache_bytes", NULL};
   int pid;
   unsigned long long cache = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iK", kwlist, &pid, &cache)) return -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "i|K", kwlist, &pid, &cache)) return -1;
+  if (cache == 0) cache = ur_mem_cache_bound();
   if (c->opened) {
     PyErr_SetString(PyExc_RuntimeError, "MemoryCopy already initialised");
     return -1;
@@ -190,8 +191,8 @@ PyTypeObject ur_memory_copy_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "unreachable._native.MemoryCopy",
     .tp_basicsize = sizeof(MemoryCopy),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "MemoryCopy(pid, cache_bytes): a copy of a process's memory, brought up to date "
-              "in a stop (the copy snapshot).",
+    .tp_doc = "MemoryCopy(pid, cache_bytes=0): a copy of a process's memory, brought up to "
+              "date in a stop (the copy snapshot); 0: up to half the available memory.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)copy_init,
     .tp_dealloc = (destructor)copy_dealloc,
@@ -271,28 +272,26 @@ size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t
 
 /* A finished copy: the parts of the ranges in chunks it holds (a chunk it
  * does not hold was absent, zero, or is not the process's memory). */
+static int append_pair(PyObject *out, uint64_t b, uint64_t e) {
+  uint64_t pair[2] = {b, e};
+  if (PyByteArray_Resize(out, PyByteArray_GET_SIZE(out) + 16) < 0) return -1;
+  memcpy(PyByteArray_AS_STRING(out) + PyByteArray_GET_SIZE(out) - 16, pair, 16);
+  return 0;
+}
+
 static int held_parts(struct ur_pread_mem *m, const uint64_t *in, size_t n, PyObject *out) {
   for (size_t i = 0; i < n; i++) {
     uint64_t b = in[2 * i], e = in[2 * i + 1], run = 0;
     int open = 0;
     for (uint64_t pos = b; pos < e;) {
       uint64_t base = pos & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
-      uint64_t stop = next < e && next > base ? next : e;
       int held = ur_mem_find(m, base) != NULL;
       if (held && !open) run = pos;
-      if (!held && open) {
-        uint64_t pair[2] = {run, pos};
-        if (PyByteArray_Resize(out, PyByteArray_GET_SIZE(out) + 16) < 0) return -1;
-        memcpy(PyByteArray_AS_STRING(out) + PyByteArray_GET_SIZE(out) - 16, pair, 16);
-      }
+      if (!held && open && append_pair(out, run, pos) < 0) return -1;
       open = held;
-      pos = stop;
+      pos = next < e && next > base ? next : e;
     }
-    if (open) {
-      uint64_t pair[2] = {run, e};
-      if (PyByteArray_Resize(out, PyByteArray_GET_SIZE(out) + 16) < 0) return -1;
-      memcpy(PyByteArray_AS_STRING(out) + PyByteArray_GET_SIZE(out) - 16, pair, 16);
-    }
+    if (open && append_pair(out, run, e) < 0) return -1;
   }
   return 0;
 }

@@ -48,17 +48,8 @@ static uint64_t chunks_spanned(const uint64_t *begin, const uint64_t *end, size_
  * 1 GiB heap would otherwise reload a 1 MiB chunk per block), bounded by half
  * the available memory. */
 static uint64_t cache_bytes_for(uint64_t chunks) {
-  uint64_t avail = 0;
-  FILE *f = fopen("/proc/meminfo", "re");
-  if (f) {
-    char line[128];
-    unsigned long long kb;
-    while (fgets(line, sizeof(line), f))
-      if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (uint64_t)kb << 10;
-    fclose(f);
-  }
   chunks += 64; /* headroom: the walker batches only while 32 chunks are free */
-  uint64_t cap = avail ? avail / 2 : (UINT64_C(1) << 30);
+  uint64_t cap = ur_mem_cache_bound();
   uint64_t bytes = chunks > (cap >> UR_CHUNK_SHIFT) ? cap : chunks << UR_CHUNK_SHIFT;
   if (bytes < (UINT64_C(64) << 20)) bytes = UINT64_C(64) << 20;
   return bytes;

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -27,6 +28,7 @@ MAX_THREADS = 4
 # From here on a fork snapshot's page-table copy (~30 ms per GB on 4 KiB
 # pages) pauses longer than a copy snapshot's stop (docs/pause.md).
 COPY_FROM_BYTES = 256 << 20
+NEVER_COPY = sys.maxsize  # a copy_from for callers that must not copy
 # Beyond this many live allocations the scanner's own work on the copy (the
 # registry, the index, ~0.4 us each, where a snapshot child does it beside
 # the scanner) makes the whole scan 2x slower and more: auto forks.
@@ -73,17 +75,6 @@ def _resident_anonymous_bytes(pid: int) -> int:
     return 0
 
 
-def _available_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 30
-
-
 def _threads() -> int:
     return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
 
@@ -96,7 +87,7 @@ def copy_while_running(target: Target) -> Iterator[_native.MemoryCopy]:
         mappings = read_maps(target.pid)
         # Bounded, not sized: what the copy takes depends on the pages used,
         # not on the mappings (a sparse reservation takes nothing).
-        copy = _native.MemoryCopy(target.pid, _available_bytes() // 2)
+        copy = _native.MemoryCopy(target.pid)
         try:
             copy.sync(sync_ranges(mappings), threads=_threads())
         except MemoryError:

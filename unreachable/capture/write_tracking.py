@@ -4,8 +4,8 @@ ur_write_tracker), for the duration of a copy snapshot.
 The helper write-protects every private writable mapping with an
 asynchronous userfaultfd; the kernel then resolves each first write to a page
 by itself and reports the page as written in /proc/PID/pagemap. Tracking ends
-when the scan ends, or, if the scanner dies, as soon as the helper sees its
-pid gone: nothing stays protected.
+when the scan ends, or, if the scanner dies, as soon as the helper sees it
+gone: nothing stays protected.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from unreachable import _native
 from unreachable.capture.target import Target
-from unreachable.process.status import thread_seccomp
+from unreachable.process.status import read_status, thread_seccomp
 
 IDLE, START, ON, STOP, FAILED = range(5)
 _WORDS = struct.Struct("<IiII")  # cmd, error, scanner_pid, ranges
@@ -52,14 +52,6 @@ def _pid_namespace(pid: int | str) -> str:
         return ""
 
 
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "X"
-
-
 @contextmanager
 def tracked_writes(target: Target) -> Iterator[int]:
     """Writes tracked until the block ends; yields the mappings tracked.
@@ -76,7 +68,7 @@ def tracked_writes(target: Target) -> Iterator[int]:
     if _pid_namespace(pid) != _pid_namespace("self"):
         # The helper checks the scanner's pid for liveness, in its namespace.
         raise TrackingUnavailable("the target is in another pid namespace")
-    if _state(pid) == "T":
+    if read_status(pid).state == "T":
         raise TrackingUnavailable("the target is stopped (SIGSTOP): its helper cannot answer")
     try:
         fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)

@@ -7,10 +7,10 @@ are copied (at once in fork mode), and symbolization runs afterwards.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 
 from unreachable.allocations.registry import read_registry
+from unreachable.capture.copy_snapshot import NEVER_COPY
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import open_target, still_running
 from unreachable.errors import TargetNotFound
@@ -19,13 +19,11 @@ from unreachable.process.maps import read_maps
 from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
 
-NEVER = sys.maxsize
-
 
 def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
     target = open_target(pid)
     # Only the registry is read: "auto" never copies the whole heap for it.
-    with stop_world(target, snapshot, copy_from=NEVER) as capture:
+    with stop_world(target, snapshot, copy_from=NEVER_COPY) as capture:
         memory = capture.memory
         mappings = capture.mappings or read_maps(capture.mem_pid)
         maps_text = _read_maps_text(pid)
