@@ -29,7 +29,7 @@ from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannabl
 from unreachable.fold.dedup import dedup
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import Memory, memory_reader, present_ranges
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.report.model import LeakEntry, ScanReport, leak_counts
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
@@ -212,14 +212,7 @@ def _scan(
     entries = [
         LeakEntry(
             address=leak.begin,
-            size=leak.size,
-            referenced_count=leak.referenced_count,
-            referenced_size=leak.referenced_size,
-            similar_count=leak.similar_count,
-            similar_size=leak.similar_size,
-            similar_referenced_count=leak.similar_referenced_count,
-            similar_referenced_size=leak.similar_referenced_size,
-            total_size=leak.total_size,
+            **leak_counts(leak),
             contents=contents.get(leak.begin) if options.contents else None,
             backtrace=frames.get(leak.stack_id, []),
         )

@@ -166,28 +166,22 @@ class History:
     ) -> int:
         sites = sites_of_report(report)
         with self.db:
-            cur = self.db.execute(
-                "INSERT INTO scans (time, pid, start_time, unit, name, command, trigger, result,"
-                " leak_count, leak_bytes, allocation_count, allocation_bytes, pause_ms, scan_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    time.time() if when is None else when,
-                    pid,
-                    start_time,
-                    unit,
-                    name,
-                    command,
-                    trigger,
-                    "leaks" if report.get("leak_count") else "clean",
-                    int(report.get("leak_count", 0)),
-                    int(report.get("leak_bytes", 0)),
-                    int(report.get("allocation_count", 0)),
-                    int(report.get("allocation_bytes", 0)),
-                    float(report.get("pause_ms", 0.0)),
-                    float(report.get("scan_ms", 0.0)),
-                ),
+            scan_id = self._insert_scan(
+                when,
+                pid=pid,
+                start_time=start_time,
+                unit=unit,
+                name=name,
+                command=command,
+                trigger=trigger,
+                result="leaks" if report.get("leak_count") else "clean",
+                leak_count=int(report.get("leak_count", 0)),
+                leak_bytes=int(report.get("leak_bytes", 0)),
+                allocation_count=int(report.get("allocation_count", 0)),
+                allocation_bytes=int(report.get("allocation_bytes", 0)),
+                pause_ms=float(report.get("pause_ms", 0.0)),
+                scan_ms=float(report.get("scan_ms", 0.0)),
             )
-            scan_id = int(cur.lastrowid or 0)
             self.db.executemany(
                 "INSERT INTO site_samples VALUES (?, ?, ?, ?)",
                 [(scan_id, s.site, s.bytes, s.count) for s in sites.values()],
@@ -211,20 +205,25 @@ class History:
         when: float | None = None,
     ) -> int:
         with self.db:
-            cur = self.db.execute(
-                "INSERT INTO scans (time, pid, start_time, unit, name, command, trigger, result,"
-                " error) VALUES (?, ?, ?, ?, ?, ?, ?, 'error', ?)",
-                (
-                    time.time() if when is None else when,
-                    pid,
-                    start_time,
-                    unit,
-                    name,
-                    command,
-                    trigger,
-                    error,
-                ),
+            return self._insert_scan(
+                when,
+                pid=pid,
+                start_time=start_time,
+                unit=unit,
+                name=name,
+                command=command,
+                trigger=trigger,
+                result="error",
+                error=error,
             )
+
+    def _insert_scan(self, when: float | None, **columns: Any) -> int:
+        """One row of `scans` (column names come from this file, never from input)."""
+        row = {"time": time.time() if when is None else when, **columns}
+        cur = self.db.execute(
+            f"INSERT INTO scans ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            tuple(row.values()),
+        )
         return int(cur.lastrowid or 0)
 
     def expire(self, days: float, now: float | None = None) -> int:

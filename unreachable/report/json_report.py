@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.report.model import LeakEntry, ScanReport, leak_counts
 from unreachable.symbolize.frames import frame_to_dict
 
 SCHEMA_VERSION = 1
@@ -14,14 +14,7 @@ SCHEMA_VERSION = 1
 def leak_to_dict(leak: LeakEntry) -> dict[str, Any]:
     d: dict[str, Any] = {
         "address": leak.address,
-        "size": leak.size,
-        "referenced_count": leak.referenced_count,
-        "referenced_size": leak.referenced_size,
-        "similar_count": leak.similar_count,
-        "similar_size": leak.similar_size,
-        "similar_referenced_count": leak.similar_referenced_count,
-        "similar_referenced_size": leak.similar_referenced_size,
-        "total_size": leak.total_size,
+        **leak_counts(leak),
         "backtrace": [frame_to_dict(f) for f in leak.backtrace],
     }
     if leak.contents is not None:

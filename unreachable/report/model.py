@@ -3,8 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from unreachable.symbolize.frames import Frame
+
+# The counts every leak entry carries, by the same names in the fold, this
+# model, the JSON schema and the proto.
+LEAK_COUNTS = (
+    "size",
+    "referenced_count",
+    "referenced_size",
+    "similar_count",
+    "similar_size",
+    "similar_referenced_count",
+    "similar_referenced_size",
+    "total_size",
+)
+
+
+def leak_counts(source: Any) -> dict[str, int]:
+    """LEAK_COUNTS read off anything that has them as attributes."""
+    return {name: int(getattr(source, name)) for name in LEAK_COUNTS}
 
 
 @dataclass(slots=True)

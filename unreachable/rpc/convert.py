@@ -11,7 +11,7 @@ from typing import Any
 
 from unreachable.heapdump.model import HeapDump, HeapRecord
 from unreachable.report.json_report import SCHEMA_VERSION
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.report.model import LEAK_COUNTS, LeakEntry, ScanReport, leak_counts
 from unreachable.symbolize.frames import Frame
 from unreachable.v1 import unreachable_pb2 as pb
 
@@ -53,14 +53,7 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
     for leak in d["leaks"]:
         msg = pb.Leak(
             address=leak["address"],
-            size=leak["size"],
-            referenced_count=leak["referenced_count"],
-            referenced_size=leak["referenced_size"],
-            similar_count=leak["similar_count"],
-            similar_size=leak["similar_size"],
-            similar_referenced_count=leak["similar_referenced_count"],
-            similar_referenced_size=leak["similar_referenced_size"],
-            total_size=leak["total_size"],
+            **{name: leak[name] for name in LEAK_COUNTS},
             backtrace=[frame_from_dict(f) for f in leak["backtrace"]],
         )
         if keep_contents and "contents_hex" in leak:
@@ -118,14 +111,7 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         leaks=[
             LeakEntry(
                 address=leak.address,
-                size=leak.size,
-                referenced_count=leak.referenced_count,
-                referenced_size=leak.referenced_size,
-                similar_count=leak.similar_count,
-                similar_size=leak.similar_size,
-                similar_referenced_count=leak.similar_referenced_count,
-                similar_referenced_size=leak.similar_referenced_size,
-                total_size=leak.total_size,
+                **leak_counts(leak),
                 contents=leak.contents if leak.HasField("contents") else None,
                 backtrace=[frame_to_model(f) for f in leak.backtrace],
             )
