@@ -47,7 +47,7 @@ def main() -> None:
                 report = scan(target.pid, ScanOptions(sweep=mode))  # type: ignore[arg-type]
                 took = time.monotonic() - t0
                 assert report.leak_count == leaked, report.leak_count
-                note = f"  (fallback: {report.sweep_fallback})" if report.sweep_fallback else ""
+                note = f"  (fallback: {report.sweep_note})" if report.sweep_note else ""
                 print(
                     f"{report.allocation_count:>12} {report.leak_count:>9} {report.sweep:>7}"
                     f" {report.pause_ms:>9.1f} {took:>7.2f} {took / TARGET_S:>6.2f}x"

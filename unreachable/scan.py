@@ -10,7 +10,8 @@ building its allocation index as soon as this process has read its maps, and
 this process only computes the roots and reads back the leaks. If that fails,
 the scan sweeps the frozen child from outside instead, or, if the child died,
 takes a new snapshot and does so; a scan never gets worse than the outside
-sweep.
+sweep. It also sweeps from outside when the target's memory cgroup has too
+little room left for the child's scratch (process/cgroup_memory.py).
 """
 
 from __future__ import annotations
@@ -21,14 +22,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
+from unreachable import _native
 from unreachable.allocations.registry import read_registry
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, NEVER_COPY
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.fold.dedup import dedup
+from unreachable.process.cgroup_memory import no_room_for_child_sweep
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import Memory, memory_reader, present_ranges
+from unreachable.process.status import resident_anonymous_bytes
 from unreachable.report.model import LeakEntry, ScanReport, leak_counts
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
@@ -62,6 +66,18 @@ def _child_holds(child: ChildSweeper, mappings: list[Mapping]) -> Callable[[Mapp
     anon = [(m.start, m.end) for m in mappings if m.readable and m.anonymous]
     answers = dict(zip(anon, child.holds(anon), strict=True))
     return lambda m: answers.get((m.start, m.end), False)
+
+
+def _child_room(pid: int, memory: Memory, addr: int, headroom: int | None) -> str:
+    """Why sweeping inside the snapshot child would not fit in the target's
+    memory cgroup ("" if it would, or if no limit applies)."""
+    if headroom is None:
+        return ""
+    try:
+        expected = _native.read_registry(memory, addr, False)["expected"]
+    except (OSError, ValueError):
+        return ""  # reading the registry again below says what is wrong
+    return no_room_for_child_sweep(headroom, resident_anonymous_bytes(pid), expected)
 
 
 def _read_contents(memory: Memory, addr: int, size: int) -> bytes:
@@ -115,6 +131,10 @@ def _scan(
             if in_child and forked:
                 if not target.header.child_box:
                     fallback = "the shim in the target has no in-child sweep"
+                elif options.sweep != "child" and (
+                    no_room := _child_room(pid, memory, addr, capture.headroom)
+                ):
+                    fallback = no_room
                 else:
                     try:
                         child = ChildSweeper(capture.session, target.header.child_box)
@@ -235,6 +255,6 @@ def _scan(
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,
         sweep=result.place,
-        sweep_fallback=fallback,
+        sweep_note=fallback,
         snapshot_note=snapshot_note,
     )

@@ -46,7 +46,7 @@ def test_in_child_sweep_is_used_and_reported(targets):
     report = scan(target.pid, ScanOptions())
     _exact(target, report)
     assert report.snapshot == "fork" and report.sweep == "child"
-    assert report.sweep_fallback == ""
+    assert report.sweep_note == ""
     assert json.loads(format_json(report))["sweep"] == "child"
     outside = scan(target.pid, ScanOptions(sweep="scanner"))
     assert outside.sweep == "scanner"
@@ -86,7 +86,7 @@ def test_child_failure_falls_back_to_sweeping_the_same_child(targets, monkeypatc
     report = scan(target.pid, ScanOptions())
     _exact(target, report)
     assert report.snapshot == "fork" and report.sweep == "scanner"
-    assert "injected" in report.sweep_fallback
+    assert "injected" in report.sweep_note
     with pytest.raises(Exception, match="injected"):
         scan(target.pid, ScanOptions(sweep="child"))
     _released(target)
@@ -108,7 +108,7 @@ def test_child_killed_falls_back_to_a_new_snapshot(targets, stage):
     assert killed
     _exact(target, report)
     assert report.snapshot == "fork" and report.sweep == "scanner"
-    assert report.sweep_fallback
+    assert report.sweep_note
     _released(target)
 
 
@@ -119,7 +119,7 @@ def test_child_timeout_is_interrupted_and_swept_from_outside(targets, monkeypatc
     _exact(target, report)
     assert report.sweep in ("child", "scanner")  # the child may beat a 1 us deadline
     if report.sweep == "scanner":
-        assert "did not finish" in report.sweep_fallback
+        assert "did not finish" in report.sweep_note
     _released(target)
 
 

@@ -12,6 +12,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,7 @@ class TargetFactory:
         ldflags: list[str] | None = None,
         env: dict[str, str] | None = None,
         wait_ready: bool = True,
+        preexec: Callable[[], None] | None = None,
     ) -> Target:
         exe = build(program, cxx=cxx, cflags=cflags, ldflags=ldflags)
         full_env = dict(os.environ, **(env or {}))
@@ -98,7 +100,11 @@ class TargetFactory:
         if options is not None:
             full_env["UNREACHABLE_MALLOC_OPTIONS"] = options
         proc = subprocess.Popen(
-            [str(exe), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=full_env
+            [str(exe), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=full_env,
+            preexec_fn=preexec,
         )
         target = Target(proc)
         self.started.append(target)

@@ -21,6 +21,7 @@ from unreachable import _native
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
 from unreachable.process.maps import Mapping, read_maps
+from unreachable.process.status import resident_anonymous_bytes
 from unreachable.roots.classify import SPECIAL
 
 SYNC_ANON = 1  # page_sync.h UR_SYNC_ANON
@@ -53,26 +54,13 @@ def copy_pays_off(target: Target, copy_from: int) -> bool:
     """Whether "auto" should try a copy snapshot: a heap big enough for the
     fork's pause to pass the copy's, with few enough allocations for the
     scan not to take much longer (docs/pause.md)."""
-    if _resident_anonymous_bytes(target.pid) < copy_from:
+    if resident_anonymous_bytes(target.pid) < copy_from:
         return False
     try:
         registry = _native.read_registry(target.pid, target.shim.descriptor_addr, False)
     except (OSError, ValueError):
         return False  # stopping it reports why
     return registry["expected"] <= COPY_MAX_ALLOCATIONS
-
-
-def _resident_anonymous_bytes(pid: int) -> int:
-    """The target's anonymous memory in use (RssAnon): what a fork's
-    page-table copy and a copy snapshot both grow with."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _threads() -> int:

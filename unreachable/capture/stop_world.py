@@ -8,7 +8,9 @@ once and the sweep reads the child. In "copy" mode the scanner copies the
 memory while the target runs and, stopped, reads again only what it wrote
 since (copy_snapshot.py); "auto" does so when the heap is big enough for the
 fork's page-table copy to cost more, and the allocations few enough for the
-scan not to take much longer. Otherwise ("stopped" mode) the target
+scan not to take much longer; and "auto" takes no snapshot child when the
+target's memory cgroup has too little room left for one (the child is
+charged to it, process/cgroup_memory.py). Otherwise ("stopped" mode) the target
 stays paused while the scanner copies the memory the sweep needs
 (sweep/mark.py, release=). The pause therefore costs a page-table copy, a
 page-table walk plus the pages written, or a heap copy, never the mark
@@ -35,9 +37,10 @@ from unreachable.capture.copy_snapshot import (
 from unreachable.capture.target import Target, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
+from unreachable.process.cgroup_memory import memory_headroom, no_room_for_fork, oom_victim_first
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
-from unreachable.process.status import thread_seccomp
+from unreachable.process.status import resident_anonymous_bytes, thread_seccomp
 
 SnapshotMode = Literal["auto", "fork", "copy", "stopped"]
 
@@ -58,6 +61,7 @@ class Capture:
     snapshot_error: str = ""  # why it is not the snapshot asked for (or auto's first choice)
     copy: _native.MemoryCopy | None = None  # "copy": the memory as it was when stopped
     mappings: list[Mapping] = field(default_factory=list)  # "copy": the maps of that moment
+    headroom: int | None = None  # what the target's memory cgroup could still be charged
 
     @property
     def mem_pid(self) -> int:
@@ -103,6 +107,7 @@ def stop_world(
     """copy_from: the anonymous memory in use from which "auto" may try a
     copy snapshot (copy_snapshot.copy_pays_off)."""
     pid = target.pid
+    headroom = memory_headroom(pid)
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
     session = _native.Session(pid)
     with ExitStack() as cleanup:
@@ -122,7 +127,7 @@ def stop_world(
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:
             raise _translate(pid, e) from None
-        capture = Capture(session, threads, "stopped")
+        capture = Capture(session, threads, "stopped", headroom=headroom)
         if copy is not None:
             try:
                 capture.mappings = refresh(copy, pid)
@@ -146,12 +151,18 @@ def stop_world(
                 capture.snapshot_error = (
                     "the target has a seccomp filter and reading it takes CAP_SYS_ADMIN"
                 )
-        if mode == "fork" or (mode == "auto" and clone_ok):
+        no_room = ""
+        if mode == "auto" and clone_ok:
+            no_room = no_room_for_fork(headroom, resident_anonymous_bytes(pid))
+        if no_room:
+            capture.snapshot_error = f"{copy_error}; {no_room}" if copy_error else no_room
+        if mode == "fork" or (mode == "auto" and clone_ok and not no_room):
             # Never asked of the helper when its filter would kill the target.
             if helper_tid and clone_ok is not False:
                 try:
                     session.snapshot(helper_tid, helper_cmd)
                     session.release()
+                    oom_victim_first(session.snapshot_pid)  # still frozen: it has run nothing
                     capture.snapshot, capture.snapshot_error = "fork", copy_error
                 except OSError as e:
                     capture.snapshot_error = str(e)

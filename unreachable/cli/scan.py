@@ -153,11 +153,12 @@ def handle(args: argparse.Namespace) -> int:
     write_output(render(report, fmt), args.output)
     if fmt == "text" and sys.stderr.isatty():
         print(format_summary(report), file=sys.stderr)
-    elif report.snapshot_note and sys.stderr.isatty():
+    elif (report.snapshot_note or report.sweep_note) and sys.stderr.isatty():
         how = {"fork": "forked", "copy": "copied"}.get(report.snapshot, "swept in place")
+        why = "; ".join(n for n in (report.snapshot_note, report.sweep_note) if n)
         print(
             f"unreachable-cli: note: pid {report.pid} was {how}, paused "
-            f"{report.pause_ms:.0f} ms: {report.snapshot_note}",
+            f"{report.pause_ms:.0f} ms: {why}",
             file=sys.stderr,
         )
     return EXIT_LEAKS if report.leak_count else EXIT_NO_LEAKS

@@ -47,6 +47,19 @@ def read_status(pid: int) -> ProcessStatus:
     )
 
 
+def resident_anonymous_bytes(pid: int) -> int:
+    """The process's anonymous memory in use (RssAnon): what a fork's
+    page-table copy and a copy snapshot both grow with; 0 if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def thread_seccomp(pid: int, tid: int) -> int:
     """One thread's seccomp mode (0 none, 1 strict, 2 filter); -1 if unknown."""
     try:

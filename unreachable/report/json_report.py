@@ -36,6 +36,7 @@ def report_to_dict(report: ScanReport) -> dict[str, Any]:
         "snapshot": report.snapshot,
         "snapshot_note": report.snapshot_note,
         "sweep": report.sweep,
+        "sweep_note": report.sweep_note,
         "threads": report.threads,
         "bytes_scanned": report.bytes_scanned,
         "pages_skipped": report.pages_skipped,

@@ -62,5 +62,5 @@ class ScanReport:
     # Where the mark ran: "child" (the snapshot child swept its own memory) or
     # "scanner" (this process read the target or child through /proc).
     sweep: str = "scanner"
-    sweep_fallback: str = ""  # why the in-child sweep was not used, if it was tried
+    sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did

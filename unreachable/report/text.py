@@ -73,9 +73,12 @@ def format_report(report: ScanReport) -> str:
 
 def format_summary(report: ScanReport) -> str:
     """One line for logs: libmemunreachable's closing summary plus timings,
-    and why the scan fell back to the snapshot it took, when it did."""
+    and why the scan fell back to the snapshot it took, or to sweeping it
+    from outside, when it did."""
     how = "swept stopped" if report.snapshot == "stopped" else f"{report.snapshot} snapshot"
     stopped = f"; {how}: {report.snapshot_note}" if report.snapshot_note else ""
+    if report.sweep_note:
+        stopped += f"; swept from outside: {report.sweep_note}"
     return (
         f"{report.leak_bytes} bytes in {report.leak_count}"
         f" allocation{_plural(report.leak_count)} unreachable out of"

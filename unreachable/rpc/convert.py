@@ -72,6 +72,7 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
         snapshot=d["snapshot"],
         snapshot_note=d.get("snapshot_note", ""),
         sweep=d.get("sweep", ""),
+        sweep_note=d.get("sweep_note", ""),
         threads=d["threads"],
         bytes_scanned=d["bytes_scanned"],
         pages_skipped=d["pages_skipped"],
@@ -121,6 +122,7 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         pages_skipped=r.pages_skipped,
         bytes_scanned=r.bytes_scanned,
         snapshot_note=r.snapshot_note,
+        sweep_note=r.sweep_note,
     )
 
 

@@ -145,7 +145,7 @@ class RootBytes(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ScanReport(_message.Message):
-    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note")
+    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note")
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,7 @@ class ScanReport(_message.Message):
     LEAKS_FIELD_NUMBER: _ClassVar[int]
     SWEEP_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_NOTE_FIELD_NUMBER: _ClassVar[int]
+    SWEEP_NOTE_FIELD_NUMBER: _ClassVar[int]
     schema: int
     pid: int
     command: str
@@ -180,7 +181,8 @@ class ScanReport(_message.Message):
     leaks: _containers.RepeatedCompositeFieldContainer[Leak]
     sweep: str
     snapshot_note: str
-    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ...) -> None: ...
+    sweep_note: str
+    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("pid", "name", "contents")

@@ -1,0 +1,112 @@
+"""A target near its memory cgroup's limit: a snapshot child is charged to
+that cgroup, so the scan sweeps the child from outside when the child's
+scratch would not fit, takes no child at all when even the child would not,
+and says so; the target is never pushed into the OOM killer and each report
+stays exact (process/cgroup_memory.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.scanner.procs import children, wait_until
+from tests.support.cgroups import MemoryCgroup, memory_cgroup
+from unreachable.process.cgroup_memory import (
+    FORK_MARGIN,
+    child_sweep_charge,
+    fork_charge,
+    memory_headroom,
+    oom_victim_first,
+)
+from unreachable.process.status import resident_anonymous_bytes
+from unreachable.scan import ScanOptions, scan
+
+PROGRAMS = Path(__file__).parent / "programs"
+LIVE, LEAKED = 300_000, 100_000
+MIB = 1 << 20
+
+
+@pytest.fixture
+def cgroup():
+    with memory_cgroup("ur-limits") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        yield cg
+
+
+def _start(targets, cg: MemoryCgroup):
+    return targets.start(PROGRAMS / "many.c", str(LIVE), str(LEAKED), preexec=cg.enter)
+
+
+def _leave_room(cg: MemoryCgroup, pid: int, room: int) -> None:
+    """Set the limit so that the scan will see `room` bytes of headroom."""
+    cg.limit(cg.usage() + room)
+    seen = memory_headroom(pid)
+    assert seen is not None, "the limit is not seen through /proc/PID/cgroup"
+    cg.limit(cg.usage() + room - (seen - room))
+    seen = memory_headroom(pid)
+    assert seen is not None and abs(seen - room) < 2 * MIB, (seen, room)
+
+
+def _exact_and_released(target, report) -> None:
+    assert (report.leak_count, report.leak_bytes) == (
+        target.int("leak_count"),
+        target.int("leak_bytes"),
+    )
+    wait_until(lambda: children(target.pid) == [], what="snapshot child gone")
+    assert target.alive() and target.tracer() == 0 and target.state() != "t"
+
+
+def test_a_generous_limit_changes_nothing(targets, cgroup):
+    target = _start(targets, cgroup)
+    _leave_room(cgroup, target.pid, 1024 * MIB)
+    report = scan(target.pid, ScanOptions())
+    assert (report.snapshot, report.sweep) == ("fork", "child")
+    assert report.snapshot_note == "" and report.sweep_note == ""
+    _exact_and_released(target, report)
+
+
+def test_no_room_for_the_child_sweep_sweeps_the_child_from_outside(targets, cgroup):
+    target = _start(targets, cgroup)
+    fork_needs = fork_charge(resident_anonymous_bytes(target.pid))
+    child_needs = child_sweep_charge(LIVE + LEAKED)
+    # Room for the snapshot child, not for its scratch as well.
+    _leave_room(cgroup, target.pid, fork_needs + child_needs // 2)
+    report = scan(target.pid, ScanOptions())
+    assert (report.snapshot, report.sweep) == ("fork", "scanner")
+    assert "memory cgroup" in report.sweep_note, report.sweep_note
+    assert report.snapshot_note == ""
+    _exact_and_released(target, report)
+
+
+def test_no_room_for_a_snapshot_child_sweeps_stopped(targets, cgroup):
+    target = _start(targets, cgroup)
+    _leave_room(cgroup, target.pid, FORK_MARGIN // 2)
+    report = scan(target.pid, ScanOptions())
+    assert (report.snapshot, report.sweep) == ("stopped", "scanner")
+    assert "memory cgroup" in report.snapshot_note, report.snapshot_note
+    _exact_and_released(target, report)
+
+
+def test_an_explicit_fork_is_kept_but_not_swept_inside(targets, cgroup):
+    target = _start(targets, cgroup)
+    _leave_room(cgroup, target.pid, FORK_MARGIN // 2)
+    report = scan(target.pid, ScanOptions(snapshot="fork"))
+    assert (report.snapshot, report.sweep) == ("fork", "scanner")
+    assert "memory cgroup" in report.sweep_note, report.sweep_note
+    _exact_and_released(target, report)
+
+
+def test_the_snapshot_child_is_the_oom_killers_first_choice():
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        with open(f"/proc/{proc.pid}/oom_score_adj") as f:
+            assert f.read().strip() != "1000"
+        oom_victim_first(proc.pid)
+        with open(f"/proc/{proc.pid}/oom_score_adj") as f:
+            assert f.read().strip() == "1000"
+    finally:
+        proc.kill()
+        proc.wait()
