@@ -29,7 +29,7 @@ from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.fold.dedup import dedup
-from unreachable.process.cgroup_memory import no_room_for_child_sweep
+from unreachable.process.cgroup_memory import no_room_for_child_sweep, scanner_cache_budget
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import Memory, memory_reader, present_ranges
 from unreachable.process.status import resident_anonymous_bytes
@@ -116,6 +116,7 @@ def _scan(
     pid = target.pid
     addr = target.shim.descriptor_addr
     forked = False
+    _native.set_cache_budget(scanner_cache_budget())
     try:
         # Only a fork snapshot has a child to sweep in: "auto" then never copies.
         copy_from = NEVER_COPY if options.sweep == "child" else COPY_FROM_BYTES

@@ -22,7 +22,12 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
 
 static void update_room(struct ur_pread_mem *m) { m->mem.room = m->max_chunks - m->used_chunks; }
 
+static uint64_t cache_budget;
+
+void ur_mem_set_budget(uint64_t bytes) { __atomic_store_n(&cache_budget, bytes, __ATOMIC_RELAXED); }
+
 uint64_t ur_mem_cache_bound(void) {
+  uint64_t budget = __atomic_load_n(&cache_budget, __ATOMIC_RELAXED);
   uint64_t avail = 0;
   FILE *f = fopen("/proc/meminfo", "re");
   if (f) {
@@ -32,7 +37,8 @@ uint64_t ur_mem_cache_bound(void) {
       if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (uint64_t)kb << 10;
     fclose(f);
   }
-  return avail ? avail / 2 : DEFAULT_CACHE_BYTES;
+  uint64_t bound = avail ? avail / 2 : DEFAULT_CACHE_BYTES;
+  return budget && budget < bound ? budget : bound;
 }
 
 int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {

@@ -57,8 +57,13 @@ struct ur_pread_mem {
   size_t n_readable;
 };
 
-/* The most a cache may take: half the available memory (1 GiB if unknown). */
+/* The most a cache may take: half the available memory (1 GiB if unknown),
+ * and no more than the budget set below. */
 uint64_t ur_mem_cache_bound(void);
+
+/* What this process's caches may take at most besides (0: no budget): the
+ * scanner's share of the room its own memory cgroup has left. */
+void ur_mem_set_budget(uint64_t bytes);
 
 /* Open /proc/pid/mem for reading; cache_bytes bounds the chunk cache (0:
  * default 1 GiB). Returns 0 or -errno. */

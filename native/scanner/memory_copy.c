@@ -351,3 +351,10 @@ out:
   PyBuffer_Release(&rb);
   return result;
 }
+
+PyObject *ur_py_set_cache_budget(PyObject *Py_UNUSED(self), PyObject *args) {
+  unsigned long long bytes;
+  if (!PyArg_ParseTuple(args, "K", &bytes)) return NULL;
+  ur_mem_set_budget(bytes);
+  Py_RETURN_NONE;
+}

@@ -22,6 +22,10 @@ static PyMethodDef methods[] = {
      "present_ranges(memory, ranges) -> bytes\n\n"
      "The parts of the sorted (begin, end) ranges (packed u64) that hold pages: present or "
      "swapped in a pid (all of them on a kernel without PAGEMAP_SCAN), held by a MemoryCopy."},
+    {"set_cache_budget", ur_py_set_cache_budget, METH_VARARGS,
+     "set_cache_budget(bytes)\n\n"
+     "The most the caches of memory copies (a copy snapshot, stopped mode's copy) may take "
+     "from now on, besides half the available memory; 0: no budget."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,13 +46,13 @@ static uint64_t chunks_spanned(const uint64_t *begin, const uint64_t *end, size_
 /* Enough cache for `chunks` (those under an allocation or a root range):
  * sized so, nothing is ever evicted and re-read (a random-order list over a
  * 1 GiB heap would otherwise reload a 1 MiB chunk per block), bounded by half
- * the available memory. */
+ * the available memory and by the scanner's budget (ur_mem_set_budget). */
 static uint64_t cache_bytes_for(uint64_t chunks) {
   chunks += 64; /* headroom: the walker batches only while 32 chunks are free */
   uint64_t cap = ur_mem_cache_bound();
   uint64_t bytes = chunks > (cap >> UR_CHUNK_SHIFT) ? cap : chunks << UR_CHUNK_SHIFT;
-  if (bytes < (UINT64_C(64) << 20)) bytes = UINT64_C(64) << 20;
-  return bytes;
+  uint64_t least = cap < (UINT64_C(64) << 20) ? cap : UINT64_C(64) << 20;
+  return bytes < least ? least : bytes;
 }
 
 /* Buffers from Python may be unaligned (memoryview slices): copy those. */

@@ -1,18 +1,23 @@
-"""A target near its memory cgroup's limit: a snapshot child is charged to
-that cgroup, so the scan sweeps the child from outside when the child's
-scratch would not fit, takes no child at all when even the child would not,
-and says so; the target is never pushed into the OOM killer and each report
-stays exact (process/cgroup_memory.py)."""
+"""Memory limits (process/cgroup_memory.py). A target near its memory
+cgroup's limit: a snapshot child is charged to that cgroup, so the scan
+sweeps the child from outside when the child's scratch would not fit, takes
+no child at all when even the child would not, and says so; the target is
+never pushed into the OOM killer and each report stays exact. A scanner
+under a limit of its own (a daemon with MemoryMax=) copies no more of a
+target than its room allows, rather than being OOM-killed mid-scan."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.scanner.procs import children, wait_until
 from tests.support.cgroups import MemoryCgroup, memory_cgroup
+from tests.support.tracking import copy_unsupported
 from unreachable.process.cgroup_memory import (
     FORK_MARGIN,
     child_sweep_charge,
@@ -110,3 +115,31 @@ def test_the_snapshot_child_is_the_oom_killers_first_choice():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_scanner_under_a_limit_copies_no_more_than_its_room(targets):
+    """fat_heap.c holds 200 MiB; the scanner runs in a cgroup of 160 MiB.
+    Without the budget both copying modes had the scanner OOM-killed."""
+    target = targets.start(PROGRAMS / "fat_heap.c", "200")
+    with memory_cgroup("ur-scanner") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        cg.limit(160 * MIB)
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
+            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+
+        stopped = cli("--snapshot", "stopped", "--json")
+        assert stopped.returncode == 1, stopped.stderr
+        doc = json.loads(stopped.stdout)
+        assert (doc["leak_count"], doc["leak_bytes"]) == (
+            target.int("leak_count"),
+            target.int("leak_bytes"),
+        )
+        if not copy_unsupported():
+            copy = cli("--snapshot", "copy")
+            assert copy.returncode == 2, copy.stderr
+            assert copy.stderr.count("\n") == 1 and "memory cgroup" in copy.stderr, copy.stderr
+        assert cg.oom_kills() == 0
+    assert target.alive() and target.tracer() == 0 and target.state() != "t"

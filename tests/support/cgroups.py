@@ -36,6 +36,10 @@ class MemoryCgroup:
     def limit(self, n: int) -> None:
         (self.path / "memory.limit_in_bytes").write_text(str(n))
 
+    def oom_kills(self) -> int:
+        fields = (self.path / "memory.oom_control").read_text().split()
+        return int(dict(zip(fields[::2], fields[1::2], strict=True)).get("oom_kill", "0"))
+
 
 @contextmanager
 def memory_cgroup(name: str) -> Iterator[MemoryCgroup | None]:

@@ -81,7 +81,8 @@ def copy_while_running(target: Target) -> Iterator[_native.MemoryCopy]:
         except MemoryError:
             copy.close()
             raise TrackingUnavailable(
-                "the copy would take more than half the available memory"
+                "the copy would take more memory than the scanner may (half of what is"
+                " available, or of the room left in its own memory cgroup)"
             ) from None
         except OSError as e:
             copy.close()

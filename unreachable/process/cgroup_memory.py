@@ -84,6 +84,15 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
 
+def scanner_cache_budget() -> int:
+    """What this process's copies of target memory (a copy snapshot, stopped
+    mode's copy) may take: half the room its own memory cgroup has left, so
+    that a scanner run under a limit (a daemon with MemoryMax=) is not the one
+    OOM-killed. 0 when no limit applies: then half of MemAvailable bounds them."""
+    room = memory_headroom(os.getpid())
+    return 0 if room is None else max(1, room // 2)
+
+
 def memory_headroom(pid: int, root: str = CGROUP_ROOT) -> int | None:
     """Bytes the process's memory cgroup can still be charged: the least over
     it and its ancestors of limit - usage + page cache. None when no limit
