@@ -33,7 +33,7 @@ def build(
     """Compile `sources` (C, or C++ with cxx=True) and return the output path.
 
     The output is keyed by a hash of the sources' contents, the headers of
-    every include directory (native/include and each -I in cflags) and the
+    every include directory (native/include, each -I in cflags, the sources' own) and the
     flags, so a changed input rebuilds and an unchanged one is reused.
     """
     srcs = [sources] if isinstance(sources, Path) else list(sources)
@@ -46,7 +46,12 @@ def build(
     digest = hashlib.sha256()
     for src in srcs:
         digest.update(src.read_bytes())
-    include_dirs = [INCLUDE_DIR, *(Path(f[2:]) for f in flags if f.startswith("-I"))]
+    # A source's own directory too: its `#include "x.h"` headers (scenario.h).
+    include_dirs = [
+        INCLUDE_DIR,
+        *(Path(f[2:]) for f in flags if f.startswith("-I")),
+        *(src.parent for src in srcs),
+    ]
     for directory in dict.fromkeys(include_dirs):
         for header in sorted(directory.rglob("*.h")):
             digest.update(header.read_bytes())
