@@ -118,9 +118,9 @@ def test_the_snapshot_child_is_the_oom_killers_first_choice():
 
 
 def test_a_scanner_under_a_limit_copies_no_more_than_its_room(targets):
-    """fat_heap.c holds 200 MiB; the scanner runs in a cgroup of 160 MiB.
+    """big_heap.c holds 200 MiB; the scanner runs in a cgroup of 160 MiB.
     Without the budget both copying modes had the scanner OOM-killed."""
-    target = targets.start(PROGRAMS / "fat_heap.c", "200")
+    target = targets.start(PROGRAMS / "big_heap.c", "200", str(64 * 1024))
     with memory_cgroup("ur-scanner") as cg:
         if cg is None:
             pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
