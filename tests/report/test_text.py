@@ -61,3 +61,9 @@ def test_summary_says_why_the_target_stayed_paused():
     why = "the target has a seccomp filter and reading it takes CAP_SYS_ADMIN"
     stopped = format_summary(make_report([], snapshot="stopped", snapshot_note=why))
     assert stopped.endswith(f"scan 3.0 ms; swept stopped: {why})")
+
+
+def test_summary_says_why_the_child_did_not_sweep():
+    why = "the target's memory cgroup had 20 MiB left, and sweeping in the snapshot child ..."
+    line = format_summary(make_report([], sweep_note=why))
+    assert line.endswith(f"scan 3.0 ms; swept from outside: {why})")

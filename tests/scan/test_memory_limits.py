@@ -26,6 +26,8 @@ from unreachable.process.cgroup_memory import (
     oom_victim_first,
 )
 from unreachable.process.status import resident_anonymous_bytes
+from unreachable.report.json_report import format_json
+from unreachable.rpc.convert import report_from_dict, report_to_model
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -83,6 +85,10 @@ def test_no_room_for_the_child_sweep_sweeps_the_child_from_outside(targets, cgro
     assert (report.snapshot, report.sweep) == ("fork", "scanner")
     assert "memory cgroup" in report.sweep_note, report.sweep_note
     assert report.snapshot_note == ""
+    # As the CLI's --json and the daemon's proto carry it.
+    doc = json.loads(format_json(report))
+    assert doc["sweep_note"] == report.sweep_note
+    assert report_to_model(report_from_dict(doc)).sweep_note == report.sweep_note
     _exact_and_released(target, report)
 
 
