@@ -88,7 +88,7 @@ UR_ABI_VERSION = 2
 @dataclass(frozen=True, slots=True)
 class DescriptorHeader:
     enabled: bool
-    helper_tid: int
+    helper_tid: int  # as the shim recorded it (open_target: as the scanner names it)
     helper_cmd: int
     pid: int
     child_box: int = 0  # address of the in-child sweep's mailbox; 0: not supported

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from unreachable.allocations.descriptor import (
     DescriptorHeader,
@@ -12,7 +12,7 @@ from unreachable.allocations.descriptor import (
 )
 from unreachable.errors import TargetNotShimmed
 from unreachable.process.maps import read_maps
-from unreachable.process.status import ProcessStatus, check_scannable
+from unreachable.process.status import ProcessStatus, check_scannable, host_tid
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,9 @@ def open_target(pid: int) -> Target:
     status = check_scannable(pid)
     shim = locate_shim(pid, read_maps(pid))
     header = read_descriptor_header(pid, shim.descriptor_addr)
+    # The shim records its helper's gettid(), named in the target's own pid
+    # namespace; ptrace and /proc want this scanner's name for it.
+    header = replace(header, helper_tid=host_tid(pid, header.helper_tid))
     if not header.enabled:
         raise TargetNotShimmed(
             f"the shim in pid {pid} is inert: its UNREACHABLE_MALLOC_OPTIONS were rejected "

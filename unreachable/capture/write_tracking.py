@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 from unreachable import _native
 from unreachable.capture.target import Target
-from unreachable.process.status import read_status, thread_seccomp
+from unreachable.process.status import pid_namespace, read_status, thread_seccomp
 
 IDLE, START, ON, STOP, FAILED = range(5)
 _WORDS = struct.Struct("<IiII")  # cmd, error, scanner_pid, ranges
@@ -45,13 +45,6 @@ def _why_failed(err: int) -> str:
     return f"the helper could not start write tracking: {os.strerror(err)}"
 
 
-def _pid_namespace(pid: int | str) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return ""
-
-
 @contextmanager
 def tracked_writes(target: Target) -> Iterator[int]:
     """Writes tracked until the block ends; yields the mappings tracked.
@@ -65,7 +58,7 @@ def tracked_writes(target: Target) -> Iterator[int]:
         # A filter might kill the process on userfaultfd(); unlike the fork
         # snapshot's clone(), nothing here proves it will not.
         raise TrackingUnavailable("the target has a seccomp filter")
-    if _pid_namespace(pid) != _pid_namespace("self"):
+    if pid_namespace(pid) != pid_namespace("self"):
         # The helper checks the scanner's pid for liveness, in its namespace.
         raise TrackingUnavailable("the target is in another pid namespace")
     if read_status(pid).state == "T":

@@ -60,6 +60,34 @@ def resident_anonymous_bytes(pid: int) -> int:
     return 0
 
 
+def pid_namespace(pid: int | str) -> str:
+    """The process's pid namespace ("" if unreadable)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+def host_tid(pid: int, ns_tid: int) -> int:
+    """The thread of `pid` that gettid() names ns_tid in the process's own pid
+    namespace (a container's), by this process's name for it; 0 if none."""
+    if not ns_tid or pid_namespace(pid) == pid_namespace("self"):
+        return ns_tid
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                nspid = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [])
+        except OSError:
+            continue
+        if nspid and int(nspid[-1]) == ns_tid:  # the innermost namespace's id comes last
+            return int(tid)
+    return 0
+
+
 def thread_seccomp(pid: int, tid: int) -> int:
     """One thread's seccomp mode (0 none, 1 strict, 2 filter); -1 if unknown."""
     try:

@@ -1,0 +1,71 @@
+"""A target in a pid namespace of its own, as in a container, scanned from
+outside it: the shim records its helper thread by the namespace's tid, which
+the scanner translates (process/status.py host_tid), so such targets get the
+fork snapshot and the in-child sweep like any other, with exact verdicts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.scanner.procs import children, state, wait_until
+from tests.support.cbuild import build
+from tests.support.tracking import copy_unsupported
+from unreachable._paths import shim_path
+from unreachable.process.status import pid_namespace, read_status
+from unreachable.scan import ScanOptions, scan
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1)")
+
+
+@contextmanager
+def in_pid_namespace(program: str) -> Iterator[tuple[int, dict[str, int]]]:
+    """(the target's pid as seen from here, its READY values)."""
+    exe = build(PROGRAMS / program)
+    cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    cmd += ["env", f"LD_PRELOAD={shim_path()}", str(exe)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("READY"):
+            pytest.skip(f"cannot start a process in a new pid namespace here: {line!r}")
+        info = {k: int(v, 0) for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
+        (pid,) = children(proc.pid)
+        assert pid_namespace(pid) != pid_namespace("self")
+        yield pid, info
+        assert state(pid) != "t" and read_status(pid).tracer_pid == 0
+        wait_until(lambda: children(pid) == [], what="snapshot child gone")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("program", ["thread_stack.c", "churn.c"])
+def test_fork_snapshot_and_in_child_sweep_in_a_pid_namespace(program):
+    with in_pid_namespace(program) as (pid, info):
+        report = scan(pid, ScanOptions())
+        assert (report.leak_count, report.leak_bytes) == (info["leak_count"], info["leak_bytes"])
+        assert (report.snapshot, report.sweep) == ("fork", "child"), report.snapshot_note
+        assert report.snapshot_note == "" and report.sweep_note == ""
+
+
+@pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
+def test_copy_snapshot_is_refused_with_the_reason():
+    with in_pid_namespace("thread_stack.c") as (pid, _):
+        cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid)]
+        res = subprocess.run(cmd + ["--snapshot", "copy"], capture_output=True, text=True)
+        assert res.returncode == 2
+        assert res.stderr.strip().endswith("the target is in another pid namespace"), res.stderr
+        # auto never needed it: the same target, fork, exact.
+        res = subprocess.run(cmd + ["--json"], capture_output=True, text=True)
+        assert json.loads(res.stdout)["snapshot"] == "fork"
