@@ -192,6 +192,7 @@ def _scan(
                 )
                 regs += dtv_words(memory, roots.dead_stacks)
                 # Stopped in place: let it go once the walk's memory is read.
+                # A frozen child: read first all the same, for a marking team.
                 stopped = capture.snapshot == "stopped"
                 result = sweep(
                     memory,
@@ -201,6 +202,7 @@ def _scan(
                     capture.session if stopped else None,
                     options.mark_threads or default_mark_threads(),
                     mappings,
+                    frozen=forked,
                 )
             note("marked")
             leaks = dedup(result.leaks, options.limit)
@@ -257,5 +259,6 @@ def _scan(
         bytes_scanned=result.bytes_scanned,
         sweep=result.place,
         sweep_note=fallback,
+        mark_threads=result.mark_threads,
         snapshot_note=snapshot_note,
     )

@@ -81,6 +81,8 @@ static unsigned copy_threads(void) {
  * fit (the target stays stopped and the reader loads on demand). */
 static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, size_t nallocs,
                              const uint64_t *roots, size_t nroots, void *session) {
+  /* session NULL: memory that does not change anyway (a frozen snapshot
+   * child): copied so that a team can mark it, nothing to release. */
   size_t from = mem->used_chunks;
   int rc = ur_mem_reserve(mem, roots, nroots);
   uint64_t held = UINT64_MAX; /* the chunk the last block ended in: reserved */
@@ -99,7 +101,7 @@ static int copy_then_release(struct ur_pread_mem *mem, const uint64_t *allocs, s
   ur_mem_fill(mem, from, copy_threads());
   if (rc != 0) return 0;
   ur_mem_freeze(mem);
-  ur_session_release_nogil(session);
+  if (session) ur_session_release_nogil(session);
   return 1;
 }
 
@@ -126,15 +128,17 @@ static void set_layout(struct ur_pread_mem *mem, const uint64_t *layout, size_t 
 PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"memory",   "allocs",  "root_ranges", "root_values", "stack_ids",
                            "excluded", "cache_mb", "release",    "threads",     "layout",
-                           NULL};
+                           "frozen",   NULL};
   PyObject *source;
   int pid = -1;
   unsigned long long cache_mb = 0;
   unsigned threads = 1;
+  int frozen = 0;
   PyObject *release_obj = NULL;
   Py_buffer ab, rb, vb, sb = {0}, eb = {0}, zb = {0};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*", kwlist, &source, &ab, &rb,
-                                   &vb, &sb, &eb, &cache_mb, &release_obj, &threads, &zb))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*p", kwlist, &source, &ab, &rb,
+                                   &vb, &sb, &eb, &cache_mb, &release_obj, &threads, &zb,
+                                   &frozen))
     return NULL;
   if (threads < 1) threads = 1;
   if (threads > UR_SWEEP_MAX_THREADS) threads = UR_SWEEP_MAX_THREADS;
@@ -202,14 +206,15 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   const struct ur_team_ops ops = {ur_pthread_team_start, ur_pthread_team_join, &team};
   unsigned team_size = 1;
   Py_BEGIN_ALLOW_THREADS
-  if (release && !copy) {
+  if ((release || frozen) && !copy) {
     /* The copy first (the cache sized from the unsorted list: an
      * overestimate, bounded like any), the index once the target runs. */
     uint64_t chunks = chunks_spanned(allocs, allocs + 1, 2, nallocs, 1);
     rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks + root_chunks));
     opened = rc == 0;
     if (rc == 0 && zeros) set_layout(mem, zeros, (size_t)zb.len / 24); /* else: read all */
-    if (rc == 0) released = copy_then_release(mem, allocs, nallocs, ranges, in.nranges, release);
+    if (rc == 0)
+      released = copy_then_release(mem, allocs, nallocs, ranges, in.nranges, release) && release;
   }
   /* The walker only keeps the reader's address until marking starts. */
   if (rc == 0) rc = ur_walker_init(&w, &mem->mem, allocs, nallocs);

@@ -86,18 +86,20 @@ def test_the_scan_maps_nothing_into_the_target(targets, snapshot):
     assert present_bytes() == before
 
 
-@pytest.mark.parametrize("snapshot", ["stopped", "copy"])
+@pytest.mark.parametrize("snapshot", ["stopped", "copy", "fork"])
 def test_marking_team_over_a_frozen_copy(targets, snapshot):
     """Once the scanner's copy no longer changes (stopped mode after the
-    release, a copy snapshot), it marks with a team: the same verdicts."""
+    release, a copy snapshot, a frozen snapshot child swept from outside), it
+    marks with a team: the same verdicts."""
     if snapshot == "copy" and copy_unsupported():
         pytest.skip(copy_unsupported())
     target = targets.start(PROGRAMS / "graph.c")
-    one = check_exact(target, snapshot=snapshot, mark_threads=1)
-    team = check_exact(target, snapshot=snapshot, mark_threads=4)
+    one = check_exact(target, snapshot=snapshot, sweep="scanner", mark_threads=1)
+    team = check_exact(target, snapshot=snapshot, sweep="scanner", mark_threads=4)
     key = sorted((e.size, e.referenced_count, e.referenced_size) for e in one.leaks)
     assert key == sorted((e.size, e.referenced_count, e.referenced_size) for e in team.leaks)
     assert one.sweep == team.sweep == "scanner"
+    assert (one.mark_threads, team.mark_threads) == (1, 4)
 
 
 def test_dlopen_globals_and_tls(targets):

@@ -73,6 +73,7 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
         snapshot_note=d.get("snapshot_note", ""),
         sweep=d.get("sweep", ""),
         sweep_note=d.get("sweep_note", ""),
+        mark_threads=d.get("mark_threads", 1),
         threads=d["threads"],
         bytes_scanned=d["bytes_scanned"],
         pages_skipped=d["pages_skipped"],
@@ -123,6 +124,7 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         bytes_scanned=r.bytes_scanned,
         snapshot_note=r.snapshot_note,
         sweep_note=r.sweep_note,
+        mark_threads=r.mark_threads or 1,
     )
 
 

@@ -71,6 +71,7 @@ class ChildSweepReply:
     fold_ms: float
     bounced_pages: int
     leaks: bytes  # packed LEAK_RECORDs, address order
+    mark_threads: int = 1  # the team asked of the child (it may run fewer: its affinity)
 
 
 def _pairs(ranges: Sequence[tuple[int, int]]) -> bytes:
@@ -137,6 +138,8 @@ class ChildSweeper:
         threads = max(1, min(threads, MAX_MARK_THREADS))
         if threads > 1 and index.features & FEATURE_TEAM:
             parts.append(SWEEP_OPTS.pack(threads, 0, 0, 0))
+        else:
+            threads = 1
         payload = b"".join(parts)
         try:
             raw = self.session.child_request(REQ_SWEEP, payload, self.timeout_s)
@@ -155,4 +158,5 @@ class ChildSweeper:
             fold_ms=f[5] / 1e6,
             bounced_pages=f[7],
             leaks=leaks,
+            mark_threads=threads,
         )

@@ -36,6 +36,9 @@ class SweepResult:
     mark_ms: float
     fold_ms: float
     place: SweepPlace  # where the mark ran: in the snapshot child, or here
+    # Marking threads: the team that ran here, or the one asked of the child
+    # (which may run fewer when the target's affinity allows fewer CPUs).
+    mark_threads: int = 1
 
 
 def _inflight(registry: Registry) -> dict[int, int]:
@@ -57,12 +60,14 @@ def sweep(
     release: _native.Session | None = None,
     threads: int = 1,
     mappings: Sequence[Mapping] = (),
+    frozen: bool = False,
 ) -> SweepResult:
     """The sweep from outside: the target (or its frozen child) read through
     /proc, or a copy snapshot. release: the stopped target's session, let go
     as soon as the memory the walk needs is read (native/scanner/sweep.c).
     threads: marking threads, used over a copy that no longer changes (a
-    copy snapshot, or the stopped target's once it is let go).
+    copy snapshot, the stopped target's once it is let go, or a frozen
+    snapshot child's: frozen=True has what the walk needs read first).
     mappings: the process's; pages outside them, and absent pages of its
     demand-zero ones, are not read (reading them could grow a stack, or map
     the zero page into the process)."""
@@ -77,6 +82,7 @@ def sweep(
         excluded=b"".join(struct.pack("<Q", p) for p in inflight),
         release=release,
         threads=threads,
+        frozen=frozen,
         layout=b"".join(
             struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in mappings if m.readable
         ),
@@ -92,6 +98,7 @@ def sweep(
         mark_ms=raw["mark_ns"] / 1e6,
         fold_ms=raw["fold_ns"] / 1e6,
         place="scanner",
+        mark_threads=raw["mark_threads"],
     )
 
 
@@ -138,4 +145,5 @@ def sweep_in_child(
         mark_ms=reply.mark_ms,
         fold_ms=reply.fold_ms,
         place="child",
+        mark_threads=reply.mark_threads,
     )
