@@ -126,12 +126,32 @@ static void hold_scanner(uint32_t pid) {
   g_scanner_fd = pid ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
 }
 
+/* A scanner in another pid namespace has no pid here: its heartbeat, and
+ * when it last changed. */
+static uint64_t g_beat, g_beat_ms;
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void watch_heartbeat(void) {
+  g_beat = __atomic_load_n(&ur_write_tracker.heartbeat, __ATOMIC_RELAXED);
+  g_beat_ms = now_ms();
+}
+
 static int scanner_gone(uint32_t pid) {
   if (g_scanner_fd >= 0) {
     struct pollfd p = {.fd = g_scanner_fd, .events = POLLIN};
     return poll(&p, 1, 0) != 0; /* readable once it has exited */
   }
-  return pid == 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+  if (pid == 0) {
+    uint64_t beat = __atomic_load_n(&ur_write_tracker.heartbeat, __ATOMIC_RELAXED);
+    if (beat != g_beat) watch_heartbeat();
+    return now_ms() - g_beat_ms > UR_TRACK_HEARTBEAT_MS;
+  }
+  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 static uint64_t g_deadline_s;
@@ -191,6 +211,7 @@ void ur_write_tracking_begin(void) {
   t->error = 0;
   g_deadline_s = now_s() + UR_TRACK_MAX_SECONDS;
   hold_scanner(__atomic_load_n(&t->scanner_pid, __ATOMIC_RELAXED));
+  watch_heartbeat();
   if (!__atomic_compare_exchange_n(&t->cmd, &expected, UR_TRACK_ON, 0, __ATOMIC_RELEASE,
                                    __ATOMIC_RELAXED))
     stop_tracking();

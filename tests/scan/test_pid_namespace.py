@@ -1,14 +1,18 @@
 """A target in a pid namespace of its own, as in a container, scanned from
 outside it: the shim records its helper thread by the namespace's tid, which
 the scanner translates (process/status.py host_tid), so such targets get the
-fork snapshot and the in-child sweep like any other, with exact verdicts."""
+fork snapshot and the in-child sweep like any other, and the copy snapshot
+with a heartbeat in place of the scanner's pid; exact verdicts, and nothing
+left tracked when the scanner dies."""
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +21,7 @@ import pytest
 
 from tests.scanner.procs import children, state, wait_until
 from tests.support.cbuild import build
-from tests.support.tracking import copy_unsupported
+from tests.support.tracking import copy_unsupported, wait_untracked, write_protected
 from unreachable._paths import shim_path
 from unreachable.process.status import pid_namespace, read_status
 from unreachable.scan import ScanOptions, scan
@@ -28,11 +32,11 @@ pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="no unsh
 
 
 @contextmanager
-def in_pid_namespace(program: str) -> Iterator[tuple[int, dict[str, int]]]:
+def in_pid_namespace(program: str, *args: str) -> Iterator[tuple[int, dict[str, int]]]:
     """(the target's pid as seen from here, its READY values)."""
     exe = build(PROGRAMS / program)
     cmd = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
-    cmd += ["env", f"LD_PRELOAD={shim_path()}", str(exe)]
+    cmd += ["env", f"LD_PRELOAD={shim_path()}", str(exe), *args]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None
@@ -60,12 +64,32 @@ def test_fork_snapshot_and_in_child_sweep_in_a_pid_namespace(program):
 
 
 @pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
-def test_copy_snapshot_is_refused_with_the_reason():
-    with in_pid_namespace("thread_stack.c") as (pid, _):
-        cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid)]
-        res = subprocess.run(cmd + ["--snapshot", "copy"], capture_output=True, text=True)
-        assert res.returncode == 2
-        assert res.stderr.strip().endswith("the target is in another pid namespace"), res.stderr
-        # auto never needed it: the same target, fork, exact.
-        res = subprocess.run(cmd + ["--json"], capture_output=True, text=True)
-        assert json.loads(res.stdout)["snapshot"] == "fork"
+def test_copy_snapshot_in_a_pid_namespace():
+    """The helper cannot see the scanner's pid from inside: the scanner
+    beats instead (abi.h ur_write_tracker.heartbeat)."""
+    with in_pid_namespace("churn.c") as (pid, info):
+        report = scan(pid, ScanOptions(snapshot="copy"))
+        assert (report.leak_count, report.leak_bytes) == (info["leak_count"], info["leak_bytes"])
+        assert report.snapshot == "copy"
+        wait_untracked(pid)
+
+
+@pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
+def test_a_scanner_killed_while_copying_a_container_stops_the_tracking():
+    """No pid to watch: the helper stops once the heartbeat has been still for
+    UR_TRACK_HEARTBEAT_MS, and the target runs on as it was."""
+    with in_pid_namespace("many.c", "600000", "300000") as (pid, info):
+        scanner = subprocess.Popen(
+            [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid), "--snapshot", "copy"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while not write_protected(pid):
+            assert scanner.poll() is None and time.monotonic() < deadline, "tracking never began"
+            time.sleep(0.001)
+        os.kill(scanner.pid, signal.SIGKILL)
+        scanner.wait()
+        wait_untracked(pid)
+        report = scan(pid, ScanOptions(snapshot="copy"))
+        assert (report.leak_count, report.leak_bytes) == (info["leak_count"], info["leak_bytes"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,10 @@ from unreachable.process.status import pid_namespace, read_status, thread_seccom
 IDLE, START, ON, STOP, FAILED = range(5)
 _WORDS = struct.Struct("<IiII")  # cmd, error, scanner_pid, ranges
 _SCANNER_PID_OFFSET = 8
+_HEARTBEAT_OFFSET = 16
+# abi.h UR_TRACK_HEARTBEAT_MS is 2 s: a beat every 0.1 s leaves room for a
+# busy machine.
+HEARTBEAT_S = 0.1
 START_TIMEOUT_S = 5.0  # registering thousands of mappings takes the helper a while
 STALE_STOP_S = 1.0  # the helper sees a STOP within 10 ms while it tracks
 
@@ -58,9 +63,9 @@ def tracked_writes(target: Target) -> Iterator[int]:
         # A filter might kill the process on userfaultfd(); unlike the fork
         # snapshot's clone(), nothing here proves it will not.
         raise TrackingUnavailable("the target has a seccomp filter")
-    if pid_namespace(pid) != pid_namespace("self"):
-        # The helper checks the scanner's pid for liveness, in its namespace.
-        raise TrackingUnavailable("the target is in another pid namespace")
+    # The helper watches the scanner's pid, in its own namespace; a scanner
+    # outside it (the target in a container) has none there and beats instead.
+    foreign = pid_namespace(pid) != pid_namespace("self")
     if read_status(pid).state == "T":
         raise TrackingUnavailable("the target is stopped (SIGSTOP): its helper cannot answer")
     try:
@@ -68,6 +73,8 @@ def tracked_writes(target: Target) -> Iterator[int]:
     except OSError as e:
         raise TrackingUnavailable(f"cannot write to the target's memory: {e.strerror}") from None
     started = False
+    beating = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(fd, addr, beating), daemon=True)
     try:
 
         def cmd() -> tuple[int, int, int]:
@@ -79,7 +86,9 @@ def tracked_writes(target: Target) -> Iterator[int]:
             time.sleep(0.002)
         if cmd()[0] == ON:
             raise TrackingUnavailable("another scan is copying this process")
-        os.pwrite(fd, struct.pack("<I", os.getpid()), addr + _SCANNER_PID_OFFSET)
+        os.pwrite(fd, struct.pack("<I", 0 if foreign else os.getpid()), addr + _SCANNER_PID_OFFSET)
+        if foreign:
+            beat.start()
         os.pwrite(fd, struct.pack("<I", START), addr)
         started = True
         try:
@@ -105,4 +114,18 @@ def tracked_writes(target: Target) -> Iterator[int]:
                 os.pwrite(fd, struct.pack("<I", STOP), addr)
         except OSError:
             pass  # the target is gone
+        beating.set()
+        if beat.is_alive():
+            beat.join()
         os.close(fd)
+
+
+def _heartbeat(fd: int, addr: int, done: threading.Event) -> None:
+    """Bump the tracker's heartbeat until `done` (abi.h ur_write_tracker)."""
+    n = 0
+    while not done.wait(HEARTBEAT_S):
+        n += 1
+        try:
+            os.pwrite(fd, struct.pack("<Q", n), addr + _HEARTBEAT_OFFSET)
+        except OSError:
+            return  # the target is gone

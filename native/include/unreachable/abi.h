@@ -74,7 +74,11 @@
  * snapshots and requests meanwhile and checks the word every 10 ms,
  * unregisters every mapping, closes the userfaultfd and sets UR_TRACK_IDLE.
  * It stops by itself, the same way, once scanner_pid is gone or after
- * UR_TRACK_MAX_SECONDS.
+ * UR_TRACK_MAX_SECONDS. A scanner outside the process's pid namespace (a
+ * container's) has no pid there: it writes scanner_pid = 0 and bumps
+ * heartbeat at least every UR_TRACK_HEARTBEAT_MS / 4 instead; the helper stops
+ * once heartbeat has not changed for UR_TRACK_HEARTBEAT_MS (an older shim
+ * stops at once on scanner_pid 0, and the scan falls back to fork).
  */
 #ifndef UNREACHABLE_ABI_H
 #define UNREACHABLE_ABI_H
@@ -125,13 +129,15 @@ enum ur_track_cmd {
   UR_TRACK_FAILED = 4,
 };
 #define UR_TRACK_MAX_SECONDS 600u /* the longest scan (the scanner's own timeout) */
+#define UR_TRACK_HEARTBEAT_MS 2000u
 
 struct ur_write_tracker {  /* 32 bytes, in shim memory */
   uint32_t cmd;            /* enum ur_track_cmd, a futex word */
   int32_t error;           /* helper: errno of a failed start */
-  uint32_t scanner_pid;    /* scanner: tracking ends when this process is gone */
+  uint32_t scanner_pid;    /* scanner: tracking ends when this process is gone (0: heartbeat) */
   uint32_t ranges;         /* helper: mappings registered */
-  uint64_t reserved[2];
+  uint64_t heartbeat;      /* scanner, with scanner_pid 0: bumped while it lives */
+  uint64_t reserved;
 };
 
 /* ur_entry.meta: the requested size in the low 44 bits, the stack id (0: no
