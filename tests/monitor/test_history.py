@@ -12,6 +12,7 @@ import pytest
 
 from unreachable.daemon.growth import detect_growth
 from unreachable.daemon.history import UNATTRIBUTED, History, site_signature, sites_of_report
+from unreachable.daemon.matching import ProcessInfo
 
 FRAMES_A = [
     {
@@ -104,17 +105,12 @@ def db(tmp_path):
     h.close()
 
 
+def process(pid=10, start=500, unit="app.service", name="app", command="/usr/bin/app -x"):
+    return ProcessInfo(pid, start, 1, name, name, command, f"/system.slice/{unit}", unit)
+
+
 def record(h: History, rep: dict, when: float, *, pid=10, start=500, unit="app.service") -> int:
-    return h.record_scan(
-        pid=pid,
-        start_time=start,
-        unit=unit,
-        name="app",
-        command="/usr/bin/app -x",
-        trigger="scheduled",
-        report=rep,
-        when=when,
-    )
+    return h.record_scan(process(pid, start, unit), trigger="scheduled", report=rep, when=when)
 
 
 def test_file_is_created_for_the_group_to_read(tmp_path, db):
@@ -126,16 +122,8 @@ def test_series_and_growth(db):
     a, b = site_signature(FRAMES_A), site_signature(FRAMES_B)
     record(db, report(1000, 300), 1000.0)
     record(db, report(2000, 300), 1900.0)
-    db.record_failure(
-        pid=10,
-        start_time=500,
-        unit="app.service",
-        name="app",
-        command="app",
-        trigger="scheduled",
-        error="boom",
-        when=2000.0,
-    )
+    failed = process(10, 500, "app.service", command="app")
+    db.record_failure(failed, trigger="scheduled", error="boom", when=2000.0)
     record(db, report(3000, 0), 2800.0)
     record(db, report(9999), 2900.0, start=501)  # the pid reused: another process
     ids, series = db.site_series(10, 500, 3)
@@ -184,11 +172,7 @@ def test_cli_history_text_json_and_filters(db):
     record(db, report(2000), 1100.0)
     record(db, report(500), 1200.0, pid=77, unit="other.service")
     db.record_failure(
-        pid=78,
-        start_time=1,
-        unit="other.service",
-        name="x",
-        command="x",
+        process(78, 1, "other.service", name="x", command="x"),
         trigger="scheduled",
         error="pid 78: not under the shim",
         when=1300.0,

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from unreachable.daemon.matching import ProcessInfo
+
 SCHEMA_VERSION = 1
 MEMORY = ":memory:"  # a history that lives as long as the daemon (no file configured)
 FILE_MODE = 0o640
@@ -154,12 +156,8 @@ class History:
 
     def record_scan(
         self,
+        target: ProcessInfo,
         *,
-        pid: int,
-        start_time: int,
-        unit: str,
-        name: str,
-        command: str,
         trigger: str,
         report: dict[str, Any],
         when: float | None = None,
@@ -168,11 +166,7 @@ class History:
         with self.db:
             scan_id = self._insert_scan(
                 when,
-                pid=pid,
-                start_time=start_time,
-                unit=unit,
-                name=name,
-                command=command,
+                target,
                 trigger=trigger,
                 result="leaks" if report.get("leak_count") else "clean",
                 leak_count=int(report.get("leak_count", 0)),
@@ -193,33 +187,22 @@ class History:
         return scan_id
 
     def record_failure(
-        self,
-        *,
-        pid: int,
-        start_time: int,
-        unit: str,
-        name: str,
-        command: str,
-        trigger: str,
-        error: str,
-        when: float | None = None,
+        self, target: ProcessInfo, *, trigger: str, error: str, when: float | None = None
     ) -> int:
         with self.db:
-            return self._insert_scan(
-                when,
-                pid=pid,
-                start_time=start_time,
-                unit=unit,
-                name=name,
-                command=command,
-                trigger=trigger,
-                result="error",
-                error=error,
-            )
+            return self._insert_scan(when, target, trigger=trigger, result="error", error=error)
 
-    def _insert_scan(self, when: float | None, **columns: Any) -> int:
+    def _insert_scan(self, when: float | None, target: ProcessInfo, **columns: Any) -> int:
         """One row of `scans` (column names come from this file, never from input)."""
-        row = {"time": time.time() if when is None else when, **columns}
+        row = {
+            "time": time.time() if when is None else when,
+            "pid": target.pid,
+            "start_time": target.start_time,
+            "unit": target.unit,
+            "name": target.name,
+            "command": target.command,
+            **columns,
+        }
         cur = self.db.execute(
             f"INSERT INTO scans ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
             tuple(row.values()),

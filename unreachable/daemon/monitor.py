@@ -65,15 +65,7 @@ class Monitor:
     ) -> list[Growth]:
         how = TRIGGER_NAMES.get(trigger, "?")
         self._expire()
-        self.history.record_scan(
-            pid=info.pid,
-            start_time=info.start_time,
-            unit=info.unit,
-            name=info.name,
-            command=info.command,
-            trigger=how,
-            report=report,
-        )
+        self.history.record_scan(info, trigger=how, report=report)
         _ids, series = self.history.site_series(info.pid, info.start_time, self.config.growth_scans)
         growth = detect_growth(
             series, scans=self.config.growth_scans, bytes_per_hour=self.config.growth_bytes_per_hour
@@ -154,15 +146,7 @@ class Monitor:
         return growth
 
     def failed(self, info: ProcessInfo, trigger: int, message: str) -> None:
-        self.history.record_failure(
-            pid=info.pid,
-            start_time=info.start_time,
-            unit=info.unit,
-            name=info.name,
-            command=info.command,
-            trigger=TRIGGER_NAMES.get(trigger, "?"),
-            error=message,
-        )
+        self.history.record_failure(info, trigger=TRIGGER_NAMES.get(trigger, "?"), error=message)
         if self.metrics is not None:
             self.metrics.failed()
 
