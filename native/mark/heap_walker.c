@@ -397,6 +397,7 @@ int ur_walker_mark(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
 int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigned n,
                         const struct ur_team_ops *ops, const uint64_t *ranges, size_t nranges,
                         const uint64_t *values, size_t nvalues) {
+  w->marked_by = 1;
   if (!w->n) return 0;
   if (n > UR_WALKER_MAX_TEAM) n = UR_WALKER_MAX_TEAM;
   if (!ops || n < 1) n = 1;
@@ -426,6 +427,7 @@ int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigne
   }
   ur_big_free(jobs);
   w->handed_over += pool.given;
+  w->marked_by = 1 + started;
   ur_work_pool_free(&pool);
   return rc;
 }

@@ -39,6 +39,7 @@ struct ur_walker {
   struct ur_mem *mem;
   uint64_t bytes_scanned;
   uint64_t handed_over; /* blocks one marking thread gave another (ur_walker_mark_team) */
+  unsigned marked_by;   /* threads that took part in the last mark (helpers that started) */
   struct ur_bucket *buckets; /* NULL: plain binary search */
   uint64_t bucket_mask;
   unsigned bucket_shift;

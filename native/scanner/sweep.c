@@ -254,7 +254,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         "fold_ns", (unsigned long long)res.fold_ns, "overlapping", (Py_ssize_t)w.overlapping,
         "bytes_read", (unsigned long long)mem->bytes_loaded, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
-        "released_early", released ? Py_True : Py_False, "mark_threads", (unsigned)team_size);
+        "released_early", released ? Py_True : Py_False, "mark_threads", w.marked_by);
   } else if (!opened && rc != -ENOMEM) {
     ur_py_raise(rc, rc == -ESRCH ? "no such process" : "cannot open the process's memory");
   } else {

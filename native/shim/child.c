@@ -106,7 +106,7 @@ static int build_index(void) {
       .allocation_bytes = st.w.distinct_bytes,
       .overlapping = st.w.overlapping,
       .index_ns = now_ns() - t0,
-      .features = UR_CHILD_FEATURE_TEAM,
+      .features = UR_CHILD_FEATURE_TEAM | UR_CHILD_FEATURE_TEAM_SIZE,
   };
   return 0;
 }
@@ -212,10 +212,12 @@ static int serve_sweep(const uint8_t *in, uint64_t len) {
       .bounced_pages = bounced,
   };
   size_t body = out.nleaks * sizeof(struct ur_leak_record);
-  uint8_t *r = new_reply(sizeof(h) + body);
+  uint64_t team_size = st.w.marked_by;
+  uint8_t *r = new_reply(sizeof(h) + body + sizeof(team_size));
   if (r) {
     memcpy(r, &h, sizeof(h));
     if (body) memcpy(r + sizeof(h), out.leaks, body);
+    memcpy(r + sizeof(h) + body, &team_size, sizeof(team_size));
   }
   ur_sweep_out_free(&out);
   return r ? 0 : -ENOMEM;

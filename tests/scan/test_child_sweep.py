@@ -72,6 +72,9 @@ def test_a_marking_team_gives_one_threads_result(targets):
     assert [(e.address, e.size, e.referenced_count, e.referenced_size) for e in team.leaks] == [
         (e.address, e.size, e.referenced_count, e.referenced_size) for e in one.leaks
     ]
+    # The child reports the team that ran: no more than the CPUs the target may use.
+    cpus = len(os.sched_getaffinity(target.pid))
+    assert (one.mark_threads, team.mark_threads) == (1, min(4, cpus))
     _released(target)
 
 

@@ -63,5 +63,5 @@ class ScanReport:
     # "scanner" (this process read the target or child through /proc).
     sweep: str = "scanner"
     sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
-    mark_threads: int = 1  # the marking team (asked of the child when sweep is "child")
+    mark_threads: int = 1  # threads that marked (in the child: at most the target's CPUs)
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did

@@ -27,6 +27,7 @@ REQ_SWEEP = 2
 # entries, allocation_count, allocation_bytes, overlapping, index_ns, features
 INDEX = struct.Struct("<8Q")
 FEATURE_TEAM = 1  # the child marks with several threads (abi.h ur_child_sweep_opts)
+FEATURE_TEAM_SIZE = 2  # its sweep reply ends with the size of the team that marked
 SWEEP_REQ = struct.Struct("<4Q")  # nranges, nvalues, nexcluded, nreadable
 SWEEP_OPTS = struct.Struct("<4Q")  # threads, reserved
 MAX_MARK_THREADS = 16  # abi.h UR_CHILD_MAX_THREADS
@@ -71,7 +72,7 @@ class ChildSweepReply:
     fold_ms: float
     bounced_pages: int
     leaks: bytes  # packed LEAK_RECORDs, address order
-    mark_threads: int = 1  # the team asked of the child (it may run fewer: its affinity)
+    mark_threads: int = 1  # the team that marked (an older child: the team asked of it)
 
 
 def _pairs(ranges: Sequence[tuple[int, int]]) -> bytes:
@@ -147,6 +148,9 @@ class ChildSweeper:
             raise self._fail("sweep", e) from None
         f = SWEEP_REPLY.unpack(raw[: SWEEP_REPLY.size])
         leaks = raw[SWEEP_REPLY.size :]
+        if index.features & FEATURE_TEAM_SIZE:
+            (threads,) = struct.unpack("<Q", leaks[-8:]) if len(leaks) >= 8 else (0,)
+            leaks = leaks[:-8]
         if len(leaks) != f[6] * LEAK_RECORD.size:
             raise ChildSweepFailed("in-child sweep: truncated reply", frozen=True)
         return ChildSweepReply(

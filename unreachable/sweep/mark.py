@@ -36,9 +36,7 @@ class SweepResult:
     mark_ms: float
     fold_ms: float
     place: SweepPlace  # where the mark ran: in the snapshot child, or here
-    # Marking threads: the team that ran here, or the one asked of the child
-    # (which may run fewer when the target's affinity allows fewer CPUs).
-    mark_threads: int = 1
+    mark_threads: int = 1  # threads that marked, here or in the child
 
 
 def _inflight(registry: Registry) -> dict[int, int]:

@@ -54,7 +54,8 @@
  *     (begin, end) pairs, nvalues root words, nexcluded in-flight block
  *     addresses, nreadable (begin, end) pairs the child may load directly,
  *     then optionally struct ur_child_sweep_opts (marking threads);
- *     reply = struct ur_child_sweep_reply, then nleaks ur_leak_records;
+ *     reply = struct ur_child_sweep_reply, then nleaks ur_leak_records,
+ *     then (UR_CHILD_FEATURE_TEAM_SIZE) one uint64_t: the threads that marked;
  *   anything else: the child exits.
  * The scanner kills the child when done; tracer exit kills it (EXITKILL).
  *
@@ -233,7 +234,8 @@ struct ur_child_index {    /* reply to the index step */
   uint64_t features;         /* UR_CHILD_FEATURE_* this child understands (0: older shim) */
   uint64_t reserved[2];
 };
-#define UR_CHILD_FEATURE_TEAM UINT64_C(1) /* struct ur_child_sweep_opts */
+#define UR_CHILD_FEATURE_TEAM UINT64_C(1)      /* struct ur_child_sweep_opts */
+#define UR_CHILD_FEATURE_TEAM_SIZE UINT64_C(2) /* the sweep reply ends with the team's size */
 
 struct ur_child_sweep_req {
   uint64_t nranges, nvalues, nexcluded, nreadable;
