@@ -149,9 +149,9 @@ class ChildSweeper:
         f = SWEEP_REPLY.unpack(raw[: SWEEP_REPLY.size])
         leaks = raw[SWEEP_REPLY.size :]
         if index.features & FEATURE_TEAM_SIZE:
-            (threads,) = struct.unpack("<Q", leaks[-8:]) if len(leaks) >= 8 else (0,)
-            leaks = leaks[:-8]
-        if len(leaks) != f[6] * LEAK_RECORD.size:
+            leaks, tail = leaks[:-8], leaks[-8:]
+            threads = struct.unpack("<Q", tail)[0] if len(tail) == 8 else 0
+        if len(leaks) != f[6] * LEAK_RECORD.size or threads == 0:
             raise ChildSweepFailed("in-child sweep: truncated reply", frozen=True)
         return ChildSweepReply(
             unreachable_count=f[0],
