@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.tracking import (
     copy_unsupported,
+    kill_scanner_while_tracking,
     tracker_cmd,
     wait_untracked,
     write_protected,
@@ -169,17 +170,7 @@ def test_auto_falls_back_to_fork_and_says_why(targets):
 
 def test_scanner_killed_while_tracking_stops_the_tracking(targets):
     target = targets.start(PROGRAMS / "many.c", "600000", "300000")
-    scanner = subprocess.Popen(
-        [*CLI, "scan", str(target.pid), "--snapshot", "copy"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while not write_protected(target.pid):
-        assert scanner.poll() is None and time.monotonic() < deadline, "tracking never began"
-        time.sleep(0.001)
-    os.kill(scanner.pid, signal.SIGKILL)
-    scanner.wait()
+    kill_scanner_while_tracking(target.pid)
     # The helper sees the scanner's pid gone within its 10 ms poll.
     wait_untracked(target.pid)
     assert target.tracer() == 0 and target.state() in ("S", "R")

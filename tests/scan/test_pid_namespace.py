@@ -7,12 +7,8 @@ left tracked when the scanner dies."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +17,7 @@ import pytest
 
 from tests.scanner.procs import children, state, wait_until
 from tests.support.cbuild import build
-from tests.support.tracking import copy_unsupported, wait_untracked, write_protected
+from tests.support.tracking import copy_unsupported, kill_scanner_while_tracking, wait_untracked
 from unreachable._paths import shim_path
 from unreachable.process.status import pid_namespace, read_status
 from unreachable.scan import ScanOptions, scan
@@ -79,17 +75,7 @@ def test_a_scanner_killed_while_copying_a_container_stops_the_tracking():
     """No pid to watch: the helper stops once the heartbeat has been still for
     UR_TRACK_HEARTBEAT_MS, and the target runs on as it was."""
     with in_pid_namespace("many.c", "600000", "300000") as (pid, info):
-        scanner = subprocess.Popen(
-            [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid), "--snapshot", "copy"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while not write_protected(pid):
-            assert scanner.poll() is None and time.monotonic() < deadline, "tracking never began"
-            time.sleep(0.001)
-        os.kill(scanner.pid, signal.SIGKILL)
-        scanner.wait()
+        kill_scanner_while_tracking(pid)
         wait_untracked(pid)
         report = scan(pid, ScanOptions(snapshot="copy"))
         assert (report.leak_count, report.leak_bytes) == (info["leak_count"], info["leak_bytes"])

@@ -6,7 +6,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import signal
 import struct
+import subprocess
+import sys
 import time
 
 from unreachable.capture.target import open_target
@@ -30,6 +33,22 @@ def tracker_cmd(pid: int) -> int:
     with open(f"/proc/{pid}/mem", "rb") as f:
         f.seek(addr)
         return struct.unpack("<I", f.read(4))[0]
+
+
+def kill_scanner_while_tracking(pid: int) -> None:
+    """Start `unreachable-cli scan --snapshot copy` of pid and SIGKILL it as
+    soon as the target's memory is write-protected (mid-copy)."""
+    scanner = subprocess.Popen(
+        [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid), "--snapshot", "copy"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not write_protected(pid):
+        assert scanner.poll() is None and time.monotonic() < deadline, "tracking never began"
+        time.sleep(0.001)
+    os.kill(scanner.pid, signal.SIGKILL)
+    scanner.wait()
 
 
 def wait_untracked(pid: int, timeout: float = 10.0) -> None:
