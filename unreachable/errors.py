@@ -38,3 +38,9 @@ class TargetUnscannable(ScanError):
 
 class InvalidArgument(ScanError):
     grpc_status = "INVALID_ARGUMENT"
+
+
+class ScannerOutOfMemory(ScanError):
+    """The scanner's own memory limit cannot hold the sweep this target needs."""
+
+    grpc_status = "RESOURCE_EXHAUSTED"

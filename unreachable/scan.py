@@ -11,11 +11,14 @@ this process only computes the roots and reads back the leaks. If that fails,
 the scan sweeps the frozen child from outside instead, or, if the child died,
 takes a new snapshot and does so; a scan never gets worse than the outside
 sweep. It also sweeps from outside when the target's memory cgroup has too
-little room left for the child's scratch (process/cgroup_memory.py).
+little room left for the child's scratch (process/cgroup_memory.py); a sweep
+from outside that this process's own memory cgroup could not hold is refused
+before it starts.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,9 +30,19 @@ from unreachable.allocations.registry import read_registry
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, NEVER_COPY
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
-from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
+from unreachable.errors import (
+    InvalidArgument,
+    ScannerOutOfMemory,
+    TargetNotFound,
+    TargetUnscannable,
+)
 from unreachable.fold.dedup import dedup
-from unreachable.process.cgroup_memory import no_room_for_child_sweep, scanner_cache_budget
+from unreachable.process.cgroup_memory import (
+    memory_headroom,
+    no_room_for_child_sweep,
+    no_room_for_outside_sweep,
+    scanner_cache_budget,
+)
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import Memory, memory_reader, present_ranges
 from unreachable.process.status import resident_anonymous_bytes
@@ -68,16 +81,45 @@ def _child_holds(child: ChildSweeper, mappings: list[Mapping]) -> Callable[[Mapp
     return lambda m: answers.get((m.start, m.end), False)
 
 
+def _expected_allocations(memory: Memory, addr: int) -> int | None:
+    """The registry's count of live allocations, from its shards' headers."""
+    try:
+        return _native.read_registry(memory, addr, False)["expected"]
+    except (OSError, ValueError):
+        return None  # reading the registry again below says what is wrong
+
+
 def _child_room(pid: int, memory: Memory, addr: int, headroom: int | None) -> str:
     """Why sweeping inside the snapshot child would not fit in the target's
     memory cgroup ("" if it would, or if no limit applies)."""
-    if headroom is None:
+    if headroom is None or (expected := _expected_allocations(memory, addr)) is None:
         return ""
-    try:
-        expected = _native.read_registry(memory, addr, False)["expected"]
-    except (OSError, ValueError):
-        return ""  # reading the registry again below says what is wrong
     return no_room_for_child_sweep(headroom, resident_anonymous_bytes(pid), expected)
+
+
+@dataclass(frozen=True, slots=True)
+class _ScannerRoom:
+    """This process's memory cgroup room when the scan began (None: no
+    limit) and the part of it its copies of target memory may take."""
+
+    at_start: int | None
+    cache_budget: int
+
+    def check_outside_sweep(self, memory: Memory, addr: int, copied: bool, fallback: str) -> None:
+        """Refuse, before it allocates, a sweep from outside that would push
+        this process over its limit: the kernel would OOM-kill it mid-sweep
+        (and under systemd's default OOMPolicy= stop the daemon it runs in).
+        A copy already made is charged; otherwise its budget is kept free."""
+        if self.at_start is None:
+            return
+        room = memory_headroom(os.getpid())
+        expected = _expected_allocations(memory, addr)
+        if room is None or expected is None:
+            return
+        free = room - (0 if copied else self.cache_budget)
+        if why := no_room_for_outside_sweep(free, expected):
+            also = f" (the snapshot child did not sweep itself: {fallback})" if fallback else ""
+            raise ScannerOutOfMemory(f"{why}; give the scanner more memory{also}")
 
 
 def _read_contents(memory: Memory, addr: int, size: int) -> bytes:
@@ -116,7 +158,9 @@ def _scan(
     pid = target.pid
     addr = target.shim.descriptor_addr
     forked = False
-    _native.set_cache_budget(scanner_cache_budget())
+    room_at_start = memory_headroom(os.getpid())
+    own = _ScannerRoom(room_at_start, scanner_cache_budget(room_at_start))
+    _native.set_cache_budget(own.cache_budget)
     try:
         # Only a fork snapshot has a child to sweep in: "auto" then never copies.
         copy_from = NEVER_COPY if options.sweep == "child" else COPY_FROM_BYTES
@@ -145,6 +189,8 @@ def _scan(
                 raise TargetUnscannable(
                     f"no in-child sweep without a snapshot child: {capture.snapshot_error}"
                 )
+            if child is None:
+                own.check_outside_sweep(memory, addr, capture.snapshot == "copy", fallback)
             registry = read_registry(memory, addr, entries=child is None)
             present = partial(present_ranges, memory)
             sps = {t.tid: t.sp for t in capture.threads}
@@ -176,6 +222,7 @@ def _scan(
                         raise TargetUnscannable(str(e)) from None
                     fallback = str(e)
                     # Frozen with its memory intact: sweep it from here.
+                    own.check_outside_sweep(mem_pid, addr, False, fallback)
                     registry = read_registry(mem_pid, addr)
                     regs = register_words(
                         [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]

@@ -304,6 +304,8 @@ def test_unit_under_real_systemd(machine):
         lambda: m.show("unreachabled.service", "ActiveState") == "active",
     )
     assert m.show("leaky.service", "ActiveState") == "active"
+    # A scan the OOM killer takes (under MemoryMax=) must not stop the daemon.
+    assert m.show("unreachabled.service", "OOMPolicy") == "continue"
     m.wait(
         "STATUS= naming the watched target",
         lambda: "watching 1 target" in m.show("unreachabled.service", "StatusText"),

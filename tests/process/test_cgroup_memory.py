@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from unreachable.process.cgroup_memory import headroom_from
+from unreachable.process.cgroup_memory import (
+    SCANNER_BYTES_PER_ALLOCATION,
+    SCANNER_FIXED_BYTES,
+    headroom_from,
+    no_room_for_outside_sweep,
+    outside_sweep_charge,
+    scanner_cache_budget,
+)
 
 MIB = 1 << 20
 
@@ -65,3 +72,20 @@ def test_no_limit_and_unreadable_cgroups_hold_nothing_back(tmp_path):
 def test_a_cgroup_over_its_limit_has_no_room(tmp_path):
     _files(tmp_path / "a", memory_max=str(10 * MIB), memory_current=str(12 * MIB))
     assert headroom_from("0::/a\n", str(tmp_path)) == 0
+
+
+def test_the_outside_sweep_fits_or_says_both_numbers():
+    need = outside_sweep_charge(1_000_000)
+    assert need == SCANNER_FIXED_BYTES + 1_000_000 * SCANNER_BYTES_PER_ALLOCATION
+    assert no_room_for_outside_sweep(None, 10**9) == ""
+    assert no_room_for_outside_sweep(need, 1_000_000) == ""
+    why = no_room_for_outside_sweep(need - 1, 1_000_000)
+    assert "1000000 allocations" in why and f"{need / MIB:.0f} MiB" in why
+    # Less than nothing left (the caches' share already gone) reads as 0.
+    assert "leaves 0 MiB" in no_room_for_outside_sweep(-5 * MIB, 10)
+
+
+def test_the_scanners_caches_take_half_its_room():
+    assert scanner_cache_budget(None) == 0
+    assert scanner_cache_budget(100 * MIB) == 50 * MIB
+    assert scanner_cache_budget(0) == 1  # a limit with no room: the smallest budget, not none

@@ -9,6 +9,7 @@ target than its room allows, rather than being OOM-killed mid-scan."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,5 +148,39 @@ def test_a_scanner_under_a_limit_copies_no_more_than_its_room(targets):
             copy = cli("--snapshot", "copy")
             assert copy.returncode == 2, copy.stderr
             assert copy.stderr.count("\n") == 1 and "memory cgroup" in copy.stderr, copy.stderr
+        assert cg.oom_kills() == 0
+    assert target.alive() and target.tracer() == 0 and target.state() != "t"
+
+
+def test_a_scanner_without_room_for_the_sweep_refuses_it(targets):
+    """400k allocations swept from outside take the scanner ~65 MiB; in a
+    cgroup of 64 MiB (its interpreter takes ~30) it was OOM-killed mid-scan,
+    and under systemd's default OOMPolicy= that stops the daemon it runs in.
+    Now it refuses before the sweep allocates: exit 2, one line, the target
+    as it was. With room (the snapshot child sweeps itself), the same
+    scanner scans it."""
+    target = targets.start(PROGRAMS / "many.c", str(LIVE), str(LEAKED))
+    with memory_cgroup("ur-scanner-sweep") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        cg.limit(64 * MIB)
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
+            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+
+        for mode in ("stopped", "fork"):
+            res = cli("--snapshot", mode, "--sweep", "scanner")
+            assert res.returncode == 2, (mode, res.returncode, res.stderr)
+            assert res.stderr.count("\n") == 1, res.stderr
+            assert "memory cgroup" in res.stderr, res.stderr
+            counted = re.search(r"sweeping (\d+) allocations", res.stderr)
+            assert counted and int(counted.group(1)) >= LIVE + LEAKED, res.stderr
+            wait_until(lambda: children(target.pid) == [], what="snapshot child gone")
+            assert target.alive() and target.tracer() == 0 and target.state() != "t"
+        in_child = cli("--json")
+        assert in_child.returncode == 1, in_child.stderr
+        doc = json.loads(in_child.stdout)
+        assert (doc["sweep"], doc["leak_count"]) == ("child", target.int("leak_count"))
         assert cg.oom_kills() == 0
     assert target.alive() and target.tracer() == 0 and target.state() != "t"

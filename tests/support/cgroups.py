@@ -30,6 +30,11 @@ class MemoryCgroup:
         """Move the calling process in (a Popen preexec_fn: before exec)."""
         (self.path / "cgroup.procs").write_text(str(os.getpid()))
 
+    def move(self, pid: int) -> None:
+        """Move a running process in, every thread of it (its charges so far
+        stay behind: only what it allocates from now on counts here)."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
     def usage(self) -> int:
         return int((self.path / "memory.usage_in_bytes").read_text())
 

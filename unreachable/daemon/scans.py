@@ -6,7 +6,9 @@ has started). Its stderr carries JSON progress lines and, on failure, one
 JSON error line naming the gRPC status. The ptrace work therefore never
 touches the daemon's threads, and killing the subprocess is enough to abort a
 scan: the kernel detaches the tracer's tracees when it dies, which releases
-the target at once.
+the target at once. For the same reason a scan that outgrows the daemon's
+memory limit is the OOM killer's first choice, not the daemon (with the
+unit's OOMPolicy=continue systemd then keeps the daemon running).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 import grpc
 
+from unreachable.process.cgroup_memory import oom_victim_first
+
 log = logging.getLogger("unreachabled.scans")
 
 ProgressCallback = Callable[[str, float], Awaitable[None]]
@@ -31,6 +35,7 @@ _STATUS = {
     "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
     "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
+    "RESOURCE_EXHAUSTED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "INTERNAL": grpc.StatusCode.INTERNAL,
 }
 ERROR_PREFIX = "unreachable-cli: error: "
@@ -130,6 +135,7 @@ class ScanRunner:
             stderr=asyncio.subprocess.PIPE,
             env=self._env,
         )
+        oom_victim_first(proc.pid)
         self._procs.add(proc)
         try:
             assert proc.stdout is not None and proc.stderr is not None
@@ -181,6 +187,11 @@ def _failure(code: int, error: dict[str, Any] | None, text: list[str]) -> ScanFa
         status = _STATUS.get(str(error.get("error")), grpc.StatusCode.INTERNAL)
         message = (str(error.get("message", "")).splitlines() or ["the scan failed"])[0]
         return ScanFailed(status, message)
+    if code == -9:
+        return ScanFailed(
+            grpc.StatusCode.INTERNAL,
+            "the scanner was killed (SIGKILL: the OOM killer, if the daemon has a memory limit)",
+        )
     if code < 0:
         return ScanFailed(grpc.StatusCode.INTERNAL, f"the scanner died of signal {-code}")
     last = text[-1] if text else f"the scanner exited with status {code}"

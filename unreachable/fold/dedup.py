@@ -31,7 +31,7 @@ class Leak:
         return self.size + self.referenced_size + self.similar_size + self.similar_referenced_size
 
 
-def dedup(leaks: bytes, limit: int) -> list[Leak]:
+def dedup(leaks: bytes | memoryview, limit: int) -> list[Leak]:
     """leaks: packed LEAK_RECORDs in address order (sweep.mark.SweepResult.leaks)."""
     if limit <= 0:
         return []

@@ -8,6 +8,11 @@ scan asks first and, when the room is not there, sweeps the snapshot from
 outside (the scanner's memory is charged to the scanner) or takes no
 snapshot child at all (docs/pause.md, "Memory limits").
 
+The scanner may run under a limit of its own (a daemon with MemoryMax=):
+its copies of target memory take at most half its room, and a sweep from
+outside, whose index grows with the target's allocations, is refused
+before it starts when the rest would not hold it.
+
 cgroup v1 (a `memory` hierarchy) and v2 (the unified hierarchy) alike; every
 ancestor with a limit counts, and page cache counts as room, since the
 kernel reclaims it before it kills anyone.
@@ -27,6 +32,12 @@ FORK_MARGIN = 32 << 20
 # fold arrays: ~40-50 bytes measured, docs/pause.md) and its fixed part.
 CHILD_BYTES_PER_ALLOCATION = 64
 CHILD_FIXED_BYTES = 16 << 20
+# A sweep from outside, in the scanner, per live allocation: the registry
+# read out of the target, the index, the mark and fold arrays, the leak
+# records (measured: ~128 bytes per allocation and ~75 more per leaked one,
+# so this holds up to two thirds leaked; docs/pause.md), and its fixed part.
+SCANNER_BYTES_PER_ALLOCATION = 176
+SCANNER_FIXED_BYTES = 16 << 20
 
 _V1 = ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_")
 _V2 = ("", "memory.max", "memory.current", "")
@@ -42,6 +53,23 @@ def fork_charge(anonymous_bytes: int) -> int:
 def child_sweep_charge(allocations: int) -> int:
     """What sweeping inside the snapshot child adds to the target's cgroup."""
     return CHILD_FIXED_BYTES + allocations * CHILD_BYTES_PER_ALLOCATION
+
+
+def outside_sweep_charge(allocations: int) -> int:
+    """What sweeping from outside adds to the scanner's own memory."""
+    return SCANNER_FIXED_BYTES + allocations * SCANNER_BYTES_PER_ALLOCATION
+
+
+def no_room_for_outside_sweep(room: int | None, allocations: int) -> str:
+    """Why the scanner's own memory cgroup, with `room` bytes free for it,
+    cannot hold a sweep from outside ("" if it can)."""
+    need = outside_sweep_charge(allocations)
+    if room is None or room >= need:
+        return ""
+    return (
+        f"this scanner's memory cgroup leaves {_mib(max(0, room))} for the sweep, and sweeping"
+        f" {allocations} allocations here needs about {_mib(need)}"
+    )
 
 
 def no_room_for_fork(headroom: int | None, anonymous_bytes: int) -> str:
@@ -68,9 +96,11 @@ def no_room_for_child_sweep(headroom: int | None, anonymous_bytes: int, allocati
 
 
 def oom_victim_first(pid: int | None) -> None:
-    """Make a snapshot child the OOM killer's first choice in the target's
-    cgroup, should the scan still push it to its limit: raising one's own
-    score needs no privilege, and the child holds nothing the target needs."""
+    """Make a process the OOM killer's first choice in its cgroup: a
+    snapshot child, should the scan still push the target's cgroup to its
+    limit (the child holds nothing the target needs), or a daemon's scan
+    subprocess (killing it aborts one scan; the daemon serves on). Raising
+    a score needs no privilege."""
     if not pid:
         return
     try:
@@ -84,12 +114,12 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
 
-def scanner_cache_budget() -> int:
+def scanner_cache_budget(room: int | None) -> int:
     """What this process's copies of target memory (a copy snapshot, stopped
-    mode's copy) may take: half the room its own memory cgroup has left, so
-    that a scanner run under a limit (a daemon with MemoryMax=) is not the one
-    OOM-killed. 0 when no limit applies: then half of MemAvailable bounds them."""
-    room = memory_headroom(os.getpid())
+    mode's copy) may take, given the room its own memory cgroup has left
+    (memory_headroom(os.getpid())): half of it, so that a scanner run under a
+    limit (a daemon with MemoryMax=) is not the one OOM-killed. 0 when no
+    limit applies: then half of MemAvailable bounds them."""
     return 0 if room is None else max(1, room // 2)
 
 

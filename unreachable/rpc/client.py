@@ -68,6 +68,7 @@ _STATUS_ERRORS: dict[grpc.StatusCode, type[errors.ScanError]] = {
     grpc.StatusCode.PERMISSION_DENIED: errors.TargetPermissionDenied,
     grpc.StatusCode.FAILED_PRECONDITION: errors.TargetUnscannable,
     grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ScannerOutOfMemory,
 }
 
 

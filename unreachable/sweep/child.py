@@ -71,7 +71,7 @@ class ChildSweepReply:
     mark_ms: float
     fold_ms: float
     bounced_pages: int
-    leaks: bytes  # packed LEAK_RECORDs, address order
+    leaks: bytes | memoryview  # packed LEAK_RECORDs, address order
     mark_threads: int = 1  # the team that marked (an older child: the team asked of it)
 
 
@@ -147,7 +147,8 @@ class ChildSweeper:
         except OSError as e:
             raise self._fail("sweep", e) from None
         f = SWEEP_REPLY.unpack(raw[: SWEEP_REPLY.size])
-        leaks = raw[SWEEP_REPLY.size :]
+        # Views, not copies: with millions of leaks each copy is 40 bytes a leak.
+        leaks = memoryview(raw)[SWEEP_REPLY.size :]
         if index.features & FEATURE_TEAM_SIZE:
             leaks, tail = leaks[:-8], leaks[-8:]
             threads = struct.unpack("<Q", tail)[0] if len(tail) == 8 else 0

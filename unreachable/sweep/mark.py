@@ -30,7 +30,7 @@ class SweepResult:
     # graph, in address order (LEAK_RECORD: begin, size, referenced count and
     # size, stack id), in-flight blocks left out. Kept packed: a heap with a
     # million leaks must not become a million Python objects.
-    leaks: bytes
+    leaks: bytes | memoryview
     bytes_scanned: int
     pages_skipped: int
     mark_ms: float
