@@ -449,13 +449,13 @@ static inline void rec_commit(int64_t i, uint32_t type, uint64_t ptr, uint64_t a
   __atomic_fetch_sub(&D.rec_inflight, 1, __ATOMIC_RELEASE);
 }
 
+/* Calls the shim makes for its own work (busy: dlopen, say) are not the
+ * program's and are not recorded. */
 static inline void rec_add(uint32_t type, uint64_t ptr, uint64_t arg, uint64_t size) {
-  if (D.rec) rec_commit(rec_reserve(), type, ptr, arg, size);
+  if (D.rec && !ur_tls.busy) rec_commit(rec_reserve(), type, ptr, arg, size);
 }
 
-void ur_debug_thread_done(void) {
-  if (D.rec && !ur_tls.busy) rec_add(REC_THREAD_DONE, UR_MANGLE(0), 0, 0);
-}
+void ur_debug_thread_done(void) { rec_add(REC_THREAD_DONE, UR_MANGLE(0), 0, 0); }
 
 /* ---- buffered file output (no malloc) ----------------------------------- */
 

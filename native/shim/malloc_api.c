@@ -6,6 +6,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/lib-names.h>
 #include <linux/futex.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -189,8 +190,10 @@ UR_EXPORT void *calloc(size_t n, size_t m) {
 }
 
 /* glibc 2.36 exports malloc_usable_size only as a weak symbol with no
- * __libc_ twin, so find the next definition once. dlsym can allocate; the
- * guard keeps a nested call from recursing into the lookup. */
+ * __libc_ twin, so look it up once, in libc itself: the next definition
+ * after ours is not always glibc's (a program linked with jemalloc finds
+ * jemalloc's first, which crashes on glibc's blocks). dlsym can allocate;
+ * the guard keeps a nested call from recursing into the lookup. */
 size_t ur_real_usable_size(void *p) {
   typedef size_t (*fn_t)(void *);
   static fn_t real;
@@ -200,7 +203,11 @@ size_t ur_real_usable_size(void *p) {
     if (resolving) return 0;
     resolving = 1;
     ur_tls.busy++;
-    f = (fn_t)dlsym(RTLD_NEXT, "malloc_usable_size");
+    void *libc = dlopen(LIBC_SO, RTLD_LAZY | RTLD_NOLOAD);
+    if (libc) {
+      f = (fn_t)dlsym(libc, "malloc_usable_size");
+      dlclose(libc);
+    }
     ur_tls.busy--;
     resolving = 0;
     if (!f) return 0;
@@ -314,7 +321,19 @@ UR_EXPORT void *pvalloc(size_t n) {
 }
 
 
+/* The size asked for, as ASan and valgrind answer, not glibc's rounded-up
+ * size: a scan reads a block's requested bytes only, so a pointer the program
+ * kept in glibc's slack past them would go unseen and its target look leaked.
+ * Blocks the registry does not know (from before the shim started) get
+ * glibc's answer. */
 UR_EXPORT size_t malloc_usable_size(void *p) {
   if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_usable_size(p);
-  return ur_real_usable_size(p);
+  if (!p) return 0;
+  struct ur_thread_slot *s = ur_begin(UR_OP_INTERNAL, NULL, 0);
+  if (UR_UNLIKELY(!s)) return ur_real_usable_size(p);
+  uint64_t size;
+  uint32_t id;
+  size_t r = ur_registry_find(p, &size, &id) ? (size_t)size : ur_real_usable_size(p);
+  ur_leave(s);
+  return r;
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ def check_exact(target, **kw):
         "big_block.c",
         "exited_thread.c",
         "sparse.c",
+        "usable_slack.c",
     ],
 )
 @pytest.mark.parametrize(
@@ -183,3 +185,29 @@ def test_stopped_mode_lets_the_target_go_before_marking(targets):
     assert report.snapshot == "stopped"
     assert seen["allocations"][0] != 0  # still held while its memory is read
     assert seen["marked"][0] == 0 and seen["marked"][1] != "t"  # running during the mark
+
+
+def _jemalloc() -> str | None:
+    """libjemalloc.so.2 as the dynamic linker finds it (Debian's libjemalloc2)."""
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.strip().startswith("libjemalloc.so.2 ") and "=>" in line:
+            return line.split("=>")[1].strip()
+    return None
+
+
+def test_a_program_linked_with_jemalloc(targets):
+    """Its mallocx family and C++ operators resolve to the shim: it runs,
+    and the C++ objects it drops are leaks like any other."""
+    lib = _jemalloc()
+    if lib is None:
+        pytest.skip("libjemalloc2 is not installed (scripts/install.sh --test installs it)")
+    target = targets.start(PROGRAMS / "jemalloc_linked.cpp", cxx=True, ldflags=[lib])
+    report = check_exact(target)
+    sizes = sorted(e.size for e in report.leaks)
+    assert sizes == [48, 48, 48, 200, 300], sizes
+
+
+def test_malloc_usable_size_is_the_requested_size(targets):
+    target = targets.start(PROGRAMS / "usable_slack.c")
+    assert target.int("usable") == 9

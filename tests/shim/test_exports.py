@@ -1,5 +1,6 @@
-"""What the shim exports: the malloc family, the malloc_debug interface and the
-descriptor, nothing else."""
+"""What the shim exports: the malloc family (with jemalloc's extensions and C++
+operator new and delete), the malloc_debug interface and the descriptor,
+nothing else."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ EXPECTED_FUNCS = {
     "get_malloc_leak_info", "free_malloc_leak_info",
     # libmemunreachable's C interface (memunreachable.h) and its C++ header's entry point
     "LogUnreachableMemory", "NoLeaks", "unreachable_lmu_scan", "unreachable_lmu_release",
+    # jemalloc's non-standard API, for programs linked with jemalloc (jemalloc_api.c)
+    "mallocx", "rallocx", "xallocx", "sallocx", "dallocx", "sdallocx", "nallocx",
+    # C++ operator new and delete, every form (cxx_new.c)
+    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
+    "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
+    "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
+    "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm", "_ZdlPvRKSt9nothrow_t", "_ZdaPvRKSt9nothrow_t",
+    "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t",
+    "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t",
+    "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t",
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 from elftools.elf.elffile import ELFFile
 
 from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
+from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 
 DESCRIPTOR_SYMBOL = "unreachable_descriptor"
@@ -24,7 +25,7 @@ SHIM_PREFIX = "libunreachable_shim"
 
 @dataclass(frozen=True, slots=True)
 class ShimLocation:
-    path: str
+    path: str  # as /proc/PID/maps names it (" (deleted)" included), to match mappings
     load_bias: int
     descriptor_addr: int
 
@@ -49,20 +50,21 @@ def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> 
         return syms[0]["st_value"], first_vaddr
 
 
-def _open_path(pid: int, path: str) -> str:
-    # Through the target's root, so processes in other mount namespaces work.
-    return f"/proc/{pid}/root{path}"
-
-
 def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
     candidates: dict[str, Mapping] = {}
     for m in mappings:
         if m.path.startswith("/") and m.offset == 0 and m.path not in candidates:
             candidates[m.path] = m
-    for path in candidates:
-        if not os.path.basename(path).startswith(SHIM_PREFIX):
+    stale = ""
+    for m in candidates.values():
+        if not os.path.basename(mapped_path(m)).startswith(SHIM_PREFIX):
             continue
-        real = _open_path(pid, path)
+        # Through the target's root, so processes in other mount namespaces work.
+        real, exact = file_for(pid, m, f"/proc/{pid}/root")
+        if not exact:
+            # Its symbol table may not be the one mapped: never guess.
+            stale = mapped_path(m)
+            continue
         try:
             st = os.stat(real)
             value, first_vaddr = _symbol_and_first_vaddr(
@@ -72,8 +74,14 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
             continue
         if value < 0:
             continue
-        bias = candidates[path].start - first_vaddr
-        return ShimLocation(path=path, load_bias=bias, descriptor_addr=bias + value)
+        bias = m.start - first_vaddr
+        return ShimLocation(path=m.path, load_bias=bias, descriptor_addr=bias + value)
+    if stale:
+        raise TargetNotShimmed(
+            f"pid {pid} runs a shim ({stale}) that was replaced or deleted on disk after it"
+            f" started, and its mapped copy (/proc/{pid}/map_files) needs CAP_SYS_ADMIN to read:"
+            " restart the process, or scan with that capability"
+        )
     raise TargetNotShimmed(
         f"pid {pid} is not running under the unreachable shim; start it with "
         "'unreachable-cli run -- CMD ...' or LD_PRELOAD=$(unreachable-cli shim-path)"

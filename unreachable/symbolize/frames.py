@@ -15,13 +15,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.symbolize import objects
 from unreachable.symbolize.config import SymbolConfig
 from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.objects import SymbolObject
-
-DELETED = " (deleted)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,30 +72,10 @@ class Symbolizer:
         self._maps = sorted(mappings, key=lambda m: m.start)
         self._objects: dict[Mapping, SymbolObject | None] = {}
 
-    def _open_path(self, m: Mapping) -> str:
-        path = m.path
-        if path.endswith(DELETED):
-            path = path[: -len(DELETED)]
-        full = f"{self._root}{path}"
-        stale = m.path.endswith(DELETED)
-        if not stale and m.inode:
-            try:
-                stale = os.stat(full).st_ino != m.inode
-            except OSError:
-                stale = True
-        if stale and self._pid:
-            # The mapped file was replaced or deleted: the mapping itself still has it.
-            mapped = f"/proc/{self._pid}/map_files/{m.start:x}-{m.end:x}"
-            if os.access(mapped, os.R_OK):
-                return mapped
-        return full
-
     def _object(self, m: Mapping) -> SymbolObject | None:
         if m not in self._objects:
-            path = m.path[: -len(DELETED)] if m.path.endswith(DELETED) else m.path
-            self._objects[m] = objects.get_object(
-                self._open_path(m), path, self._root, self._config
-            )
+            path, _ = file_for(self._pid, m, self._root)
+            self._objects[m] = objects.get_object(path, mapped_path(m), self._root, self._config)
         return self._objects[m]
 
     def symbolize(self, stacks: dict[int, tuple[int, ...]]) -> dict[int, list[Frame]]:

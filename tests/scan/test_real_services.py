@@ -1,0 +1,151 @@
+"""Real services from the distribution, started with `unreachable-cli run`,
+given traffic, then scanned: redis-server (linked with jemalloc), memcached
+(worker threads, a slab allocator on malloc'd pages) and nginx (a master and
+its workers, memory pools). They hold their memory in ways no scenario
+program does; a scan must find none of it unreachable, and each service
+must answer as before once the scan has let it go.
+
+Skipped where the service is not installed (scripts/install.sh --test
+installs all three).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from unreachable.capture.stop_world import SnapshotMode
+from unreachable.process.status import read_status
+from unreachable.scan import ScanOptions, scan
+
+CLI = [sys.executable, "-m", "unreachable.cli.main", "run", "--"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{proc.args} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    pytest.fail(f"{proc.args} did not listen on {port}")
+
+
+@pytest.fixture
+def service() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str) -> subprocess.Popen[bytes]:
+        if shutil.which(argv[0]) is None:
+            pytest.skip(f"{argv[0]} is not installed")
+        proc = subprocess.Popen(
+            [*CLI, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _talk(port: int, request: bytes, until: bytes, count: int = 1) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(request)
+        got = b""
+        while got.count(until) < count:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+
+def _clean_scan(pid: int, mode: SnapshotMode = "auto") -> None:
+    report = scan(pid, ScanOptions(snapshot=mode))
+    assert report.allocation_count > 100
+    assert (report.leak_count, report.leak_bytes) == (0, 0), [
+        (hex(e.address), e.size, [f.function for f in e.backtrace][:4]) for e in report.leaks[:5]
+    ]
+    status = read_status(pid)
+    assert status.tracer_pid == 0 and status.state != "t"
+
+
+def test_redis(service):
+    port = _free_port()
+    proc = service("redis-server", "--port", str(port), "--save", "", "--appendonly", "no")
+    _wait_port(port, proc)
+    n = 3000
+    cmds = b"".join(
+        b"SET key%d value%d\r\nLPUSH list%d item%d\r\nHSET hash%d f%d v%d\r\n"
+        % (i, i, i % 50, i, i % 20, i, i)
+        for i in range(n)
+    )
+    _talk(port, cmds, b"\r\n", 3 * n)
+    _talk(port, b"".join(b"DEL key%d\r\n" % i for i in range(0, n, 3)), b"\r\n", n // 3)
+    for mode in ("auto", "stopped"):
+        _clean_scan(proc.pid, mode)
+    assert _talk(port, b"GET key1\r\n", b"value1").endswith(b"value1\r\n")
+
+
+def test_memcached(service):
+    port = _free_port()
+    proc = service("memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "4")
+    _wait_port(port, proc)
+    n = 5000
+    sets = b"".join(b"set k%d 0 0 %d\r\n%s\r\n" % (i, i % 300, b"x" * (i % 300)) for i in range(n))
+    _talk(port, sets, b"STORED", n)
+    _talk(port, b"".join(b"delete k%d\r\n" % i for i in range(0, n, 3)), b"\r\n", (n + 2) // 3)
+    _clean_scan(proc.pid)
+    assert b"VALUE k1 " in _talk(port, b"get k1\r\n", b"END")
+
+
+def test_nginx(service, tmp_path: Path):
+    port = _free_port()
+    (tmp_path / "logs").mkdir()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"daemon off; master_process on; worker_processes 2;\n"
+        f"error_log {tmp_path}/logs/error.log; pid {tmp_path}/nginx.pid;\n"
+        "events { worker_connections 64; }\n"
+        f"http {{ access_log {tmp_path}/logs/access.log;\n"
+        f'  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "hi\\n"; }} }} }}\n'
+    )
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = service(nginx, "-p", str(tmp_path), "-c", str(conf))
+    _wait_port(port, proc)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(200):
+        assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
+    workers = [
+        int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    ]
+    assert len(workers) == 2
+    for pid in [proc.pid, *workers]:
+        _clean_scan(pid)
+    assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
