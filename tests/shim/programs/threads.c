@@ -1,6 +1,8 @@
 /* Several threads allocate and free at once; afterwards the registry, read
- * through malloc_iterate, holds exactly what the program holds. Each thread's
+ * through malloc_iterate, holds exactly what the program holds, and
+ * malloc_usable_size answers each block's requested size. Each thread's
  * slot records its stack, and turns EXITED when the thread ends. */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -36,6 +38,8 @@ static void *worker(void *arg) {
       default: h->p[i] = aligned_alloc(64, n); break;
     }
     h->size[i] = n;
+    /* Looked up while the other threads change the registry. */
+    if (h->p[i] && malloc_usable_size(h->p[i]) != n) abort();
   }
   int local;
   slots[t] = my_slot();
