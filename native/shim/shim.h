@@ -76,6 +76,7 @@ struct ur_tls {
   uint32_t tid;
   uint32_t busy;               /* >0: inside the shim's own work; calls pass to glibc */
   uint32_t shard_token;        /* slot index + 1 (0: no shared slot): owner id in registry.c */
+  uint32_t in_getattr;         /* >0: inside pthread_getattr_np (threads.c) */
   struct ur_thread_slot dummy; /* used when every shared slot is taken */
 };
 

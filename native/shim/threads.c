@@ -1,5 +1,7 @@
 #include "threads.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -18,11 +20,61 @@ static struct {
   pid_t main_tid;
 } th;
 
+/* ---- stack bounds ------------------------------------------------------------
+ *
+ * A slot keeps its thread's stack bounds, so that once the thread has exited
+ * the scanner can tell its stack (cached by glibc, full of stale pointers)
+ * from live memory. glibc knows them: pthread_getattr_np. But that holds the
+ * thread's own lock while it allocates (its cpuset), and a thread's first
+ * allocation attaches it: a thread whose first allocation came from inside
+ * pthread_getattr_np (every JVM thread's does) then waited on itself for
+ * ever. So the shim defines pthread_getattr_np too, counting the calls in
+ * progress, and a thread attached inside one gets its bounds at exit. */
+
+typedef int (*getattr_fn)(pthread_t, pthread_attr_t *);
+
+static getattr_fn real_getattr(void) {
+  static getattr_fn real;
+  getattr_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  if (UR_UNLIKELY(!f)) {
+    ur_tls.busy++; /* dlsym may allocate */
+    f = (getattr_fn)dlsym(RTLD_NEXT, "pthread_getattr_np");
+    ur_tls.busy--;
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+  }
+  return f;
+}
+
+UR_EXPORT int pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
+  ur_tls.in_getattr++;
+  getattr_fn f = real_getattr();
+  int r = f ? f(thread, attr) : ENOSYS;
+  ur_tls.in_getattr--;
+  return r;
+}
+
+static void record_stack(struct ur_thread_slot *s) {
+  getattr_fn f = real_getattr();
+  pthread_attr_t attr;
+  ur_tls.busy++; /* glibc allocates inside: straight to glibc */
+  if (f && f(pthread_self(), &attr) == 0) {
+    void *addr;
+    size_t size;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
+      s->stack_lo = (uint64_t)(uintptr_t)addr;
+      s->stack_hi = (uint64_t)(uintptr_t)addr + size;
+    }
+    pthread_attr_destroy(&attr);
+  }
+  ur_tls.busy--;
+}
+
 /* Runs at thread exit (pthread key destructor). The stack may be cached and
  * reused by glibc, so its bounds stay; later destructors that free still
  * announce through this slot, so the scanner honours op in any state. */
 static void on_thread_exit(void *v) {
   struct ur_thread_slot *s = v;
+  if (!s->stack_hi) record_stack(s); /* attached inside pthread_getattr_np */
   ur_debug_thread_done(); /* record_allocs: "TID: thread_done 0x0" */
   /* Once EXITED, the slot may go to a new thread, and with it the shards
    * owned under its token: later destructors here lock like strangers. */
@@ -81,18 +133,10 @@ void ur_thread_attach(void) {
   s->reserved0 = 0; /* names no shard: the slot's last thread has left */
   __atomic_store_n(&s->tid, tid, __ATOMIC_RELEASE);
   if ((pid_t)tid != th.main_tid) {
-    /* glibc allocates inside these; busy sends that straight to glibc. */
+    s->stack_lo = s->stack_hi = 0;
+    if (!ur_tls.in_getattr) record_stack(s);
+    /* glibc may allocate inside; busy sends that straight to glibc. */
     ur_tls.busy++;
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-      void *addr;
-      size_t size;
-      if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
-        s->stack_lo = (uint64_t)(uintptr_t)addr;
-        s->stack_hi = (uint64_t)(uintptr_t)addr + size;
-      }
-      pthread_attr_destroy(&attr);
-    }
     if (th.key_ok) pthread_setspecific(th.key, s);
     ur_tls.busy--;
   } else {

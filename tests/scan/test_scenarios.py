@@ -40,6 +40,7 @@ def check_exact(target, **kw):
         "exited_thread.c",
         "sparse.c",
         "usable_slack.c",
+        "atexit_block.c",
     ],
 )
 @pytest.mark.parametrize(

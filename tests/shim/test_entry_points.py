@@ -33,6 +33,12 @@ def test_concurrent_threads_and_exact_registry(shim: Path) -> None:
     assert out.startswith("OK ")
 
 
+@pytest.mark.parametrize("options", ["", DEBUG_OPTIONS])
+def test_first_allocation_inside_pthread_getattr_np(shim: Path, options: str) -> None:
+    """Every JVM thread's first allocation: it used to deadlock the thread."""
+    assert run_ok(program("getattr_first.c"), shim=shim, options=options) == "OK\n"
+
+
 def test_threads_with_backtraces(shim: Path) -> None:
     assert run_ok(program("threads.c"), shim=shim, options="bt=8").startswith("OK ")
 

@@ -1,0 +1,30 @@
+/* Prints where glibc's main_arena is, learned from a chunk in its unsorted
+ * bin (whose fd points at the bin, 0x60 into the arena), then takes the
+ * chunk back so that every bin is empty again: the layout in which a copy of
+ * the bins' fingerprint, shifted down by whole bins, used to match first. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* Called through volatile pointers: gcc would drop a malloc/free pair. */
+static void *(*volatile alloc)(size_t) = malloc;
+static void (*volatile release)(void *) = free;
+
+int main(void) {
+  char *p = alloc(2000); /* past tcache's 1032 bytes: freed into the unsorted bin */
+  void *guard = alloc(32); /* keeps p from merging into top */
+  uintptr_t at = (uintptr_t)p;
+  release(p);
+  /* Reading the freed chunk's fd is the point of this program. */
+  uintptr_t bin = *(volatile uintptr_t *)at;
+  char *again = alloc(2000); /* the exact fit: the unsorted bin is empty again */
+  printf("READY main_arena=%#lx same=%d\n", (unsigned long)(bin - 0x60), (uintptr_t)again == at);
+  fflush(stdout);
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  release(guard);
+  release(again);
+  return 0;
+}
