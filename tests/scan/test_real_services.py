@@ -1,12 +1,13 @@
 """Real services from the distribution, started with `unreachable-cli run`,
 given traffic, then scanned: redis-server (linked with jemalloc), memcached
-(worker threads, a slab allocator on malloc'd pages) and nginx (a master and
-its workers, memory pools). They hold their memory in ways no scenario
-program does; a scan must find none of it unreachable, and each service
-must answer as before once the scan has let it go.
+(worker threads, a slab allocator on malloc'd pages), nginx (a master and
+its workers, memory pools) and BIND 9's named (jemalloc's own API). They
+hold their memory in ways no scenario program does; a scan must find none
+of it unreachable, and each service must answer as before once the scan
+has let it go.
 
 Skipped where the service is not installed (scripts/install.sh --test
-installs all three).
+installs them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -149,3 +151,52 @@ def test_nginx(service, tmp_path: Path):
     for pid in [proc.pid, *workers]:
         _clean_scan(pid)
     assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
+
+
+def _dns_query(name: bytes, ident: int) -> bytes:
+    header = struct.pack(">HHHHHH", ident, 0x0100, 1, 0, 0, 0)
+    labels = b"".join(bytes([len(part)]) + part for part in name.split(b"."))
+    return header + labels + b"\x00" + struct.pack(">HH", 1, 1)  # A, IN
+
+
+def _dns_ok(port: int, n: int) -> int:
+    answered = 0
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(5)
+        for i in range(n):
+            s.sendto(_dns_query(b"www.example.test", i), ("127.0.0.1", port))
+            reply = s.recv(512)
+            answered += reply[:2] == struct.pack(">H", i) and reply[3] & 0xF == 0
+    return answered
+
+
+def test_named(service, tmp_path: Path):
+    """BIND 9: its libisc allocates with jemalloc's mallocx, rallocx, sallocx
+    and sdallocx (the shim's since 2026-11-24; it crashed at start before)."""
+    port = _free_port()
+    (tmp_path / "example.zone").write_text(
+        "$TTL 300\n@ IN SOA ns.example.test. admin.example.test. 1 3600 600 86400 300\n"
+        "@ IN NS ns.example.test.\nns IN A 127.0.0.1\nwww IN A 127.0.0.2\n"
+    )
+    conf = tmp_path / "named.conf"
+    conf.write_text(
+        f'options {{ directory "{tmp_path}"; listen-on port {port} {{ 127.0.0.1; }};\n'
+        f'  listen-on-v6 {{ none; }}; pid-file "{tmp_path}/named.pid"; recursion no; }};\n'
+        'zone "example.test" { type primary; file "example.zone"; };\n'
+    )
+    named = shutil.which("named") or "/usr/sbin/named"
+    proc = service(named, "-g", "-u", "root", "-c", str(conf))
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"named exited with {proc.returncode}")
+        try:
+            if _dns_ok(port, 1) == 1:
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail("named did not answer")
+            time.sleep(0.1)
+    assert _dns_ok(port, 300) == 300
+    _clean_scan(proc.pid)
+    assert _dns_ok(port, 10) == 10
