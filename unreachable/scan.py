@@ -28,6 +28,8 @@ from typing import Literal
 from unreachable import _native
 from unreachable.allocations.registry import read_registry
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, NEVER_COPY
+from unreachable.capture.kept_out_of_fork import describe as describe_kept_out
+from unreachable.capture.kept_out_of_fork import kept_out_of_fork
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import (
@@ -73,6 +75,10 @@ class ScanOptions:
 
 class _ChildGone(Exception):
     """The snapshot child died while sweeping itself: nothing left to read."""
+
+
+class _KeptOutOfFork(Exception):
+    """The target keeps memory out of forks: the snapshot child lacks roots."""
 
 
 def _child_holds(child: ChildSweeper, mappings: list[Mapping]) -> Callable[[Mapping], bool]:
@@ -145,6 +151,11 @@ def scan(
             raise TargetUnscannable(str(e)) from None
         # A new snapshot, swept from outside.
         return _scan(target, options, note, started, False, str(e))
+    except _KeptOutOfFork as e:
+        if options.snapshot == "fork" or options.sweep == "child":
+            raise TargetUnscannable(f"{e}; scan it with --snapshot stopped or copy") from None
+        # Once more without a child: a copy, or stopped.
+        return _scan(target, options, note, started, False, "", no_fork=str(e))
 
 
 def _scan(
@@ -154,6 +165,7 @@ def _scan(
     started: float,
     in_child: bool,
     fallback: str,
+    no_fork: str = "",
 ) -> ScanReport:
     pid = target.pid
     addr = target.shim.descriptor_addr
@@ -164,7 +176,7 @@ def _scan(
     try:
         # Only a fork snapshot has a child to sweep in: "auto" then never copies.
         copy_from = NEVER_COPY if options.sweep == "child" else COPY_FROM_BYTES
-        with stop_world(target, options.snapshot, copy_from) as capture:
+        with stop_world(target, options.snapshot, copy_from, no_fork) as capture:
             note("captured")
             forked = capture.snapshot == "fork"
             mem_pid = capture.mem_pid
@@ -172,6 +184,10 @@ def _scan(
             # The child's maps, read before it runs a single instruction: its
             # own memory (stack, inbox, scratch) never becomes a root.
             mappings = capture.mappings or read_maps(mem_pid)
+            if forked and not mappings:
+                raise ProcessLookupError  # killed: a zombie has no maps (handled below)
+            if forked and (missing := kept_out_of_fork(capture.target_mappings, mappings)):
+                raise _KeptOutOfFork(describe_kept_out(missing))
             child: ChildSweeper | None = None
             if in_child and forked:
                 if not target.header.child_box:

@@ -38,7 +38,7 @@ from unreachable.capture.target import Target, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
 from unreachable.process.cgroup_memory import memory_headroom, no_room_for_fork, oom_victim_first
-from unreachable.process.maps import Mapping
+from unreachable.process.maps import Mapping, parse_maps, read_maps_text
 from unreachable.process.memory import Memory
 from unreachable.process.status import resident_anonymous_bytes, thread_seccomp
 
@@ -61,6 +61,9 @@ class Capture:
     snapshot_error: str = ""  # why it is not the snapshot asked for (or auto's first choice)
     copy: _native.MemoryCopy | None = None  # "copy": the memory as it was when stopped
     mappings: list[Mapping] = field(default_factory=list)  # "copy": the maps of that moment
+    # "fork": the target's maps at the snapshot, unparsed (kept_out_of_fork.py
+    # compares the child's with them)
+    target_maps_text: str = ""
     headroom: int | None = None  # what the target's memory cgroup could still be charged
 
     @property
@@ -71,6 +74,10 @@ class Capture:
     def memory(self) -> Memory:
         """Where the scan reads: the copy, or the stopped target / frozen child."""
         return self.copy if self.copy is not None else self.session.mem_pid
+
+    @property
+    def target_mappings(self) -> list[Mapping]:
+        return parse_maps(self.target_maps_text)
 
     @property
     def pause_ms(self) -> float:
@@ -102,10 +109,11 @@ def _clone_verdict(session: _native.Session, pid: int, helper_tid: int) -> bool 
 
 @contextmanager
 def stop_world(
-    target: Target, mode: SnapshotMode, copy_from: int = COPY_FROM_BYTES
+    target: Target, mode: SnapshotMode, copy_from: int = COPY_FROM_BYTES, no_fork: str = ""
 ) -> Iterator[Capture]:
     """copy_from: the anonymous memory in use from which "auto" may try a
-    copy snapshot (copy_snapshot.copy_pays_off)."""
+    copy snapshot (copy_snapshot.copy_pays_off). no_fork: why "auto" must
+    not take a snapshot child this time (the report's snapshot_note)."""
     pid = target.pid
     headroom = memory_headroom(pid)
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
@@ -153,7 +161,7 @@ def stop_world(
                 )
         no_room = ""
         if mode == "auto" and clone_ok:
-            no_room = no_room_for_fork(headroom, resident_anonymous_bytes(pid))
+            no_room = no_fork or no_room_for_fork(headroom, resident_anonymous_bytes(pid))
         if no_room:
             capture.snapshot_error = f"{copy_error}; {no_room}" if copy_error else no_room
         if mode == "fork" or (mode == "auto" and clone_ok and not no_room):
@@ -161,6 +169,7 @@ def stop_world(
             if helper_tid and clone_ok is not False:
                 try:
                     session.snapshot(helper_tid, helper_cmd)
+                    capture.target_maps_text = read_maps_text(pid)
                     session.release()
                     oom_victim_first(session.snapshot_pid)  # still frozen: it has run nothing
                     capture.snapshot, capture.snapshot_error = "fork", copy_error

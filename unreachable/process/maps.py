@@ -60,9 +60,14 @@ def parse_maps(text: str) -> list[Mapping]:
 
 
 def read_maps(pid: int) -> list[Mapping]:
+    return parse_maps(read_maps_text(pid))
+
+
+def read_maps_text(pid: int) -> str:
+    """/proc/PID/maps unparsed: what a pause can afford (parse_maps after)."""
     try:
         with open(f"/proc/{pid}/maps") as f:
-            return parse_maps(f.read())
+            return f.read()
     except FileNotFoundError:
         raise TargetNotFound(f"no process with pid {pid}") from None
     except PermissionError:
