@@ -28,8 +28,6 @@ from typing import Literal
 from unreachable import _native
 from unreachable.allocations.registry import read_registry
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, NEVER_COPY
-from unreachable.capture.kept_out_of_fork import describe as describe_kept_out
-from unreachable.capture.kept_out_of_fork import kept_out_of_fork
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import (
@@ -181,13 +179,13 @@ def _scan(
             forked = capture.snapshot == "fork"
             mem_pid = capture.mem_pid
             memory = capture.memory
-            # The child's maps, read before it runs a single instruction: its
+            # A child's maps were read before it ran a single instruction: its
             # own memory (stack, inbox, scratch) never becomes a root.
             mappings = capture.mappings or read_maps(mem_pid)
-            if forked and not mappings:
-                raise ProcessLookupError  # killed: a zombie has no maps (handled below)
-            if forked and (missing := kept_out_of_fork(capture.target_mappings, mappings)):
-                raise _KeptOutOfFork(describe_kept_out(missing))
+            if forked and capture.kept_out.too_big:
+                raise _KeptOutOfFork(capture.kept_out.too_big)
+            # Memory the child lacks, read from the target while it was stopped.
+            kept_out = capture.kept_out.words if forked else b""
             child: ChildSweeper | None = None
             if in_child and forked:
                 if not target.header.child_box:
@@ -211,7 +209,7 @@ def _scan(
             present = partial(present_ranges, memory)
             sps = {t.tid: t.sp for t in capture.threads}
             arena = find_main_arena(memory, mappings)
-            regs = register_words(
+            regs = kept_out + register_words(
                 [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
             )
             result: SweepResult | None = None
@@ -240,7 +238,7 @@ def _scan(
                     # Frozen with its memory intact: sweep it from here.
                     own.check_outside_sweep(mem_pid, addr, False, fallback)
                     registry = read_registry(mem_pid, addr)
-                    regs = register_words(
+                    regs = kept_out + register_words(
                         [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
                     )
             if result is None:
@@ -317,7 +315,7 @@ def _scan(
         snapshot=snapshot_kind,
         threads=threads,
         leaks=entries,
-        roots=dict(roots.kinds),
+        roots=dict(roots.kinds) | ({"kept out of fork": len(kept_out)} if kept_out else {}),
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,
         sweep=result.place,

@@ -1,21 +1,27 @@
 """A target that keeps memory out of forks (MADV_DONTFORK): its snapshot
-child lacks that memory and the pointers in it, so a scan that forked is
-taken again without a child (the report says why), and an explicit
-`--snapshot fork` is refused in one line. node's V8 heap is such memory:
-over 400 blocks were reported leaked in a fork snapshot, none when stopped."""
+child lacks that memory and the pointers in it, so the scan reads it from
+the target while it is stopped for the snapshot and counts its words as
+roots. Past KEPT_OUT_MAX_BYTES it is not read: a scan that forked is taken
+again without a child (the report says why), and an explicit `--snapshot
+fork` is refused in one line. node's V8 heap is such memory (over 400
+blocks were reported leaked in a fork snapshot, none when stopped), and so
+are io_uring's rings (MariaDB)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.cli.test_scan_cli import assert_one_line_error
-from unreachable.capture.kept_out_of_fork import kept_out_of_fork
+from unreachable.capture.kept_out_of_fork import KEPT_OUT_MAX_BYTES, kept_out_of_fork
 from unreachable.process.maps import Mapping
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
+# MiB of kept-out memory the pause will not read.
+TOO_BIG = str((KEPT_OUT_MAX_BYTES >> 20) + 1)
 
 
 def _exact(target, report) -> None:
@@ -25,18 +31,40 @@ def _exact(target, report) -> None:
     ), [(hex(e.address), e.size) for e in report.leaks]
 
 
-def test_auto_scans_without_a_child_and_says_why(targets):
-    target = targets.start(PROGRAMS / "dontfork_page.c")
-    report = scan(target.pid, ScanOptions())
-    _exact(target, report)
-    assert report.snapshot != "fork"
-    assert "MADV_DONTFORK" in report.snapshot_note
-    assert f"{int(target.info['page'], 16):#x}-" in report.snapshot_note
+def _untouched(target) -> None:
     assert target.alive() and target.tracer() == 0 and target.state() != "t"
 
 
-def test_an_explicit_fork_is_refused(targets):
+def test_a_fork_snapshot_reads_it_in_the_pause(targets):
     target = targets.start(PROGRAMS / "dontfork_page.c")
+    for sweep in ("auto", "scanner"):
+        report = scan(target.pid, ScanOptions(sweep=sweep))
+        _exact(target, report)
+        assert report.snapshot == "fork" and report.snapshot_note == ""
+        # One page's words, read from the target before its release.
+        assert report.roots["kept out of fork"] == 4096
+    _untouched(target)
+
+
+def test_an_explicit_fork_reads_it_too(targets):
+    target = targets.start(PROGRAMS / "dontfork_page.c")
+    report = scan(target.pid, ScanOptions(snapshot="fork"))
+    _exact(target, report)
+    assert report.snapshot == "fork"
+
+
+def test_too_much_of_it_takes_no_child_and_says_why(targets):
+    target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
+    report = scan(target.pid, ScanOptions())
+    _exact(target, report)
+    assert report.snapshot != "fork"
+    assert re.search(r"out of forks \(MADV_DONTFORK.*\(1[7-9] MiB in use\)", report.snapshot_note)
+    assert "kept out of fork" not in report.roots
+    _untouched(target)
+
+
+def test_too_much_of_it_refuses_an_explicit_fork(targets):
+    target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
     res = subprocess.run(
         [
             sys.executable,
@@ -52,14 +80,14 @@ def test_an_explicit_fork_is_refused(targets):
         timeout=120,
     )
     assert_one_line_error(res, r"out of forks \(MADV_DONTFORK.*--snapshot stopped or copy")
-    assert target.alive() and target.tracer() == 0 and target.state() != "t"
+    _untouched(target)
 
 
 def test_stopped_needs_no_fork(targets):
     target = targets.start(PROGRAMS / "dontfork_page.c")
     report = scan(target.pid, ScanOptions(snapshot="stopped"))
     _exact(target, report)
-    assert report.snapshot_note == ""
+    assert report.snapshot_note == "" and "kept out of fork" not in report.roots
 
 
 def test_only_the_targets_own_mappings_count():

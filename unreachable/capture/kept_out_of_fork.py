@@ -1,20 +1,37 @@
 """Memory a fork snapshot does not have.
 
-A mapping the target marked MADV_DONTFORK (V8's heap in node does; so do
-RDMA and DPDK buffers) is left out of every child, the snapshot child
-included. The pointers it holds would then be missing from the roots and
-the blocks they keep alive reported leaked: node under the shim had over 400
-such "leaks" in a fork snapshot, none when stopped. So the target's maps as
-they were at the snapshot are compared with the child's, and a scan whose
-child lacks any readable mapping is taken again without a child.
+A mapping marked MADV_DONTFORK is left out of every child, the snapshot
+child included: node's V8 heap, io_uring's rings (MariaDB's among them),
+RDMA and DPDK buffers. The pointers it holds would be missing from the
+roots and the blocks they keep alive reported leaked: node under the shim
+had over 400 such "leaks" in a fork snapshot, none when stopped.
+
+So while the target is still stopped for the snapshot, its maps are
+compared with the frozen child's, and what the child lacks is read from the
+target then and there: its words become roots as register values are. That
+costs the pause what reading them costs; past KEPT_OUT_MAX_BYTES a scan
+takes no snapshot child instead.
 """
 
 from __future__ import annotations
 
-from unreachable.process.maps import Mapping
+from dataclasses import dataclass, field
+
+from unreachable.process.maps import Mapping, parse_maps
+from unreachable.process.memory import memory_reader, present_ranges
+
+# What the fork pause may spend reading (~2-4 ms here).
+KEPT_OUT_MAX_BYTES = 16 << 20
 
 # The kernel gives every process its own of these.
 _PER_PROCESS = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
+
+
+@dataclass(slots=True)
+class KeptOut:
+    mappings: list[Mapping] = field(default_factory=list)  # the target's, missing in the child
+    words: bytes = b""  # their contents at the snapshot, present pages only
+    too_big: str = ""  # why they were not read ("" when read, or when there are none)
 
 
 def kept_out_of_fork(target: list[Mapping], child: list[Mapping]) -> list[Mapping]:
@@ -27,12 +44,33 @@ def kept_out_of_fork(target: list[Mapping], child: list[Mapping]) -> list[Mappin
     ]
 
 
+def read_kept_out(pid: int, target_maps: str, child_maps: str) -> KeptOut:
+    """What the child lacks, read from the stopped target (maps unparsed, as
+    read in the pause: only the lines that differ are parsed)."""
+    child_lines = set(child_maps.splitlines())
+    differ = "\n".join(line for line in target_maps.splitlines() if line not in child_lines)
+    missing = kept_out_of_fork(parse_maps(differ), parse_maps(child_maps)) if differ else []
+    if not missing:
+        return KeptOut()
+    spans = present_ranges(pid, sorted((m.start, m.end) for m in missing))
+    size = sum(e - b for b, e in spans)
+    if size > KEPT_OUT_MAX_BYTES:
+        return KeptOut(missing, too_big=f"{describe(missing)} ({size >> 20} MiB in use)")
+    parts = []
+    with memory_reader(pid) as read:
+        for b, e in spans:
+            try:
+                parts.append(read(b, e - b))
+            except OSError:
+                pass  # unreadable pages hold no roots
+    return KeptOut(missing, b"".join(parts))
+
+
 def describe(missing: list[Mapping]) -> str:
     """One line for the report's snapshot_note."""
     size = sum(m.end - m.start for m in missing)
     first = missing[0]
     return (
         f"the target keeps {len(missing)} mapping(s), {size >> 20} MiB, out of forks"
-        f" (MADV_DONTFORK, first {first.start:#x}-{first.end:#x}), so a snapshot child"
-        " cannot see the pointers in them"
+        f" (MADV_DONTFORK, first {first.start:#x}-{first.end:#x} {first.path or 'anonymous'})"
     )

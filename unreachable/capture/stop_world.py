@@ -34,6 +34,7 @@ from unreachable.capture.copy_snapshot import (
     copy_while_running,
     refresh,
 )
+from unreachable.capture.kept_out_of_fork import KeptOut, read_kept_out
 from unreachable.capture.target import Target, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
@@ -60,10 +61,10 @@ class Capture:
     snapshot: str  # "fork", "copy" or "stopped"
     snapshot_error: str = ""  # why it is not the snapshot asked for (or auto's first choice)
     copy: _native.MemoryCopy | None = None  # "copy": the memory as it was when stopped
-    mappings: list[Mapping] = field(default_factory=list)  # "copy": the maps of that moment
-    # "fork": the target's maps at the snapshot, unparsed (kept_out_of_fork.py
-    # compares the child's with them)
-    target_maps_text: str = ""
+    # "copy": the maps of that moment; "fork": the frozen child's
+    mappings: list[Mapping] = field(default_factory=list)
+    # "fork": what the child lacks of the target, read while it was stopped
+    kept_out: KeptOut = field(default_factory=KeptOut)
     headroom: int | None = None  # what the target's memory cgroup could still be charged
 
     @property
@@ -74,10 +75,6 @@ class Capture:
     def memory(self) -> Memory:
         """Where the scan reads: the copy, or the stopped target / frozen child."""
         return self.copy if self.copy is not None else self.session.mem_pid
-
-    @property
-    def target_mappings(self) -> list[Mapping]:
-        return parse_maps(self.target_maps_text)
 
     @property
     def pause_ms(self) -> float:
@@ -169,9 +166,12 @@ def stop_world(
             if helper_tid and clone_ok is not False:
                 try:
                     session.snapshot(helper_tid, helper_cmd)
-                    capture.target_maps_text = read_maps_text(pid)
+                    child_maps = read_maps_text(session.snapshot_pid)
+                    capture.kept_out = read_kept_out(pid, read_maps_text(pid), child_maps)
                     session.release()
-                    oom_victim_first(session.snapshot_pid)  # still frozen: it has run nothing
+                    # Still frozen: it has run nothing, and its maps are as read.
+                    capture.mappings = parse_maps(child_maps)
+                    oom_victim_first(session.snapshot_pid)
                     capture.snapshot, capture.snapshot_error = "fork", copy_error
                 except OSError as e:
                     capture.snapshot_error = str(e)
