@@ -21,6 +21,15 @@ struct ur_write_tracker ur_write_tracker;
 static int g_uffd = -1;
 static int g_pagemap = -1; /* /proc/self/pagemap, while tracking starts */
 
+/* A process that changed its uid (a daemon that dropped root) is not
+ * dumpable, and its /proc/self/pagemap belongs to root: it cannot open it.
+ * Its anonymous mappings are then protected whole, absent pages included,
+ * up to this many bytes (the page tables built for absent pages cost 1/512
+ * of it and stay); mappings past it are left untracked, which the scanner
+ * reads again at the stop (present pages only). */
+#define WHOLE_PROTECT_MAX ((uint64_t)4 << 30)
+static uint64_t g_whole_protected;
+
 uint32_t ur_write_tracking_word(void) {
   return __atomic_load_n(&ur_write_tracker.cmd, __ATOMIC_ACQUIRE);
 }
@@ -94,7 +103,15 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
    * and only a marker keeps it protected then. Such mappings (a library's
    * .data) are small. */
   struct uffdio_writeprotect wp = {.range = {lo, hi - lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-  int rc = ur_maps_inode(rest) != 0 ? ioctl(g_uffd, UFFDIO_WRITEPROTECT, &wp) : protect_present(lo, hi);
+  int rc;
+  if (ur_maps_inode(rest) == 0 && g_pagemap >= 0) {
+    rc = protect_present(lo, hi);
+  } else if (ur_maps_inode(rest) == 0 && g_whole_protected + (hi - lo) > WHOLE_PROTECT_MAX) {
+    rc = -1;
+  } else {
+    rc = ioctl(g_uffd, UFFDIO_WRITEPROTECT, &wp);
+    if (rc == 0 && ur_maps_inode(rest) == 0) g_whole_protected += hi - lo;
+  }
   if (rc == 0) {
     ++*n;
   } else {
@@ -178,15 +195,17 @@ void ur_write_tracking_begin(void) {
   if (g_uffd >= 0) stop_tracking(); /* a START while ON: its scanner started over */
   unsigned n = 0;
   int fd = open_uffd();
-  if (fd >= 0 && (g_pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) < 0) {
+  if (fd >= 0 && (g_pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) < 0 &&
+      errno != EACCES) {
     int e = errno;
     close(fd);
     fd = -e;
   }
   if (fd >= 0) {
     g_uffd = fd;
+    g_whole_protected = 0;
     int rc = ur_self_maps_foreach(track_mapping, &n);
-    close(g_pagemap);
+    if (g_pagemap >= 0) close(g_pagemap);
     g_pagemap = -1;
     if (rc < 0 || n == 0) {
       ur_self_maps_foreach(untrack_mapping, NULL);
