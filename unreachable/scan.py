@@ -43,13 +43,14 @@ from unreachable.process.cgroup_memory import (
     no_room_for_outside_sweep,
     scanner_cache_budget,
 )
-from unreachable.process.maps import Mapping, read_maps
+from unreachable.process.maps import read_maps
 from unreachable.process.memory import Memory, memory_reader, present_ranges
 from unreachable.process.status import resident_anonymous_bytes
 from unreachable.report.model import LeakEntry, ScanReport, leak_counts
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
+from unreachable.roots.glibc_heaps import MAX_LISTED, heap_parts, registry_blocks_in
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
@@ -77,12 +78,6 @@ class _ChildGone(Exception):
 
 class _KeptOutOfFork(Exception):
     """The target keeps memory out of forks: the snapshot child lacks roots."""
-
-
-def _child_holds(child: ChildSweeper, mappings: list[Mapping]) -> Callable[[Mapping], bool]:
-    anon = [(m.start, m.end) for m in mappings if m.readable and m.anonymous]
-    answers = dict(zip(anon, child.holds(anon), strict=True))
-    return lambda m: answers.get((m.start, m.end), False)
 
 
 def _expected_allocations(memory: Memory, addr: int) -> int | None:
@@ -215,7 +210,7 @@ def _scan(
             result: SweepResult | None = None
             if child is not None:
                 try:
-                    holds = _child_holds(child, mappings)
+                    heap = heap_parts(mem_pid, mappings, partial(child.blocks_in, cap=MAX_LISTED))
                     note("allocations")
                     roots = classify(
                         mappings,
@@ -223,7 +218,7 @@ def _scan(
                         registry,
                         target.shim.path,
                         [arena] if arena else [],
-                        holds,
+                        heap,
                         present,
                     )
                     regs += dtv_words(mem_pid, roots.dead_stacks)
@@ -249,7 +244,8 @@ def _scan(
                     registry,
                     target.shim.path,
                     [arena] if arena else [],
-                    present=present,
+                    heap_parts(memory, mappings, registry_blocks_in(registry)),
+                    present,
                 )
                 regs += dtv_words(memory, roots.dead_stacks)
                 # Stopped in place: let it go once the walk's memory is read.

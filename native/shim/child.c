@@ -106,7 +106,7 @@ static int build_index(void) {
       .allocation_bytes = st.w.distinct_bytes,
       .overlapping = st.w.overlapping,
       .index_ns = now_ns() - t0,
-      .features = UR_CHILD_FEATURE_TEAM | UR_CHILD_FEATURE_TEAM_SIZE,
+      .features = UR_CHILD_FEATURE_TEAM | UR_CHILD_FEATURE_TEAM_SIZE | UR_CHILD_FEATURE_BLOCKS,
   };
   return 0;
 }
@@ -118,6 +118,17 @@ static void *new_reply(size_t len) {
   return st.reply;
 }
 
+/* The index of the first block beginning at or above addr. */
+static size_t first_at(uint64_t addr) {
+  size_t lo = 0, hi = st.w.n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (st.w.begin[mid] < addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 static int serve_holds(const uint8_t *in, uint64_t len) {
   if (len % 16) return -EINVAL;
   size_t n = (size_t)(len / 16);
@@ -125,14 +136,33 @@ static int serve_holds(const uint8_t *in, uint64_t len) {
   if (!out) return -ENOMEM;
   const uint64_t *r = (const uint64_t *)in;
   for (size_t i = 0; i < n; i++) {
+    size_t lo = first_at(r[2 * i]);
+    out[i] = lo < st.w.n && st.w.begin[lo] < r[2 * i + 1];
+  }
+  return 0;
+}
+
+static int serve_blocks(const uint8_t *in, uint64_t len) {
+  if (len < 8 || (len - 8) % 16) return -EINVAL;
+  const uint64_t *r = (const uint64_t *)in;
+  uint64_t cap = r[0];
+  size_t n = (size_t)((len - 8) / 16);
+  r++;
+  uint64_t listed = 0;
+  for (size_t i = 0; i < n; i++) {
     uint64_t b = r[2 * i], e = r[2 * i + 1];
-    size_t lo = 0, hi = st.w.n; /* first begin >= b */
-    while (lo < hi) {
-      size_t mid = lo + (hi - lo) / 2;
-      if (st.w.begin[mid] < b) lo = mid + 1;
-      else hi = mid;
-    }
-    out[i] = lo < st.w.n && st.w.begin[lo] < e;
+    size_t count = b < e ? first_at(e) - first_at(b) : 0;
+    listed += count < cap ? count : cap;
+  }
+  uint64_t *out = new_reply((n + listed) * 8);
+  if (!out) return -ENOMEM;
+  uint64_t *addrs = out + n;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t b = r[2 * i], e = r[2 * i + 1];
+    size_t first = first_at(b);
+    size_t count = b < e ? first_at(e) - first : 0;
+    out[i] = count;
+    for (size_t k = 0; k < count && k < cap; k++) *addrs++ = st.w.begin[first + k];
   }
   return 0;
 }
@@ -245,6 +275,8 @@ __attribute__((noreturn)) static void child_main(void) {
       rc = b->error ? b->error : -EINVAL;
     } else if (req == UR_CHILD_REQ_HOLDS) {
       rc = serve_holds(inbox, len);
+    } else if (req == UR_CHILD_REQ_BLOCKS) {
+      rc = serve_blocks(inbox, len);
     } else if (req == UR_CHILD_REQ_SWEEP) {
       rc = serve_sweep(inbox, len);
     } else {

@@ -41,6 +41,7 @@ def check_exact(target, **kw):
         "sparse.c",
         "usable_slack.c",
         "atexit_block.c",
+        "merged_pools.c",
     ],
 )
 @pytest.mark.parametrize(

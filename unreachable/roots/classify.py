@@ -4,9 +4,11 @@ libmemunreachable classifies by mapping name (bionic names its heaps); glibc
 names none of its arenas or thread stacks, so here the shim's registry and the
 captured threads decide instead:
 
-- heap: [heap] and every anonymous mapping holding a registered allocation
-  (glibc arenas and mmap'ed chunks). Never a root: free chunks and tcache hold
-  stale pointers that would hide leaks.
+- heap: [heap], and in anonymous mappings holding a registered allocation
+  the parts that are glibc's (arena heaps and mmap'ed chunks: glibc_heaps.py;
+  the rest of such a mapping, merged into it by the kernel, is the program's
+  and a root). Never a root: free chunks and tcache hold stale pointers that
+  would hide leaks.
 - the shim's own region and its ELF mappings: not roots (registry).
 - a live thread's stack: a root from SP (minus the red zone) to the top of its
   mapping, which also covers glibc's static TLS and struct pthread at the top.
@@ -34,6 +36,7 @@ RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
 # The parts of sorted (begin, end) ranges that hold pages (process/memory.py).
 Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
 SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
+Span = tuple[int, int]
 
 
 @dataclass(slots=True)
@@ -58,10 +61,15 @@ class Roots:
         self.kinds[kind] += m.end - m.start
 
 
-def _holds_allocation(registry: Registry, m: Mapping) -> bool:
+def _whole_mappings(registry: Registry, mappings: list[Mapping]) -> dict[Mapping, list[Span]]:
+    """Without memory to read: every anonymous mapping a block begins in."""
     n = registry.count
-    i = bisect.bisect_left(range(n), m.start, key=registry.begin)
-    return i < n and registry.begin(i) < m.end
+    out = {}
+    for m in mappings:
+        i = bisect.bisect_left(range(n), m.start, key=registry.begin)
+        if m.anonymous and i < n and registry.begin(i) < m.end:
+            out[m] = [(m.start, m.end)]
+    return out
 
 
 def classify(
@@ -70,21 +78,22 @@ def classify(
     registry: Registry,
     shim_path: str,
     allocator_state: Sequence[tuple[int, int]] = (),
-    holds_allocation: Callable[[Mapping], bool] | None = None,
+    heap: dict[Mapping, list[Span]] | None = None,
     present: Present | None = None,
 ) -> Roots:
     """Root ranges of the target; thread_sps maps every captured tid to its SP.
 
     allocator_state: ranges inside otherwise-root mappings that belong to the
     allocator (glibc's main_arena) and are cut out of the roots.
-    holds_allocation: whether a registered block begins in a mapping; by
-    default the registry's entries answer (the in-child sweep asks the child).
+    heap: the parts of anonymous mappings that are glibc's heap
+    (glibc_heaps.heap_parts); by default every mapping a registered block
+    begins in, whole.
     present: the parts of anonymous ranges that hold pages; the rest was never
     touched, is zero, and is left out (counted as "untouched").
     """
-    holds = holds_allocation or (lambda m: _holds_allocation(registry, m))
+    heap = _whole_mappings(registry, mappings) if heap is None else heap
     roots = Roots(holes=sorted(allocator_state))
-    anonymous: list[Mapping] = []
+    anonymous: list[Span] = []  # private: only the pages that exist hold data
     live_stacks: dict[Mapping, int] = {}
     for sp in thread_sps.values():
         m = find_mapping(mappings, sp - RED_ZONE) or find_mapping(mappings, sp)
@@ -105,22 +114,25 @@ def classify(
             roots.skip("shim", m)
         elif m in live_stacks:
             roots.add("stack", max(live_stacks[m], m.start), m.end)
-        elif m.path == "[heap]" or (m.anonymous and holds(m)):
+        elif m.path == "[heap]" or heap.get(m) == [(m.start, m.end)]:
             roots.skip("heap", m)
         elif m.anonymous and _is_dead_stack(m, dead_stacks):
             roots.skip("exited-thread stack", m)
             roots.dead_stacks.append(m)
-        elif (m.anonymous or m.path.startswith("[stack")) and m.private:
-            anonymous.append(m)  # only private pages that exist hold data
         elif m.anonymous or m.path.startswith("[stack"):
-            roots.add("anonymous", m.start, m.end)
+            at = m.start
+            for begin, end in heap.get(m, []):
+                roots.kinds["heap"] += end - begin
+                _program_memory(m, at, begin, roots, anonymous)
+                at = end
+            _program_memory(m, at, m.end, roots, anonymous)
         elif m.writable:
             roots.add("globals", m.start, m.end)
         else:
             roots.skip("read-only file", m)
     # One query for all of them: a sparse reservation (64 GiB reserved, a few
     # pages used) is then as cheap to scan as the pages it uses.
-    spans = [(m.start, m.end) for m in anonymous]
+    spans = sorted(anonymous)
     used = present(spans) if present and spans else spans
     for begin, end in used:
         roots.add("anonymous", begin, end)
@@ -128,6 +140,15 @@ def classify(
     if untouched > 0:
         roots.kinds["untouched"] += untouched
     return roots
+
+
+def _program_memory(m: Mapping, begin: int, end: int, roots: Roots, private: list[Span]) -> None:
+    if end <= begin:
+        return
+    if m.private:
+        private.append((begin, end))
+    else:
+        roots.add("anonymous", begin, end)
 
 
 def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]]) -> bool:

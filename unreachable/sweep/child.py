@@ -24,10 +24,12 @@ from unreachable.capture.target import still_running
 
 REQ_HOLDS = 1
 REQ_SWEEP = 2
+REQ_BLOCKS = 4
 # entries, allocation_count, allocation_bytes, overlapping, index_ns, features
 INDEX = struct.Struct("<8Q")
 FEATURE_TEAM = 1  # the child marks with several threads (abi.h ur_child_sweep_opts)
 FEATURE_TEAM_SIZE = 2  # its sweep reply ends with the size of the team that marked
+FEATURE_BLOCKS = 4  # it lists the blocks that begin in given ranges
 SWEEP_REQ = struct.Struct("<4Q")  # nranges, nvalues, nexcluded, nreadable
 SWEEP_OPTS = struct.Struct("<4Q")  # threads, reserved
 MAX_MARK_THREADS = 16  # abi.h UR_CHILD_MAX_THREADS
@@ -117,6 +119,30 @@ class ChildSweeper:
         except OSError as e:
             raise self._fail("holds", e) from None
         return [bool(b) for b in raw]
+
+    def blocks_in(self, ranges: Sequence[tuple[int, int]], cap: int) -> list[list[int] | None]:
+        """For each [begin, end): the blocks that begin inside it, ascending,
+        or None when there are more than cap (or the child cannot list them
+        and one begins there)."""
+        if not self.index().features & FEATURE_BLOCKS:
+            return [None if held else [] for held in self.holds(ranges)]
+        try:
+            raw = self.session.child_request(
+                REQ_BLOCKS, struct.pack("<Q", cap) + _pairs(ranges), self.timeout_s
+            )
+        except OSError as e:
+            raise self._fail("blocks", e) from None
+        words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
+        counts, addrs = words[: len(ranges)], words[len(ranges) :]
+        out: list[list[int] | None] = []
+        at = 0
+        for count in counts:
+            listed = min(count, cap)
+            out.append(list(addrs[at : at + listed]) if count <= cap else None)
+            at += listed
+        if len(counts) != len(ranges) or at != len(addrs):
+            raise ChildSweepFailed("in-child sweep: truncated blocks reply", frozen=True)
+        return out
 
     def sweep(
         self,

@@ -50,6 +50,10 @@
  * Requests:
  *   UR_CHILD_REQ_HOLDS: in = n (begin, end) u64 pairs; reply = n bytes, 1 if a
  *     registered block begins in [begin, end);
+ *   UR_CHILD_REQ_BLOCKS (UR_CHILD_FEATURE_BLOCKS): in = one uint64_t cap,
+ *     then n (begin, end) u64 pairs; reply = n uint64_t counts of the blocks
+ *     beginning in each range, then for each range the begin addresses of
+ *     its first min(count, cap) blocks, ascending;
  *   UR_CHILD_REQ_SWEEP: in = struct ur_child_sweep_req, then nranges root
  *     (begin, end) pairs, nvalues root words, nexcluded in-flight block
  *     addresses, nreadable (begin, end) pairs the child may load directly,
@@ -210,6 +214,7 @@ enum ur_child_request {
   UR_CHILD_REQ_HOLDS = 1,
   UR_CHILD_REQ_SWEEP = 2,
   UR_CHILD_REQ_EXIT = 3,
+  UR_CHILD_REQ_BLOCKS = 4,
 };
 
 struct ur_child_box {      /* 80 bytes, in shim memory */
@@ -236,6 +241,7 @@ struct ur_child_index {    /* reply to the index step */
 };
 #define UR_CHILD_FEATURE_TEAM UINT64_C(1)      /* struct ur_child_sweep_opts */
 #define UR_CHILD_FEATURE_TEAM_SIZE UINT64_C(2) /* the sweep reply ends with the team's size */
+#define UR_CHILD_FEATURE_BLOCKS UINT64_C(4)    /* UR_CHILD_REQ_BLOCKS */
 
 struct ur_child_sweep_req {
   uint64_t nranges, nvalues, nexcluded, nreadable;
