@@ -85,3 +85,32 @@ def test_untouched_anonymous_pages_are_left_out():
 
 def test_register_words_keeps_whole_words():
     assert register_words([b"\1" * 8 + b"\2" * 3, b"\3" * 16]) == b"\1" * 8 + b"\3" * 16
+
+
+def test_only_glibcs_parts_of_a_merged_mapping_are_heap():
+    """heap (glibc_heaps.heap_parts) names the parts of anonymous mappings
+    that are glibc's; the rest of each is the program's: a root, a thread's
+    stack (from SP) included."""
+    maps = parse_maps(MAPS)
+    registry = make_registry([(0x7F0000000100, 64)], region=(0x7F1000000000, 0x7F1000010000))
+    pool = next(m for m in maps if m.start == 0x7F0002000000)
+    stack = next(m for m in maps if m.start == 0x7F0000101000)
+    chunk_in_pool = (0x7F0002001000, 0x7F0002002000)
+    chunk_in_stack = (0x7F0000880000, 0x7F0000890000)
+    sp = 0x7F0000800000
+    roots = classify(
+        maps,
+        {1: 0x7FFFFFFFE000, 2: sp},
+        registry,
+        "/opt/unreachable/libunreachable_shim.so",
+        heap={pool: [chunk_in_pool], stack: [chunk_in_stack]},
+    )
+    ranges = set(roots.ranges)
+    assert {(0x7F0002000000, 0x7F0002001000), (0x7F0002002000, 0x7F0002004000)} <= ranges
+    assert {(sp - RED_ZONE, 0x7F0000880000), (0x7F0000890000, 0x7F0000901000)} <= ranges
+    for b, e in roots.ranges:
+        for chunk_b, chunk_e in (chunk_in_pool, chunk_in_stack):
+            assert not (b < chunk_e and e > chunk_b)
+    assert roots.kinds["heap"] == 0x1000 + 0x10000 + 0x21000  # and [heap]
+    # The arena mapping, which heap does not name, is a root.
+    assert (0x7F0000000000, 0x7F0000021000) in ranges

@@ -113,7 +113,15 @@ def classify(
         elif m.path == shim_path:
             roots.skip("shim", m)
         elif m in live_stacks:
-            roots.add("stack", max(live_stacks[m], m.start), m.end)
+            # Before Linux 6.7 a thread's stack can merge with a chunk glibc
+            # maps right above it.
+            at = max(live_stacks[m], m.start)
+            for begin, end in heap.get(m, []):
+                if end > at:
+                    roots.add("stack", at, begin)
+                    roots.kinds["heap"] += end - max(begin, at)
+                    at = end
+            roots.add("stack", at, m.end)
         elif m.path == "[heap]" or heap.get(m) == [(m.start, m.end)]:
             roots.skip("heap", m)
         elif m.anonymous and _is_dead_stack(m, dead_stacks):
