@@ -1,6 +1,6 @@
 """What the shim exports: the malloc family (with jemalloc's extensions and C++
 operator new and delete), the malloc_debug interface and the descriptor,
-nothing else."""
+what guards the unwinder's descriptors, nothing else."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ EXPECTED_FUNCS = {
     "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t",
     # counts the calls in progress, so a thread attached inside one waits not on itself
     "pthread_getattr_np",
+    # keep libunwind's pipe out of the program's way (unwinder_fds.c)
+    "pipe2", "close", "close_range", "closefrom",
 }  # fmt: skip
 
 
