@@ -39,3 +39,13 @@ def test_merged_pools_are_not_heap(targets):
     for i in range(registry.count):
         block = registry.begin(i)
         assert any(b <= block < e for b, e in spans), hex(block)
+
+
+def test_a_vanished_process_leaves_every_mapping_with_a_block_heap(targets):
+    target = targets.start(PROGRAMS / "merged_pools.c")
+    maps = read_maps(target.pid)
+    registry = read_registry(target.pid, open_target(target.pid).shim.descriptor_addr)
+    target.stop()  # killed and reaped: its /proc/PID is gone
+    parts = heap_parts(target.pid, maps, registry_blocks_in(registry))
+    low = find_mapping(maps, int(target.info["low"], 16))
+    assert low is not None and parts[low] == [(low.start, low.end)]

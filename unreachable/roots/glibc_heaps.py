@@ -61,16 +61,22 @@ def heap_parts(
     """For each readable anonymous mapping with a registered block in it:
     the parts of it that are glibc's heap, ascending."""
     anonymous = [m for m in mappings if m.readable and m.anonymous]
-    with memory_reader(memory) as read:
-        arenas = _arena_heaps(memory, read, anonymous)
-        rest = [(m, span) for m in anonymous for span in _minus(m, arenas.get(m, []))]
-        listed = blocks_in([span for _, span in rest])
-        parts = {m: list(spans) for m, spans in arenas.items()}
-        for (m, span), blocks in zip(rest, listed, strict=True):
-            if blocks:
-                parts.setdefault(m, []).extend(_mmapped_chunks(read, m, span, blocks))
-            elif blocks is None:
-                parts.setdefault(m, []).append(span)
+    try:
+        with memory_reader(memory) as read:
+            arenas = _arena_heaps(memory, read, anonymous)
+            rest = [(m, span) for m in anonymous for span in _minus(m, arenas.get(m, []))]
+            listed = blocks_in([span for _, span in rest])
+            parts = {m: list(spans) for m, spans in arenas.items()}
+            for (m, span), blocks in zip(rest, listed, strict=True):
+                if blocks:
+                    parts.setdefault(m, []).extend(_mmapped_chunks(read, m, span, blocks))
+                elif blocks is None:
+                    parts.setdefault(m, []).append(span)
+    except OSError:
+        # The process is going away (the sweep that follows says so): until
+        # then, every mapping a block begins in is heap whole.
+        listed = blocks_in([(m.start, m.end) for m in anonymous])
+        return {m: [(m.start, m.end)] for m, b in zip(anonymous, listed, strict=True) if b != []}
     return {m: sorted(spans) for m, spans in parts.items() if spans}
 
 
@@ -82,6 +88,8 @@ def _arena_heaps(
         for m in anonymous
         for a in range(-(-m.start // HEAP_MAX) * HEAP_MAX, m.end, HEAP_MAX)
     ]
+    if not probes:
+        return {}
     # A heap_info page was written; reading an absent one would fault it in.
     present = {b for b, _ in present_ranges(memory, [(a, a + PAGE) for a, _ in probes])}
     found: dict[Mapping, list[Span]] = {}
