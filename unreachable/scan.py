@@ -204,9 +204,12 @@ def _scan(
             present = partial(present_ranges, memory)
             sps = {t.tid: t.sp for t in capture.threads}
             arena = find_main_arena(memory, mappings)
-            regs = kept_out + register_words(
+            # Words that are roots wherever they lie: registers, and memory the
+            # child lacks.
+            values = kept_out + register_words(
                 [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
             )
+            regs = values
             result: SweepResult | None = None
             if child is not None:
                 try:
@@ -233,9 +236,7 @@ def _scan(
                     # Frozen with its memory intact: sweep it from here.
                     own.check_outside_sweep(mem_pid, addr, False, fallback)
                     registry = read_registry(mem_pid, addr)
-                    regs = kept_out + register_words(
-                        [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
-                    )
+                    regs = values
             if result is None:
                 note("allocations")
                 roots = classify(

@@ -103,14 +103,14 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
    * and only a marker keeps it protected then. Such mappings (a library's
    * .data) are small. */
   struct uffdio_writeprotect wp = {.range = {lo, hi - lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-  int rc;
-  if (ur_maps_inode(rest) == 0 && g_pagemap >= 0) {
+  int anonymous = ur_maps_inode(rest) == 0, rc;
+  if (anonymous && g_pagemap >= 0) {
     rc = protect_present(lo, hi);
-  } else if (ur_maps_inode(rest) == 0 && g_whole_protected + (hi - lo) > WHOLE_PROTECT_MAX) {
+  } else if (anonymous && g_whole_protected + (hi - lo) > WHOLE_PROTECT_MAX) {
     rc = -1;
   } else {
     rc = ioctl(g_uffd, UFFDIO_WRITEPROTECT, &wp);
-    if (rc == 0 && ur_maps_inode(rest) == 0) g_whole_protected += hi - lo;
+    if (rc == 0 && anonymous) g_whole_protected += hi - lo;
   }
   if (rc == 0) {
     ++*n;

@@ -24,19 +24,18 @@ captured threads decide instead:
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from unreachable.allocations.registry import THREAD_EXITED, Registry
 from unreachable.process.maps import Mapping, find_mapping
+from unreachable.roots.glibc_heaps import Span, registry_blocks_in, whole_mappings
 
 RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
 # The parts of sorted (begin, end) ranges that hold pages (process/memory.py).
 Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
 SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
-Span = tuple[int, int]
 
 
 @dataclass(slots=True)
@@ -61,17 +60,6 @@ class Roots:
         self.kinds[kind] += m.end - m.start
 
 
-def _whole_mappings(registry: Registry, mappings: list[Mapping]) -> dict[Mapping, list[Span]]:
-    """Without memory to read: every anonymous mapping a block begins in."""
-    n = registry.count
-    out = {}
-    for m in mappings:
-        i = bisect.bisect_left(range(n), m.start, key=registry.begin)
-        if m.anonymous and i < n and registry.begin(i) < m.end:
-            out[m] = [(m.start, m.end)]
-    return out
-
-
 def classify(
     mappings: list[Mapping],
     thread_sps: dict[int, int],
@@ -91,7 +79,8 @@ def classify(
     present: the parts of anonymous ranges that hold pages; the rest was never
     touched, is zero, and is left out (counted as "untouched").
     """
-    heap = _whole_mappings(registry, mappings) if heap is None else heap
+    if heap is None:
+        heap = whole_mappings(mappings, registry_blocks_in(registry))
     roots = Roots(holes=sorted(allocator_state))
     anonymous: list[Span] = []  # private: only the pages that exist hold data
     live_stacks: dict[Mapping, int] = {}

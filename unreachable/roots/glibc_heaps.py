@@ -74,10 +74,17 @@ def heap_parts(
                     parts.setdefault(m, []).append(span)
     except OSError:
         # The process is going away (the sweep that follows says so): until
-        # then, every mapping a block begins in is heap whole.
-        listed = blocks_in([(m.start, m.end) for m in anonymous])
-        return {m: [(m.start, m.end)] for m, b in zip(anonymous, listed, strict=True) if b != []}
+        # then, the rule without memory to read.
+        return whole_mappings(mappings, blocks_in)
     return {m: sorted(spans) for m, spans in parts.items() if spans}
+
+
+def whole_mappings(mappings: Sequence[Mapping], blocks_in: BlocksIn) -> dict[Mapping, list[Span]]:
+    """Without memory to read: every anonymous mapping a block begins in,
+    whole."""
+    anonymous = [m for m in mappings if m.readable and m.anonymous]
+    listed = blocks_in([(m.start, m.end) for m in anonymous])
+    return {m: [(m.start, m.end)] for m, b in zip(anonymous, listed, strict=True) if b != []}
 
 
 def _arena_heaps(
