@@ -51,6 +51,7 @@ from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import MAX_LISTED, heap_parts, registry_blocks_in
+from unreachable.roots.jit_code import code_words
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
@@ -225,6 +226,8 @@ def _scan(
                         present,
                     )
                     regs += dtv_words(mem_pid, roots.dead_stacks)
+                    jit = code_words(mem_pid, mappings, heap)
+                    regs += jit
                     threads = options.mark_threads or default_mark_threads()
                     result = sweep_in_child(child, registry, roots, regs, mappings, threads)
                 except ChildSweepFailed as e:
@@ -239,16 +242,19 @@ def _scan(
                     regs = values
             if result is None:
                 note("allocations")
+                heap = heap_parts(memory, mappings, registry_blocks_in(registry))
                 roots = classify(
                     mappings,
                     sps,
                     registry,
                     target.shim.path,
                     [arena] if arena else [],
-                    heap_parts(memory, mappings, registry_blocks_in(registry)),
+                    heap,
                     present,
                 )
                 regs += dtv_words(memory, roots.dead_stacks)
+                jit = code_words(memory, mappings, heap)
+                regs += jit
                 # Stopped in place: let it go once the walk's memory is read.
                 # A frozen child: read first all the same, for a marking team.
                 stopped = capture.snapshot == "stopped"
@@ -312,7 +318,9 @@ def _scan(
         snapshot=snapshot_kind,
         threads=threads,
         leaks=entries,
-        roots=dict(roots.kinds) | ({"kept out of fork": len(kept_out)} if kept_out else {}),
+        roots=dict(roots.kinds)
+        | ({"kept out of fork": len(kept_out)} if kept_out else {})
+        | ({"code immediates": len(jit)} if jit else {}),
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,
         sweep=result.place,

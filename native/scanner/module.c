@@ -28,6 +28,10 @@ static PyMethodDef methods[] = {
      "set_cache_budget(bytes)\n\n"
      "The most the caches of memory copies (a copy snapshot, stopped mode's copy) may take "
      "from now on, besides half the available memory; 0: no budget."},
+    {"code_words", ur_py_code_words, METH_VARARGS,
+     "code_words(code, lo, hi) -> bytes\n\n"
+     "The 8-byte values at every unaligned offset of code that lie in [lo, hi) (packed "
+     "u64): pointers a JIT compiled into instructions."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,6 +43,7 @@ PyObject *ur_py_sweep(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *ur_py_nudge_thread(PyObject *self, PyObject *args);
 PyObject *ur_py_present_ranges(PyObject *self, PyObject *args);
 PyObject *ur_py_set_cache_budget(PyObject *self, PyObject *args);
+PyObject *ur_py_code_words(PyObject *self, PyObject *args);
 
 /* _native.sweep(release=session): the stopped Session to release once the
  * memory is copied (NULL with an exception set if it is not one), and the

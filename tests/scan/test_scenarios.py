@@ -42,6 +42,7 @@ def check_exact(target, **kw):
         "usable_slack.c",
         "atexit_block.c",
         "merged_pools.c",
+        "jit_code.c",
     ],
 )
 @pytest.mark.parametrize(
