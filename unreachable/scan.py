@@ -182,6 +182,7 @@ def _scan(
                 raise _KeptOutOfFork(capture.kept_out.too_big)
             # Memory the child lacks, read from the target while it was stopped.
             kept_out = capture.kept_out.words if forked else b""
+            kept_out_code = capture.kept_out.code if forked else b""
             child: ChildSweeper | None = None
             if in_child and forked:
                 if not target.header.child_box:
@@ -226,7 +227,7 @@ def _scan(
                         present,
                     )
                     regs += dtv_words(mem_pid, roots.dead_stacks)
-                    jit = code_words(mem_pid, mappings, heap)
+                    jit = code_words(mem_pid, mappings, heap, kept_out_code)
                     regs += jit
                     threads = options.mark_threads or default_mark_threads()
                     result = sweep_in_child(child, registry, roots, regs, mappings, threads)
@@ -253,7 +254,7 @@ def _scan(
                     present,
                 )
                 regs += dtv_words(memory, roots.dead_stacks)
-                jit = code_words(memory, mappings, heap)
+                jit = code_words(memory, mappings, heap, kept_out_code)
                 regs += jit
                 # Stopped in place: let it go once the walk's memory is read.
                 # A frozen child: read first all the same, for a marking team.

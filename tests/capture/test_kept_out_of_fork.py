@@ -53,6 +53,17 @@ def test_an_explicit_fork_reads_it_too(targets):
     assert report.snapshot == "fork"
 
 
+def test_jit_code_kept_out_is_read_at_every_offset(targets):
+    """V8 keeps its code space out of forks: the pointers compiled into
+    instructions there (roots/jit_code.py) count in a fork snapshot too."""
+    target = targets.start(PROGRAMS / "jit_code.c", "dontfork")
+    for snapshot in ("fork", "stopped"):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        _exact(target, report)
+        assert report.roots["code immediates"] >= 8
+    assert report.snapshot == "stopped"
+
+
 def test_too_much_of_it_takes_no_child_and_says_why(targets):
     target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
     report = scan(target.pid, ScanOptions())

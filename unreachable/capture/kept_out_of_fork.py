@@ -31,6 +31,7 @@ _PER_PROCESS = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 class KeptOut:
     mappings: list[Mapping] = field(default_factory=list)  # the target's, missing in the child
     words: bytes = b""  # their contents at the snapshot, present pages only
+    code: bytes = b""  # the part of words that is JIT code (roots/jit_code.py)
     too_big: str = ""  # why they were not read ("" when read, or when there are none)
 
 
@@ -56,14 +57,18 @@ def read_kept_out(pid: int, target_maps: str, child_maps: str) -> KeptOut:
     size = sum(e - b for b, e in spans)
     if size > KEPT_OUT_MAX_BYTES:
         return KeptOut(missing, too_big=f"{describe(missing)} ({size >> 20} MiB in use)")
-    parts = []
+    code = [(m.start, m.end) for m in missing if m.anonymous and m.executable]
+    parts, code_parts = [], []
     with memory_reader(pid) as read:
         for b, e in spans:
             try:
-                parts.append(read(b, e - b))
+                data = read(b, e - b)
             except OSError:
-                pass  # unreadable pages hold no roots
-    return KeptOut(missing, b"".join(parts))
+                continue  # unreadable pages hold no roots
+            parts.append(data)
+            if any(cb <= b < ce for cb, ce in code):
+                code_parts.append(data)
+    return KeptOut(missing, b"".join(parts), b"".join(code_parts))
 
 
 def describe(missing: list[Mapping]) -> str:

@@ -21,19 +21,23 @@ from unreachable.roots.glibc_heaps import Span
 
 
 def code_words(
-    memory: Memory, mappings: Sequence[Mapping], heap: dict[Mapping, list[Span]]
+    memory: Memory,
+    mappings: Sequence[Mapping],
+    heap: dict[Mapping, list[Span]],
+    read_before: bytes = b"",
 ) -> bytes:
     """Candidate pointers into the heap at unaligned offsets of JIT code
-    (packed u64)."""
+    (packed u64). read_before: code read earlier (what a fork snapshot's
+    child lacks, kept_out_of_fork.py)."""
     code = sorted((m.start, m.end) for m in mappings if m.anonymous and m.executable and m.readable)
     spans = [s for parts in heap.values() for s in parts]
     spans += [(m.start, m.end) for m in mappings if m.path == "[heap]"]
-    if not code or not spans:
+    if not (code or read_before) or not spans:
         return b""
     lo, hi = min(b for b, _ in spans), max(e for _, e in spans)
-    out = []
+    out = [_native.code_words(read_before, lo, hi)]
     with memory_reader(memory) as read:
-        for begin, end in present_ranges(memory, code):
+        for begin, end in present_ranges(memory, code) if code else []:
             try:
                 out.append(_native.code_words(read(begin, end - begin), lo, hi))
             except OSError:

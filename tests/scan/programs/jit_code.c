@@ -2,7 +2,8 @@
  * the program generated (movabs rax, imm64 at byte 2: unaligned), as a JIT
  * keeps an inline cache's data: kept. The same bytes in a page that is not
  * code are an unaligned copy, no reference: that block leaks, and so does
- * one dropped. */
+ * one dropped. With "dontfork", the code is kept out of forks, as V8 keeps
+ * its code space: a fork snapshot reads it from the target in its pause. */
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -16,10 +17,12 @@ static unsigned char *movabs(unsigned char *at, void *imm) {
   return at;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   unsigned char *code = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   unsigned char *data = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (code == MAP_FAILED || data == MAP_FAILED) return 1;
+  if (argc > 1 && strcmp(argv[1], "dontfork") == 0 && madvise(code, 4096, MADV_DONTFORK) != 0)
+    return 1;
   movabs(code + 16, malloc(48));
   if (mprotect(code, 4096, PROT_READ | PROT_EXEC) != 0) return 1;
   /* The generated code runs: it returns the block's address. */
