@@ -36,10 +36,13 @@ def code_words(
         return b""
     lo, hi = min(b for b, _ in spans), max(e for _, e in spans)
     out = [_native.code_words(read_before, lo, hi)]
-    with memory_reader(memory) as read:
-        for begin, end in present_ranges(memory, code) if code else []:
-            try:
-                out.append(_native.code_words(read(begin, end - begin), lo, hi))
-            except OSError:
-                continue  # unreadable: no code to read
+    try:
+        with memory_reader(memory) as read:
+            for begin, end in present_ranges(memory, code) if code else []:
+                try:
+                    out.append(_native.code_words(read(begin, end - begin), lo, hi))
+                except OSError:
+                    continue  # unreadable: no code to read
+    except OSError:
+        pass  # the process is going away: the sweep that follows says so
     return b"".join(out)
