@@ -43,14 +43,14 @@ from unreachable.process.cgroup_memory import (
     no_room_for_outside_sweep,
     scanner_cache_budget,
 )
-from unreachable.process.maps import read_maps
+from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import Memory, memory_reader, present_ranges
 from unreachable.process.status import resident_anonymous_bytes
 from unreachable.report.model import LeakEntry, ScanReport, leak_counts
-from unreachable.roots.classify import classify, register_words
+from unreachable.roots.classify import Roots, classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
-from unreachable.roots.glibc_heaps import MAX_LISTED, heap_parts, registry_blocks_in
+from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry_blocks_in
 from unreachable.roots.jit_code import code_words
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
@@ -212,23 +212,27 @@ def _scan(
                 [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
             )
             regs = values
+
+            def roots_in(where: Memory, heap: dict[Mapping, list[Span]]) -> tuple[Roots, bytes]:
+                """The roots, and the JIT code's immediates (also roots)."""
+                found = classify(
+                    mappings,
+                    sps,
+                    registry,
+                    target.shim.path,
+                    [arena] if arena else [],
+                    heap,
+                    present,
+                )
+                return found, code_words(where, mappings, heap, kept_out_code)
+
             result: SweepResult | None = None
             if child is not None:
                 try:
                     heap = heap_parts(mem_pid, mappings, partial(child.blocks_in, cap=MAX_LISTED))
                     note("allocations")
-                    roots = classify(
-                        mappings,
-                        sps,
-                        registry,
-                        target.shim.path,
-                        [arena] if arena else [],
-                        heap,
-                        present,
-                    )
-                    regs += dtv_words(mem_pid, roots.dead_stacks)
-                    jit = code_words(mem_pid, mappings, heap, kept_out_code)
-                    regs += jit
+                    roots, jit = roots_in(mem_pid, heap)
+                    regs += dtv_words(mem_pid, roots.dead_stacks) + jit
                     threads = options.mark_threads or default_mark_threads()
                     result = sweep_in_child(child, registry, roots, regs, mappings, threads)
                 except ChildSweepFailed as e:
@@ -243,19 +247,10 @@ def _scan(
                     regs = values
             if result is None:
                 note("allocations")
-                heap = heap_parts(memory, mappings, registry_blocks_in(registry))
-                roots = classify(
-                    mappings,
-                    sps,
-                    registry,
-                    target.shim.path,
-                    [arena] if arena else [],
-                    heap,
-                    present,
+                roots, jit = roots_in(
+                    memory, heap_parts(memory, mappings, registry_blocks_in(registry))
                 )
-                regs += dtv_words(memory, roots.dead_stacks)
-                jit = code_words(memory, mappings, heap, kept_out_code)
-                regs += jit
+                regs += dtv_words(memory, roots.dead_stacks) + jit
                 # Stopped in place: let it go once the walk's memory is read.
                 # A frozen child: read first all the same, for a marking team.
                 stopped = capture.snapshot == "stopped"
