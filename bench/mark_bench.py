@@ -33,6 +33,8 @@ SOURCES = [
         MARK / name
         for name in (
             "heap_walker.c",
+            "ref_graph.c",
+            "page_index.c",
             "alloc.c",
             "radix_sort.c",
             "mem_direct.c",

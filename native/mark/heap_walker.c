@@ -19,6 +19,11 @@ static uint64_t count_buckets(const struct ur_walker *w, unsigned shift) {
   return total;
 }
 
+/* The page index's budget: 8 bytes per allocation (a heap of 64-byte blocks
+ * needs about 5) and a fixed megabyte. */
+#define PAGE_INDEX_BYTES_PER_ALLOC 8
+#define PAGE_INDEX_FIXED_BYTES (UINT64_C(1) << 20)
+
 static void build_buckets(struct ur_walker *w) {
   /* The smallest buckets (from 256 bytes) that keep the index within about
    * two entries per allocation: then the search inside a bucket is a step or
@@ -92,10 +97,13 @@ int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allo
     k++;
   }
   w->n = k;
+  w->max_edges = UR_GRAPH_EDGES_PER_ALLOC * (uint64_t)k + UR_GRAPH_EDGES_FIXED;
   if (k) {
     w->lo = w->begin[0];
     w->hi = prev_end;
     build_buckets(w);
+    uint64_t page_bytes = PAGE_INDEX_BYTES_PER_ALLOC * (uint64_t)k + PAGE_INDEX_FIXED_BYTES;
+    if (ur_page_index_build(&w->pages, w->begin, w->end, k, page_bytes) < 0) goto nomem;
   }
   return 0;
 nomem:
@@ -109,6 +117,8 @@ void ur_walker_free(struct ur_walker *w) {
   ur_big_free(w->orig);
   ur_big_free(w->marked);
   ur_big_free(w->buckets);
+  ur_page_index_free(&w->pages);
+  ur_ref_graph_free(&w->graph);
   memset(w, 0, sizeof(*w));
 }
 
@@ -158,6 +168,7 @@ struct marker {
   uint32_t *todo;
   size_t todo_len, todo_cap;
   uint64_t bytes_scanned;
+  int graph; /* follow the reference graph's edges, not the blocks' words */
 };
 
 /* Room for n more entries on the work stack. */
@@ -178,15 +189,18 @@ static int push_todo(struct marker *m, uint32_t idx) {
   return 0;
 }
 
-static int mark_hit(void *ctx, size_t idx) {
-  struct marker *m = ctx;
+/* Mark block idx for this thread: 0 if it was marked already. */
+static int claim(struct marker *m, size_t idx) {
   uint8_t *mark = &m->w->marked[idx];
   if (__atomic_load_n(mark, __ATOMIC_RELAXED)) return 0;
-  if (m->pool) {
-    if (__atomic_exchange_n(mark, 1, __ATOMIC_RELAXED)) return 0; /* another thread's now */
-  } else {
-    *mark = 1;
-  }
+  if (m->pool) return !__atomic_exchange_n(mark, 1, __ATOMIC_RELAXED); /* else another thread's */
+  *mark = 1;
+  return 1;
+}
+
+static int mark_hit(void *ctx, size_t idx) {
+  struct marker *m = ctx;
+  if (!claim(m, idx)) return 0;
   /* Popped soon (the work stack is LIFO): have its first line on the way. */
   ur_mem_prefetch(m->mem, m->w->begin[idx]);
   return push_todo(m, (uint32_t)idx);
@@ -221,18 +235,22 @@ struct view {
 static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
   const struct ur_walker *w = m->w;
   size_t lo[MAX_CANDIDATES], hi[MAX_CANDIDATES];
+  ssize_t found[MAX_CANDIDATES];
   for (size_t i = 0; i < nc; i++) {
-    if (!ur_walker_range(w, cand[i], &lo[i], &hi[i])) {
-      hi[i] = lo[i] = 0;
+    hi[i] = lo[i] = 0;
+    if ((found[i] = ur_page_find(&w->pages, w->end, cand[i])) != UR_PAGE_UNKNOWN) {
+      if (found[i] >= 0) __builtin_prefetch(&w->marked[found[i]]);
       continue;
     }
+    if (!ur_walker_range(w, cand[i], &lo[i], &hi[i])) continue;
     __builtin_prefetch(&w->begin[lo[i]]);
     __builtin_prefetch(&w->end[lo[i]]);
     __builtin_prefetch(&w->marked[lo[i]]);
   }
   for (size_t i = 0; i < nc; i++) {
-    if (hi[i] == lo[i]) continue;
-    ssize_t idx = ur_walker_search(w, cand[i], lo[i], hi[i]);
+    ssize_t idx = found[i];
+    if (idx == UR_PAGE_UNKNOWN)
+      idx = hi[i] == lo[i] ? -1 : ur_walker_search(w, cand[i], lo[i], hi[i]);
     if (idx >= 0) {
       int r = mark_hit(m, (size_t)idx);
       if (r) return r;
@@ -257,7 +275,10 @@ static int share(struct marker *m) {
   if (n > SHARE_MAX) n = SHARE_MAX;
   int r = ur_work_pool_give(m->pool, m->todo, n);
   if (r) return r;
-  memmove(m->todo, m->todo + n, (m->todo_len - n) * sizeof(*m->todo));
+  /* The top n fill the gap (n <= half: no overlap). Moving the whole stack
+   * down cost a copy of it per share: seconds for a block holding 9M
+   * pointers, whose targets all sit on one stack. */
+  memcpy(m->todo, m->todo + m->todo_len - n, n * sizeof(*m->todo));
   m->todo_len -= n;
   return 0;
 }
@@ -311,8 +332,7 @@ static int scan_oldest(struct marker *m, struct pipeline *pl) {
       if (r) return r;
     }
     pl->cand[pl->nc++] = v;
-    if (w->buckets)
-      __builtin_prefetch(&w->buckets[ur_bucket_hash((v >> w->bucket_shift) + 1) & w->bucket_mask]);
+    __builtin_prefetch(ur_walker_lookup_line(w, v));
   }
   m->bytes_scanned += it->avail;
   it->addr += 8 * (uint64_t)nwords;
@@ -346,10 +366,50 @@ static int drain(struct marker *m) {
   }
 }
 
+/*
+ * Marking along a built graph. A block costs a few loads (its edge run,
+ * its targets' mark bytes), mostly in cache; they overlap as the block's
+ * graph entry is prefetched when it is marked and the edge runs of
+ * GRAPH_BATCH blocks off the stack are prefetched together before any is
+ * followed. A team shares work as the walk does.
+ */
+#define GRAPH_BATCH 64
+
+static int graph_hit(void *ctx, size_t idx) {
+  struct marker *m = ctx;
+  if (!claim(m, idx)) return 0;
+  __builtin_prefetch(&m->w->graph.first[idx]);
+  return push_todo(m, (uint32_t)idx);
+}
+
+static int graph_drain(struct marker *m) {
+  const struct ur_ref_graph *g = &m->w->graph;
+  while (m->todo_len) {
+    if (m->pool && m->todo_len >= SHARE_MIN && ur_work_pool_hungry(m->pool)) {
+      int r = share(m);
+      if (r) return r;
+    }
+    size_t k = m->todo_len < GRAPH_BATCH ? m->todo_len : GRAPH_BATCH;
+    const uint32_t *to[GRAPH_BATCH];
+    size_t count[GRAPH_BATCH];
+    m->todo_len -= k;
+    for (size_t i = 0; i < k; i++) {
+      to[i] = ur_ref_graph_edges(g, m->todo[m->todo_len + i], &count[i]);
+      __builtin_prefetch(to[i]);
+    }
+    for (size_t i = 0; i < k; i++)
+      for (size_t e = 0; e < count[i]; e++) {
+        int r = graph_hit(m, to[i][e]);
+        if (r) return r;
+      }
+  }
+  return 0;
+}
+
 /* Drain, then take from the pool, until the team has nothing left. */
 static int work(struct marker *m) {
   for (;;) {
-    int r = drain(m);
+    int r = m->graph ? graph_drain(m) : drain(m);
     if (r) return r;
     if (!m->pool) return 0;
     if ((r = reserve_todo(m, SHARE_MAX)) != 0) return r;
@@ -362,16 +422,16 @@ static int work(struct marker *m) {
  * given work as its stack grows. */
 static int mark_roots(struct marker *m, const uint64_t *ranges, size_t nranges,
                       const uint64_t *values, size_t nvalues) {
+  ur_hit_fn hit = m->graph ? graph_hit : mark_hit;
   for (size_t i = 0; i < nranges; i++) {
-    int r = scan_range(m->w, m->mem, &m->bytes_scanned, ranges[2 * i], ranges[2 * i + 1],
-                       mark_hit, m);
-    if (!r) r = drain(m);
+    int r = scan_range(m->w, m->mem, &m->bytes_scanned, ranges[2 * i], ranges[2 * i + 1], hit, m);
+    if (!r) r = m->graph ? graph_drain(m) : drain(m);
     if (r) return r;
   }
   for (size_t i = 0; i < nvalues; i++) {
     ssize_t idx = ur_walker_find(m->w, values[i]);
     if (idx >= 0) {
-      int r = mark_hit(m, (size_t)idx);
+      int r = hit(m, (size_t)idx);
       if (r) return r;
     }
   }
@@ -399,19 +459,27 @@ int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigne
                         const uint64_t *values, size_t nvalues) {
   w->marked_by = 1;
   if (!w->n) return 0;
+  int graph = 0;
+  if (w->max_edges) {
+    /* A heap denser in pointers than the budget is marked by walking, as
+     * is one whose graph finds no memory (the walk needs less). */
+    int rc = ur_ref_graph_build(w, mems, n, ops, w->max_edges);
+    if (rc != 0 && rc != -E2BIG && rc != -ENOMEM) return rc;
+    graph = rc == 0;
+  }
   if (n > UR_WALKER_MAX_TEAM) n = UR_WALKER_MAX_TEAM;
   if (!ops || n < 1) n = 1;
   struct helper_job *jobs = n > 1 ? ur_big_calloc(n - 1, sizeof(*jobs)) : NULL;
   if (!jobs) n = 1;
   struct ur_work_pool pool;
   ur_work_pool_init(&pool, n);
-  struct marker lead = {.w = w, .mem = mems[0], .pool = n > 1 ? &pool : NULL};
+  struct marker lead = {.w = w, .mem = mems[0], .pool = n > 1 ? &pool : NULL, .graph = graph};
   /* Helpers that fail to start never join in: the count is settled before
    * the lead marks anything, so no one can wait for a missing thread. */
   unsigned started = 0;
   for (unsigned k = 1; k < n; k++) {
     struct helper_job *job = &jobs[started];
-    job->m = (struct marker){.w = w, .mem = mems[k], .pool = &pool};
+    job->m = (struct marker){.w = w, .mem = mems[k], .pool = &pool, .graph = graph};
     if (ops->start(ops->ctx, helper_main, job) == 0) started++;
     else ur_work_pool_leave(&pool);
   }

@@ -3,13 +3,19 @@
  * HeapWalker). Allocations come from the shim's registry, not from the
  * mappings, so the set is given up front as (begin, size) pairs.
  *
- * Lookup: a min/max reject throws out most non-pointer words; the rest go to
- * a hash of address buckets (256 bytes and up) holding the run of allocations
- * overlapping each bucket, then a short binary search inside that run. A
- * plain binary search over 10M begins costs ~20 dependent cache and TLB
- * misses per pointer; the bucket costs one or two. Marking is an explicit
- * work stack, so depth (a 10M-element linked list) costs memory, never C
- * stack.
+ * Lookup: a min/max reject throws out most non-pointer words; the rest go
+ * to the page index (page_index.h: pages dense in small blocks, answered
+ * from bitmaps) and otherwise to a hash of address buckets (256 bytes and
+ * up) holding the run of allocations overlapping each bucket, then a short
+ * binary search inside that run. A plain binary search over 10M begins costs
+ * ~20 dependent cache and TLB misses per pointer; the bucket costs one or
+ * two, a page entry one.
+ *
+ * Marking: first the reference graph (ref_graph.h: every block read once in
+ * address order, by a team), then a breadth-first walk of its edges from
+ * the roots. Past the graph's budget the mark walks the heap itself from
+ * the roots instead, a team sharing work stacks. Either is iterative, so
+ * depth (a 10M-element linked list) costs memory, never C stack.
  *
  * Shared by the scanner and the forked snapshot child (native/shim/child.c):
  * memory comes from alloc.h (mmap, never malloc) and is read through mem.h.
@@ -22,6 +28,8 @@
 #include <sys/types.h>
 
 #include "mem.h"
+#include "page_index.h"
+#include "ref_graph.h"
 
 #define UR_WALKER_MAX_ALLOCS (UINT32_MAX - 1)
 
@@ -40,9 +48,13 @@ struct ur_walker {
   uint64_t bytes_scanned;
   uint64_t handed_over; /* blocks one marking thread gave another (ur_walker_mark_team) */
   unsigned marked_by;   /* threads that took part in the last mark (helpers that started) */
+  struct ur_page_index pages; /* pages dense in small blocks, looked up first */
   struct ur_bucket *buckets; /* NULL: plain binary search */
   uint64_t bucket_mask;
   unsigned bucket_shift;
+  uint64_t max_edges;        /* the reference graph's budget; 0: mark by walking */
+  struct ur_ref_graph graph; /* valid when has_graph: built by the last mark */
+  int has_graph;
 };
 
 struct ur_bucket {
@@ -98,11 +110,22 @@ static inline ssize_t ur_walker_search(const struct ur_walker *w, uint64_t v, si
   return (*base <= v && v < w->end[i]) ? (ssize_t)i : -1;
 }
 
+/* Where v's lookup starts: its page entry if pages are indexed, else its
+ * bucket (a prefetch hint for a word read now and looked up soon). */
+static inline const void *ur_walker_lookup_line(const struct ur_walker *w, uint64_t v) {
+  if (w->pages.slots) return ur_page_slot(&w->pages, v);
+  if (w->buckets) return &w->buckets[ur_bucket_hash((v >> w->bucket_shift) + 1) & w->bucket_mask];
+  return w->begin;
+}
+
 /* Sorted index of the allocation containing v, or -1. One past the end is
  * outside. */
 static inline ssize_t ur_walker_find(const struct ur_walker *w, uint64_t v) {
   size_t lo, hi;
-  if (v - w->lo >= w->hi - w->lo || !ur_walker_range(w, v, &lo, &hi)) return -1;
+  if (v - w->lo >= w->hi - w->lo) return -1;
+  ssize_t idx = ur_page_find(&w->pages, w->end, v);
+  if (idx != UR_PAGE_UNKNOWN) return idx;
+  if (!ur_walker_range(w, v, &lo, &hi)) return -1;
   return ur_walker_search(w, v, lo, hi);
 }
 

@@ -290,7 +290,14 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
     off[v] = ec.nadj;
     ec.self = (uint32_t)v;
     uint32_t i = sorted_idx[v];
-    if ((rc = ur_walker_scan(w, w->begin[i], w->end[i], edge_hit, &ec)) != 0) goto out;
+    if (w->has_graph) {
+      size_t count;
+      const uint32_t *to = ur_ref_graph_edges(&w->graph, i, &count);
+      for (size_t e = 0; e < count; e++)
+        if ((rc = edge_hit(&ec, to[e])) != 0) goto out;
+    } else if ((rc = ur_walker_scan(w, w->begin[i], w->end[i], edge_hit, &ec)) != 0) {
+      goto out;
+    }
   }
   off[n] = ec.nadj;
   if ((rc = ur_fold_graph(n, size, off, ec.adj, &leaks, &nleaks)) < 0) goto out;

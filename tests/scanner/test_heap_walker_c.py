@@ -29,6 +29,8 @@ CORE = [
             "radix_sort.c",
             "heap_walker.c",
             "leak_folding.c",
+            "ref_graph.c",
+            "page_index.c",
             "sweep_core.c",
             "mem_direct.c",
             "raw_thread.c",
@@ -38,23 +40,28 @@ CORE = [
 ]
 
 
-# (build, marking threads): TSan only checks the teams. "frozen": the /proc
-# reader loaded once and frozen, the team reading it through views of their
-# own, as a copy snapshot (or stopped mode once released) is swept.
+# (build, marking threads, how it marks): TSan only checks the teams.
+# "frozen": the /proc reader loaded once and frozen, the team reading it
+# through views of their own, as a copy snapshot (or stopped mode once
+# released) is swept. "graph": the reference graph (the default); "walk":
+# its fallback for heaps too dense in pointers, marking from the roots.
 VARIANTS = [
-    ("proc", 1),
-    ("proc", 4),
-    ("direct", 1),
-    ("direct", 4),
-    ("tsan", 4),
-    ("frozen", 4),
-    ("tsan-frozen", 4),
+    ("proc", 1, "graph"),
+    ("proc", 4, "graph"),
+    ("direct", 1, "graph"),
+    ("direct", 4, "graph"),
+    ("tsan", 4, "graph"),
+    ("frozen", 4, "graph"),
+    ("tsan-frozen", 4, "graph"),
+    ("proc", 1, "walk"),
+    ("direct", 4, "walk"),
+    ("tsan", 4, "walk"),
 ]
 
 
-@pytest.fixture(scope="module", params=VARIANTS, ids=[f"{k}-{n}" for k, n in VARIANTS])
-def harness(request: pytest.FixtureRequest) -> tuple[Path, int]:
-    kind, team = request.param
+@pytest.fixture(scope="module", params=VARIANTS, ids=[f"{k}-{n}-{m}" for k, n, m in VARIANTS])
+def harness(request: pytest.FixtureRequest) -> tuple[Path, int, str]:
+    kind, team, mark = request.param
     exe = build(
         [HARNESS, *CORE],
         name=f"walker_test_{kind}",
@@ -68,7 +75,7 @@ def harness(request: pytest.FixtureRequest) -> tuple[Path, int]:
         ldflags=["-fsanitize=thread"] if kind.startswith("tsan") else None,
         sanitize=kind in ("proc", "frozen"),
     )
-    return exe, team
+    return exe, team, mark
 
 
 def _cases() -> list[str]:
@@ -79,9 +86,10 @@ def _cases() -> list[str]:
 
 
 @pytest.mark.parametrize("case", _cases())
-def test_c_unit(harness: tuple[Path, int], case: str) -> None:
-    exe, team = harness
+def test_c_unit(harness: tuple[Path, int, str], case: str) -> None:
+    exe, team, mark = harness
     env = {
+        **({"UR_TEST_MAX_EDGES": "0"} if mark == "walk" else {}),
         "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
         "UBSAN_OPTIONS": "print_stacktrace=1",
         "TSAN_OPTIONS": "halt_on_error=1",

@@ -28,15 +28,17 @@ _UNLIMITED = 1 << 62
 # What a snapshot child charges besides page tables: its stacks and inbox,
 # and copies of the pages the target writes during a scan.
 FORK_MARGIN = 32 << 20
-# The in-child sweep's scratch per live allocation (the index, the mark and
-# fold arrays: ~40-50 bytes measured, docs/pause.md) and its fixed part.
-CHILD_BYTES_PER_ALLOCATION = 64
+# The in-child sweep's scratch per live allocation (the index, the
+# reference graph, the mark and fold arrays: ~55-65 bytes measured,
+# docs/pause.md) and its fixed part.
+CHILD_BYTES_PER_ALLOCATION = 80
 CHILD_FIXED_BYTES = 16 << 20
 # A sweep from outside, in the scanner, per live allocation: the registry
-# read out of the target, the index, the mark and fold arrays, the leak
-# records (measured: ~128 bytes per allocation and ~75 more per leaked one,
-# so this holds up to two thirds leaked; docs/pause.md), and its fixed part.
-SCANNER_BYTES_PER_ALLOCATION = 176
+# read out of the target, the index, the reference graph, the mark and fold
+# arrays, the leak records (measured: ~145 bytes per allocation and ~63 more
+# per leaked one, so this holds even when every block leaked;
+# docs/pause.md), and its fixed part.
+SCANNER_BYTES_PER_ALLOCATION = 208
 SCANNER_FIXED_BYTES = 16 << 20
 
 _V1 = ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_")

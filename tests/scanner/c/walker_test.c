@@ -61,6 +61,8 @@ struct result {
   size_t overlapping;
   uint64_t unreachable_bytes;
   uint64_t handed_over;
+  unsigned marked_by;
+  int graph;
 };
 
 static uint64_t allocs[4096 * 2];
@@ -106,6 +108,13 @@ static size_t readable_ranges(uint64_t *out, size_t cap) {
 /* UR_TEST_TEAM=N: every sweep marks with N threads, each reading through a
  * backend of its own: raw clones with direct loads (as the snapshot child
  * runs them), pthreads under the sanitizers with the /proc reader. */
+/* UR_TEST_MAX_EDGES=N: the reference graph's budget (0: mark by walking,
+ * tiny: the build gives up and the walk takes over). */
+static void set_edge_budget(struct ur_walker *w) {
+  const char *s = getenv("UR_TEST_MAX_EDGES");
+  if (s) w->max_edges = strtoull(s, NULL, 0);
+}
+
 static unsigned team_size(void) {
   const char *s = getenv("UR_TEST_TEAM");
   unsigned n = s ? (unsigned)atoi(s) : 1;
@@ -155,12 +164,18 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
 #endif
   struct ur_walker w;
   CHECK_EQ(ur_walker_init(&w, mems[0], a, na), 0);
+  set_edge_budget(&w);
   if (nteam > 1)
     CHECK_EQ(ur_walker_mark_team(&w, mems, nteam, &ops, r, nr, v, nv), 0);
   else
     CHECK_EQ(ur_walker_mark(&w, r, nr, v, nv), 0);
   memset(res, 0, sizeof(*res));
   res->handed_over = w.handed_over;
+  res->marked_by = w.marked_by;
+  res->graph = w.has_graph;
+  /* Marking by graph is the default; a budget it fits in is no fallback. */
+  const char *budget = getenv("UR_TEST_MAX_EDGES");
+  if (!budget && w.n) CHECK(w.has_graph);
   CHECK_EQ(ur_fold_leaks(&w, &res->unreachable, &res->nunreachable, &res->leaks, &res->nleaks),
            0);
   for (size_t i = 0; i < res->nunreachable; i++) {
@@ -736,8 +751,9 @@ static void t_scale_random(void) {
   uint64_t r[2] = {(uint64_t)(uintptr_t)rootv, (uint64_t)(uintptr_t)(rootv + SCALE_N / 10)};
   struct result res;
   sweep_with(a, SCALE_N, r, 1, NULL, 0, &res);
-  /* A team shares this much work (else it marked alone, however right). */
-  if (team_size() > 1) CHECK(res.handed_over > 0);
+  /* A team shares this much work (else it marked alone, however right):
+   * the graph's build and its walk, or the walk of the heap. */
+  if (team_size() > 1) CHECK(res.marked_by > 1 && res.handed_over > 0);
   /* Cross-check marking against a plain BFS over the same graph. */
   uint8_t *live = calloc(SCALE_N, 1);
   uint32_t *q = malloc(SCALE_N * sizeof(*q));
@@ -833,6 +849,7 @@ static void mark_through_4_chunks(char **blocks, size_t n, size_t sz, size_t liv
   CHECK_EQ(m.max_chunks, 4);
   struct ur_walker w;
   CHECK_EQ(ur_walker_init(&w, &m.mem, a, n), 0);
+  set_edge_budget(&w);
   CHECK_EQ(ur_walker_mark(&w, r, 1, NULL, 0), 0);
   for (size_t i = 0; i < w.n; i++) CHECK_EQ(w.marked[i], w.orig[i] < live);
   CHECK(m.used_chunks <= 4);
@@ -865,6 +882,108 @@ static void t_cache_tree(void) {
     if (2 * j + 2 < cnt) memcpy(blocks[k] + ((sz - 8) & ~(size_t)7), &blocks[base + 2 * j + 2], 8);
   }
   mark_through_4_chunks(blocks, n, sz, live);
+}
+
+/* ---- page index and reference graph ---- */
+
+/* The containing block by brute force: the reference for ur_walker_find. */
+static ssize_t find_slowly(const struct ur_walker *w, uint64_t v) {
+  for (size_t i = 0; i < w->n; i++)
+    if (w->begin[i] <= v && v < w->end[i]) return (ssize_t)i;
+  return -1;
+}
+
+static void t_page_index(void) {
+  /* Blocks dense enough to be indexed, of every small size and gap, some
+   * reaching across a page into the next, a few big ones spanning pages,
+   * some pages with a block off the 16-byte grid: every address of the span
+   * (and a little beyond) finds what a linear search finds. */
+  static uint64_t a[2 * 3000];
+  size_t n = 0;
+  uint64_t at = 0x100000;
+  for (size_t i = 0; i < 3000; i++) {
+    uint64_t size = i % 97 == 0 ? 4096 + rnd() % 9000 : rnd() % 100;
+    uint64_t gap = (rnd() % 4) * 16;
+    at += gap;
+    if (i % 211 == 5) at += 8; /* off the grid: that page is left to the buckets */
+    a[2 * n] = at;
+    a[2 * n + 1] = size;
+    n++;
+    at += size ? size : 1;
+    at = (at + 15) & ~UINT64_C(15);
+  }
+  struct ur_mem m = {0};
+  struct ur_walker w;
+  CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
+  CHECK(w.pages.slots != NULL);
+  CHECK(w.pages.pages > 10);
+  size_t irregular = 0;
+  for (uint64_t i = 0; i <= w.pages.mask; i++) irregular += w.pages.slots[i].irregular;
+  CHECK(irregular > 0);
+  size_t hits = 0;
+  for (uint64_t v = 0x100000 - 64; v < at + 64; v++) {
+    ssize_t want = find_slowly(&w, v);
+    CHECK_EQ(ur_walker_find(&w, v), want);
+    hits += want >= 0;
+  }
+  CHECK(hits > 0);
+  ur_walker_free(&w);
+}
+
+static void t_graph_budget(void) {
+  /* More edges than the budget: the build gives up and the walk marks, with
+   * the same result; a budget the heap fits keeps the graph. A block points
+   * to its successor many times over (one edge) and to itself (none). */
+  enum { N = 64 };
+  static uintptr_t blocks[N][8];
+  for (size_t i = 0; i < N; i++) {
+    for (size_t k = 0; k < 6; k++) blocks[i][k] = (uintptr_t)blocks[(i + 1) % N];
+    blocks[i][6] = (uintptr_t)&blocks[i][3];
+    blocks[i][7] = (uintptr_t)blocks[(i + 5) % N];
+  }
+  blocks[N / 2 - 1][0] = 0; /* the ring broken after block N/2 - 1 */
+  for (size_t k = 1; k < 6; k++) blocks[N / 2 - 1][k] = 0;
+  blocks[N / 2 - 1][7] = 0;
+  escape(blocks);
+  reset();
+  for (size_t i = 0; i < N; i++) alloc(BEGIN(blocks[i]), END(blocks[i]));
+  uintptr_t rw[1] = {(uintptr_t)blocks[N / 2]};
+  escape(rw);
+  root(BEGIN(rw), END(rw));
+  struct result base, small, fits;
+  unsetenv("UR_TEST_MAX_EDGES");
+  sweep(&base);
+  CHECK(base.graph);
+  setenv("UR_TEST_MAX_EDGES", "3", 1);
+  sweep(&small);
+  CHECK(!small.graph);
+  setenv("UR_TEST_MAX_EDGES", "128", 1); /* two edges a block */
+  sweep(&fits);
+  CHECK(fits.graph);
+  unsetenv("UR_TEST_MAX_EDGES");
+  /* Blocks N/2..N-1 reach 0..N/2-1 by the ring and the +5 jumps: all live. */
+  CHECK_EQ(base.nunreachable, 0);
+  CHECK_EQ(small.nunreachable, 0);
+  CHECK_EQ(fits.nunreachable, 0);
+  result_free(&base);
+  result_free(&small);
+  result_free(&fits);
+  /* Unrooted, the folding sees one leak holding the rest, graph or walk. */
+  nroots = 0;
+  sweep(&base);
+  setenv("UR_TEST_MAX_EDGES", "3", 1);
+  sweep(&small);
+  unsetenv("UR_TEST_MAX_EDGES");
+  CHECK(base.graph && !small.graph);
+  CHECK_EQ(base.nleaks, small.nleaks);
+  CHECK_EQ(base.nunreachable, N);
+  for (size_t i = 0; i < base.nleaks; i++) {
+    CHECK_EQ(base.leaks[i].index, small.leaks[i].index);
+    CHECK_EQ(base.leaks[i].referenced_count, small.leaks[i].referenced_count);
+    CHECK_EQ(base.leaks[i].referenced_size, small.leaks[i].referenced_size);
+  }
+  result_free(&base);
+  result_free(&small);
 }
 
 struct test {
@@ -901,6 +1020,8 @@ static const struct test tests[] = {
     {"radix_sort", t_radix_sort},
     {"cache_eviction", t_cache_eviction},
     {"cache_tree", t_cache_tree},
+    {"page_index", t_page_index},
+    {"graph_budget", t_graph_budget},
 };
 
 int main(int argc, char **argv) {

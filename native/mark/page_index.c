@@ -1,0 +1,85 @@
+#include "page_index.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "alloc.h"
+
+#define PAGE_BYTES ((uint64_t)1 << UR_PAGE_INDEX_SHIFT)
+#define GRANULES 64
+
+/* Slots for `pages` entries: at most half full. */
+static uint64_t slots_for(size_t pages) {
+  uint64_t size = 1;
+  while (size < 2 * (uint64_t)pages) size <<= 1;
+  return size;
+}
+
+static struct ur_page_entry *slot_for(struct ur_page_index *pi, uint64_t page) {
+  uint64_t key = page + 1;
+  for (uint64_t i = ur_page_hash(key) & pi->mask;; i = (i + 1) & pi->mask) {
+    struct ur_page_entry *e = &pi->slots[i];
+    if (e->key == key || !e->key) return e;
+  }
+}
+
+/* Granules of page wholly inside [b, e). */
+static void mark_full(struct ur_page_entry *p, uint64_t page, uint64_t b, uint64_t e) {
+  uint64_t start = page * PAGE_BYTES;
+  if (e <= start) return;
+  uint64_t lo = b <= start ? 0 : (b - start + 15) >> UR_GRANULE_SHIFT;
+  uint64_t hi = e >= start + PAGE_BYTES ? GRANULES : (e - start) >> UR_GRANULE_SHIFT;
+  if (lo >= hi) return;
+  uint64_t bits = hi - lo == 64 ? ~UINT64_C(0) : ((UINT64_C(1) << (hi - lo)) - 1) << lo;
+  p->full |= bits;
+}
+
+int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const uint64_t *end,
+                        size_t n, uint64_t max_bytes) {
+  memset(pi, 0, sizeof(*pi));
+  /* Pages by how many blocks begin there: dense[k] counts pages with at
+   * least 2^k begins. */
+  size_t dense[8] = {0};
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
+    while (j < n && begin[j] >> UR_PAGE_INDEX_SHIFT == page) j++;
+    for (unsigned k = 1; k < 8 && (j - i) >> k; k++) dense[k]++;
+    i = j;
+  }
+  unsigned min_log = 1;
+  while (min_log < 7 && slots_for(dense[min_log]) * sizeof(struct ur_page_entry) > max_bytes)
+    min_log++;
+  if (!dense[min_log] || slots_for(dense[min_log]) * sizeof(struct ur_page_entry) > max_bytes)
+    return 0;
+  size_t min_begins = (size_t)1 << min_log;
+  uint64_t size = slots_for(dense[min_log]);
+  pi->slots = ur_big_calloc(size, sizeof(*pi->slots));
+  if (!pi->slots) return -ENOMEM;
+  pi->mask = size - 1;
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
+    while (j < n && begin[j] >> UR_PAGE_INDEX_SHIFT == page) j++;
+    if (j - i >= min_begins) {
+      struct ur_page_entry *p = slot_for(pi, page);
+      *p = (struct ur_page_entry){.key = page + 1, .base = (uint32_t)i};
+      /* Blocks do not overlap, so the only one reaching into the page from
+       * below is the one just before its first begin. */
+      if (i > 0) mark_full(p, page, begin[i - 1], end[i - 1]);
+      for (size_t k = i; k < j; k++) {
+        if (begin[k] & ((1u << UR_GRANULE_SHIFT) - 1)) p->irregular = 1;
+        p->starts |= UINT64_C(1) << ((begin[k] >> UR_GRANULE_SHIFT) & 63);
+        mark_full(p, page, begin[k], end[k]);
+      }
+      pi->pages++;
+    }
+    i = j;
+  }
+  return 0;
+}
+
+void ur_page_index_free(struct ur_page_index *pi) {
+  ur_big_free(pi->slots);
+  memset(pi, 0, sizeof(*pi));
+}

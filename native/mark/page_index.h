@@ -1,0 +1,79 @@
+/*
+ * Pointer lookup for pages dense in small blocks, without a search.
+ *
+ * For each 1 KiB page where several blocks begin: a bitmap of the 16-byte
+ * granules where a block begins, one of the granules wholly inside a block,
+ * and the sorted index of the first block beginning in the page. A pointer's
+ * block is then that index plus the begins at or below its granule, less
+ * one; only a pointer into a block's last, partial granule reads the
+ * block's end. One 32-byte entry, one cache line, where the bucket index
+ * (heap_walker.h) costs a bucket, then begin and end entries: three misses
+ * per pointer on a heap of small blocks, the whole cost of a graph build.
+ *
+ * Pages with few begins are left to the bucket index (their blocks are big
+ * enough that a lookup is cheap beside reading them), as are pages where a
+ * block begins off a 16-byte boundary (glibc never does that; a test may).
+ */
+#ifndef UR_MARK_PAGE_INDEX_H
+#define UR_MARK_PAGE_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define UR_PAGE_INDEX_SHIFT 10
+#define UR_GRANULE_SHIFT 4
+
+struct ur_page_entry {
+  uint64_t key;      /* page number + 1; 0: an empty slot */
+  uint32_t base;     /* sorted index of the first block beginning in the page */
+  uint32_t irregular; /* a block begins off a granule boundary: not answered here */
+  uint64_t starts;   /* granules where a block begins */
+  uint64_t full;     /* granules wholly inside a block */
+};
+
+struct ur_page_index {
+  struct ur_page_entry *slots; /* NULL: no index */
+  uint64_t mask;
+  size_t pages;
+};
+
+#define UR_PAGE_UNKNOWN (-2)
+
+/* Build over n sorted, non-overlapping blocks [begin[i], end[i]), using at
+ * most max_bytes (pages need more begins each until they fit). Returns 0 or
+ * -ENOMEM; with no dense page, no index. */
+int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const uint64_t *end,
+                        size_t n, uint64_t max_bytes);
+void ur_page_index_free(struct ur_page_index *pi);
+
+static inline uint64_t ur_page_hash(uint64_t key) {
+  return (key * UINT64_C(0x9E3779B97F4A7C15)) >> 20;
+}
+
+static inline const struct ur_page_entry *ur_page_slot(const struct ur_page_index *pi, uint64_t v) {
+  return &pi->slots[ur_page_hash((v >> UR_PAGE_INDEX_SHIFT) + 1) & pi->mask];
+}
+
+/* Sorted index of the block containing v, -1 if none does, or
+ * UR_PAGE_UNKNOWN if v's page is not indexed. */
+static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_t *end,
+                                   uint64_t v) {
+  if (!pi->slots) return UR_PAGE_UNKNOWN;
+  uint64_t key = (v >> UR_PAGE_INDEX_SHIFT) + 1;
+  const struct ur_page_entry *e;
+  for (uint64_t i = ur_page_hash(key) & pi->mask;; i = (i + 1) & pi->mask) {
+    e = &pi->slots[i];
+    if (e->key == key) break;
+    if (!e->key) return UR_PAGE_UNKNOWN;
+  }
+  if (e->irregular) return UR_PAGE_UNKNOWN;
+  unsigned g = (unsigned)(v >> UR_GRANULE_SHIFT) & 63;
+  uint64_t at_or_below = e->starts & (~UINT64_C(0) >> (63 - g));
+  size_t k = (size_t)e->base + (size_t)__builtin_popcountll(at_or_below);
+  if (k == 0) return -1;
+  if ((e->full >> g) & 1) return (ssize_t)(k - 1);
+  return v < end[k - 1] ? (ssize_t)(k - 1) : -1;
+}
+
+#endif

@@ -1,0 +1,194 @@
+#include "ref_graph.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "heap_walker.h"
+#include "mem.h"
+
+/* Candidates (words that pass the range reject) collected before they are
+ * looked up: a lookup is a page entry (page_index.h), else a bucket and the
+ * index entries it names, and a batch lets those misses overlap (the entry
+ * or bucket is prefetched when the word is read, the index entries all
+ * together before any is searched). */
+#define BATCH 64
+
+struct build_shared {
+  const struct ur_walker *w;
+  struct ur_ref_graph *g;
+  uint64_t max_edges;
+  size_t next_chunk; /* atomic: the next chunk to claim */
+  uint64_t edges;    /* atomic: edges of the finished chunks */
+  int failed;        /* atomic: 0, or the first error */
+};
+
+struct builder {
+  struct build_shared *s;
+  struct ur_mem *mem;
+  unsigned id;
+  uint32_t *to;
+  uint64_t len;
+  size_t next_first; /* the next block whose first edge is still to be set */
+  uint64_t cand[BATCH];
+  uint32_t src[BATCH];
+  size_t nc;
+  uint64_t bytes_scanned;
+  int rc;
+};
+
+static void open_blocks_up_to(struct builder *b, size_t block) {
+  while (b->next_first <= block) b->s->g->first[b->next_first++] = (uint32_t)b->len;
+}
+
+static int flush(struct builder *b) {
+  const struct ur_walker *w = b->s->w;
+  size_t lo[BATCH], hi[BATCH];
+  ssize_t found[BATCH];
+  for (size_t i = 0; i < b->nc; i++) {
+    hi[i] = lo[i] = 0;
+    if ((found[i] = ur_page_find(&w->pages, w->end, b->cand[i])) != UR_PAGE_UNKNOWN) continue;
+    if (!ur_walker_range(w, b->cand[i], &lo[i], &hi[i])) continue;
+    __builtin_prefetch(&w->begin[lo[i]]);
+    __builtin_prefetch(&w->end[lo[i]]);
+  }
+  for (size_t i = 0; i < b->nc; i++) {
+    ssize_t t = found[i];
+    if (t == UR_PAGE_UNKNOWN)
+      t = hi[i] == lo[i] ? -1 : ur_walker_search(w, b->cand[i], lo[i], hi[i]);
+    uint32_t src = b->src[i];
+    if (t < 0 || (size_t)t == src) continue;
+    /* Every block of the batch before src is done: its edges end here. */
+    open_blocks_up_to(b, src);
+    if (b->len > b->s->g->first[src] && b->to[b->len - 1] == (uint32_t)t) continue;
+    if (b->len >= b->s->max_edges) return -E2BIG;
+    b->to[b->len++] = (uint32_t)t;
+  }
+  b->nc = 0;
+  return 0;
+}
+
+static int scan_block(struct builder *b, size_t i) {
+  const struct ur_walker *w = b->s->w;
+  /* Locals: the compiler cannot tell the candidate stores from the walker. */
+  const uint64_t lo = w->lo, span = w->hi - w->lo;
+  const struct ur_page_index pages = w->pages;
+  uint64_t a = (w->begin[i] + 7) & ~UINT64_C(7), end = w->end[i];
+  if (w->begin[i] > UINT64_MAX - 7) return 0;
+  size_t nc = b->nc;
+  while (a < end) {
+    uint64_t avail;
+    const uint8_t *p = ur_mem_view(b->mem, a, end, &avail);
+    if (!p) return -ENOMEM;
+    /* a and view ends are 8-aligned, so the straddling last word is still
+     * inside the view's buffer (as heap_walker.c's scan_range). */
+    size_t nwords = (size_t)((avail + 7) / 8);
+    for (size_t k = 0; k < nwords; k++) {
+      uint64_t v;
+      memcpy(&v, p + 8 * k, 8);
+      if (v - lo >= span) continue;
+      if (nc == BATCH) {
+        b->nc = nc;
+        int r = flush(b);
+        if (r) return r;
+        nc = 0;
+      }
+      b->cand[nc] = v;
+      b->src[nc++] = (uint32_t)i;
+      __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v) : ur_walker_lookup_line(w, v));
+    }
+    b->bytes_scanned += avail;
+    uint64_t next = a + 8 * (uint64_t)nwords;
+    if (next < a) break; /* wrapped at the top of the address space */
+    a = next;
+  }
+  b->nc = nc;
+  return 0;
+}
+
+static int build_chunk(struct builder *b, size_t c) {
+  struct ur_ref_graph *g = b->s->g;
+  size_t first = c << UR_GRAPH_CHUNK_SHIFT;
+  size_t last = first + ((size_t)1 << UR_GRAPH_CHUNK_SHIFT);
+  if (last > g->n) last = g->n;
+  uint64_t start = b->len;
+  b->next_first = first;
+  for (size_t i = first; i < last; i++) {
+    int r = scan_block(b, i);
+    if (r) return r;
+  }
+  int r = flush(b);
+  if (r) return r;
+  if (last > 0) open_blocks_up_to(b, last - 1);
+  g->chunk_end[c] = (uint32_t)b->len;
+  g->chunk_array[c] = (uint8_t)b->id;
+  uint64_t total = __atomic_add_fetch(&b->s->edges, b->len - start, __ATOMIC_RELAXED);
+  return total > b->s->max_edges ? -E2BIG : 0;
+}
+
+static void build(void *arg) {
+  struct builder *b = arg;
+  struct build_shared *s = b->s;
+  while (!__atomic_load_n(&s->failed, __ATOMIC_RELAXED)) {
+    size_t c = __atomic_fetch_add(&s->next_chunk, 1, __ATOMIC_RELAXED);
+    if (c >= s->g->nchunks) break;
+    if ((b->rc = build_chunk(b, c)) != 0) {
+      int none = 0;
+      __atomic_compare_exchange_n(&s->failed, &none, b->rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      break;
+    }
+  }
+}
+
+void ur_ref_graph_free(struct ur_ref_graph *g) {
+  if (g->arrays)
+    for (unsigned k = 0; k < g->narrays; k++) ur_big_free(g->arrays[k]);
+  ur_big_free(g->arrays);
+  ur_big_free(g->first);
+  ur_big_free(g->chunk_end);
+  ur_big_free(g->chunk_array);
+  memset(g, 0, sizeof(*g));
+}
+
+int ur_ref_graph_build(struct ur_walker *w, struct ur_mem *const *mems, unsigned n,
+                       const struct ur_team_ops *ops, uint64_t max_edges) {
+  struct ur_ref_graph *g = &w->graph;
+  ur_ref_graph_free(g);
+  w->has_graph = 0;
+  if (max_edges > UINT32_MAX - 1) max_edges = UINT32_MAX - 1;
+  if (!ops || n < 1) n = 1;
+  if (n > UR_WALKER_MAX_TEAM) n = UR_WALKER_MAX_TEAM;
+  g->n = w->n;
+  g->nchunks = (w->n + ((size_t)1 << UR_GRAPH_CHUNK_SHIFT) - 1) >> UR_GRAPH_CHUNK_SHIFT;
+  g->narrays = n;
+  g->first = ur_big_calloc(w->n ? w->n : 1, sizeof(*g->first));
+  g->chunk_end = ur_big_calloc(g->nchunks ? g->nchunks : 1, sizeof(*g->chunk_end));
+  g->chunk_array = ur_big_calloc(g->nchunks ? g->nchunks : 1, 1);
+  g->arrays = ur_big_calloc(n, sizeof(*g->arrays));
+  struct builder *bs = ur_big_calloc(n, sizeof(*bs));
+  int rc = -ENOMEM;
+  if (!g->first || !g->chunk_end || !g->chunk_array || !g->arrays || !bs) goto out;
+  /* Each array could hold the whole budget: address space only, pages
+   * appear as edges are written. */
+  for (unsigned k = 0; k < n; k++)
+    if (!(g->arrays[k] = ur_big_calloc(max_edges ? max_edges : 1, sizeof(uint32_t)))) goto out;
+  struct build_shared s = {.w = w, .g = g, .max_edges = max_edges};
+  unsigned started = 0;
+  for (unsigned k = 0; k < n; k++)
+    bs[k] = (struct builder){.s = &s, .mem = mems[k], .id = k, .to = g->arrays[k]};
+  for (unsigned k = 1; k < n; k++)
+    if (ops->start(ops->ctx, build, &bs[k]) == 0) started++;
+  build(&bs[0]);
+  if (started) ops->join(ops->ctx);
+  rc = s.failed;
+  if (!rc) {
+    for (unsigned k = 0; k < n; k++) w->bytes_scanned += bs[k].bytes_scanned;
+    g->edges = s.edges;
+    w->has_graph = 1;
+    w->marked_by = 1 + started;
+  }
+out:
+  ur_big_free(bs);
+  if (rc) ur_ref_graph_free(g);
+  return rc;
+}
