@@ -73,8 +73,8 @@ static int scan_block(struct builder *b, size_t i) {
   /* Locals: the compiler cannot tell the candidate stores from the walker. */
   const uint64_t lo = w->lo, span = w->hi - w->lo;
   const struct ur_page_index pages = w->pages;
-  uint64_t a = (w->begin[i] + 7) & ~UINT64_C(7), end = w->end[i];
   if (w->begin[i] > UINT64_MAX - 7) return 0;
+  uint64_t a = (w->begin[i] + 7) & ~UINT64_C(7), end = w->end[i];
   size_t nc = b->nc;
   while (a < end) {
     uint64_t avail;

@@ -108,17 +108,17 @@ static size_t readable_ranges(uint64_t *out, size_t cap) {
 /* UR_TEST_TEAM=N: every sweep marks with N threads, each reading through a
  * backend of its own: raw clones with direct loads (as the snapshot child
  * runs them), pthreads under the sanitizers with the /proc reader. */
+static unsigned team_size(void) {
+  const char *s = getenv("UR_TEST_TEAM");
+  unsigned n = s ? (unsigned)atoi(s) : 1;
+  return n >= 1 && n <= 16 ? n : 1;
+}
+
 /* UR_TEST_MAX_EDGES=N: the reference graph's budget (0: mark by walking,
  * tiny: the build gives up and the walk takes over). */
 static void set_edge_budget(struct ur_walker *w) {
   const char *s = getenv("UR_TEST_MAX_EDGES");
   if (s) w->max_edges = strtoull(s, NULL, 0);
-}
-
-static unsigned team_size(void) {
-  const char *s = getenv("UR_TEST_TEAM");
-  unsigned n = s ? (unsigned)atoi(s) : 1;
-  return n >= 1 && n <= 16 ? n : 1;
 }
 
 
