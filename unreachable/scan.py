@@ -195,6 +195,8 @@ def _scan(
                     try:
                         child = ChildSweeper(capture.session, target.header.child_box)
                     except ChildSweepFailed as e:
+                        if not e.frozen:  # nothing left to sweep from outside either
+                            raise _ChildGone(str(e)) from None
                         fallback = str(e)
             elif in_child and options.sweep == "child":
                 raise TargetUnscannable(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -168,6 +171,27 @@ def test_registry_comes_in_address_order(targets):
     begins = [registry.begin(i) for i in range(registry.count)]
     assert registry.count >= 10000
     assert begins == sorted(set(begins))
+
+
+def test_registry_of_a_process_that_exited_is_not_found_not_unshimmed(targets):
+    """A process that has exited, or exits while its registry is read (then
+    it reads as zeros), is gone (a scan takes a new snapshot, or says it
+    exited), not one without the shim. The zombie is the case a test can
+    hold still; both take the same path."""
+    from unreachable.allocations.descriptor import locate_shim
+    from unreachable.allocations.registry import read_registry
+    from unreachable.errors import TargetNotFound
+    from unreachable.process.maps import read_maps
+
+    target = targets.start(PROGRAMS / "many.c", "100", "100")
+    shim = locate_shim(target.pid, read_maps(target.pid))
+    os.kill(target.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while target.state() != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert target.state() == "Z"  # not reaped: its /proc entry stays
+    with pytest.raises(TargetNotFound, match="exited"):
+        read_registry(target.pid, shim.descriptor_addr)
 
 
 def test_stopped_mode_lets_the_target_go_before_marking(targets):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unreachable import _native
-from unreachable.errors import TargetNotShimmed
+from unreachable.capture.target import still_running
+from unreachable.errors import TargetNotFound, TargetNotShimmed
 from unreachable.process.memory import Memory
 
 THREAD_LIVE = 1
@@ -65,9 +66,15 @@ class Registry:
 def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) -> Registry:
     """entries=False: threads, shards and options only (allocs and stack_ids
     empty), for a scan whose snapshot child reads the entries itself."""
+    gone = TargetNotFound(f"process {memory} exited while its registry was read")
     try:
         raw = _native.read_registry(memory, descriptor_addr, entries)
+    except ProcessLookupError:
+        raise gone from None
     except ValueError as e:
+        # A process that exits mid-read reads as zeros: it is gone, not unshimmed.
+        if isinstance(memory, int) and not still_running(memory):
+            raise gone from None
         raise TargetNotShimmed(f"the shim's registry is unreadable: {e}") from None
     if not raw["enabled"]:
         raise TargetNotShimmed(
