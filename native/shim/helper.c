@@ -201,6 +201,11 @@ static void *helper_main(void *arg) {
 
 void ur_helper_start(void) {
   if (!ur_g.helper_cmd) return;
+  /* The environment is read here, by the thread starting the helper, never
+   * by the helper: a program may be rebuilding it (redis's setproctitle
+   * clears and refills it as main starts), and the helper's getenv walked
+   * the array glibc was freeing (SIGSEGV). The answer is cached. */
+  (void)ur_huge_arenas_wanted();
   unreachable_descriptor.child_box = (uint64_t)(uintptr_t)&ur_child_box;
   unreachable_descriptor.write_tracker = (uint64_t)(uintptr_t)&ur_write_tracker;
   sigset_t all, old;

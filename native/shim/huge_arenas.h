@@ -12,7 +12,8 @@
 #ifndef UR_HUGE_ARENAS_H
 #define UR_HUGE_ARENAS_H
 
-/* Whether arenas are to be collapsed (decided once, from the environment). */
+/* Whether arenas are to be collapsed (decided once, from the environment:
+ * first called before the helper thread starts, which must not read it). */
 int ur_huge_arenas_wanted(void);
 
 /* Collapse up to a few ranges; stop early when stop() says so (a scanner is

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,19 @@ def test_concurrent_threads_and_exact_registry(shim: Path) -> None:
 def test_first_allocation_inside_pthread_getattr_np(shim: Path, options: str) -> None:
     """Every JVM thread's first allocation: it used to deadlock the thread."""
     assert run_ok(program("getattr_first.c"), shim=shim, options=options) == "OK\n"
+
+
+def test_environment_rebuilt_at_start(shim: Path) -> None:
+    """The shim's helper thread must not read the environment while the
+    program rebuilds it (redis's setproctitle: SIGSEGV one start in 20).
+    Many variables widen the window; a crash shows in some of the runs."""
+    exe = program("environ_rewrite.c")
+    env = {**os.environ, **{f"UR_PAD_{i}": "x" * 8 for i in range(200)}}
+    for _ in range(40):
+        done = subprocess.run(
+            [str(exe)], env={**env, "LD_PRELOAD": str(shim)}, capture_output=True, timeout=60
+        )
+        assert (done.returncode, done.stdout) == (0, b"OK\n"), done.stderr
 
 
 def test_threads_with_backtraces(shim: Path) -> None:
