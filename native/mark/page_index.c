@@ -34,18 +34,23 @@ static void mark_full(struct ur_page_entry *p, uint64_t page, uint64_t b, uint64
   p->full |= bits;
 }
 
+/* The end of the run of blocks beginning in begin[i]'s page. */
+static size_t page_run_end(const uint64_t *begin, size_t n, size_t i) {
+  uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
+  size_t j = i + 1;
+  while (j < n && begin[j] >> UR_PAGE_INDEX_SHIFT == page) j++;
+  return j;
+}
+
 int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const uint64_t *end,
                         size_t n, uint64_t max_bytes) {
   memset(pi, 0, sizeof(*pi));
   /* Pages by how many blocks begin there: dense[k] counts pages with at
    * least 2^k begins. */
   size_t dense[8] = {0};
-  for (size_t i = 0; i < n;) {
-    size_t j = i + 1;
-    uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
-    while (j < n && begin[j] >> UR_PAGE_INDEX_SHIFT == page) j++;
+  for (size_t i = 0, j; i < n; i = j) {
+    j = page_run_end(begin, n, i);
     for (unsigned k = 1; k < 8 && (j - i) >> k; k++) dense[k]++;
-    i = j;
   }
   unsigned min_log = 1;
   while (min_log < 7 && slots_for(dense[min_log]) * sizeof(struct ur_page_entry) > max_bytes)
@@ -57,10 +62,9 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
   pi->slots = ur_big_calloc(size, sizeof(*pi->slots));
   if (!pi->slots) return -ENOMEM;
   pi->mask = size - 1;
-  for (size_t i = 0; i < n;) {
-    size_t j = i + 1;
+  for (size_t i = 0, j; i < n; i = j) {
+    j = page_run_end(begin, n, i);
     uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
-    while (j < n && begin[j] >> UR_PAGE_INDEX_SHIFT == page) j++;
     if (j - i >= min_begins) {
       struct ur_page_entry *p = slot_for(pi, page);
       *p = (struct ur_page_entry){.key = page + 1, .base = (uint32_t)i};
@@ -74,7 +78,6 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
       }
       pi->pages++;
     }
-    i = j;
   }
   return 0;
 }

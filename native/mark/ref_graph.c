@@ -34,7 +34,6 @@ struct builder {
   uint32_t src[BATCH];
   size_t nc;
   uint64_t bytes_scanned;
-  int rc;
 };
 
 static void open_blocks_up_to(struct builder *b, size_t block) {
@@ -132,9 +131,10 @@ static void build(void *arg) {
   while (!__atomic_load_n(&s->failed, __ATOMIC_RELAXED)) {
     size_t c = __atomic_fetch_add(&s->next_chunk, 1, __ATOMIC_RELAXED);
     if (c >= s->g->nchunks) break;
-    if ((b->rc = build_chunk(b, c)) != 0) {
+    int rc = build_chunk(b, c);
+    if (rc) {
       int none = 0;
-      __atomic_compare_exchange_n(&s->failed, &none, b->rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      __atomic_compare_exchange_n(&s->failed, &none, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
       break;
     }
   }
