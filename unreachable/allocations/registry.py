@@ -66,15 +66,14 @@ class Registry:
 def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) -> Registry:
     """entries=False: threads, shards and options only (allocs and stack_ids
     empty), for a scan whose snapshot child reads the entries itself."""
-    gone = TargetNotFound(f"process {memory} exited while its registry was read")
     try:
         raw = _native.read_registry(memory, descriptor_addr, entries)
-    except ProcessLookupError:
-        raise gone from None
-    except ValueError as e:
+    except (ProcessLookupError, ValueError) as e:
         # A process that exits mid-read reads as zeros: it is gone, not unshimmed.
-        if isinstance(memory, int) and not still_running(memory):
-            raise gone from None
+        if isinstance(e, ProcessLookupError) or (
+            isinstance(memory, int) and not still_running(memory)
+        ):
+            raise TargetNotFound(f"process {memory} exited while its registry was read") from None
         raise TargetNotShimmed(f"the shim's registry is unreadable: {e}") from None
     if not raw["enabled"]:
         raise TargetNotShimmed(
