@@ -189,12 +189,15 @@ static int push_todo(struct marker *m, uint32_t idx) {
   return 0;
 }
 
-/* Mark block idx for this thread: 0 if it was marked already. */
+/* Mark block idx for this thread: 0 if it was marked already. A load and
+ * a store, not an exchange, even in a team: a locked exchange waits for its
+ * line and keeps the thread's later misses from overlapping it. Two threads
+ * that both see the block unmarked both follow it; that is only work done
+ * twice, and it takes a race within a few instructions. */
 static int claim(struct marker *m, size_t idx) {
   uint8_t *mark = &m->w->marked[idx];
   if (__atomic_load_n(mark, __ATOMIC_RELAXED)) return 0;
-  if (m->pool) return !__atomic_exchange_n(mark, 1, __ATOMIC_RELAXED); /* else another thread's */
-  *mark = 1;
+  __atomic_store_n(mark, 1, __ATOMIC_RELAXED);
   return 1;
 }
 

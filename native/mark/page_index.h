@@ -55,6 +55,19 @@ static inline const struct ur_page_entry *ur_page_slot(const struct ur_page_inde
   return &pi->slots[ur_page_hash((v >> UR_PAGE_INDEX_SHIFT) + 1) & pi->mask];
 }
 
+/* Inline: without -mpopcnt (the baseline x86-64 this builds for) the builtin
+ * is a call into libgcc, 2% of a small-block mark. */
+static inline unsigned ur_popcount64(uint64_t x) {
+#ifdef __POPCNT__
+  return (unsigned)__builtin_popcountll(x);
+#else
+  x -= (x >> 1) & UINT64_C(0x5555555555555555);
+  x = (x & UINT64_C(0x3333333333333333)) + ((x >> 2) & UINT64_C(0x3333333333333333));
+  x = (x + (x >> 4)) & UINT64_C(0x0F0F0F0F0F0F0F0F);
+  return (unsigned)((x * UINT64_C(0x0101010101010101)) >> 56);
+#endif
+}
+
 /* Sorted index of the block containing v, -1 if none does, or
  * UR_PAGE_UNKNOWN if v's page is not indexed. */
 static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_t *end,
@@ -70,7 +83,7 @@ static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_
   if (e->irregular) return UR_PAGE_UNKNOWN;
   unsigned g = (unsigned)(v >> UR_GRANULE_SHIFT) & 63;
   uint64_t at_or_below = e->starts & (~UINT64_C(0) >> (63 - g));
-  size_t k = (size_t)e->base + (size_t)__builtin_popcountll(at_or_below);
+  size_t k = (size_t)e->base + (size_t)ur_popcount64(at_or_below);
   if (k == 0) return -1;
   if ((e->full >> g) & 1) return (ssize_t)(k - 1);
   return v < end[k - 1] ? (ssize_t)(k - 1) : -1;
