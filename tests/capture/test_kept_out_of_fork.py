@@ -113,3 +113,18 @@ def test_only_the_targets_own_mappings_count():
     ]
     child = [m(0x1000, 0x2000), m(0x9000, 0xA000)]  # the child's own stack: not the target's
     assert kept_out_of_fork(target, child) == [target[1]]
+
+
+def test_memory_wiped_in_forks_is_read_in_the_pause(targets):
+    """MADV_WIPEONFORK: the child has the page, zeroed; its maps look the
+    same as the target's, so smaps's VmFlags, read before the stop, say
+    which pages to read from the target."""
+    target = targets.start(PROGRAMS / "wipeonfork_page.c")
+    for sweep in ("auto", "scanner"):
+        report = scan(target.pid, ScanOptions(snapshot="fork", sweep=sweep))
+        _exact(target, report)
+        assert report.snapshot == "fork"
+        assert report.roots["kept out of fork"] == 4096
+    report = scan(target.pid, ScanOptions(snapshot="stopped"))
+    _exact(target, report)
+    _untouched(target)

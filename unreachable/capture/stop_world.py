@@ -34,7 +34,7 @@ from unreachable.capture.copy_snapshot import (
     copy_while_running,
     refresh,
 )
-from unreachable.capture.kept_out_of_fork import KeptOut, read_kept_out
+from unreachable.capture.kept_out_of_fork import KeptOut, read_kept_out, wiped_in_forks
 from unreachable.capture.target import Target, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
@@ -128,6 +128,8 @@ def stop_world(
                 if mode == "copy":
                     raise TargetUnscannable(f"no copy snapshot: {e}") from None
                 copy_error = f"no copy snapshot: {e}"
+        # Off the pause: smaps walks every page table.
+        wiped = wiped_in_forks(pid) if copy is None and mode != "stopped" else []
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:
@@ -167,7 +169,7 @@ def stop_world(
                 try:
                     session.snapshot(helper_tid, helper_cmd)
                     child_maps = read_maps_text(session.snapshot_pid)
-                    capture.kept_out = read_kept_out(pid, read_maps_text(pid), child_maps)
+                    capture.kept_out = read_kept_out(pid, read_maps_text(pid), child_maps, wiped)
                     session.release()
                     # Still frozen: it has run nothing, and its maps are as read.
                     capture.mappings = parse_maps(child_maps)
