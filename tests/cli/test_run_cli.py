@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,12 @@ def test_run_without_huge_pages_leaves_tunables_alone():
         env={"PATH": "/usr/bin:/bin"},
     )
     assert res.stdout.strip() == "unset"
+
+
+def test_run_warns_that_a_set_id_program_ignores_the_shim(tmp_path):
+    from tests.support.setid import setgid_sleep
+
+    exe = setgid_sleep(tmp_path)
+    res = cli("run", "--", str(exe), "0")
+    assert res.returncode == 0, res.stderr  # it still runs, without the shim
+    assert re.search(r"warning: .*sleep-setgid is set-group-ID: .*ignores LD_PRELOAD", res.stderr)

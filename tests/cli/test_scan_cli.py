@@ -274,3 +274,23 @@ def test_user_stopped_target_stays_stopped(targets):
     time.sleep(0.05)
     assert target.state() == "T" and target.tracer() == 0
     os.kill(target.pid, signal.SIGCONT)
+
+
+def test_target_in_secure_execution_mode_is_told_why(tmp_path):
+    """LD_PRELOAD given, and dropped by the loader: the error says why."""
+    from tests.support.setid import setgid_sleep
+    from unreachable._paths import shim_path
+    from unreachable.process.secure_exec import runs_secure
+
+    exe = setgid_sleep(tmp_path)
+    proc = subprocess.Popen([str(exe), "30"], env=dict(os.environ, LD_PRELOAD=str(shim_path())))
+    try:
+        deadline = time.monotonic() + 10
+        while not runs_secure(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the exec is done
+        assert_one_line_error(
+            cli("scan", str(proc.pid)), r"not running under the unreachable shim: .*secure-exec"
+        )
+    finally:
+        proc.kill()
+        proc.wait()

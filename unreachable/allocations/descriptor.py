@@ -18,6 +18,7 @@ from elftools.elf.elffile import ELFFile
 from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
+from unreachable.process.secure_exec import runs_secure
 
 DESCRIPTOR_SYMBOL = "unreachable_descriptor"
 SHIM_PREFIX = "libunreachable_shim"
@@ -81,6 +82,12 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
             f"pid {pid} runs a shim ({stale}) that was replaced or deleted on disk after it"
             f" started, and its mapped copy (/proc/{pid}/map_files) needs CAP_SYS_ADMIN to read:"
             " restart the process, or scan with that capability"
+        )
+    if runs_secure(pid):
+        raise TargetNotShimmed(
+            f"pid {pid} is not running under the unreachable shim: it runs in secure-execution"
+            " mode (set-user-ID, set-group-ID or file capabilities), where the dynamic loader"
+            " ignores LD_PRELOAD; run a copy of the program without them"
         )
     raise TargetNotShimmed(
         f"pid {pid} is not running under the unreachable shim; start it with "

@@ -10,6 +10,7 @@ import sys
 
 from unreachable._paths import shim_path
 from unreachable.errors import InvalidArgument
+from unreachable.process.secure_exec import gains_privileges
 from unreachable.shim_env import OPTIONS_ENV, huge_pages_unavailable, shim_environment
 
 
@@ -67,6 +68,13 @@ def handle(args: argparse.Namespace) -> int:
     if args.huge_pages and (why := huge_pages_unavailable()):
         print(f"unreachable-cli: note: {why}", file=sys.stderr)
     env = shim_environment(os.environ, shim, args.options, huge_pages=args.huge_pages)
+    exe = shutil.which(cmd[0], path=env.get("PATH"))
+    if exe and (why := gains_privileges(exe)):
+        print(
+            f"unreachable-cli: warning: {exe} is {why}: the dynamic loader ignores LD_PRELOAD"
+            " for it, so it runs without the shim (run a copy without that)",
+            file=sys.stderr,
+        )
     try:
         os.execvpe(cmd[0], cmd, env)
     except FileNotFoundError:
