@@ -208,10 +208,15 @@ def _scan(
             present = partial(present_ranges, memory)
             sps = {t.tid: t.sp for t in capture.threads}
             arena = find_main_arena(memory, mappings)
-            # Words that are roots wherever they lie: registers, and memory the
-            # child lacks.
-            values = kept_out + register_words(
-                [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
+            # Words that are roots wherever they lie: registers, memory the
+            # child lacks, the data of epoll registrations.
+            epoll = capture.epoll.words() if capture.epoll else b""
+            values = (
+                kept_out
+                + epoll
+                + register_words(
+                    [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
+                )
             )
             regs = values
 
@@ -318,6 +323,7 @@ def _scan(
         leaks=entries,
         roots=dict(roots.kinds)
         | ({"kept out of fork": len(kept_out)} if kept_out else {})
+        | ({"epoll data": len(epoll)} if epoll else {})
         | ({"code immediates": len(jit)} if jit else {}),
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,

@@ -46,6 +46,7 @@ def check_exact(target, **kw):
         "atexit_block.c",
         "merged_pools.c",
         "jit_code.c",
+        "epoll_data.c",
     ],
 )
 @pytest.mark.parametrize(
