@@ -209,11 +209,14 @@ def _scan(
             sps = {t.tid: t.sp for t in capture.threads}
             arena = find_main_arena(memory, mappings)
             # Words that are roots wherever they lie: registers, memory the
-            # child lacks, the data of epoll registrations.
-            epoll = capture.epoll.words() if capture.epoll else b""
+            # child lacks, pointers the kernel holds.
+            held = capture.kernel_held
+            epoll = held.epoll_words() if held else b""
+            timers = held.timer_words() if held else b""
             values = (
                 kept_out
                 + epoll
+                + timers
                 + register_words(
                     [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
                 )
@@ -324,6 +327,7 @@ def _scan(
         roots=dict(roots.kinds)
         | ({"kept out of fork": len(kept_out)} if kept_out else {})
         | ({"epoll data": len(epoll)} if epoll else {})
+        | ({"timer values": len(timers)} if timers else {})
         | ({"code immediates": len(jit)} if jit else {}),
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,

@@ -1,5 +1,6 @@
-"""Epoll registrations' data as roots (unreachable/capture/kernel_held.py):
-read in the pause when there are few, around it when there are many."""
+"""Pointers the kernel holds as roots (unreachable/capture/kernel_held.py):
+epoll registrations' data, read in the pause when there are few, around it
+when there are many; POSIX timers' values."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from unreachable.capture.kernel_held import EpollRegistrations
+from unreachable.capture.kernel_held import KernelHeld
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
@@ -35,14 +36,14 @@ def test_read_in_the_pause_when_few(pipes):
     with select.epoll() as ep:
         for r in pipes[:3]:
             ep.register(r, select.EPOLLIN)
-        regs = EpollRegistrations.before_stop(os.getpid())
+        regs = KernelHeld.before_stop(os.getpid())
         assert ep.fileno() in regs.fds and regs.count >= 3
         regs.read_in_pause()
         assert regs.in_pause is not None
         ep.unregister(pipes[0])
         ep.register(pipes[3], select.EPOLLIN)
         # Only the pause's view counts.
-        found = _fds_in(regs.words())
+        found = _fds_in(regs.epoll_words())
         assert set(pipes[:3]) <= found and pipes[3] not in found
 
 
@@ -50,13 +51,13 @@ def test_read_around_the_pause_when_many(pipes):
     with select.epoll() as ep:
         for r in pipes[:3]:
             ep.register(r, select.EPOLLIN)
-        regs = EpollRegistrations.before_stop(os.getpid())
+        regs = KernelHeld.before_stop(os.getpid())
         regs.read_in_pause(limit=2)  # more than that: not read in the pause
         assert regs.in_pause is None
         ep.unregister(pipes[0])
         ep.register(pipes[3], select.EPOLLIN)
         # Gone since the first read, new before the last: both count.
-        assert set(pipes) <= _fds_in(regs.words())
+        assert set(pipes) <= _fds_in(regs.epoll_words())
 
 
 def test_a_scan_counts_them_as_roots(targets):
@@ -65,3 +66,11 @@ def test_a_scan_counts_them_as_roots(targets):
         report = scan(target.pid, ScanOptions(snapshot=snapshot))
         assert (report.leak_count, report.leak_bytes) == (1, 24)
         assert report.roots["epoll data"] == 16  # two registrations
+
+
+def test_timer_values_count_as_roots(targets):
+    target = targets.start(PROGRAMS / "timer_value.c")
+    for snapshot in ("fork", "stopped"):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert (report.leak_count, report.leak_bytes) == (1, 24)
+        assert report.roots["timer values"] == 8

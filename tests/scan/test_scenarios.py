@@ -47,6 +47,7 @@ def check_exact(target, **kw):
         "merged_pools.c",
         "jit_code.c",
         "epoll_data.c",
+        "timer_value.c",
     ],
 )
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Pointers only the kernel holds: the data of epoll registrations.
+"""Pointers only the kernel holds: the data of epoll registrations, the
+values of POSIX timers.
 
 An event loop may keep a connection object nowhere but in its epoll
 registration: epoll_ctl gets the pointer as event.data, epoll_wait hands it
@@ -18,6 +19,11 @@ release instead, and the values of both reads count: only a registration
 made after the first read and removed before the last, whose object had no
 other reference at the snapshot, is missed. An epoll descriptor created
 after the listing is missed too.
+
+A POSIX timer that notifies by signal hands its sigev_value back in the
+signal's siginfo, and a program may keep a pointer only there too;
+/proc/PID/timers shows it ("signal: SIGNO/HEX"). The file is short (one
+entry per timer) and read in the pause.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 IN_PAUSE_MAX = 4096  # registrations read in the pause (~5 ms)
 
 _DATA = re.compile(rb"^tfd:.*\sdata:\s*([0-9a-f]+)", re.MULTILINE)
+_TIMER_VALUE = re.compile(rb"^signal: \d+/([0-9a-f]+)", re.MULTILINE)
 
 
 def epoll_fds(pid: int) -> list[int]:
@@ -62,29 +69,43 @@ def read_registrations(pid: int, fds: list[int]) -> list[bytes]:
     return texts
 
 
+def read_timers(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/timers", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _words(values: set[int]) -> bytes:
+    return struct.pack(f"<{len(values)}Q", *sorted(values))
+
+
 def _count(texts: list[bytes]) -> int:
     return sum(text.count(b"\ntfd:") for text in texts)
 
 
 @dataclass(slots=True)
-class EpollRegistrations:
+class KernelHeld:
     pid: int
-    fds: list[int] = field(default_factory=list)
-    before: list[bytes] = field(default_factory=list)  # read before the stop
+    fds: list[int] = field(default_factory=list)  # epoll descriptors
+    before: list[bytes] = field(default_factory=list)  # their fdinfo before the stop
     count: int = 0  # registrations in `before`
-    in_pause: list[bytes] | None = None  # read while stopped, when few enough
+    in_pause: list[bytes] | None = None  # their fdinfo while stopped, when few enough
+    timers: bytes = b""  # /proc/PID/timers while stopped
 
     @classmethod
-    def before_stop(cls, pid: int) -> EpollRegistrations:
+    def before_stop(cls, pid: int) -> KernelHeld:
         fds = epoll_fds(pid)
         before = read_registrations(pid, fds) if fds else []
         return cls(pid, fds, before, _count(before))
 
     def read_in_pause(self, limit: int = IN_PAUSE_MAX) -> None:
+        self.timers = read_timers(self.pid)
         if self.fds and self.count <= limit:
             self.in_pause = read_registrations(self.pid, self.fds)
 
-    def words(self) -> bytes:
+    def epoll_words(self) -> bytes:
         """Every registration's data, as little-endian 64-bit words: the
         pause's, or both reads around it (call it after the release then)."""
         if not self.fds:
@@ -93,5 +114,7 @@ class EpollRegistrations:
             texts = self.in_pause
         else:
             texts = self.before + read_registrations(self.pid, self.fds)
-        values = sorted({int(m, 16) for text in texts for m in _DATA.findall(text)})
-        return struct.pack(f"<{len(values)}Q", *values)
+        return _words({int(m, 16) for text in texts for m in _DATA.findall(text)})
+
+    def timer_words(self) -> bytes:
+        return _words({int(m, 16) for m in _TIMER_VALUE.findall(self.timers)})

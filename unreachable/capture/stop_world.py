@@ -35,7 +35,7 @@ from unreachable.capture.copy_snapshot import (
     refresh,
 )
 from unreachable.capture.kept_out_of_fork import KeptOut, read_kept_out, wiped_in_forks
-from unreachable.capture.kernel_held import EpollRegistrations
+from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.target import Target, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
@@ -66,8 +66,8 @@ class Capture:
     mappings: list[Mapping] = field(default_factory=list)
     # "fork": what the child lacks of the target, read while it was stopped
     kept_out: KeptOut = field(default_factory=KeptOut)
-    # the target's epoll registrations (read around or in the pause)
-    epoll: EpollRegistrations | None = None
+    # pointers the kernel holds for the target (read in or around the pause)
+    kernel_held: KernelHeld | None = None
     headroom: int | None = None  # what the target's memory cgroup could still be charged
 
     @property
@@ -134,14 +134,14 @@ def stop_world(
         # Off the pause: smaps walks every page table, and finding the epoll
         # descriptors takes a readlink per descriptor.
         wiped = wiped_in_forks(pid) if copy is None and mode != "stopped" else []
-        epoll = EpollRegistrations.before_stop(pid)
+        kernel_held = KernelHeld.before_stop(pid)
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:
             raise _translate(pid, e) from None
         capture = Capture(session, threads, "stopped", headroom=headroom)
-        epoll.read_in_pause()
-        capture.epoll = epoll
+        kernel_held.read_in_pause()
+        capture.kernel_held = kernel_held
         if copy is not None:
             try:
                 capture.mappings = refresh(copy, pid)
