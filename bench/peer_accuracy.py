@@ -67,6 +67,8 @@ SCENARIOS = [
     Program("many.c", ("20000", "5000")),
     Program("cxx.cpp", cxx=True),
     Program("dlopen_main.c", library="dlopen_lib.c"),
+    Program("epoll_data.c"),
+    Program("timer_value.c"),
 ]
 
 Verdict = tuple[int, int] | str | None  # (count, bytes); why it gave none; None: not installed
