@@ -69,6 +69,7 @@ SCENARIOS = [
     Program("dlopen_main.c", library="dlopen_lib.c"),
     Program("epoll_data.c"),
     Program("timer_value.c"),
+    Program("signal_stack.c"),
 ]
 
 Verdict = tuple[int, int] | str | None  # (count, bytes); why it gave none; None: not installed

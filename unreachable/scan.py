@@ -52,6 +52,7 @@ from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry_blocks_in
 from unreachable.roots.jit_code import code_words
+from unreachable.roots.signal_stacks import altstack_words
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
@@ -213,10 +214,15 @@ def _scan(
             held = capture.kernel_held
             epoll = held.epoll_words() if held else b""
             timers = held.timer_words() if held else b""
+            header = target.header
+            altstacks = altstack_words(
+                memory, header.altstacks, header.num_altstacks, {t.tid for t in capture.threads}
+            )
             values = (
                 kept_out
                 + epoll
                 + timers
+                + altstacks
                 + register_words(
                     [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
                 )
@@ -328,6 +334,7 @@ def _scan(
         | ({"kept out of fork": len(kept_out)} if kept_out else {})
         | ({"epoll data": len(epoll)} if epoll else {})
         | ({"timer values": len(timers)} if timers else {})
+        | ({"signal stacks": len(altstacks)} if altstacks else {})
         | ({"code immediates": len(jit)} if jit else {}),
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "altstack.h"
 #include "debug.h"
 #include "helper.h"
 #include "lock.h"
@@ -117,7 +118,7 @@ void ur_init(void) {
     /* With both options, capture starts on; with the signal option alone, off. */
     ur_g.bt_active = opts.backtrace;
     ur_g.helper_cmd = ur_region_alloc(sizeof(uint32_t));
-    if (ur_registry_init() || ur_threads_init() ||
+    if (ur_registry_init() || ur_threads_init() || ur_altstacks_init() ||
         ur_stacks_init(frames ? UR_STACK_CAPACITY : 0, frames) || !ur_g.helper_cmd ||
         (debug = ur_debug_configure(&opts)) < 0)
       state = UR_SLOW_INERT;
@@ -170,6 +171,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
   uint32_t tid = (uint32_t)syscall(SYS_gettid);
+  ur_altstacks_after_fork_child(ur_tls.tid, tid);
   ur_tls.tid = tid;
   /* Still disabled if the disabling thread forked: it keeps every lock. */
   uint32_t owner = fork_nested ? tid : 0;

@@ -48,6 +48,7 @@ def check_exact(target, **kw):
         "jit_code.c",
         "epoll_data.c",
         "timer_value.c",
+        "signal_stack.c",
     ],
 )
 @pytest.mark.parametrize(

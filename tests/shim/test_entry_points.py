@@ -88,3 +88,8 @@ def test_real_programs_run_under_the_shim(shim: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
+
+
+def test_sigaltstack_is_recorded_for_the_scanner(shim: Path) -> None:
+    """roots/signal_stacks.py reads this table: a stack only the kernel holds."""
+    assert run_ok(program("altstack.c"), shim=shim) == "OK\n"

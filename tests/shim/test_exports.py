@@ -1,6 +1,6 @@
 """What the shim exports: the malloc family (with jemalloc's extensions and C++
 operator new and delete), the malloc_debug interface and the descriptor,
-what guards the unwinder's descriptors, nothing else."""
+what guards the unwinder's descriptors, sigaltstack, nothing else."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ EXPECTED_FUNCS = {
     "pthread_getattr_np",
     # keep libunwind's pipe out of the program's way (unwinder_fds.c)
     "pipe2", "close", "close_range", "closefrom",
+    # records each thread's alternate signal stack for the scanner (altstack.c)
+    "sigaltstack",
 }  # fmt: skip
 
 

@@ -95,7 +95,7 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
     )
 
 
-_HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQ")
+_HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQQQ")
 UR_ABI_MAGIC = 0x3142484341455255
 UR_ABI_VERSION = 2
 
@@ -108,6 +108,8 @@ class DescriptorHeader:
     pid: int
     child_box: int = 0  # address of the in-child sweep's mailbox; 0: not supported
     write_tracker: int = 0  # address of the copy snapshot's write tracker; 0: not supported
+    altstacks: int = 0  # address of the threads' sigaltstack records; 0: none kept
+    num_altstacks: int = 0
 
 
 def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
@@ -133,4 +135,6 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
             f"pid {pid} runs a shim with registry ABI {version}, this scanner reads "
             f"ABI {UR_ABI_VERSION}: scan it with the unreachable version it was started with"
         )
-    return DescriptorHeader(bool(enabled), helper_tid, helper_cmd, owner, f[15], f[16])
+    return DescriptorHeader(
+        bool(enabled), helper_tid, helper_cmd, owner, f[15], f[16], f[17], f[18]
+    )

@@ -276,6 +276,20 @@ struct ur_leak_record {
   uint32_t reserved;
 };
 
+/*
+ * The alternate signal stacks threads set with sigaltstack(): the kernel
+ * holds their address, and a program may keep none of its own (the block
+ * would look leaked). One entry per thread that set one, by tid; sp is 0
+ * when it was disabled. An entry whose tid is no thread of the process is
+ * stale (its thread exited).
+ */
+struct ur_altstack {
+  uint32_t tid;            /* 0: free */
+  uint32_t reserved;
+  uint64_t sp;             /* ss_sp as set, 0 if disabled */
+  uint64_t size;
+};
+
 struct ur_descriptor {
   uint64_t magic;          /* UR_ABI_MAGIC */
   uint32_t version;        /* UR_ABI_VERSION */
@@ -294,7 +308,9 @@ struct ur_descriptor {
   uint64_t pid;            /* getpid() of the process that owns this registry (reset on fork) */
   uint64_t child_box;      /* address of struct ur_child_box, 0: no in-child sweep */
   uint64_t write_tracker;  /* address of struct ur_write_tracker, 0: no copy snapshots */
-  uint64_t reserved[6];
+  uint64_t altstacks;      /* address of struct ur_altstack[num_altstacks], 0: none kept */
+  uint64_t num_altstacks;
+  uint64_t reserved[4];
 };
 
 #ifdef __cplusplus

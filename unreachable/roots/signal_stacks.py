@@ -1,0 +1,28 @@
+"""Alternate signal stacks: blocks only the kernel holds.
+
+A program may malloc a stack for sigaltstack() and keep no pointer to it;
+the kernel keeps it for the thread, and /proc does not show it. The shim
+notes each thread's in a table (native/shim/altstack.c, abi.h struct
+ur_altstack); the stack of each captured thread becomes a value root, as a
+register is. Records of threads that are not among the captured ones
+(exited, their tid perhaps not yet reused) are left out.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from unreachable.process.memory import Memory, read_anonymous
+
+_ENTRY = struct.Struct("<IIQQ")  # tid, reserved, sp, size
+
+
+def altstack_words(memory: Memory, table: int, count: int, tids: set[int]) -> bytes:
+    """The alternate stacks of the threads in tids, as 64-bit words."""
+    if not table or not count:
+        return b""
+    # Only the pages in use: reading the rest would map zero pages into it.
+    raw = read_anonymous(memory, table, table + count * _ENTRY.size)
+    whole = raw[: len(raw) // _ENTRY.size * _ENTRY.size]
+    sps = [sp for tid, _, sp, _ in _ENTRY.iter_unpack(whole) if sp and tid in tids]
+    return struct.pack(f"<{len(sps)}Q", *sps)
