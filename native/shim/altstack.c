@@ -44,11 +44,11 @@ static struct ur_altstack *entry_for(uint32_t tid) {
     if (t == tid) return &table[i];
     if (!t && !free_one) free_one = &table[i];
   }
-  for (struct ur_altstack *e = free_one; e; e = NULL) {
-    uint32_t none = 0;
-    if (__atomic_compare_exchange_n(&e->tid, &none, tid, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-      return e;
-  }
+  uint32_t none = 0;
+  if (free_one && __atomic_compare_exchange_n(&free_one->tid, &none, tid, 0, __ATOMIC_ACQ_REL,
+                                              __ATOMIC_RELAXED))
+    return free_one;
+  /* Taken meanwhile, or none free: any that is free now, or whose thread is gone. */
   for (unsigned i = 0; i < ALTSTACKS; i++) {
     uint32_t t = __atomic_load_n(&table[i].tid, __ATOMIC_ACQUIRE);
     if ((!t || thread_gone(t)) &&

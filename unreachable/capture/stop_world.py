@@ -109,11 +109,17 @@ def _clone_verdict(session: _native.Session, pid: int, helper_tid: int) -> bool 
 
 @contextmanager
 def stop_world(
-    target: Target, mode: SnapshotMode, copy_from: int = COPY_FROM_BYTES, no_fork: str = ""
+    target: Target,
+    mode: SnapshotMode,
+    copy_from: int = COPY_FROM_BYTES,
+    no_fork: str = "",
+    roots: bool = True,
 ) -> Iterator[Capture]:
     """copy_from: the anonymous memory in use from which "auto" may try a
     copy snapshot (copy_snapshot.copy_pays_off). no_fork: why "auto" must
-    not take a snapshot child this time (the report's snapshot_note)."""
+    not take a snapshot child this time (the report's snapshot_note).
+    roots=False: the caller reads no roots (a heap dump), so neither the
+    wiped memory nor the pointers the kernel holds are looked for."""
     pid = target.pid
     headroom = memory_headroom(pid)
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
@@ -133,14 +139,15 @@ def stop_world(
                 copy_error = f"no copy snapshot: {e}"
         # Off the pause: smaps walks every page table, and finding the epoll
         # descriptors takes a readlink per descriptor.
-        wiped = wiped_in_forks(pid) if copy is None and mode != "stopped" else []
-        kernel_held = KernelHeld.before_stop(pid)
+        wiped = wiped_in_forks(pid) if roots and copy is None and mode != "stopped" else []
+        kernel_held = KernelHeld.before_stop(pid) if roots else None
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:
             raise _translate(pid, e) from None
         capture = Capture(session, threads, "stopped", headroom=headroom)
-        kernel_held.read_in_pause()
+        if kernel_held:
+            kernel_held.read_in_pause()
         capture.kernel_held = kernel_held
         if copy is not None:
             try:

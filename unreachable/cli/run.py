@@ -72,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
     if exe and (why := gains_privileges(exe)):
         print(
             f"unreachable-cli: warning: {exe} is {why}: the dynamic loader ignores LD_PRELOAD"
-            " for it, so it runs without the shim (run a copy without that)",
+            " for it, so it runs without the shim (run a copy of it without that)",
             file=sys.stderr,
         )
     try:

@@ -23,7 +23,7 @@ from unreachable.symbolize.stacks import read_stacks
 def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
     target = open_target(pid)
     # Only the registry is read: "auto" never copies the whole heap for it.
-    with stop_world(target, snapshot, copy_from=NEVER_COPY) as capture:
+    with stop_world(target, snapshot, copy_from=NEVER_COPY, roots=False) as capture:
         memory = capture.memory
         mappings = capture.mappings or read_maps(capture.mem_pid)
         maps_text = _read_maps_text(pid)
