@@ -49,6 +49,7 @@ def check_exact(target, **kw):
         "epoll_data.c",
         "timer_value.c",
         "signal_stack.c",
+        "coroutine_stack.c",
     ],
 )
 @pytest.mark.parametrize(
@@ -241,3 +242,11 @@ def test_a_program_linked_with_jemalloc(targets):
 def test_malloc_usable_size_is_the_requested_size(targets):
     target = targets.start(PROGRAMS / "usable_slack.c")
     assert target.int("usable") == 9
+
+
+def test_coroutine_stack_mapped_alone(targets):
+    """A coroutine's stack big enough for glibc to map it as a chunk of its
+    own: SP in an mmap'ed block instead of the brk heap."""
+    target = targets.start(PROGRAMS / "coroutine_stack.c", "256")
+    for snapshot in ("fork", "stopped"):
+        check_exact(target, snapshot=snapshot)

@@ -86,7 +86,7 @@ def classify(
     live_stacks: dict[Mapping, int] = {}
     for sp in thread_sps.values():
         m = find_mapping(mappings, sp - RED_ZONE) or find_mapping(mappings, sp)
-        if m is not None:
+        if m is not None and not _in_heap(m, sp, heap):
             live_stacks[m] = min(sp - RED_ZONE, live_stacks.get(m, m.end))
     dead_stacks = {
         (t.stack_lo, t.stack_hi)
@@ -146,6 +146,15 @@ def _program_memory(m: Mapping, begin: int, end: int, roots: Roots, private: lis
         private.append((begin, end))
     else:
         roots.add("anonymous", begin, end)
+
+
+def _in_heap(m: Mapping, sp: int, heap: dict[Mapping, list[Span]]) -> bool:
+    """Whether a thread runs on a stack it allocated (a coroutine's, a
+    malloc'ed sigaltstack): its SP lies in a block, and the heap above it in
+    the mapping is no stack (taken for one, every block up there was a root).
+    The block itself stays alive through SP, a register value, and is
+    scanned whole as a block."""
+    return m.path == "[heap]" or any(b <= sp < e for b, e in heap.get(m, []))
 
 
 def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]]) -> bool:
