@@ -70,6 +70,7 @@ SCENARIOS = [
     Program("epoll_data.c"),
     Program("timer_value.c"),
     Program("signal_stack.c"),
+    Program("coroutine_stack.c"),
 ]
 
 Verdict = tuple[int, int] | str | None  # (count, bytes); why it gave none; None: not installed
