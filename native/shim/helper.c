@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -134,12 +135,29 @@ void ur_helper_request(uint32_t bits) {
   errno = saved;
 }
 
+/* Stepping aside (ur_helper_step_aside): the asker's word and the thread. */
+enum { ASIDE_NONE, ASIDE_ASKED, ASIDE_GONE, ASIDE_REFUSED };
+static uint32_t g_aside;
+static pthread_t g_thread;
+static int g_running; /* g_thread is a live helper nobody has joined */
+static uint32_t g_tid;  /* its thread id */
+
+/* Answers unless the asker gave up waiting (it then took the question back). */
+static int answer_aside(uint32_t answer) {
+  uint32_t asked = ASIDE_ASKED;
+  if (!__atomic_compare_exchange_n(&g_aside, &asked, answer, 0, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
+    return 0;
+  syscall(SYS_futex, &g_aside, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  return 1;
+}
+
 static void *helper_main(void *arg) {
   (void)arg;
   prctl(PR_SET_NAME, "ur-helper", 0, 0, 0);
   uint32_t *cmd = ur_g.helper_cmd;
-  __atomic_store_n(&unreachable_descriptor.helper_tid, (uint32_t)syscall(SYS_gettid),
-                   __ATOMIC_RELEASE);
+  g_tid = (uint32_t)syscall(SYS_gettid);
+  __atomic_store_n(&unreachable_descriptor.helper_tid, g_tid, __ATOMIC_RELEASE);
   pid_t child = 0; /* local: a forked process's new helper starts without one */
   long poll_ns = CHILD_POLL_MIN_NS;
   int huge = ur_huge_arenas_wanted();
@@ -172,14 +190,22 @@ static void *helper_main(void *arg) {
       }
     }
     uint32_t req = __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
-    if (req) {
+    if (req & ~UR_REQ_STEP_ASIDE) {
       /* The helper's own work (dumps, stats, the notify socket) stays out of
        * the registry: whatever glibc allocates for it is passed through. */
       ur_tls.busy++;
-      ur_debug_helper_work(req);
+      ur_debug_helper_work(req & ~UR_REQ_STEP_ASIDE);
       ur_tls.busy--;
-      continue;
     }
+    if (req & UR_REQ_STEP_ASIDE) {
+      /* Not while a scan needs us: its child to reap, writes to track. */
+      int busy = child || tracking_ns || __atomic_load_n(cmd, __ATOMIC_ACQUIRE) != UR_CMD_IDLE;
+      if (answer_aside(busy ? ASIDE_REFUSED : ASIDE_GONE) && !busy) {
+        __atomic_store_n(&unreachable_descriptor.helper_tid, 0, __ATOMIC_RELEASE);
+        return NULL;
+      }
+    }
+    if (req) continue;
     if (child) {
       wait_for_request_or_child(&poll_ns);
       continue;
@@ -213,16 +239,56 @@ void ur_helper_start(void) {
   pthread_sigmask(SIG_BLOCK, &all, &old); /* the helper inherits a full mask */
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  /* Room for the dump writers and stdio (malloc_info) besides the snapshot. */
+  /* Joinable (the default): ur_helper_step_aside waits for its end. Room
+   * for the dump writers and stdio (malloc_info) besides the snapshot. */
   pthread_attr_setstacksize(&attr, 256 * 1024);
-  pthread_t t;
-  pthread_create(&t, &attr, helper_main, NULL);
+  if (pthread_create(&g_thread, &attr, helper_main, NULL) == 0)
+    __atomic_store_n(&g_running, 1, __ATOMIC_RELEASE);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+#define ASIDE_WAIT_NS (2000ull * 1000 * 1000) /* a scanner may hold the helper stopped */
+#define GONE_WAIT_TRIES 100000
+
+int ur_helper_step_aside(void) {
+  if (!__atomic_load_n(&g_running, __ATOMIC_ACQUIRE)) return 1;
+  __atomic_store_n(&g_aside, ASIDE_ASKED, __ATOMIC_RELEASE);
+  ur_helper_request(UR_REQ_STEP_ASIDE);
+  int saved = errno;
+  uint64_t deadline = now_ns() + ASIDE_WAIT_NS;
+  uint32_t a;
+  while ((a = __atomic_load_n(&g_aside, __ATOMIC_ACQUIRE)) == ASIDE_ASKED && now_ns() < deadline) {
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    syscall(SYS_futex, &g_aside, FUTEX_WAIT_PRIVATE, ASIDE_ASKED, &ts, NULL, 0);
+  }
+  /* Given up: take the question back, unless its answer came meanwhile (a then holds it). */
+  if (a == ASIDE_ASKED)
+    __atomic_compare_exchange_n(&g_aside, &a, ASIDE_NONE, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (a != ASIDE_GONE) {
+    errno = saved;
+    return 0;
+  }
+  pthread_join(g_thread, NULL);
+  __atomic_store_n(&g_running, 0, __ATOMIC_RELEASE);
+  /* join returns when the kernel clears the thread's tid, a moment before it
+   * leaves the thread group, and the group's size is what the caller's
+   * system call checks: wait until the tid is gone too. */
+  for (int i = 0; i < GONE_WAIT_TRIES; i++) {
+    if (syscall(SYS_tgkill, getpid(), (pid_t)g_tid, 0) != 0 && errno == ESRCH) break;
+    sched_yield();
+  }
+  errno = saved;
+  return 1;
+}
+
+void ur_helper_restart_later(void) {
+  __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
+}
+
 void ur_helper_after_fork_child(void) {
+  g_running = 0; /* the parent's helper did not come along */
+  g_aside = ASIDE_NONE;
   unreachable_descriptor.helper_tid = 0;
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;
   ur_g.pending = 0; /* the parent's requests are the parent's */

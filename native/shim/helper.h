@@ -12,12 +12,21 @@
 #define UR_REQ_RECORD_DUMP 2u  /* SIGRTMAX-18: record_allocs to its file */
 #define UR_REQ_STATS 4u        /* SIGRTMAX-15: glibc's allocator statistics */
 #define UR_REQ_UNREACHABLE 8u  /* SIGRTMAX-16: ask unreachabled to scan us */
+#define UR_REQ_STEP_ASIDE 16u  /* ur_helper_step_aside: end the thread if idle */
 
 /* Async-signal-safe: post requests and wake the helper. */
 void ur_helper_request(uint32_t bits);
 
 /* Start the helper; safe to call from the constructor or an allocation path. */
 void ur_helper_start(void);
+
+/* Ends the helper thread, for a system call that the kernel grants only to
+ * a process of one thread (namespaces.c). Returns 1 once no helper runs, 0
+ * if it is busy with a scan (it then stays). Not async-signal-safe. */
+int ur_helper_step_aside(void);
+
+/* After a step aside: the next allocation starts a new helper. */
+void ur_helper_restart_later(void);
 
 /* fork child: the helper did not survive; the next allocation starts one. */
 void ur_helper_after_fork_child(void);

@@ -50,6 +50,7 @@ def check_exact(target, **kw):
         "timer_value.c",
         "signal_stack.c",
         "coroutine_stack.c",
+        "user_namespace.c",
     ],
 )
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """What the shim exports: the malloc family (with jemalloc's extensions and C++
 operator new and delete), the malloc_debug interface and the descriptor,
-what guards the unwinder's descriptors, sigaltstack, nothing else."""
+what guards the unwinder's descriptors, sigaltstack, unshare and setns, nothing
+else."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ EXPECTED_FUNCS = {
     "pipe2", "close", "close_range", "closefrom",
     # records each thread's alternate signal stack for the scanner (altstack.c)
     "sigaltstack",
+    # the helper thread steps aside for calls that need a single thread (namespaces.c)
+    "unshare", "setns",
 }  # fmt: skip
 
 

@@ -1,0 +1,68 @@
+/*
+ * unshare() and setns() calls the kernel grants only to a process of one
+ * thread: a new or another user namespace (`unshare -U`, bwrap, crun,
+ * `nsenter -U`), and another mount namespace (`nsenter -m`: the threads
+ * share their filesystem context). The shim's helper is a second thread, so
+ * under the shim these failed with EINVAL where the program alone succeeds.
+ * The shim stands in front of both calls: the helper steps aside for the
+ * call, and the next allocation starts a new one. A helper busy with a scan
+ * stays, and the call fails as it would in a threaded program.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include "helper.h"
+#include "shim.h"
+
+/* unshare: CLONE_NEWUSER implies CLONE_THREAD; these three need one thread. */
+#define UNSHARE_ALONE (CLONE_NEWUSER | CLONE_THREAD | CLONE_SIGHAND | CLONE_VM)
+/* setns: nstype 0 accepts any namespace, so any may need it. */
+#define SETNS_ALONE (CLONE_NEWUSER | CLONE_NEWNS)
+
+static pthread_mutex_t aside_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *next_definition(const char *name) {
+  ur_tls.busy++; /* dlsym may allocate */
+  void *f = dlsym(RTLD_NEXT, name);
+  ur_tls.busy--;
+  return f;
+}
+
+static int shim_active(void) {
+  return !(ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT));
+}
+
+/* Runs call(a, b) with no helper thread alive, if the helper can go. */
+static int alone(int (*call)(int, int), int a, int b) {
+  pthread_mutex_lock(&aside_lock);
+  ur_tls.busy++; /* nothing below may start a new helper before the call */
+  int stepped = ur_helper_step_aside();
+  int r = call(a, b);
+  if (stepped) ur_helper_restart_later();
+  ur_tls.busy--;
+  pthread_mutex_unlock(&aside_lock);
+  return r;
+}
+
+typedef int (*unshare_fn)(int);
+typedef int (*setns_fn)(int, int);
+static unshare_fn real_unshare;
+static setns_fn real_setns;
+
+static int call_unshare(int flags, int unused) {
+  (void)unused;
+  return real_unshare(flags);
+}
+
+UR_EXPORT int unshare(int flags) {
+  if (!real_unshare) real_unshare = (unshare_fn)next_definition("unshare");
+  if (!(flags & UNSHARE_ALONE) || !shim_active()) return real_unshare(flags);
+  return alone(call_unshare, flags, 0);
+}
+
+UR_EXPORT int setns(int fd, int nstype) {
+  if (!real_setns) real_setns = (setns_fn)next_definition("setns");
+  if ((nstype && !(nstype & SETNS_ALONE)) || !shim_active()) return real_setns(fd, nstype);
+  return alone(real_setns, fd, nstype);
+}
