@@ -71,6 +71,7 @@ SCENARIOS = [
     Program("timer_value.c"),
     Program("signal_stack.c"),
     Program("coroutine_stack.c"),
+    Program("queued_signal.c"),
 ]
 
 Verdict = tuple[int, int] | str | None  # (count, bytes); why it gave none; None: not installed

@@ -214,6 +214,7 @@ def _scan(
             held = capture.kernel_held
             epoll = held.epoll_words() if held else b""
             timers = held.timer_words() if held else b""
+            signals = held.signal_words() if held else b""
             header = target.header
             altstacks = altstack_words(
                 memory, header.altstacks, header.num_altstacks, {t.tid for t in capture.threads}
@@ -222,6 +223,7 @@ def _scan(
                 kept_out
                 + epoll
                 + timers
+                + signals
                 + altstacks
                 + register_words(
                     [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
@@ -334,6 +336,7 @@ def _scan(
         | ({"kept out of fork": len(kept_out)} if kept_out else {})
         | ({"epoll data": len(epoll)} if epoll else {})
         | ({"timer values": len(timers)} if timers else {})
+        | ({"signal values": len(signals)} if signals else {})
         | ({"signal stacks": len(altstacks)} if altstacks else {})
         | ({"code immediates": len(jit)} if jit else {}),
         pages_skipped=result.pages_skipped,

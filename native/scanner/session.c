@@ -15,6 +15,7 @@
 
 #include "child_sweep.h"
 #include "native.h"
+#include "pending_signals.h"
 #include "seccomp_check.h"
 #include "snapshot.h"
 #include "thread_capture.h"
@@ -189,6 +190,20 @@ static PyObject *session_seccomp_allows_clone(Session *s, PyObject *args) {
   return PyBool_FromLong(rc);
 }
 
+static PyObject *session_pending_signal_values(Session *s, PyObject *Py_UNUSED(ignored)) {
+  if (check_owner(s) < 0) return NULL;
+  if (s->state != ST_STOPPED) {
+    PyErr_SetString(PyExc_RuntimeError, "pending_signal_values() needs a stopped Session");
+    return NULL;
+  }
+  uint64_t *v = NULL;
+  long n = ur_pending_signal_values(&s->cap, &v);
+  if (n < 0) return ur_py_raise((int)n, "cannot read the target's queued signals");
+  PyObject *words = PyBytes_FromStringAndSize((const char *)v, (Py_ssize_t)(n * 8));
+  free(v);
+  return words;
+}
+
 static int check_child(Session *s) {
   if (check_owner(s) < 0) return -1;
   if (!s->child) {
@@ -356,6 +371,9 @@ static PyMethodDef session_methods[] = {
     {"seccomp_allows_clone", (PyCFunction)session_seccomp_allows_clone, METH_VARARGS,
      "seccomp_allows_clone(tid): whether the stopped thread's seccomp filters let the "
      "helper's snapshot clone() through (OSError if they cannot be read)"},
+    {"pending_signal_values", (PyCFunction)session_pending_signal_values, METH_NOARGS,
+     "pending_signal_values() -> bytes: the sigval of each signal queued to the stopped "
+     "target (its threads' queues and its own), as little-endian 64-bit words"},
     {"child_start", (PyCFunction)session_child_start, METH_VARARGS,
      "child_start(box_addr): make the frozen snapshot child sweep itself (abi.h "
      "ur_child_box); it builds its allocation index while the caller goes on."},

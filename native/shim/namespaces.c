@@ -1,8 +1,8 @@
 /*
  * unshare() and setns() calls the kernel grants only to a process of one
  * thread: a new or another user namespace (`unshare -U`, bwrap, crun,
- * `nsenter -U`), and another mount namespace (`nsenter -m`: the threads
- * share their filesystem context). The shim's helper is a second thread, so
+ * `nsenter -U`), another mount namespace (`nsenter -m`: the threads share
+ * their filesystem context) and another time namespace (EUSERS). The shim's helper is a second thread, so
  * under the shim these failed with EINVAL where the program alone succeeds.
  * The shim stands in front of both calls: the helper steps aside for the
  * call, and the next allocation starts a new one. A helper busy with a scan
@@ -18,7 +18,7 @@
 /* unshare: CLONE_NEWUSER implies CLONE_THREAD; these three need one thread. */
 #define UNSHARE_ALONE (CLONE_NEWUSER | CLONE_THREAD | CLONE_SIGHAND | CLONE_VM)
 /* setns: nstype 0 accepts any namespace, so any may need it. */
-#define SETNS_ALONE (CLONE_NEWUSER | CLONE_NEWNS)
+#define SETNS_ALONE (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWTIME)
 
 static pthread_mutex_t aside_lock = PTHREAD_MUTEX_INITIALIZER;
 

@@ -1,6 +1,6 @@
 """Pointers the kernel holds as roots (unreachable/capture/kernel_held.py):
 epoll registrations' data, read in the pause when there are few, around it
-when there are many; POSIX timers' values."""
+when there are many; POSIX timers' values; queued signals' values."""
 
 from __future__ import annotations
 
@@ -74,3 +74,16 @@ def test_timer_values_count_as_roots(targets):
         report = scan(target.pid, ScanOptions(snapshot=snapshot))
         assert (report.leak_count, report.leak_bytes) == (1, 24)
         assert report.roots["timer values"] == 8
+
+
+def test_queued_signal_values_count_as_roots(targets):
+    """Both queues: the process's (sigqueue) and a thread's (pthread_sigqueue)."""
+    target = targets.start(PROGRAMS / "queued_signal.c")
+    for snapshot in ("fork", "stopped"):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert (report.leak_count, report.leak_bytes) == (1, 24)
+        assert report.roots["signal values"] == 16
+    # Still queued, blocked as the program left them.
+    status = Path(f"/proc/{target.pid}/status").read_text()
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert int(fields["ShdPnd"], 16) and int(fields["SigPnd"], 16)

@@ -51,6 +51,7 @@ def check_exact(target, **kw):
         "signal_stack.c",
         "coroutine_stack.c",
         "user_namespace.c",
+        "queued_signal.c",
     ],
 )
 @pytest.mark.parametrize(

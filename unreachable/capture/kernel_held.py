@@ -1,5 +1,5 @@
 """Pointers only the kernel holds: the data of epoll registrations, the
-values of POSIX timers.
+values of POSIX timers and of queued signals.
 
 An event loop may keep a connection object nowhere but in its epoll
 registration: epoll_ctl gets the pointer as event.data, epoll_wait hands it
@@ -24,6 +24,12 @@ A POSIX timer that notifies by signal hands its sigev_value back in the
 signal's siginfo, and a program may keep a pointer only there too;
 /proc/PID/timers shows it ("signal: SIGNO/HEX"). The file is short (one
 entry per timer) and read in the pause.
+
+A signal sent with a value (sigqueue, a timer's expiry, a message queue's
+notification) and not yet delivered holds its value in the kernel's queue:
+a block handed to a thread that has the signal blocked, or collects it with
+sigwaitinfo, has no other pointer until then. The queues are read in the
+pause through ptrace (native/scanner/pending_signals.c).
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ class KernelHeld:
     count: int = 0  # registrations in `before`
     in_pause: list[bytes] | None = None  # their fdinfo while stopped, when few enough
     timers: bytes = b""  # /proc/PID/timers while stopped
+    signals: bytes = b""  # queued signals' values while stopped, as words
 
     @classmethod
     def before_stop(cls, pid: int) -> KernelHeld:
@@ -115,6 +122,9 @@ class KernelHeld:
         else:
             texts = self.before + read_registrations(self.pid, self.fds)
         return _words({int(m, 16) for text in texts for m in _DATA.findall(text)})
+
+    def signal_words(self) -> bytes:
+        return _words(set(struct.unpack(f"<{len(self.signals) // 8}Q", self.signals)))
 
     def timer_words(self) -> bytes:
         return _words({int(m, 16) for m in _TIMER_VALUE.findall(self.timers)})

@@ -148,6 +148,7 @@ def stop_world(
         capture = Capture(session, threads, "stopped", headroom=headroom)
         if kernel_held:
             kernel_held.read_in_pause()
+            kernel_held.signals = session.pending_signal_values()
         capture.kernel_held = kernel_held
         if copy is not None:
             try:

@@ -1,18 +1,15 @@
 /* Calls that need a process of one thread: joining a mount namespace (the
- * threads share a filesystem context) and making user namespaces. argv[1]
- * "shim": also check that the shim's helper thread comes back after each
- * and that the registry still follows the program. Prints what each call
- * returned, so a run without the shim gives the lines to compare with. */
+ * threads share a filesystem context) or a time namespace, and making a
+ * user namespace. argv[1] "shim": also check that the shim's helper thread
+ * comes back after each and that the registry still follows the program.
+ * Prints what each call returned, so a run without the shim gives the
+ * lines to compare with. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <time.h>
 
 #include "shimtest.h"
-
-static void report(const char *what, int r) {
-  printf("%s: %s\n", what, r == 0 ? "ok" : strerror(errno));
-}
 
 static void helper_back(void) {
   struct ur_descriptor *d = shim_desc();
@@ -26,19 +23,34 @@ static void helper_back(void) {
   CHECK(!registry_find(p, NULL, NULL));
 }
 
-int main(int argc, char **argv) {
-  int shim = argc > 1 && !strcmp(argv[1], "shim");
-  if (shim) helper_back(); /* running before the calls */
-  int fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
-  CHECK(fd >= 0);
-  report("setns mnt", setns(fd, CLONE_NEWNS));
-  report("setns any", setns(fd, 0));
+static int shim;
+
+/* Prints what the call returned; under the shim, then checks that the
+ * helper is back, so the next call has one to step aside again. */
+static void report(const char *what, int r) {
+  printf("%s: %s\n", what, r == 0 ? "ok" : strerror(errno));
+  if (shim) helper_back();
+}
+
+static void setns_to_own(const char *ns, int nstype, const char *what) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/ns/%s", ns);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    printf("%s: no such namespace\n", what);
+    return;
+  }
+  report(what, setns(fd, nstype));
   close(fd);
-  if (shim) helper_back();
+}
+
+int main(int argc, char **argv) {
+  shim = argc > 1 && !strcmp(argv[1], "shim");
+  if (shim) helper_back(); /* running before the calls */
+  setns_to_own("mnt", CLONE_NEWNS, "setns mnt");
+  setns_to_own("mnt", 0, "setns any");
+  setns_to_own("time", CLONE_NEWTIME, "setns time");
   report("unshare user", unshare(CLONE_NEWUSER));
-  if (shim) helper_back();
-  report("unshare user again", unshare(CLONE_NEWUSER | CLONE_NEWNS));
-  if (shim) helper_back();
   printf("OK\n");
   return 0;
 }
