@@ -60,30 +60,23 @@ def test_read_around_the_pause_when_many(pipes):
         assert set(pipes) <= _fds_in(regs.epoll_words())
 
 
-def test_a_scan_counts_them_as_roots(targets):
-    target = targets.start(PROGRAMS / "epoll_data.c")
+@pytest.mark.parametrize(
+    ("program", "kind", "words"),
+    [
+        ("epoll_data.c", "epoll data", 2),  # two registrations
+        ("timer_value.c", "timer values", 1),
+        # both queues: the process's (sigqueue) and a thread's (pthread_sigqueue)
+        ("queued_signal.c", "signal values", 2),
+    ],
+)
+def test_a_scan_counts_them_as_roots(targets, program, kind, words):
+    target = targets.start(PROGRAMS / program)
     for snapshot in ("fork", "stopped"):
         report = scan(target.pid, ScanOptions(snapshot=snapshot))
         assert (report.leak_count, report.leak_bytes) == (1, 24)
-        assert report.roots["epoll data"] == 16  # two registrations
-
-
-def test_timer_values_count_as_roots(targets):
-    target = targets.start(PROGRAMS / "timer_value.c")
-    for snapshot in ("fork", "stopped"):
-        report = scan(target.pid, ScanOptions(snapshot=snapshot))
-        assert (report.leak_count, report.leak_bytes) == (1, 24)
-        assert report.roots["timer values"] == 8
-
-
-def test_queued_signal_values_count_as_roots(targets):
-    """Both queues: the process's (sigqueue) and a thread's (pthread_sigqueue)."""
-    target = targets.start(PROGRAMS / "queued_signal.c")
-    for snapshot in ("fork", "stopped"):
-        report = scan(target.pid, ScanOptions(snapshot=snapshot))
-        assert (report.leak_count, report.leak_bytes) == (1, 24)
-        assert report.roots["signal values"] == 16
-    # Still queued, blocked as the program left them.
-    status = Path(f"/proc/{target.pid}/status").read_text()
-    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-    assert int(fields["ShdPnd"], 16) and int(fields["SigPnd"], 16)
+        assert report.roots[kind] == 8 * words
+    if program == "queued_signal.c":
+        # Still queued, blocked as the program left them.
+        status = Path(f"/proc/{target.pid}/status").read_text()
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        assert int(fields["ShdPnd"], 16) and int(fields["SigPnd"], 16)
