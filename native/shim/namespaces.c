@@ -2,11 +2,12 @@
  * unshare() and setns() calls the kernel grants only to a process of one
  * thread: a new or another user namespace (`unshare -U`, bwrap, crun,
  * `nsenter -U`), another mount namespace (`nsenter -m`: the threads share
- * their filesystem context) and another time namespace (EUSERS). The shim's helper is a second thread, so
- * under the shim these failed with EINVAL where the program alone succeeds.
- * The shim stands in front of both calls: the helper steps aside for the
- * call, and the next allocation starts a new one. A helper busy with a scan
- * stays, and the call fails as it would in a threaded program.
+ * their filesystem context) and another time namespace. The shim's helper is
+ * a second thread, so under the shim these failed (EINVAL; EUSERS for time)
+ * where the program alone succeeds. The shim stands in front of both calls:
+ * the helper steps aside for the call, and the next allocation starts a new
+ * one. A helper busy with a scan stays, and the call fails as it would in a
+ * threaded program.
  */
 #include <dlfcn.h>
 #include <pthread.h>
