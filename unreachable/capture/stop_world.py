@@ -162,9 +162,14 @@ def stop_world(
             yield capture
             return
         clone_ok: bool | None = None
+        helper_stopped = helper_tid in {t.tid for t in threads}
         if mode != "stopped":
             if not helper_tid:
                 capture.snapshot_error = "the shim's snapshot helper thread is not running"
+            elif not helper_stopped:
+                # It ended after the descriptor was read: a helper steps aside
+                # for unshare() and setns() (native/shim/namespaces.c).
+                capture.snapshot_error = "the shim's snapshot helper thread ended before the stop"
             elif (clone_ok := _clone_verdict(session, pid, helper_tid)) is False:
                 capture.snapshot_error = (
                     "the target's seccomp filter does not provably allow the helper's clone()"
@@ -180,7 +185,7 @@ def stop_world(
             capture.snapshot_error = f"{copy_error}; {no_room}" if copy_error else no_room
         if mode == "fork" or (mode == "auto" and clone_ok and not no_room):
             # Never asked of the helper when its filter would kill the target.
-            if helper_tid and clone_ok is not False:
+            if helper_stopped and clone_ok is not False:
                 try:
                     session.snapshot(helper_tid, helper_cmd)
                     child_maps = read_maps_text(session.snapshot_pid)

@@ -57,7 +57,8 @@ def tracked_writes(target: Target) -> Iterator[int]:
     pid, addr, helper = target.pid, target.header.write_tracker, target.header.helper_tid
     if not addr:
         raise TrackingUnavailable("the shim in the target predates copy snapshots")
-    if not helper:
+    if not helper or not os.path.exists(f"/proc/{pid}/task/{helper}"):
+        # (gone since the descriptor was read: it steps aside for unshare/setns)
         raise TrackingUnavailable("the shim's helper thread is not running")
     if thread_seccomp(pid, helper) != 0:
         # A filter might kill the process on userfaultfd(); unlike the fork
