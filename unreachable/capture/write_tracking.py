@@ -95,7 +95,8 @@ def tracked_writes(target: Target) -> Iterator[int]:
         try:
             _native.nudge_thread(helper)
         except OSError as e:
-            raise TrackingUnavailable(f"cannot wake the shim's helper: {e.strerror}") from None
+            why = os.strerror(e.errno) if e.errno else e.strerror
+            raise TrackingUnavailable(f"cannot wake the shim's helper: {why}") from None
         deadline = time.monotonic() + START_TIMEOUT_S
         delay = 0.0005
         while (state := cmd())[0] == START and time.monotonic() < deadline:
