@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.cbuild import build
 from tests.support.tracking import copy_unsupported
+from unreachable.capture.target import open_target
 from unreachable.process.maps import read_maps
 from unreachable.process.memory import present_ranges
 from unreachable.scan import ScanOptions, scan
@@ -85,11 +86,25 @@ def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
         assert report.bytes_scanned < 64 << 20, report.bytes_scanned
 
 
+def _helper_asleep(pid: int) -> None:
+    """Until the shim's helper has run to its first wait: the stack it
+    touches on the way is the program's own growth, not the scanner's."""
+    for _ in range(1000):
+        tid = open_target(pid).header.helper_tid
+        if tid:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "S":
+                    return
+        time.sleep(0.005)
+    raise AssertionError("the shim's helper never went to sleep")
+
+
 @pytest.mark.parametrize("snapshot", ["stopped", "fork"])
 def test_the_scan_maps_nothing_into_the_target(targets, snapshot):
     """Reading an untouched page of private anonymous memory through /proc
     maps the zero page there: the scanner reads only the pages that exist."""
     target = targets.start(PROGRAMS / "sparse.c")
+    _helper_asleep(target.pid)
 
     def present_bytes() -> int:
         spans = [(m.start, m.end) for m in read_maps(target.pid) if m.demand_zero]
