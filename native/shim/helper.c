@@ -139,7 +139,11 @@ void ur_helper_request(uint32_t bits) {
 enum { ASIDE_NONE, ASIDE_ASKED, ASIDE_GONE, ASIDE_REFUSED };
 static uint32_t g_aside;
 static pthread_t g_thread;
-static int g_running; /* g_thread is a live helper nobody has joined */
+/* g_thread's state: none, being created (g_thread not yet valid), or a live
+ * helper nobody has joined. Claimed with a CAS: the constructor, a forked
+ * child's first allocation and a step aside may each start one. */
+enum { HELPER_NONE, HELPER_STARTING, HELPER_RUNNING };
+static int g_running;
 static uint32_t g_tid;  /* its thread id */
 
 /* Answers unless the asker gave up waiting (it then took the question back). */
@@ -227,7 +231,10 @@ static void *helper_main(void *arg) {
 }
 
 void ur_helper_start(void) {
-  if (!ur_g.helper_cmd) return;
+  int none = HELPER_NONE;
+  if (!ur_g.helper_cmd || !__atomic_compare_exchange_n(&g_running, &none, HELPER_STARTING, 0,
+                                                       __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return;
   /* The environment is read here, by the thread starting the helper, never
    * by the helper: a program may be rebuilding it (redis's setproctitle
    * clears and refills it as main starts), and the helper's getenv walked
@@ -243,8 +250,8 @@ void ur_helper_start(void) {
   /* Joinable (the default): ur_helper_step_aside waits for its end. Room
    * for the dump writers and stdio (malloc_info) besides the snapshot. */
   pthread_attr_setstacksize(&attr, 256 * 1024);
-  if (pthread_create(&g_thread, &attr, helper_main, NULL) == 0)
-    __atomic_store_n(&g_running, 1, __ATOMIC_RELEASE);
+  int created = pthread_create(&g_thread, &attr, helper_main, NULL) == 0;
+  __atomic_store_n(&g_running, created ? HELPER_RUNNING : HELPER_NONE, __ATOMIC_RELEASE);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
@@ -253,7 +260,8 @@ void ur_helper_start(void) {
 #define GONE_WAIT_TRIES 100000
 
 int ur_helper_step_aside(void) {
-  if (!__atomic_load_n(&g_running, __ATOMIC_ACQUIRE)) return 1;
+  int state = __atomic_load_n(&g_running, __ATOMIC_ACQUIRE);
+  if (state != HELPER_RUNNING) return state == HELPER_NONE; /* another thread starts one */
   __atomic_store_n(&g_aside, ASIDE_ASKED, __ATOMIC_RELEASE);
   ur_helper_request(UR_REQ_STEP_ASIDE);
   int saved = errno;
@@ -271,7 +279,7 @@ int ur_helper_step_aside(void) {
     return 0;
   }
   pthread_join(g_thread, NULL);
-  __atomic_store_n(&g_running, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_running, HELPER_NONE, __ATOMIC_RELEASE);
   /* join returns when the kernel clears the thread's tid, a moment before it
    * leaves the thread group, and the group's size is what the caller's
    * system call checks: wait until the tid is gone too. */
@@ -283,12 +291,8 @@ int ur_helper_step_aside(void) {
   return 1;
 }
 
-void ur_helper_restart_later(void) {
-  __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
-}
-
 void ur_helper_after_fork_child(void) {
-  g_running = 0; /* the parent's helper did not come along */
+  g_running = HELPER_NONE; /* the parent's helper did not come along */
   g_aside = ASIDE_NONE;
   unreachable_descriptor.helper_tid = 0;
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;

@@ -17,16 +17,14 @@
 /* Async-signal-safe: post requests and wake the helper. */
 void ur_helper_request(uint32_t bits);
 
-/* Start the helper; safe to call from the constructor or an allocation path. */
+/* Start the helper unless one runs or is starting; safe to call from the
+ * constructor or an allocation path. */
 void ur_helper_start(void);
 
 /* Ends the helper thread, for a system call that the kernel grants only to
  * a process of one thread (namespaces.c). Returns 1 once no helper runs, 0
  * if it is busy with a scan (it then stays). Not async-signal-safe. */
 int ur_helper_step_aside(void);
-
-/* After a step aside: the next allocation starts a new helper. */
-void ur_helper_restart_later(void);
 
 /* fork child: the helper did not survive; the next allocation starts one. */
 void ur_helper_after_fork_child(void);

@@ -5,11 +5,12 @@
  * their filesystem context) and another time namespace. The shim's helper is
  * a second thread, so under the shim these failed (EINVAL; EUSERS for time)
  * where the program alone succeeds. The shim stands in front of both calls:
- * the helper steps aside for the call, and the next allocation starts a new
- * one. A helper busy with a scan stays, and the call fails as it would in a
+ * the helper steps aside for the call and a new one starts as it returns. A
+ * helper busy with a scan stays, and the call fails as it would in a
  * threaded program.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -37,10 +38,14 @@ static int shim_active(void) {
 /* Runs call(a, b) with no helper thread alive, if the helper can go. */
 static int alone(int (*call)(int, int), int a, int b) {
   pthread_mutex_lock(&aside_lock);
-  ur_tls.busy++; /* nothing below may start a new helper before the call */
+  ur_tls.busy++; /* no allocation here may start a helper before the call */
   int stepped = ur_helper_step_aside();
   int r = call(a, b);
-  if (stepped) ur_helper_restart_later();
+  if (stepped) {
+    int saved = errno;
+    ur_helper_start(); /* its allocations pass straight to glibc (busy) */
+    errno = saved;
+  }
   ur_tls.busy--;
   pthread_mutex_unlock(&aside_lock);
   return r;

@@ -1,7 +1,7 @@
 /* A sandboxed program: it moves into a user namespace of its own first
  * (bwrap, crun and `unshare -U` do), which needs a process of one thread,
- * so the shim's helper steps aside for the call and comes back with the
- * next allocation; scans then snapshot as usual. One list kept, one
+ * so the shim's helper steps aside for the call and a new one starts as it
+ * returns; scans then snapshot as usual. One list kept, one
  * dropped. Without user namespaces on the machine it runs without one. */
 #include <sched.h>
 

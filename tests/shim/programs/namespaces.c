@@ -11,22 +11,24 @@
 
 #include "shimtest.h"
 
+/* The helper running (a new one starts as the call returns, with no
+ * allocation needed), and the registry following the program. */
 static void helper_back(void) {
   struct ur_descriptor *d = shim_desc();
-  void *p = malloc(100); /* the allocation that starts the new helper */
-  CHECK(registered_with_size(p, 100));
   for (int i = 0; i < 2000 && !__atomic_load_n(&d->helper_tid, __ATOMIC_ACQUIRE); i++)
     nanosleep(&(struct timespec){0, 1000 * 1000}, NULL);
   uint32_t tid = __atomic_load_n(&d->helper_tid, __ATOMIC_ACQUIRE);
   CHECK(tid != 0 && tid != (uint32_t)getpid());
+  void *p = malloc(100);
+  CHECK(registered_with_size(p, 100));
   free(p);
   CHECK(!registry_find(p, NULL, NULL));
 }
 
 static int shim;
 
-/* Prints what the call returned; under the shim, then checks that the
- * helper is back, so the next call has one to step aside again. */
+/* Prints what the call returned; under the shim, then checks that a
+ * helper runs again, so the next call has one to step aside. */
 static void report(const char *what, int r) {
   printf("%s: %s\n", what, r == 0 ? "ok" : strerror(errno));
   if (shim) helper_back();
