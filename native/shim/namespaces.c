@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include "helper.h"
 #include "shim.h"
@@ -31,8 +32,12 @@ static void *next_definition(const char *name) {
   return f;
 }
 
-static int shim_active(void) {
-  return !(ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT));
+/* The shim is on, and this is the process it last set up: not the child of
+ * a vfork() or a raw clone(), which runs no fork handler and has none of
+ * the parent's threads (the helper included) in its own group. */
+static int helper_is_ours(void) {
+  return !(ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) &&
+         (uint64_t)getpid() == unreachable_descriptor.pid;
 }
 
 /* Runs call(a, b) with no helper thread alive, if the helper can go. */
@@ -63,12 +68,12 @@ static int call_unshare(int flags, int unused) {
 
 UR_EXPORT int unshare(int flags) {
   if (!real_unshare) real_unshare = (unshare_fn)next_definition("unshare");
-  if (!(flags & UNSHARE_ALONE) || !shim_active()) return real_unshare(flags);
+  if (!(flags & UNSHARE_ALONE) || !helper_is_ours()) return real_unshare(flags);
   return alone(call_unshare, flags, 0);
 }
 
 UR_EXPORT int setns(int fd, int nstype) {
   if (!real_setns) real_setns = (setns_fn)next_definition("setns");
-  if ((nstype && !(nstype & SETNS_ALONE)) || !shim_active()) return real_setns(fd, nstype);
+  if ((nstype && !(nstype & SETNS_ALONE)) || !helper_is_ours()) return real_setns(fd, nstype);
   return alone(real_setns, fd, nstype);
 }

@@ -13,7 +13,7 @@ import pytest
 
 from tests.shim.support import program, run, run_ok
 
-CALLS = ["setns mnt", "setns any", "setns time", "unshare user"]
+CALLS = ["setns mnt", "setns any", "setns time", "setns mnt in a vfork child", "unshare user"]
 
 
 def test_namespace_calls_as_without_the_shim(shim: Path) -> None:

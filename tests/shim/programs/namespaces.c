@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "shimtest.h"
@@ -52,6 +53,19 @@ int main(int argc, char **argv) {
   setns_to_own("mnt", CLONE_NEWNS, "setns mnt");
   setns_to_own("mnt", 0, "setns any");
   setns_to_own("time", CLONE_NEWTIME, "setns time");
+  /* A vfork child is its own thread group: nothing to step aside for, and
+   * the parent's helper must stay as it is. */
+  struct ur_descriptor *d = shim ? shim_desc() : NULL;
+  uint32_t helper = d ? __atomic_load_n(&d->helper_tid, __ATOMIC_ACQUIRE) : 0;
+  int fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  CHECK(fd >= 0);
+  pid_t child = vfork();
+  if (child == 0) _exit(setns(fd, CLONE_NEWNS) == 0 ? 0 : 1);
+  int status = 0;
+  CHECK(child > 0 && waitpid(child, &status, 0) == child);
+  close(fd);
+  printf("setns mnt in a vfork child: %s\n", WIFEXITED(status) && !WEXITSTATUS(status) ? "ok" : "failed");
+  if (shim) CHECK(__atomic_load_n(&d->helper_tid, __ATOMIC_ACQUIRE) == helper);
   report("unshare user", unshare(CLONE_NEWUSER));
   printf("OK\n");
   return 0;
