@@ -157,6 +157,10 @@ pid_t ur_snapshot_take(struct ur_capture *c, pid_t helper_tid, uint64_t cmd_addr
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 || (r == tid && (WIFEXITED(status) || WIFSIGNALED(status)))) {
       t->attached = t->running = false;
+      /* Gone (it steps aside for unshare/setns): the next helper must not
+       * find the command and fork a child nobody waits for. */
+      uint32_t idle = UR_CMD_IDLE;
+      rw_cmd(fd, cmd_addr, &idle, 1);
       close(fd);
       return fmt_err(-ESRCH, err, errlen, "helper thread %d exited during the snapshot",
                      (int)tid);

@@ -1,6 +1,7 @@
-"""Stopping the world when the shim's helper has just gone
-(unreachable/capture/stop_world.py): a helper steps aside for unshare() and
-setns() (native/shim/namespaces.c), and a new one starts as the call returns."""
+"""Stopping the world when the shim's helper has just been replaced or is
+not there (unreachable/capture/stop_world.py): a helper steps aside for
+unshare() and setns() (native/shim/namespaces.c), and a new one starts as
+the call returns; a forked child starts one at its first allocation."""
 
 from __future__ import annotations
 
@@ -33,22 +34,31 @@ def _helper_tid(pid: int, not_this: int) -> int:
     raise AssertionError("no new helper")
 
 
-def test_a_helper_gone_since_the_descriptor_was_read(targets):
+def test_a_helper_replaced_since_the_descriptor_was_read(targets):
+    """The stop reads the descriptor again and snapshots through the new one."""
     target = targets.start(PROGRAM)
     stale = open_target(target.pid)
-    assert stale.header.helper_tid
     _ask(target, "aside")
-    with stop_world(stale, "auto") as capture:
-        assert capture.snapshot == "stopped"
-        assert capture.snapshot_error == "the shim's snapshot helper thread ended before the stop"
-    with pytest.raises(TargetUnscannable, match="helper thread ended before the stop"):
-        with stop_world(stale, "fork"):
-            pass
-    if not copy_unsupported():
-        with pytest.raises(TargetUnscannable, match="no copy snapshot: the shim's helper thread"):
-            with stop_world(stale, "copy"):
-                pass
+    _helper_tid(target.pid, not_this=stale.header.helper_tid)
+    modes = ["auto", "fork"] + ([] if copy_unsupported() else ["copy"])
+    for mode in modes:
+        with stop_world(stale, mode) as capture:
+            snapshot, why = capture.snapshot, capture.snapshot_error
+        assert snapshot == ("copy" if mode == "copy" else "fork"), why
     assert target.alive() and target.tracer() == 0
+
+
+def test_a_process_without_a_helper(targets):
+    """A forked child that has not allocated yet has started none."""
+    parent = targets.start(PROGRAM)
+    parent.send("fork")
+    child = int(parent.read_line())
+    assert open_target(child).header.helper_tid == 0
+    report = scan(child, ScanOptions())
+    assert (report.snapshot, report.leak_count, report.leak_bytes) == ("stopped", 1, 24)
+    assert report.snapshot_note == "the shim's snapshot helper thread is not running"
+    with pytest.raises(TargetUnscannable, match="helper thread is not running"):
+        scan(child, ScanOptions(snapshot="fork"))
 
 
 def test_a_new_helper_as_the_call_returns(targets):

@@ -36,7 +36,7 @@ from unreachable.capture.copy_snapshot import (
 )
 from unreachable.capture.kept_out_of_fork import KeptOut, read_kept_out, wiped_in_forks
 from unreachable.capture.kernel_held import KernelHeld
-from unreachable.capture.target import Target, still_running
+from unreachable.capture.target import Target, current_helper_tid, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
 from unreachable.process.cgroup_memory import memory_headroom, no_room_for_fork, oom_victim_first
@@ -162,13 +162,14 @@ def stop_world(
             yield capture
             return
         clone_ok: bool | None = None
-        helper_stopped = helper_tid in {t.tid for t in threads}
+        stopped_tids = {t.tid for t in threads}
+        if mode != "stopped" and helper_tid not in stopped_tids:
+            helper_tid = current_helper_tid(target)  # replaced since it was read
+        helper_stopped = helper_tid in stopped_tids
         if mode != "stopped":
             if not helper_tid:
                 capture.snapshot_error = "the shim's snapshot helper thread is not running"
             elif not helper_stopped:
-                # It ended after the descriptor was read: a helper steps aside
-                # for unshare() and setns() (native/shim/namespaces.c).
                 capture.snapshot_error = "the shim's snapshot helper thread ended before the stop"
             elif (clone_ok := _clone_verdict(session, pid, helper_tid)) is False:
                 capture.snapshot_error = (
@@ -196,7 +197,7 @@ def stop_world(
                     oom_victim_first(session.snapshot_pid)
                     capture.snapshot, capture.snapshot_error = "fork", copy_error
                 except OSError as e:
-                    capture.snapshot_error = str(e)
+                    capture.snapshot_error = e.strerror or str(e)
             if mode == "fork" and capture.snapshot != "fork":
                 raise TargetUnscannable(f"snapshot failed: {capture.snapshot_error}")
         yield capture

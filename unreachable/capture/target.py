@@ -48,6 +48,17 @@ def open_target(pid: int) -> Target:
     return Target(pid, status, shim, header, _command_line(pid))
 
 
+def current_helper_tid(target: Target) -> int:
+    """The helper's tid as the descriptor names it now (0: none). A helper
+    steps aside for unshare() and setns() and a new one takes its place
+    (native/shim/namespaces.c), so the tid read by open_target may be gone."""
+    try:
+        header = read_descriptor_header(target.pid, target.shim.descriptor_addr)
+    except OSError:
+        return 0
+    return host_tid(target.pid, header.helper_tid)
+
+
 def still_running(pid: int) -> bool:
     """False once the process has exited (gone, or a zombie)."""
     try:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from unreachable import _native
-from unreachable.capture.target import Target
+from unreachable.capture.target import Target, current_helper_tid
 from unreachable.process.status import pid_namespace, read_status, thread_seccomp
 
 IDLE, START, ON, STOP, FAILED = range(5)
@@ -31,6 +31,7 @@ _HEARTBEAT_OFFSET = 16
 HEARTBEAT_S = 0.1
 START_TIMEOUT_S = 5.0  # registering thousands of mappings takes the helper a while
 STALE_STOP_S = 1.0  # the helper sees a STOP within 10 ms while it tracks
+NUDGE_TRIES = 3  # helpers that step aside as they are woken (namespaces.c)
 
 
 class TrackingUnavailable(Exception):
@@ -58,7 +59,8 @@ def tracked_writes(target: Target) -> Iterator[int]:
     if not addr:
         raise TrackingUnavailable("the shim in the target predates copy snapshots")
     if not helper or not os.path.exists(f"/proc/{pid}/task/{helper}"):
-        # (gone since the descriptor was read: it steps aside for unshare/setns)
+        helper = current_helper_tid(target)  # replaced since it was read
+    if not helper:
         raise TrackingUnavailable("the shim's helper thread is not running")
     if thread_seccomp(pid, helper) != 0:
         # A filter might kill the process on userfaultfd(); unlike the fork
@@ -92,11 +94,17 @@ def tracked_writes(target: Target) -> Iterator[int]:
             beat.start()
         os.pwrite(fd, struct.pack("<I", START), addr)
         started = True
-        try:
-            _native.nudge_thread(helper)
-        except OSError as e:
-            why = os.strerror(e.errno) if e.errno else e.strerror
-            raise TrackingUnavailable(f"cannot wake the shim's helper: {why}") from None
+        for attempt in range(NUDGE_TRIES):
+            try:
+                _native.nudge_thread(helper)
+                break
+            except OSError as e:
+                # Gone: stepped aside, and its successor may be asleep already.
+                if e.errno == errno.ESRCH and attempt + 1 < NUDGE_TRIES:
+                    if helper := current_helper_tid(target):
+                        continue
+                why = os.strerror(e.errno) if e.errno else e.strerror
+                raise TrackingUnavailable(f"cannot wake the shim's helper: {why}") from None
         deadline = time.monotonic() + START_TIMEOUT_S
         delay = 0.0005
         while (state := cmd())[0] == START and time.monotonic() < deadline:

@@ -1,8 +1,11 @@
 /* Makes the shim's helper step aside on command ("aside": a setns() into
- * its own mount namespace); a new helper starts as the call returns. Holds
- * one leak. */
+ * its own mount namespace; a new helper starts as the call returns), or
+ * forks a child that never allocates, so starts no helper of its own
+ * ("fork": prints its pid). Holds one leak, which the child inherits. */
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 
 #include "../../scan/programs/scenario.h"
 
@@ -19,6 +22,16 @@ int main(void) {
     if (!strncmp(cmd, "aside", 5)) {
       int ok = setns(fd, CLONE_NEWNS) == 0;
       if (write(1, ok ? "DONE\n" : "FAILED\n", ok ? 5 : 7) < 0) return 1;
+    }
+    if (!strncmp(cmd, "fork", 4)) {
+      pid_t child = fork();
+      if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (;;) pause();
+      }
+      char line[32];
+      int len = snprintf(line, sizeof line, "%d\n", (int)child);
+      if (write(1, line, (size_t)len) < 0) return 1;
     }
   }
   return 0;
