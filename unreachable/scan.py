@@ -219,14 +219,16 @@ def _scan(
             altstacks = altstack_words(
                 memory, header.altstacks, header.num_altstacks, {t.tid for t in capture.threads}
             )
-            values = (
-                kept_out
-                + epoll
-                + timers
-                + signals
-                + altstacks
-                + register_words(
-                    [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
+            values = b"".join(
+                (
+                    kept_out,
+                    epoll,
+                    timers,
+                    signals,
+                    altstacks,
+                    register_words(
+                        [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
+                    ),
                 )
             )
             regs = values

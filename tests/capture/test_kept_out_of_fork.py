@@ -15,8 +15,14 @@ import sys
 from pathlib import Path
 
 from tests.cli.test_scan_cli import assert_one_line_error
-from unreachable.capture.kept_out_of_fork import KEPT_OUT_MAX_BYTES, kept_out_of_fork
-from unreachable.process.maps import Mapping
+from unreachable.capture.kept_out_of_fork import (
+    KEPT_OUT_MAX_BYTES,
+    ForkFlags,
+    fork_flags,
+    kept_out_of_fork,
+    read_kept_out,
+)
+from unreachable.process.maps import Mapping, read_maps_text
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
@@ -128,3 +134,39 @@ def test_memory_wiped_in_forks_is_read_in_the_pause(targets):
     report = scan(target.pid, ScanOptions(snapshot="stopped"))
     _exact(target, report)
     _untouched(target)
+
+
+def test_smaps_sizes_the_room_before_the_stop(targets):
+    """The pause reads kept-out memory into room made (and its pages
+    touched) before the stop, as big as smaps says is resident there."""
+    plain = targets.start(PROGRAMS / "queued_signal.c")
+    assert fork_flags(plain.pid) == ForkFlags()
+    kept = fork_flags(targets.start(PROGRAMS / "dontfork_page.c").pid)
+    assert kept.wiped == [] and kept.room is not None and len(kept.room) >= 4096
+    wiped_target = targets.start(PROGRAMS / "wipeonfork_page.c")
+    wiped = fork_flags(wiped_target.pid)
+    page = wiped_target.int("page")
+    assert [(b, e) for b, e in wiped.wiped if b <= page < e]
+    assert wiped.room is not None and len(wiped.room) >= 4096
+    big = fork_flags(targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG).pid)
+    assert big.room is not None and len(big.room) == KEPT_OUT_MAX_BYTES
+
+
+def test_the_words_are_the_same_whatever_room_was_made(targets):
+    """Room too small (the memory grew since smaps was read), none, or to
+    spare: the same words, the page's pointer among them."""
+    target = targets.start(PROGRAMS / "dontfork_page.c")
+    page = target.int("page")
+    maps = read_maps_text(target.pid)
+    # What a child would have: everything but the kept-out page.
+    child = "\n".join(line for line in maps.splitlines() if not line.startswith(f"{page:x}-"))
+    assert child != maps
+    seen = set()
+    for room in (None, bytearray(0), bytearray(100), bytearray(1 << 20)):
+        out = read_kept_out(target.pid, maps, child, ForkFlags(room=room))
+        assert [m.start for m in out.mappings] == [page]
+        assert len(out.words) == 4096 and out.code == b""
+        seen.add(bytes(out.words))
+    assert len(seen) == 1
+    words = seen.pop()
+    assert int.from_bytes(words[24:32], "little") != 0  # page[3] = malloc(64)

@@ -34,7 +34,7 @@ from unreachable.capture.copy_snapshot import (
     copy_while_running,
     refresh,
 )
-from unreachable.capture.kept_out_of_fork import KeptOut, read_kept_out, wiped_in_forks
+from unreachable.capture.kept_out_of_fork import ForkFlags, KeptOut, fork_flags, read_kept_out
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.target import Target, current_helper_tid, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
@@ -139,7 +139,8 @@ def stop_world(
                 copy_error = f"no copy snapshot: {e}"
         # Off the pause: smaps walks every page table, and finding the epoll
         # descriptors takes a readlink per descriptor.
-        wiped = wiped_in_forks(pid) if roots and copy is None and mode != "stopped" else []
+        may_fork = roots and copy is None and mode != "stopped"
+        left_out = fork_flags(pid) if may_fork else ForkFlags()
         kernel_held = KernelHeld.before_stop(pid) if roots else None
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
@@ -190,7 +191,7 @@ def stop_world(
                 try:
                     session.snapshot(helper_tid, helper_cmd)
                     child_maps = read_maps_text(session.snapshot_pid)
-                    capture.kept_out = read_kept_out(pid, read_maps_text(pid), child_maps, wiped)
+                    capture.kept_out = read_kept_out(pid, read_maps_text(pid), child_maps, left_out)
                     session.release()
                     # Still frozen: it has run nothing, and its maps are as read.
                     capture.mappings = parse_maps(child_maps)
