@@ -170,7 +170,9 @@ def _scan(
     _native.set_cache_budget(own.cache_budget)
     try:
         # Only a fork snapshot has a child to sweep in: "auto" then never copies.
-        copy_from = NEVER_COPY if options.sweep == "child" else COPY_FROM_BYTES
+        # Once a fork had too much kept out of it, a copy of any size beats
+        # a stopped scan.
+        copy_from = NEVER_COPY if options.sweep == "child" else 0 if no_fork else COPY_FROM_BYTES
         with stop_world(target, options.snapshot, copy_from, no_fork) as capture:
             note("captured")
             forked = capture.snapshot == "fork"

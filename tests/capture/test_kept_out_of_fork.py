@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from tests.cli.test_scan_cli import assert_one_line_error
+from tests.support.tracking import copy_unsupported
 from unreachable.capture.kept_out_of_fork import (
     KEPT_OUT_MAX_BYTES,
     ForkFlags,
@@ -70,13 +71,33 @@ def test_jit_code_kept_out_is_read_at_every_offset(targets):
     assert report.snapshot == "stopped"
 
 
-def test_too_much_of_it_takes_no_child_and_says_why(targets):
+def test_too_much_of_it_takes_a_copy_or_no_child(targets):
+    """smaps, read before the stop, says a fork's pause would have too much
+    to read: auto takes a copy snapshot whatever the heap's size (one
+    pause, no child), or, where copies cannot be made, no child, and says
+    why."""
     target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
     report = scan(target.pid, ScanOptions())
     _exact(target, report)
-    assert report.snapshot != "fork"
-    assert re.search(r"out of forks \(MADV_DONTFORK.*\(1[7-9] MiB in use\)", report.snapshot_note)
+    if copy_unsupported():
+        assert report.snapshot == "stopped"
+        assert re.search(r"keeps 1[7-9] MiB out of forks \(MADV_DONTFORK", report.snapshot_note)
+    else:
+        assert report.snapshot == "copy" and report.snapshot_note == ""
     assert "kept out of fork" not in report.roots
+    _untouched(target)
+
+
+def test_a_child_sweep_still_needs_a_fork(targets):
+    """--sweep child never copies: too much kept out refuses it in one line."""
+    target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
+    res = subprocess.run(
+        [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), "--sweep", "child"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert_one_line_error(res, r"out of forks \(MADV_DONTFORK.*--snapshot stopped or copy")
     _untouched(target)
 
 
@@ -148,8 +169,9 @@ def test_smaps_sizes_the_room_before_the_stop(targets):
     page = wiped_target.int("page")
     assert [(b, e) for b, e in wiped.wiped if b <= page < e]
     assert wiped.room is not None and len(wiped.room) >= 4096
+    assert not kept.too_big
     big = fork_flags(targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG).pid)
-    assert big.room is not None and len(big.room) == KEPT_OUT_MAX_BYTES
+    assert big.room is not None and len(big.room) == KEPT_OUT_MAX_BYTES and big.too_big
 
 
 def test_the_words_are_the_same_whatever_room_was_made(targets):

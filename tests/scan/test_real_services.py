@@ -1,10 +1,11 @@
 """Real services from the distribution, started with `unreachable-cli run`,
 given traffic, then scanned: redis-server (linked with jemalloc), memcached
 (worker threads, a slab allocator on malloc'd pages), nginx (a master and
-its workers, memory pools), BIND 9's named (jemalloc's own API) and CPython
+its workers, memory pools), BIND 9's named (jemalloc's own API), CPython
 (object arenas it maps itself, which the kernel merges with the chunks
-glibc maps for its large dicts: 822 false leaks before roots/glibc_heaps.py).
-They
+glibc maps for its large dicts: 822 false leaks before roots/glibc_heaps.py)
+and node (V8 keeps its heap out of forks: 437 false leaks in a fork
+snapshot before capture/kept_out_of_fork.py). They
 hold their memory in ways no scenario program does; a scan must find none
 of it unreachable, and each service must answer as before once the scan
 has let it go.
@@ -28,8 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from unreachable.capture.kept_out_of_fork import fork_flags
 from unreachable.capture.stop_world import SnapshotMode
 from unreachable.process.status import read_status
+from unreachable.report.model import ScanReport
 from unreachable.scan import ScanOptions, scan
 
 CLI = [sys.executable, "-m", "unreachable.cli.main", "run", "--"]
@@ -91,7 +94,7 @@ def _talk(port: int, request: bytes, until: bytes, count: int = 1) -> bytes:
         return got
 
 
-def _clean_scan(pid: int, mode: SnapshotMode = "auto") -> None:
+def _clean_scan(pid: int, mode: SnapshotMode = "auto") -> ScanReport:
     report = scan(pid, ScanOptions(snapshot=mode))
     assert report.allocation_count > 100
     assert (report.leak_count, report.leak_bytes) == (0, 0), [
@@ -99,6 +102,7 @@ def _clean_scan(pid: int, mode: SnapshotMode = "auto") -> None:
     ]
     status = read_status(pid)
     assert status.tracer_pid == 0 and status.state != "t"
+    return report
 
 
 def test_redis(service):
@@ -226,3 +230,33 @@ def test_cpython(service, tmp_path: Path):
     for mode in ("auto", "stopped"):
         _clean_scan(proc.pid, mode)
     assert b"kept" in urllib.request.urlopen(url, timeout=10).read()
+
+
+NODE_SERVER = """
+const kept = new Map();
+for (let i = 0; i < 20000; i++) kept.set(i, { a: i, b: "x" + i });
+require("http")
+  .createServer((req, res) => res.end("kept " + kept.size))
+  .listen(Number(process.argv[2]), "127.0.0.1");
+"""
+
+
+def test_node(service, tmp_path: Path):
+    port = _free_port()
+    script = tmp_path / "server.js"
+    script.write_text(NODE_SERVER)
+    proc = service("node", str(script), str(port))
+    _wait_port(port, proc)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(20):
+        assert urllib.request.urlopen(url, timeout=10).read() == b"kept 20000"
+    # V8 (node 20 here: ~8 MiB) keeps its heap out of forks: a fork snapshot
+    # reads it from the target in the pause, into room smaps sized before
+    # the stop (tests/capture/test_kept_out_of_fork.py: past 16 MiB).
+    kept_out = fork_flags(proc.pid).room is not None
+    report = _clean_scan(proc.pid, "fork")
+    assert report.snapshot == "fork"
+    assert ("kept out of fork" in report.roots) == kept_out
+    for mode in ("auto", "stopped"):
+        _clean_scan(proc.pid, mode)
+    assert urllib.request.urlopen(url, timeout=10).read() == b"kept 20000"

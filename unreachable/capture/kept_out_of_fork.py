@@ -61,9 +61,15 @@ class ForkFlags:
     """What smaps says, before the stop, of the memory a fork leaves out."""
 
     wiped: list[tuple[int, int]] = field(default_factory=list)  # MADV_WIPEONFORK mappings
-    # Room for reading them and the MADV_DONTFORK ones in the pause (their
-    # resident size, at most what the pause may read), its pages touched.
+    resident: int = 0  # bytes resident in them and in the MADV_DONTFORK ones
+    # Room for reading those in the pause (at most what the pause may read),
+    # its pages touched.
     room: bytearray | None = None
+
+    @property
+    def too_big(self) -> bool:
+        """Whether a fork's pause would have more of them than it may read."""
+        return self.resident > KEPT_OUT_MAX_BYTES
 
 
 def fork_flags(pid: int) -> ForkFlags:
@@ -76,7 +82,7 @@ def fork_flags(pid: int) -> ForkFlags:
         return ForkFlags()
     if " wf" not in text and " dc" not in text:  # the usual case: no need to parse
         return ForkFlags()
-    flags, current, rss, resident = ForkFlags(), (0, 0), 0, 0
+    flags, current, rss = ForkFlags(), (0, 0), 0
     for line in text.splitlines():
         first, _, rest = line.partition(" ")
         if first == "VmFlags:":
@@ -84,14 +90,14 @@ def fork_flags(pid: int) -> ForkFlags:
             if "wf" in names:
                 flags.wiped.append(current)
             if "wf" in names or "dc" in names:
-                resident += rss
+                flags.resident += rss
         elif first == "Rss:":
             rss = int(rest.split()[0]) << 10
         elif not first.endswith(":") and "-" in first:
             start, _, end = first.partition("-")
             current, rss = (int(start, 16), int(end, 16)), 0
-    resident = min(resident, KEPT_OUT_MAX_BYTES)
-    flags.room = bytearray(resident) if resident else None  # zeroed: every page touched
+    room = min(flags.resident, KEPT_OUT_MAX_BYTES)
+    flags.room = bytearray(room) if room else None  # zeroed: every page touched
     return flags
 
 
