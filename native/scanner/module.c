@@ -24,6 +24,11 @@ static PyMethodDef methods[] = {
      "present_ranges(memory, ranges) -> bytes\n\n"
      "The parts of the sorted (begin, end) ranges (packed u64) that hold pages: present or "
      "swapped in a pid (all of them on a kernel without PAGEMAP_SCAN), held by a MemoryCopy."},
+    {"read_spans", ur_py_read_spans, METH_VARARGS,
+     "read_spans(pid, spans, out, threads) -> int\n\n"
+     "Read the (begin, end) spans (packed u64) of a process into the writable buffer out, "
+     "end to end, with up to `threads` threads (process_vm_readv); unreadable pages are left "
+     "as they were. Returns the bytes read; OSError when the process cannot be read at all."},
     {"set_cache_budget", ur_py_set_cache_budget, METH_VARARGS,
      "set_cache_budget(bytes)\n\n"
      "The most the caches of memory copies (a copy snapshot, stopped mode's copy) may take "

@@ -42,6 +42,7 @@ PyObject *ur_py_read_stacks(PyObject *self, PyObject *args);
 PyObject *ur_py_sweep(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *ur_py_nudge_thread(PyObject *self, PyObject *args);
 PyObject *ur_py_present_ranges(PyObject *self, PyObject *args);
+PyObject *ur_py_read_spans(PyObject *self, PyObject *args);
 PyObject *ur_py_set_cache_budget(PyObject *self, PyObject *args);
 PyObject *ur_py_code_words(PyObject *self, PyObject *args);
 

@@ -17,17 +17,20 @@ compared with the frozen child's, and what the child lacks or has wiped is
 read from the target then and there: its words become roots as register
 values are. That costs the pause what reading them costs; past
 KEPT_OUT_MAX_BYTES a scan takes no snapshot child instead. The room they
-are read into is sized from smaps and its pages touched before the stop:
-node with 16 MiB of V8 pages paused 24-25 ms when they were read into new
-memory (a page fault per page, then a join copying it all again), 8.5-12
-ms with the room made ready.
+are read into is sized from smaps and its pages touched before the stop,
+and the read is native (native/scanner/span_read.c): node with 16 MiB of
+V8 pages paused 24-25 ms when they were read into new memory (a page
+fault per page, then a join copying it all again), 8.5-12 ms with the
+room made ready.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass, field
 
+from unreachable import _native
 from unreachable.process.maps import Mapping, parse_maps
 from unreachable.process.memory import present_ranges
 
@@ -101,29 +104,16 @@ def fork_flags(pid: int) -> ForkFlags:
     return flags
 
 
-def _read_spans(
-    pid: int, spans: list[tuple[int, int]], room: bytearray | None
-) -> tuple[bytearray, list[tuple[int, int, int]]]:
-    """The spans' bytes end to end, read into room when it is big enough,
-    and where each span landed: (address, offset, length read). Unreadable
-    ones are left out."""
+def _read_spans(pid: int, spans: list[tuple[int, int]], room: bytearray | None) -> bytearray:
+    """The spans' bytes end to end, read into room when it is big enough
+    (native: process_vm_readv by a few threads); unreadable pages read as
+    zero, which is no root."""
     size = sum(e - b for b, e in spans)
     out = room if room is not None and len(room) >= size else bytearray(size)
-    pos, placed = 0, []
-    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
-    try:
-        with memoryview(out) as view:
-            for b, e in spans:
-                try:
-                    got = os.preadv(fd, [view[pos : pos + e - b]], b)
-                except OSError:
-                    continue  # unreadable pages hold no roots
-                placed.append((b, pos, got))
-                pos += got
-    finally:
-        os.close(fd)
-    del out[pos:]
-    return out, placed
+    threads = min(4, len(os.sched_getaffinity(0)))
+    _native.read_spans(pid, b"".join(struct.pack("<QQ", b, e) for b, e in spans), out, threads)
+    del out[size:]
+    return out
 
 
 def read_kept_out(
@@ -149,11 +139,13 @@ def read_kept_out(
     if size > KEPT_OUT_MAX_BYTES:
         return KeptOut(missing, too_big=f"{describe(missing)} ({size >> 20} MiB in use)")
     code = [(m.start, m.end) for m in missing if m.anonymous and m.executable]
-    words, placed = _read_spans(pid, spans, flags.room)
-    jit = b"".join(
-        words[at : at + n] for b, at, n in placed if any(cb <= b < ce for cb, ce in code)
-    )
-    return KeptOut(missing, words, jit)
+    words = _read_spans(pid, spans, flags.room)
+    jit, at = [], 0
+    for b, e in spans:
+        if any(cb <= b < ce for cb, ce in code):
+            jit.append(words[at : at + e - b])
+        at += e - b
+    return KeptOut(missing, words, b"".join(jit))
 
 
 def describe(missing: list[Mapping]) -> str:
