@@ -66,8 +66,8 @@ class ForkFlags:
 
     wiped: list[tuple[int, int]] = field(default_factory=list)  # MADV_WIPEONFORK mappings
     resident: int = 0  # bytes resident in them and in the MADV_DONTFORK ones
-    # Room for reading those in the pause (at most what the pause may read),
-    # its pages touched.
+    # Room for reading those in the pause, its pages touched (none when
+    # there is more than the pause may read: no fork will read it).
     room: bytearray | None = None
 
     @property
@@ -100,8 +100,8 @@ def fork_flags(pid: int) -> ForkFlags:
         elif not first.endswith(":") and "-" in first:
             start, _, end = first.partition("-")
             current, rss = (int(start, 16), int(end, 16)), 0
-    room = min(flags.resident, KEPT_OUT_MAX_BYTES)
-    flags.room = bytearray(room) if room else None  # zeroed: every page touched
+    if flags.resident and not flags.too_big:
+        flags.room = bytearray(flags.resident)  # zeroed: every page touched
     return flags
 
 
