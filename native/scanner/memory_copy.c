@@ -358,3 +358,7 @@ PyObject *ur_py_set_cache_budget(PyObject *Py_UNUSED(self), PyObject *args) {
   ur_mem_set_budget(bytes);
   Py_RETURN_NONE;
 }
+
+PyObject *ur_py_cache_bound(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(args)) {
+  return PyLong_FromUnsignedLongLong(ur_mem_cache_bound());
+}

@@ -33,6 +33,10 @@ static PyMethodDef methods[] = {
      "set_cache_budget(bytes)\n\n"
      "The most the caches of memory copies (a copy snapshot, stopped mode's copy) may take "
      "from now on, besides half the available memory; 0: no budget."},
+    {"cache_bound", ur_py_cache_bound, METH_NOARGS,
+     "cache_bound() -> int\n\n"
+     "What copies of target memory may take now: the budget, if set, or half the "
+     "available memory, whichever is less."},
     {"code_words", ur_py_code_words, METH_VARARGS,
      "code_words(code, lo, hi) -> bytes\n\n"
      "The 8-byte values at every unaligned offset of code that lie in [lo, hi) (packed "

@@ -44,6 +44,7 @@ PyObject *ur_py_nudge_thread(PyObject *self, PyObject *args);
 PyObject *ur_py_present_ranges(PyObject *self, PyObject *args);
 PyObject *ur_py_read_spans(PyObject *self, PyObject *args);
 PyObject *ur_py_set_cache_budget(PyObject *self, PyObject *args);
+PyObject *ur_py_cache_bound(PyObject *self, PyObject *args);
 PyObject *ur_py_code_words(PyObject *self, PyObject *args);
 
 /* _native.sweep(release=session): the stopped Session to release once the

@@ -1,35 +1,44 @@
 """A target that keeps memory out of forks (MADV_DONTFORK): its snapshot
 child lacks that memory and the pointers in it, so the scan reads it from
 the target while it is stopped for the snapshot and counts its words as
-roots. Past KEPT_OUT_MAX_BYTES it is not read: auto, told so by smaps
-before the stop, takes a copy snapshot (or, where none can be made, no
-child, and the report says why), and an explicit `--snapshot fork` is
-refused in one line. node's V8 heap is such memory (over 400
-blocks were reported leaked in a fork snapshot, none when stopped), and so
-are io_uring's rings (MariaDB)."""
+roots. Past KEPT_OUT_PREFER_COPY_BYTES auto, told so by smaps before the
+stop, takes a copy snapshot; where none can be made it still forks and
+reads it all (stopped would read it too, and the heap besides). Only more
+than the scanner may hold is not read: auto then takes no child and says
+why, and an explicit `--snapshot fork` is refused in one line. node's V8
+heap is such memory (over 400 blocks were reported leaked in a fork
+snapshot, none when stopped), and so are io_uring's rings (MariaDB)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_scan_cli import assert_one_line_error
-from tests.support.tracking import copy_unsupported
+from tests.support.cgroups import memory_cgroup
+from tests.support.tracking import copy_unsupported, wait_untracked
+from unreachable import _native
 from unreachable.capture.kept_out_of_fork import (
-    KEPT_OUT_MAX_BYTES,
+    KEPT_OUT_PREFER_COPY_BYTES,
     ForkFlags,
     fork_flags,
     kept_out_of_fork,
     read_kept_out,
 )
+from unreachable.capture.target import open_target
+from unreachable.capture.write_tracking import tracked_writes
 from unreachable.process.maps import Mapping, read_maps_text
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
-# MiB of kept-out memory the pause will not read.
-TOO_BIG = str((KEPT_OUT_MAX_BYTES >> 20) + 1)
+MIB = 1 << 20
+# MiB of kept-out memory past which auto prefers a copy snapshot.
+PAST_COPY = str((KEPT_OUT_PREFER_COPY_BYTES >> 20) + 1)
 
 
 def _exact(target, report) -> None:
@@ -72,53 +81,83 @@ def test_jit_code_kept_out_is_read_at_every_offset(targets):
     assert report.snapshot == "stopped"
 
 
-def test_too_much_of_it_takes_a_copy_or_no_child(targets):
-    """smaps, read before the stop, says a fork's pause would have too much
-    to read: auto takes a copy snapshot whatever the heap's size (one
-    pause, no child), or, where copies cannot be made, no child, and says
-    why."""
-    target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
-    report = scan(target.pid, ScanOptions())
+def _cli(pid: int, *args: str, preexec=None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid), *args]
+    return subprocess.run(cmd, preexec_fn=preexec, capture_output=True, text=True, timeout=120)
+
+
+def _read_whole(target, report) -> None:
+    """A fork snapshot that read every kept-out page in its pause."""
     _exact(target, report)
+    assert report.snapshot == "fork"
+    assert report.roots["kept out of fork"] > int(PAST_COPY) * MIB
+
+
+def test_more_of_it_takes_a_copy_or_still_a_fork(targets):
+    """smaps, read before the stop, says a fork's pause would read much:
+    auto takes a copy snapshot whatever the heap's size (one pause, no
+    kept-out read), or, where copies cannot be made, still forks."""
+    target = targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY)
+    report = scan(target.pid, ScanOptions())
     if copy_unsupported():
-        assert report.snapshot == "stopped"
-        assert re.search(r"keeps 1[7-9] MiB out of forks \(MADV_DONTFORK", report.snapshot_note)
+        _read_whole(target, report)
     else:
+        _exact(target, report)
         assert report.snapshot == "copy" and report.snapshot_note == ""
-    assert "kept out of fork" not in report.roots
+        assert "kept out of fork" not in report.roots
     _untouched(target)
 
 
-def test_a_child_sweep_still_needs_a_fork(targets):
-    """--sweep child never copies: too much kept out refuses it in one line."""
-    target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
-    res = subprocess.run(
-        [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), "--sweep", "child"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert_one_line_error(res, r"out of forks \(MADV_DONTFORK.*--snapshot stopped or copy")
+def test_without_a_copy_auto_forks_and_reads_it_all(targets):
+    """No copy to be had (another scan holds the target's tracker): stopped
+    would read the kept-out memory in its pause and the heap besides, so
+    auto forks and reads it all in the pause."""
+    target = targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY)
+    if copy_unsupported():
+        pytest.skip("no copy snapshots on this kernel: the test above forks already")
+    with tracked_writes(open_target(target.pid)):
+        report = scan(target.pid, ScanOptions())
+    _read_whole(target, report)
+    assert "another scan is copying" in report.snapshot_note
+    wait_untracked(target.pid)
     _untouched(target)
 
 
-def test_too_much_of_it_refuses_an_explicit_fork(targets):
-    target = targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG)
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "unreachable.cli.main",
-            "scan",
-            str(target.pid),
-            "--snapshot",
-            "fork",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert_one_line_error(res, r"out of forks \(MADV_DONTFORK.*--snapshot stopped or copy")
+def test_a_child_sweep_and_an_explicit_fork_read_it_all(targets):
+    """--sweep child never copies, and --snapshot fork was asked for: both
+    fork and read it all in the pause."""
+    target = targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY)
+    for options in (ScanOptions(sweep="child"), ScanOptions(snapshot="fork")):
+        report = scan(target.pid, options)
+        _read_whole(target, report)
+    assert report.sweep == "child"
+    _untouched(target)
+
+
+def test_more_than_the_scanner_may_hold_is_not_read(targets):
+    """dontfork_page.c keeps 200 MiB out of forks; the scanner runs in a
+    memory cgroup that leaves it less than twice that: an explicit fork is
+    refused in one line, and auto takes no child (its copy would not fit
+    either) and says why. The target is left as it was."""
+    target = targets.start(PROGRAMS / "dontfork_page.c", "200")
+    with memory_cgroup("ur-kept-out") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        cg.limit(160 * MIB)
+        for args in (("--snapshot", "fork"), ("--sweep", "child")):
+            res = _cli(target.pid, *args, preexec=cg.enter)
+            assert_one_line_error(res, r"out of forks \(MADV_DONTFORK.*may hold")
+            _untouched(target)
+        res = _cli(target.pid, "--json", preexec=cg.enter)
+        assert res.returncode == 1, res.stderr
+        doc = json.loads(res.stdout)
+        assert (doc["leak_count"], doc["leak_bytes"]) == (
+            target.int("leak_count"),
+            target.int("leak_bytes"),
+        )
+        assert doc["snapshot"] == "stopped", doc["snapshot_note"]
+        assert re.search(r"keeps 20\d MiB out of forks .*may hold", doc["snapshot_note"])
+        assert cg.oom_kills() == 0
     _untouched(target)
 
 
@@ -164,15 +203,29 @@ def test_smaps_sizes_the_room_before_the_stop(targets):
     plain = targets.start(PROGRAMS / "queued_signal.c")
     assert fork_flags(plain.pid) == ForkFlags()
     kept = fork_flags(targets.start(PROGRAMS / "dontfork_page.c").pid)
+    assert kept.room is None  # made only once a fork is chosen
+    kept.make_room()
     assert kept.wiped == [] and kept.room is not None and len(kept.room) >= 4096
     wiped_target = targets.start(PROGRAMS / "wipeonfork_page.c")
     wiped = fork_flags(wiped_target.pid)
     page = wiped_target.int("page")
     assert [(b, e) for b, e in wiped.wiped if b <= page < e]
+    wiped.make_room()
     assert wiped.room is not None and len(wiped.room) >= 4096
-    assert not kept.too_big
-    big = fork_flags(targets.start(PROGRAMS / "dontfork_page.c", TOO_BIG).pid)
-    assert big.too_big and big.room is None  # no fork will read it: auto copies
+    assert not kept.prefers_copy and not kept.too_big
+    big = fork_flags(targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY).pid)
+    assert big.prefers_copy and not big.too_big
+    big.make_room()
+    assert big.room is not None and len(big.room) > int(PAST_COPY) * MIB
+    # Past what the scanner may hold (its budget, as under a memory cgroup): no room.
+    _native.set_cache_budget(MIB)
+    try:
+        held = fork_flags(targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY).pid)
+        assert held.too_big
+        held.make_room()
+        assert held.room is None
+    finally:
+        _native.set_cache_budget(0)
 
 
 def test_the_words_are_the_same_whatever_room_was_made(targets):

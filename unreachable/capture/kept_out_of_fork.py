@@ -15,14 +15,18 @@ not in the pause. A mapping marked in between is missed.
 So while the target is still stopped for the snapshot, its maps are
 compared with the frozen child's, and what the child lacks or has wiped is
 read from the target then and there: its words become roots as register
-values are. That costs the pause what reading them costs; past
-KEPT_OUT_MAX_BYTES a scan takes no snapshot child instead. The room they
-are read into is sized from smaps and its pages touched before the stop,
-and the read is native (native/scanner/span_read.c: process_vm_readv by a
-few threads): node with 16 MiB of V8 pages paused 24-25 ms when they were
-read through /proc/PID/mem into new memory (a page fault per page, then a
-join copying it all again), 8.5-12 ms with the room made ready, and 4.8-6.7
-ms (14.7 MiB) with the native read.
+values are. That costs the pause what reading them costs, so past
+KEPT_OUT_PREFER_COPY_BYTES "auto" takes a copy snapshot instead where it
+can; where it cannot, the fork still reads it all, since the other way,
+stopped, reads the same memory and the rest of the heap in its pause. Only
+past what the scanner may hold (read_limit: the bound on its copies of
+target memory) is it not read, and a scan takes no snapshot child. The room
+they are read into is sized from smaps and its pages touched before the
+stop, and the read is native (native/scanner/span_read.c: process_vm_readv
+by a few threads): node with 16 MiB of V8 pages paused 24-25 ms when they
+were read through /proc/PID/mem into new memory (a page fault per page,
+then a join copying it all again), 8.5-12 ms with the room made ready, and
+4.8-6.7 ms (14.7 MiB) with the native read.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from unreachable import _native
 from unreachable.process.maps import Mapping, parse_maps
 from unreachable.process.memory import present_ranges
 
-# What the fork pause may spend reading (~5-7 ms here).
-KEPT_OUT_MAX_BYTES = 16 << 20
+# Past this much (~5-7 ms of reading here), "auto" prefers a copy snapshot.
+KEPT_OUT_PREFER_COPY_BYTES = 16 << 20
 
 # The kernel gives every process its own of these.
 _PER_PROCESS = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
@@ -60,20 +64,38 @@ def kept_out_of_fork(target: list[Mapping], child: list[Mapping]) -> list[Mappin
     ]
 
 
+def read_limit() -> int:
+    """The most a fork's pause reads of such memory: what the scanner's
+    copies of target memory may take (half of what is available, or of the
+    room its own memory cgroup leaves, scan.py)."""
+    return _native.cache_bound()
+
+
 @dataclass(slots=True)
 class ForkFlags:
     """What smaps says, before the stop, of the memory a fork leaves out."""
 
     wiped: list[tuple[int, int]] = field(default_factory=list)  # MADV_WIPEONFORK mappings
     resident: int = 0  # bytes resident in them and in the MADV_DONTFORK ones
-    # Room for reading those in the pause, its pages touched (none when
-    # there is more than the pause may read: no fork will read it).
+    # Room for reading those in the pause, its pages touched (make_room).
     room: bytearray | None = None
 
     @property
+    def prefers_copy(self) -> bool:
+        """Whether reading them would cost a fork's pause more than a copy
+        snapshot's whole pause."""
+        return self.resident > KEPT_OUT_PREFER_COPY_BYTES
+
+    @property
     def too_big(self) -> bool:
-        """Whether a fork's pause would have more of them than it may read."""
-        return self.resident > KEPT_OUT_MAX_BYTES
+        """Whether there is more of them than the scanner may hold."""
+        return self.resident > read_limit()
+
+    def make_room(self) -> None:
+        """Room for the read, made while the target runs, once a fork is
+        chosen (none past the limit: nothing will be read)."""
+        if self.resident and not self.too_big:
+            self.room = bytearray(self.resident)  # zeroed: every page touched
 
 
 def fork_flags(pid: int) -> ForkFlags:
@@ -100,8 +122,6 @@ def fork_flags(pid: int) -> ForkFlags:
         elif not first.endswith(":") and "-" in first:
             start, _, end = first.partition("-")
             current, rss = (int(start, 16), int(end, 16)), 0
-    if flags.resident and not flags.too_big:
-        flags.room = bytearray(flags.resident)  # zeroed: every page touched
     return flags
 
 
@@ -138,8 +158,12 @@ def read_kept_out(
         return KeptOut()
     spans = present_ranges(pid, sorted((m.start, m.end) for m in missing))
     size = sum(e - b for b, e in spans)
-    if size > KEPT_OUT_MAX_BYTES:
-        return KeptOut(missing, too_big=f"{describe(missing)} ({size >> 20} MiB in use)")
+    if size > (limit := read_limit()):
+        return KeptOut(
+            missing,
+            too_big=f"{describe(missing)} ({size >> 20} MiB in use, more than the"
+            f" {limit >> 20} MiB this scanner may hold)",
+        )
     code = [(m.start, m.end) for m in missing if m.anonymous and m.executable]
     words = _read_spans(pid, spans, flags.room)
     jit, at = [], 0

@@ -132,14 +132,15 @@ def stop_world(
         copy_error = ""
         wants_copy = mode == "copy" or (mode == "auto" and copy_pays_off(target, copy_from))
         # Off the pause: smaps walks every page table. With more memory kept
-        # out of forks than a fork's pause may read, "auto" takes a copy
+        # out of forks than a fork's pause reads quickly, "auto" takes a copy
         # whatever the heap's size (node's V8 heap: stopped, it paused 26-157
-        # ms; a copy, 4 ms), and, failing that, no child.
+        # ms; a copy, 4 ms). Failing that it still forks: stopped reads that
+        # memory in its pause too, and the rest of the heap besides. No child
+        # only when there is more of it than the scanner may hold.
         left_out = ForkFlags()
         if roots and not wants_copy and mode in ("auto", "fork"):
             left_out = fork_flags(pid)
-        kept_out_too_big = mode == "auto" and copy_from != NEVER_COPY and left_out.too_big
-        if kept_out_too_big:
+        if mode == "auto" and copy_from != NEVER_COPY and left_out.prefers_copy:
             wants_copy = copy_pays_off(target, 0)
         if wants_copy:
             try:
@@ -150,11 +151,13 @@ def stop_world(
                 if mode == "copy":
                     raise TargetUnscannable(f"no copy snapshot: {e}") from None
                 copy_error = f"no copy snapshot: {e}"
-        if kept_out_too_big and copy is None:
+        if mode == "auto" and copy is None and left_out.too_big:
             no_fork = no_fork or (
                 f"the target keeps {left_out.resident >> 20} MiB out of forks"
-                " (MADV_DONTFORK or MADV_WIPEONFORK), more than a fork's pause reads"
+                " (MADV_DONTFORK or MADV_WIPEONFORK), more than this scanner may hold"
             )
+        elif copy is None:
+            left_out.make_room()
         # Finding the epoll descriptors takes a readlink per descriptor.
         kernel_held = KernelHeld.before_stop(pid) if roots else None
         try:

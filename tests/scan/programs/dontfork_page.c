@@ -1,8 +1,8 @@
 /* The only pointer to a block lies in a page the program keeps out of
  * forks (MADV_DONTFORK, as V8 does with its heap): a snapshot child has no
  * such page, so a scan reads it from the target while it is stopped. One
- * block is dropped. argv[1]: MiB more of such memory, touched, beyond what
- * a fork pause reads. */
+ * block is dropped. argv[1]: MiB more of such memory, touched (past 16,
+ * auto prefers a copy snapshot to reading it all in a fork's pause). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
