@@ -151,11 +151,14 @@ def stop_world(
                 if mode == "copy":
                     raise TargetUnscannable(f"no copy snapshot: {e}") from None
                 copy_error = f"no copy snapshot: {e}"
-        if mode == "auto" and copy is None and left_out.too_big:
-            no_fork = no_fork or (
+        if copy is None and left_out.too_big:
+            why = (
                 f"the target keeps {left_out.resident >> 20} MiB out of forks"
                 " (MADV_DONTFORK or MADV_WIPEONFORK), more than this scanner may hold"
             )
+            if mode == "fork":  # refused before a pause that could not be used
+                raise TargetUnscannable(f"{why}; scan it with --snapshot stopped or copy")
+            no_fork = no_fork or why
         elif copy is None:
             left_out.make_room()
         # Finding the epoll descriptors takes a readlink per descriptor.
