@@ -172,8 +172,11 @@ def _scan(
         # Only a fork snapshot has a child to sweep in: "auto" then never copies.
         # Once a fork had too much kept out of it, a copy of any size beats
         # a stopped scan.
-        copy_from = NEVER_COPY if options.sweep == "child" else 0 if no_fork else COPY_FROM_BYTES
-        with stop_world(target, options.snapshot, copy_from, no_fork) as capture:
+        needs_fork = options.sweep == "child"
+        copy_from = NEVER_COPY if needs_fork else 0 if no_fork else COPY_FROM_BYTES
+        with stop_world(
+            target, options.snapshot, copy_from, no_fork, needs_fork=needs_fork
+        ) as capture:
             note("captured")
             forked = capture.snapshot == "fork"
             mem_pid = capture.mem_pid

@@ -115,12 +115,16 @@ def stop_world(
     copy_from: int = COPY_FROM_BYTES,
     no_fork: str = "",
     roots: bool = True,
+    needs_fork: bool = False,
 ) -> Iterator[Capture]:
     """copy_from: the anonymous memory in use from which "auto" may try a
     copy snapshot (copy_snapshot.copy_pays_off). no_fork: why "auto" must
     not take a snapshot child this time (the report's snapshot_note).
     roots=False: the caller reads no roots (a heap dump), so neither the
-    wiped memory nor the pointers the kernel holds are looked for."""
+    wiped memory nor the pointers the kernel holds are looked for.
+    needs_fork: the caller can use nothing but a snapshot child (an
+    in-child sweep): what is known before the stop to rule one out is
+    refused then."""
     pid = target.pid
     headroom = memory_headroom(pid)
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
@@ -156,8 +160,11 @@ def stop_world(
                 f"the target keeps {left_out.resident >> 20} MiB out of forks"
                 " (MADV_DONTFORK or MADV_WIPEONFORK), more than this scanner may hold"
             )
-            if mode == "fork":  # refused before a pause that could not be used
+            # Refused before a pause that could not be used.
+            if mode == "fork":
                 raise TargetUnscannable(f"{why}; scan it with --snapshot stopped or copy")
+            if needs_fork:
+                raise TargetUnscannable(f"no in-child sweep without a snapshot child: {why}")
             no_fork = no_fork or why
         elif copy is None:
             left_out.make_room()
