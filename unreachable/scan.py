@@ -90,12 +90,13 @@ def _expected_allocations(memory: Memory, addr: int) -> int | None:
         return None  # reading the registry again below says what is wrong
 
 
-def _child_room(pid: int, memory: Memory, addr: int, headroom: int | None) -> str:
+def _child_room(pid: int, memory: Memory, addr: int, headroom: int | None, root_words: int) -> str:
     """Why sweeping inside the snapshot child would not fit in the target's
     memory cgroup ("" if it would, or if no limit applies)."""
     if headroom is None or (expected := _expected_allocations(memory, addr)) is None:
         return ""
-    return no_room_for_child_sweep(headroom, resident_anonymous_bytes(pid), expected)
+    anonymous = resident_anonymous_bytes(pid)
+    return no_room_for_child_sweep(headroom, anonymous, expected, root_words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +195,7 @@ def _scan(
                 if not target.header.child_box:
                     fallback = "the shim in the target has no in-child sweep"
                 elif options.sweep != "child" and (
-                    no_room := _child_room(pid, memory, addr, capture.headroom)
+                    no_room := _child_room(pid, memory, addr, capture.headroom, len(kept_out))
                 ):
                     fallback = no_room
                 else:

@@ -52,9 +52,12 @@ def fork_charge(anonymous_bytes: int) -> int:
     return FORK_MARGIN + anonymous_bytes // 256
 
 
-def child_sweep_charge(allocations: int) -> int:
-    """What sweeping inside the snapshot child adds to the target's cgroup."""
-    return CHILD_FIXED_BYTES + allocations * CHILD_BYTES_PER_ALLOCATION
+def child_sweep_charge(allocations: int, root_words: int = 0) -> int:
+    """What sweeping inside the snapshot child adds to the target's cgroup;
+    root_words: the bytes of root values the request carries into the
+    child's inbox (memory kept out of the fork, read in the pause, is sent
+    that way: megabytes for node's V8 heap)."""
+    return CHILD_FIXED_BYTES + allocations * CHILD_BYTES_PER_ALLOCATION + root_words
 
 
 def outside_sweep_charge(allocations: int) -> int:
@@ -85,10 +88,12 @@ def no_room_for_fork(headroom: int | None, anonymous_bytes: int) -> str:
     )
 
 
-def no_room_for_child_sweep(headroom: int | None, anonymous_bytes: int, allocations: int) -> str:
+def no_room_for_child_sweep(
+    headroom: int | None, anonymous_bytes: int, allocations: int, root_words: int = 0
+) -> str:
     """Why the target's cgroup has no room for a snapshot child that sweeps
     itself ("" if it has)."""
-    need = fork_charge(anonymous_bytes) + child_sweep_charge(allocations)
+    need = fork_charge(anonymous_bytes) + child_sweep_charge(allocations, root_words)
     if headroom is None or headroom >= need:
         return ""
     return (
