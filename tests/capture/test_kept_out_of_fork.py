@@ -136,7 +136,7 @@ def test_a_child_sweep_and_an_explicit_fork_read_it_all(targets):
 
 def test_more_than_the_scanner_may_hold_is_not_read(targets):
     """dontfork_page.c keeps 200 MiB out of forks; the scanner runs in a
-    memory cgroup that leaves it less than twice that: an explicit fork is
+    memory cgroup of 160 MiB, whose room holds no such read: an explicit fork is
     refused in one line, and auto takes no child (its copy would not fit
     either) and says why. The target is left as it was."""
     target = targets.start(PROGRAMS / "dontfork_page.c", "200")

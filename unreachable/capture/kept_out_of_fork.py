@@ -64,11 +64,18 @@ def kept_out_of_fork(target: list[Mapping], child: list[Mapping]) -> list[Mappin
     ]
 
 
+# The scan holds up to this many copies of the words while it builds the
+# sweep's request (the room, the root values joined, with the JIT code's
+# immediates, the request itself).
+_COPIES_HELD = 4
+
+
 def read_limit() -> int:
     """The most a fork's pause reads of such memory: what the scanner's
     copies of target memory may take (half of what is available, or of the
-    room its own memory cgroup leaves, scan.py)."""
-    return _native.cache_bound()
+    room its own memory cgroup leaves, scan.py), shared by the copies the
+    scan holds of it."""
+    return _native.cache_bound() // _COPIES_HELD
 
 
 @dataclass(slots=True)
