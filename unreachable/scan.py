@@ -51,6 +51,7 @@ from unreachable.roots.classify import Roots, classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry_blocks_in
+from unreachable.roots.heap_words import heap_words
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
@@ -227,7 +228,6 @@ def _scan(
             )
             values = b"".join(
                 (
-                    kept_out,
                     epoll,
                     timers,
                     signals,
@@ -239,8 +239,13 @@ def _scan(
             )
             regs = values
 
-            def roots_in(where: Memory, heap: dict[Mapping, list[Span]]) -> tuple[Roots, bytes]:
-                """The roots, and the JIT code's immediates (also roots)."""
+            def roots_in(
+                where: Memory, heap: dict[Mapping, list[Span]]
+            ) -> tuple[Roots, bytes, bytes]:
+                """The roots, and two kinds of words that are roots wherever
+                they lie, found with the heap's spans: the JIT code's
+                immediates, and the words of the memory the child lacks that
+                point into the heap (roots/heap_words.py)."""
                 found = classify(
                     mappings,
                     sps,
@@ -250,15 +255,16 @@ def _scan(
                     heap,
                     present,
                 )
-                return found, code_words(where, mappings, heap, kept_out_code)
+                jit = code_words(where, mappings, heap, kept_out_code)
+                return found, jit, heap_words(kept_out, mappings, heap)
 
             result: SweepResult | None = None
             if child is not None:
                 try:
                     heap = heap_parts(mem_pid, mappings, partial(child.blocks_in, cap=MAX_LISTED))
                     note("allocations")
-                    roots, jit = roots_in(mem_pid, heap)
-                    regs += dtv_words(mem_pid, roots.dead_stacks) + jit
+                    roots, jit, kept = roots_in(mem_pid, heap)
+                    regs += dtv_words(mem_pid, roots.dead_stacks) + jit + kept
                     threads = options.mark_threads or default_mark_threads()
                     result = sweep_in_child(child, registry, roots, regs, mappings, threads)
                 except ChildSweepFailed as e:
@@ -273,10 +279,10 @@ def _scan(
                     regs = values
             if result is None:
                 note("allocations")
-                roots, jit = roots_in(
+                roots, jit, kept = roots_in(
                     memory, heap_parts(memory, mappings, registry_blocks_in(registry))
                 )
-                regs += dtv_words(memory, roots.dead_stacks) + jit
+                regs += dtv_words(memory, roots.dead_stacks) + jit + kept
                 # Stopped in place: let it go once the walk's memory is read.
                 # A frozen child: read first all the same, for a marking team.
                 stopped = capture.snapshot == "stopped"

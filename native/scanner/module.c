@@ -37,6 +37,10 @@ static PyMethodDef methods[] = {
      "cache_bound() -> int\n\n"
      "What copies of target memory may take now: the budget, if set, or half the "
      "available memory, whichever is less."},
+    {"heap_words", ur_py_heap_words, METH_VARARGS,
+     "heap_words(words, spans) -> bytes\n\n"
+     "The 8-byte values of words (read 8 bytes at a time) that lie inside one of spans "
+     "(sorted, disjoint (begin, end) pairs, packed u64), packed u64 in their order."},
     {"code_words", ur_py_code_words, METH_VARARGS,
      "code_words(code, lo, hi) -> bytes\n\n"
      "The 8-byte values at every unaligned offset of code that lie in [lo, hi) (packed "

@@ -54,9 +54,9 @@ def fork_charge(anonymous_bytes: int) -> int:
 
 def child_sweep_charge(allocations: int, root_words: int = 0) -> int:
     """What sweeping inside the snapshot child adds to the target's cgroup;
-    root_words: the bytes of root values the request carries into the
-    child's inbox (memory kept out of the fork, read in the pause, is sent
-    that way: megabytes for node's V8 heap)."""
+    root_words: at most the bytes of root values the request carries into
+    the child's inbox (of the memory kept out of the fork, read in the
+    pause, the words that point into the heap are sent that way)."""
     return CHILD_FIXED_BYTES + allocations * CHILD_BYTES_PER_ALLOCATION + root_words
 
 

@@ -18,6 +18,7 @@ from unreachable import _native
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader, present_ranges
 from unreachable.roots.glibc_heaps import Span
+from unreachable.roots.heap_words import heap_spans
 
 
 def code_words(
@@ -30,11 +31,10 @@ def code_words(
     (packed u64). read_before: code read earlier (what a fork snapshot's
     child lacks, kept_out_of_fork.py)."""
     code = sorted((m.start, m.end) for m in mappings if m.anonymous and m.executable and m.readable)
-    spans = [s for parts in heap.values() for s in parts]
-    spans += [(m.start, m.end) for m in mappings if m.path == "[heap]"]
+    spans = heap_spans(mappings, heap)
     if not (code or read_before) or not spans:
         return b""
-    lo, hi = min(b for b, _ in spans), max(e for _, e in spans)
+    lo, hi = spans[0][0], spans[-1][1]
     out = [_native.code_words(read_before, lo, hi)]
     try:
         with memory_reader(memory) as read:

@@ -1,0 +1,73 @@
+"""Words of memory read outside the sweep (a fork snapshot's kept-out
+memory) are handed to the sweep only where they point into the heap."""
+
+from __future__ import annotations
+
+import struct
+
+from unreachable import _native
+from unreachable.process.maps import Mapping
+from unreachable.roots.heap_words import heap_spans, heap_words
+
+MIB = 1 << 20
+
+
+def _m(start: int, end: int, path: str = "") -> Mapping:
+    return Mapping(start, end, "rw-p", 0, 0, path)
+
+
+def _pack(*values: int) -> bytes:
+    return struct.pack(f"<{len(values)}Q", *values)
+
+
+def _unpack(raw: bytes) -> list[int]:
+    return list(struct.unpack(f"<{len(raw) // 8}Q", raw))
+
+
+def test_the_spans_are_the_heap_parts_and_the_brk_heap_merged():
+    arena, chunk = _m(0x7F0000000000, 0x7F0000400000), _m(0x7F0000400000, 0x7F0000500000)
+    brk = _m(0x55000000, 0x55100000, "[heap]")
+    heap = {chunk: [(0x7F0000400000, 0x7F0000410000)], arena: [(0x7F0000000000, 0x7F0000400000)]}
+    assert heap_spans([arena, chunk, brk], heap) == [
+        (0x55000000, 0x55100000),
+        (0x7F0000000000, 0x7F0000410000),
+    ]
+    assert heap_spans([], {}) == []
+
+
+def test_only_words_inside_a_span_are_kept_in_order():
+    spans = [(0x10000, 0x20000), (0x7F0000000000, 0x7F0000100000)]
+    words = _pack(
+        0x7F00000FFFF8,  # inside the second span
+        0x10000,  # a span's first byte
+        0x20000,  # one past the first span's end
+        0xFFFF,  # below every span
+        0x7F0000050001,  # unaligned value: still a pointer into the span
+        0x3000000000,  # between the spans (a V8 page, say)
+        0x7F0000100000,  # one past the last span
+        0,
+    )
+    packed = b"".join(_pack(b, e) for b, e in spans)
+    kept = _unpack(_native.heap_words(words + b"\x01\x02\x03", packed))
+    assert kept == [0x7F00000FFFF8, 0x10000, 0x7F0000050001]
+    assert _native.heap_words(b"", packed) == b""
+    assert _native.heap_words(words, b"") == b""
+
+
+def test_spans_too_wide_to_hash_are_searched():
+    """Past 2^16 MiB of spans the filter searches them instead of hashing
+    their 1 MiB regions: the same answer."""
+    wide = [(0x100000000000, 0x100000000000 + (1 << 40)), (0x7F0000000000, 0x7F0000001000)]
+    packed = b"".join(_pack(b, e) for b, e in wide)
+    words = _pack(0x100000000000 + 5 * MIB, 0x7F0000000800, 0x7F0000001000, 0x200000000000)
+    assert _unpack(_native.heap_words(words, packed)) == [
+        0x100000000000 + 5 * MIB,
+        0x7F0000000800,
+    ]
+
+
+def test_heap_words_uses_the_mappings_spans():
+    brk = _m(0x55000000, 0x55100000, "[heap]")
+    words = _pack(0x55000010, 0x56000000)
+    assert _unpack(heap_words(words, [brk], {})) == [0x55000010]
+    assert heap_words(words, [], {}) == b""

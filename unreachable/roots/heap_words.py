@@ -1,0 +1,43 @@
+"""Words read outside the sweep's memory that may point into the heap.
+
+A fork snapshot lacks the memory its target keeps out of forks (node's V8
+heap: capture/kept_out_of_fork.py); it is read in the pause and its words
+are handed to the sweep as root values, each looked up on its own. Nearly
+all of V8's words are V8's own pointers: node with 96 MiB kept out sent
+~12M of them to the snapshot child, which took longer than the rest of the
+sweep. A word outside the spans where blocks lie names no block, so only
+the others are handed over.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from unreachable import _native
+from unreachable.process.maps import Mapping
+from unreachable.roots.glibc_heaps import Span
+
+
+def heap_spans(mappings: Sequence[Mapping], heap: dict[Mapping, list[Span]]) -> list[Span]:
+    """Where blocks lie, sorted and merged: the heap's parts of the anonymous
+    mappings that hold registered blocks, and the brk heap."""
+    spans = sorted(
+        [s for parts in heap.values() for s in parts]
+        + [(m.start, m.end) for m in mappings if m.path == "[heap]"]
+    )
+    merged: list[Span] = []
+    for begin, end in spans:
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((begin, end))
+    return merged
+
+
+def heap_words(words: bytes, mappings: Sequence[Mapping], heap: dict[Mapping, list[Span]]) -> bytes:
+    """The aligned 8-byte values of words that lie in the heap (packed u64)."""
+    spans = heap_spans(mappings, heap)
+    if not words or not spans:
+        return b""
+    return _native.heap_words(words, b"".join(struct.pack("<QQ", b, e) for b, e in spans))
