@@ -64,10 +64,10 @@ def kept_out_of_fork(target: list[Mapping], child: list[Mapping]) -> list[Mappin
     ]
 
 
-# The scan holds up to this many copies of the words while it builds the
-# sweep's request (the room, the root values joined, with the JIT code's
-# immediates, the request itself).
-_COPIES_HELD = 4
+# The scan holds this many copies of the words at most: the room smaps sized,
+# and a bigger buffer when the memory grew since (only the words that point
+# into the heap go on to the sweep: roots/heap_words.py).
+_COPIES_HELD = 2
 
 
 def read_limit() -> int:
