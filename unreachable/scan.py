@@ -51,7 +51,7 @@ from unreachable.roots.classify import Roots, classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry_blocks_in
-from unreachable.roots.heap_words import heap_words
+from unreachable.roots.heap_words import anonymous_spans, heap_words, words_in
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
@@ -188,15 +188,17 @@ def _scan(
             mappings = capture.mappings or read_maps(mem_pid)
             if forked and capture.kept_out.too_big:
                 raise _KeptOutOfFork(capture.kept_out.too_big)
-            # Memory the child lacks, read from the target while it was stopped.
+            # Memory the child lacks, read from the target while it was stopped,
+            # and of it the words that may point into the heap (roots/heap_words.py).
             kept_out = capture.kept_out.words if forked else b""
+            kept_out_words = words_in(kept_out, anonymous_spans(mappings))
             kept_out_code = capture.kept_out.code if forked else b""
             child: ChildSweeper | None = None
             if in_child and forked:
                 if not target.header.child_box:
                     fallback = "the shim in the target has no in-child sweep"
                 elif options.sweep != "child" and (
-                    no_room := _child_room(pid, memory, addr, capture.headroom, len(kept_out))
+                    no_room := _child_room(pid, memory, addr, capture.headroom, len(kept_out_words))
                 ):
                     fallback = no_room
                 else:
@@ -256,7 +258,7 @@ def _scan(
                     present,
                 )
                 jit = code_words(where, mappings, heap, kept_out_code)
-                return found, jit, heap_words(kept_out, mappings, heap)
+                return found, jit, heap_words(kept_out_words, mappings, heap)
 
             result: SweepResult | None = None
             if child is not None:

@@ -7,13 +7,13 @@ import struct
 
 from unreachable import _native
 from unreachable.process.maps import Mapping
-from unreachable.roots.heap_words import heap_spans, heap_words
+from unreachable.roots.heap_words import anonymous_spans, heap_spans, heap_words
 
 MIB = 1 << 20
 
 
-def _m(start: int, end: int, path: str = "") -> Mapping:
-    return Mapping(start, end, "rw-p", 0, 0, path)
+def _m(start: int, end: int, path: str = "", perms: str = "rw-p", inode: int = 0) -> Mapping:
+    return Mapping(start, end, perms, 0, inode, path)
 
 
 def _pack(*values: int) -> bytes:
@@ -71,3 +71,17 @@ def test_heap_words_uses_the_mappings_spans():
     words = _pack(0x55000010, 0x56000000)
     assert _unpack(heap_words(words, [brk], {})) == [0x55000010]
     assert heap_words(words, [], {}) == b""
+
+
+def test_before_the_heap_is_known_every_anonymous_mapping_counts():
+    """A fork snapshot's mappings lack what the target keeps out of forks,
+    so V8's pointers to its own pages fall outside these spans too."""
+    mappings = [
+        _m(0x1000, 0x2000),  # anonymous
+        _m(0x2000, 0x3000, "[heap]"),
+        _m(0x3000, 0x4000, "/usr/lib/libc.so.6", "r--p", 7),  # a file
+        _m(0x5000, 0x6000, "[stack]"),
+        _m(0x7000, 0x8000, "", "---p"),  # a guard page: unreadable
+        _m(0x9000, 0xA000, "[anon:v8]"),
+    ]
+    assert anonymous_spans(mappings) == [(0x1000, 0x3000), (0x9000, 0xA000)]

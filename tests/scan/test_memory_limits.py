@@ -94,12 +94,13 @@ def test_no_room_for_the_child_sweep_sweeps_the_child_from_outside(targets, cgro
 
 
 def test_memory_kept_out_of_forks_counts_against_the_child_sweep(targets, cgroup):
-    """What a target keeps out of forks is read in the pause and sent to the
-    snapshot child as root words, into memory charged to the target's
-    cgroup: with room for the child and its scratch but not for those 64
-    MiB as well, the child is swept from outside; with room for them, in
-    the child."""
-    target = targets.start(PROGRAMS / "dontfork_page.c", "64", preexec=cgroup.enter)
+    """What a target keeps out of forks is read in the pause, and its words
+    that may point into the heap go to the snapshot child as root values,
+    into memory charged to the target's cgroup: 64 MiB of them with room
+    for the child and its scratch but not for them as well: swept from
+    outside; with room for them: in the child. The same 64 MiB holding no
+    such word leaves the child its room."""
+    target = targets.start(PROGRAMS / "dontfork_page.c", "64", "pointers", preexec=cgroup.enter)
     kept_out = 64 * MIB
     base = fork_charge(resident_anonymous_bytes(target.pid)) + child_sweep_charge(100)
     for room, sweep in ((base + kept_out // 2, "scanner"), (base + 2 * kept_out, "child")):
@@ -109,6 +110,11 @@ def test_memory_kept_out_of_forks_counts_against_the_child_sweep(targets, cgroup
         assert report.roots["kept out of fork"] > kept_out
         assert ("memory cgroup" in report.sweep_note) == (sweep == "scanner"), report.sweep_note
         _exact_and_released(target, report)
+    plain = targets.start(PROGRAMS / "dontfork_page.c", "64", preexec=cgroup.enter)
+    _leave_room(cgroup, plain.pid, base + kept_out // 2)
+    report = scan(plain.pid, ScanOptions(snapshot="fork"))
+    assert (report.snapshot, report.sweep) == ("fork", "child"), report.sweep_note
+    _exact_and_released(plain, report)
     assert cgroup.oom_kills() == 0
 
 

@@ -22,12 +22,25 @@ from unreachable.roots.glibc_heaps import Span
 def heap_spans(mappings: Sequence[Mapping], heap: dict[Mapping, list[Span]]) -> list[Span]:
     """Where blocks lie, sorted and merged: the heap's parts of the anonymous
     mappings that hold registered blocks, and the brk heap."""
-    spans = sorted(
+    return _merged(
         [s for parts in heap.values() for s in parts]
         + [(m.start, m.end) for m in mappings if m.path == "[heap]"]
     )
+
+
+def anonymous_spans(mappings: Sequence[Mapping]) -> list[Span]:
+    """Where blocks may lie before the heap's parts are known: every readable
+    anonymous mapping, and the brk heap (a fork snapshot's mappings lack the
+    memory kept out of forks, so V8's pointers to its own pages fall
+    outside)."""
+    return _merged(
+        [(m.start, m.end) for m in mappings if m.readable and (m.anonymous or m.path == "[heap]")]
+    )
+
+
+def _merged(spans: list[Span]) -> list[Span]:
     merged: list[Span] = []
-    for begin, end in spans:
+    for begin, end in sorted(spans):
         if merged and begin <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         else:
@@ -37,7 +50,11 @@ def heap_spans(mappings: Sequence[Mapping], heap: dict[Mapping, list[Span]]) -> 
 
 def heap_words(words: bytes, mappings: Sequence[Mapping], heap: dict[Mapping, list[Span]]) -> bytes:
     """The aligned 8-byte values of words that lie in the heap (packed u64)."""
-    spans = heap_spans(mappings, heap)
+    return words_in(words, heap_spans(mappings, heap))
+
+
+def words_in(words: bytes, spans: list[Span]) -> bytes:
+    """The aligned 8-byte values of words inside sorted, disjoint spans."""
     if not words or not spans:
         return b""
     return _native.heap_words(words, b"".join(struct.pack("<QQ", b, e) for b, e in spans))

@@ -2,7 +2,10 @@
  * forks (MADV_DONTFORK, as V8 does with its heap): a snapshot child has no
  * such page, so a scan reads it from the target while it is stopped. One
  * block is dropped. argv[1]: MiB more of such memory, touched (past 16,
- * auto prefers a copy snapshot to reading it all in a fork's pause). */
+ * auto prefers a copy snapshot to reading it all in a fork's pause);
+ * argv[2] "pointers": that memory holds, in every word, the address of the
+ * block the page keeps (words a sweep must be handed), not 0x01 bytes
+ * (words no block is at). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,7 +22,12 @@ int main(int argc, char **argv) {
   void **page = dontfork(4096);
   page[3] = malloc(64);
   size_t more = argc > 1 ? (size_t)atol(argv[1]) << 20 : 0;
-  if (more) memset(dontfork(more), 1, more);
+  if (more && argc > 2 && strcmp(argv[2], "pointers") == 0) {
+    void **words = dontfork(more);
+    for (size_t i = 0; i < more / sizeof(*words); i++) words[i] = page[3];
+  } else if (more) {
+    memset(dontfork(more), 1, more);
+  }
   KEEP(malloc(24));
   wipe();
   ready("leak_count=1 leak_bytes=24 page=%p", (void *)page);
