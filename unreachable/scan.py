@@ -191,7 +191,7 @@ def _scan(
             # Memory the child lacks, read from the target while it was stopped,
             # and of it the words that may point into the heap (roots/heap_words.py).
             kept_out = capture.kept_out.words if forked else b""
-            kept_out_words = words_in(kept_out, anonymous_spans(mappings))
+            kept_out_words = words_in(kept_out, anonymous_spans(mappings)) if kept_out else b""
             kept_out_code = capture.kept_out.code if forked else b""
             child: ChildSweeper | None = None
             if in_child and forked:

@@ -86,6 +86,9 @@ class ForkFlags:
     resident: int = 0  # bytes resident in them and in the MADV_DONTFORK ones
     # Room for reading those in the pause, its pages touched (make_room).
     room: bytearray | None = None
+    # read_limit() as the flags were read, before the stop: the pause reads
+    # no /proc/meminfo (~20 us).
+    limit: int = field(default_factory=read_limit, compare=False)
 
     @property
     def prefers_copy(self) -> bool:
@@ -96,7 +99,7 @@ class ForkFlags:
     @property
     def too_big(self) -> bool:
         """Whether there is more of them than the scanner may hold."""
-        return self.resident > read_limit()
+        return self.resident > self.limit
 
     def make_room(self) -> None:
         """Room for the read, made while the target runs, once a fork is
@@ -165,11 +168,11 @@ def read_kept_out(
         return KeptOut()
     spans = present_ranges(pid, sorted((m.start, m.end) for m in missing))
     size = sum(e - b for b, e in spans)
-    if size > (limit := read_limit()):
+    if size > flags.limit:
         return KeptOut(
             missing,
             too_big=f"{describe(missing)} ({size >> 20} MiB in use, more than the"
-            f" {limit >> 20} MiB this scanner may hold)",
+            f" {flags.limit >> 20} MiB this scanner may hold)",
         )
     code = [(m.start, m.end) for m in missing if m.anonymous and m.executable]
     words = _read_spans(pid, spans, flags.room)
