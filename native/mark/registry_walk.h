@@ -1,8 +1,8 @@
 /*
- * The lock-free walk over the shim's registry (abi.h), in one place for both
- * of its readers: the scanner (native/scanner/registry_reader.c, over copies
- * read through /proc/PID/mem) and the forked snapshot child (native/shim/
- * child.c, over its own memory). Built on abi.h's structs only, so a change of
+ * The lock-free walk over the shim's registry (abi.h): its shards' tables and
+ * its size maps, in one place for both of its readers: the scanner
+ * (native/scanner/registry_reader.c, over copies read through /proc/PID/mem)
+ * and the forked snapshot child (native/shim/child.c, over its own memory). Built on abi.h's structs only, so a change of
  * the entry layout is a change here.
  *
  * Consistency (abi.h): a shard's table and capacity are published together,
@@ -47,6 +47,43 @@ static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uin
     pairs[2 * k + 1] = UR_META_SIZE(meta);
     if (ids) ids[k] = UR_META_STACK_ID(meta);
     k++;
+  }
+  return k;
+}
+
+/* ---- size maps (abi.h v3) ---- */
+
+#define UR_SIZE_MAP_MAX_REFS (UINT64_C(1) << 24)
+
+/* The live entries of one map (uint16_t[UR_SIZE_MAP_ENTRIES] covering
+ * [base, base + 1 MiB)). Most of a map is zero, so it is read four entries
+ * a load and a zero word costs one test. */
+static inline size_t ur_size_map_live(const uint16_t *map) {
+  const uint64_t *w = (const uint64_t *)(const void *)map;
+  size_t n = 0;
+  for (uint32_t i = 0; i < UR_SIZE_MAP_ENTRIES / 4; i++) {
+    for (uint64_t four = w[i]; four; four >>= 16) n += (uint16_t)four != 0;
+  }
+  return n;
+}
+
+/* Appends one map's live entries as (begin, size) pairs in address order,
+ * with stack id 0 (ids may be NULL); room for ur_size_map_live(map) is the
+ * caller's. Returns how many. */
+static inline size_t ur_size_map_collect(const uint16_t *map, uint64_t base, uint64_t *pairs,
+                                         uint32_t *ids) {
+  const uint64_t *w = (const uint64_t *)(const void *)map;
+  size_t k = 0;
+  for (uint32_t i = 0; i < UR_SIZE_MAP_ENTRIES / 4; i++) {
+    uint64_t four = w[i];
+    for (uint32_t j = 0; four; j++, four >>= 16) {
+      uint16_t v = (uint16_t)four;
+      if (!v) continue;
+      pairs[2 * k] = base + ((uint64_t)(4 * i + j) << UR_SIZE_MAP_GRANULE_SHIFT);
+      pairs[2 * k + 1] = (uint64_t)v - 1;
+      if (ids) ids[k] = 0;
+      k++;
+    }
   }
   return k;
 }

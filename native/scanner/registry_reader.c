@@ -1,6 +1,7 @@
 /*
  * Reads the shim's registry (abi.h) out of a stopped target or its frozen
- * snapshot child. Each shard's table comes in large preads (the registry of
+ * snapshot child: its shards' tables and its size maps. Each shard's table
+ * comes in large preads (the registry of
  * a big process holds millions of entries); keys are unmangled here so that
  * Python only ever sees plain addresses.
  */
@@ -90,6 +91,39 @@ static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint3
   return 0;
 }
 
+/* The size maps' entries (abi.h v3): appended to e, or with e NULL only
+ * counted. Returns the live entries seen, or -ENOMEM. */
+static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entries *e) {
+  struct ur_size_maps h = {0};
+  if (!header_addr) return 0;
+  ur_reader_read_anon(r, header_addr, &h, sizeof(h));
+  uint64_t nrefs = h.refs && h.count <= h.capacity && h.count <= UR_SIZE_MAP_MAX_REFS ? h.count : 0;
+  if (!nrefs) return 0;
+  struct ur_size_map_ref *refs = malloc(nrefs * sizeof(*refs));
+  uint16_t *map = malloc((size_t)UR_SIZE_MAP_ENTRIES * sizeof(*map));
+  int64_t total = -ENOMEM;
+  if (!refs || !map) goto out;
+  ur_reader_read_anon(r, h.refs, refs, nrefs * sizeof(*refs));
+  total = 0;
+  for (uint64_t i = 0; i < nrefs; i++) {
+    if (!refs[i].map) continue;
+    /* Unreadable pages read as zero: no entries. */
+    ur_reader_read_anon(r, refs[i].map, map, (size_t)UR_SIZE_MAP_ENTRIES * sizeof(*map));
+    size_t live = ur_size_map_live(map);
+    total += (int64_t)live;
+    if (!e || !live) continue;
+    if (e->n + live > e->cap && entries_reserve(e, 2 * (e->n + live)) < 0) {
+      total = -ENOMEM;
+      break;
+    }
+    e->n += ur_size_map_collect(map, refs[i].base, e->pairs + 2 * e->n, e->stack_ids + e->n);
+  }
+out:
+  free(refs);
+  free(map);
+  return total;
+}
+
 /* Order the entries by address (shards are hash-ordered; roots, folding and
  * reports want address order, and sorting 10M entries here costs tens of ms
  * where Python would take seconds), dropping later duplicates of an address. */
@@ -168,9 +202,14 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   }
   if (d.stacks) ur_reader_read(&rd, d.stacks, &st, sizeof(st));
   expected = ur_registry_expected(shards, nshards);
-  /* Without entries (the snapshot child sweeps itself): threads, shards and
-   * options only. */
+  /* Without entries (the snapshot child sweeps itself): threads, shards,
+   * options and the maps' count only. */
   if (with_entries) rc = read_tables(&rd, shards, nshards, &e);
+  if (rc == 0) {
+    int64_t in_maps = read_maps(&rd, d.size_maps, with_entries ? &e : NULL);
+    if (in_maps < 0) rc = (int)in_maps;
+    else expected += (uint64_t)in_maps;
+  }
   if (rc == 0 && with_entries) rc = sort_by_address(&e);
   Py_END_ALLOW_THREADS
   if (rc < 0) {

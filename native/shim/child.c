@@ -84,6 +84,11 @@ static int build_index(void) {
     uint64_t table, cap;
     if (ur_registry_table(&shards[s], &table, &cap)) room += cap;
   }
+  /* and for every live map entry (counted: a map has room for 65536). */
+  const struct ur_size_maps *maps = (const struct ur_size_maps *)(uintptr_t)d->size_maps;
+  const struct ur_size_map_ref *refs = maps ? (const struct ur_size_map_ref *)(uintptr_t)maps->refs : NULL;
+  uint64_t nrefs = refs && maps->count <= UR_SIZE_MAP_MAX_REFS ? maps->count : 0;
+  for (uint64_t r = 0; r < nrefs; r++) room += ur_size_map_live((const uint16_t *)(uintptr_t)refs[r].map);
   st.pairs = ur_big_calloc(2 * (room ? room : 1), sizeof(*st.pairs));
   st.ids = ur_big_calloc(room ? room : 1, sizeof(*st.ids));
   if (!st.pairs || !st.ids) return -ENOMEM;
@@ -96,6 +101,9 @@ static int build_index(void) {
     n += ur_registry_collect((const struct ur_entry *)(uintptr_t)table, (size_t)cap,
                           st.pairs + 2 * n, st.ids + n);
   }
+  for (uint64_t r = 0; r < nrefs; r++)
+    n += ur_size_map_collect((const uint16_t *)(uintptr_t)refs[r].map, refs[r].base,
+                             st.pairs + 2 * n, st.ids + n);
   st.n = n;
   int rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
   if (rc) return rc;

@@ -74,6 +74,21 @@ UR_EXPORT int malloc_iterate(uintptr_t base, size_t size,
     size_t n = c.n < c.cap ? c.n : c.cap;
     for (size_t j = 0; j < n; j++) cb(UR_UNMANGLE(c.buf[j].key), c.buf[j].size, arg);
   }
+  /* The maps hold no lock to walk them under: copy, then call back, as above. */
+  for (;;) {
+    c.n = 0;
+    ur_size_maps_foreach(c.lo, c.hi, copy_one, &c);
+    if (c.n <= c.cap) break;
+    if (c.buf) munmap(c.buf, c.cap * sizeof *c.buf);
+    c.cap = c.n * 2;
+    c.buf = scratch(c.cap * sizeof *c.buf);
+    if (!c.buf) {
+      c.cap = 0;
+      break;
+    }
+  }
+  size_t n = c.n < c.cap ? c.n : c.cap;
+  for (size_t j = 0; j < n; j++) cb(UR_UNMANGLE(c.buf[j].key), c.buf[j].size, arg);
   if (c.buf) munmap(c.buf, c.cap * sizeof *c.buf);
   return 0;
 }

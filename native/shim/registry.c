@@ -28,7 +28,21 @@ static struct {
 
 int ur_registry_init(void) {
   ur_g.shards = ur_region_alloc(UR_NUM_SHARDS * sizeof(struct ur_shard));
-  return ur_g.shards ? 0 : -1;
+  return ur_g.shards && ur_size_maps_init() == 0 ? 0 : -1;
+}
+
+/* p's entry in a map if it has one there (so it is in no shard), else NULL. */
+static uint16_t *in_map(const void *p) {
+  uint64_t addr = (uint64_t)(uintptr_t)p;
+  if (!ur_size_map_fits(addr, 0, 0)) return NULL;
+  uint16_t *m = ur_size_map_slot(addr);
+  return m && __atomic_load_n(m, __ATOMIC_RELAXED) ? m : NULL;
+}
+
+/* A map entry for a block that fits one, made if need be; NULL: use a shard. */
+static uint16_t *map_for(const void *p, uint64_t size, uint32_t stack_id) {
+  uint64_t addr = (uint64_t)(uintptr_t)p;
+  return ur_size_map_fits(addr, size, stack_id) ? ur_size_map_slot_make(addr) : NULL;
 }
 
 /* Publish table and capacity with one 16-byte store: a stopped thread is
@@ -169,6 +183,11 @@ void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, ui
 }
 
 void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
+  uint16_t *m = map_for(p, size, stack_id);
+  if (m) {
+    ur_size_map_put(m, size);
+    return;
+  }
   if (size > UR_META_MAX_SIZE) return; /* 16 TiB: not registered (abi.h) */
   uint64_t hash;
   unsigned idx;
@@ -178,13 +197,29 @@ void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
   release(s, how);
 }
 
+/* The block moves between a map and a shard with its new home written first:
+ * its thread is in flight (realloc) while a reader could see it in both. */
 void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
+  uint16_t *old = in_map(p);
+  if (old) {
+    if (ur_size_map_fits((uint64_t)(uintptr_t)p, size, stack_id)) {
+      ur_size_map_put(old, size); /* same block, new size: one store */
+    } else {
+      ur_registry_insert(p, size, stack_id);
+      ur_size_map_clear(old);
+    }
+    return;
+  }
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
   int how = hold(s, idx, ur_single());
   struct ur_entry *e = lookup_held(s, key, hash);
-  if (size > UR_META_MAX_SIZE) { /* not registered (abi.h) */
+  uint16_t *m = map_for(p, size, stack_id);
+  if (m) {
+    ur_size_map_put(m, size);
+    if (e) ur_registry_kill_held(s, e);
+  } else if (size > UR_META_MAX_SIZE) { /* not registered (abi.h) */
     if (e) ur_registry_kill_held(s, e);
   } else if (e) { /* same block, new size and site: one store */
     __atomic_store_n(&e->meta, UR_META(size, stack_id), __ATOMIC_RELEASE);
@@ -197,6 +232,13 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
 /* Look p up under the shard's hold; report its size and stack id, and
  * remove it when `kill`. Returns 1 if p was registered. */
 static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
+  uint16_t *m = in_map(p);
+  if (m) {
+    *size = (uint64_t)__atomic_load_n(m, __ATOMIC_RELAXED) - 1;
+    *stack_id = 0;
+    if (kill) ur_size_map_clear(m);
+    return 1;
+  }
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
@@ -245,7 +287,7 @@ size_t ur_registry_foreach_in_shard(unsigned shard, int lock, ur_registry_fn fn,
 }
 
 size_t ur_registry_foreach(int lock, ur_registry_fn fn, void *arg) {
-  size_t n = 0;
+  size_t n = ur_size_maps_foreach(0, UINT64_MAX, fn, arg);
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) n += ur_registry_foreach_in_shard(i, lock, fn, arg);
   return n;
 }
@@ -256,7 +298,7 @@ uint64_t ur_registry_shard_count(unsigned shard) {
 }
 
 uint64_t ur_registry_count(void) {
-  uint64_t n = 0;
+  uint64_t n = ur_size_maps_count();
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) n += ur_registry_shard_count(i);
   return n;
 }

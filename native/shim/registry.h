@@ -1,7 +1,9 @@
 /*
- * The registry of live allocations: UR_NUM_SHARDS open-addressing tables keyed
- * by the mangled user pointer, laid out exactly as abi.h's ur_shard/ur_entry so
- * the scanner reads them straight out of a stopped target.
+ * The registry of live allocations: the size maps (size_map.h) for most
+ * blocks, and for the rest UR_NUM_SHARDS open-addressing tables keyed by the
+ * mangled user pointer, laid out exactly as abi.h's ur_shard/ur_entry so the
+ * scanner reads them straight out of a stopped target. Every function here
+ * looks in the maps first.
  *
  * Tables are probed a cache line (four entries) at a time: a key's probe
  * sequence starts at the first entry of its home line and runs on linearly,
@@ -17,13 +19,14 @@
 #include <stdint.h>
 
 #include "shim.h"
+#include "size_map.h"
 
 _Static_assert(UR_NUM_SHARDS == 256, "ur_shard_of takes the shard from the top 8 hash bits");
 _Static_assert(UR_STACK_CAPACITY - 1 <= UR_META_MAX_STACK_ID, "stack ids must fit in meta");
 
 int ur_registry_init(void);
 
-/* Register a block glibc has just handed out. */
+/* Register a block glibc has just handed out (in a map if it fits one). */
 void ur_registry_insert(const void *p, size_t size, uint32_t stack_id);
 
 /* Update the entry if present (realloc in place), else insert. */
@@ -45,7 +48,9 @@ int ur_registry_find(const void *p, uint64_t *size, uint32_t *stack_id);
  * touch the registry. lock=0: the caller guarantees nothing moves (under
  * malloc_disable, or in a frozen copy of the process, where a lock may have
  * been copied held by a thread that does not exist there). Both return the
- * number of entries visited. */
+ * number of entries visited. ur_registry_foreach walks the maps too (never
+ * locked: see ur_size_maps_foreach); ur_registry_foreach_in_shard and
+ * ur_registry_shard_count, the shards alone. */
 typedef void (*ur_registry_fn)(uint64_t key, uint64_t size, uint32_t stack_id, void *arg);
 size_t ur_registry_foreach_in_shard(unsigned shard, int lock, ur_registry_fn fn, void *arg);
 size_t ur_registry_foreach(int lock, ur_registry_fn fn, void *arg);
@@ -176,6 +181,12 @@ static inline struct ur_entry *ur_line_free(struct ur_entry *g) {
 static inline __attribute__((always_inline)) int ur_registry_try_insert(const void *p, uint64_t size,
                                                                         uint32_t stack_id,
                                                                         int single) {
+  if (UR_LIKELY(ur_size_map_fits((uint64_t)(uintptr_t)p, size, stack_id))) {
+    uint16_t *m = ur_size_map_slot((uint64_t)(uintptr_t)p);
+    if (UR_UNLIKELY(m == NULL)) return 0; /* the out-of-line insert makes the map */
+    ur_size_map_put(m, size);
+    return 1;
+  }
   uint64_t key = UR_MANGLE(p), hash, meta = UR_META(size, stack_id);
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
@@ -206,6 +217,14 @@ static inline __attribute__((always_inline)) int ur_registry_try_insert(const vo
 }
 
 static inline __attribute__((always_inline)) int ur_registry_try_remove(const void *p, int single) {
+  uint64_t addr = (uint64_t)(uintptr_t)p;
+  if (UR_LIKELY(ur_size_map_fits(addr, 0, 0))) {
+    uint16_t *m = ur_size_map_slot(addr);
+    if (UR_LIKELY(m != NULL) && UR_LIKELY(*m != 0)) {
+      ur_size_map_clear(m);
+      return 1;
+    }
+  }
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);

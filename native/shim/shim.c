@@ -137,6 +137,7 @@ void ur_init(void) {
     d->max_threads = UR_MAX_THREADS;
     d->helper_cmd = (uint64_t)(uintptr_t)ur_g.helper_cmd;
     d->stacks = (uint64_t)(uintptr_t)ur_g.stacks;
+    d->size_maps = (uint64_t)(uintptr_t)ur_size_maps_header();
     __atomic_store_n(&d->enabled, 1, __ATOMIC_RELEASE);
   }
   ur_tls.busy--;
@@ -178,6 +179,7 @@ static void fork_child(void) {
   ur_registry_reset_locks(owner);
   ur_stacks_reset_lock(owner);
   ur_region_after_fork_child();
+  ur_size_maps_after_fork_child();
   ur_debug_after_fork_child();
   ur_g.multi_lock = ur_g.multi_owner = 0;
   if (!fork_nested && membarrier_ok && ur_tls.slot && ur_tls.slot != &ur_tls.dummy) {

@@ -97,7 +97,7 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
 
 _HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQQQ")
 UR_ABI_MAGIC = 0x3142484341455255
-UR_ABI_VERSION = 2
+UR_ABI_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)

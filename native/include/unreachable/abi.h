@@ -91,7 +91,7 @@
 #include <stdint.h>
 
 #define UR_ABI_MAGIC UINT64_C(0x3142484341455255) /* "UREACHB1" little endian */
-#define UR_ABI_VERSION 2u /* 2: 16-byte entries (size and stack id packed in meta) */
+#define UR_ABI_VERSION 3u /* 2: 16-byte entries (size and stack id packed in meta); 3: size maps */
 
 /* The exported symbol the scanner looks up in the shim's ELF dynsym. */
 #define UR_DESCRIPTOR_SYMBOL "unreachable_descriptor"
@@ -158,6 +158,34 @@ struct ur_write_tracker {  /* 32 bytes, in shim memory */
 struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte aligned) */
   uint64_t key;            /* UR_KEY_EMPTY, UR_KEY_TOMBSTONE, or UR_MANGLE(user pointer) */
   uint64_t meta;           /* UR_META(requested size, stack id) */
+};
+
+/*
+ * Size maps: most blocks are registered here instead of in a shard. A map
+ * covers one 1 MiB-aligned piece of address space with one uint16_t per 16
+ * bytes: 0 where no registered block begins, else the requested size + 1 of
+ * the block that begins there. A block is in a map when its address is
+ * 16-aligned, its size at most UR_SIZE_MAP_MAX_SIZE and it has no stack id;
+ * every other block is in a shard, and no block is in both except for the
+ * instant a realloc in place moves it (its thread is in flight then).
+ * Maps are never freed or moved. A reader takes refs [0, count): each ref is
+ * written before count is raised past it with a release store.
+ */
+#define UR_SIZE_MAP_SPAN_SHIFT 20
+#define UR_SIZE_MAP_GRANULE_SHIFT 4
+#define UR_SIZE_MAP_ENTRIES (UINT32_C(1) << (UR_SIZE_MAP_SPAN_SHIFT - UR_SIZE_MAP_GRANULE_SHIFT))
+#define UR_SIZE_MAP_MAX_SIZE UINT32_C(65534)
+
+struct ur_size_map_ref {   /* 16 bytes */
+  uint64_t base;           /* the 1 MiB-aligned address the map covers */
+  uint64_t map;            /* address of uint16_t[UR_SIZE_MAP_ENTRIES] */
+};
+
+struct ur_size_maps {      /* 32 bytes, in shim memory */
+  uint64_t refs;           /* address of struct ur_size_map_ref[capacity], 0 before the first map */
+  uint64_t capacity;
+  uint64_t count;          /* refs [0, count) are complete */
+  uint64_t reserved;
 };
 
 struct ur_shard {          /* 64 bytes, one cache line */
@@ -310,7 +338,8 @@ struct ur_descriptor {
   uint64_t write_tracker;  /* address of struct ur_write_tracker, 0: no copy snapshots */
   uint64_t altstacks;      /* address of struct ur_altstack[num_altstacks], 0: none kept */
   uint64_t num_altstacks;
-  uint64_t reserved[4];
+  uint64_t size_maps;      /* address of struct ur_size_maps (abi v3) */
+  uint64_t reserved[3];
 };
 
 #ifdef __cplusplus
@@ -326,6 +355,8 @@ _Static_assert(sizeof(struct ur_descriptor) == 160, "abi");
 _Static_assert(sizeof(struct ur_child_box) == 80, "abi");
 _Static_assert(sizeof(struct ur_leak_record) == 40, "abi");
 _Static_assert(sizeof(struct ur_write_tracker) == 32, "abi");
+_Static_assert(sizeof(struct ur_size_maps) == 32, "abi");
+_Static_assert(sizeof(struct ur_size_map_ref) == 16, "abi");
 #endif
 
 #endif

@@ -40,8 +40,25 @@ int main(int argc, char **argv) {
     CHECK(sh[i].count + sh[i].tombstones <= sh[i].capacity);
     live += sh[i].count;
   }
-  CHECK(live > 0);
+  /* A 16-byte block with no backtrace lives in a size map, not a shard. */
+  CHECK(IN_REGION(d->size_maps));
+  const struct ur_size_maps *maps = (const struct ur_size_maps *)(uintptr_t)d->size_maps;
+  /* (none with backtraces on from the start: every block has a stack id) */
+  CHECK(maps->count <= maps->capacity && (maps->count == 0 || IN_REGION(maps->refs)));
+  const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)maps->refs;
+  for (uint64_t i = 0; i < maps->count; i++) {
+    CHECK(IN_REGION(refs[i].map) && refs[i].base % (UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) == 0);
+    for (uint64_t j = 0; j < i; j++) CHECK(refs[j].base != refs[i].base);
+  }
+  uint64_t size;
+  uint32_t id;
+  CHECK(registry_find(mine, &size, &id) && size == 16);
+  const uint16_t *e = size_map_entry((uint64_t)(uintptr_t)mine);
+  if (id == 0) CHECK(e && *e == 17 && !shard_entry((uint64_t)(uintptr_t)mine));
+  else CHECK(!e && shard_entry((uint64_t)(uintptr_t)mine)); /* a backtrace: a shard's */
+  CHECK(live + maps->count > 0);
   free(mine);
+  CHECK(!size_map_entry((uint64_t)(uintptr_t)mine));
   struct ur_stack_table *st = (struct ur_stack_table *)(uintptr_t)d->stacks;
   CHECK(st->count >= 1 && st->overflowed == 0);
 

@@ -1,6 +1,7 @@
 /* Blocks allocated by one thread and freed by another while their owner keeps
  * allocating: the shards each thread owns are taken from it mid-stream (the
- * shim's per-shard ownership, registry.c), with malloc_iterate, malloc_disable
+ * shim's per-shard ownership, registry.c; blocks too big for a size map, or
+ * all of them with a backtrace option), with malloc_iterate, malloc_disable
  * and fork() cutting in. Afterwards every held block is registered with its
  * size, nothing freed is, and each shard's counters match its table. */
 #include <pthread.h>
@@ -25,7 +26,8 @@ static void *worker(void *arg) {
   for (int r = 0; r < ROUNDS; r++) {
     /* Put a fresh block in our ring... */
     int i = (int)(rand_r(&seed) % RING);
-    size_t n = 1 + rand_r(&seed) % 2000;
+    /* Mostly blocks for the size maps, some too big for them (a shard's). */
+    size_t n = r % 16 ? 1 + rand_r(&seed) % 2000 : 65530 + rand_r(&seed) % 16;
     void *p = (r & 1) ? malloc(n) : calloc(1, n);
     CHECK(p != NULL);
     void *old = atomic_exchange(&ring[t][i], NULL);

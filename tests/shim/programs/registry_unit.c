@@ -28,6 +28,15 @@ void ur_init(void) {}
 
 #define N 20000
 
+static int shard_has(uint64_t addr) {
+  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
+    const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)ur_g.shards[i].table;
+    for (uint64_t j = 0; j < ur_g.shards[i].capacity; j++)
+      if (t[j].key == UR_MANGLE(addr)) return 1;
+  }
+  return 0;
+}
+
 static void check_tables(size_t want_live) {
   size_t live = 0;
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
@@ -52,7 +61,20 @@ static void check_tables(size_t want_live) {
     }
     live += n;
   }
-  CHECK(live == want_live);
+  CHECK(live + ur_size_maps_count() == want_live);
+}
+
+static uint32_t id_of(int i) { return i % 3 ? (uint32_t)i : 0; }
+
+/* A block is in a map exactly when it fits one, and then in no shard. */
+static void check_homes(const uintptr_t *ptrs, const uint64_t *sizes, const int *live, int n) {
+  for (int i = 0; i < n; i++) {
+    uint16_t *m = ur_size_map_slot(ptrs[i]);
+    int in_map = m && *m;
+    int fits = live[i] && ur_size_map_fits(ptrs[i], sizes[i], id_of(i));
+    CHECK(in_map == fits);
+    if (in_map) CHECK(*m == sizes[i] + 1);
+  }
 }
 
 struct walk {
@@ -86,26 +108,47 @@ int main(void) {
       live[i] = 0;
       nlive--;
     } else {
-      sizes[i] = (uint64_t)rand_r(&seed) << (rand_r(&seed) % 13); /* up to 43 bits */
+      /* Half the sizes around the maps' limit, so reallocs move blocks
+       * between a map and a shard both ways; half up to 43 bits. */
+      if (rand_r(&seed) % 2)
+        sizes[i] = UR_SIZE_MAP_MAX_SIZE - 8 + (uint64_t)(rand_r(&seed) % 16);
+      else
+        sizes[i] = (uint64_t)rand_r(&seed) >> (rand_r(&seed) % 31) << (rand_r(&seed) % 13);
       /* insert is for fresh blocks; set updates (realloc in place) or inserts */
       if (live[i] || rand_r(&seed) % 4 == 0)
-        ur_registry_set((void *)ptrs[i], sizes[i], (uint32_t)i);
+        ur_registry_set((void *)ptrs[i], sizes[i], id_of(i));
       else
-        ur_registry_insert((void *)ptrs[i], sizes[i], (uint32_t)i);
+        ur_registry_insert((void *)ptrs[i], sizes[i], id_of(i));
       if (!live[i]) nlive++;
       live[i] = 1;
     }
-    if (round % 50000 == 0) check_tables(nlive);
+    if (round % 50000 == 0) {
+      check_tables(nlive);
+      check_homes(ptrs, sizes, live, N);
+    }
   }
   check_tables(nlive);
+  check_homes(ptrs, sizes, live, N);
   for (int i = 0; i < N; i++) {
     uint64_t size;
     uint32_t id;
     int found = ur_registry_find((void *)ptrs[i], &size, &id);
     CHECK(found == live[i]);
-    if (found) CHECK(size == sizes[i] && id == (uint32_t)i);
+    if (found) CHECK(size == sizes[i] && id == id_of(i));
     if (!found) CHECK(ur_registry_remove((void *)ptrs[i]) == 0);
   }
+  /* A block off the 16-byte grid (another allocator's 8-byte block) or
+   * above 2^47 goes to a shard even when small. */
+  uint64_t sz;
+  uint32_t sid;
+  ur_registry_insert((void *)0x9000008, 8, 0);
+  CHECK(ur_size_map_slot(0x9000008) == NULL && shard_has(0x9000008));
+  CHECK(ur_registry_find((void *)0x9000008, &sz, &sid) == 1 && sz == 8 && sid == 0);
+  CHECK(ur_registry_remove((void *)0x9000008) == 1 && !shard_has(0x9000008));
+  ur_registry_insert((void *)(UINT64_C(1) << 47), 16, 0);
+  CHECK(shard_has(UINT64_C(1) << 47));
+  CHECK(ur_registry_remove((void *)(UINT64_C(1) << 47)) == 1);
+
   /* Keys are stored mangled: no raw pointer appears in any table. */
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
     const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)ur_g.shards[i].table;

@@ -37,25 +37,54 @@ static inline struct ur_descriptor *shim_desc(void) {
 
 #define SHIM_FN(name) ((__typeof__(&name))shim_sym(#name))
 
-/* Walk the shards like the scanner: returns 1 and the entry if p is live. */
-static inline int registry_find(const void *p, uint64_t *size, uint32_t *stack_id) {
+/* p's entry in the size maps, or NULL (read as the scanner reads them: the
+ * list of refs, not the shim's directory). */
+static inline const uint16_t *size_map_entry(uint64_t a) {
   struct ur_descriptor *d = shim_desc();
-  struct ur_shard *shards = (struct ur_shard *)(uintptr_t)d->shards;
-  uint64_t key = UR_MANGLE(p);
-  for (uint32_t i = 0; i < d->num_shards; i++) {
-    struct ur_entry *t = (struct ur_entry *)(uintptr_t)shards[i].table;
-    for (uint64_t j = 0; j < shards[i].capacity; j++) {
-      if (t[j].key == key) {
-        if (size) *size = UR_META_SIZE(t[j].meta);
-        if (stack_id) *stack_id = UR_META_STACK_ID(t[j].meta);
-        return 1;
-      }
-    }
+  const struct ur_size_maps *m = (const struct ur_size_maps *)(uintptr_t)d->size_maps;
+  if (!m || !m->refs || (a & 15)) return NULL;
+  const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)m->refs;
+  for (uint64_t i = 0; i < m->count; i++) {
+    if (refs[i].base != (a & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1))) continue;
+    const uint16_t *e = (const uint16_t *)(uintptr_t)refs[i].map +
+                        ((a >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
+    if (*e) return e;
   }
-  return 0;
+  return NULL;
 }
 
-static inline int registered_with_size(const void *p, uint64_t want) {
+/* p's entry in a shard, or NULL. */
+static inline const struct ur_entry *shard_entry(uint64_t a) {
+  struct ur_descriptor *d = shim_desc();
+  struct ur_shard *shards = (struct ur_shard *)(uintptr_t)d->shards;
+  uint64_t key = UR_MANGLE(a);
+  for (uint32_t i = 0; i < d->num_shards; i++) {
+    struct ur_entry *t = (struct ur_entry *)(uintptr_t)shards[i].table;
+    for (uint64_t j = 0; j < shards[i].capacity; j++)
+      if (t[j].key == key) return &t[j];
+  }
+  return NULL;
+}
+
+/* Look p up like the scanner: returns 1 and the entry if p is live. (p's
+ * bytes are never read: always_inline keeps GCC from assuming they are.) */
+static inline __attribute__((always_inline)) int registry_find(const void *p, uint64_t *size,
+                                                               uint32_t *stack_id) {
+  const uint16_t *m = size_map_entry((uint64_t)(uintptr_t)p);
+  if (m) {
+    if (size) *size = (uint64_t)*m - 1;
+    if (stack_id) *stack_id = 0;
+    return 1;
+  }
+  const struct ur_entry *e = shard_entry((uint64_t)(uintptr_t)p);
+  if (!e) return 0;
+  if (size) *size = UR_META_SIZE(e->meta);
+  if (stack_id) *stack_id = UR_META_STACK_ID(e->meta);
+  return 1;
+}
+
+static inline __attribute__((always_inline)) int registered_with_size(const void *p,
+                                                                      uint64_t want) {
   uint64_t size = UINT64_MAX;
   return registry_find(p, &size, NULL) && size == want;
 }

@@ -1,0 +1,102 @@
+#include "size_map.h"
+
+#include "lock.h"
+#include "region.h"
+
+/* One map per 1 MiB of address space a process ever allocates small blocks
+ * in; 2^19 of them (64 GiB of maps) is more than the region can hold. */
+#define MAX_REFS (UINT64_C(1) << 19)
+#define MAP_BYTES ((size_t)UR_SIZE_MAP_ENTRIES * sizeof(uint16_t))
+
+ur_size_map_mid **ur_size_dir;
+
+/* In the region, as everything the descriptor points to. */
+static struct ur_size_maps *header;
+static uint32_t make_lock, make_owner;
+
+int ur_size_maps_init(void) {
+  ur_size_dir = ur_region_alloc(sizeof(*ur_size_dir) << UR_SIZE_DIR_TOP_BITS);
+  header = ur_region_alloc(sizeof *header);
+  return ur_size_dir && header ? 0 : -1;
+}
+
+struct ur_size_maps *ur_size_maps_header(void) { return header; }
+
+/* Under make_lock: the map for addr, made and published if missing. */
+static uint16_t *make_map(uint64_t addr) {
+  ur_size_map_mid **top = &ur_size_dir[addr >> 30];
+  ur_size_map_mid *mid = *top;
+  if (!mid) {
+    mid = ur_region_alloc(sizeof *mid);
+    if (!mid) return NULL;
+    __atomic_store_n(top, mid, __ATOMIC_RELEASE);
+  }
+  uint16_t **slot = &(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)];
+  if (*slot) return *slot;
+  if (!header->refs) {
+    void *refs = ur_region_alloc(MAX_REFS * sizeof(struct ur_size_map_ref));
+    if (!refs) return NULL;
+    header->capacity = MAX_REFS;
+    __atomic_store_n(&header->refs, (uint64_t)(uintptr_t)refs, __ATOMIC_RELEASE);
+  }
+  if (header->count >= header->capacity) return NULL;
+  uint16_t *map = ur_region_alloc(MAP_BYTES);
+  if (!map) return NULL;
+  /* Listed before the shim can put an entry in it, so a reader that has the
+   * list has every entry. */
+  struct ur_size_map_ref *ref = (struct ur_size_map_ref *)(uintptr_t)header->refs + header->count;
+  ref->base = addr & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1);
+  ref->map = (uint64_t)(uintptr_t)map;
+  __atomic_store_n(&header->count, header->count + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(slot, map, __ATOMIC_RELEASE);
+  return map;
+}
+
+uint16_t *ur_size_map_slot_make(uint64_t addr) {
+  uint16_t *e = ur_size_map_slot(addr);
+  if (e) return e;
+  /* ur_lock_hard: the thread holding every lock (malloc_disable, fork) may
+   * allocate, and this lock is never held across anything that allocates. */
+  ur_lock_hard(&make_lock, &make_owner, ur_self_tid());
+  uint16_t *map = make_map(addr);
+  ur_unlock(&make_lock, &make_owner, 1);
+  if (!map) return NULL;
+  return map + ((addr >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
+}
+
+size_t ur_size_maps_foreach(uint64_t lo, uint64_t hi, ur_size_map_fn fn, void *arg) {
+  uint64_t n = __atomic_load_n(&header->count, __ATOMIC_ACQUIRE);
+  const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)header->refs;
+  size_t seen = 0;
+  for (uint64_t r = 0; r < n; r++) {
+    uint64_t base = refs[r].base, end = base + (UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT);
+    if (end <= lo || base >= hi) continue;
+    const uint64_t *words = (const uint64_t *)(uintptr_t)refs[r].map;
+    /* Four entries a load: most of a map is zero. */
+    for (uint32_t w = 0; w < UR_SIZE_MAP_ENTRIES / 4; w++) {
+      uint64_t four = __atomic_load_n(&words[w], __ATOMIC_RELAXED);
+      for (uint32_t k = 0; four; k++, four >>= 16) {
+        uint16_t v = (uint16_t)four;
+        if (!v) continue;
+        uint64_t addr = base + ((uint64_t)(4 * w + k) << UR_SIZE_MAP_GRANULE_SHIFT);
+        if (addr < lo || addr >= hi) continue;
+        fn(UR_MANGLE(addr), (uint64_t)v - 1, 0, arg);
+        seen++;
+      }
+    }
+  }
+  return seen;
+}
+
+static void count_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) {
+  (void)key, (void)size, (void)stack_id;
+  ++*(uint64_t *)arg;
+}
+
+uint64_t ur_size_maps_count(void) {
+  uint64_t n = 0;
+  ur_size_maps_foreach(0, UINT64_MAX, count_one, &n);
+  return n;
+}
+
+void ur_size_maps_after_fork_child(void) { make_lock = make_owner = 0; }

@@ -1,0 +1,74 @@
+/*
+ * Size maps (abi.h): the registry's home for most blocks. A block's entry is
+ * the uint16_t at a computed address, so registering it is one store and
+ * unregistering it a load and a store, with no hashing, probing, counters or
+ * shard ownership: an aligned 2-byte store is whole for a stopped reader, and no two
+ * blocks start in the same 16 bytes, so threads never contend for an entry.
+ * The hash shards (registry.c) keep what a map cannot hold: blocks with a
+ * stack id, sizes over UR_SIZE_MAP_MAX_SIZE, addresses not 16-aligned (another
+ * allocator's 8-byte blocks) or above 2^47.
+ *
+ * The shim finds a map through a two-level directory (the top 17 bits of a
+ * 47-bit address, then the next 10); readers use the list of refs in
+ * struct ur_size_maps instead.
+ */
+#ifndef UR_SIZE_MAP_H
+#define UR_SIZE_MAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shim.h"
+
+#define UR_SIZE_DIR_TOP_BITS 17u /* address bits 30..46 */
+#define UR_SIZE_DIR_MID_BITS 10u /* address bits 20..29 */
+
+typedef uint16_t *ur_size_map_mid[1u << UR_SIZE_DIR_MID_BITS];
+
+/* The top level, from the shim's region; NULL until ur_size_maps_init. */
+extern ur_size_map_mid **ur_size_dir;
+
+int ur_size_maps_init(void);
+
+/* The address readers use (descriptor.size_maps). */
+struct ur_size_maps *ur_size_maps_header(void);
+
+/* Whether a block may live in a map (the rest go to the shards). */
+static inline int ur_size_map_fits(uint64_t addr, uint64_t size, uint32_t stack_id) {
+  return ((addr & 15) | (addr >> 47) | stack_id) == 0 && size <= UR_SIZE_MAP_MAX_SIZE;
+}
+
+/* The entry for addr, or NULL while its map does not exist (addr fits). */
+static inline uint16_t *ur_size_map_slot(uint64_t addr) {
+  ur_size_map_mid *mid = __atomic_load_n(&ur_size_dir[addr >> 30], __ATOMIC_ACQUIRE);
+  if (UR_UNLIKELY(mid == NULL)) return NULL;
+  uint16_t *map = __atomic_load_n(&(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)],
+                                  __ATOMIC_ACQUIRE);
+  if (UR_UNLIKELY(map == NULL)) return NULL;
+  return map + ((addr >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
+}
+
+/* The entry for addr, making its map if need be; NULL when the shim's region
+ * or the ref list is full (the block then goes to a shard). */
+uint16_t *ur_size_map_slot_make(uint64_t addr);
+
+static inline void ur_size_map_put(uint16_t *e, uint64_t size) {
+  __atomic_store_n(e, (uint16_t)(size + 1), __ATOMIC_RELEASE);
+}
+
+static inline void ur_size_map_clear(uint16_t *e) { __atomic_store_n(e, 0, __ATOMIC_RELEASE); }
+
+/* Walk the live entries of every map whose piece of address space meets
+ * [lo, hi): fn gets (mangled key, size, stack id 0) for blocks beginning in
+ * [lo, hi). Nothing is locked: entries change under a walk unless the caller
+ * stops them (malloc_disable, or a frozen copy). Returns the entries seen. */
+typedef void (*ur_size_map_fn)(uint64_t key, uint64_t size, uint32_t stack_id, void *arg);
+size_t ur_size_maps_foreach(uint64_t lo, uint64_t hi, ur_size_map_fn fn, void *arg);
+
+/* Live entries in every map (exact only when nothing moves). */
+uint64_t ur_size_maps_count(void);
+
+/* fork child: the lock may have been copied held. */
+void ur_size_maps_after_fork_child(void);
+
+#endif
