@@ -3,9 +3,10 @@
 #include "lock.h"
 #include "region.h"
 
-/* One map per 1 MiB of address space a process ever allocates small blocks
- * in; 2^19 of them (64 GiB of maps) is more than the region can hold. */
-#define MAX_REFS (UINT64_C(1) << 19)
+/* One map per 1 MiB of address space a process ever allocates in: 2^16 of
+ * them (8 GiB of maps for 64 GiB of heap) in a list of 1 MiB. Past that,
+ * blocks go to the shards. */
+#define MAX_REFS (UINT64_C(1) << 16)
 #define MAP_BYTES ((size_t)UR_SIZE_MAP_ENTRIES * sizeof(uint16_t))
 
 ur_size_map_mid **ur_size_dir;

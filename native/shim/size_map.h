@@ -1,16 +1,15 @@
 /*
  * Size maps (abi.h): the registry's home for most blocks. A block's entry is
- * the uint16_t at a computed address, so registering it is one store and
- * unregistering it a load and a store, with no hashing, probing, counters or
- * shard ownership: an aligned 2-byte store is whole for a stopped reader, and no two
- * blocks start in the same 16 bytes, so threads never contend for an entry.
- * The hash shards (registry.c) keep what a map cannot hold: blocks with a
- * stack id, sizes over UR_SIZE_MAP_MAX_SIZE, addresses not 16-aligned (another
- * allocator's 8-byte blocks) or above 2^47.
+ * the uint16_t at an address computed from its own, so registering it is one
+ * store and unregistering it a load and a store, with no hashing, probing,
+ * counters or shard ownership: an aligned 2-byte store is whole for a stopped
+ * reader, and no two blocks begin in the same 16 bytes, so threads never
+ * contend for an entry. The hash shards (registry.c) keep what a map cannot
+ * hold: blocks with a stack id, sizes over UR_SIZE_MAP_MAX_SIZE, addresses
+ * that are not 16-aligned or lie above 2^47.
  *
- * The shim finds a map through a two-level directory (the top 17 bits of a
- * 47-bit address, then the next 10); readers use the list of refs in
- * struct ur_size_maps instead.
+ * The shim finds a map through a two-level directory (address bits 30-46,
+ * then 20-29); readers use the list of refs in struct ur_size_maps instead.
  */
 #ifndef UR_SIZE_MAP_H
 #define UR_SIZE_MAP_H

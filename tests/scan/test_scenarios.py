@@ -41,6 +41,7 @@ def check_exact(target, **kw):
         "interior.c",
         "alloc_funcs.c",
         "big_block.c",
+        "registry_homes.c",
         "exited_thread.c",
         "sparse.c",
         "usable_slack.c",

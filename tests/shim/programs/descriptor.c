@@ -53,12 +53,18 @@ int main(int argc, char **argv) {
   uint64_t size;
   uint32_t id;
   CHECK(registry_find(mine, &size, &id) && size == 16);
-  const uint16_t *e = size_map_entry((uint64_t)(uintptr_t)mine);
-  if (id == 0) CHECK(e && *e == 17 && !shard_entry((uint64_t)(uintptr_t)mine));
-  else CHECK(!e && shard_entry((uint64_t)(uintptr_t)mine)); /* a backtrace: a shard's */
+  int in_map = size_map_entry((uint64_t)(uintptr_t)mine, &size);
+  if (id == 0) CHECK(in_map && size == 16 && !shard_entry((uint64_t)(uintptr_t)mine));
+  else CHECK(!in_map && shard_entry((uint64_t)(uintptr_t)mine)); /* a backtrace: a shard's */
+  /* So is a bigger one. */
+  void *volatile big = malloc(40000);
+  CHECK(registry_find(big, &size, &id) && size == 40000);
+  if (id == 0) CHECK(size_map_entry((uint64_t)(uintptr_t)big, &size) && size == 40000);
+  free(big);
+  CHECK(!registry_find(big, NULL, NULL));
   CHECK(live + maps->count > 0);
   free(mine);
-  CHECK(!size_map_entry((uint64_t)(uintptr_t)mine));
+  CHECK(!size_map_entry((uint64_t)(uintptr_t)mine, NULL));
   struct ur_stack_table *st = (struct ur_stack_table *)(uintptr_t)d->stacks;
   CHECK(st->count >= 1 && st->overflowed == 0);
 

@@ -37,20 +37,23 @@ static inline struct ur_descriptor *shim_desc(void) {
 
 #define SHIM_FN(name) ((__typeof__(&name))shim_sym(#name))
 
-/* p's entry in the size maps, or NULL (read as the scanner reads them: the
- * list of refs, not the shim's directory). */
-static inline const uint16_t *size_map_entry(uint64_t a) {
+/* Whether the block at a is in a size map, and its size there (read as the
+ * scanner reads them: the list of refs, not the shim's directory). */
+static inline int size_map_entry(uint64_t a, uint64_t *size) {
   struct ur_descriptor *d = shim_desc();
   const struct ur_size_maps *m = (const struct ur_size_maps *)(uintptr_t)d->size_maps;
-  if (!m || !m->refs || (a & 15)) return NULL;
+  if (!m || !m->refs || (a & 15)) return 0;
   const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)m->refs;
   for (uint64_t i = 0; i < m->count; i++) {
     if (refs[i].base != (a & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1))) continue;
     const uint16_t *e = (const uint16_t *)(uintptr_t)refs[i].map +
                         ((a >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
-    if (*e) return e;
+    if (*e) {
+      if (size) *size = *e - 1u;
+      return 1;
+    }
   }
-  return NULL;
+  return 0;
 }
 
 /* p's entry in a shard, or NULL. */
@@ -70,9 +73,7 @@ static inline const struct ur_entry *shard_entry(uint64_t a) {
  * bytes are never read: always_inline keeps GCC from assuming they are.) */
 static inline __attribute__((always_inline)) int registry_find(const void *p, uint64_t *size,
                                                                uint32_t *stack_id) {
-  const uint16_t *m = size_map_entry((uint64_t)(uintptr_t)p);
-  if (m) {
-    if (size) *size = (uint64_t)*m - 1;
+  if (size_map_entry((uint64_t)(uintptr_t)p, size)) {
     if (stack_id) *stack_id = 0;
     return 1;
   }
