@@ -84,7 +84,8 @@ class _KeptOutOfFork(Exception):
 
 
 def _expected_allocations(memory: Memory, addr: int) -> int | None:
-    """The registry's count of live allocations, from its shards' headers."""
+    """The registry's count of live allocations: its shards' counts and its
+    size maps' entries (a read of every map)."""
     try:
         return _native.read_registry(memory, addr, False)["expected"]
     except (OSError, ValueError):

@@ -169,9 +169,9 @@ static uint64_t unmangle_opt(uint64_t v) { return v ? (uint64_t)UR_UNMANGLE(v) :
 
 PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *source;
-  int with_entries = 1;
+  int with_entries = 1, count_maps = 1;
   unsigned long long addr;
-  if (!PyArg_ParseTuple(args, "OK|p", &source, &addr, &with_entries)) return NULL;
+  if (!PyArg_ParseTuple(args, "OK|pp", &source, &addr, &with_entries, &count_maps)) return NULL;
   struct ur_reader rd;
   if (ur_reader_open(source, &rd) < 0) return NULL;
   struct ur_descriptor d;
@@ -203,9 +203,10 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   if (d.stacks) ur_reader_read(&rd, d.stacks, &st, sizeof(st));
   expected = ur_registry_expected(shards, nshards);
   /* Without entries (the snapshot child sweeps itself): threads, shards,
-   * options and the maps' count only. */
+   * options and, unless count_maps is false, the maps' count (a read of
+   * every map: an eighth of the heap's span). */
   if (with_entries) rc = read_tables(&rd, shards, nshards, &e);
-  if (rc == 0) {
+  if (rc == 0 && (with_entries || count_maps)) {
     int64_t in_maps = read_maps(&rd, d.size_maps, with_entries ? &e : NULL);
     if (in_maps < 0) rc = (int)in_maps;
     else expected += (uint64_t)in_maps;

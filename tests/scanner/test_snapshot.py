@@ -176,8 +176,22 @@ def test_read_registry() -> None:
         f = fields(line)
         reg = _native.read_registry(proc.pid, f["descriptor"])
         allocs = list(struct.iter_unpack("<QQ", reg["allocs"]))
-        assert allocs == [(0x1000, 16), (0x2000, 0), (0x3000, 8)]
-        assert struct.unpack("<3I", reg["stack_ids"]) == (1, 2, 0)
+        # Shards and size maps merged in address order, duplicates dropped
+        # (0x3000 is in a shard with size 8 and in a map with 77).
+        assert allocs == [
+            (0x1000, 16),
+            (0x2000, 0),
+            (0x3000, 8),
+            (0x4000, 0),
+            (0x4010, 65534),
+            (0xFFFF0, 24),
+            (0x40000020, 100),
+        ]
+        assert struct.unpack("<7I", reg["stack_ids"]) == (1, 2, 0, 0, 0, 0, 0)
+        # The count before the stop: the shards' counts and every map entry.
+        assert reg["expected"] == 4 + 5
+        assert _native.read_registry(proc.pid, f["descriptor"], False)["expected"] == 9
+        assert _native.read_registry(proc.pid, f["descriptor"], False, False)["expected"] == 4
         assert reg["threads"] == [
             (111, 1, 1, 0, 0, 0x5000, 7, 0x100, 0x200),
             (222, 2, 0, 0, 0, 0, 0, 0x300, 0x400),

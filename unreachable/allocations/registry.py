@@ -67,7 +67,8 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
     """entries=False: threads, shards and options only (allocs and stack_ids
     empty), for a scan whose snapshot child reads the entries itself."""
     try:
-        raw = _native.read_registry(memory, descriptor_addr, entries)
+        # Without entries nothing here needs the count of the size maps' blocks.
+        raw = _native.read_registry(memory, descriptor_addr, entries, entries)
     except (ProcessLookupError, ValueError) as e:
         # A process that exits mid-read reads as zeros: it is gone, not unshimmed.
         if isinstance(e, ProcessLookupError) or (

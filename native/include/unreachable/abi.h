@@ -9,10 +9,13 @@
  *
  * Consistency without locks, as seen by a reader that stops the target at an
  * arbitrary instruction:
- *   - an entry's meta (size and stack id, one 8-byte store) is written before
- *     its key, and the key is published with a release store; a reader treats
- *     key==UR_KEY_EMPTY or UR_KEY_TOMBSTONE as "no entry", so it never sees a
- *     half-written entry; realloc in place rewrites meta with one store;
+ *   - a size map entry (most blocks; see struct ur_size_map_ref) is written
+ *     with one aligned 2-byte store, and a map is listed before its first
+ *     entry is written;
+ *   - a shard entry's meta (size and stack id, one 8-byte store) is written
+ *     before its key, and the key is published with a release store; a reader
+ *     treats key==UR_KEY_EMPTY or UR_KEY_TOMBSTONE as "no entry", so it never
+ *     sees a half-written entry; realloc in place rewrites meta with one store;
  *   - a table resize builds the new table completely, then publishes it with
  *     one store of ur_shard.table/capacity (table written last); the old table
  *     stays intact and mapped until after that store;
@@ -23,8 +26,10 @@
  *     never make a leak appear.
  *
  * Pointers to heap blocks are never stored in the clear anywhere in shim
- * memory: they are XORed with UR_POINTER_MANGLE, so a conservative scanner
- * (ours, or LSan/valgrind running beside us) never finds them.
+ * memory: a size map holds sizes only, at places computed from addresses,
+ * and shard keys and thread slots hold pointers XORed with
+ * UR_POINTER_MANGLE, so a conservative scanner (ours, or LSan/valgrind
+ * running beside us) never finds them.
  *
  * malloc_debug's options (docs/malloc_debug.md) change none of this: an entry
  * is always the USER pointer with the REQUESTED size. A guard header lies

@@ -1,7 +1,8 @@
 /*
  * Target for read_registry/read_stacks: a hand-built registry per abi.h with
  * known contents (tombstones, a duplicate key across shards, a locked shard,
- * thread slots in every state, stacks). Prints "descriptor=ADDR".
+ * size maps with a duplicate of a shard's key, thread slots in every state,
+ * stacks). Prints "descriptor=ADDR".
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +19,9 @@ static uint16_t frame_counts[8];
 static struct ur_stack_table stacks;
 static uint32_t cmd;
 static const char options[] = "backtrace=4 helper=1";
+static uint16_t map_low[UR_SIZE_MAP_ENTRIES], map_high[UR_SIZE_MAP_ENTRIES];
+static struct ur_size_map_ref refs[4];
+static struct ur_size_maps maps;
 struct ur_descriptor unreachable_descriptor;
 
 int main(void) {
@@ -42,6 +46,17 @@ int main(void) {
   frame_counts[3] = 1; /* id 3 >= count: not yet published */
   stacks = (struct ur_stack_table){(uint64_t)(uintptr_t)frames, (uint64_t)(uintptr_t)frame_counts,
                                    8, 4, 3, 0};
+  /* Maps over [0, 1 MiB) and [1 GiB, 1 GiB + 1 MiB); entries hold size + 1.
+   * 0x3000 is also in shard 1, which the reader reads first: its 8 stays. */
+  map_low[0x3000 >> 4] = 77 + 1;
+  map_low[0x4000 >> 4] = 0 + 1;
+  map_low[(0x4010 >> 4)] = UR_SIZE_MAP_MAX_SIZE + 1;
+  map_low[UR_SIZE_MAP_ENTRIES - 1] = 24 + 1; /* 0xffff0, the map's last entry */
+  map_high[2] = 100 + 1;                     /* 0x40000020 */
+  refs[0] = (struct ur_size_map_ref){0x40000000, (uint64_t)(uintptr_t)map_high};
+  refs[1] = (struct ur_size_map_ref){0, (uint64_t)(uintptr_t)map_low};
+  refs[2] = (struct ur_size_map_ref){0x80000000, 0}; /* past count: not read */
+  maps = (struct ur_size_maps){(uint64_t)(uintptr_t)refs, 4, 2, 0};
   struct ur_descriptor d;
   memset(&d, 0, sizeof(d));
   d.magic = UR_ABI_MAGIC;
@@ -59,6 +74,7 @@ int main(void) {
   d.region_end = 0x20000;
   d.options = (uint64_t)(uintptr_t)options;
   d.pid = (uint64_t)getpid();
+  d.size_maps = (uint64_t)(uintptr_t)&maps;
   unreachable_descriptor = d;
   printf("descriptor=%p cmd=%p\n", (void *)&unreachable_descriptor, (void *)&cmd);
   fflush(stdout);
