@@ -2,8 +2,9 @@
  * The lock-free walk over the shim's registry (abi.h): its shards' tables and
  * its size maps, in one place for both of its readers: the scanner
  * (native/scanner/registry_reader.c, over copies read through /proc/PID/mem)
- * and the forked snapshot child (native/shim/child.c, over its own memory). Built on abi.h's structs only, so a change of
- * the entry layout is a change here.
+ * and the forked snapshot child (native/shim/child.c, over its own memory).
+ * Built on abi.h's structs only, so a change of the entry layout is a change
+ * here.
  *
  * Consistency (abi.h): a shard's table and capacity are published together,
  * an entry's meta (size and stack id) before its key; empty and tombstone
@@ -61,9 +62,8 @@ static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uin
 static inline size_t ur_size_map_live(const uint16_t *map) {
   const uint64_t *w = (const uint64_t *)(const void *)map;
   size_t n = 0;
-  for (uint32_t i = 0; i < UR_SIZE_MAP_ENTRIES / 4; i++) {
+  for (uint32_t i = 0; i < UR_SIZE_MAP_ENTRIES / 4; i++)
     for (uint64_t four = w[i]; four; four >>= 16) n += (uint16_t)four != 0;
-  }
   return n;
 }
 

@@ -1,9 +1,9 @@
 /*
  * Reads the shim's registry (abi.h) out of a stopped target or its frozen
  * snapshot child: its shards' tables and its size maps. Each shard's table
- * comes in large preads (the registry of
- * a big process holds millions of entries); keys are unmangled here so that
- * Python only ever sees plain addresses.
+ * comes in large preads (the registry of a big process holds millions of
+ * entries), each map in one; keys are unmangled here so that Python only ever
+ * sees plain addresses.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -71,24 +71,37 @@ __attribute__((noreturn)) static void die(void) {
   for (;;) ur_sys1(SYS_exit_group, 0);
 }
 
+/* Whether [addr, addr + len) lies in the shim's region. */
+static int in_region(uint64_t addr, uint64_t len) {
+  const struct ur_descriptor *d = &unreachable_descriptor;
+  return addr >= d->region_begin && addr <= d->region_end && len <= d->region_end - addr;
+}
+
 /* The registry, read as the external reader reads it, then sorted. */
 static int build_index(void) {
   uint64_t t0 = now_ns();
   const struct ur_descriptor *d = &unreachable_descriptor;
   const struct ur_shard *shards = (const struct ur_shard *)(uintptr_t)d->shards;
   uint32_t nshards = shards ? d->num_shards : 0;
-  uint64_t lo = d->region_begin, hi = d->region_end;
   /* Room for every slot of every table: reserved, only what is written is touched. */
   uint64_t room = 0;
   for (uint32_t s = 0; s < nshards; s++) {
     uint64_t table, cap;
     if (ur_registry_table(&shards[s], &table, &cap)) room += cap;
   }
-  /* and for every live map entry (counted: a map has room for 65536). */
+  /* and for every live map entry (counted: a map has room for 65536). Maps
+   * and their list live in the shim's region; anything else is not read. */
   const struct ur_size_maps *maps = (const struct ur_size_maps *)(uintptr_t)d->size_maps;
-  const struct ur_size_map_ref *refs = maps ? (const struct ur_size_map_ref *)(uintptr_t)maps->refs : NULL;
-  uint64_t nrefs = refs && maps->count <= UR_SIZE_MAP_MAX_REFS ? maps->count : 0;
-  for (uint64_t r = 0; r < nrefs; r++) room += ur_size_map_live((const uint16_t *)(uintptr_t)refs[r].map);
+  uint64_t nrefs = 0;
+  const struct ur_size_map_ref *refs = NULL;
+  if (maps && in_region(d->size_maps, sizeof *maps) && maps->count <= UR_SIZE_MAP_MAX_REFS &&
+      in_region(maps->refs, maps->count * sizeof *refs)) {
+    refs = (const struct ur_size_map_ref *)(uintptr_t)maps->refs;
+    nrefs = maps->count;
+  }
+  for (uint64_t r = 0; r < nrefs; r++)
+    if (in_region(refs[r].map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t)))
+      room += ur_size_map_live((const uint16_t *)(uintptr_t)refs[r].map);
   st.pairs = ur_big_calloc(2 * (room ? room : 1), sizeof(*st.pairs));
   st.ids = ur_big_calloc(room ? room : 1, sizeof(*st.ids));
   if (!st.pairs || !st.ids) return -ENOMEM;
@@ -97,13 +110,14 @@ static int build_index(void) {
     uint64_t table, cap;
     if (!ur_registry_table(&shards[s], &table, &cap)) continue;
     /* Shard tables live in the shim's region; anything else is not read. */
-    if (table < lo || table > hi || cap > (hi - table) / sizeof(struct ur_entry)) continue;
+    if (!in_region(table, cap * sizeof(struct ur_entry))) continue;
     n += ur_registry_collect((const struct ur_entry *)(uintptr_t)table, (size_t)cap,
                           st.pairs + 2 * n, st.ids + n);
   }
   for (uint64_t r = 0; r < nrefs; r++)
-    n += ur_size_map_collect((const uint16_t *)(uintptr_t)refs[r].map, refs[r].base,
-                             st.pairs + 2 * n, st.ids + n);
+    if (in_region(refs[r].map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t)))
+      n += ur_size_map_collect((const uint16_t *)(uintptr_t)refs[r].map, refs[r].base,
+                               st.pairs + 2 * n, st.ids + n);
   st.n = n;
   int rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
   if (rc) return rc;

@@ -66,6 +66,7 @@ uint16_t *ur_size_map_slot_make(uint64_t addr) {
 }
 
 size_t ur_size_maps_foreach(uint64_t lo, uint64_t hi, ur_size_map_fn fn, void *arg) {
+  if (!header) return 0;
   uint64_t n = __atomic_load_n(&header->count, __ATOMIC_ACQUIRE);
   const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)header->refs;
   size_t seen = 0;
