@@ -12,6 +12,10 @@
 /* Reserve the address range. Returns 0, or -1 if no reservation fits. */
 int ur_region_init(void);
 
+/* With `run --huge-pages`: the region on transparent huge pages where the
+ * kernel can (call before the first ur_region_alloc). */
+void ur_region_use_huge_pages(void);
+
 /* Zeroed, 64-byte aligned memory from the region, never returned to it except
  * through the table recycler below. NULL when the region is exhausted. */
 void *ur_region_alloc(size_t size);

@@ -16,6 +16,7 @@
 #include "altstack.h"
 #include "debug.h"
 #include "helper.h"
+#include "huge_arenas.h"
 #include "lock.h"
 #include "options.h"
 #include "region.h"
@@ -102,6 +103,7 @@ void ur_init(void) {
   if (ur_region_init() != 0) {
     state = UR_SLOW_INERT;
   } else {
+    if (ur_huge_arenas_wanted()) ur_region_use_huge_pages();
     ur_g.options = read_options();
     d->region_begin = ur_region_begin();
     d->region_end = ur_region_end();

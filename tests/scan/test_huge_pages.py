@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from unreachable import _native
+from unreachable.capture.target import open_target
 from unreachable.scan import ScanOptions, scan
 from unreachable.shim_env import HUGE_PAGE_TUNABLE, huge_pages_unavailable
 
@@ -90,3 +92,32 @@ def test_memory_glibc_returns_is_not_collapsed_back(targets):
     assert trimmed < full - 16 * 1024, (full, trimmed)
     time.sleep(2.5)  # two of the helper's one-second looks
     assert anon_kb(target.pid) <= trimmed + 2048, (full, trimmed)
+
+
+def _shim_region_huge(pid: int) -> tuple[int, bool]:
+    """AnonHugePages (kB) of the shim's region, and whether it is advised so."""
+    header = _native.read_registry(pid, open_target(pid).shim.descriptor_addr, False, False)
+    lo, hi = header["region_begin"], header["region_end"]
+    inside, huge_kb, advised = False, 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            word, *rest = line.split()
+            if "-" in word and not word.endswith(":"):
+                inside = lo <= int(word.split("-")[0], 16) < hi
+            elif inside and word == "AnonHugePages:":
+                huge_kb += int(rest[0])
+            elif inside and word == "VmFlags:":
+                advised |= "hg" in rest
+    return huge_kb, advised
+
+
+def test_the_shims_own_memory_is_on_huge_pages_too(targets):
+    """Its size maps take up to an eighth of the heap's span: on 4 KiB pages
+    their page tables would lengthen a fork snapshot's pause."""
+    if why := huge_pages_unavailable():
+        pytest.skip(why)
+    plain = targets.start(PROGRAMS / "big_heap.c")
+    target = targets.start(PROGRAMS / "big_heap.c", env={"GLIBC_TUNABLES": HUGE_PAGE_TUNABLE})
+    assert _shim_region_huge(plain.pid) == (0, False)
+    huge_kb, advised = _shim_region_huge(target.pid)
+    assert advised and huge_kb >= 2048, huge_kb
