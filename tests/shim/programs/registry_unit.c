@@ -137,7 +137,7 @@ int main(void) {
     if (found) CHECK(size == sizes[i] && id == id_of(i));
     if (!found) CHECK(ur_registry_remove((void *)ptrs[i]) == 0);
   }
-  /* A block off the 16-byte grid (another allocator's 8-byte block) or
+  /* A block off the 16-byte grid or
    * above 2^47 goes to a shard even when small. */
   uint64_t sz;
   uint32_t sid;
