@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "memory.h"
 #include "native.h"
 
 #define REGION_SHIFT 20     /* the spans' 1 MiB regions, hashed: one probe a word */
@@ -38,13 +39,8 @@ static int region_has(const struct regions *r, uint64_t region) {
 
 /* Whether v lies in one of the n sorted, disjoint spans. */
 static int in_spans(const uint64_t *spans, size_t n, uint64_t v) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (spans[2 * mid + 1] <= v) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < n && spans[2 * lo] <= v;
+  size_t i = ur_range_after(spans, n, v);
+  return i < n && spans[2 * i] <= v;
 }
 
 PyObject *ur_py_heap_words(PyObject *Py_UNUSED(self), PyObject *args) {

@@ -178,20 +178,6 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   return c;
 }
 
-/* The index of the first zero range ending after addr (n_zero_ranges: none). */
-/* The index of the first of n sorted (begin, end) pairs ending after addr. */
-static size_t range_after(const uint64_t *pairs, size_t n, uint64_t addr) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (pairs[2 * mid + 1] <= addr)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 /* Sets the bits of the chunk's pages in [lo, hi) (clipped to the chunk). */
 static void mark_pages(uint64_t *bits, uint64_t base, uint64_t lo, uint64_t hi) {
   uint64_t end = base + UR_CHUNK_SIZE;
@@ -211,12 +197,12 @@ static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *g
   uint64_t end = base + UR_CHUNK_SIZE;
   if (m->pagemap_fd < 0 || end < base) return 0;
   uint64_t mapped[UR_CHUNK_PAGES / 64] = {0};
-  for (size_t i = range_after(m->readable, m->n_readable, base);
+  for (size_t i = ur_range_after(m->readable, m->n_readable, base);
        i < m->n_readable && m->readable[2 * i] < end; i++)
     mark_pages(mapped, base, m->readable[2 * i], m->readable[2 * i + 1]);
   int any = 0;
   for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) any |= (gone[w] = ~mapped[w]) != 0;
-  size_t i = range_after(m->zero_ranges, m->n_zero_ranges, base);
+  size_t i = ur_range_after(m->zero_ranges, m->n_zero_ranges, base);
   if (i == m->n_zero_ranges || m->zero_ranges[2 * i] >= end) return any;
   uint64_t present[UR_CHUNK_PAGES / 64] = {0};
   struct page_region vec[UR_CHUNK_PAGES / 2 + 1];
@@ -332,7 +318,7 @@ int ur_mem_set_layout(struct ur_pread_mem *m, const uint64_t *readable, size_t n
 }
 
 uint64_t ur_mem_zero_range_end(const struct ur_pread_mem *m, uint64_t addr) {
-  size_t i = range_after(m->zero_ranges, m->n_zero_ranges, addr);
+  size_t i = ur_range_after(m->zero_ranges, m->n_zero_ranges, addr);
   return i < m->n_zero_ranges && m->zero_ranges[2 * i] <= addr ? m->zero_ranges[2 * i + 1] : 0;
 }
 

@@ -17,6 +17,20 @@
 
 #include "mem.h"
 
+/* The index of the first of n sorted (begin, end) pairs ending after addr
+ * (n: none). */
+static inline size_t ur_range_after(const uint64_t *pairs, size_t n, uint64_t addr) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (pairs[2 * mid + 1] <= addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 #define UR_CHUNK_SHIFT 20
 #define UR_CHUNK_SIZE ((uint64_t)1 << UR_CHUNK_SHIFT)
 #define UR_CHUNK_PAGES (UR_CHUNK_SIZE / UR_PAGE_SIZE)
