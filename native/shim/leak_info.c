@@ -51,44 +51,40 @@ static void copy_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) 
   c->n++; /* counted even without room, so the caller can grow and retry */
 }
 
-/* The callback runs with no lock held, so it may allocate. */
+/* Room for want entries in c's scratch memory; 0 when there is none. */
+static int grow(struct copy_ctx *c, size_t want) {
+  if (c->buf) munmap(c->buf, c->cap * sizeof *c->buf);
+  c->cap = want * 2;
+  c->buf = scratch(c->cap * sizeof *c->buf);
+  if (!c->buf) c->cap = 0;
+  return c->buf != NULL;
+}
+
+/* One part of the registry (a shard, or with shard == UR_NUM_SHARDS the
+ * size maps) handed to cb: its matches are copied first, without allocating
+ * (a shard's lock may be held), then cb runs with no lock held, so it may
+ * allocate. */
+static void iterate_part(struct copy_ctx *c, unsigned shard, int lock,
+                         void (*cb)(uintptr_t ptr, size_t size, void *arg), void *arg) {
+  size_t want = shard < UR_NUM_SHARDS ? (size_t)ur_registry_shard_count(shard) : 0;
+  for (;;) {
+    if (want > c->cap && !grow(c, want)) return; /* no memory: nothing to hand over */
+    c->n = 0;
+    if (shard < UR_NUM_SHARDS) ur_registry_foreach_in_shard(shard, lock, copy_one, c);
+    else ur_size_maps_foreach(c->lo, c->hi, copy_one, c);
+    if (c->n <= c->cap) break;
+    want = c->n; /* it grew meanwhile: again, with room */
+  }
+  for (size_t j = 0; j < c->n; j++) cb(UR_UNMANGLE(c->buf[j].key), c->buf[j].size, arg);
+}
+
 UR_EXPORT int malloc_iterate(uintptr_t base, size_t size,
                              void (*cb)(uintptr_t ptr, size_t size, void *arg), void *arg) {
   if (!ready()) return -1;
   struct copy_ctx c = {NULL, 0, 0, base, base + size < base ? UINT64_MAX : base + size};
   /* Disabled: nothing moves, and the shard locks are ours already. */
   int lock = (ur_load32(&ur_g.slow) & UR_SLOW_GATE) == 0;
-  for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
-    for (;;) {
-      size_t want = (size_t)ur_registry_shard_count(i);
-      if (want > c.cap) { /* copy a shard's matches with its lock held, without allocating */
-        if (c.buf) munmap(c.buf, c.cap * sizeof *c.buf);
-        c.cap = want * 2;
-        c.buf = scratch(c.cap * sizeof *c.buf);
-        if (!c.buf) c.cap = 0;
-      }
-      c.n = 0;
-      ur_registry_foreach_in_shard(i, lock, copy_one, &c);
-      if (c.n <= c.cap || !c.buf) break; /* else the shard grew meanwhile: again */
-    }
-    size_t n = c.n < c.cap ? c.n : c.cap;
-    for (size_t j = 0; j < n; j++) cb(UR_UNMANGLE(c.buf[j].key), c.buf[j].size, arg);
-  }
-  /* The maps hold no lock to walk them under: copy, then call back, as above. */
-  for (;;) {
-    c.n = 0;
-    ur_size_maps_foreach(c.lo, c.hi, copy_one, &c);
-    if (c.n <= c.cap) break;
-    if (c.buf) munmap(c.buf, c.cap * sizeof *c.buf);
-    c.cap = c.n * 2;
-    c.buf = scratch(c.cap * sizeof *c.buf);
-    if (!c.buf) {
-      c.cap = 0;
-      break;
-    }
-  }
-  size_t n = c.n < c.cap ? c.n : c.cap;
-  for (size_t j = 0; j < n; j++) cb(UR_UNMANGLE(c.buf[j].key), c.buf[j].size, arg);
+  for (unsigned i = 0; i <= UR_NUM_SHARDS; i++) iterate_part(&c, i, lock, cb, arg);
   if (c.buf) munmap(c.buf, c.cap * sizeof *c.buf);
   return 0;
 }
