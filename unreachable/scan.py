@@ -51,7 +51,7 @@ from unreachable.roots.classify import Roots, classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry_blocks_in
-from unreachable.roots.heap_words import anonymous_spans, heap_words, words_in
+from unreachable.roots.heap_words import anonymous_spans, heap_spans, words_in
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
@@ -258,8 +258,9 @@ def _scan(
                     heap,
                     present,
                 )
-                jit = code_words(where, mappings, heap, kept_out_code)
-                return found, jit, heap_words(kept_out_words, mappings, heap)
+                spans = heap_spans(mappings, heap)
+                jit = code_words(where, mappings, spans, kept_out_code)
+                return found, jit, words_in(kept_out_words, spans)
 
             result: SweepResult | None = None
             if child is not None:

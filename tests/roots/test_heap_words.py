@@ -7,7 +7,7 @@ import struct
 
 from unreachable import _native
 from unreachable.process.maps import Mapping
-from unreachable.roots.heap_words import anonymous_spans, heap_spans, heap_words
+from unreachable.roots.heap_words import anonymous_spans, heap_spans, words_in
 
 MIB = 1 << 20
 
@@ -66,11 +66,11 @@ def test_spans_too_wide_to_hash_are_searched():
     ]
 
 
-def test_heap_words_uses_the_mappings_spans():
+def test_words_in_the_mappings_spans():
     brk = _m(0x55000000, 0x55100000, "[heap]")
     words = _pack(0x55000010, 0x56000000)
-    assert _unpack(heap_words(words, [brk], {})) == [0x55000010]
-    assert heap_words(words, [], {}) == b""
+    assert _unpack(words_in(words, heap_spans([brk], {}))) == [0x55000010]
+    assert words_in(words, heap_spans([], {})) == b""
 
 
 def test_before_the_heap_is_known_every_anonymous_mapping_counts():

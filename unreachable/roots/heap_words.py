@@ -48,11 +48,6 @@ def _merged(spans: list[Span]) -> list[Span]:
     return merged
 
 
-def heap_words(words: bytes, mappings: Sequence[Mapping], heap: dict[Mapping, list[Span]]) -> bytes:
-    """The aligned 8-byte values of words that lie in the heap (packed u64)."""
-    return words_in(words, heap_spans(mappings, heap))
-
-
 def words_in(words: bytes, spans: list[Span]) -> bytes:
     """The aligned 8-byte values of words inside sorted, disjoint spans."""
     if not words or not spans:

@@ -18,20 +18,18 @@ from unreachable import _native
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader, present_ranges
 from unreachable.roots.glibc_heaps import Span
-from unreachable.roots.heap_words import heap_spans
 
 
 def code_words(
     memory: Memory,
     mappings: Sequence[Mapping],
-    heap: dict[Mapping, list[Span]],
+    spans: list[Span],
     read_before: bytes = b"",
 ) -> bytes:
-    """Candidate pointers into the heap at unaligned offsets of JIT code
-    (packed u64). read_before: code read earlier (what a fork snapshot's
-    child lacks, kept_out_of_fork.py)."""
+    """Candidate pointers into the heap (its sorted spans, heap_words.heap_spans)
+    at unaligned offsets of JIT code (packed u64). read_before: code read
+    earlier (what a fork snapshot's child lacks, kept_out_of_fork.py)."""
     code = sorted((m.start, m.end) for m in mappings if m.anonymous and m.executable and m.readable)
-    spans = heap_spans(mappings, heap)
     if not (code or read_before) or not spans:
         return b""
     lo, hi = spans[0][0], spans[-1][1]
