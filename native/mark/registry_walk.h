@@ -79,8 +79,8 @@ static inline size_t ur_size_map_collect(const uint16_t *map, uint64_t base, uin
     for (uint32_t j = 0; four; j++, four >>= 16) {
       uint16_t v = (uint16_t)four;
       if (!v) continue;
-      pairs[2 * k] = base + ((uint64_t)(4 * i + j) << UR_SIZE_MAP_GRANULE_SHIFT);
-      pairs[2 * k + 1] = (uint64_t)v - 1;
+      pairs[2 * k] = ur_size_map_block(base, 4 * i + j);
+      pairs[2 * k + 1] = ur_size_map_size(v);
       if (ids) ids[k] = 0;
       k++;
     }

@@ -234,7 +234,7 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
 static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
   uint16_t *m = in_map(p);
   if (m) {
-    *size = (uint64_t)__atomic_load_n(m, __ATOMIC_RELAXED) - 1;
+    *size = ur_size_map_size(__atomic_load_n(m, __ATOMIC_RELAXED));
     *stack_id = 0;
     if (kill) ur_size_map_clear(m);
     return 1;

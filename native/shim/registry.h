@@ -250,14 +250,4 @@ static inline void ur_registry_kill_held(struct ur_shard *s, struct ur_entry *e)
   ur_count_set(&s->tombstones, s->tombstones + 1);
 }
 
-/* Start loading the line where p's entry would be (a hint: no lock, and a
- * stale table only wastes the prefetch). */
-static inline void ur_registry_prefetch(const void *p) {
-  uint64_t hash;
-  const struct ur_shard *s = ur_shard_of((uint64_t)(uintptr_t)p, &hash);
-  uint64_t cap = s->capacity;
-  if (UR_LIKELY(cap))
-    __builtin_prefetch((const struct ur_entry *)(uintptr_t)s->table + ur_home(hash, cap), 1);
-}
-
 #endif

@@ -80,9 +80,9 @@ size_t ur_size_maps_foreach(uint64_t lo, uint64_t hi, ur_size_map_fn fn, void *a
       for (uint32_t k = 0; four; k++, four >>= 16) {
         uint16_t v = (uint16_t)four;
         if (!v) continue;
-        uint64_t addr = base + ((uint64_t)(4 * w + k) << UR_SIZE_MAP_GRANULE_SHIFT);
+        uint64_t addr = ur_size_map_block(base, 4 * w + k);
         if (addr < lo || addr >= hi) continue;
-        fn(UR_MANGLE(addr), (uint64_t)v - 1, 0, arg);
+        fn(UR_MANGLE(addr), ur_size_map_size(v), 0, arg);
         seen++;
       }
     }

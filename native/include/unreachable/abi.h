@@ -181,6 +181,13 @@ struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte
 #define UR_SIZE_MAP_ENTRIES (UINT32_C(1) << (UR_SIZE_MAP_SPAN_SHIFT - UR_SIZE_MAP_GRANULE_SHIFT))
 #define UR_SIZE_MAP_MAX_SIZE UINT32_C(65534)
 
+/* Entry `index` of the map at `base`, nonzero `value`: the block's address
+ * and requested size (the shim and both readers decode entries alike). */
+static inline uint64_t ur_size_map_block(uint64_t base, uint32_t index) {
+  return base + ((uint64_t)index << UR_SIZE_MAP_GRANULE_SHIFT);
+}
+static inline uint64_t ur_size_map_size(uint16_t value) { return (uint64_t)value - 1; }
+
 struct ur_size_map_ref {   /* 16 bytes */
   uint64_t base;           /* the 1 MiB-aligned address the map covers */
   uint64_t map;            /* address of uint16_t[UR_SIZE_MAP_ENTRIES] */
