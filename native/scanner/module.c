@@ -45,6 +45,12 @@ static PyMethodDef methods[] = {
      "code_words(code, lo, hi) -> bytes\n\n"
      "The 8-byte values at every unaligned offset of code that lie in [lo, hi) (packed "
      "u64): pointers a JIT compiled into instructions."},
+    {"dedup", ur_py_dedup, METH_VARARGS,
+     "dedup(leaks, limit) -> bytes\n\n"
+     "Leaks (packed ur_leak_record, address order) with one backtrace merged into the first, "
+     "sorted by total size (largest first, then lowest address), at most limit of them: "
+     "packed 9 x u64 (begin, size, stack_id, referenced_count, referenced_size, similar_count, "
+     "similar_size, similar_referenced_count, similar_referenced_size)."},
     {NULL, NULL, 0, NULL},
 };
 

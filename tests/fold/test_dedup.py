@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import random
+
+import pytest
+
+from unreachable import _native
 from unreachable.fold.dedup import dedup
 from unreachable.sweep.mark import LEAK_RECORD
 
@@ -36,3 +41,60 @@ def test_limit_keeps_the_largest_and_ties_go_to_the_lower_address():
 
 def test_limit_zero():
     assert dedup(packed([(0x1000, 10, 0, 0, 0)]), limit=0) == []
+
+
+def _model(records: list[tuple[int, int, int, int, int]], limit: int) -> list[tuple[int, ...]]:
+    """What dedup must answer, written plainly: (total, begin, size, stack_id,
+    referenced_count, referenced_size, similar_count, similar_size,
+    similar_referenced_count, similar_referenced_size) per entry."""
+    entries: list[list[int]] = []
+    by_stack: dict[int, list[int]] = {}
+    for begin, size, ref_count, ref_size, stack_id in records:
+        first = by_stack.get(stack_id) if stack_id else None
+        if first is None:
+            entry = [begin, size, stack_id, ref_count, ref_size, 0, 0, 0, 0]
+            entries.append(entry)
+            if stack_id:
+                by_stack[stack_id] = entry
+        else:
+            first[5:] = [first[5] + 1, first[6] + size, first[7] + ref_count, first[8] + ref_size]
+    ranked = sorted(entries, key=lambda e: (-(e[1] + e[4] + e[6] + e[8]), e[0]))
+    return [(e[1] + e[4] + e[6] + e[8], *e) for e in ranked[:limit]]
+
+
+def test_agrees_with_a_plain_model_on_random_leaks():
+    """Many backtraces (the native table grows), few sizes (ties broken by
+    address), limits below and above the number of entries."""
+    rng = random.Random(7)
+    for stacks, limit in [(0, 10), (3, 100), (500, 40), (2000, 5000), (50, 1)]:
+        addr, records = 0x10000, []
+        for _ in range(3000):
+            addr += 16 * rng.randint(1, 8)
+            stack = rng.randint(0, stacks) if stacks else 0
+            records.append(
+                (addr, rng.randint(1, 4) * 16, rng.randint(0, 2), rng.randint(0, 2) * 16, stack)
+            )
+        got = [
+            (
+                x.total_size,
+                x.begin,
+                x.size,
+                x.stack_id,
+                x.referenced_count,
+                x.referenced_size,
+                x.similar_count,
+                x.similar_size,
+                x.similar_referenced_count,
+                x.similar_referenced_size,
+            )
+            for x in dedup(packed(records), limit)
+        ]
+        assert got == _model(records, limit), (stacks, limit)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError):
+        _native.dedup(b"\x00" * (LEAK_RECORD.size + 1), 10)
+    with pytest.raises(ValueError):
+        _native.dedup(b"", -1)
+    assert _native.dedup(b"", 10) == b""
