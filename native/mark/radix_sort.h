@@ -8,8 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Stable ascending sort of keys, permuting vals (may be NULL) alongside.
- * Returns 0 or -ENOMEM (arrays untouched then). */
+/* Stable ascending sort of keys, permuting vals (may be NULL) alongside;
+ * keys already in order cost one read. Returns 0 or -ENOMEM (arrays
+ * untouched then). */
 int ur_radix_sort(uint64_t *keys, uint32_t *vals, size_t n);
 
 #endif

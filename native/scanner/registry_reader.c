@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "entry_order.h"
 #include "memory.h"
 #include "native.h"
-#include "radix_sort.h"
 #include "registry_walk.h"
 #include "unreachable/abi.h"
 
@@ -101,14 +101,18 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
   if (!nrefs) return 0;
   struct ur_size_map_ref *refs = malloc(nrefs * sizeof(*refs));
   uint16_t *map = malloc((size_t)UR_SIZE_MAP_ENTRIES * sizeof(*map));
+  uint32_t *order = NULL;
   int64_t total = -ENOMEM;
   if (!refs || !map) goto out;
   ur_reader_read_anon(r, h.refs, refs, nrefs * sizeof(*refs));
+  /* By base: the entries then come in address order (entry_order.h). */
+  if (ur_size_map_order(refs, nrefs, &order)) goto out;
   total = 0;
-  for (uint64_t i = 0; i < nrefs; i++) {
-    if (!refs[i].map) continue;
+  for (uint64_t k = 0; k < nrefs; k++) {
+    const struct ur_size_map_ref *ref = &refs[order[k]];
+    if (!ref->map) continue;
     /* Unreadable pages read as zero: no entries. */
-    ur_reader_read_anon(r, refs[i].map, map, (size_t)UR_SIZE_MAP_ENTRIES * sizeof(*map));
+    ur_reader_read_anon(r, ref->map, map, (size_t)UR_SIZE_MAP_ENTRIES * sizeof(*map));
     size_t live = ur_size_map_live(map);
     total += (int64_t)live;
     if (!e || !live) continue;
@@ -116,9 +120,10 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
       total = -ENOMEM;
       break;
     }
-    e->n += ur_size_map_collect(map, refs[i].base, e->pairs + 2 * e->n, e->stack_ids + e->n);
+    e->n += ur_size_map_collect(map, ref->base, e->pairs + 2 * e->n, e->stack_ids + e->n);
   }
 out:
+  ur_big_free(order);
   free(refs);
   free(map);
   return total;
@@ -126,43 +131,21 @@ out:
 
 /* Order the entries by address (shards are hash-ordered; roots, folding and
  * reports want address order, and sorting 10M entries here costs tens of ms
- * where Python would take seconds), dropping later duplicates of an address. */
-static int sort_by_address(struct entries *e) {
-  if (e->n < 2) return 0;
-  if (e->n > UINT32_MAX) return -ENOMEM;
-  uint64_t *keys = ur_big_calloc(e->n, sizeof(*keys));
-  uint32_t *order = ur_big_calloc(e->n, sizeof(*order));
-  uint64_t *pairs = ur_big_calloc(e->n * 2, sizeof(*pairs));
-  uint32_t *ids = ur_big_calloc(e->n, sizeof(*ids));
-  int rc = -ENOMEM;
-  if (!keys || !order || !pairs || !ids) goto out;
-  for (size_t i = 0; i < e->n; i++) {
-    keys[i] = e->pairs[2 * i];
-    order[i] = (uint32_t)i;
-  }
-  if (ur_radix_sort(keys, order, e->n) < 0) goto out;
+ * where Python would take seconds), dropping later duplicates of an address.
+ * Entries from in_shards on are the maps', read in address order. */
+static int sort_by_address(struct entries *e, size_t in_shards) {
+  int rc = ur_entries_order(e->pairs, e->stack_ids, e->n, in_shards);
+  if (rc) return rc;
   size_t k = 0;
   for (size_t i = 0; i < e->n; i++) {
-    if (k > 0 && pairs[2 * (k - 1)] == keys[i]) continue; /* stable: the first stays */
-    pairs[2 * k] = keys[i];
-    pairs[2 * k + 1] = e->pairs[2 * order[i] + 1];
-    ids[k] = e->stack_ids[order[i]];
+    if (k > 0 && e->pairs[2 * (k - 1)] == e->pairs[2 * i]) continue; /* stable: the first stays */
+    e->pairs[2 * k] = e->pairs[2 * i];
+    e->pairs[2 * k + 1] = e->pairs[2 * i + 1];
+    e->stack_ids[k] = e->stack_ids[i];
     k++;
   }
-  ur_big_free(e->pairs);
-  ur_big_free(e->stack_ids);
-  e->pairs = pairs;
-  e->stack_ids = ids;
   e->n = k;
-  pairs = NULL;
-  ids = NULL;
-  rc = 0;
-out:
-  ur_big_free(keys);
-  ur_big_free(order);
-  ur_big_free(pairs);
-  ur_big_free(ids);
-  return rc;
+  return 0;
 }
 
 static uint64_t unmangle_opt(uint64_t v) { return v ? (uint64_t)UR_UNMANGLE(v) : 0; }
@@ -206,12 +189,13 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
    * options and, unless count_maps is false, the maps' count (a read of
    * every map: an eighth of the heap's span). */
   if (with_entries) rc = read_tables(&rd, shards, nshards, &e);
+  size_t in_shards = e.n;
   if (rc == 0 && (with_entries || count_maps)) {
     int64_t in_maps = read_maps(&rd, d.size_maps, with_entries ? &e : NULL);
     if (in_maps < 0) rc = (int)in_maps;
     else expected += (uint64_t)in_maps;
   }
-  if (rc == 0 && with_entries) rc = sort_by_address(&e);
+  if (rc == 0 && with_entries) rc = sort_by_address(&e, in_shards);
   Py_END_ALLOW_THREADS
   if (rc < 0) {
     PyErr_NoMemory();

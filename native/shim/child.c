@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "alloc.h"
+#include "entry_order.h"
 #include "heap_walker.h"
 #include "mem_direct.h"
 #include "raw_syscall.h"
@@ -114,12 +115,21 @@ static int build_index(void) {
     n += ur_registry_collect((const struct ur_entry *)(uintptr_t)table, (size_t)cap,
                           st.pairs + 2 * n, st.ids + n);
   }
-  for (uint64_t r = 0; r < nrefs; r++)
-    if (in_region(refs[r].map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t)))
-      n += ur_size_map_collect((const uint16_t *)(uintptr_t)refs[r].map, refs[r].base,
+  /* The maps by base: their entries then come in address order, and only
+   * the shards' need sorting (entry_order.h). */
+  size_t in_shards = n;
+  uint32_t *order;
+  if (ur_size_map_order(refs, nrefs, &order)) return -ENOMEM;
+  for (uint64_t k = 0; k < nrefs; k++) {
+    const struct ur_size_map_ref *ref = &refs[order[k]];
+    if (in_region(ref->map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t)))
+      n += ur_size_map_collect((const uint16_t *)(uintptr_t)ref->map, ref->base,
                                st.pairs + 2 * n, st.ids + n);
+  }
+  ur_big_free(order);
   st.n = n;
-  int rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
+  int rc = ur_entries_order(st.pairs, st.ids, n, in_shards);
+  if (!rc) rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
   if (rc) return rc;
   st.indexed = 1;
   st.index_reply = (struct ur_child_index){

@@ -1,0 +1,94 @@
+#include "entry_order.h"
+
+#include <errno.h>
+
+#include "alloc.h"
+#include "radix_sort.h"
+
+int ur_size_map_order(const struct ur_size_map_ref *refs, size_t n, uint32_t **order) {
+  uint64_t *bases = ur_big_calloc(n ? n : 1, sizeof(*bases));
+  *order = ur_big_calloc(n ? n : 1, sizeof(**order));
+  int rc = -ENOMEM;
+  if (!bases || !*order || n > UINT32_MAX) goto out;
+  for (size_t i = 0; i < n; i++) {
+    bases[i] = refs[i].base;
+    (*order)[i] = (uint32_t)i;
+  }
+  rc = ur_radix_sort(bases, *order, n);
+out:
+  ur_big_free(bases);
+  if (rc) {
+    ur_big_free(*order);
+    *order = NULL;
+  }
+  return rc;
+}
+
+/* Sort [0, n) of pairs and ids by begin, stably, through a sorted copy. */
+static int sort_all(uint64_t *pairs, uint32_t *ids, size_t n) {
+  uint64_t *keys = ur_big_calloc(n, sizeof(*keys));
+  uint32_t *order = ur_big_calloc(n, sizeof(*order));
+  uint64_t *sizes = ur_big_calloc(n, sizeof(*sizes));
+  uint32_t *old_ids = ur_big_calloc(n, sizeof(*old_ids));
+  int rc = -ENOMEM;
+  if (!keys || !order || !sizes || !old_ids) goto out;
+  for (size_t i = 0; i < n; i++) {
+    keys[i] = pairs[2 * i];
+    sizes[i] = pairs[2 * i + 1];
+    old_ids[i] = ids[i];
+    order[i] = (uint32_t)i;
+  }
+  if ((rc = ur_radix_sort(keys, order, n)) != 0) goto out;
+  for (size_t i = 0; i < n; i++) {
+    pairs[2 * i] = keys[i];
+    pairs[2 * i + 1] = sizes[order[i]];
+    ids[i] = old_ids[order[i]];
+  }
+out:
+  ur_big_free(keys);
+  ur_big_free(order);
+  ur_big_free(sizes);
+  ur_big_free(old_ids);
+  return rc;
+}
+
+int ur_entries_order(uint64_t *pairs, uint32_t *ids, size_t n, size_t sorted_from) {
+  if (n < 2) return 0;
+  if (n > UINT32_MAX) return -ENOMEM;
+  size_t m = sorted_from < n ? sorted_from : n;
+  /* The maps' part is in order unless the registry is damaged (it is the
+   * target's memory): then everything is sorted. */
+  for (size_t j = m + 1; j < n; j++)
+    if (pairs[2 * (j - 1)] > pairs[2 * j]) return sort_all(pairs, ids, n);
+  if (m == 0) return 0;
+  /* The shards' part, sorted aside... */
+  uint64_t *a = ur_big_calloc(2 * m, sizeof(*a));
+  uint32_t *a_ids = ur_big_calloc(m, sizeof(*a_ids));
+  int rc = -ENOMEM;
+  if (!a || !a_ids) goto out;
+  for (size_t i = 0; i < m; i++) {
+    a[2 * i] = pairs[2 * i];
+    a[2 * i + 1] = pairs[2 * i + 1];
+    a_ids[i] = ids[i];
+  }
+  if ((rc = sort_all(a, a_ids, m)) != 0) goto out;
+  /* ...then merged forward in place: the slot written, i + (j - m), never
+   * passes the maps' entry read next, j. On equal begins the shards' entry
+   * comes first, as a stable sort of the whole would put it. */
+  size_t i = 0, j = m, w = 0;
+  while (i < m) {
+    if (j < n && pairs[2 * j] < a[2 * i]) {
+      pairs[2 * w] = pairs[2 * j];
+      pairs[2 * w + 1] = pairs[2 * j + 1];
+      ids[w++] = ids[j++];
+    } else {
+      pairs[2 * w] = a[2 * i];
+      pairs[2 * w + 1] = a[2 * i + 1];
+      ids[w++] = a_ids[i++];
+    }
+  }
+out:
+  ur_big_free(a);
+  ur_big_free(a_ids);
+  return rc;
+}

@@ -1,0 +1,121 @@
+/* native/mark/entry_order.c and radix_sort.c's in-order fast path under
+ * ASan+UBSan (tests/scanner/test_entry_order_c.py): a registry's entries as
+ * its readers collect them (the shards' in any order, then the maps' in
+ * order) come out sorted and stable; a maps' part out of order (a damaged
+ * registry) still sorts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "entry_order.h"
+#include "radix_sort.h"
+
+#define CHECK(c)                                          \
+  do {                                                    \
+    if (!(c)) {                                           \
+      printf("fail %s:%d: %s\n", __FILE__, __LINE__, #c); \
+      exit(1);                                            \
+    }                                                     \
+  } while (0)
+
+static uint64_t seed = 0x2545F4914F6CDD1Dull;
+static uint64_t next(void) {
+  seed ^= seed << 13;
+  seed ^= seed >> 7;
+  seed ^= seed << 17;
+  return seed;
+}
+
+/* Sorted by begin; equal begins in input order (ids were numbered so). */
+static void check_sorted(const uint64_t *pairs, const uint32_t *ids, size_t n) {
+  for (size_t i = 1; i < n; i++) {
+    CHECK(pairs[2 * (i - 1)] <= pairs[2 * i]);
+    if (pairs[2 * (i - 1)] == pairs[2 * i]) CHECK(ids[i - 1] < ids[i]);
+  }
+  /* Every entry kept with its size and id: size = begin / 16 + id. */
+  uint8_t *seen = calloc(n ? n : 1, 1);
+  CHECK(seen);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(ids[i] < n && !seen[ids[i]]);
+    seen[ids[i]] = 1;
+    CHECK(pairs[2 * i + 1] == pairs[2 * i] / 16 + ids[i]);
+  }
+  free(seen);
+}
+
+/* m entries anywhere (some equal to a map entry), then n - m rising. */
+static void run(size_t n, size_t m, int damaged) {
+  uint64_t *pairs = calloc(2 * (n ? n : 1), sizeof(*pairs));
+  uint32_t *ids = calloc(n ? n : 1, sizeof(*ids));
+  CHECK(pairs && ids);
+  uint64_t addr = 0x10000;
+  for (size_t j = m; j < n; j++) {
+    addr += 16 * (1 + next() % 8);
+    pairs[2 * j] = addr;
+  }
+  for (size_t i = 0; i < m; i++)
+    pairs[2 * i] = (n > m && next() % 4 == 0) ? pairs[2 * (m + next() % (n - m))]
+                                               : 0x10000 + 16 * (next() % (8 * n + 1));
+  if (damaged && n - m >= 2) {
+    size_t j = m + next() % (n - m - 1);
+    uint64_t t = pairs[2 * j];
+    pairs[2 * j] = pairs[2 * (j + 1)];
+    pairs[2 * (j + 1)] = t;
+    if (pairs[2 * j] == pairs[2 * (j + 1)]) pairs[2 * j] += 16;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ids[i] = (uint32_t)i;
+    pairs[2 * i + 1] = pairs[2 * i] / 16 + i;
+  }
+  CHECK(ur_entries_order(pairs, ids, n, m) == 0);
+  check_sorted(pairs, ids, n);
+  free(pairs);
+  free(ids);
+}
+
+static void radix_in_order(void) {
+  enum { N = 5000 };
+  uint64_t *keys = malloc(N * sizeof(*keys));
+  uint32_t *vals = malloc(N * sizeof(*vals));
+  CHECK(keys && vals);
+  for (size_t i = 0; i < N; i++) keys[i] = 1000 + 3 * (i / 2), vals[i] = (uint32_t)i;
+  CHECK(ur_radix_sort(keys, vals, N) == 0);
+  for (size_t i = 0; i < N; i++) CHECK(keys[i] == 1000 + 3 * (i / 2) && vals[i] == i);
+  /* Out of order only at the very end: still sorted, stably. */
+  keys[N - 1] = 0;
+  CHECK(ur_radix_sort(keys, vals, N) == 0);
+  CHECK(keys[0] == 0 && vals[0] == N - 1);
+  for (size_t i = 1; i < N; i++) CHECK(keys[i - 1] <= keys[i] && vals[i] == i - 1);
+  free(keys);
+  free(vals);
+}
+
+static void maps_by_base(void) {
+  enum { N = 300 };
+  struct ur_size_map_ref refs[N];
+  for (size_t i = 0; i < N; i++) refs[i] = (struct ur_size_map_ref){.base = (next() % 100000) << 20};
+  uint32_t *order;
+  CHECK(ur_size_map_order(refs, N, &order) == 0);
+  for (size_t k = 1; k < N; k++) CHECK(refs[order[k - 1]].base <= refs[order[k]].base);
+  ur_big_free(order);
+  CHECK(ur_size_map_order(refs, 0, &order) == 0);
+  ur_big_free(order);
+}
+
+int main(void) {
+  run(0, 0, 0);
+  run(1, 1, 0);
+  run(1, 0, 0);
+  for (int round = 0; round < 30; round++) {
+    size_t n = 2 + next() % 5000, m = next() % (n + 1);
+    run(n, m, 0);
+    run(n, 0, 0);
+    run(n, n, 0);
+    run(n, m, 1);
+  }
+  radix_in_order();
+  maps_by_base();
+  printf("ok entry_order\n");
+  return 0;
+}
