@@ -62,6 +62,7 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
   pi->slots = ur_big_calloc(size, sizeof(*pi->slots));
   if (!pi->slots) return -ENOMEM;
   pi->mask = size - 1;
+  pi->min_begins = min_begins;
   for (size_t i = 0, j; i < n; i = j) {
     j = page_run_end(begin, n, i);
     uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
@@ -80,6 +81,36 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
     }
   }
   return 0;
+}
+
+/* Whether the run of blocks [i, j) beginning in one page has an entry that
+ * answers: enough begins, all on the grid (as the build decides). */
+static int run_answers(const struct ur_page_index *pi, const uint64_t *begin, size_t i, size_t j) {
+  if (j - i < pi->min_begins) return 0;
+  for (size_t k = i; k < j; k++)
+    if (begin[k] & ((1u << UR_GRANULE_SHIFT) - 1)) return 0;
+  return 1;
+}
+
+void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *begin,
+                            const uint64_t *end, size_t n, uint8_t *answered) {
+  memset(answered, 0, n);
+  if (!pi->slots) return;
+  for (size_t i = 0, j; i < n; i = j) {
+    j = page_run_end(begin, n, i);
+    if (!run_answers(pi, begin, i, j)) continue;
+    uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
+    for (size_t k = i; k < j; k++) {
+      uint64_t last = (end[k] - 1) >> UR_PAGE_INDEX_SHIFT;
+      /* Blocks do not overlap: a page the block reaches past its own holds
+       * no begin but the next block's, so it answers only if it is the next
+       * page and the next block's run answers there. */
+      if (last == page) answered[k] = 1;
+      else if (last == page + 1 && k + 1 == j && j < n &&
+               begin[j] >> UR_PAGE_INDEX_SHIFT == last)
+        answered[k] = (uint8_t)run_answers(pi, begin, j, page_run_end(begin, n, j));
+    }
+  }
 }
 
 void ur_page_index_free(struct ur_page_index *pi) {

@@ -36,6 +36,7 @@ struct ur_page_index {
   struct ur_page_entry *slots; /* NULL: no index */
   uint64_t mask;
   size_t pages;
+  size_t min_begins; /* a page with this many begins is indexed */
 };
 
 #define UR_PAGE_UNKNOWN (-2)
@@ -46,6 +47,13 @@ struct ur_page_index {
 int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const uint64_t *end,
                         size_t n, uint64_t max_bytes);
 void ur_page_index_free(struct ur_page_index *pi);
+
+/* For each of the n blocks the index was built over: whether it answers for
+ * every address of the block (so that a lookup there never needs another
+ * index). Worked out from begin and end in one pass, not by probing the
+ * index: 1 in answered[i] or 0. */
+void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *begin,
+                            const uint64_t *end, size_t n, uint8_t *answered);
 
 static inline uint64_t ur_page_hash(uint64_t key) {
   return (key * UINT64_C(0x9E3779B97F4A7C15)) >> 20;
@@ -68,19 +76,25 @@ static inline unsigned ur_popcount64(uint64_t x) {
 #endif
 }
 
+/* The entry that answers for page (address >> UR_PAGE_INDEX_SHIFT), or NULL:
+ * the page is not indexed, or a block begins there off the grid. */
+static inline const struct ur_page_entry *ur_page_entry_of(const struct ur_page_index *pi,
+                                                           uint64_t page) {
+  if (!pi->slots) return NULL;
+  uint64_t key = page + 1;
+  for (uint64_t i = ur_page_hash(key) & pi->mask;; i = (i + 1) & pi->mask) {
+    const struct ur_page_entry *e = &pi->slots[i];
+    if (e->key == key) return e->irregular ? NULL : e;
+    if (!e->key) return NULL;
+  }
+}
+
 /* Sorted index of the block containing v, -1 if none does, or
  * UR_PAGE_UNKNOWN if v's page is not indexed. */
 static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_t *end,
                                    uint64_t v) {
-  if (!pi->slots) return UR_PAGE_UNKNOWN;
-  uint64_t key = (v >> UR_PAGE_INDEX_SHIFT) + 1;
-  const struct ur_page_entry *e;
-  for (uint64_t i = ur_page_hash(key) & pi->mask;; i = (i + 1) & pi->mask) {
-    e = &pi->slots[i];
-    if (e->key == key) break;
-    if (!e->key) return UR_PAGE_UNKNOWN;
-  }
-  if (e->irregular) return UR_PAGE_UNKNOWN;
+  const struct ur_page_entry *e = ur_page_entry_of(pi, v >> UR_PAGE_INDEX_SHIFT);
+  if (!e) return UR_PAGE_UNKNOWN;
   unsigned g = (unsigned)(v >> UR_GRANULE_SHIFT) & 63;
   uint64_t at_or_below = e->starts & (~UINT64_C(0) >> (63 - g));
   size_t k = (size_t)e->base + (size_t)ur_popcount64(at_or_below);
