@@ -129,10 +129,10 @@ out:
   return total;
 }
 
-/* Order the entries by address (shards are hash-ordered; roots, folding and
- * reports want address order, and sorting 10M entries here costs tens of ms
- * where Python would take seconds), dropping later duplicates of an address.
- * Entries from in_shards on are the maps', read in address order. */
+/* Order the entries by address (roots, folding and reports want it; in C,
+ * as Python would take seconds for 10M), dropping later duplicates of an
+ * address. Entries from in_shards on are the maps', read in address order,
+ * so only the shards' are sorted (entry_order.h). */
 static int sort_by_address(struct entries *e, size_t in_shards) {
   int rc = ur_entries_order(e->pairs, e->stack_ids, e->n, in_shards);
   if (rc) return rc;
