@@ -70,3 +70,18 @@ def build(
         raise RuntimeError(f"compile failed: {' '.join(cmd)}\n{result.stderr}")
     tmp.rename(out)
     return out
+
+
+# unit_test.h: CHECK and a seeded random source for the C unit tests.
+UNIT_TEST_INCLUDE = TESTS_DIR / "support" / "c"
+SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+
+
+def run_unit_test(exe: Path, timeout: float = 120) -> str:
+    """Run a C unit test (built with sanitize=True: leaks are reported too)
+    and fail with its output unless it exits 0; returns its stdout."""
+    result = subprocess.run(
+        [str(exe)], capture_output=True, text=True, timeout=timeout, env=SANITIZER_ENV
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout

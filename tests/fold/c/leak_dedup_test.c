@@ -2,27 +2,9 @@
  * leak sets that grow the backtrace table many times and replace the kept
  * heap's root often; every answer is checked against the input. The exact
  * answers are checked against a Python model in test_dedup.py. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "leak_dedup.h"
-
-#define CHECK(c)                                                  \
-  do {                                                            \
-    if (!(c)) {                                                   \
-      printf("fail %s:%d: %s\n", __FILE__, __LINE__, #c);         \
-      exit(1);                                                    \
-    }                                                             \
-  } while (0)
-
-static uint64_t seed = 88172645463325252ull;
-static uint64_t next(void) {
-  seed ^= seed << 13;
-  seed ^= seed >> 7;
-  seed ^= seed << 17;
-  return seed;
-}
+#include "unit_test.h"
 
 /* n leaks at rising addresses, stack ids from [0, stacks] (0: none). */
 static struct ur_leak_record *make(size_t n, uint32_t stacks) {
@@ -30,12 +12,12 @@ static struct ur_leak_record *make(size_t n, uint32_t stacks) {
   CHECK(r);
   uint64_t addr = 0x10000;
   for (size_t i = 0; i < n; i++) {
-    addr += 16 * (1 + next() % 64);
+    addr += 16 * (1 + test_random() % 64);
     r[i] = (struct ur_leak_record){.begin = addr,
-                                   .size = 1 + next() % 100,
-                                   .referenced_count = next() % 3,
-                                   .referenced_size = next() % 50,
-                                   .stack_id = (uint32_t)(next() % (stacks + 1))};
+                                   .size = 1 + test_random() % 100,
+                                   .referenced_count = test_random() % 3,
+                                   .referenced_size = test_random() % 50,
+                                   .stack_id = (uint32_t)(test_random() % (stacks + 1))};
   }
   return r;
 }
@@ -77,10 +59,10 @@ int main(void) {
   struct ur_dedup_leak *out = (void *)1;
   CHECK(ur_leak_dedup(NULL, 0, 10, &out) == 0 && out == NULL);
   for (int round = 0; round < 20; round++) {
-    check(1 + next() % 3000, 0, 1 + next() % 50);            /* no backtraces */
-    check(1 + next() % 3000, 1 + next() % 1000, 1 + next() % 50); /* many tables grown */
-    check(1 + next() % 3000, 3, 5000);                        /* all kept */
-    check(1 + next() % 300, 2000, 1);                        /* one kept */
+    check(1 + test_random() % 3000, 0, 1 + test_random() % 50);            /* no backtraces */
+    check(1 + test_random() % 3000, 1 + test_random() % 1000, 1 + test_random() % 50); /* many tables grown */
+    check(1 + test_random() % 3000, 3, 5000);                        /* all kept */
+    check(1 + test_random() % 300, 2000, 1);                        /* one kept */
   }
   printf("ok leak_dedup\n");
   return 0;

@@ -3,29 +3,10 @@
  * its readers collect them (the shards' in any order, then the maps' in
  * order) come out sorted and stable; a maps' part out of order (a damaged
  * registry) still sorts. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "alloc.h"
 #include "entry_order.h"
 #include "radix_sort.h"
-
-#define CHECK(c)                                          \
-  do {                                                    \
-    if (!(c)) {                                           \
-      printf("fail %s:%d: %s\n", __FILE__, __LINE__, #c); \
-      exit(1);                                            \
-    }                                                     \
-  } while (0)
-
-static uint64_t seed = 0x2545F4914F6CDD1Dull;
-static uint64_t next(void) {
-  seed ^= seed << 13;
-  seed ^= seed >> 7;
-  seed ^= seed << 17;
-  return seed;
-}
+#include "unit_test.h"
 
 /* Sorted by begin; equal begins in input order (ids were numbered so). */
 static void check_sorted(const uint64_t *pairs, const uint32_t *ids, size_t n) {
@@ -51,14 +32,14 @@ static void run(size_t n, size_t m, int damaged) {
   CHECK(pairs && ids);
   uint64_t addr = 0x10000;
   for (size_t j = m; j < n; j++) {
-    addr += 16 * (1 + next() % 8);
+    addr += 16 * (1 + test_random() % 8);
     pairs[2 * j] = addr;
   }
   for (size_t i = 0; i < m; i++)
-    pairs[2 * i] = (n > m && next() % 4 == 0) ? pairs[2 * (m + next() % (n - m))]
-                                               : 0x10000 + 16 * (next() % (8 * n + 1));
+    pairs[2 * i] = (n > m && test_random() % 4 == 0) ? pairs[2 * (m + test_random() % (n - m))]
+                                               : 0x10000 + 16 * (test_random() % (8 * n + 1));
   if (damaged && n - m >= 2) {
-    size_t j = m + next() % (n - m - 1);
+    size_t j = m + test_random() % (n - m - 1);
     uint64_t t = pairs[2 * j];
     pairs[2 * j] = pairs[2 * (j + 1)];
     pairs[2 * (j + 1)] = t;
@@ -94,7 +75,7 @@ static void radix_in_order(void) {
 static void maps_by_base(void) {
   enum { N = 300 };
   struct ur_size_map_ref refs[N];
-  for (size_t i = 0; i < N; i++) refs[i] = (struct ur_size_map_ref){.base = (next() % 100000) << 20};
+  for (size_t i = 0; i < N; i++) refs[i] = (struct ur_size_map_ref){.base = (test_random() % 100000) << 20};
   uint32_t *order;
   CHECK(ur_size_map_order(refs, N, &order) == 0);
   for (size_t k = 1; k < N; k++) CHECK(refs[order[k - 1]].base <= refs[order[k]].base);
@@ -108,7 +89,7 @@ int main(void) {
   run(1, 1, 0);
   run(1, 0, 0);
   for (int round = 0; round < 30; round++) {
-    size_t n = 2 + next() % 5000, m = next() % (n + 1);
+    size_t n = 2 + test_random() % 5000, m = test_random() % (n + 1);
     run(n, m, 0);
     run(n, 0, 0);
     run(n, n, 0);
