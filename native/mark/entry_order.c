@@ -1,6 +1,7 @@
 #include "entry_order.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "radix_sort.h"
@@ -24,31 +25,33 @@ out:
   return rc;
 }
 
-/* Sort [0, n) of pairs and ids by begin, stably, through a sorted copy. */
-static int sort_all(uint64_t *pairs, uint32_t *ids, size_t n) {
+/* The n pairs and ids, stably sorted by begin, written to out_pairs and
+ * out_ids (which may be pairs and ids themselves). */
+static int sort_into(const uint64_t *pairs, const uint32_t *ids, size_t n, uint64_t *out_pairs,
+                     uint32_t *out_ids) {
   uint64_t *keys = ur_big_calloc(n, sizeof(*keys));
   uint32_t *order = ur_big_calloc(n, sizeof(*order));
-  uint64_t *sizes = ur_big_calloc(n, sizeof(*sizes));
-  uint32_t *old_ids = ur_big_calloc(n, sizeof(*old_ids));
+  uint64_t *sorted = out_pairs == pairs ? ur_big_calloc(2 * n, sizeof(*sorted)) : out_pairs;
+  uint32_t *sorted_ids = out_ids == ids ? ur_big_calloc(n, sizeof(*sorted_ids)) : out_ids;
   int rc = -ENOMEM;
-  if (!keys || !order || !sizes || !old_ids) goto out;
+  if (!keys || !order || !sorted || !sorted_ids) goto out;
   for (size_t i = 0; i < n; i++) {
     keys[i] = pairs[2 * i];
-    sizes[i] = pairs[2 * i + 1];
-    old_ids[i] = ids[i];
     order[i] = (uint32_t)i;
   }
   if ((rc = ur_radix_sort(keys, order, n)) != 0) goto out;
   for (size_t i = 0; i < n; i++) {
-    pairs[2 * i] = keys[i];
-    pairs[2 * i + 1] = sizes[order[i]];
-    ids[i] = old_ids[order[i]];
+    sorted[2 * i] = keys[i];
+    sorted[2 * i + 1] = pairs[2 * order[i] + 1];
+    sorted_ids[i] = ids[order[i]];
   }
+  if (sorted != out_pairs) memcpy(out_pairs, sorted, 2 * n * sizeof(*sorted));
+  if (sorted_ids != out_ids) memcpy(out_ids, sorted_ids, n * sizeof(*sorted_ids));
 out:
   ur_big_free(keys);
   ur_big_free(order);
-  ur_big_free(sizes);
-  ur_big_free(old_ids);
+  if (sorted != out_pairs) ur_big_free(sorted);
+  if (sorted_ids != out_ids) ur_big_free(sorted_ids);
   return rc;
 }
 
@@ -59,19 +62,15 @@ int ur_entries_order(uint64_t *pairs, uint32_t *ids, size_t n, size_t sorted_fro
   /* The maps' part is in order unless the registry is damaged (it is the
    * target's memory): then everything is sorted. */
   for (size_t j = m + 1; j < n; j++)
-    if (pairs[2 * (j - 1)] > pairs[2 * j]) return sort_all(pairs, ids, n);
+    if (pairs[2 * (j - 1)] > pairs[2 * j]) return sort_into(pairs, ids, n, pairs, ids);
   if (m == 0) return 0;
+  if (m == n) return sort_into(pairs, ids, n, pairs, ids);
   /* The shards' part, sorted aside... */
   uint64_t *a = ur_big_calloc(2 * m, sizeof(*a));
   uint32_t *a_ids = ur_big_calloc(m, sizeof(*a_ids));
   int rc = -ENOMEM;
   if (!a || !a_ids) goto out;
-  for (size_t i = 0; i < m; i++) {
-    a[2 * i] = pairs[2 * i];
-    a[2 * i + 1] = pairs[2 * i + 1];
-    a_ids[i] = ids[i];
-  }
-  if ((rc = sort_all(a, a_ids, m)) != 0) goto out;
+  if ((rc = sort_into(pairs, ids, m, a, a_ids)) != 0) goto out;
   /* ...then merged forward in place: the slot written, i + (j - m), never
    * passes the maps' entry read next, j. On equal begins the shards' entry
    * comes first, as a stable sort of the whole would put it. */

@@ -128,7 +128,9 @@ static int build_index(void) {
   }
   ur_big_free(order);
   st.n = n;
-  int rc = ur_entries_order(st.pairs, st.ids, n, in_shards);
+  /* With every block in the shards (backtraces) nothing is in order yet:
+   * the walker's own sort then takes less memory than sorting here. */
+  int rc = in_shards < n ? ur_entries_order(st.pairs, st.ids, n, in_shards) : 0;
   if (!rc) rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
   if (rc) return rc;
   st.indexed = 1;
