@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* One entry per backtrace, found by stack id through an open-addressing
  * table: there are as many as distinct backtraces, not leaks. */
