@@ -31,14 +31,6 @@ int ur_registry_init(void) {
   return ur_g.shards && ur_size_maps_init() == 0 ? 0 : -1;
 }
 
-/* p's entry in a map if it has one there (so it is in no shard), else NULL. */
-static uint16_t *in_map(const void *p) {
-  uint64_t addr = (uint64_t)(uintptr_t)p;
-  if (!ur_size_map_fits(addr, 0, 0)) return NULL;
-  uint16_t *m = ur_size_map_slot(addr);
-  return m && __atomic_load_n(m, __ATOMIC_RELAXED) ? m : NULL;
-}
-
 /* A map entry for a block that fits one, made if need be; NULL: use a shard. */
 static uint16_t *map_for(const void *p, uint64_t size, uint32_t stack_id) {
   uint64_t addr = (uint64_t)(uintptr_t)p;
@@ -200,7 +192,7 @@ void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
 /* The block moves between a map and a shard with its new home written first:
  * its thread is in flight (realloc) while a reader could see it in both. */
 void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
-  uint16_t *old = in_map(p);
+  uint16_t *old = ur_size_map_registered((uint64_t)(uintptr_t)p);
   if (old) {
     if (ur_size_map_fits((uint64_t)(uintptr_t)p, size, stack_id)) {
       ur_size_map_put(old, size); /* same block, new size: one store */
@@ -232,7 +224,7 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
 /* Look p up under the shard's hold; report its size and stack id, and
  * remove it when `kill`. Returns 1 if p was registered. */
 static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
-  uint16_t *m = in_map(p);
+  uint16_t *m = ur_size_map_registered((uint64_t)(uintptr_t)p);
   if (m) {
     *size = ur_size_map_size(__atomic_load_n(m, __ATOMIC_RELAXED));
     *stack_id = 0;

@@ -217,13 +217,10 @@ static inline __attribute__((always_inline)) int ur_registry_try_insert(const vo
 }
 
 static inline __attribute__((always_inline)) int ur_registry_try_remove(const void *p, int single) {
-  uint64_t addr = (uint64_t)(uintptr_t)p;
-  if (UR_LIKELY(ur_size_map_fits(addr, 0, 0))) {
-    uint16_t *m = ur_size_map_slot(addr);
-    if (UR_LIKELY(m != NULL) && UR_LIKELY(*m != 0)) {
-      ur_size_map_clear(m);
-      return 1;
-    }
+  uint16_t *m = ur_size_map_registered((uint64_t)(uintptr_t)p);
+  if (UR_LIKELY(m != NULL)) {
+    ur_size_map_clear(m);
+    return 1;
   }
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;

@@ -61,8 +61,7 @@ uint16_t *ur_size_map_slot_make(uint64_t addr) {
   ur_lock_hard(&make_lock, &make_owner, ur_self_tid());
   uint16_t *map = make_map(addr);
   ur_unlock(&make_lock, &make_owner, 1);
-  if (!map) return NULL;
-  return map + ((addr >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
+  return map ? ur_size_map_entry_in(map, addr) : NULL;
 }
 
 size_t ur_size_maps_foreach(uint64_t lo, uint64_t hi, ur_size_map_fn fn, void *arg) {

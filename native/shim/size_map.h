@@ -37,6 +37,11 @@ static inline int ur_size_map_fits(uint64_t addr, uint64_t size, uint32_t stack_
   return ((addr & 15) | (addr >> 47) | stack_id) == 0 && size <= UR_SIZE_MAP_MAX_SIZE;
 }
 
+/* addr's entry in map, the map of addr's 1 MiB. */
+static inline uint16_t *ur_size_map_entry_in(uint16_t *map, uint64_t addr) {
+  return map + ((addr >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
+}
+
 /* The entry for addr, or NULL while its map does not exist (addr fits). */
 static inline uint16_t *ur_size_map_slot(uint64_t addr) {
   ur_size_map_mid *mid = __atomic_load_n(&ur_size_dir[addr >> 30], __ATOMIC_ACQUIRE);
@@ -44,7 +49,15 @@ static inline uint16_t *ur_size_map_slot(uint64_t addr) {
   uint16_t *map = __atomic_load_n(&(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)],
                                   __ATOMIC_ACQUIRE);
   if (UR_UNLIKELY(map == NULL)) return NULL;
-  return map + ((addr >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
+  return ur_size_map_entry_in(map, addr);
+}
+
+/* The block at addr's entry if it is registered in a map (then it is in no
+ * shard), else NULL. */
+static inline uint16_t *ur_size_map_registered(uint64_t addr) {
+  if (!ur_size_map_fits(addr, 0, 0)) return NULL;
+  uint16_t *m = ur_size_map_slot(addr);
+  return UR_LIKELY(m != NULL) && UR_LIKELY(__atomic_load_n(m, __ATOMIC_RELAXED) != 0) ? m : NULL;
 }
 
 /* The entry for addr, making its map if need be; NULL when the shim's region
