@@ -34,6 +34,14 @@ static void mark_full(struct ur_page_entry *p, uint64_t page, uint64_t b, uint64
   p->full |= bits;
 }
 
+/* Whether a block of the run [i, j) begins off the 16-byte grid: its page's
+ * entry is then irregular and answers nothing. */
+static int run_off_grid(const uint64_t *begin, size_t i, size_t j) {
+  for (size_t k = i; k < j; k++)
+    if (begin[k] & ((1u << UR_GRANULE_SHIFT) - 1)) return 1;
+  return 0;
+}
+
 /* The end of the run of blocks beginning in begin[i]'s page. */
 static size_t page_run_end(const uint64_t *begin, size_t n, size_t i) {
   uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
@@ -68,12 +76,12 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
     uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
     if (j - i >= min_begins) {
       struct ur_page_entry *p = slot_for(pi, page);
-      *p = (struct ur_page_entry){.key = page + 1, .base = (uint32_t)i};
+      *p = (struct ur_page_entry){
+          .key = page + 1, .base = (uint32_t)i, .irregular = (uint32_t)run_off_grid(begin, i, j)};
       /* Blocks do not overlap, so the only one reaching into the page from
        * below is the one just before its first begin. */
       if (i > 0) mark_full(p, page, begin[i - 1], end[i - 1]);
       for (size_t k = i; k < j; k++) {
-        if (begin[k] & ((1u << UR_GRANULE_SHIFT) - 1)) p->irregular = 1;
         p->starts |= UINT64_C(1) << ((begin[k] >> UR_GRANULE_SHIFT) & 63);
         mark_full(p, page, begin[k], end[k]);
       }
@@ -86,10 +94,7 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
 /* Whether the run of blocks [i, j) beginning in one page has an entry that
  * answers: enough begins, all on the grid (as the build decides). */
 static int run_answers(const struct ur_page_index *pi, const uint64_t *begin, size_t i, size_t j) {
-  if (j - i < pi->min_begins) return 0;
-  for (size_t k = i; k < j; k++)
-    if (begin[k] & ((1u << UR_GRANULE_SHIFT) - 1)) return 0;
-  return 1;
+  return j - i >= pi->min_begins && !run_off_grid(begin, i, j);
 }
 
 void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *begin,
