@@ -78,20 +78,35 @@ static int in_region(uint64_t addr, uint64_t len) {
   return addr >= d->region_begin && addr <= d->region_end && len <= d->region_end - addr;
 }
 
+/* st.pairs and st.ids with room for want entries (*room of them now). */
+static int reserve_entries(size_t *room, size_t want) {
+  if (want <= *room) return 0;
+  size_t grown = 2 * *room > want ? 2 * *room : want;
+  uint64_t *pairs = ur_big_realloc(st.pairs, 2 * grown * sizeof(*st.pairs));
+  if (!pairs) return -ENOMEM;
+  st.pairs = pairs;
+  uint32_t *ids = ur_big_realloc(st.ids, grown * sizeof(*st.ids));
+  if (!ids) return -ENOMEM;
+  st.ids = ids;
+  *room = grown;
+  return 0;
+}
+
 /* The registry, read as the external reader reads it, then sorted. */
 static int build_index(void) {
   uint64_t t0 = now_ns();
   const struct ur_descriptor *d = &unreachable_descriptor;
   const struct ur_shard *shards = (const struct ur_shard *)(uintptr_t)d->shards;
   uint32_t nshards = shards ? d->num_shards : 0;
-  /* Room for every slot of every table: reserved, only what is written is touched. */
-  uint64_t room = 0;
+  /* Room for every slot of every table: reserved, only what is written is
+   * touched (the maps' entries get theirs as they are read). */
+  size_t room = 0;
   for (uint32_t s = 0; s < nshards; s++) {
     uint64_t table, cap;
     if (ur_registry_table(&shards[s], &table, &cap)) room += cap;
   }
-  /* and for every live map entry (counted: a map has room for 65536). Maps
-   * and their list live in the shim's region; anything else is not read. */
+  /* Maps and their list live in the shim's region; anything else is not
+   * read. */
   const struct ur_size_maps *maps = (const struct ur_size_maps *)(uintptr_t)d->size_maps;
   uint64_t nrefs = 0;
   const struct ur_size_map_ref *refs = NULL;
@@ -100,11 +115,9 @@ static int build_index(void) {
     refs = (const struct ur_size_map_ref *)(uintptr_t)maps->refs;
     nrefs = maps->count;
   }
-  for (uint64_t r = 0; r < nrefs; r++)
-    if (in_region(refs[r].map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t)))
-      room += ur_size_map_live((const uint16_t *)(uintptr_t)refs[r].map);
-  st.pairs = ur_big_calloc(2 * (room ? room : 1), sizeof(*st.pairs));
-  st.ids = ur_big_calloc(room ? room : 1, sizeof(*st.ids));
+  if (!room) room = 1;
+  st.pairs = ur_big_calloc(2 * room, sizeof(*st.pairs));
+  st.ids = ur_big_calloc(room, sizeof(*st.ids));
   if (!st.pairs || !st.ids) return -ENOMEM;
   size_t n = 0;
   for (uint32_t s = 0; s < nshards; s++) {
@@ -120,17 +133,22 @@ static int build_index(void) {
   size_t in_shards = n;
   uint32_t *order;
   if (ur_size_map_order(refs, nrefs, &order)) return -ENOMEM;
+  int rc = 0;
   for (uint64_t k = 0; k < nrefs; k++) {
     const struct ur_size_map_ref *ref = &refs[order[k]];
-    if (in_region(ref->map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t)))
-      n += ur_size_map_collect((const uint16_t *)(uintptr_t)ref->map, ref->base,
-                               st.pairs + 2 * n, st.ids + n);
+    if (!in_region(ref->map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t))) continue;
+    /* Room for a whole map, grown as the maps are read (mremap: nothing is
+     * copied) rather than counted by reading every map once more first. */
+    if ((rc = reserve_entries(&room, n + UR_SIZE_MAP_ENTRIES)) != 0) break;
+    n += ur_size_map_collect((const uint16_t *)(uintptr_t)ref->map, ref->base, st.pairs + 2 * n,
+                             st.ids + n);
   }
   ur_big_free(order);
+  if (rc) return rc;
   st.n = n;
   /* With every block in the shards (backtraces) nothing is in order yet:
    * the walker's own sort then takes less memory than sorting here. */
-  int rc = in_shards < n ? ur_entries_order(st.pairs, st.ids, n, in_shards) : 0;
+  rc = in_shards < n ? ur_entries_order(st.pairs, st.ids, n, in_shards) : 0;
   if (!rc) rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
   if (rc) return rc;
   st.indexed = 1;
