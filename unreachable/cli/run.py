@@ -32,7 +32,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="put the brk heap on transparent huge pages (glibc.malloc.hugetlb=1): "
         "a fork snapshot of a big heap then pauses CMD ~5x less (docs/pause.md)",
     )
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    p.add_argument(
+        "cmd",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD [ARGS...]",
+        help="the command to run, after '--' when it has options of its own",
+    )
     p.set_defaults(handler=handle)
 
 

@@ -8,7 +8,13 @@ from unreachable._paths import include_dir, shim_path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("shim-path", help="print the absolute path of the LD_PRELOAD shim")
+    p = sub.add_parser(
+        "shim-path",
+        help="print the absolute path of the LD_PRELOAD shim",
+        description="Print the absolute path of the LD_PRELOAD shim (libunreachable_shim.so) "
+        "for LD_PRELOAD= lines, or with --include the directory of its C headers "
+        "(unreachable/memunreachable.h, unreachable/malloc_debug.h) for -I.",
+    )
     p.add_argument(
         "--include", action="store_true", help="print the directory of the C headers instead"
     )

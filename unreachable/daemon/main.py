@@ -73,8 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="scan every shimmed process this often and publish to Watch (0 = never)",
     )
-    p.add_argument("--scan-timeout", type=float, default=s, metavar="SECONDS")
-    p.add_argument("--max-concurrent-scans", type=int, default=s, metavar="N")
+    p.add_argument(
+        "--scan-timeout",
+        type=float,
+        default=s,
+        metavar="SECONDS",
+        help=f"kill a scan that runs longer than this ({d.scan_timeout:g})",
+    )
+    p.add_argument(
+        "--max-concurrent-scans",
+        type=int,
+        default=s,
+        metavar="N",
+        help=f"scans running at once, of different pids; more wait ({d.max_concurrent_scans})",
+    )
     p.add_argument(
         "--mark-threads",
         type=int,
@@ -100,7 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help=f"send structured log records here when it exists ('' = never; {d.journal_socket})",
     )
-    p.add_argument("--log-level", default=s, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument(
+        "--log-level",
+        default=s,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help=f"least severe messages logged ({d.log_level})",
+    )
     return p
 
 
