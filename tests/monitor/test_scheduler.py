@@ -266,3 +266,31 @@ def test_growth_is_logged_published_and_exported(targets, tmp_path, caplog):
             await rig.close()
 
     run(go())
+
+
+def test_scan_duration_histogram_holds_the_scans_own_duration(targets, tmp_path):
+    """The histogram observes the report's scan_ms, not the daemon's clock
+    around the scan subprocess (whose interpreter start-up it includes)."""
+    config = Config(scan_interval=60, targets=[TargetSpec(name="globals-*")])
+
+    async def go():
+        rig = Rig(config, tmp_path, metrics=True)
+        try:
+            g = targets.start(SCAN_PROGRAMS / "globals.c")
+            with rig.hub.subscribe(pid=g.pid) as sub:
+                assert await rig.tick() == 1
+                event = (await asyncio.wait_for(sub.queue.get(), WAIT)).event
+            text = (
+                urllib.request.urlopen(f"http://127.0.0.1:{rig.port}/metrics", timeout=30)
+                .read()
+                .decode()
+            )
+            assert metric(text, "unreachable_scan_duration_seconds_count") == 1
+            observed = metric(text, "unreachable_scan_duration_seconds_sum")
+            [row] = rig.history.scans(pid=g.pid)
+            assert event.report.scan_ms == row["scan_ms"] > 0
+            assert observed == event.report.scan_ms / 1000.0
+        finally:
+            await rig.close()
+
+    run(go())

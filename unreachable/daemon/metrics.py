@@ -6,11 +6,15 @@
     unreachable_targets                            processes the schedule watches
     unreachable_scans_total{result}                result: leaks | clean | error
     unreachable_scan_pause_seconds                 how long targets stayed stopped
-    unreachable_scan_duration_seconds              whole scans
+    unreachable_scan_duration_seconds              scans, as each measured itself (scan_ms)
 
 The gauges add up the live processes with the same unit and command (comm);
 a process that exits leaves them. No pid label: pids would make the number of
 series unbounded.
+
+A scan's duration is the one its report gives (scan_ms: from opening the
+target to the symbolized report), not the daemon's wall clock around the
+scan subprocess, whose interpreter start-up would otherwise dominate.
 """
 
 from __future__ import annotations
@@ -72,7 +76,7 @@ class Metrics:
         )
         self.duration = Histogram(
             "unreachable_scan_duration_seconds",
-            "How long a scan took from start to report",
+            "How long a scan took from opening the target to its report (its scan_ms)",
             buckets=DURATION_BUCKETS,
             registry=r,
         )
@@ -90,11 +94,11 @@ class Metrics:
         leak_count: int,
         growth: float,
         pause_ms: float,
-        scan_seconds: float,
+        scan_ms: float,
     ) -> None:
         self.scans.labels("leaks" if leak_count else "clean").inc()
         self.pause.observe(pause_ms / 1000.0)
-        self.duration.observe(scan_seconds)
+        self.duration.observe(scan_ms / 1000.0)
         with self._lock:
             old = self._last.get(key)
             self._last[key] = _Last((unit, command), leak_bytes, leak_count, growth)

@@ -60,9 +60,7 @@ class Monitor:
         self.status = status or Status()
         self._expired_at = 0.0
 
-    def scanned(
-        self, info: ProcessInfo, trigger: int, report: dict[str, Any], seconds: float
-    ) -> list[Growth]:
+    def scanned(self, info: ProcessInfo, trigger: int, report: dict[str, Any]) -> list[Growth]:
         how = TRIGGER_NAMES.get(trigger, "?")
         self._expire()
         self.history.record_scan(info, trigger=how, report=report)
@@ -131,7 +129,7 @@ class Monitor:
                 leak_count=leak_count,
                 growth=sum(g.bytes_per_hour for g in growth),
                 pause_ms=float(report.get("pause_ms", 0.0)),
-                scan_seconds=seconds,
+                scan_ms=float(report.get("scan_ms", 0.0)),
             )
         event = pb.WatchEvent(
             trigger=trigger, name=info.name, summary=summary, report=proto, unit=info.unit

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from unreachable.daemon.matching import ProcessInfo, read_process
@@ -57,7 +56,6 @@ class ReportProducer:
             if info is None:
                 message = f"pid {pid} is gone"
                 return
-            started = time.monotonic()
             try:
                 report = await self._runner.scan(pid, contents=self._contents)
             except ScanFailed as e:
@@ -67,7 +65,7 @@ class ReportProducer:
                 self._monitor.failed(info, trigger, message)
                 return
             ok = True
-            self._monitor.scanned(info, trigger, report, time.monotonic() - started)
+            self._monitor.scanned(info, trigger, report)
         except asyncio.CancelledError:
             message = "cancelled"
             raise
