@@ -17,6 +17,7 @@ from unreachable.report.model import ScanReport
 from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
 from unreachable.rpc.options import add_remote_options
+from unreachable.rpc.progress import StageBar
 from unreachable.scan import ScanOptions, scan
 from unreachable.sweep.child import MAX_MARK_THREADS
 
@@ -127,8 +128,16 @@ def render(report: ScanReport, fmt: str) -> str | bytes:
     return format_report(report)
 
 
+def _stage_bar(args: argparse.Namespace, fmt: str) -> StageBar | None:
+    """A progress line on stderr when a person watches it: a terminal, and
+    not JSON (read by programs); never beside --progress-json."""
+    if args.progress_json or fmt == "json" or not sys.stderr.isatty():
+        return None
+    return StageBar(sys.stderr, f"scanning pid {args.pid}")
+
+
 def handle(args: argparse.Namespace) -> int:
-    chosen_format(args)  # reject contradictory flags before touching the target
+    fmt = chosen_format(args)  # reject contradictory flags before touching the target
     options = ScanOptions(
         limit=args.limit,
         contents=args.contents,
@@ -139,9 +148,17 @@ def handle(args: argparse.Namespace) -> int:
     if args.remote:
         from unreachable.rpc.scan_client import remote_scan
 
-        report = remote_scan(args, options)
+        report = remote_scan(args, options, _stage_bar(args, fmt))
     elif not args.progress_json:
-        report = scan(args.pid, options)
+        bar = _stage_bar(args, fmt)
+        started = time.monotonic()
+        try:
+            if bar is not None:
+                bar.update("started", 0.0)
+            report = scan(args.pid, options, bar.note(started) if bar else None)
+        finally:
+            if bar is not None:
+                bar.close()
     else:
         try:
             report = scan(args.pid, options, _progress_json(time.monotonic()))
@@ -149,7 +166,6 @@ def handle(args: argparse.Namespace) -> int:
             error = {"error": e.grpc_status, "message": str(e)}
             sys.stderr.write(json.dumps(error) + "\n")
             raise
-    fmt = chosen_format(args)
     write_output(render(report, fmt), args.output)
     if fmt == "text" and sys.stderr.isatty():
         print(format_summary(report), file=sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TextIO
 
 STEPS = ("started", "attached", "captured", "allocations", "marked", "folded", "done")
@@ -21,6 +23,11 @@ class StageBar:
         self._stream.write(f"\r\x1b[K{self._label} [{bar}] {stage} {elapsed_ms:.0f} ms")
         self._stream.flush()
         self._shown = True
+
+    def note(self, started: float) -> Callable[[str], None]:
+        """A local scan's progress callback: its stages, timed from `started`
+        (time.monotonic())."""
+        return lambda stage: self.update(stage, (time.monotonic() - started) * 1000)
 
     def close(self) -> None:
         if self._shown:

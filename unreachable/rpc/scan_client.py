@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import grpc
 
@@ -16,7 +15,10 @@ from unreachable.scan import ScanOptions
 from unreachable.v1 import unreachable_pb2 as pb
 
 
-def remote_scan(args: argparse.Namespace, options: ScanOptions) -> ScanReport:
+def remote_scan(
+    args: argparse.Namespace, options: ScanOptions, bar: StageBar | None = None
+) -> ScanReport:
+    """bar: where to draw the daemon's progress (None: nowhere)."""
     if args.progress_json:
         raise InvalidArgument("--progress-json applies to local scans only")
     request = pb.ScanRequest(
@@ -27,7 +29,6 @@ def remote_scan(args: argparse.Namespace, options: ScanOptions) -> ScanReport:
         sweep=SWEEP_ENUM[options.sweep],
         mark_threads=options.mark_threads,
     )
-    bar = StageBar(sys.stderr, f"scanning pid {args.pid}") if sys.stderr.isatty() else None
     report: pb.ScanReport | None = None
     channel = open_channel(args)
     try:
