@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from unreachable.report.collapsed import UNLISTED_FRAME
+from unreachable.report.model import LEAK_COUNTS, export_weights
 from unreachable.symbolize.frames import Frame, frame_to_dict
 
 FrameKey = tuple[str, int]
@@ -94,11 +96,20 @@ def _frame(d: dict[str, Any]) -> Frame:
 
 def snapshot_from_json(value: Any, source: str) -> Snapshot:
     if isinstance(value, dict) and isinstance(value.get("leaks"), list):
+        # Weighed as the pprof and collapsed exports do: the totals are the
+        # report's, folded blocks under their root's stack.
         snap = Snapshot(source, "scan")
-        for leak in value["leaks"]:
-            frames = [_frame(f) for f in leak.get("backtrace", [])]
-            count = 1 + int(leak.get("similar_count", 0))
-            snap.add(frames, count, int(leak.get("size", 0)) + int(leak.get("similar_size", 0)))
+        leaks = value["leaks"]
+        counts = [{k: int(leak.get(k, 0)) for k in LEAK_COUNTS} for leak in leaks]
+        weights = export_weights(
+            counts,
+            int(value.get("leak_count", sum(1 + c["similar_count"] for c in counts))),
+            int(value.get("leak_bytes", sum(c["size"] + c["similar_size"] for c in counts))),
+        )
+        for leak, (count, size) in zip(leaks, weights.entries, strict=True):
+            snap.add([_frame(f) for f in leak.get("backtrace", [])], count, size)
+        if weights.unlisted_count or weights.unlisted_bytes:
+            snap.add([UNLISTED_FRAME], weights.unlisted_count, weights.unlisted_bytes)
         return snap
     if isinstance(value, dict) and isinstance(value.get("records"), list):
         snap = Snapshot(source, "heapdump-json")

@@ -68,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=_limit,
         default=100,
         metavar="N",
-        help="report at most N leak entries (default 100); totals always count every leak",
+        help="list at most N leak entries in text, json and lmu (default 100); totals "
+        "always count every leak, and collapsed and pprof carry every entry",
     )
     p.add_argument(
         "--snapshot",
@@ -114,6 +115,10 @@ def _progress_json(started: float) -> Callable[[str], None]:
 
 
 FORMATS = ("text", "json", "collapsed", "pprof", "lmu")
+# Profiles carry every entry: --limit shortens what people read, not the data
+# (the most a ScanRequest's uint32 limit holds; the fold stops at the leaks).
+PROFILES = ("collapsed", "pprof")
+ALL_ENTRIES = 0xFFFF_FFFF
 
 
 def render(report: ScanReport, fmt: str) -> str | bytes:
@@ -139,7 +144,7 @@ def _stage_bar(args: argparse.Namespace, fmt: str) -> StageBar | None:
 def handle(args: argparse.Namespace) -> int:
     fmt = chosen_format(args)  # reject contradictory flags before touching the target
     options = ScanOptions(
-        limit=args.limit,
+        limit=ALL_ENTRIES if fmt in PROFILES else args.limit,
         contents=args.contents,
         snapshot=args.snapshot,
         sweep=args.sweep,

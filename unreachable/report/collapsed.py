@@ -11,11 +11,13 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+from unreachable.report.model import UNLISTED, report_weights
 from unreachable.symbolize.frames import Frame
 
 Weight = Literal["bytes", "count"]
 # (frames innermost first, as backtraces are stored; allocation count; bytes)
 Sample = tuple[Sequence[Frame], int, int]
+UNLISTED_FRAME = Frame(0, "", 0, UNLISTED, 0)
 
 
 def frame_label(f: Frame) -> str:
@@ -41,11 +43,18 @@ def samples_to_collapsed(samples: Iterable[Sample], weight: Weight = "bytes") ->
 
 
 def report_samples(report: Any) -> list[Sample]:
-    """A ScanReport's leak entries as samples: each entry with its similar leaks."""
-    return [
-        (leak.backtrace, 1 + leak.similar_count, leak.size + leak.similar_size)
-        for leak in report.leaks
+    """A ScanReport's leak entries as samples, each under its root's stack with
+    its similar leaks and the blocks they reference; they add up to the
+    report's totals (report.model.export_weights), what no entry lists under
+    a stack of its own (UNLISTED)."""
+    weights = report_weights(report)
+    samples: list[Sample] = [
+        (leak.backtrace, count, size)
+        for leak, (count, size) in zip(report.leaks, weights.entries, strict=True)
     ]
+    if weights.unlisted_count or weights.unlisted_bytes:
+        samples.append(([UNLISTED_FRAME], weights.unlisted_count, weights.unlisted_bytes))
+    return samples
 
 
 def heap_samples(records: Iterable[Any]) -> list[Sample]:

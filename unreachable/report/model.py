@@ -65,3 +65,45 @@ class ScanReport:
     sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
     mark_threads: int = 1  # threads that marked (in the child: at most the target's CPUs)
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did
+
+
+# The stack the exports (pprof, collapsed, diff) give to leaks no listed entry
+# accounts for: entries past --limit, or blocks the fold counted nowhere else.
+UNLISTED = "[leaks in no listed entry]"
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """What the exports count for each entry, and the rest of the totals."""
+
+    entries: list[tuple[int, int]]  # (allocations, bytes) per entry, in the entries' order
+    unlisted_count: int
+    unlisted_bytes: int
+
+
+def export_weights(leaks: list[dict[str, int]], leak_count: int, leak_bytes: int) -> Weights:
+    """Weigh each entry (leak_counts() of it) so the weights add up to the
+    report's totals exactly: its own blocks and its similar leaks', which are
+    distinct blocks, plus its referenced blocks while blocks the entries'
+    own do not already cover are left. The fold counts a block under every
+    root that reaches it (each member of a cycle of roots references the
+    others; a block below two roots counts for both): such a block goes to
+    the first entry in the list (largest total first) only. What no entry
+    gets (entries past --limit) is left unlisted."""
+    own = [(1 + d["similar_count"], d["size"] + d["similar_size"]) for d in leaks]
+    left_count = max(leak_count - sum(c for c, _ in own), 0)
+    left_bytes = max(leak_bytes - sum(b for _, b in own), 0)
+    entries = []
+    for d, (count, size) in zip(leaks, own, strict=True):
+        ref_count = min(d["referenced_count"] + d["similar_referenced_count"], left_count)
+        ref_bytes = min(d["referenced_size"] + d["similar_referenced_size"], left_bytes)
+        left_count -= ref_count
+        left_bytes -= ref_bytes
+        entries.append((count + ref_count, size + ref_bytes))
+    return Weights(entries, left_count, left_bytes)
+
+
+def report_weights(report: ScanReport) -> Weights:
+    return export_weights(
+        [leak_counts(leak) for leak in report.leaks], report.leak_count, report.leak_bytes
+    )

@@ -24,11 +24,13 @@ numeric ``bytes`` label (allocation size) when all its allocations share one.
 from __future__ import annotations
 
 import gzip
+import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from unreachable.report.collapsed import Sample, heap_samples, report_samples
+from unreachable.symbolize.elf_file import Load
 from unreachable.symbolize.frames import Frame
 
 LEAK_TYPES = (("leak_objects", "count"), ("leak_space", "bytes"))
@@ -82,11 +84,13 @@ def samples_to_pprof(
     sample_types: Sequence[tuple[str, str]] = LEAK_TYPES,
     *,
     build_ids: dict[str, str] | None = None,
+    segments: dict[str, Sequence[Load]] | None = None,
     comments: Sequence[str] = (),
     time_nanos: int | None = None,
     compress: bool = True,
 ) -> bytes:
-    """samples: (frames innermost first, count, bytes[, allocation size for the label])."""
+    """samples: (frames innermost first, count, bytes[, allocation size for the label]).
+    segments: each mapped file's PT_LOADs, for its mapping's real bounds."""
     strings = _Strings()
     build_ids = build_ids if build_ids is not None else {}
     functions: dict[tuple[str, str], int] = {}
@@ -139,8 +143,9 @@ def samples_to_pprof(
         body += _field_bytes(2, msg)
 
     for path, m in mappings.items():
-        msg = _field_varint(1, m["id"]) + _field_varint(2, m["lo"]) + _field_varint(3, m["hi"])
-        msg += _field_varint(4, max(m["lo"] - m["bias"], 0))
+        lo, hi, offset = _bounds(m, (segments or {}).get(path, ()))
+        msg = _field_varint(1, m["id"]) + _field_varint(2, lo) + _field_varint(3, hi)
+        msg += _field_varint(4, offset)
         msg += _field_varint(5, strings(path))
         if build_ids.get(path):
             msg += _field_varint(6, strings(build_ids[path]))
@@ -169,26 +174,51 @@ def samples_to_pprof(
     return gzip.compress(data, mtime=0) if compress else data
 
 
-def _build_ids(frames: Iterable[Frame]) -> dict[str, str]:
+def _bounds(m: dict[str, int], loads: Sequence[Load]) -> tuple[int, int, int]:
+    """The mapping's start, limit and file offset: those of the PT_LOADs that
+    hold its frames, page-aligned as the loader maps them; without the file,
+    the span of its frames' pcs."""
+    bias = m["bias"]
+    held = [
+        seg
+        for seg in loads
+        if seg.vaddr < m["hi"] - bias and m["lo"] - bias < seg.vaddr + seg.memsz
+    ]
+    if not held:
+        return m["lo"], m["hi"], max(m["lo"] - bias, 0)
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = min(bias + seg.vaddr for seg in held)
+    limit = max(bias + seg.vaddr + seg.memsz for seg in held)
+    first = min(held, key=lambda seg: seg.vaddr)
+    return start & ~(page - 1), -(-limit // page) * page, first.offset & ~(page - 1)
+
+
+def _elf_facts(frames: Iterable[Frame]) -> tuple[dict[str, str], dict[str, list[Load]]]:
+    """Build-ids and PT_LOADs of the files the frames lie in."""
     from unreachable.symbolize.elf_file import NotElf, read_elf
 
-    out: dict[str, str] = {}
+    build_ids: dict[str, str] = {}
+    segments: dict[str, list[Load]] = {}
     for f in frames:
-        if f.map.startswith("/") and f.map not in out:
+        if f.map.startswith("/") and f.map not in build_ids:
             try:
-                out[f.map] = read_elf(f.map).build_id
+                image = read_elf(f.map)
             except (OSError, NotElf, ValueError):
-                out[f.map] = ""
-    return out
+                build_ids[f.map] = ""
+                continue
+            build_ids[f.map], segments[f.map] = image.build_id, image.loads
+    return build_ids, segments
 
 
 def report_to_pprof(report: Any) -> bytes:
     """A ScanReport (unreachable.report.model) as a gzip'ed pprof profile."""
     samples = report_samples(report)
+    build_ids, segments = _elf_facts(f for s in samples for f in s[0])
     return samples_to_pprof(
         samples,
         LEAK_TYPES,
-        build_ids=_build_ids(f for s in samples for f in s[0]),
+        build_ids=build_ids,
+        segments=segments,
         comments=[
             f"unreachable-cli scan {report.pid}: {report.command}",
             f"{report.leak_bytes} bytes in {report.leak_count} unreachable allocations",
@@ -202,9 +232,11 @@ def heapdump_to_pprof(dump: Any, comments: Sequence[str] = ()) -> bytes:
         (f, n, b, r.size)
         for (f, n, b), r in zip(heap_samples(dump.records), dump.records, strict=True)
     ]
+    build_ids, segments = _elf_facts(f for s in samples for f in s[0])
     return samples_to_pprof(
         samples,
         INUSE_TYPES,
-        build_ids=_build_ids(f for s in samples for f in s[0]),
+        build_ids=build_ids,
+        segments=segments,
         comments=comments,
     )
