@@ -58,6 +58,7 @@ from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
+from unreachable.symbolize.unloaded import read_loaded_objects
 
 CONTENTS_BYTES = 32
 Progress = Callable[[str], None]
@@ -310,6 +311,7 @@ def _scan(
             }
             stack_ids = {leak.stack_id for leak in leaks if leak.stack_id}
             stacks = read_stacks(memory, addr, stack_ids)
+            loaded = read_loaded_objects(memory, addr) if stacks else []
             snapshot_kind = capture.snapshot
             # Said when the scan fell back from what was asked (or from auto's
             # first choice); an explicit "stopped" needs no reason.
@@ -327,7 +329,7 @@ def _scan(
 
     if not still_running(pid):
         raise TargetNotFound(f"process {pid} exited during the scan")
-    frames = Symbolizer(pid, mappings).symbolize(stacks)
+    frames = Symbolizer(pid, mappings, unloaded=loaded).symbolize(stacks)
     entries = [
         LeakEntry(
             address=leak.begin,

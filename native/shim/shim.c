@@ -18,6 +18,7 @@
 #include "helper.h"
 #include "huge_arenas.h"
 #include "lock.h"
+#include "modules.h"
 #include "options.h"
 #include "region.h"
 #include "registry.h"
@@ -127,6 +128,7 @@ void ur_init(void) {
   }
   if (!state) {
     if (ur_g.bt_frames) ur_unwind_init();
+    ur_modules_init();
     /* Lets malloc_disable fence every running thread without the hot path
      * paying for a barrier. */
     membarrier_ok =

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "lock.h"
+#include "modules.h"
 #include "region.h"
 
 static struct {
@@ -95,6 +96,7 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
   uint64_t h = hash_frames(f, n), slot;
   uint32_t id = probe(f, n, h, &slot);
   if (id) return remember(f, n, id);
+  ur_modules_note(); /* its pcs' objects, while they are loaded */
   int locked = ur_lock(&st.lock, &st.owner, ur_tls.tid);
   id = probe(f, n, h, &slot); /* someone may have added it meanwhile */
   if (!id) {

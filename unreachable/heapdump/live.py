@@ -18,6 +18,7 @@ from unreachable.heapdump.model import HeapDump, HeapRecord
 from unreachable.process.maps import read_maps
 from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
+from unreachable.symbolize.unloaded import read_loaded_objects
 
 
 def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
@@ -30,12 +31,13 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
         registry = read_registry(memory, target.shim.descriptor_addr)
         groups = Counter(zip(registry.allocs[1::2], registry.stack_ids, strict=True))
         stacks = read_stacks(memory, target.shim.descriptor_addr, {sid for _, sid in groups if sid})
+        loaded = read_loaded_objects(memory, target.shim.descriptor_addr) if stacks else []
         total = registry.total_bytes
         count = registry.count
         max_frames = registry.max_frames
     if not still_running(pid):
         raise TargetNotFound(f"process {pid} exited during the heap dump")
-    frames = Symbolizer(pid, mappings).symbolize(stacks)
+    frames = Symbolizer(pid, mappings, unloaded=loaded).symbolize(stacks)
     records = [
         HeapRecord(size=size, num_allocations=n, frames=frames.get(sid, []) if sid else [])
         for (size, sid), n in groups.items()

@@ -21,6 +21,7 @@ from unreachable.symbolize import objects
 from unreachable.symbolize.config import SymbolConfig
 from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.objects import SymbolObject
+from unreachable.symbolize.unloaded import LoadedObject, UnloadedObjects
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,8 @@ class Symbolizer:
     or deleted); None or a gone pid: plain paths (heap dumps, exited targets).
     root: override the file-system root prefix (tests, offline sysroots).
     cache_dir / debug_dirs: override SymbolConfig.from_env().
+    unloaded: the objects the shim recorded (symbolize.unloaded), for pcs in
+    objects dlclose'd since.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class Symbolizer:
         root: str | None = None,
         cache_dir: str | None | bool = True,
         debug_dirs: Sequence[str] | None = None,
+        unloaded: Sequence[LoadedObject] = (),
     ) -> None:
         self._pid = pid if pid and os.path.isdir(f"/proc/{pid}") else None
         if root is None:
@@ -70,6 +74,7 @@ class Symbolizer:
             tuple(debug_dirs) if debug_dirs is not None else env.debug_dirs,
         )
         self._maps = sorted(mappings, key=lambda m: m.start)
+        self._unloaded = UnloadedObjects(list(unloaded), self._root)
         self._objects: dict[Mapping, SymbolObject | None] = {}
 
     def _object(self, m: Mapping) -> SymbolObject | None:
@@ -94,7 +99,7 @@ class Symbolizer:
         fresh: list[tuple[int, Mapping, SymbolObject, int, tuple[str, int, str, int]]] = []
         touched: set[int] = set()
         for pc in pcs:
-            m = find_mapping(self._maps, pc)
+            m = find_mapping(self._maps, pc) or self._unloaded.mapping_for(pc)
             if m is None:
                 out[pc] = Frame(pc, "", pc, "", 0)
                 continue

@@ -330,6 +330,34 @@ struct ur_altstack {
   uint64_t size;
 };
 
+/*
+ * The objects the dynamic loader has loaded (descriptor.modules), kept after
+ * they are dlclose'd so frames in them still find their file. Recorded when
+ * a new backtrace is stored after the loader's dlpi_adds/dlpi_subs counters
+ * moved: every pc of a stored backtrace lies in an object recorded by then.
+ * Entries are appended, never changed or removed; `count` is published with
+ * a release store after the entry (and its path) is written. The main program
+ * and objects without a file path (the vDSO) are not recorded.
+ */
+struct ur_module {         /* 72 bytes */
+  uint64_t bias;           /* dlpi_addr: a pc's ELF virtual address is pc - bias */
+  uint64_t start, end;     /* the lowest and highest PT_LOAD byte + 1, bias applied */
+  uint32_t path;           /* offset of the NUL-terminated absolute path in strings */
+  uint32_t path_len;
+  uint32_t build_id_len;   /* 0: the object has no NT_GNU_BUILD_ID note */
+  uint32_t reserved;
+  uint8_t build_id[32];
+};
+
+struct ur_module_table {   /* 32 bytes, in shim memory */
+  uint64_t modules;        /* address of struct ur_module[capacity] */
+  uint64_t strings;        /* address of char[strings_size] */
+  uint32_t capacity;
+  uint32_t count;          /* entries [0, count) are complete */
+  uint32_t strings_size;
+  uint32_t lost;           /* objects not recorded: the table or its strings were full */
+};
+
 struct ur_descriptor {
   uint64_t magic;          /* UR_ABI_MAGIC */
   uint32_t version;        /* UR_ABI_VERSION */
@@ -351,7 +379,8 @@ struct ur_descriptor {
   uint64_t altstacks;      /* address of struct ur_altstack[num_altstacks], 0: none kept */
   uint64_t num_altstacks;
   uint64_t size_maps;      /* address of struct ur_size_maps (abi v3) */
-  uint64_t reserved[3];
+  uint64_t modules;        /* address of struct ur_module_table, 0: none (no backtraces) */
+  uint64_t reserved[2];
 };
 
 #ifdef __cplusplus
@@ -369,6 +398,8 @@ _Static_assert(sizeof(struct ur_leak_record) == 40, "abi");
 _Static_assert(sizeof(struct ur_write_tracker) == 32, "abi");
 _Static_assert(sizeof(struct ur_size_maps) == 32, "abi");
 _Static_assert(sizeof(struct ur_size_map_ref) == 16, "abi");
+_Static_assert(sizeof(struct ur_module) == 72, "abi");
+_Static_assert(sizeof(struct ur_module_table) == 32, "abi");
 #endif
 
 #endif

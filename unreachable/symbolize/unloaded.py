@@ -1,0 +1,101 @@
+"""Frames in objects the target has dlclose'd since it stored them.
+
+The shim records every object the loader loads (its path, load bias, PT_LOAD
+span and build-id; abi.h struct ur_module_table) before it stores a new
+backtrace, and keeps the record after the object is unloaded. A pc in no
+mapping of the target is looked up there; the file, still on disk, then
+stands in for the mapping it had: its PT_LOAD segment holding the pc, placed
+at the recorded bias, exactly as the loader had mapped it. A file whose
+build-id is not the recorded one (rebuilt since) is not used.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+from unreachable.process.maps import Mapping
+from unreachable.process.memory import Memory, memory_reader
+from unreachable.symbolize.elf_file import NotElf, read_elf
+
+# struct ur_descriptor's `modules` field; struct ur_module_table; struct ur_module.
+_MODULES_FIELD = 136
+_TABLE = struct.Struct("<QQIIII")
+_MODULE = struct.Struct("<QQQIII4x32s")
+_MAX_PATH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedObject:
+    path: str
+    bias: int
+    start: int
+    end: int
+    build_id: str  # hex, "" when the object had none
+
+
+def read_loaded_objects(memory: Memory, descriptor_addr: int) -> list[LoadedObject]:
+    """Every object the shim recorded, oldest first; [] when it keeps no record
+    (no backtraces, an older shim) or the record cannot be read."""
+    try:
+        with memory_reader(memory) as read:
+            (table_addr,) = struct.unpack("<Q", read(descriptor_addr + _MODULES_FIELD, 8))
+            if not table_addr:
+                return []
+            mods, strings, capacity, count, strings_size, _lost = _TABLE.unpack(
+                read(table_addr, _TABLE.size)
+            )
+            count = min(count, capacity)
+            raw = read(mods, count * _MODULE.size) if count else b""
+            out = []
+            for fields in _MODULE.iter_unpack(raw):
+                bias, start, end, path_at, path_len, bid_len, bid = fields
+                if path_at + path_len > strings_size or path_len > _MAX_PATH:
+                    continue
+                path = read(strings + path_at, path_len).decode(errors="replace")
+                out.append(LoadedObject(path, bias, start, end, bid[: min(bid_len, 32)].hex()))
+            return out
+    except (OSError, struct.error, ValueError):
+        return []
+
+
+class UnloadedObjects:
+    """Mappings standing in for the recorded objects' segments, by pc."""
+
+    def __init__(self, objects: list[LoadedObject], root: str) -> None:
+        # The newest record first: an address reused by a later object names it.
+        self._objects = list(reversed(objects))
+        self._root = root
+        self._loads: dict[LoadedObject, list[Mapping] | None] = {}
+
+    def mapping_for(self, pc: int) -> Mapping | None:
+        for obj in self._objects:
+            if obj.start <= pc < obj.end:
+                for m in self._mappings(obj) or ():
+                    if m.start <= pc < m.end:
+                        return m
+                return None
+        return None
+
+    def _mappings(self, obj: LoadedObject) -> list[Mapping] | None:
+        if obj not in self._loads:
+            self._loads[obj] = _segments(obj, self._root)
+        return self._loads[obj]
+
+
+def _segments(obj: LoadedObject, root: str) -> list[Mapping] | None:
+    """The object's PT_LOAD segments as the loader mapped them (page-aligned)."""
+    try:
+        image = read_elf(f"{root}{obj.path}")
+    except (OSError, NotElf, ValueError):
+        return None
+    if obj.build_id and image.build_id and image.build_id != obj.build_id:
+        return None  # another file under that name now
+    page = os.sysconf("SC_PAGE_SIZE")
+    out = []
+    for seg in image.loads:
+        start = (obj.bias + seg.vaddr) & ~(page - 1)
+        end = -(-(obj.bias + seg.vaddr + seg.memsz) // page) * page
+        out.append(Mapping(start, end, "r-xp", seg.offset & ~(page - 1), 0, obj.path))
+    return out
