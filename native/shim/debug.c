@@ -27,6 +27,7 @@
 #include "entry.h"
 #include "helper.h"
 #include "lock.h"
+#include "modules.h"
 #include "region.h"
 #include "registry.h"
 #include "stacks.h"
@@ -123,7 +124,7 @@ static struct pc_name name_pc(uintptr_t pc) {
   Dl_info info;
   struct pc_name n = {"", pc, NULL, 0};
   if (dladdr((void *)pc, &info) && info.dli_fname) {
-    n.file = info.dli_fname;
+    n.file = ur_object_path(info.dli_fname);
     n.rel = pc - (uintptr_t)info.dli_fbase;
     if (info.dli_sname && info.dli_saddr) {
       n.sym = info.dli_sname;

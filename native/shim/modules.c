@@ -25,8 +25,11 @@ static uint32_t strings_used;    /* under `lock` */
  * fork copied held belongs to another pid and is taken over. */
 static uint64_t lock;
 static unsigned long long seen_adds, seen_subs; /* the loader's counters when last recorded */
+static char exe_path[4096];
 
 void ur_modules_init(void) {
+  ssize_t n = readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
+  exe_path[n > 0 ? n : 0] = '\0';
   if (!ur_g.bt_frames) return; /* no backtraces: no pc to name */
   struct ur_module_table *t = ur_region_alloc(sizeof *t);
   mods = ur_region_alloc(MODULES_CAPACITY * sizeof *mods);
@@ -38,6 +41,13 @@ void ur_modules_init(void) {
   t->strings_size = STRINGS_SIZE;
   table = t;
   unreachable_descriptor.modules = (uint64_t)(uintptr_t)t;
+}
+
+const char *ur_object_path(const char *name) {
+  if (name && exe_path[0] && program_invocation_name &&
+      strcmp(name, program_invocation_name) == 0)
+    return exe_path;
+  return name;
 }
 
 static int take_lock(void) {

@@ -24,6 +24,7 @@ fingerprint line and the optional bt_info lines.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from collections.abc import Mapping as MappingABC
@@ -37,6 +38,13 @@ _RECORD = re.compile(r"^z\s+(\d+)\s+sz\s+(\d+)\s+num\s+(\d+)\s+bt((?:\s+[0-9a-fA
 _BT_INFO = re.compile(
     r'\{"((?:[^"\\]|\\.)*)"\s+([0-9a-fA-F]+)\s+"((?:[^"\\]|\\.)*)"\s+([0-9a-fA-F]+)\}'
 )
+
+
+def system_fingerprint() -> str:
+    """The "Build fingerprint" of this system, as the shim's signal and exit
+    dumps write it (native/shim/debug.c): uname's sysname/release/machine."""
+    u = os.uname()
+    return f"{u.sysname}/{u.release}/{u.machine}"
 
 
 class DumpFormatError(ValueError):

@@ -14,6 +14,7 @@ from unreachable.capture.copy_snapshot import NEVER_COPY
 from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import open_target, still_running
 from unreachable.errors import TargetNotFound
+from unreachable.heapdump.dump_format import system_fingerprint
 from unreachable.heapdump.model import HeapDump, HeapRecord
 from unreachable.process.maps import read_maps
 from unreachable.symbolize.frames import Symbolizer
@@ -52,6 +53,7 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
         records=records,
         pause_ms=capture.pause_ms,
         maps=maps_text,
+        fingerprint=system_fingerprint(),
     )
 
 

@@ -28,6 +28,7 @@ def dump_to_dict(dump: HeapDump) -> dict[str, Any]:
             for r in dump.records
         ],
         "maps": dump.maps,
+        "fingerprint": dump.fingerprint,
     }
 
 
@@ -49,5 +50,5 @@ def format_text(dump: HeapDump) -> str:
         if r.frames
     }
     out = io.StringIO()
-    write_dump(records, dump.maps, dump.backtrace_size, "", out, bt_info=bt_info)
+    write_dump(records, dump.maps, dump.backtrace_size, dump.fingerprint, out, bt_info=bt_info)
     return out.getvalue()

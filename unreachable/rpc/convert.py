@@ -138,6 +138,7 @@ def heapdump_from_dict(d: dict[str, Any]) -> pb.HeapDumpResponse:
         allocation_count=d["allocation_count"],
         pause_ms=d["pause_ms"],
         maps=d.get("maps", ""),
+        fingerprint=d.get("fingerprint", ""),
         records=[
             pb.HeapRecord(
                 size=r["size"],
@@ -158,6 +159,7 @@ def heapdump_to_model(h: pb.HeapDumpResponse) -> HeapDump:
         allocation_count=h.allocation_count,
         pause_ms=h.pause_ms,
         maps=h.maps,
+        fingerprint=h.fingerprint,
         records=[
             HeapRecord(
                 size=r.size,

@@ -251,7 +251,7 @@ class HeapRecord(_message.Message):
     def __init__(self, size: _Optional[int] = ..., num_allocations: _Optional[int] = ..., frames: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ...) -> None: ...
 
 class HeapDumpResponse(_message.Message):
-    __slots__ = ("pid", "command", "total_memory", "backtrace_size", "allocation_count", "records", "pause_ms", "maps")
+    __slots__ = ("pid", "command", "total_memory", "backtrace_size", "allocation_count", "records", "pause_ms", "maps", "fingerprint")
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MEMORY_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +260,7 @@ class HeapDumpResponse(_message.Message):
     RECORDS_FIELD_NUMBER: _ClassVar[int]
     PAUSE_MS_FIELD_NUMBER: _ClassVar[int]
     MAPS_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     pid: int
     command: str
     total_memory: int
@@ -268,7 +269,8 @@ class HeapDumpResponse(_message.Message):
     records: _containers.RepeatedCompositeFieldContainer[HeapRecord]
     pause_ms: float
     maps: str
-    def __init__(self, pid: _Optional[int] = ..., command: _Optional[str] = ..., total_memory: _Optional[int] = ..., backtrace_size: _Optional[int] = ..., allocation_count: _Optional[int] = ..., records: _Optional[_Iterable[_Union[HeapRecord, _Mapping]]] = ..., pause_ms: _Optional[float] = ..., maps: _Optional[str] = ...) -> None: ...
+    fingerprint: str
+    def __init__(self, pid: _Optional[int] = ..., command: _Optional[str] = ..., total_memory: _Optional[int] = ..., backtrace_size: _Optional[int] = ..., allocation_count: _Optional[int] = ..., records: _Optional[_Iterable[_Union[HeapRecord, _Mapping]]] = ..., pause_ms: _Optional[float] = ..., maps: _Optional[str] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class ListTargetsRequest(_message.Message):
     __slots__ = ()
