@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.heapdump.profile_proto import decode
+from unreachable.report.model import export_weights
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]
@@ -56,9 +57,12 @@ def test_every_format_adds_up_to_the_reports_totals(targets, tmp_path):
     scan(pid, "--format", "pprof", "-o", str(out))
     profile = decode(out.read_bytes())
     assert [sum(s.value[i] for s in profile.sample) for i in (0, 1)] == [count, size]
-    # every entry, not the 2 the limit lists; the tree's 5 blocks under its root
-    assert len(profile.sample) == 5
-    assert sum(1 for s in profile.sample if list(s.value) == [5, 5 * 132]) == 1
+    # every entry, not the 2 the limit lists, each with the blocks below it:
+    # the chain and the tree under their roots, the 2-cycle's members (each
+    # referencing the other) and the self-pointing block on their own
+    assert sorted(list(s.value) for s in profile.sample) == sorted(
+        [[3, 40 + 48 + 56], [5, 5 * 132], [1, 232], [1, 232], [1, 332]]
+    )
 
     # pprof mappings: the loader's mappings of each file, not the span of its pcs
     maps = maps_of(pid)
@@ -79,3 +83,33 @@ def test_every_format_adds_up_to_the_reports_totals(targets, tmp_path):
     diff = json.loads(res.stdout)
     assert (diff["after"]["count"], diff["after"]["bytes"]) == (count, size)
     assert sum(r["after_bytes"] for r in diff["rows"]) == size
+
+
+def entry(size: int, ref: tuple[int, int] = (0, 0), similar: tuple[int, int, int, int] = (0,) * 4):
+    return {
+        "size": size,
+        "referenced_count": ref[0],
+        "referenced_size": ref[1],
+        "similar_count": similar[0],
+        "similar_size": similar[1],
+        "similar_referenced_count": similar[2],
+        "similar_referenced_size": similar[3],
+    }
+
+
+def test_weights_of_a_cycle_listed_before_a_tree():
+    # a 2-cycle of 300-byte roots with a 50-byte block below it, listed
+    # first (largest totals), then a 10-byte root over two 20-byte blocks
+    leaks = [entry(300, (2, 350)), entry(300, (2, 350)), entry(10, (2, 40))]
+    w = export_weights(leaks, 6, 700)
+    assert sum(c for c, _ in w.entries) + w.unlisted_count == 6
+    assert sum(b for _, b in w.entries) + w.unlisted_bytes == 700
+    assert w.entries[2] == (3, 50)  # the tree keeps its blocks
+    assert (w.unlisted_count, w.unlisted_bytes) == (0, 0)
+
+
+def test_weights_of_entries_past_the_limit_are_unlisted():
+    leaks = [entry(100, (1, 10), (1, 100, 1, 10))]  # two roots, one block each below
+    w = export_weights(leaks, 7, 400)  # 3 more leaks of 90 bytes not listed
+    assert w.entries == [(4, 220)]
+    assert (w.unlisted_count, w.unlisted_bytes) == (3, 180)
