@@ -3,6 +3,9 @@ the shim's record of loaded objects, with the file still on disk."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from unreachable.scan import scan
 
 PROGRAMS = Path(__file__).parent / "programs"
 SCENARIO = Path(__file__).parent.parent / "scan" / "programs"
+NOBODY = 65534
 
 
 @pytest.mark.parametrize("how", ["absolute", "relative"])
@@ -36,3 +40,38 @@ def test_leak_from_an_unloaded_plugin_has_function_and_line(targets, how):
     assert alloc.map == str(plugin)
     assert alloc.file.endswith("plugin.c") and "malloc(77)" in source[alloc.line - 1], alloc
     assert "plugin_alloc();" in source[frames["plugin_leak"].line - 1]
+
+
+def test_a_file_the_target_could_not_read_is_not_used(targets, tmp_path_factory):
+    """The record lives in the target's memory: a target may name any file
+    there. A file its user cannot read gives no symbols."""
+    if os.getuid() != 0:
+        pytest.skip("running the target as another user takes root")
+    shared = Path(tempfile.mkdtemp(prefix="unreachable-plugin-"))
+    try:
+        shared.chmod(0o755)
+        plugin = shared / "plugin.so"
+        shutil.copy(build(PROGRAMS / "plugin.c", shared=True), plugin)
+        plugin.chmod(0o644)
+
+        def as_nobody() -> None:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+
+        target = targets.start(
+            PROGRAMS / "plugin_host.c",
+            str(plugin),
+            "absolute",
+            options="backtrace=16",
+            cflags=[f"-I{SCENARIO}"],
+            preexec=as_nobody,
+        )
+        plugin.chmod(0o600)  # root's alone now
+        [leak] = scan(target.pid).leaks
+        assert not any(f.function.startswith("plugin_") for f in leak.backtrace)
+        plugin.chmod(0o644)
+        [leak] = scan(target.pid).leaks
+        assert any(f.function == "plugin_alloc" for f in leak.backtrace)
+    finally:
+        shutil.rmtree(shared)

@@ -74,7 +74,7 @@ class Symbolizer:
             tuple(debug_dirs) if debug_dirs is not None else env.debug_dirs,
         )
         self._maps = sorted(mappings, key=lambda m: m.start)
-        self._unloaded = UnloadedObjects(list(unloaded), self._root)
+        self._unloaded = UnloadedObjects(list(unloaded), self._root, self._pid)
         self._objects: dict[Mapping, SymbolObject | None] = {}
 
     def _object(self, m: Mapping) -> SymbolObject | None:

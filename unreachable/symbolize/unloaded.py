@@ -7,11 +7,18 @@ mapping of the target is looked up there; the file, still on disk, then
 stands in for the mapping it had: its PT_LOAD segment holding the pc, placed
 at the recorded bias, exactly as the loader had mapped it. A file whose
 build-id is not the recorded one (rebuilt since) is not used.
+
+The record is the target's memory, which it may have written anything into:
+a path is used only when it is absolute and normal (no "." or ".."
+components) and names a regular file the target's file-system user could
+read by its mode bits, so a scan never shows a target symbols of files it
+could not open itself.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from dataclasses import dataclass
 
@@ -63,10 +70,12 @@ def read_loaded_objects(memory: Memory, descriptor_addr: int) -> list[LoadedObje
 class UnloadedObjects:
     """Mappings standing in for the recorded objects' segments, by pc."""
 
-    def __init__(self, objects: list[LoadedObject], root: str) -> None:
+    def __init__(self, objects: list[LoadedObject], root: str, pid: int | None) -> None:
         # The newest record first: an address reused by a later object names it.
-        self._objects = list(reversed(objects))
+        # A target that is gone has no credentials to check files against.
+        self._objects = list(reversed(objects)) if pid else []
         self._root = root
+        self._pid = pid
         self._loads: dict[LoadedObject, list[Mapping] | None] = {}
 
     def mapping_for(self, pc: int) -> Mapping | None:
@@ -80,8 +89,41 @@ class UnloadedObjects:
 
     def _mappings(self, obj: LoadedObject) -> list[Mapping] | None:
         if obj not in self._loads:
-            self._loads[obj] = _segments(obj, self._root)
+            usable = self._pid is not None and _may_read(self._pid, obj.path, self._root)
+            self._loads[obj] = _segments(obj, self._root) if usable else None
         return self._loads[obj]
+
+
+def _credentials(pid: int) -> tuple[int, set[int]] | None:
+    """The target's file-system uid and its groups (/proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        fsuid = int(fields["Uid"].split()[3])
+        gids = {int(fields["Gid"].split()[3]), *map(int, fields.get("Groups", "").split())}
+    except (OSError, KeyError, IndexError, ValueError):
+        return None
+    return fsuid, gids
+
+
+def _may_read(pid: int, path: str, root: str) -> bool:
+    if not path.startswith("/") or os.path.normpath(path) != path or "\0" in path:
+        return False
+    creds = _credentials(pid)
+    try:
+        st = os.stat(f"{root}{path}")
+    except OSError:
+        return False
+    if creds is None or not stat.S_ISREG(st.st_mode):
+        return False
+    uid, gids = creds
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IRUSR)
+    if st.st_gid in gids:
+        return bool(st.st_mode & stat.S_IRGRP)
+    return bool(st.st_mode & stat.S_IROTH)
 
 
 def _segments(obj: LoadedObject, root: str) -> list[Mapping] | None:
