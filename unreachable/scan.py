@@ -322,11 +322,11 @@ def _scan(
         # it in this instant: no second try.
         if in_child and forked and still_running(pid):
             raise _ChildGone("the snapshot child vanished") from None
-        raise TargetNotFound(f"process {pid} exited during the scan") from None
+        raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
     pause_ms = capture.pause_ms
 
     if not still_running(pid):
-        raise TargetNotFound(f"process {pid} exited during the scan")
+        raise TargetNotFound(f"process {target.tgid} exited during the scan")
     frames = Symbolizer(pid, mappings).symbolize(stacks)
     entries = [
         LeakEntry(
@@ -339,7 +339,7 @@ def _scan(
     ]
     note("done")
     return ScanReport(
-        pid=pid,
+        pid=target.tgid,
         command=target.command,
         leak_count=result.unreachable_count,
         leak_bytes=result.unreachable_bytes,

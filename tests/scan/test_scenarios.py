@@ -13,6 +13,7 @@ import pytest
 from tests.support.cbuild import build
 from tests.support.tracking import copy_unsupported
 from unreachable.capture.target import open_target
+from unreachable.heapdump.live import heap_dump
 from unreachable.process.maps import read_maps
 from unreachable.process.memory import present_ranges
 from unreachable.scan import ScanOptions, scan
@@ -54,6 +55,7 @@ def check_exact(target, **kw):
         "coroutine_stack.c",
         "user_namespace.c",
         "queued_signal.c",
+        "main_thread_exited.c",
     ],
 )
 @pytest.mark.parametrize(
@@ -74,6 +76,18 @@ def test_scenario(targets, program, snapshot, sweep):
     report = check_exact(target, snapshot=snapshot, sweep=sweep)
     assert report.snapshot == snapshot
     assert report.sweep == (sweep if snapshot == "fork" else "scanner")
+    assert target.alive() and target.tracer() == 0
+
+
+def test_a_process_whose_main_thread_exited(targets):
+    """Its /proc/PID/status says State Z, its other threads run: the report
+    names the process, and a heap dump reads it too."""
+    target = targets.start(PROGRAMS / "main_thread_exited.c")
+    with open(f"/proc/{target.pid}/status") as f:
+        assert "State:\tZ" in f.read()
+    report = check_exact(target)
+    assert report.pid == target.pid and report.threads == 9
+    assert heap_dump(target.pid).allocation_count >= 2
     assert target.alive() and target.tracer() == 0
 
 
