@@ -225,6 +225,10 @@ def _scan(
             epoll = held.epoll_words() if held else b""
             timers = held.timer_words() if held else b""
             signals = held.signal_words() if held else b""
+            # Bytes in pipes and sockets: only values within the heap's bounds.
+            anonymous = anonymous_spans(mappings)
+            pipes = held.in_flight.pipe_words(anonymous) if held else b""
+            sockets = held.in_flight.socket_words(anonymous) if held else b""
             header = target.header
             altstacks = altstack_words(
                 memory, header.altstacks, header.num_altstacks, {t.tid for t in capture.threads}
@@ -234,6 +238,8 @@ def _scan(
                     epoll,
                     timers,
                     signals,
+                    pipes,
+                    sockets,
                     altstacks,
                     register_words(
                         [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
@@ -355,6 +361,8 @@ def _scan(
         | ({"epoll data": len(epoll)} if epoll else {})
         | ({"timer values": len(timers)} if timers else {})
         | ({"signal values": len(signals)} if signals else {})
+        | ({"pipe data": len(pipes)} if pipes else {})
+        | ({"socket data": len(sockets)} if sockets else {})
         | ({"signal stacks": len(altstacks)} if altstacks else {})
         | ({"code immediates": len(jit)} if jit else {}),
         pages_skipped=result.pages_skipped,

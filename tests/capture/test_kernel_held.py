@@ -1,17 +1,21 @@
 """Pointers the kernel holds as roots (unreachable/capture/kernel_held.py):
 epoll registrations' data, read in the pause when there are few, around it
-when there are many; POSIX timers' values; queued signals' values."""
+when there are many; POSIX timers' values; queued signals' values; bytes
+queued in pipes and unix sockets (in_flight.py)."""
 
 from __future__ import annotations
 
 import os
 import select
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.tracking import copy_unsupported
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.scan import ScanOptions, scan
 
@@ -67,6 +71,10 @@ def test_read_around_the_pause_when_many(pipes):
         ("timer_value.c", "timer values", 1),
         # both queues: the process's (sigqueue) and a thread's (pthread_sigqueue)
         ("queued_signal.c", "signal values", 2),
+        # a pipe, a pipe full to capacity (2), a pointer at an odd offset
+        ("in_flight.c", "pipe data", 4),
+        # a stream socketpair, a datagram one (2)
+        ("in_flight.c", "socket data", 3),
     ],
 )
 def test_a_scan_counts_them_as_roots(targets, program, kind, words):
@@ -80,3 +88,35 @@ def test_a_scan_counts_them_as_roots(targets, program, kind, words):
         status = Path(f"/proc/{target.pid}/status").read_text()
         fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
         assert int(fields["ShdPnd"], 16) and int(fields["SigPnd"], 16)
+
+
+def _own_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_queued_bytes_are_left_as_they_were(targets):
+    """Read in every snapshot mode, nothing consumed: the program then reads
+    back exactly what it wrote, and the scanner keeps no pipe or duplicate."""
+    target = targets.start(PROGRAMS / "in_flight.c")
+    modes = ["fork", "stopped"] + ([] if copy_unsupported() else ["copy"])
+    before = _own_fds()
+    for snapshot in modes:
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert (report.leak_count, report.leak_bytes) == (1, 24), snapshot
+    assert _own_fds() == before
+    target.send("read")
+    assert target.read_line() == "INTACT"
+
+
+def test_a_program_reading_its_queues_during_the_scan(targets):
+    target = targets.start(PROGRAMS / "in_flight.c")
+    scanner = subprocess.Popen(
+        [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    target.send("read")  # whenever it runs: before, in or after the pause
+    assert target.read_line() == "INTACT"
+    _, err = scanner.communicate(timeout=120)
+    assert scanner.returncode in (0, 1), err
