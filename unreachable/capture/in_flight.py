@@ -28,8 +28,9 @@ records began (a reader that took a 9-byte record leaves every later
 pointer off by one), so a stream's 8-byte values are taken at every byte
 offset, as for JIT code; only those inside the heap's bounds are kept.
 
-At most QUEUED_MAX_BYTES are read per scan, in the pause (a pipe's 64 KiB:
-~20 us); past that the rest of the queues is not read.
+In the pause each queue costs one FIONREAD (most are empty), a non-empty
+one a tee or a few peeks (~10 us). At most QUEUED_MAX_BYTES are read per
+scan; past that the rest of the queues is not read.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import fcntl
 import os
 import socket
 import struct
+import termios
 from dataclasses import dataclass, field
 
 from unreachable import _native
@@ -81,11 +83,14 @@ class InFlight:
         found = cls()
         pidfd = _pidfd(pid)
         pipes: dict[str, list[int]] = {}
+        # Only unix sockets are duplicated: a server's thousands of TCP
+        # connections are left alone.
+        unix = _unix_socket_inodes(pid) if pidfd is not None else set()
         try:
             for fd, link in sorted(links.items()):
                 if link.startswith("pipe:"):
                     pipes.setdefault(link, []).append(fd)
-                elif link.startswith("socket:") and pidfd is not None:
+                elif link.startswith("socket:") and link[8:-1] in unix and pidfd is not None:
                     found._add_socket(pidfd, fd)
             for fds in pipes.values():
                 found._add_pipe(pid, pidfd, fds)
@@ -136,6 +141,8 @@ class InFlight:
             for q in self.queues:
                 if budget <= 0:
                     break
+                if not _queued(q.fd):
+                    continue  # most are empty: one ioctl each (~1 us), no more
                 if q.pipe:
                     data = _tee(q.fd, budget)
                     if data:
@@ -181,6 +188,16 @@ def _stream_words(streams: list[bytes], spans: list[Span]) -> bytes:
     return b"".join(out)
 
 
+def _unix_socket_inodes(pid: int) -> set[str]:
+    """The inodes of the unix sockets of the target's network namespace."""
+    try:
+        with open(f"/proc/{pid}/net/unix") as f:
+            next(f, None)
+            return {fields[6] for line in f if len(fields := line.split()) > 6}
+    except OSError:
+        return set()
+
+
 def _pidfd(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)
@@ -191,6 +208,14 @@ def _pidfd(pid: int) -> int | None:
 def _getfd(pidfd: int, fd: int) -> int:
     r = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
     return r if r >= 0 else -1
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting (a datagram socket's: its first datagram's)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
 
 
 def _tee(source: int, budget: int) -> bytes:
