@@ -20,7 +20,8 @@ static struct queue q_pipe, q_stream, q_dgram, q_full, q_odd;
 static void put(struct queue *q, const void *data, size_t n) {
   if (write(q->wr, data, n) != (ssize_t)n) exit(3);
   /* Kept inverted: a copy of a pointer here would be a root. */
-  for (size_t i = 0; i < n; i++) q->sent[q->len + i] = (unsigned char)~((const unsigned char *)data)[i];
+  const unsigned char *bytes = data;
+  for (size_t i = 0; i < n; i++) q->sent[q->len + i] = (unsigned char)~bytes[i];
   q->len += n;
 }
 
