@@ -5,6 +5,7 @@ queued in pipes and unix sockets (in_flight.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import struct
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cbuild import build
 from tests.support.tracking import copy_unsupported
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.scan import ScanOptions, scan
@@ -120,3 +122,24 @@ def test_a_program_reading_its_queues_during_the_scan(targets):
     assert target.read_line() == "INTACT"
     _, err = scanner.communicate(timeout=120)
     assert scanner.returncode in (0, 1), err
+
+
+def test_a_scanner_that_may_not_call_pidfd_getfd(targets):
+    """Under systemd's @system-service filter pidfd_getfd kills the caller:
+    the scan reads the pipes (through /proc) and leaves the sockets."""
+    target = targets.start(PROGRAMS / "in_flight.c")
+    launcher = build(Path(__file__).parent / "programs" / "no_getfd.c")
+    res = subprocess.run(
+        [str(launcher), sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid)]
+        + ["--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    report = json.loads(res.stdout)
+    # The three blocks only a socket holds are reported, the pipes' are not.
+    assert (report["leak_count"], report["leak_bytes"]) == (4, 24 + 56 + 72 + 88)
+    assert report["roots"]["pipe data"] == 32 and "socket data" not in report["roots"]
+    target.send("read")
+    assert target.read_line() == "INTACT"

@@ -21,6 +21,10 @@ open files as the target's: nothing is read with a blocking call and no
 flag of theirs is changed. A pipe the target holds only the write end of
 is opened for reading through /proc/PID/fd instead.
 
+pidfd_getfd is not in systemd's @system-service set; a scanner under a
+seccomp filter that refuses it reads pipes only (opened through
+/proc/PID/fd, as a write end's reader is).
+
 Which offsets: a datagram (SOCK_DGRAM, SOCK_SEQPACKET) starts a message, so
 its words are read at offsets aligned from the message's start, as memory's
 are. A byte stream's read position says nothing of where the writer's
@@ -38,6 +42,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import socket
 import struct
@@ -199,10 +204,39 @@ def _unix_socket_inodes(pid: int) -> set[str]:
 
 
 def _pidfd(pid: int) -> int | None:
+    if not _getfd_allowed():
+        return None
     try:
         return os.pidfd_open(pid)
     except OSError:
         return None  # not a thread-group leader (its main thread exited): pipes only
+
+
+def _own_seccomp() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    return int(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
+@functools.cache
+def _getfd_allowed() -> bool:
+    """Whether this process may call pidfd_getfd. It is in systemd's @debug
+    group, not @system-service: a scanner under a SystemCallFilter= without
+    it would die of SIGSYS on the first socket. Under any seccomp filter the
+    call is tried first by a child, which only makes it and exits."""
+    if _own_seccomp() == 0:
+        return True
+    child = os.fork()
+    if child == 0:
+        r = _libc.syscall(_SYS_PIDFD_GETFD, -1, 0, 0)
+        os._exit(0 if r < 0 and ctypes.get_errno() == errno.EBADF else 1)
+    _, status = os.waitpid(child, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def _getfd(pidfd: int, fd: int) -> int:
