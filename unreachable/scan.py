@@ -226,6 +226,10 @@ def _scan(
             epoll = held.epoll_words() if held else b""
             timers = held.timer_words() if held else b""
             signals = held.signal_words() if held else b""
+            # Bytes in pipes and sockets: only values within the heap's bounds.
+            anonymous = anonymous_spans(mappings)
+            pipes = held.in_flight.pipe_words(anonymous) if held else b""
+            sockets = held.in_flight.socket_words(anonymous) if held else b""
             header = target.header
             altstacks = altstack_words(
                 memory, header.altstacks, header.num_altstacks, {t.tid for t in capture.threads}
@@ -235,6 +239,8 @@ def _scan(
                     epoll,
                     timers,
                     signals,
+                    pipes,
+                    sockets,
                     altstacks,
                     register_words(
                         [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
@@ -324,11 +330,11 @@ def _scan(
         # it in this instant: no second try.
         if in_child and forked and still_running(pid):
             raise _ChildGone("the snapshot child vanished") from None
-        raise TargetNotFound(f"process {pid} exited during the scan") from None
+        raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
     pause_ms = capture.pause_ms
 
     if not still_running(pid):
-        raise TargetNotFound(f"process {pid} exited during the scan")
+        raise TargetNotFound(f"process {target.tgid} exited during the scan")
     frames = Symbolizer(pid, mappings, unloaded=loaded).symbolize(stacks)
     entries = [
         LeakEntry(
@@ -341,7 +347,7 @@ def _scan(
     ]
     note("done")
     return ScanReport(
-        pid=pid,
+        pid=target.tgid,
         command=target.command,
         leak_count=result.unreachable_count,
         leak_bytes=result.unreachable_bytes,
@@ -357,6 +363,8 @@ def _scan(
         | ({"epoll data": len(epoll)} if epoll else {})
         | ({"timer values": len(timers)} if timers else {})
         | ({"signal values": len(signals)} if signals else {})
+        | ({"pipe data": len(pipes)} if pipes else {})
+        | ({"socket data": len(sockets)} if sockets else {})
         | ({"signal stacks": len(altstacks)} if altstacks else {})
         | ({"code immediates": len(jit)} if jit else {}),
         pages_skipped=result.pages_skipped,

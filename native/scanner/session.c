@@ -29,6 +29,8 @@ typedef struct {
   int busy;              /* a method is running with the GIL released */
   pid_t owner_tid;       /* the tracer thread */
   pid_t child;           /* snapshot child, 0 if none */
+  pid_t helper;          /* the helper that forked it, to reap it (0: none) */
+  uint64_t cmd_addr;     /* that helper's command word */
   int child_started;     /* the child sweeps itself (child_start ran) */
   struct ur_child csweep;
   int stopped_threads;
@@ -99,6 +101,10 @@ static void do_close(Session *s) {
   if (s->child_started) {
     ur_child_forget(&s->csweep);
     s->child_started = 0;
+  }
+  if (s->helper > 0) {
+    ur_snapshot_reap(s->pid, s->helper, s->cmd_addr);
+    s->helper = 0;
   }
 }
 
@@ -172,6 +178,8 @@ static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) 
   s->busy = 0;
   if (child < 0) return ur_py_raise(child, err);
   s->child = child;
+  s->helper = helper;
+  s->cmd_addr = cmd_addr;
   return PyLong_FromLong(child);
 }
 

@@ -68,6 +68,19 @@ static int finish_previous(struct ur_thread *t, int fd, uint64_t cmd_addr) {
       rc = 0;
       break;
     }
+    /* In a process stopped by SIGSTOP the helper traps again into its
+     * group stop as it runs: on again, until it is done. */
+    int status;
+    pid_t r = waitpid(t->tid, &status, __WALL | WNOHANG);
+    if (r == t->tid && (WIFEXITED(status) || WIFSIGNALED(status))) {
+      t->attached = false;
+      return -ESRCH;
+    }
+    if (r == t->tid) {
+      if ((status >> 16) == 0 && !t->resume_sig) t->resume_sig = WSTOPSIG(status);
+      ptrace(PTRACE_CONT, t->tid, NULL, NULL);
+      continue;
+    }
     nap(&backoff);
   }
   ptrace(PTRACE_INTERRUPT, t->tid, NULL, NULL);
@@ -86,6 +99,62 @@ static int finish_previous(struct ur_thread *t, int fd, uint64_t cmd_addr) {
     if ((status >> 16) == 0 && !t->resume_sig) t->resume_sig = WSTOPSIG(status);
     ptrace(PTRACE_CONT, t->tid, NULL, NULL);
   }
+  return rc;
+}
+
+static char thread_state(pid_t pid, pid_t tid) {
+  char path[96], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *p = strrchr(buf, ')'); /* comm may contain spaces and parens */
+  return (p && p[1] == ' ') ? p[2] : 0;
+}
+
+int ur_snapshot_reap(pid_t pid, pid_t tid, uint64_t cmd_addr) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  uint32_t cmd = UR_CMD_IDLE;
+  int rc = rw_cmd(fd, cmd_addr, &cmd, 0);
+  /* 'T': in its group stop, not traced by anyone. */
+  if (rc < 0 || cmd == UR_CMD_IDLE || thread_state(pid, tid) != 'T') goto out;
+  if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) {
+    rc = -errno;
+    goto out;
+  }
+  struct ur_thread t = {.tid = tid, .attached = true};
+  int status;
+  ptrace(PTRACE_INTERRUPT, tid, NULL, NULL);
+  if (ur_wait_stop(tid, &status, STEP_TIMEOUT_NS) != 1) {
+    ptrace(PTRACE_DETACH, tid, NULL, NULL);
+    rc = -ETIMEDOUT;
+    goto out;
+  }
+  if (WIFEXITED(status) || WIFSIGNALED(status)) {
+    rc = -ESRCH;
+    goto out;
+  }
+  if ((status >> 16) == 0) t.resume_sig = WSTOPSIG(status);
+  uint64_t oldmask = 0, allmask = ~UINT64_C(0);
+  ptrace(PTRACE_GETSIGMASK, tid, (void *)sizeof(oldmask), &oldmask);
+  ptrace(PTRACE_SETSIGMASK, tid, (void *)sizeof(allmask), &allmask);
+  rc = finish_previous(&t, fd, cmd_addr);
+  if (t.attached && t.running) { /* timed out running: stop it to let it go */
+    ptrace(PTRACE_INTERRUPT, tid, NULL, NULL);
+    t.running = ur_wait_stop(tid, &status, RESTOP_TIMEOUT_NS) != 1;
+  }
+  if (t.attached && !t.running) {
+    ptrace(PTRACE_SETSIGMASK, tid, (void *)sizeof(oldmask), &oldmask);
+    ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)t.resume_sig);
+  }
+out:
+  close(fd);
   return rc;
 }
 

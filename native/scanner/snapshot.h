@@ -32,4 +32,11 @@ pid_t ur_snapshot_take(struct ur_capture *c, pid_t helper_tid, uint64_t cmd_addr
  * helper, reaps the zombie). Returns 0 or -errno. */
 int ur_snapshot_close(pid_t child);
 
+/* The closed child is a zombie until the helper reaps it, and the helper's
+ * command word stays UR_CMD_SNAPSHOT until then. In a process stopped by
+ * SIGSTOP the helper cannot run: this runs it alone (every signal blocked)
+ * until it has reaped the child, and puts it back into its group stop. A
+ * running helper reaps by itself: nothing is done then. Returns 0 or -errno. */
+int ur_snapshot_reap(pid_t pid, pid_t helper_tid, uint64_t cmd_addr);
+
 #endif

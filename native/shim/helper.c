@@ -14,6 +14,7 @@
 #include "child.h"
 #include "debug.h"
 #include "huge_arenas.h"
+#include "self_maps.h"
 #include "shim.h"
 #include "write_tracking.h"
 
@@ -240,6 +241,7 @@ void ur_helper_start(void) {
    * clears and refills it as main starts), and the helper's getenv walked
    * the array glibc was freeing (SIGSEGV). The answer is cached. */
   (void)ur_huge_arenas_wanted();
+  ur_self_maps_keep();
   unreachable_descriptor.child_box = (uint64_t)(uintptr_t)&ur_child_box;
   unreachable_descriptor.write_tracker = (uint64_t)(uintptr_t)&ur_write_tracker;
   sigset_t all, old;
@@ -298,5 +300,6 @@ void ur_helper_after_fork_child(void) {
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;
   ur_g.pending = 0; /* the parent's requests are the parent's */
   ur_write_tracking_after_fork_child();
+  ur_self_maps_after_fork_child();
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
 }

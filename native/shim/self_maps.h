@@ -15,6 +15,12 @@
 typedef int (*ur_maps_fn)(uint64_t lo, uint64_t hi, const char *rest, void *arg);
 int ur_self_maps_foreach(ur_maps_fn fn, void *arg);
 
+/* Opens the maps to keep, while the process can (before a chroot); called
+ * as a helper starts, by the thread starting it. */
+void ur_self_maps_keep(void);
+/* The parent's descriptor closed in a forked child. */
+void ur_self_maps_after_fork_child(void);
+
 /* The four permission characters of rest ("rw-p"), NUL-terminated in perms. */
 int ur_maps_perms(const char *rest, char perms[5]);
 

@@ -19,10 +19,12 @@
 
 struct ur_write_tracker ur_write_tracker;
 static int g_uffd = -1;
-static int g_pagemap = -1; /* /proc/self/pagemap, while tracking starts */
+static int g_pagemap = -1; /* the helper's pagemap, while tracking starts */
 
 /* A process that changed its uid (a daemon that dropped root) is not
- * dumpable, and its /proc/self/pagemap belongs to root: it cannot open it.
+ * dumpable, and its /proc/self/pagemap belongs to root: it cannot open it;
+ * a chrooted one has no /proc. (Kept open from the start, a pagemap opened
+ * as root would show a daemon that dropped root the physical frames.)
  * Its anonymous mappings are then protected whole, absent pages included,
  * up to this many bytes (the page tables built for absent pages cost 1/512
  * of it and stay); mappings past it are left untracked, which the scanner
@@ -195,12 +197,8 @@ void ur_write_tracking_begin(void) {
   if (g_uffd >= 0) stop_tracking(); /* a START while ON: its scanner started over */
   unsigned n = 0;
   int fd = open_uffd();
-  if (fd >= 0 && (g_pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) < 0 &&
-      errno != EACCES) {
-    int e = errno;
-    close(fd);
-    fd = -e;
-  }
+  /* thread-self: a process whose main thread exited has no /proc/self/pagemap. */
+  if (fd >= 0) g_pagemap = open("/proc/thread-self/pagemap", O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     g_uffd = fd;
     g_whole_protected = 0;

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.targets import wait_state
 from tests.support.tracking import (
     copy_unsupported,
     kill_scanner_while_tracking,
@@ -97,7 +98,10 @@ def test_the_copy_holds_memory_as_it_was_at_the_stop(targets, privileges):
     try:
         with copy_while_running(open_target(pid)) as copy:
             copied_by_now = [_live_u64(pid, a) for a in addrs]
-            time.sleep(0.05)
+            # Written since the copy: only the stop's read again holds it.
+            deadline = time.monotonic() + 20
+            while not all(_live_u64(pid, a) > c for a, c in zip(addrs, copied_by_now, strict=True)):
+                assert time.monotonic() < deadline, "the writer made no progress"
             session.stop()
             try:
                 refresh(copy, pid)
@@ -211,10 +215,10 @@ def test_cli_copy_snapshot(targets):
 
 
 def test_cli_copy_of_a_user_stopped_target_is_refused(targets):
-    target = targets.start(PROGRAMS / "globals.c")
+    target = targets.start(PROGRAMS / "globals.c")  # its helper running
     os.kill(target.pid, signal.SIGSTOP)
     try:
-        time.sleep(0.05)
+        wait_state(target, "T")
         res = subprocess.run(
             [*CLI, "scan", str(target.pid), "--snapshot", "copy"],
             capture_output=True,

@@ -6,11 +6,13 @@ the call returns; a forked child starts one at its first allocation."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.support.targets import wait_state
 from tests.support.tracking import copy_unsupported
 from unreachable.capture.stop_world import stop_world
 from unreachable.capture.target import open_target
@@ -18,6 +20,7 @@ from unreachable.errors import TargetUnscannable
 from unreachable.scan import ScanOptions, scan
 
 PROGRAM = Path(__file__).parent / "programs" / "helper_aside.c"
+PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
 
 
 def _ask(target, command: str) -> None:
@@ -27,11 +30,11 @@ def _ask(target, command: str) -> None:
 
 def _helper_tid(pid: int, not_this: int) -> int:
     """The helper's tid once one other than not_this runs."""
-    for _ in range(200):
-        if (tid := open_target(pid).header.helper_tid) not in (0, not_this):
-            return tid
-        time.sleep(0.01)
-    raise AssertionError("no new helper")
+    deadline = time.monotonic() + 20
+    while (tid := open_target(pid).header.helper_tid) in (0, not_this):
+        assert time.monotonic() < deadline, "no new helper"
+        time.sleep(0.002)
+    return tid
 
 
 def test_a_helper_replaced_since_the_descriptor_was_read(targets):
@@ -71,3 +74,34 @@ def test_a_new_helper_as_the_call_returns(targets):
     assert not os.path.exists(f"/proc/{target.pid}/task/{old}")
     report = scan(target.pid, ScanOptions(snapshot="fork"))
     assert (report.snapshot, report.leak_count, report.leak_bytes) == ("fork", 1, 24)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_user_stopped_target_keeps_no_snapshot_child(targets):
+    """Stopped by SIGSTOP, its helper cannot reap the snapshot child: the
+    scan runs the helper alone until it has, so that no zombie stays behind
+    and the next fork scan does not find the helper busy."""
+    target = targets.start(PROGRAMS / "globals.c")
+    os.kill(target.pid, signal.SIGSTOP)
+    wait_state(target, "T")
+    try:
+        for mode in ("fork", "fork", "auto"):
+            report = scan(target.pid, ScanOptions(snapshot=mode))
+            assert (report.snapshot, report.snapshot_note) == ("fork", "")
+            assert (report.leak_count, report.leak_bytes) == (1, 300)
+            assert _children(target.pid) == []
+            assert target.state() == "T" and target.tracer() == 0
+    finally:
+        os.kill(target.pid, signal.SIGCONT)
+    wait_state(target, "SR")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.targets import Target, wait_state, wait_untraced
+
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]
 
@@ -147,11 +149,7 @@ def test_own_pid():
 def test_zombie(targets, tmp_path):
     # A child that exits without being reaped stays a zombie until we wait.
     proc = subprocess.Popen(["true"])
-    for _ in range(500):
-        with open(f"/proc/{proc.pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                break
-        time.sleep(0.01)
+    wait_state(Target(proc), "Z")
     try:
         assert_one_line_error(cli("scan", str(proc.pid)), r"zombie")
     finally:
@@ -177,8 +175,8 @@ def test_already_traced(targets):
     finally:
         tracer.kill()
         tracer.wait()
-    time.sleep(0.1)
-    assert target.alive() and target.tracer() == 0
+    wait_untraced(target)
+    assert target.alive()
 
 
 def test_no_permission(targets):
@@ -240,9 +238,8 @@ def test_scanner_killed_while_target_stopped(targets):
         time.sleep(0.0005)
     os.kill(scanner.pid, signal.SIGKILL)
     scanner.wait()
-    time.sleep(0.2)
-    assert target.tracer() == 0
-    assert target.state() in ("S", "R")
+    wait_untraced(target)
+    wait_state(target, "SR")
     # the target still answers: closing stdin makes it exit normally
     target.proc.stdin.close()
     assert target.proc.wait(timeout=10) == 0
@@ -267,12 +264,12 @@ def test_signal_during_capture_is_delivered_after(targets):
 def test_user_stopped_target_stays_stopped(targets):
     target = targets.start(PROGRAMS / "globals.c")
     os.kill(target.pid, signal.SIGSTOP)
-    time.sleep(0.05)
-    assert target.state() == "T"
+    wait_state(target, "T")
     res = cli("scan", str(target.pid), "--json")
     assert res.returncode == 1, res.stderr
-    time.sleep(0.05)
-    assert target.state() == "T" and target.tracer() == 0
+    # The scanner has exited: nothing traces it, and it is back in its group stop.
+    assert target.tracer() == 0
+    wait_state(target, "T")
     os.kill(target.pid, signal.SIGCONT)
 
 

@@ -21,6 +21,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tests.daemon.conftest import WatchThread
 from tests.support.cbuild import build
 from tests.support.tracking import copy_unsupported, wait_untracked
+from unreachable.capture.target import open_target
+from unreachable.errors import ScanError, TargetNotShimmed
 from unreachable.heapdump.dump_format import parse_dump
 from unreachable.v1 import unreachable_pb2 as pb
 from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
@@ -250,11 +252,26 @@ def test_cli_without_client_cert_fails_cleanly(tls_daemon, certs, targets):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+def _wait_inert(pid: int, timeout: float = 20.0) -> None:
+    """Until the process runs under a shim that refused its options."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            open_target(pid)
+        except TargetNotShimmed as e:
+            if "inert" in str(e):
+                return
+        except ScanError:
+            pass  # not exec'ed yet
+        assert time.monotonic() < deadline, f"pid {pid} never loaded its shim"
+        time.sleep(0.002)
+
+
 def test_cli_targets_lists_the_same_here_and_through_the_daemon(daemon, targets):
     with_options = targets.start(PROGRAMS / "globals.c", options="backtrace=4")
     inert = targets.start(PROGRAMS / "globals.c", options="no_such_option", wait_ready=False)
     without_shim = targets.start(PROGRAMS / "globals.c", preload=False)
-    time.sleep(0.3)  # the inert one prints no READY line: let it load its shim
+    _wait_inert(inert.pid)  # it prints no READY line
     local = cli("targets", "--json")
     remote = cli("targets", "--json", "--remote", daemon.address)
     assert local.returncode == remote.returncode == 0, remote.stderr

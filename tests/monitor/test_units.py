@@ -80,7 +80,7 @@ def test_unit_settings_the_issue_requires() -> None:
         "CapabilityBoundingSet=CAP_SYS_PTRACE CAP_DAC_READ_SEARCH",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
-        "SystemCallFilter=@system-service ptrace",
+        "SystemCallFilter=@system-service ptrace pidfd_getfd",
         "ExecStart=unreachabled --config /etc/unreachable/unreachabled.toml",
     ):
         assert want in lines, want

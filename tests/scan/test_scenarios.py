@@ -13,6 +13,7 @@ import pytest
 from tests.support.cbuild import build
 from tests.support.tracking import copy_unsupported
 from unreachable.capture.target import open_target
+from unreachable.heapdump.live import heap_dump
 from unreachable.process.maps import read_maps
 from unreachable.process.memory import present_ranges
 from unreachable.scan import ScanOptions, scan
@@ -54,6 +55,8 @@ def check_exact(target, **kw):
         "coroutine_stack.c",
         "user_namespace.c",
         "queued_signal.c",
+        "main_thread_exited.c",
+        "in_flight.c",
     ],
 )
 @pytest.mark.parametrize(
@@ -77,6 +80,18 @@ def test_scenario(targets, program, snapshot, sweep):
     assert target.alive() and target.tracer() == 0
 
 
+def test_a_process_whose_main_thread_exited(targets):
+    """Its /proc/PID/status says State Z, its other threads run: the report
+    names the process, and a heap dump reads it too."""
+    target = targets.start(PROGRAMS / "main_thread_exited.c")
+    with open(f"/proc/{target.pid}/status") as f:
+        assert "State:\tZ" in f.read()
+    report = check_exact(target)
+    assert report.pid == target.pid and report.threads == 9
+    assert heap_dump(target.pid).allocation_count >= 2
+    assert target.alive() and target.tracer() == 0
+
+
 def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
     target = targets.start(PROGRAMS / "sparse.c")
     modes = ["fork", "stopped"] + ([] if copy_unsupported() else ["copy"])
@@ -90,7 +105,8 @@ def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
 def _helper_asleep(pid: int) -> None:
     """Until the shim's helper has run to its first wait: the stack it
     touches on the way is the program's own growth, not the scanner's."""
-    for _ in range(1000):
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
         tid = open_target(pid).header.helper_tid
         if tid:
             with open(f"/proc/{pid}/task/{tid}/stat") as f:

@@ -135,8 +135,8 @@ def test_group_stopped_target_stays_stopped(target) -> None:
         threads = s.stop()
         assert len(threads) == 11
         assert s.group_stopped
-    time.sleep(0.1)
-    assert state(proc.pid) == "T"
+    # Detached, it passes through its group stop again on its way back.
+    wait_until(lambda: state(proc.pid) == "T", what="back in the group stop")
     assert counter.read() == before
     os.kill(proc.pid, signal.SIGCONT)
     wait_until(lambda: counter.loops > before[0], what="progress after SIGCONT")

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.cbuild import build
+from unreachable.capture.target import open_target
+from unreachable.errors import TargetNotShimmed
 
 
 @dataclass
@@ -75,6 +77,42 @@ class Target:
         self.proc.wait(timeout=10)
 
 
+def wait_for_helper(pid: int, timeout: float = 20.0) -> int:
+    """The tid of the shim's helper thread, once it runs. The constructor
+    starts it, but it records its tid itself, a moment later: a test that
+    stops the target (SIGSTOP, a fork snapshot) before then finds none. An
+    inert shim starts none: 0 at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            tid = open_target(pid).header.helper_tid
+        except TargetNotShimmed:
+            return 0
+        if tid and os.path.exists(f"/proc/{pid}/task/{tid}"):
+            return tid
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the shim's helper in pid {pid} never started")
+        time.sleep(0.002)
+
+
+def wait_state(target: Target, states: str, timeout: float = 20.0) -> None:
+    """Until the target's state (/proc/PID/stat) is one of `states`."""
+    deadline = time.monotonic() + timeout
+    while (now := target.state()) not in states:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {target.pid} stays in state {now}, not {states}")
+        time.sleep(0.002)
+
+
+def wait_untraced(target: Target, timeout: float = 20.0) -> None:
+    """Until no tracer holds the target (the kernel detaches a dead one's)."""
+    deadline = time.monotonic() + timeout
+    while target.tracer():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pid {target.pid} still traced by {target.tracer()}")
+        time.sleep(0.002)
+
+
 class TargetFactory:
     def __init__(self, shim: Path) -> None:
         self.shim = shim
@@ -92,7 +130,10 @@ class TargetFactory:
         env: dict[str, str] | None = None,
         wait_ready: bool = True,
         preexec: Callable[[], None] | None = None,
+        wait_helper: bool = True,
     ) -> Target:
+        """wait_helper: once READY, also wait for the shim's helper thread
+        (wait_for_helper); False for a program that has none by then."""
         exe = build(program, cxx=cxx, cflags=cflags, ldflags=ldflags)
         full_env = dict(os.environ, **(env or {}))
         if preload:
@@ -113,6 +154,8 @@ class TargetFactory:
             while not line.startswith("READY"):
                 line = target.read_line()
             target.info = dict(kv.split("=", 1) for kv in line.split()[1:])
+            if preload and wait_helper:
+                wait_for_helper(target.pid)
         return target
 
     def cleanup(self) -> None:

@@ -30,6 +30,9 @@ notification) and not yet delivered holds its value in the kernel's queue:
 a block handed to a thread that has the signal blocked, or collects it with
 sigwaitinfo, has no other pointer until then. The queues are read in the
 pause through ptrace (native/scanner/pending_signals.c).
+
+Bytes written to a pipe or a unix socket and not yet read are read in the
+pause too (in_flight.py).
 """
 
 from __future__ import annotations
@@ -39,26 +42,34 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from unreachable.capture.in_flight import InFlight
+
 IN_PAUSE_MAX = 4096  # registrations read in the pause (~5 ms)
 
 _DATA = re.compile(rb"^tfd:.*\sdata:\s*([0-9a-f]+)", re.MULTILINE)
 _TIMER_VALUE = re.compile(rb"^signal: \d+/([0-9a-f]+)", re.MULTILINE)
 
 
-def epoll_fds(pid: int) -> list[int]:
-    """The target's epoll descriptors (none if they cannot be listed)."""
+def fd_links(pid: int) -> dict[int, str]:
+    """What /proc/PID/fd says of each of the target's descriptors (none if
+    they cannot be listed)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return []
-    found = []
+        return {}
+    found = {}
     for fd in fds:
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[eventpoll]":
-                found.append(int(fd))
+            found[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
         except (OSError, ValueError):
             continue  # closed since the listing
     return found
+
+
+def epoll_fds(pid: int, links: dict[int, str] | None = None) -> list[int]:
+    """The target's epoll descriptors (none if they cannot be listed)."""
+    links = fd_links(pid) if links is None else links
+    return sorted(fd for fd, link in links.items() if link == "anon_inode:[eventpoll]")
 
 
 def read_registrations(pid: int, fds: list[int]) -> list[bytes]:
@@ -100,17 +111,24 @@ class KernelHeld:
     in_pause: list[bytes] | None = None  # their fdinfo while stopped, when few enough
     timers: bytes = b""  # /proc/PID/timers while stopped
     signals: bytes = b""  # queued signals' values while stopped, as words
+    in_flight: InFlight = field(default_factory=InFlight)  # pipes' and sockets' bytes
 
     @classmethod
     def before_stop(cls, pid: int) -> KernelHeld:
-        fds = epoll_fds(pid)
+        links = fd_links(pid)
+        fds = epoll_fds(pid, links)
         before = read_registrations(pid, fds) if fds else []
-        return cls(pid, fds, before, _count(before))
+        return cls(pid, fds, before, _count(before), in_flight=InFlight.before_stop(pid, links))
 
     def read_in_pause(self, limit: int = IN_PAUSE_MAX) -> None:
         self.timers = read_timers(self.pid)
         if self.fds and self.count <= limit:
             self.in_pause = read_registrations(self.pid, self.fds)
+        self.in_flight.read_in_pause()
+
+    def close(self) -> None:
+        """Lets go of the pipes and sockets not read (a stop that failed)."""
+        self.in_flight.close()
 
     def epoll_words(self) -> bytes:
         """Every registration's data, as little-endian 64-bit words: the

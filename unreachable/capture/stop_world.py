@@ -170,6 +170,8 @@ def stop_world(
             left_out.make_room()
         # Finding the epoll descriptors takes a readlink per descriptor.
         kernel_held = KernelHeld.before_stop(pid) if roots else None
+        if kernel_held:
+            cleanup.callback(kernel_held.close)
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:

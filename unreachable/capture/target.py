@@ -17,11 +17,14 @@ from unreachable.process.status import ProcessStatus, check_scannable, host_tid
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    # Where /proc reads the process: its pid, or a live thread's id when the
+    # main thread has exited (process/status.py live_thread).
     pid: int
     status: ProcessStatus
     shim: ShimLocation
     header: DescriptorHeader
     command: str
+    tgid: int  # the process's id, as reports name it
 
 
 def _command_line(pid: int) -> str:
@@ -34,7 +37,9 @@ def _command_line(pid: int) -> str:
 
 def open_target(pid: int) -> Target:
     """Refuse what must not be scanned; find the shim's registry descriptor."""
+    tgid = pid
     status = check_scannable(pid)
+    pid = status.proc
     shim = locate_shim(pid, read_maps(pid))
     header = read_descriptor_header(pid, shim.descriptor_addr)
     # The shim records its helper's gettid(), named in the target's own pid
@@ -45,7 +50,7 @@ def open_target(pid: int) -> Target:
             f"the shim in pid {pid} is inert: its UNREACHABLE_MALLOC_OPTIONS were rejected "
             "at start (see the process's stderr)"
         )
-    return Target(pid, status, shim, header, _command_line(pid))
+    return Target(pid, status, shim, header, _command_line(pid), tgid)
 
 
 def current_helper_tid(target: Target) -> int:

@@ -38,13 +38,20 @@ class TrackingUnavailable(Exception):
     """The target cannot have its writes tracked; the message says why."""
 
 
-def _why_failed(err: int) -> str:
+def _why_failed(err: int, pid: int) -> str:
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTTY):
         return "this kernel has no asynchronous userfaultfd write protection (Linux 6.7 or later)"
     if err == errno.EPERM:
         return (
             "the target may not use userfaultfd (vm.unprivileged_userfaultfd, "
             "or a container's policy)"
+        )
+    if err == errno.ENOENT and not os.path.lexists(f"/proc/{pid}/root/proc/self"):
+        # The shim keeps its maps open from the start for this (self_maps.c);
+        # a program that closes every descriptor closes that one too.
+        return (
+            "the target cannot read its own /proc/self/maps (it is chrooted, or its mount"
+            " namespace has no /proc) and has closed the descriptor the shim kept for it"
         )
     if err == errno.ENOENT:
         return "the helper found no private writable mapping to track"
@@ -113,7 +120,7 @@ def tracked_writes(target: Target) -> Iterator[int]:
         c, err, ranges = state
         if c == FAILED:
             started = False
-            raise TrackingUnavailable(_why_failed(err))
+            raise TrackingUnavailable(_why_failed(err, pid))
         if c != ON:
             raise TrackingUnavailable("the shim's helper did not start write tracking")
         yield ranges

@@ -28,7 +28,7 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
     with stop_world(target, snapshot, copy_from=NEVER_COPY, roots=False) as capture:
         memory = capture.memory
         mappings = capture.mappings or read_maps(capture.mem_pid)
-        maps_text = _read_maps_text(pid)
+        maps_text = _read_maps_text(target.pid)
         registry = read_registry(memory, target.shim.descriptor_addr)
         groups = Counter(zip(registry.allocs[1::2], registry.stack_ids, strict=True))
         stacks = read_stacks(memory, target.shim.descriptor_addr, {sid for _, sid in groups if sid})
@@ -36,9 +36,9 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
         total = registry.total_bytes
         count = registry.count
         max_frames = registry.max_frames
-    if not still_running(pid):
+    if not still_running(target.pid):
         raise TargetNotFound(f"process {pid} exited during the heap dump")
-    frames = Symbolizer(pid, mappings, unloaded=loaded).symbolize(stacks)
+    frames = Symbolizer(target.pid, mappings, unloaded=loaded).symbolize(stacks)
     records = [
         HeapRecord(size=size, num_allocations=n, frames=frames.get(sid, []) if sid else [])
         for (size, sid), n in groups.items()

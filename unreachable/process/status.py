@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from unreachable.errors import (
     TargetNotFound,
@@ -19,6 +19,9 @@ class ProcessStatus:
     state: str
     tracer_pid: int
     is_kernel_thread: bool
+    # The task whose /proc entry reads the process's memory: pid itself, or
+    # a live thread once the main thread has exited (check_scannable).
+    proc: int = 0
 
 
 def read_status(pid: int) -> ProcessStatus:
@@ -44,7 +47,27 @@ def read_status(pid: int) -> ProcessStatus:
         state=fields.get("State", "?").strip()[:1],
         tracer_pid=int(fields.get("TracerPid", "0").strip() or 0),
         is_kernel_thread=kthread,
+        proc=pid,
     )
+
+
+def live_thread(pid: int) -> int:
+    """A thread of pid that has not exited (0 if none). A main thread that
+    called pthread_exit stays a zombie while the others run: the kernel then
+    shows the whole process as State Z, and its /proc/PID/maps and mem read
+    nothing, where /proc/TID/ of a live thread reads the shared memory."""
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except (OSError, ValueError):
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return tid
+        except (OSError, IndexError):
+            continue  # exited since the listing
+    return 0
 
 
 def resident_anonymous_bytes(pid: int) -> int:
@@ -110,7 +133,10 @@ def check_scannable(pid: int) -> ProcessStatus:
     if status.is_kernel_thread:
         raise TargetUnscannable(f"pid {pid} ({status.name}) is a kernel thread, it has no heap")
     if status.state in ("Z", "X"):
-        raise TargetUnscannable(f"pid {pid} ({status.name}) is a zombie: it has exited")
+        if not (tid := live_thread(pid)):
+            raise TargetUnscannable(f"pid {pid} ({status.name}) is a zombie: it has exited")
+        # Only the main thread has exited: read the process through a live one.
+        status = replace(read_status(tid), pid=pid, proc=tid)
     if status.tracer_pid:
         raise TargetUnscannable(
             f"pid {pid} ({status.name}) is already traced by pid {status.tracer_pid} "

@@ -1,0 +1,43 @@
+"""Copy snapshots of processes that can no longer open /proc themselves:
+the shim's helper reads its own maps to write-protect them, through the
+descriptor the shim kept open from the start (native/shim/self_maps.c)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.tracking import copy_unsupported, wait_untracked, write_protected
+from unreachable.errors import TargetUnscannable
+from unreachable.scan import ScanOptions, scan
+
+PROGRAM = Path(__file__).parent / "programs" / "no_proc.c"
+
+pytestmark = [
+    pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported()),
+    pytest.mark.skipif(os.geteuid() != 0, reason="chroot and mount namespaces take root"),
+]
+
+
+@pytest.mark.parametrize("how", ["chroot", "unmount"])
+def test_copy_of_a_process_without_proc(targets, tmp_path, how):
+    target = targets.start(PROGRAM, how, str(tmp_path))
+    assert not os.path.lexists(f"/proc/{target.pid}/root/proc/self")
+    report = scan(target.pid, ScanOptions(snapshot="copy"))
+    assert report.snapshot == "copy" and report.snapshot_note == ""
+    assert (report.leak_count, report.leak_bytes) == (1, 4444)
+    wait_untracked(target.pid)
+    assert target.alive() and target.tracer() == 0
+
+
+def test_the_real_reason_when_the_kept_maps_were_closed(targets, tmp_path):
+    """A daemon that closes every descriptor after its chroot closes the
+    shim's: the copy is refused for that, and auto forks."""
+    target = targets.start(PROGRAM, "chroot", str(tmp_path), "closeall")
+    with pytest.raises(TargetUnscannable, match="chrooted.*closed the descriptor"):
+        scan(target.pid, ScanOptions(snapshot="copy"))
+    report = scan(target.pid, ScanOptions())
+    assert report.snapshot == "fork" and (report.leak_count, report.leak_bytes) == (1, 4444)
+    assert not write_protected(target.pid)

@@ -1,0 +1,314 @@
+"""Pointers in flight: bytes queued in the target's pipes and unix sockets.
+
+Threads hand work to each other through a pipe or a socketpair (an event
+loop's wakeup pipe carrying a pointer, pdns_recursor's ThreadMSG): between
+the write and the read, the only pointer to the work item is in the
+kernel's buffer, and a scan of memory alone reports the item leaked. The
+queued bytes are read in the pause without being consumed, and the 8-byte
+values in them join the registers' values:
+
+- a pipe's content is duplicated with tee(2) into a pipe of the scanner's
+  own, sized to the target's pipe (tee links the target's buffers, it takes
+  nothing out of them), and read from there;
+- a unix socket's receive queue is peeked (MSG_PEEK) through a duplicate of
+  the target's descriptor (pidfd_getfd), walking it with SO_PEEK_OFF, whose
+  value is put back as it was.
+
+The descriptors are duplicated before the stop (a readlink each, as for
+epoll) and read in the pause, while nothing can change the queues; a pipe
+or socket created after the listing is missed. Duplicates are the same
+open files as the target's: nothing is read with a blocking call and no
+flag of theirs is changed. A pipe the target holds only the write end of
+is opened for reading through /proc/PID/fd instead.
+
+pidfd_getfd is not in systemd's @system-service set; a scanner under a
+seccomp filter that refuses it reads pipes only (opened through
+/proc/PID/fd, as a write end's reader is).
+
+Which offsets: a datagram (SOCK_DGRAM, SOCK_SEQPACKET) starts a message, so
+its words are read at offsets aligned from the message's start, as memory's
+are. A byte stream's read position says nothing of where the writer's
+records began (a reader that took a 9-byte record leaves every later
+pointer off by one), so a stream's 8-byte values are taken at every byte
+offset, as for JIT code; only those inside the heap's bounds are kept.
+
+In the pause each queue costs one FIONREAD (most are empty), a non-empty
+one a tee or a few peeks (~10 us). At most QUEUED_MAX_BYTES are read per
+scan; past that the rest of the queues is not read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import functools
+import os
+import socket
+import struct
+import termios
+from dataclasses import dataclass, field
+
+from unreachable import _native
+from unreachable.roots.glibc_heaps import Span
+from unreachable.roots.heap_words import words_in
+
+QUEUED_MAX_BYTES = 64 << 20
+PEEK_CHUNK = 256 << 10  # a unix datagram is at most the sender's sndbuf (~208 KiB)
+_SYS_PIDFD_GETFD = 438
+_SPLICE_F_NONBLOCK = 2
+_F_GETPIPE_SZ = 1032
+_F_SETPIPE_SZ = 1031
+_SO_PEEK_OFF = 42
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.tee.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint]
+_libc.tee.restype = ctypes.c_ssize_t
+
+
+@dataclass(slots=True)
+class _Queue:
+    fd: int  # the scanner's duplicate (or reader) of the target's pipe or socket
+    pipe: bool
+    stream: bool
+
+
+@dataclass(slots=True)
+class InFlight:
+    """The target's pipes and unix sockets, and what they held in the pause."""
+
+    queues: list[_Queue] = field(default_factory=list)
+    pipe_streams: list[bytes] = field(default_factory=list)
+    socket_streams: list[bytes] = field(default_factory=list)
+    socket_messages: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def before_stop(cls, pid: int, links: dict[int, str]) -> InFlight:
+        """links: the target's descriptors and what /proc/PID/fd says of each."""
+        found = cls()
+        pidfd = _pidfd(pid)
+        pipes: dict[str, list[int]] = {}
+        # Only unix sockets are duplicated: a server's thousands of TCP
+        # connections are left alone.
+        unix = _unix_socket_inodes(pid) if pidfd is not None else set()
+        try:
+            for fd, link in sorted(links.items()):
+                if link.startswith("pipe:"):
+                    pipes.setdefault(link, []).append(fd)
+                elif link.startswith("socket:") and link[8:-1] in unix and pidfd is not None:
+                    found._add_socket(pidfd, fd)
+            for fds in pipes.values():
+                found._add_pipe(pid, pidfd, fds)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        return found
+
+    def _add_pipe(self, pid: int, pidfd: int | None, fds: list[int]) -> None:
+        """One reader of the pipe the target holds as fds: a duplicate of a
+        read end, or, holding none, one opened through /proc."""
+        for fd in fds if pidfd is not None else []:
+            dup = _getfd(pidfd, fd)
+            if dup >= 0 and fcntl.fcntl(dup, fcntl.F_GETFL) & os.O_ACCMODE != os.O_WRONLY:
+                self.queues.append(_Queue(dup, True, True))
+                return
+            if dup >= 0:
+                os.close(dup)
+        try:
+            reader = os.open(f"/proc/{pid}/fd/{fds[0]}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return  # closed since the listing
+        self.queues.append(_Queue(reader, True, True))
+
+    def _add_socket(self, pidfd: int, fd: int) -> None:
+        dup = _getfd(pidfd, fd)
+        if dup < 0:
+            return
+        try:
+            s = socket.socket(fileno=dup)
+        except OSError:
+            os.close(dup)
+            return
+        family, kind = s.family, s.type
+        s.detach()  # dup stays open, ours
+        if family != socket.AF_UNIX or kind not in (
+            socket.SOCK_STREAM,
+            socket.SOCK_DGRAM,
+            socket.SOCK_SEQPACKET,
+        ):
+            os.close(dup)
+            return
+        self.queues.append(_Queue(dup, False, kind == socket.SOCK_STREAM))
+
+    def read_in_pause(self, budget: int = QUEUED_MAX_BYTES) -> None:
+        """What each queue holds now, nothing consumed. Closes the duplicates."""
+        try:
+            for q in self.queues:
+                if budget <= 0:
+                    break
+                if not _queued(q.fd):
+                    continue  # most are empty: one ioctl each (~1 us), no more
+                if q.pipe:
+                    data = _tee(q.fd, budget)
+                    if data:
+                        self.pipe_streams.append(data)
+                    budget -= len(data)
+                else:
+                    messages = _peek(q.fd, budget)
+                    budget -= sum(len(m) for m in messages)
+                    if q.stream and messages:
+                        self.socket_streams.append(b"".join(messages))
+                    elif messages:
+                        self.socket_messages.extend(messages)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for q in self.queues:
+            os.close(q.fd)
+        self.queues.clear()
+
+    def pipe_words(self, spans: list[Span]) -> bytes:
+        return _stream_words(self.pipe_streams, spans)
+
+    def socket_words(self, spans: list[Span]) -> bytes:
+        return _stream_words(self.socket_streams, spans) + b"".join(
+            words_in(_aligned(m), spans) for m in self.socket_messages
+        )
+
+
+def _aligned(data: bytes) -> bytes:
+    return data[: len(data) // 8 * 8]
+
+
+def _stream_words(streams: list[bytes], spans: list[Span]) -> bytes:
+    """A stream's 8-byte values at every offset that lie in the heap's bounds."""
+    if not spans:
+        return b""
+    lo, hi = spans[0][0], spans[-1][1]
+    out = []
+    for data in streams:
+        out.append(words_in(_aligned(data), spans))
+        out.append(words_in(_native.code_words(data, lo, hi), spans))
+    return b"".join(out)
+
+
+def _unix_socket_inodes(pid: int) -> set[str]:
+    """The inodes of the unix sockets of the target's network namespace."""
+    try:
+        with open(f"/proc/{pid}/net/unix") as f:
+            next(f, None)
+            return {fields[6] for line in f if len(fields := line.split()) > 6}
+    except OSError:
+        return set()
+
+
+def _pidfd(pid: int) -> int | None:
+    if not _getfd_allowed():
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None  # not a thread-group leader (its main thread exited): pipes only
+
+
+def _own_seccomp() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    return int(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
+@functools.cache
+def _getfd_allowed() -> bool:
+    """Whether this process may call pidfd_getfd. It is in systemd's @debug
+    group, not @system-service: a scanner under a SystemCallFilter= without
+    it would die of SIGSYS on the first socket. Under any seccomp filter the
+    call is tried first by a child, which only makes it and exits."""
+    if _own_seccomp() == 0:
+        return True
+    child = os.fork()
+    if child == 0:
+        r = _libc.syscall(_SYS_PIDFD_GETFD, -1, 0, 0)
+        os._exit(0 if r < 0 and ctypes.get_errno() == errno.EBADF else 1)
+    _, status = os.waitpid(child, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _getfd(pidfd: int, fd: int) -> int:
+    r = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+    return r if r >= 0 else -1
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting (a datagram socket's: its first datagram's)."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+def _tee(source: int, budget: int) -> bytes:
+    """The pipe's content, copied into a pipe of ours and read from there;
+    the source keeps it all."""
+    try:
+        size = fcntl.fcntl(source, _F_GETPIPE_SZ)
+    except OSError:
+        return b""
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        try:
+            # As many slots as the source has: tee links whole buffers.
+            fcntl.fcntl(w, _F_SETPIPE_SZ, size)
+        except OSError:
+            pass  # over fs.pipe-max-size without the privilege: what fits
+        n = _libc.tee(source, w, min(size, budget), _SPLICE_F_NONBLOCK)
+        if n <= 0:
+            return b""  # empty (EAGAIN), or not a pipe after all
+        chunks, left = [], n
+        while left > 0:
+            chunk = os.read(r, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _peek(fd: int, budget: int) -> list[bytes]:
+    """The socket's receive queue, peeked message by message (a stream's in
+    chunks); its SO_PEEK_OFF is restored."""
+    s = socket.socket(fileno=os.dup(fd))
+    try:
+        try:
+            before = struct.unpack("i", s.getsockopt(socket.SOL_SOCKET, _SO_PEEK_OFF, 4))[0]
+            s.setsockopt(socket.SOL_SOCKET, _SO_PEEK_OFF, 0)
+        except OSError:
+            return []  # no peek offset: not read (a plain peek sees one message only)
+        out: list[bytes] = []
+        try:
+            while budget > 0:
+                try:
+                    data = s.recv(min(PEEK_CHUNK, budget), socket.MSG_PEEK | socket.MSG_DONTWAIT)
+                except OSError as e:
+                    if e.errno not in (errno.EAGAIN, errno.EINVAL, errno.ENOTCONN):
+                        raise
+                    break
+                if not data:
+                    break
+                out.append(data)
+                budget -= len(data)
+        except OSError:
+            pass
+        finally:
+            s.setsockopt(socket.SOL_SOCKET, _SO_PEEK_OFF, before)
+        return out
+    finally:
+        s.close()
