@@ -99,6 +99,9 @@ class Config:
     def validate(self) -> None:
         if not self.socket and not self.tcp:
             raise ConfigError("nothing to listen on: give --socket or --tcp")
+        for name, mode in (("socket_mode", self.socket_mode), ("notify_mode", self.notify_mode)):
+            if not 0 <= mode <= 0o777:
+                raise ConfigError(f"{name} is a file mode from 0000 to 0777, not {mode:04o}")
         if self.tcp:
             host, port = split_host_port(self.tcp)
             if self.insecure_tcp:

@@ -30,6 +30,7 @@ from unreachable.daemon.producer import ReportProducer
 from unreachable.daemon.scans import ScanFailed, ScanRunner
 from unreachable.daemon.schedule import Scheduler
 from unreachable.daemon.sdnotify import Status, run_watchdog, sd_notify, watchdog_interval
+from unreachable.daemon.sockets import created_as, safe_socket_path
 from unreachable.daemon.targets import list_targets
 from unreachable.daemon.watch import WatchHub
 from unreachable.report.text import format_summary
@@ -188,26 +189,23 @@ def _read(path: str, what: str) -> bytes:
         raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
 
 
-def _add_unix_listener(server: grpc.aio.Server, config: Config) -> None:
-    path = os.path.abspath(config.socket)
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+def _add_unix_listener(server: grpc.aio.Server, config: Config) -> str:
+    path = safe_socket_path(config.socket, "gRPC socket")
     gid = -1
     if config.socket_group:
         try:
             gid = grp.getgrnam(config.socket_group).gr_gid
         except KeyError:
             raise ConfigError(f"no such group: {config.socket_group}") from None
-    # Bind under a tight umask so the socket is never reachable with looser
-    # permissions than configured, then set the configured mode and group.
-    old = os.umask(0o177)
-    try:
-        server.add_insecure_port(f"unix:{path}")
-    finally:
-        os.umask(old)
-    if gid >= 0:
-        os.chown(path, -1, gid)
-    os.chmod(path, config.socket_mode)
+    # Mode and group come from bind itself: no path operation after it that a
+    # swapped-in symlink could redirect, and never looser than configured.
+    with created_as(config.socket_mode, gid):
+        try:
+            server.add_insecure_port(f"unix:{path}")
+        except RuntimeError:
+            raise ConfigError(f"cannot listen on unix:{path} (something else is there)") from None
     log.info("listening on unix:%s (mode %04o)", path, config.socket_mode)
+    return path
 
 
 def _add_tcp_listener(server: grpc.aio.Server, config: Config) -> None:
@@ -276,21 +274,19 @@ async def serve(config: Config) -> int:
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    if config.socket:
-        _add_unix_listener(server, config)
+    unix_path = _add_unix_listener(server, config) if config.socket else ""
     if config.tcp:
         _add_tcp_listener(server, config)
 
     notify = None
     if config.notify_socket:
         notify = NotifyListener(
-            os.path.abspath(config.notify_socket),
+            safe_socket_path(config.notify_socket, "notify socket"),
             config.notify_mode,
             lambda pid: producer.request(pid, pb.TRIGGER_SIGNAL),
         )
     await server.start()
     if notify is not None:
-        os.makedirs(os.path.dirname(notify.path), mode=0o755, exist_ok=True)
         await notify.start()
     tasks = []
     if config.scan_interval > 0:
@@ -329,7 +325,7 @@ async def serve(config: Config) -> int:
     if metrics is not None:
         metrics.close()
     history.close()
-    if config.socket:
+    if unix_path:
         with contextlib.suppress(OSError):
-            os.unlink(config.socket)
+            os.unlink(unix_path)
     return 0

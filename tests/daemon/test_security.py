@@ -1,0 +1,159 @@
+"""unreachabled against a hostile local user: sockets, transports, requests, its own code."""
+
+from __future__ import annotations
+
+import grp
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.conftest import Daemon
+from tests.daemon.users import User, unprivileged_user
+
+# Starts of a daemon racing a user who swaps its fresh sockets for symlinks.
+# Before sockets were created with their final mode, 24 of 60 starts changed
+# the victim file: 20 starts all missing is a chance below 1e-4.
+RACE_STARTS = 20
+
+
+@pytest.fixture
+def attacker() -> Iterator[User]:
+    yield from unprivileged_user("atk")
+
+
+def started_or_refused(d: Daemon) -> None:
+    """Returns once the daemon serves, or has exited after its one-line error."""
+    if d.wait_for_log(r"ready \(pid|unreachabled: error: ").group(0) != "ready (pid":
+        d.proc.wait(timeout=60)
+
+
+# --- the sockets ----------------------------------------------------------
+
+# Runs as the attacker: every socket that appears becomes a symlink to the victim.
+RACER = r"""
+import os, stat, sys
+victim, paths = sys.argv[1], sys.argv[2:]
+print("racing", flush=True)
+while True:
+    for p in paths:
+        try:
+            if stat.S_ISSOCK(os.lstat(p).st_mode):
+                os.unlink(p)
+                os.symlink(victim, p)
+        except OSError:
+            pass
+"""
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+
+
+def test_a_user_racing_the_socket_never_changes_a_root_file(daemons, attacker, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root's secret\n")
+    victim.chmod(0o600)
+    before = _identity(victim)
+    base = Path(tempfile.mkdtemp(prefix="urr-", dir="/tmp"))
+    base.chmod(0o755)
+    sockdir = base / "s"  # the attacker's: they may rename and replace entries
+    sockdir.mkdir()
+    os.chown(sockdir, attacker.uid, attacker.gid)
+    sock, notify = sockdir / "d.sock", sockdir / "n.sock"
+    racer = attacker.python(
+        RACER, str(victim), str(sock), str(notify), cwd="/", stdout=subprocess.PIPE
+    )
+    try:
+        assert racer.stdout is not None and racer.stdout.readline() == "racing\n"
+        for _ in range(RACE_STARTS):
+            for p in (sock, notify):
+                p.unlink(missing_ok=True)  # the last round's symlinks would block bind
+            d = daemons.start(
+                "--socket",
+                str(sock),
+                "--notify-socket",
+                str(notify),
+                "--socket-group",
+                attacker.name,
+                wait=False,
+            )
+            started_or_refused(d)
+            d.stop()
+            assert _identity(victim) == before, "\n".join(d.log)
+    finally:
+        racer.kill()
+        racer.wait()
+        shutil.rmtree(base, ignore_errors=True)
+    assert victim.read_text() == "root's secret\n"
+    # The directory is the attacker's: the daemon says so and does not start.
+    assert d.proc.returncode == 2
+    assert any(
+        f"refusing to put the gRPC socket in {sockdir}: {sockdir} belongs to uid {attacker.uid}"
+        in line
+        for line in d.log
+    ), d.log
+
+
+@pytest.mark.parametrize(
+    "mode, refused",
+    [
+        (0o777, "is writable by other users (mode 0777)"),
+        (0o775, "is writable by its group (mode 0775)"),
+        (0o1777, None),  # sticky: others cannot remove or rename the daemon's entries
+        (0o755, None),
+    ],
+)
+def test_socket_directory_others_can_write_is_refused(daemons, mode, refused):
+    base = Path(tempfile.mkdtemp(prefix="urw-", dir="/tmp"))
+    try:
+        (base / "s").mkdir()
+        (base / "s").chmod(mode)
+        d = daemons.start("--socket", str(base / "s" / "d.sock"), wait=False)
+        started_or_refused(d)
+        if refused:
+            assert d.proc.wait(timeout=60) == 2
+            assert d.log[-1] == (
+                f"unreachabled: error: refusing to put the gRPC socket in {base}/s: "
+                f"{base}/s {refused}, who could replace the socket "
+                f"(chmod go-w {base}/s, or use another directory)"
+            )
+        else:
+            assert d.proc.poll() is None
+            assert stat.S_IMODE(os.stat(base / "s" / "d.sock").st_mode) == 0o660
+        d.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_symlinked_socket_directory_is_resolved_once(daemons, tmp_path):
+    real = Path(tempfile.mkdtemp(prefix="url-", dir="/tmp"))
+    try:
+        link = tmp_path / "link"
+        link.symlink_to(real)
+        d = daemons.start("--socket", str(link / "d.sock"))
+        d.wait_for_log(f"listening on unix:{real}/d.sock ")
+        assert stat.S_ISSOCK(os.lstat(real / "d.sock").st_mode)
+        assert d.stop() == 0
+        assert not (real / "d.sock").exists()
+    finally:
+        shutil.rmtree(real, ignore_errors=True)
+
+
+def test_sockets_are_born_with_their_mode_and_group(daemons, attacker):
+    d = daemons.start("--socket-group", attacker.name, "--socket-mode", "0640")
+    assert _identity(d.socket) == (0o640, 0, attacker.gid)
+    assert _identity(d.notify_socket) == (0o666, 0, os.getegid())
+    assert grp.getgrgid(os.stat(d.socket).st_gid).gr_name == attacker.name
+
+
+def test_a_mode_beyond_0777_is_refused(daemons):
+    d = daemons.start("--socket-mode", "4660", wait=False)
+    assert d.proc.wait(timeout=60) == 2
+    d.wait_for_log("socket_mode is a file mode from 0000 to 0777, not 4660", timeout=10)
