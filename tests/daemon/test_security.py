@@ -11,10 +11,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.daemon.conftest import Daemon
 from tests.daemon.users import User, unprivileged_user
+from unreachable.v1 import unreachable_pb2 as pb
+from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
 
 # Starts of a daemon racing a user who swaps its fresh sockets for symlinks.
 # Before sockets were created with their final mode, 24 of 60 starts changed
@@ -157,3 +160,131 @@ def test_a_mode_beyond_0777_is_refused(daemons):
     d = daemons.start("--socket-mode", "4660", wait=False)
     assert d.proc.wait(timeout=60) == 2
     d.wait_for_log("socket_mode is a file mode from 0000 to 0777, not 4660", timeout=10)
+
+
+# --- TCP: who may connect -------------------------------------------------
+
+WHO_CAN = "list, scan, heap-dump and watch every process on this host"
+
+
+def _tls(certs, *, ca_only: bool = False) -> list[str]:
+    args = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+    return args if ca_only else [*args, "--tls-client-ca", str(certs.ca)]
+
+
+def _list_targets(channel: grpc.Channel) -> grpc.StatusCode:
+    try:
+        pb_grpc.UnreachableStub(channel).ListTargets(pb.ListTargetsRequest(), timeout=20)
+    except grpc.RpcError as e:
+        return e.code()
+    return grpc.StatusCode.OK
+
+
+def _tls_channel(port: int, certs, *, client_cert: bool) -> grpc.Channel:
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=certs.ca.read_bytes(),
+        private_key=certs.client_key.read_bytes() if client_cert else None,
+        certificate_chain=certs.client_cert.read_bytes() if client_cert else None,
+    )
+    # The server's certificate names 127.0.0.1, which is where the test connects.
+    return grpc.secure_channel(f"127.0.0.1:{port}", creds)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--tcp", "0.0.0.0:0", "TLS"],
+            "--tcp 0.0.0.0:0 needs --tls-client-ca: without client certificates anyone who "
+            "reaches the port could scan every process this daemon can trace (to accept "
+            "that: --dangerously-allow-unauthenticated-tcp)",
+        ),
+        (
+            ["--tcp", "127.0.0.1:0", "TLS"],
+            "--tcp 127.0.0.1:0 needs --tls-client-ca",
+        ),
+        (
+            ["--tcp", "0.0.0.0:0", "mTLS", "--dangerously-allow-unauthenticated-tcp"],
+            "--tls-client-ca and --dangerously-allow-unauthenticated-tcp exclude each other",
+        ),
+        (
+            ["--tcp", "127.0.0.1:0", "--insecure-tcp", "--dangerously-allow-unauthenticated-tcp"],
+            "--insecure-tcp excludes --tls-* and --dangerously-allow-unauthenticated-tcp",
+        ),
+        (
+            ["--dangerously-allow-unauthenticated-tcp"],
+            "--dangerously-allow-unauthenticated-tcp applies to --tcp",
+        ),
+        (["--tcp", "0.0.0.0:0", "--insecure-tcp"], "--insecure-tcp listens on loopback only"),
+    ],
+)
+def test_tcp_without_client_authentication_is_refused(daemons, certs, args, message):
+    expanded: list[str] = []
+    for arg in args:
+        expanded += {"TLS": _tls(certs, ca_only=True), "mTLS": _tls(certs)}.get(arg, [arg])
+    d = daemons.start(*expanded, wait=False)
+    assert d.proc.wait(timeout=60) == 2
+    d.wait_for_log(r"unreachabled: error: ", timeout=10)
+    assert d.log[-1].startswith(f"unreachabled: error: {message}"), d.log
+    assert len(d.log) == 1, d.log
+
+
+def test_mtls_admits_only_clients_with_a_certificate(daemons, certs):
+    d = daemons.start("--tcp", "0.0.0.0:0", *_tls(certs), unix=False)
+    d.wait_for_log(
+        rf"INFO: listening on tcp 0.0.0.0:{d.tcp_port} \(mTLS: clients need a certificate "
+        rf"signed by {certs.ca}; every holder of one can {WHO_CAN}\)"
+    )
+    assert not any("WARNING" in line for line in d.log), d.log
+    bare = _tls_channel(d.tcp_port, certs, client_cert=False)
+    assert _list_targets(bare) == grpc.StatusCode.UNAVAILABLE  # the handshake fails
+    good = _tls_channel(d.tcp_port, certs, client_cert=True)
+    assert _list_targets(good) == grpc.StatusCode.OK
+
+
+def test_tls_without_client_certificates_only_when_asked_and_loudly(daemons, certs):
+    d = daemons.start(
+        "--tcp",
+        "0.0.0.0:0",
+        *_tls(certs, ca_only=True),
+        "--dangerously-allow-unauthenticated-tcp",
+        unix=False,
+    )
+    d.wait_for_log(
+        rf"WARNING: listening on tcp 0.0.0.0:{d.tcp_port} with TLS but no client certificates "
+        rf"\(--dangerously-allow-unauthenticated-tcp\): anyone who can reach this port can "
+        rf"{WHO_CAN}$"
+    )
+    # As the warning says: a client without a certificate is served.
+    assert _list_targets(_tls_channel(d.tcp_port, certs, client_cert=False)) == grpc.StatusCode.OK
+
+
+def test_plaintext_loopback_warns_and_admits_every_local_user(daemons, attacker):
+    d = daemons.start("--tcp", "127.0.0.1:0", "--insecure-tcp")
+    d.wait_for_log(
+        rf"WARNING: listening on tcp 127.0.0.1:{d.tcp_port} in plaintext \(--insecure-tcp, "
+        r"for tests\): every local user and every process in this network namespace, "
+        rf"whatever the unix socket's mode and group, can {WHO_CAN}$"
+    )
+    # As the warning says: a user the 0660 unix socket refuses connects over TCP.
+    probe = attacker.python(
+        CONNECT, str(d.socket), str(d.tcp_port), cwd="/", stdout=subprocess.PIPE
+    )
+    out, _ = probe.communicate(timeout=60)
+    assert out.split() == ["unix:refused", "tcp:connected"]
+
+
+# Runs as the attacker: can it open the unix socket, and the TCP port?
+CONNECT = r"""
+import socket, sys
+path, port = sys.argv[1], int(sys.argv[2])
+for kind, addr in (("unix", path), ("tcp", ("127.0.0.1", port))):
+    s = socket.socket(socket.AF_UNIX if kind == "unix" else socket.AF_INET)
+    try:
+        s.connect(addr)
+        print(kind + ":connected")
+    except PermissionError:
+        print(kind + ":refused")
+    finally:
+        s.close()
+"""

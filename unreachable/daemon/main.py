@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="plaintext TCP; refused unless HOST is loopback",
     )
     p.add_argument(
+        "--dangerously-allow-unauthenticated-tcp",
+        action="store_true",
+        default=s,
+        help="TLS without --tls-client-ca: anyone who reaches the port may scan every process",
+    )
+    p.add_argument(
         "--allow-contents",
         action="store_true",
         default=s,

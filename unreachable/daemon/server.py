@@ -208,10 +208,28 @@ def _add_unix_listener(server: grpc.aio.Server, config: Config) -> str:
     return path
 
 
+def _reach() -> str:
+    """What a client the daemon admits can do, for the warnings below."""
+    uid = os.geteuid()
+    if uid == 0 or _has_cap_sys_ptrace():
+        return "list, scan, heap-dump and watch every process on this host"
+    return f"list, scan, heap-dump and watch every process of uid {uid}"
+
+
+def _has_cap_sys_ptrace() -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 19 & 1)  # CAP_SYS_PTRACE
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def _add_tcp_listener(server: grpc.aio.Server, config: Config) -> None:
     if config.insecure_tcp:
         port = server.add_insecure_port(config.tcp)
-        kind = "plaintext, loopback only"
     else:
         client_ca = _read(config.tls_client_ca, "client CA") if config.tls_client_ca else None
         creds = grpc.ssl_server_credentials(
@@ -220,11 +238,35 @@ def _add_tcp_listener(server: grpc.aio.Server, config: Config) -> None:
             require_client_auth=client_ca is not None,
         )
         port = server.add_secure_port(config.tcp, creds)
-        kind = "mTLS" if client_ca else "TLS"
     if port == 0:
         raise ConfigError(f"cannot listen on {config.tcp}")
     host = config.tcp.rpartition(":")[0]
-    log.info("listening on tcp %s:%d (%s)", host, port, kind)
+    if config.insecure_tcp:
+        log.warning(
+            "listening on tcp %s:%d in plaintext (--insecure-tcp, for tests): every local "
+            "user and every process in this network namespace, whatever the unix socket's "
+            "mode and group, can %s",
+            host,
+            port,
+            _reach(),
+        )
+    elif config.tls_client_ca:
+        log.info(
+            "listening on tcp %s:%d (mTLS: clients need a certificate signed by %s; "
+            "every holder of one can %s)",
+            host,
+            port,
+            config.tls_client_ca,
+            _reach(),
+        )
+    else:
+        log.warning(
+            "listening on tcp %s:%d with TLS but no client certificates "
+            "(--dangerously-allow-unauthenticated-tcp): anyone who can reach this port can %s",
+            host,
+            port,
+            _reach(),
+        )
 
 
 def _open_history(config: Config) -> History:
