@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -288,3 +289,40 @@ for kind, addr in (("unix", path), ("tcp", ("127.0.0.1", port))):
     finally:
         s.close()
 """
+
+
+# --- the daemon's own code ------------------------------------------------
+
+# What a user who controls the directory an operator starts the daemon in
+# would leave there: modules shadowing the scanner's own (which an editable
+# install's import hook would still win against) and the standard library's.
+TRAP = """
+import pathlib
+pathlib.Path({marker!r}).write_text("the daemon ran code from its working directory\\n")
+"""
+TRAP_MODULES = (
+    "unreachable/__init__.py",
+    "unreachable/cli/__init__.py",
+    "unreachable/cli/main.py",
+    "argparse.py",
+)
+
+
+def test_scans_never_import_code_from_the_daemons_working_directory(daemons, tmp_path):
+    marker = tmp_path / "trap-ran"
+    trap_dir = tmp_path / "cwd"
+    for module in TRAP_MODULES:
+        (trap_dir / module).parent.mkdir(parents=True, exist_ok=True)
+        (trap_dir / module).write_text(TRAP.format(marker=str(marker)))
+    # The installed entry point, as systemd or an operator starts it: its own
+    # sys.path[0] is its bin directory, not the working directory.
+    unreachabled = Path(sys.executable).parent / "unreachabled"
+    assert unreachabled.exists(), "the package's console script is not installed"
+    d = daemons.start(command=[str(unreachabled)], cwd=trap_dir)
+    with open("/proc/sys/kernel/pid_max") as f:
+        no_such_pid = int(f.read())  # pids are below pid_max
+    channel = grpc.insecure_channel(d.address)
+    with pytest.raises(grpc.RpcError) as info:
+        list(pb_grpc.UnreachableStub(channel).Scan(pb.ScanRequest(pid=no_such_pid), timeout=120))
+    assert not marker.exists(), marker.read_text()
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND, info.value.details()
