@@ -326,3 +326,40 @@ def test_scans_never_import_code_from_the_daemons_working_directory(daemons, tmp
         list(pb_grpc.UnreachableStub(channel).Scan(pb.ScanRequest(pid=no_such_pid), timeout=120))
     assert not marker.exists(), marker.read_text()
     assert info.value.code() == grpc.StatusCode.NOT_FOUND, info.value.details()
+
+
+# --- malformed requests ---------------------------------------------------
+
+# Not a protobuf message: a field tag followed by a varint that never ends.
+GARBAGE = b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"
+
+METHODS = [
+    ("/unreachable.v1.Unreachable/Scan", "unary_stream"),
+    ("/unreachable.v1.Unreachable/Watch", "unary_stream"),
+    ("/unreachable.v1.Unreachable/HeapDump", "unary_unary"),
+    ("/unreachable.v1.Unreachable/ListTargets", "unary_unary"),
+    ("/grpc.health.v1.Health/Check", "unary_unary"),
+    ("/grpc.health.v1.Health/Watch", "unary_stream"),
+    ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "stream_stream"),
+]
+
+
+def test_malformed_requests_are_invalid_argument_and_one_log_line(daemon):
+    channel = grpc.insecure_channel(daemon.address)
+    for method, kind in METHODS:
+        # No serializers: the bytes go on the wire as they are.
+        call = getattr(channel, kind)(method)
+        request = iter([GARBAGE]) if kind.startswith("stream") else GARBAGE
+        with pytest.raises(grpc.RpcError) as info:
+            result = call(request, timeout=30)
+            if kind.endswith("stream"):
+                list(result)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, info.value)
+        assert info.value.details().startswith("malformed request: "), info.value.details()
+        line = daemon.wait_for_log(f"malformed request to {method} from ").string
+        assert line.startswith("<4>unreachabled: WARNING: "), line
+        assert line.endswith(f"({len(GARBAGE)} bytes): {info.value.details()[19:]}"), line
+    # The daemon still serves, and nothing else reached the log.
+    pb_grpc.UnreachableStub(channel).ListTargets(pb.ListTargetsRequest(), timeout=30)
+    assert not [line for line in daemon.log if "Traceback" in line or "ERROR" in line]
+    assert sum("malformed request" in line for line in daemon.log) == len(METHODS)

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from unreachable.daemon.config import Config, ConfigError
 from unreachable.daemon.history import MEMORY, History
+from unreachable.daemon.malformed import RefuseMalformed
 from unreachable.daemon.metrics import Metrics
 from unreachable.daemon.monitor import Monitor
 from unreachable.daemon.notify import NotifyListener
@@ -294,10 +295,11 @@ def _start_metrics(config: Config) -> Metrics | None:
 
 async def serve(config: Config) -> int:
     server = grpc.aio.server(
+        interceptors=[RefuseMalformed()],
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     hub = WatchHub()
     runner = ScanRunner(
