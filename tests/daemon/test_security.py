@@ -363,3 +363,37 @@ def test_malformed_requests_are_invalid_argument_and_one_log_line(daemon):
     pb_grpc.UnreachableStub(channel).ListTargets(pb.ListTargetsRequest(), timeout=30)
     assert not [line for line in daemon.log if "Traceback" in line or "ERROR" in line]
     assert sum("malformed request" in line for line in daemon.log) == len(METHODS)
+
+
+# --- messages -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "client",
+    [
+        ("ca",),  # no client certificate: the server ends the handshake
+        ("other_ca", "client_cert", "client_key"),  # the client distrusts the server
+        ("ca", "rogue_cert", "rogue_key"),  # a certificate from another CA
+    ],
+    ids=["no-client-cert", "server-untrusted", "rogue-client-cert"],
+)
+def test_a_failed_tls_handshake_is_one_line(tls_daemon, certs, client):
+    options = ["--tls-ca", "--tls-cert", "--tls-key"]
+    tls = [
+        arg
+        for option, name in zip(options, client, strict=False)
+        for arg in (option, str(getattr(certs, name)))
+    ]
+    res = subprocess.run(
+        [sys.executable, "-m", "unreachable.cli.main", "scan", "1"]
+        + ["--remote", f"127.0.0.1:{tls_daemon.tcp_port}", *tls],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GRPC_")},
+    )
+    assert res.returncode == 2
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("unreachable-cli: error: cannot reach unreachabled at 127.0.0.1:")
