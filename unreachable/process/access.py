@@ -11,6 +11,7 @@ the message names the rule that applies, not a guess at a remedy.
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 CAP_SYS_PTRACE = 19
@@ -110,7 +111,8 @@ def why_denied(pid: int) -> str:
         )
     who = "this process runs as root" if my_uid == 0 else f"this process runs as uid {my_uid}"
     yama_text = "Yama is not enabled" if yama is None else f"Yama allows it (scope {yama})"
-    modules = _active_security_modules() or "Landlock, SELinux, AppArmor, BPF"
+    active = _active_security_modules()
+    modules = f"active here: {active}" if active else "Landlock, SELinux, AppArmor, BPF"
     if pid == 1:
         return (
             f"the kernel refused although {who} with CAP_SYS_PTRACE and {yama_text}: pid 1, "
@@ -123,10 +125,40 @@ def why_denied(pid: int) -> str:
     )
 
 
+# LSM_ID_* of <linux/lsm.h>, as lsm_list_modules(2) reports the active ones.
+LSM_NAMES = {
+    100: "capability",
+    101: "selinux",
+    102: "smack",
+    103: "tomoyo",
+    104: "apparmor",
+    105: "yama",
+    106: "loadpin",
+    107: "safesetid",
+    108: "lockdown",
+    109: "bpf",
+    110: "landlock",
+    111: "ima",
+    112: "evm",
+    113: "ipe",
+}
+SYS_LSM_LIST_MODULES = 461  # the same number on every architecture (Linux 6.8+)
+
+
 def _active_security_modules() -> str:
-    """The kernel's active security modules, when securityfs is mounted to say."""
+    """The kernel's active security modules, or "" where it cannot say."""
     try:
         with open("/sys/kernel/security/lsm") as f:
             return f.read().strip().replace(",", ", ")
     except OSError:
+        pass
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        ids = (ctypes.c_uint64 * 64)()
+        size = ctypes.c_uint32(ctypes.sizeof(ids))
+        count = libc.syscall(SYS_LSM_LIST_MODULES, ids, ctypes.byref(size), 0)
+    except (OSError, AttributeError):
         return ""
+    if count <= 0:
+        return ""
+    return ", ".join(LSM_NAMES.get(i, f"lsm {i}") for i in ids[:count])
