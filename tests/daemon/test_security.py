@@ -5,6 +5,7 @@ from __future__ import annotations
 import grp
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -397,3 +398,18 @@ def test_a_failed_tls_handshake_is_one_line(tls_daemon, certs, client):
     lines = res.stderr.splitlines()
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("unreachable-cli: error: cannot reach unreachabled at 127.0.0.1:")
+
+
+def test_a_port_in_use_is_one_line(daemons):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        d = daemons.start("--tcp", f"127.0.0.1:{port}", "--insecure-tcp", unix=False, wait=False)
+        assert d.proc.wait(timeout=60) == 2
+    d.wait_for_log("unreachabled: error: ", timeout=10)
+    assert d.log[-1] == (
+        f"unreachabled: error: cannot listen on 127.0.0.1:{port} "
+        "(the port is in use, or not this host's)"
+    )
+    assert not [line for line in d.log if "Traceback" in line], d.log

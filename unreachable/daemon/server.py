@@ -229,18 +229,21 @@ def _has_cap_sys_ptrace() -> bool:
 
 
 def _add_tcp_listener(server: grpc.aio.Server, config: Config) -> None:
-    if config.insecure_tcp:
-        port = server.add_insecure_port(config.tcp)
-    else:
-        client_ca = _read(config.tls_client_ca, "client CA") if config.tls_client_ca else None
-        creds = grpc.ssl_server_credentials(
-            [(_read(config.tls_key, "TLS key"), _read(config.tls_cert, "TLS certificate"))],
-            root_certificates=client_ca,
-            require_client_auth=client_ca is not None,
-        )
-        port = server.add_secure_port(config.tcp, creds)
+    try:
+        if config.insecure_tcp:
+            port = server.add_insecure_port(config.tcp)
+        else:
+            client_ca = _read(config.tls_client_ca, "client CA") if config.tls_client_ca else None
+            creds = grpc.ssl_server_credentials(
+                [(_read(config.tls_key, "TLS key"), _read(config.tls_cert, "TLS certificate"))],
+                root_certificates=client_ca,
+                require_client_auth=client_ca is not None,
+            )
+            port = server.add_secure_port(config.tcp, creds)
+    except RuntimeError:  # grpcio's bind failure
+        port = 0
     if port == 0:
-        raise ConfigError(f"cannot listen on {config.tcp}")
+        raise ConfigError(f"cannot listen on {config.tcp} (the port is in use, or not this host's)")
     host = config.tcp.rpartition(":")[0]
     if config.insecure_tcp:
         log.warning(
