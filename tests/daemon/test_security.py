@@ -413,3 +413,16 @@ def test_a_port_in_use_is_one_line(daemons):
         "(the port is in use, or not this host's)"
     )
     assert not [line for line in d.log if "Traceback" in line], d.log
+
+
+def test_a_listener_failing_after_others_is_one_line_and_leaves_no_socket(daemons, tmp_path):
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "n.sock").write_text("not a socket\n")
+    d = daemons.start("--notify-socket", str(blocked / "n.sock"), wait=False)
+    assert d.proc.wait(timeout=60) == 2
+    d.wait_for_log("unreachabled: error: ", timeout=10)
+    assert d.log[-1].startswith(f"unreachabled: error: cannot listen on {blocked}/n.sock: ")
+    assert not [line for line in d.log if "Traceback" in line or "Exception" in line], d.log
+    assert not d.socket.exists()  # the gRPC socket, bound first, is gone
+    assert (blocked / "n.sock").read_text() == "not a socket\n"

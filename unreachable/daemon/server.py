@@ -321,20 +321,29 @@ async def serve(config: Config) -> int:
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    unix_path = _add_unix_listener(server, config) if config.socket else ""
-    if config.tcp:
-        _add_tcp_listener(server, config)
-
+    unix_path = ""
     notify = None
-    if config.notify_socket:
-        notify = NotifyListener(
-            safe_socket_path(config.notify_socket, "notify socket"),
-            config.notify_mode,
-            lambda pid: producer.request(pid, pb.TRIGGER_SIGNAL),
-        )
-    await server.start()
-    if notify is not None:
-        await notify.start()
+    try:
+        unix_path = _add_unix_listener(server, config) if config.socket else ""
+        if config.tcp:
+            _add_tcp_listener(server, config)
+        if config.notify_socket:
+            notify = NotifyListener(
+                safe_socket_path(config.notify_socket, "notify socket"),
+                config.notify_mode,
+                lambda pid: producer.request(pid, pb.TRIGGER_SIGNAL),
+            )
+        await server.start()
+        if notify is not None:
+            await notify.start()
+    except ConfigError:
+        # Stopped here, or grpcio's server complains at exit after the
+        # one-line error; and no socket left behind.
+        await server.stop(None)
+        if unix_path:
+            with contextlib.suppress(OSError):
+                os.unlink(unix_path)
+        raise
     tasks = []
     if config.scan_interval > 0:
         tasks.append(asyncio.create_task(Scheduler(config, producer, monitor).run()))
