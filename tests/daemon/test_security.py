@@ -22,8 +22,8 @@ from unreachable.v1 import unreachable_pb2 as pb
 from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
 
 # Starts of a daemon racing a user who swaps its fresh sockets for symlinks.
-# Before sockets were created with their final mode, 24 of 60 starts changed
-# the victim file: 20 starts all missing is a chance below 1e-4.
+# When the daemon chmod'ed its sockets by path in any directory, 24 of 60
+# starts changed the victim file: 20 starts all missing is a chance below 1e-4.
 RACE_STARTS = 20
 
 

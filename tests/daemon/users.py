@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -30,8 +32,8 @@ class User:
         return self.run(SYSTEM_PYTHON, "-I", "-c", code, *args, **kw)
 
 
-def _user_db_lines(name: str) -> int:
-    return subprocess.run(["getent", "passwd", name], capture_output=True).returncode
+def _exists(name: str) -> bool:
+    return subprocess.run(["getent", "passwd", name], capture_output=True).returncode == 0
 
 
 def unprivileged_user(tag: str) -> Iterator[User]:
@@ -47,12 +49,9 @@ def unprivileged_user(tag: str) -> Iterator[User]:
         capture_output=True,
     )
     try:
-        import grp
-        import pwd
-
         pw = pwd.getpwnam(name)
         assert grp.getgrgid(pw.pw_gid).gr_name == name
         yield User(name, pw.pw_uid, pw.pw_gid)
     finally:
         subprocess.run(["userdel", name], capture_output=True)
-        assert _user_db_lines(name) != 0, f"user {name} left behind"
+        assert not _exists(name), f"user {name} left behind"
