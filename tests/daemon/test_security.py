@@ -426,3 +426,18 @@ def test_a_listener_failing_after_others_is_one_line_and_leaves_no_socket(daemon
     assert not [line for line in d.log if "Traceback" in line or "Exception" in line], d.log
     assert not d.socket.exists()  # the gRPC socket, bound first, is gone
     assert (blocked / "n.sock").read_text() == "not a socket\n"
+
+
+def test_no_directory_is_made_inside_another_users(daemons, attacker):
+    base = Path(tempfile.mkdtemp(prefix="urm-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        theirs = base / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, attacker.uid, attacker.gid)
+        d = daemons.start("--socket", str(theirs / "a" / "b" / "d.sock"), wait=False)
+        assert d.proc.wait(timeout=60) == 2
+        d.wait_for_log(f"refusing to put the gRPC socket in {theirs}/a/b: {theirs} belongs to")
+        assert list(theirs.iterdir()) == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -24,13 +24,24 @@ from unreachable.daemon.config import ConfigError
 def safe_socket_path(path: str, what: str) -> str:
     """`path` with its directory created if missing and resolved; ConfigError if unsafe."""
     directory, name = os.path.split(os.path.abspath(path))
+    # What exists is checked before anything is created in it: root makes no
+    # directory where another user's symlink points.
+    existing = directory
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
+    _refuse_others(os.path.realpath(existing), directory, what)
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot create {directory} for the {what}: {e.strerror or e}") from None
     directory = os.path.realpath(directory)
+    _refuse_others(directory, directory, what)
+    return os.path.join(directory, name)
+
+
+def _refuse_others(component: str, directory: str, what: str) -> None:
+    """ConfigError unless component and every directory above it are safe."""
     me = os.geteuid()
-    component = directory
     while True:
         st = os.stat(component)
         if st.st_uid not in (0, me):
@@ -47,9 +58,8 @@ def safe_socket_path(path: str, what: str) -> str:
                 f"(chmod go-w {component}, or use another directory)"
             )
         if component == "/":
-            break
+            return
         component = os.path.dirname(component)
-    return os.path.join(directory, name)
 
 
 @contextlib.contextmanager
