@@ -67,15 +67,16 @@ def test_a_user_racing_the_socket_never_changes_a_root_file(daemons, attacker, t
     victim.chmod(0o600)
     before = _identity(victim)
     base = Path(tempfile.mkdtemp(prefix="urr-", dir="/tmp"))
-    base.chmod(0o755)
-    sockdir = base / "s"  # the attacker's: they may rename and replace entries
-    sockdir.mkdir()
-    os.chown(sockdir, attacker.uid, attacker.gid)
-    sock, notify = sockdir / "d.sock", sockdir / "n.sock"
-    racer = attacker.python(
-        RACER, str(victim), str(sock), str(notify), cwd="/", stdout=subprocess.PIPE
-    )
+    racer = None
     try:
+        base.chmod(0o755)
+        sockdir = base / "s"  # the attacker's: they may rename and replace entries
+        sockdir.mkdir()
+        os.chown(sockdir, attacker.uid, attacker.gid)
+        sock, notify = sockdir / "d.sock", sockdir / "n.sock"
+        racer = attacker.python(
+            RACER, str(victim), str(sock), str(notify), cwd="/", stdout=subprocess.PIPE
+        )
         assert racer.stdout is not None and racer.stdout.readline() == "racing\n"
         for _ in range(RACE_STARTS):
             for p in (sock, notify):
@@ -93,8 +94,9 @@ def test_a_user_racing_the_socket_never_changes_a_root_file(daemons, attacker, t
             d.stop()
             assert _identity(victim) == before, "\n".join(d.log)
     finally:
-        racer.kill()
-        racer.wait()
+        if racer is not None:
+            racer.kill()
+            racer.wait()
         shutil.rmtree(base, ignore_errors=True)
     assert victim.read_text() == "root's secret\n"
     # The directory is the attacker's: the daemon says so and does not start.
