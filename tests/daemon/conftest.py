@@ -88,11 +88,17 @@ class DaemonFactory:
         self.started: list[Daemon] = []
 
     def start(
-        self, *args: str, unix: bool = True, wait: bool = True, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        unix: bool = True,
+        wait: bool = True,
+        env: dict[str, str] | None = None,
+        command: list[str] = DAEMON,
+        cwd: Path | None = None,
     ) -> Daemon:
         # Short path: a unix socket path must fit in 108 bytes.
         d_dir = Path(tempfile.mkdtemp(prefix="urd-", dir="/tmp"))
-        argv = [*DAEMON, "--notify-socket", str(d_dir / "notify.sock")]
+        argv = [*command, "--notify-socket", str(d_dir / "notify.sock")]
         argv += ["--socket", str(d_dir / "d.sock") if unix else ""]
         proc = subprocess.Popen(
             [*argv, *args],
@@ -101,6 +107,7 @@ class DaemonFactory:
             stderr=subprocess.PIPE,
             text=True,
             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+            cwd=cwd,
         )
         d = Daemon(proc, d_dir)
         self.started.append(d)

@@ -16,6 +16,7 @@ from functools import lru_cache
 from elftools.elf.elffile import ELFFile
 
 from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
+from unreachable.process.access import why_denied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.process.secure_exec import runs_secure
@@ -119,7 +120,9 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
     except FileNotFoundError:
         raise TargetNotFound(f"no process with pid {pid}") from None
     except PermissionError:
-        raise TargetPermissionDenied(f"no permission to read the memory of pid {pid}") from None
+        raise TargetPermissionDenied(
+            f"no permission to read the memory of pid {pid}: {why_denied(pid)}"
+        ) from None
     try:
         raw = os.pread(fd, _HEADER.size, addr)
     except OSError as e:

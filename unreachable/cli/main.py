@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "remote", None):
+        # Before grpc's first import, when its C core reads it: it would print
+        # a failed TLS handshake on stderr ahead of the one-line error below.
+        # A GRPC_VERBOSITY in the environment still wins.
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         return int(args.handler(args))
     except ScanError as e:

@@ -78,6 +78,8 @@ class Config:
     tls_key: str = ""
     tls_client_ca: str = ""  # set: clients must present a certificate signed by it (mTLS)
     insecure_tcp: bool = False  # plaintext TCP, loopback only
+    # TLS without client certificates: anyone who reaches the port may scan.
+    dangerously_allow_unauthenticated_tcp: bool = False
     allow_contents: bool = False
     scan_interval: float = 0.0  # seconds between scheduled scans of every target; 0: off
     scan_timeout: float = 300.0  # seconds a scan subprocess may run
@@ -99,11 +101,18 @@ class Config:
     def validate(self) -> None:
         if not self.socket and not self.tcp:
             raise ConfigError("nothing to listen on: give --socket or --tcp")
+        for name, mode in (("socket_mode", self.socket_mode), ("notify_mode", self.notify_mode)):
+            if not 0 <= mode <= 0o777:
+                raise ConfigError(f"{name} is a file mode from 0000 to 0777, not {mode:04o}")
+        unauthenticated = self.dangerously_allow_unauthenticated_tcp
         if self.tcp:
             host, port = split_host_port(self.tcp)
             if self.insecure_tcp:
-                if self.tls_cert or self.tls_key or self.tls_client_ca:
-                    raise ConfigError("--insecure-tcp and --tls-* exclude each other")
+                if self.tls_cert or self.tls_key or self.tls_client_ca or unauthenticated:
+                    raise ConfigError(
+                        "--insecure-tcp excludes --tls-* and "
+                        "--dangerously-allow-unauthenticated-tcp"
+                    )
                 if not is_loopback(host):
                     raise ConfigError(
                         f"--insecure-tcp listens on loopback only, not {host!r} "
@@ -113,8 +122,20 @@ class Config:
                 raise ConfigError(
                     "--tcp needs --tls-cert and --tls-key (or --insecure-tcp on loopback)"
                 )
+            elif self.tls_client_ca and unauthenticated:
+                raise ConfigError(
+                    "--tls-client-ca and --dangerously-allow-unauthenticated-tcp exclude each other"
+                )
+            elif not self.tls_client_ca and not unauthenticated:
+                raise ConfigError(
+                    f"--tcp {self.tcp} needs --tls-client-ca: without client certificates "
+                    "anyone who reaches the port could scan every process this daemon can "
+                    "trace (to accept that: --dangerously-allow-unauthenticated-tcp)"
+                )
         elif self.tls_cert or self.tls_key or self.tls_client_ca or self.insecure_tcp:
             raise ConfigError("--tls-* and --insecure-tcp apply to --tcp")
+        elif unauthenticated:
+            raise ConfigError("--dangerously-allow-unauthenticated-tcp applies to --tcp")
         if self.scan_interval < 0 or self.scan_timeout <= 0 or self.max_concurrent_scans < 1:
             raise ConfigError("scan_interval >= 0, scan_timeout > 0, max_concurrent_scans >= 1")
         if not 0 <= self.mark_threads <= MAX_MARK_THREADS:

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"socket shims ask for scans on ('' = none; {d.notify_socket})",
     )
     p.add_argument("--notify-mode", type=_mode, default=s, help="its file mode (0666)")
-    p.add_argument("--tcp", default=s, metavar="HOST:PORT", help="also listen on TCP (TLS)")
+    p.add_argument("--tcp", default=s, metavar="HOST:PORT", help="also listen on TCP (mTLS)")
     p.add_argument("--tls-cert", default=s, metavar="PEM", help="server certificate chain")
     p.add_argument("--tls-key", default=s, metavar="PEM", help="server private key")
     p.add_argument(
@@ -58,7 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure-tcp",
         action="store_true",
         default=s,
-        help="plaintext TCP; refused unless HOST is loopback",
+        help="plaintext TCP, for tests (every local user may scan); loopback HOST only",
+    )
+    p.add_argument(
+        "--dangerously-allow-unauthenticated-tcp",
+        action="store_true",
+        default=s,
+        help="TLS without --tls-client-ca: anyone who reaches the port may scan every process",
     )
     p.add_argument(
         "--allow-contents",

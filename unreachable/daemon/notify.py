@@ -20,6 +20,9 @@ import stat
 import struct
 from collections.abc import Callable
 
+from unreachable.daemon.config import ConfigError
+from unreachable.daemon.sockets import created_as
+
 log = logging.getLogger("unreachabled.notify")
 LINE_MAX = 64
 READ_TIMEOUT = 5.0
@@ -65,14 +68,15 @@ class NotifyListener:
 
     async def start(self) -> None:
         _remove_stale_socket(self.path)
-        old = os.umask(0o177)
-        try:
-            self._server = await asyncio.start_unix_server(
-                self._handle, path=self.path, limit=LINE_MAX
-            )
-        finally:
-            os.umask(old)
-        os.chmod(self.path, self._mode)
+        # The mode comes from bind itself: a chmod of the path afterwards would
+        # follow whatever another user had swapped in meanwhile.
+        with created_as(self._mode):
+            try:
+                self._server = await asyncio.start_unix_server(
+                    self._handle, path=self.path, limit=LINE_MAX
+                )
+            except OSError as e:
+                raise ConfigError(f"cannot listen on {self.path}: {e.strerror or e}") from None
         log.info("notify socket %s (mode %04o)", self.path, self._mode)
 
     async def close(self) -> None:

@@ -1,6 +1,6 @@
 """Run scans and heap dumps in subprocesses, one pid at a time, many pids at once.
 
-Each scan is `python -m unreachable.cli.main scan PID --json --progress-json`,
+Each scan is `python -P -m unreachable.cli.main scan PID --json --progress-json`,
 started with asyncio.create_subprocess_exec (no fork without exec after grpc
 has started). Its stderr carries JSON progress lines and, on failure, one
 JSON error line naming the gRPC status. The ptrace work therefore never
@@ -125,8 +125,13 @@ class ScanRunner:
         self, argv: list[str], progress: ProgressCallback | None
     ) -> dict[str, Any]:
         log.debug("running unreachable-cli %s", " ".join(argv))
+        # -P: `-m` would put the working directory first on sys.path, and a
+        # root daemon started in someone's directory would import their
+        # argparse.py or unreachable/ instead of its own. cwd /: relative
+        # PYTHONPATH entries cannot point into that directory either.
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-P",
             "-m",
             "unreachable.cli.main",
             *argv,
@@ -134,6 +139,7 @@ class ScanRunner:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self._env,
+            cwd="/",
         )
         oom_victim_first(proc.pid)
         self._procs.add(proc)

@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from unreachable.daemon.config import Config, ConfigError
 from unreachable.daemon.history import MEMORY, History
+from unreachable.daemon.malformed import RefuseMalformed
 from unreachable.daemon.metrics import Metrics
 from unreachable.daemon.monitor import Monitor
 from unreachable.daemon.notify import NotifyListener
@@ -30,6 +31,7 @@ from unreachable.daemon.producer import ReportProducer
 from unreachable.daemon.scans import ScanFailed, ScanRunner
 from unreachable.daemon.schedule import Scheduler
 from unreachable.daemon.sdnotify import Status, run_watchdog, sd_notify, watchdog_interval
+from unreachable.daemon.sockets import created_as, safe_socket_path
 from unreachable.daemon.targets import list_targets
 from unreachable.daemon.watch import WatchHub
 from unreachable.report.text import format_summary
@@ -188,45 +190,87 @@ def _read(path: str, what: str) -> bytes:
         raise ConfigError(f"cannot read {what} {path}: {e.strerror or e}") from None
 
 
-def _add_unix_listener(server: grpc.aio.Server, config: Config) -> None:
-    path = os.path.abspath(config.socket)
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+def _add_unix_listener(server: grpc.aio.Server, config: Config) -> str:
+    path = safe_socket_path(config.socket, "gRPC socket")
     gid = -1
     if config.socket_group:
         try:
             gid = grp.getgrnam(config.socket_group).gr_gid
         except KeyError:
             raise ConfigError(f"no such group: {config.socket_group}") from None
-    # Bind under a tight umask so the socket is never reachable with looser
-    # permissions than configured, then set the configured mode and group.
-    old = os.umask(0o177)
-    try:
-        server.add_insecure_port(f"unix:{path}")
-    finally:
-        os.umask(old)
-    if gid >= 0:
-        os.chown(path, -1, gid)
-    os.chmod(path, config.socket_mode)
+    # Mode and group come from bind itself: no path operation after it that a
+    # swapped-in symlink could redirect, and never looser than configured.
+    with created_as(config.socket_mode, gid):
+        try:
+            server.add_insecure_port(f"unix:{path}")
+        except RuntimeError:
+            raise ConfigError(f"cannot listen on unix:{path} (something else is there)") from None
     log.info("listening on unix:%s (mode %04o)", path, config.socket_mode)
+    return path
+
+
+def _reach() -> str:
+    """What a client the daemon admits can do, for the warnings below."""
+    uid = os.geteuid()
+    if uid == 0 or _has_cap_sys_ptrace():
+        return "list, scan, heap-dump and watch every process on this host"
+    return f"list, scan, heap-dump and watch every process of uid {uid}"
+
+
+def _has_cap_sys_ptrace() -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 19 & 1)  # CAP_SYS_PTRACE
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def _add_tcp_listener(server: grpc.aio.Server, config: Config) -> None:
-    if config.insecure_tcp:
-        port = server.add_insecure_port(config.tcp)
-        kind = "plaintext, loopback only"
-    else:
-        client_ca = _read(config.tls_client_ca, "client CA") if config.tls_client_ca else None
-        creds = grpc.ssl_server_credentials(
-            [(_read(config.tls_key, "TLS key"), _read(config.tls_cert, "TLS certificate"))],
-            root_certificates=client_ca,
-            require_client_auth=client_ca is not None,
-        )
-        port = server.add_secure_port(config.tcp, creds)
-        kind = "mTLS" if client_ca else "TLS"
+    try:
+        if config.insecure_tcp:
+            port = server.add_insecure_port(config.tcp)
+        else:
+            client_ca = _read(config.tls_client_ca, "client CA") if config.tls_client_ca else None
+            creds = grpc.ssl_server_credentials(
+                [(_read(config.tls_key, "TLS key"), _read(config.tls_cert, "TLS certificate"))],
+                root_certificates=client_ca,
+                require_client_auth=client_ca is not None,
+            )
+            port = server.add_secure_port(config.tcp, creds)
+    except RuntimeError:  # grpcio's bind failure
+        port = 0
     if port == 0:
-        raise ConfigError(f"cannot listen on {config.tcp}")
+        raise ConfigError(f"cannot listen on {config.tcp} (the port is in use, or not this host's)")
     host = config.tcp.rpartition(":")[0]
-    log.info("listening on tcp %s:%d (%s)", host, port, kind)
+    if config.insecure_tcp:
+        log.warning(
+            "listening on tcp %s:%d in plaintext (--insecure-tcp, for tests): every local "
+            "user and every process in this network namespace, whatever the unix socket's "
+            "mode and group, can %s",
+            host,
+            port,
+            _reach(),
+        )
+    elif config.tls_client_ca:
+        log.info(
+            "listening on tcp %s:%d (mTLS: clients need a certificate signed by %s; "
+            "every holder of one can %s)",
+            host,
+            port,
+            config.tls_client_ca,
+            _reach(),
+        )
+    else:
+        log.warning(
+            "listening on tcp %s:%d with TLS but no client certificates "
+            "(--dangerously-allow-unauthenticated-tcp): anyone who can reach this port can %s",
+            host,
+            port,
+            _reach(),
+        )
 
 
 def _open_history(config: Config) -> History:
@@ -254,10 +298,11 @@ def _start_metrics(config: Config) -> Metrics | None:
 
 async def serve(config: Config) -> int:
     server = grpc.aio.server(
+        interceptors=[RefuseMalformed()],
         options=[
             ("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     hub = WatchHub()
     runner = ScanRunner(
@@ -276,22 +321,29 @@ async def serve(config: Config) -> int:
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    if config.socket:
-        _add_unix_listener(server, config)
-    if config.tcp:
-        _add_tcp_listener(server, config)
-
+    unix_path = ""
     notify = None
-    if config.notify_socket:
-        notify = NotifyListener(
-            os.path.abspath(config.notify_socket),
-            config.notify_mode,
-            lambda pid: producer.request(pid, pb.TRIGGER_SIGNAL),
-        )
-    await server.start()
-    if notify is not None:
-        os.makedirs(os.path.dirname(notify.path), mode=0o755, exist_ok=True)
-        await notify.start()
+    try:
+        unix_path = _add_unix_listener(server, config) if config.socket else ""
+        if config.tcp:
+            _add_tcp_listener(server, config)
+        if config.notify_socket:
+            notify = NotifyListener(
+                safe_socket_path(config.notify_socket, "notify socket"),
+                config.notify_mode,
+                lambda pid: producer.request(pid, pb.TRIGGER_SIGNAL),
+            )
+        await server.start()
+        if notify is not None:
+            await notify.start()
+    except ConfigError:
+        # Stopped here, or grpcio's server complains at exit after the
+        # one-line error; and no socket left behind.
+        await server.stop(None)
+        if unix_path:
+            with contextlib.suppress(OSError):
+                os.unlink(unix_path)
+        raise
     tasks = []
     if config.scan_interval > 0:
         tasks.append(asyncio.create_task(Scheduler(config, producer, monitor).run()))
@@ -329,7 +381,7 @@ async def serve(config: Config) -> int:
     if metrics is not None:
         metrics.close()
     history.close()
-    if config.socket:
+    if unix_path:
         with contextlib.suppress(OSError):
-            os.unlink(config.socket)
+            os.unlink(unix_path)
     return 0

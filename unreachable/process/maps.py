@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from unreachable.errors import TargetNotFound, TargetPermissionDenied
+from unreachable.process.access import why_denied
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ def read_maps_text(pid: int) -> str:
         raise TargetNotFound(f"no process with pid {pid}") from None
     except PermissionError:
         raise TargetPermissionDenied(
-            f"no permission to read the memory map of pid {pid} (run as its user or as root)"
+            f"no permission to read the memory map of pid {pid}: {why_denied(pid)}"
         ) from None
     except ProcessLookupError:
         raise TargetNotFound(f"process {pid} exited") from None
