@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.support.cbuild import build
+from tests.support.targets import TargetFactory
 from unreachable.scan import scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -48,6 +50,7 @@ def test_a_file_the_target_could_not_read_is_not_used(targets, tmp_path_factory)
     if os.getuid() != 0:
         pytest.skip("running the target as another user takes root")
     shared = Path(tempfile.mkdtemp(prefix="unreachable-plugin-"))
+    cleanups: list[Callable[[], None]] = []
     try:
         shared.chmod(0o755)
         plugin = shared / "plugin.so"
@@ -59,7 +62,13 @@ def test_a_file_the_target_could_not_read_is_not_used(targets, tmp_path_factory)
             os.setgid(NOBODY)
             os.setuid(NOBODY)
 
-        target = targets.start(
+        # The installed shim may sit where nobody cannot read it (/root/.pyenv).
+        shim = shared / targets.shim.name
+        shutil.copy(targets.shim, shim)
+        shim.chmod(0o644)
+        as_nobody_targets = TargetFactory(shim)
+        cleanups.append(as_nobody_targets.cleanup)
+        target = as_nobody_targets.start(
             PROGRAMS / "plugin_host.c",
             str(plugin),
             "absolute",
@@ -74,4 +83,6 @@ def test_a_file_the_target_could_not_read_is_not_used(targets, tmp_path_factory)
         [leak] = scan(target.pid).leaks
         assert any(f.function == "plugin_alloc" for f in leak.backtrace)
     finally:
+        for cleanup in cleanups:
+            cleanup()
         shutil.rmtree(shared)
