@@ -82,7 +82,7 @@ static struct {
   /* free_track */
   size_t ft_cap, ft_frames, ft_stride, ft_head, ft_count;
   uint8_t *ft;
-  uint32_t ft_lock, ft_owner;
+  uint32_t ft_lock; /* ur_tid_lock */
   /* record_allocs */
   struct rec *rec;
   size_t rec_total;
@@ -291,7 +291,7 @@ static inline struct ft_entry *ft_at(size_t i) {
 static bool ft_find(const void *p, uint64_t *frames, size_t *nframes) {
   uint64_t key = UR_MANGLE(p);
   bool found = false;
-  ur_lock_hard(&D.ft_lock, &D.ft_owner, ur_self_tid());
+  if (!ur_tid_lock(&D.ft_lock, ur_self_tid())) return false; /* a handler inside the FIFO's owner */
   for (size_t i = 0; i < D.ft_count && !found; i++) {
     struct ft_entry *e = ft_at(D.ft_head + i);
     if (e->ptr == key) {
@@ -300,7 +300,7 @@ static bool ft_find(const void *p, uint64_t *frames, size_t *nframes) {
       memcpy(frames, e->frames, e->nframes * sizeof *frames);
     }
   }
-  ur_unlock(&D.ft_lock, &D.ft_owner, 1);
+  ur_tid_unlock(&D.ft_lock);
   return found;
 }
 
@@ -342,24 +342,26 @@ static bool ft_verify(uintptr_t p, const uint64_t *frames, size_t nframes) {
   return true;
 }
 
-/* Hold p back; if the FIFO was full, returns the oldest block (verified by
- * the caller, then really freed). */
-static bool ft_push(void *p, const uint64_t *frames, size_t nframes, struct ft_entry *evicted) {
-  bool out = false;
-  ur_lock_hard(&D.ft_lock, &D.ft_owner, ur_self_tid());
+/* Hold p back: 0. If the FIFO was full, 1 and the oldest block in evicted
+ * (verified by the caller, then really freed). -1: not held, because this
+ * is a signal handler's free that interrupted its own thread inside the
+ * FIFO; the caller frees p at once. */
+static int ft_push(void *p, const uint64_t *frames, size_t nframes, struct ft_entry *evicted) {
+  int out = 0;
+  if (!ur_tid_lock(&D.ft_lock, ur_self_tid())) return -1;
   if (D.ft_count == D.ft_cap) {
     struct ft_entry *old = ft_at(D.ft_head);
     memcpy(evicted, old, D.ft_stride);
     D.ft_head = (D.ft_head + 1) % D.ft_cap;
     D.ft_count--;
-    out = true;
+    out = 1;
   }
   struct ft_entry *e = ft_at(D.ft_head + D.ft_count);
   e->ptr = UR_MANGLE(p);
   e->nframes = nframes;
   memcpy(e->frames, frames, nframes * sizeof *frames);
   D.ft_count++;
-  ur_unlock(&D.ft_lock, &D.ft_owner, 1);
+  ur_tid_unlock(&D.ft_lock);
   return out;
 }
 
@@ -553,6 +555,7 @@ static void *finish_alloc(struct ur_thread_slot *s, void *p, size_t n) {
   if (p) {
     ur_announce_out(s, p, n);
     ur_registry_insert(p, n, ur_maybe_capture(n));
+    ur_note_own(p);
   }
   ur_leave(s);
   return p;
@@ -618,9 +621,12 @@ static void release_block(void *p, uint32_t stack_id, bool guards) {
       struct ft_entry e;
       uint8_t raw[sizeof(struct ft_entry) + UR_MAX_FRAMES * sizeof(uint64_t)];
     } ev;
-    if (!ft_push(p, frames, n, &ev.e)) return;
-    p = (void *)UR_UNMANGLE(ev.e.ptr);
-    if (!ft_verify((uintptr_t)p, ev.e.frames, ev.e.nframes)) return; /* leaked on purpose */
+    int held = ft_push(p, frames, n, &ev.e);
+    if (held == 0) return;
+    if (held > 0) {
+      p = (void *)UR_UNMANGLE(ev.e.ptr);
+      if (!ft_verify((uintptr_t)p, ev.e.frames, ev.e.nframes)) return; /* leaked on purpose */
+    }
   }
   __libc_free(orig_of(p));
 }
@@ -816,7 +822,7 @@ struct collect_ctx {
 
 static void collect_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) {
   struct collect_ctx *c = arg;
-  if (c->n >= c->cap) return;
+  if (c->n >= c->cap || ur_helper_owns(key)) return; /* the helper's, not the program's */
   struct drec *d = &c->r[c->n++];
   d->a = c->leaks ? key : size; /* pointers stay mangled in the copy */
   d->b = size;
@@ -1075,17 +1081,17 @@ void ur_debug_start(const char *progname) {
 }
 
 static void verify_all_freed(void) {
-  ur_lock_hard(&D.ft_lock, &D.ft_owner, ur_self_tid());
+  if (!ur_tid_lock(&D.ft_lock, ur_self_tid())) return;
   for (size_t i = 0; i < D.ft_count; i++) {
     struct ft_entry *e = ft_at(D.ft_head + i);
     ft_verify(UR_UNMANGLE(e->ptr), e->frames, e->nframes);
   }
-  ur_unlock(&D.ft_lock, &D.ft_owner, 1);
+  ur_tid_unlock(&D.ft_lock);
 }
 
 void ur_debug_after_fork_child(void) {
   /* Only the forking thread survives: whoever held these is gone. */
-  D.ft_lock = D.ft_owner = 0;
+  D.ft_lock = 0;
   D.rec_lock = D.rec_owner = 0;
   D.rec_inflight = 0;
   D.rec_dumping = 0;

@@ -22,6 +22,7 @@
 #include "region.h"
 #include "registry.h"
 #include "stacks.h"
+#include "syms.h"
 #include "threads.h"
 #include "unwind.h"
 
@@ -97,6 +98,7 @@ void ur_init(void) {
   }
   if (!(ur_load32(&ur_g.slow) & UR_SLOW_UNINIT)) return;
   ur_tls.busy++;
+  ur_syms_init(); /* before the program runs on, and whatever the options say */
   struct ur_descriptor *d = &unreachable_descriptor;
   uint32_t state = 0; /* the value ur_g.slow takes when we are done */
   int debug = 0;      /* ur_debug_configure: malloc_debug's per-call options */

@@ -1,6 +1,5 @@
 #include "threads.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -12,6 +11,7 @@
 #include "debug.h"
 #include "lock.h"
 #include "region.h"
+#include "syms.h"
 
 static struct {
   uint32_t high_water; /* slots [0, high_water) have been handed out at least once */
@@ -37,9 +37,7 @@ static getattr_fn real_getattr(void) {
   static getattr_fn real;
   getattr_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
   if (UR_UNLIKELY(!f)) {
-    ur_tls.busy++; /* dlsym may allocate */
-    f = (getattr_fn)dlsym(RTLD_NEXT, "pthread_getattr_np");
-    ur_tls.busy--;
+    f = (getattr_fn)ur_sym_next("pthread_getattr_np"); /* not dlsym: syms.h */
     __atomic_store_n(&real, f, __ATOMIC_RELEASE);
   }
   return f;
@@ -87,6 +85,7 @@ int ur_threads_init(void) {
   if (!ur_g.threads) return -1;
   th.main_tid = getpid();
   th.key_ok = pthread_key_create(&th.key, on_thread_exit) == 0;
+  (void)real_getattr(); /* looked up now, not inside a thread's first allocation */
   return 0;
 }
 
