@@ -150,9 +150,11 @@ static void log_frames(const uint64_t *f, size_t n) {
 static size_t unwind_here(uint64_t *out, size_t max) {
   uintptr_t f[UR_MAX_FRAMES];
   if (max > UR_MAX_FRAMES) max = UR_MAX_FRAMES;
+  int saved = errno; /* libunwind's probes of memory set it */
   ur_tls.busy++;
   size_t n = ur_unwind(f, max);
   ur_tls.busy--;
+  errno = saved;
   for (size_t i = 0; i < n; i++) out[i] = f[i];
   return n;
 }

@@ -96,10 +96,12 @@ static inline __attribute__((always_inline)) uint32_t capture_here(size_t size) 
   if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
   if (ur_tls.busy) return 0; /* the shim's own call: not the program's site, and no re-entry */
   uintptr_t frames[UR_MAX_FRAMES];
+  int saved = errno; /* libunwind's probes of memory set it (EAGAIN) */
   ur_tls.busy++;
   size_t n = ur_unwind_here(frames, ur_g.bt_frames);
   uint32_t id = ur_stacks_intern(frames, (uint32_t)n);
   ur_tls.busy--;
+  errno = saved;
   return id;
 }
 
@@ -261,8 +263,22 @@ UR_EXPORT void *realloc(void *p, size_t n) {
   }
   struct ur_thread_slot *s = ur_begin(UR_OP_REALLOC, p, n);
   if (UR_UNLIKELY(!s)) return __libc_realloc(p, n);
-  size_t usable = ur_real_usable_size(p);
+  uint64_t old_size;
+  uint32_t old_id;
   void *q;
+  if (UR_UNLIKELY(!ur_registry_find(p, &old_size, &old_id))) {
+    /* Not a block the registry knows (already freed, never allocated):
+     * glibc decides, as without the shim. A realloc of a freed block
+     * survives in glibc 2.36, and moving it here freed it a second time. */
+    q = __libc_realloc(p, n);
+    if (q) {
+      ur_announce_out(s, q, n);
+      ur_registry_set(q, n, ur_maybe_capture(n));
+    }
+    ur_leave(s);
+    return q;
+  }
+  size_t usable = ur_real_usable_size(p);
   if (n <= usable || usable == 0) {
     /* Fits: glibc shrinks in place (mremap shrinks an mmap'ed chunk in place).
      * usable == 0: malloc_usable_size is still being resolved; let glibc do it. */
@@ -309,9 +325,11 @@ UR_EXPORT int posix_memalign(void **out, size_t align, size_t n) {
 
 UR_EXPORT void *memalign(size_t align, size_t n) { return do_memalign(align, n); }
 
-/* C11 and glibc >= 2.38: the alignment must be a power of two. */
+/* As the installed glibc: from 2.38 the alignment must be a power of two;
+ * before, aligned_alloc is memalign, which rounds it up to one. */
 UR_EXPORT void *aligned_alloc(size_t align, size_t n) {
-  if (!is_pow2(align)) {
+  if (!ur_syms.aligned_alloc_strict) ur_syms_init();
+  if (ur_syms.aligned_alloc_strict && !is_pow2(align)) {
     errno = EINVAL;
     return NULL;
   }
