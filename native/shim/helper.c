@@ -16,6 +16,7 @@
 #include "debug.h"
 #include "huge_arenas.h"
 #include "shim.h"
+#include "single_thread.h"
 #include "write_tracking.h"
 
 /* Returns the child's pid, or 0 if the clone failed. */
@@ -198,6 +199,7 @@ static void *helper_main(void *arg) {
     if (req & ~UR_REQ_STEP_ASIDE) {
       /* The helper's own work (dumps, stats, the notify socket) stays out of
        * the registry: whatever glibc allocates for it is passed through. */
+      ur_single_end(); /* dumps and stats enter glibc's allocator and its locks */
       ur_tls.busy++;
       ur_debug_helper_work(req & ~UR_REQ_STEP_ASIDE);
       ur_tls.busy--;
@@ -271,6 +273,7 @@ static int create_thread(pthread_attr_t *attr) {
     }
   }
   g_own_mark = g_own_n;
+  int was_single = ur_single_before_helper();
   ur_tls.own_alloc++;
   int r = EINVAL;
   if (g_stack && pthread_attr_setstack(attr, g_stack, HELPER_STACK) == 0)
@@ -284,6 +287,7 @@ static int create_thread(pthread_attr_t *attr) {
     pthread_attr_destroy(&plain);
   }
   ur_tls.own_alloc--;
+  if (r == 0) ur_single_after_helper(was_single);
   return r;
 }
 
