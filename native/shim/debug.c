@@ -453,8 +453,8 @@ static inline void rec_commit(int64_t i, uint32_t type, uint64_t ptr, uint64_t a
   __atomic_fetch_sub(&D.rec_inflight, 1, __ATOMIC_RELEASE);
 }
 
-/* Calls the shim makes for its own work (busy: dlopen, say) are not the
- * program's and are not recorded. */
+/* Calls made during the shim's own work (busy: glibc allocating for
+ * pthread_create, say) are not the program's and are not recorded. */
 static inline void rec_add(uint32_t type, uint64_t ptr, uint64_t arg, uint64_t size) {
   if (D.rec && !ur_tls.busy) rec_commit(rec_reserve(), type, ptr, arg, size);
 }

@@ -209,7 +209,7 @@ static void *helper_main(void *arg) {
       int busy = child || tracking_ns || __atomic_load_n(cmd, __ATOMIC_ACQUIRE) != UR_CMD_IDLE;
       if (answer_aside(busy ? ASIDE_REFUSED : ASIDE_GONE) && !busy) {
         __atomic_store_n(&unreachable_descriptor.helper_tid, 0, __ATOMIC_RELEASE);
-        ur_tls.busy++; /* what glibc frees as the thread ends is its own */
+        ur_tls.busy++; /* what glibc frees as the thread ends: no slot, no record */
         return NULL;
       }
     }

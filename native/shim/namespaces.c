@@ -39,12 +39,12 @@ static int helper_is_ours(void) {
 /* Runs call(a, b) with no helper thread alive, if the helper can go. */
 static int alone(int (*call)(int, int), int a, int b) {
   pthread_mutex_lock(&aside_lock);
-  ur_tls.busy++; /* no allocation here may start a helper before the call */
+  ur_tls.busy++; /* no allocation here may start a helper before the call (nested_begin) */
   int stepped = ur_helper_step_aside();
   int r = call(a, b);
   if (stepped) {
     int saved = errno;
-    ur_helper_start(); /* its allocations pass straight to glibc (busy) */
+    ur_helper_start(); /* its DTV: registered, the shim's own (helper.c) */
     errno = saved;
   }
   ur_tls.busy--;

@@ -230,8 +230,8 @@ __attribute__((constructor)) static void ur_constructor(void) {
   }
   ur_debug_start(prog); /* signal handlers, the verbose "Run:" lines */
   pthread_atfork(fork_prepare, fork_parent, fork_child);
-  /* The helper's thread (its TLS, its DTV) is the shim's, not the program's:
-   * not registered, so neither a leak to leak_track nor a block to scan. */
+  /* The helper's DTV is registered but the shim's own (helper.c): never a
+   * leak to leak_track, nor a block in a heap dump or malloc_iterate. */
   ur_tls.busy++;
   ur_helper_start();
   ur_tls.busy--;

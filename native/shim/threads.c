@@ -54,7 +54,7 @@ UR_EXPORT int pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
 static void record_stack(struct ur_thread_slot *s) {
   getattr_fn f = real_getattr();
   pthread_attr_t attr;
-  ur_tls.busy++; /* glibc allocates inside: straight to glibc */
+  ur_tls.busy++; /* glibc allocates inside: registered, no slot, no backtrace (nested_begin) */
   if (f && f(pthread_self(), &attr) == 0) {
     void *addr;
     size_t size;
@@ -134,7 +134,7 @@ void ur_thread_attach(void) {
   if ((pid_t)tid != th.main_tid) {
     s->stack_lo = s->stack_hi = 0;
     if (!ur_tls.in_getattr) record_stack(s);
-    /* glibc may allocate inside; busy sends that straight to glibc. */
+    /* glibc may allocate inside (keys past 31): registered as nested calls. */
     ur_tls.busy++;
     if (th.key_ok) pthread_setspecific(th.key, s);
     ur_tls.busy--;
