@@ -18,13 +18,29 @@
 enum { REAL, FAKED, LENT };
 static int g_state;
 
-int ur_single_before_helper(void) { return __libc_single_threaded != 0; }
+/* glibc reads its own storage (malloc, set*id); a program reading the
+ * exported name may hold a copy of it (copy relocation), which is what our
+ * GOT names then. glibc's pthread_create writes both; so do we. */
+static int flag(void) {
+  char *internal = ur_syms.single_threaded;
+  return internal ? __atomic_load_n(internal, __ATOMIC_SEQ_CST) != 0 : 0;
+}
+
+static void flag_set(char v) {
+  __atomic_store_n(ur_syms.single_threaded, v, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&__libc_single_threaded, v, __ATOMIC_SEQ_CST);
+}
+
+int ur_single_before_helper(void) { return flag(); }
 
 void ur_single_after_helper(int was_single) {
   /* Without membarrier, ur_single_end could not make the program thread
    * see the flag cleared before the helper goes on. */
-  if (!was_single || !ur_load32(&ur_g.bias_ok)) return;
-  __atomic_store_n(&__libc_single_threaded, 1, __ATOMIC_SEQ_CST);
+  if (!was_single || !ur_load32(&ur_g.bias_ok)) {
+    __atomic_store_n(&g_state, REAL, __ATOMIC_RELEASE);
+    return;
+  }
+  flag_set(1);
   __atomic_store_n(&g_state, FAKED, __ATOMIC_RELEASE);
 }
 
@@ -36,7 +52,7 @@ void ur_single_end(void) {
     if (s == REAL) return;
     sched_yield(); /* a set*id() call has it: wait for the flag to come back */
   }
-  __atomic_store_n(&__libc_single_threaded, 0, __ATOMIC_SEQ_CST);
+  flag_set(0);
   /* The program thread announces an allocator call before glibc reads the
    * flag; this barrier makes it see the flag cleared or show its call. */
   int saved = errno;
@@ -52,13 +68,18 @@ static int lend_begin(void) {
   int s = FAKED;
   if (!__atomic_compare_exchange_n(&g_state, &s, LENT, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return 0;
-  __atomic_store_n(&__libc_single_threaded, 0, __ATOMIC_SEQ_CST);
+  if (!flag()) {
+    /* The program started a thread since: glibc knows, and keeps knowing. */
+    __atomic_store_n(&g_state, REAL, __ATOMIC_RELEASE);
+    return 0;
+  }
+  flag_set(0);
   return 1;
 }
 
 static void lend_end(int lent) {
   if (!lent) return;
-  __atomic_store_n(&__libc_single_threaded, 1, __ATOMIC_SEQ_CST);
+  flag_set(1);
   __atomic_store_n(&g_state, FAKED, __ATOMIC_RELEASE);
 }
 

@@ -15,6 +15,7 @@ enum { WANT_NEXT, WANT_LIBC };
 struct search {
   const char *name;
   int want;
+  int data; /* an object, not a function */
   int past_self; /* WANT_NEXT: the shim's own object has been seen */
   void *found;
 };
@@ -52,6 +53,7 @@ struct dynamic {
   const char *strtab;
   const uint32_t *gnu_hash, *sysv_hash;
   const ElfW(Half) *versym;
+  int data;
 };
 
 /* The loader relocates most objects' dynamic entries in place; the vDSO's
@@ -64,7 +66,7 @@ static void *match(const struct dynamic *d, uint32_t i, const char *name) {
   const ElfW(Sym) *s = &d->symtab[i];
   int type = ELF64_ST_TYPE(s->st_info), bind = ELF64_ST_BIND(s->st_info);
   if (s->st_shndx == SHN_UNDEF || s->st_value == 0) return NULL;
-  if (type != STT_FUNC && type != STT_GNU_IFUNC) return NULL;
+  if (d->data ? type != STT_OBJECT : type != STT_FUNC && type != STT_GNU_IFUNC) return NULL;
   if (bind != STB_GLOBAL && bind != STB_WEAK) return NULL;
   /* dlsym without a version takes the default one, never a hidden one. */
   if (d->versym && (d->versym[i] & 0x8000)) return NULL;
@@ -74,8 +76,8 @@ static void *match(const struct dynamic *d, uint32_t i, const char *name) {
   return addr;
 }
 
-static void *lookup(const struct dl_phdr_info *info, const char *name) {
-  struct dynamic d = {.base = info->dlpi_addr};
+static void *lookup(const struct dl_phdr_info *info, const char *name, int data) {
+  struct dynamic d = {.base = info->dlpi_addr, .data = data};
   const ElfW(Dyn) *dyn = NULL;
   for (int i = 0; i < info->dlpi_phnum; i++)
     if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
@@ -133,18 +135,18 @@ static int visit(struct dl_phdr_info *info, size_t size, void *arg) {
   } else if (!contains(info, (uintptr_t)&__libc_malloc)) {
     return 0;
   }
-  s->found = lookup(info, s->name);
+  s->found = lookup(info, s->name, s->data);
   return s->found != NULL || s->want == WANT_LIBC;
 }
 
-static void *search(const char *name, int want) {
-  struct search s = {name, want, 0, NULL};
+static void *search(const char *name, int want, int data) {
+  struct search s = {name, want, data, 0, NULL};
   dl_iterate_phdr(visit, &s);
   return s.found;
 }
 
-void *ur_sym_next(const char *name) { return search(name, WANT_NEXT); }
-void *ur_sym_libc(const char *name) { return search(name, WANT_LIBC); }
+void *ur_sym_next(const char *name) { return search(name, WANT_NEXT, 0); }
+void *ur_sym_libc(const char *name) { return search(name, WANT_LIBC, 0); }
 
 void ur_syms_init(void) {
   if (__atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE)) return;
@@ -155,6 +157,9 @@ void ur_syms_init(void) {
   if (*v == '.')
     for (v++; *v >= '0' && *v <= '9'; v++) minor = minor * 10 + (unsigned)(*v - '0');
   ur_syms.aligned_alloc_strict = major > 2 || (major == 2 && minor >= 38);
+  /* libc's own storage, which its code reads, even when the program has a
+   * copy of the variable (a copy relocation) that our GOT would name. */
+  ur_syms.single_threaded = search("__libc_single_threaded", WANT_LIBC, 1);
   __atomic_store_n(&ur_syms.usable_size, (size_t(*)(void *))ur_sym_libc("malloc_usable_size"),
                    __ATOMIC_RELEASE);
 }

@@ -27,6 +27,7 @@ void *ur_sym_libc(const char *name);
 struct ur_syms {
   size_t (*usable_size)(void *);          /* libc's malloc_usable_size */
   int aligned_alloc_strict;               /* glibc >= 2.38: aligned_alloc wants a power of two */
+  char *single_threaded;                  /* libc's __libc_single_threaded (single_thread.h) */
 };
 extern struct ur_syms ur_syms;
 
