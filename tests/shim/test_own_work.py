@@ -36,3 +36,13 @@ def test_free_in_a_signal_handler_during_the_shims_work(shim: Path, options: str
     """Frees made while the shim unwinds (its own work) still leave the
     registry: they used to go straight to glibc and stay registered."""
     assert run_ok(program("signal_free.c"), shim=shim, options=options) == "OK\n"
+
+
+def test_helper_blocks_are_registered_and_the_shims(shim: Path) -> None:
+    """The helper's DTV is registered (glibc has it live), left out of
+    malloc_iterate (it is the shim's), and freed through the registry when
+    the helper steps aside for unshare()."""
+    out = run_ok(program("helper_blocks.c"), shim=shim)
+    if out.startswith("SKIP"):
+        pytest.skip(f"no user namespaces here: {out.strip()}")
+    assert out == "OK\n"
