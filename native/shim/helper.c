@@ -197,8 +197,8 @@ static void *helper_main(void *arg) {
     }
     uint32_t req = __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
     if (req & ~UR_REQ_STEP_ASIDE) {
-      /* The helper's own work (dumps, stats, the notify socket) stays out of
-       * the registry: whatever glibc allocates for it is passed through. */
+      /* The helper's own work (dumps, stats, the notify socket): whatever
+       * glibc allocates for it is registered as a nested call (busy). */
       ur_single_end(); /* dumps and stats enter glibc's allocator and its locks */
       ur_tls.busy++;
       ur_debug_helper_work(req & ~UR_REQ_STEP_ASIDE);
