@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -354,7 +355,18 @@ int ur_helper_step_aside(void) {
 }
 
 void ur_helper_after_fork_child(void) {
-  g_running = HELPER_NONE; /* the parent's helper did not come along */
+  /* The parent's helper did not come along, and glibc forgets a thread on
+   * a stack of the caller's without freeing its DTV: give it back, through
+   * the registry (nothing here points at it once a new helper reuses the
+   * stack). On a glibc stack it stays, in the stack cache glibc keeps. */
+  if (g_running == HELPER_RUNNING && g_own_mark < OWN_MAX) {
+    uint32_t n = g_own_n;
+    g_own_n = g_own_mark;
+    ur_tls.busy++; /* the program's free path (malloc_debug's header), not recorded */
+    for (uint32_t i = g_own_mark; i < n; i++) free((void *)UR_UNMANGLE(g_own[i]));
+    ur_tls.busy--;
+  }
+  g_running = HELPER_NONE;
   g_aside = ASIDE_NONE;
   unreachable_descriptor.helper_tid = 0;
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;

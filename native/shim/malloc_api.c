@@ -32,6 +32,13 @@ static int nested_begin(struct ur_thread_slot **out) {
   for (;;) {
     uint32_t f = ur_load32(&ur_g.slow);
     if (f & (UR_SLOW_UNINIT | UR_SLOW_INERT)) return UR_PASS_THROUGH;
+    if (!ur_tls.slot && (pid_t)ur_self_tid() == getpid()) {
+      /* The main thread before its first own call (the constructor starting
+       * the helper): attaching it calls nothing that allocates, and keeps a
+       * single-threaded program in single-thread mode. */
+      ur_thread_attach();
+      continue;
+    }
     /* Not attached (the helper thread, a thread attaching): never the
      * single thread, which updates the registry without locks. */
     if ((f & UR_SLOW_SINGLE) && !ur_tls.slot) {

@@ -78,6 +78,7 @@ struct ur_tls {
   uint32_t shard_token;        /* slot index + 1 (0: no shared slot): owner id in registry.c */
   uint32_t in_getattr;         /* >0: inside pthread_getattr_np (threads.c) */
   uint32_t own_alloc;          /* >0: starting the helper; its blocks are the shim's (helper.h) */
+  struct ur_shard *resizing;   /* the shard whose table this thread rebuilds (registry.c) */
   struct ur_thread_slot dummy; /* used when every shared slot is taken */
 };
 

@@ -3,6 +3,8 @@ never allocate or free behind the registry, nor touch the program's state."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,18 @@ def test_helper_blocks_are_registered_and_the_shims(shim: Path) -> None:
     if out.startswith("SKIP"):
         pytest.skip(f"no user namespaces here: {out.strip()}")
     assert out == "OK\n"
+
+
+def test_forked_child_shows_nothing_of_the_parents_helper(targets: TargetFactory) -> None:
+    """A forked child gives the parent's helper DTV back to glibc: it is on
+    no list of glibc's there, and unreachable once the child's own helper
+    reuses the stack (nginx's workers reported 304 bytes)."""
+    target = targets.start(PROGRAMS / "fork_child_idle.c")
+    child = target.int("child")
+    try:
+        report = scan(child, ScanOptions())
+        assert (report.leak_count, report.leak_bytes) == (0, 0), [
+            (hex(e.address), e.size) for e in report.leaks
+        ]
+    finally:
+        os.kill(child, signal.SIGKILL)
