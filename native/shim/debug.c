@@ -676,6 +676,10 @@ void *ur_dbg_realloc(void *p, size_t n) {
   size_t prev;
   if (!ur_registry_find(p, &size, &id)) {
     if (!bad_pointer(p, "realloc")) q = __libc_realloc(p, n); /* never went through us */
+    if (q && !D.header) { /* the program has it now (a header-less block has no tag to check) */
+      ur_announce_out(s, q, n);
+      ur_registry_set(q, n, ur_maybe_capture(n));
+    }
     goto out;
   }
   if (bad_tag(p, "realloc")) goto out;

@@ -44,3 +44,11 @@ def outcome(exe: Path, case: str, shim: Path | None, options: str) -> tuple[int,
 def test_same_outcome_as_glibc(shim: Path, case: str, options: str) -> None:
     exe = build(PROGRAMS / "misuse.c", cflags=CFLAGS)
     assert outcome(exe, case, shim, options) == outcome(exe, case, None, options)
+
+
+@pytest.mark.parametrize("options", ["", "backtrace=16", "fill", "expand_alloc"])
+def test_realloc_of_a_freed_block_is_registered(shim: Path, options: str) -> None:
+    """glibc's realloc decides, and the block it returns is the program's."""
+    exe = build(PROGRAMS / "realloc_unknown.c", cflags=["-Wno-use-after-free"])
+    result = run(exe, shim=shim, options=options, timeout=60)
+    assert (result.returncode, result.stdout) == (0, "OK\n"), result.stderr
