@@ -83,7 +83,7 @@ static struct {
   /* free_track */
   size_t ft_cap, ft_frames, ft_stride, ft_head, ft_count;
   uint8_t *ft;
-  uint32_t ft_lock, ft_owner;
+  uint32_t ft_lock; /* ur_tid_lock */
   /* record_allocs */
   struct rec *rec;
   size_t rec_total;
@@ -151,9 +151,11 @@ static void log_frames(const uint64_t *f, size_t n) {
 static size_t unwind_here(uint64_t *out, size_t max) {
   uintptr_t f[UR_MAX_FRAMES];
   if (max > UR_MAX_FRAMES) max = UR_MAX_FRAMES;
+  int saved = errno; /* libunwind's probes of memory set it */
   ur_tls.busy++;
   size_t n = ur_unwind(f, max);
   ur_tls.busy--;
+  errno = saved;
   for (size_t i = 0; i < n; i++) out[i] = f[i];
   return n;
 }
@@ -292,7 +294,7 @@ static inline struct ft_entry *ft_at(size_t i) {
 static bool ft_find(const void *p, uint64_t *frames, size_t *nframes) {
   uint64_t key = UR_MANGLE(p);
   bool found = false;
-  ur_lock_hard(&D.ft_lock, &D.ft_owner, ur_self_tid());
+  if (!ur_tid_lock(&D.ft_lock, ur_self_tid())) return false; /* a handler inside the FIFO's owner */
   for (size_t i = 0; i < D.ft_count && !found; i++) {
     struct ft_entry *e = ft_at(D.ft_head + i);
     if (e->ptr == key) {
@@ -301,7 +303,7 @@ static bool ft_find(const void *p, uint64_t *frames, size_t *nframes) {
       memcpy(frames, e->frames, e->nframes * sizeof *frames);
     }
   }
-  ur_unlock(&D.ft_lock, &D.ft_owner, 1);
+  ur_tid_unlock(&D.ft_lock);
   return found;
 }
 
@@ -343,24 +345,26 @@ static bool ft_verify(uintptr_t p, const uint64_t *frames, size_t nframes) {
   return true;
 }
 
-/* Hold p back; if the FIFO was full, returns the oldest block (verified by
- * the caller, then really freed). */
-static bool ft_push(void *p, const uint64_t *frames, size_t nframes, struct ft_entry *evicted) {
-  bool out = false;
-  ur_lock_hard(&D.ft_lock, &D.ft_owner, ur_self_tid());
+/* Hold p back: 0. If the FIFO was full, 1 and the oldest block in evicted
+ * (verified by the caller, then really freed). -1: not held, because this
+ * is a signal handler's free that interrupted its own thread inside the
+ * FIFO; the caller frees p at once. */
+static int ft_push(void *p, const uint64_t *frames, size_t nframes, struct ft_entry *evicted) {
+  int out = 0;
+  if (!ur_tid_lock(&D.ft_lock, ur_self_tid())) return -1;
   if (D.ft_count == D.ft_cap) {
     struct ft_entry *old = ft_at(D.ft_head);
     memcpy(evicted, old, D.ft_stride);
     D.ft_head = (D.ft_head + 1) % D.ft_cap;
     D.ft_count--;
-    out = true;
+    out = 1;
   }
   struct ft_entry *e = ft_at(D.ft_head + D.ft_count);
   e->ptr = UR_MANGLE(p);
   e->nframes = nframes;
   memcpy(e->frames, frames, nframes * sizeof *frames);
   D.ft_count++;
-  ur_unlock(&D.ft_lock, &D.ft_owner, 1);
+  ur_tid_unlock(&D.ft_lock);
   return out;
 }
 
@@ -450,8 +454,8 @@ static inline void rec_commit(int64_t i, uint32_t type, uint64_t ptr, uint64_t a
   __atomic_fetch_sub(&D.rec_inflight, 1, __ATOMIC_RELEASE);
 }
 
-/* Calls the shim makes for its own work (busy: dlopen, say) are not the
- * program's and are not recorded. */
+/* Calls made during the shim's own work (busy: glibc allocating for
+ * pthread_create, say) are not the program's and are not recorded. */
 static inline void rec_add(uint32_t type, uint64_t ptr, uint64_t arg, uint64_t size) {
   if (D.rec && !ur_tls.busy) rec_commit(rec_reserve(), type, ptr, arg, size);
 }
@@ -554,6 +558,7 @@ static void *finish_alloc(struct ur_thread_slot *s, void *p, size_t n) {
   if (p) {
     ur_announce_out(s, p, n);
     ur_registry_insert(p, n, ur_maybe_capture(n));
+    ur_note_own(p);
   }
   ur_leave(s);
   return p;
@@ -619,9 +624,12 @@ static void release_block(void *p, uint32_t stack_id, bool guards) {
       struct ft_entry e;
       uint8_t raw[sizeof(struct ft_entry) + UR_MAX_FRAMES * sizeof(uint64_t)];
     } ev;
-    if (!ft_push(p, frames, n, &ev.e)) return;
-    p = (void *)UR_UNMANGLE(ev.e.ptr);
-    if (!ft_verify((uintptr_t)p, ev.e.frames, ev.e.nframes)) return; /* leaked on purpose */
+    int held = ft_push(p, frames, n, &ev.e);
+    if (held == 0) return;
+    if (held > 0) {
+      p = (void *)UR_UNMANGLE(ev.e.ptr);
+      if (!ft_verify((uintptr_t)p, ev.e.frames, ev.e.nframes)) return; /* leaked on purpose */
+    }
   }
   __libc_free(orig_of(p));
 }
@@ -669,6 +677,10 @@ void *ur_dbg_realloc(void *p, size_t n) {
   size_t prev;
   if (!ur_registry_find(p, &size, &id)) {
     if (!bad_pointer(p, "realloc")) q = __libc_realloc(p, n); /* never went through us */
+    if (q && !D.header) { /* the program has it now (a header-less block has no tag to check) */
+      ur_announce_out(s, q, n);
+      ur_registry_set(q, n, ur_maybe_capture(n));
+    }
     goto out;
   }
   if (bad_tag(p, "realloc")) goto out;
@@ -817,7 +829,7 @@ struct collect_ctx {
 
 static void collect_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) {
   struct collect_ctx *c = arg;
-  if (c->n >= c->cap) return;
+  if (c->n >= c->cap || ur_helper_owns(key)) return; /* the helper's, not the program's */
   struct drec *d = &c->r[c->n++];
   d->a = c->leaks ? key : size; /* pointers stay mangled in the copy */
   d->b = size;
@@ -1076,17 +1088,17 @@ void ur_debug_start(const char *progname) {
 }
 
 static void verify_all_freed(void) {
-  ur_lock_hard(&D.ft_lock, &D.ft_owner, ur_self_tid());
+  if (!ur_tid_lock(&D.ft_lock, ur_self_tid())) return;
   for (size_t i = 0; i < D.ft_count; i++) {
     struct ft_entry *e = ft_at(D.ft_head + i);
     ft_verify(UR_UNMANGLE(e->ptr), e->frames, e->nframes);
   }
-  ur_unlock(&D.ft_lock, &D.ft_owner, 1);
+  ur_tid_unlock(&D.ft_lock);
 }
 
 void ur_debug_after_fork_child(void) {
   /* Only the forking thread survives: whoever held these is gone. */
-  D.ft_lock = D.ft_owner = 0;
+  D.ft_lock = 0;
   D.rec_lock = D.rec_owner = 0;
   D.rec_inflight = 0;
   D.rec_dumping = 0;

@@ -44,6 +44,12 @@ static inline uint32_t ur_maybe_capture(size_t size) {
   return ur_capture(size);
 }
 
+/* A block glibc allocated while starting the helper is the shim's (helper.h). */
+void ur_helper_note_own(const void *p);
+static inline void ur_note_own(const void *p) {
+  if (UR_UNLIKELY(ur_tls.own_alloc)) ur_helper_note_own(p);
+}
+
 /* glibc's malloc_usable_size (0 while it is still being resolved). */
 size_t ur_real_usable_size(void *p);
 

@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +18,7 @@
 #include "huge_arenas.h"
 #include "self_maps.h"
 #include "shim.h"
+#include "single_thread.h"
 #include "write_tracking.h"
 
 /* Returns the child's pid, or 0 if the clone failed. */
@@ -196,8 +199,9 @@ static void *helper_main(void *arg) {
     }
     uint32_t req = __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
     if (req & ~UR_REQ_STEP_ASIDE) {
-      /* The helper's own work (dumps, stats, the notify socket) stays out of
-       * the registry: whatever glibc allocates for it is passed through. */
+      /* The helper's own work (dumps, stats, the notify socket): whatever
+       * glibc allocates for it is registered as a nested call (busy). */
+      ur_single_end(); /* dumps and stats enter glibc's allocator and its locks */
       ur_tls.busy++;
       ur_debug_helper_work(req & ~UR_REQ_STEP_ASIDE);
       ur_tls.busy--;
@@ -207,7 +211,7 @@ static void *helper_main(void *arg) {
       int busy = child || tracking_ns || __atomic_load_n(cmd, __ATOMIC_ACQUIRE) != UR_CMD_IDLE;
       if (answer_aside(busy ? ASIDE_REFUSED : ASIDE_GONE) && !busy) {
         __atomic_store_n(&unreachable_descriptor.helper_tid, 0, __ATOMIC_RELEASE);
-        ur_tls.busy++; /* what glibc frees as the thread ends is its own */
+        ur_tls.busy++; /* what glibc frees as the thread ends: no slot, no record */
         return NULL;
       }
     }
@@ -231,6 +235,64 @@ static void *helper_main(void *arg) {
   return NULL;
 }
 
+/* ---- the helper's own blocks --------------------------------------------
+ *
+ * pthread_create allocates the new thread's DTV through the interposed
+ * calloc. It is registered like any other block (the registry and glibc
+ * agree on what is live) and freed through the registry, but it is the
+ * shim's, not the program's: leak_track, heap dumps and malloc_iterate
+ * leave these blocks out. The helper runs on a stack of the shim's own, so
+ * glibc frees the DTV as the thread is joined (a glibc stack would keep it
+ * in glibc's stack cache, for a program thread to inherit). */
+#define OWN_MAX 16
+static uint64_t g_own[OWN_MAX]; /* mangled */
+static uint32_t g_own_n, g_own_mark;
+static void *g_stack; /* the helper's stack, made once and reused */
+#define HELPER_STACK (256 * 1024 + 64 * 1024) /* room for static TLS above it */
+
+void ur_helper_note_own(const void *p) {
+  uint32_t n = __atomic_load_n(&g_own_n, __ATOMIC_RELAXED);
+  if (n < OWN_MAX) {
+    g_own[n] = UR_MANGLE(p);
+    __atomic_store_n(&g_own_n, n + 1, __ATOMIC_RELEASE);
+  }
+}
+
+int ur_helper_owns(uint64_t key) {
+  uint32_t n = __atomic_load_n(&g_own_n, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < n; i++)
+    if (g_own[i] == key) return 1;
+  return 0;
+}
+
+static int create_thread(pthread_attr_t *attr) {
+  if (!g_stack) {
+    void *m = mmap(NULL, HELPER_STACK, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m != MAP_FAILED) {
+      mprotect(m, 4096, PROT_NONE); /* a guard page, as glibc's stacks have */
+      g_stack = m;
+    }
+  }
+  g_own_mark = g_own_n;
+  int was_single = ur_single_before_helper();
+  ur_tls.own_alloc++;
+  int r = EINVAL;
+  if (g_stack && pthread_attr_setstack(attr, g_stack, HELPER_STACK) == 0)
+    r = pthread_create(&g_thread, attr, helper_main, NULL);
+  if (r == EINVAL) { /* static TLS too big for our stack: glibc's, cached DTV and all */
+    pthread_attr_t plain;
+    pthread_attr_init(&plain);
+    pthread_attr_setstacksize(&plain, 256 * 1024);
+    g_own_mark = OWN_MAX; /* the DTV outlives the join */
+    r = pthread_create(&g_thread, &plain, helper_main, NULL);
+    pthread_attr_destroy(&plain);
+  }
+  ur_tls.own_alloc--;
+  if (r == 0) ur_single_after_helper(was_single);
+  return r;
+}
+
 void ur_helper_start(void) {
   int none = HELPER_NONE;
   if (!ur_g.helper_cmd || !__atomic_compare_exchange_n(&g_running, &none, HELPER_STARTING, 0,
@@ -251,8 +313,7 @@ void ur_helper_start(void) {
   pthread_attr_init(&attr);
   /* Joinable (the default): ur_helper_step_aside waits for its end. Room
    * for the dump writers and stdio (malloc_info) besides the snapshot. */
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  int created = pthread_create(&g_thread, &attr, helper_main, NULL) == 0;
+  int created = create_thread(&attr) == 0;
   __atomic_store_n(&g_running, created ? HELPER_RUNNING : HELPER_NONE, __ATOMIC_RELEASE);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -281,6 +342,8 @@ int ur_helper_step_aside(void) {
     return 0;
   }
   pthread_join(g_thread, NULL);
+  /* Its DTV went back to glibc with the join (on our stack). */
+  if (g_own_mark < OWN_MAX) __atomic_store_n(&g_own_n, g_own_mark, __ATOMIC_RELEASE);
   __atomic_store_n(&g_running, HELPER_NONE, __ATOMIC_RELEASE);
   /* join returns when the kernel clears the thread's tid, a moment before it
    * leaves the thread group, and the group's size is what the caller's
@@ -294,7 +357,18 @@ int ur_helper_step_aside(void) {
 }
 
 void ur_helper_after_fork_child(void) {
-  g_running = HELPER_NONE; /* the parent's helper did not come along */
+  /* The parent's helper did not come along, and glibc forgets a thread on
+   * a stack of the caller's without freeing its DTV: give it back, through
+   * the registry (nothing here points at it once a new helper reuses the
+   * stack). On a glibc stack it stays, in the stack cache glibc keeps. */
+  if (g_running == HELPER_RUNNING && g_own_mark < OWN_MAX) {
+    uint32_t n = g_own_n;
+    g_own_n = g_own_mark;
+    ur_tls.busy++; /* the program's free path (malloc_debug's header), not recorded */
+    for (uint32_t i = g_own_mark; i < n; i++) free((void *)UR_UNMANGLE(g_own[i]));
+    ur_tls.busy--;
+  }
+  g_running = HELPER_NONE;
   g_aside = ASIDE_NONE;
   unreachable_descriptor.helper_tid = 0;
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;

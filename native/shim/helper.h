@@ -26,6 +26,13 @@ void ur_helper_start(void);
  * if it is busy with a scan (it then stays). Not async-signal-safe. */
 int ur_helper_step_aside(void);
 
+/* The blocks glibc allocated for the helper thread (registered, but the
+ * shim's): ur_helper_note_own records one (the thread starting the helper
+ * has ur_tls.own_alloc set); ur_helper_owns says whether a registry key
+ * (mangled pointer) is one, for leak_track, heap dumps and malloc_iterate. */
+void ur_helper_note_own(const void *p);
+int ur_helper_owns(uint64_t key);
+
 /* fork child: the helper did not survive; the next allocation starts one. */
 void ur_helper_after_fork_child(void);
 

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "helper.h"
 #include "lock.h"
 #include "registry.h"
 #include "stacks.h"
@@ -46,7 +47,7 @@ static void copy_one(uint64_t key, uint64_t size, uint32_t stack_id, void *arg) 
   (void)stack_id;
   struct copy_ctx *c = arg;
   uint64_t p = UR_UNMANGLE(key);
-  if (p < c->lo || p >= c->hi) return;
+  if (p < c->lo || p >= c->hi || ur_helper_owns(key)) return; /* the helper's, not the program's */
   if (c->n < c->cap) c->buf[c->n] = (struct block){key, size};
   c->n++; /* counted even without room, so the caller can grow and retry */
 }

@@ -38,6 +38,10 @@ static inline int ur_lock(uint32_t *lock, uint32_t *owner, uint32_t tid) {
                                                __ATOMIC_RELAXED))) {
     uint32_t excl = ur_load32(&ur_g.excl_tid);
     if (excl != 0 && excl == tid) return 0;
+    /* Held by this very thread: a signal handler's malloc or free landed
+     * while the thread was inside the registry. Waiting would never end;
+     * the nested call runs on unlocked instead (docs/design.md). */
+    if (tid != 0 && ur_load32(owner) == tid) return 0;
     ur_lock_wait(lock);
   }
   __atomic_store_n(owner, tid, __ATOMIC_RELAXED);
@@ -50,6 +54,34 @@ static inline void ur_unlock(uint32_t *lock, uint32_t *owner, int locked) {
   if (UR_UNLIKELY(__atomic_exchange_n(lock, 0, __ATOMIC_RELEASE) == 2)) {
     int saved = errno;
     ur_futex(lock, FUTEX_WAKE_PRIVATE, 1);
+    errno = saved;
+  }
+}
+
+/* A lock whose word is the holder's tid (| UR_TID_LOCK_WAITERS), for locks
+ * a signal handler may meet while its own thread holds them: ur_tid_lock
+ * returns 0 instead of waiting on itself, and the caller does without. */
+#define UR_TID_LOCK_WAITERS 0x80000000u
+static inline int ur_tid_lock(uint32_t *lock, uint32_t tid) {
+  uint32_t c = 0;
+  while (!__atomic_compare_exchange_n(lock, &c, tid, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+    if ((c & ~UR_TID_LOCK_WAITERS) == tid) return 0;
+    if ((c & UR_TID_LOCK_WAITERS) ||
+        __atomic_compare_exchange_n(lock, &c, c | UR_TID_LOCK_WAITERS, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+      int saved = errno;
+      ur_futex(lock, FUTEX_WAIT_PRIVATE, c | UR_TID_LOCK_WAITERS);
+      errno = saved;
+    }
+    c = 0;
+  }
+  return 1;
+}
+
+static inline void ur_tid_unlock(uint32_t *lock) {
+  if (__atomic_exchange_n(lock, 0, __ATOMIC_RELEASE) & UR_TID_LOCK_WAITERS) {
+    int saved = errno;
+    ur_futex(lock, FUTEX_WAKE_PRIVATE, INT32_MAX); /* each re-marks the word if it must wait */
     errno = saved;
   }
 }

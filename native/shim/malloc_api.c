@@ -4,9 +4,7 @@
  * registry exact. Anything unusual (not initialised, inert, disabled, forked
  * child without a helper, re-entry from the shim itself) leaves the hot path.
  */
-#include <dlfcn.h>
 #include <errno.h>
-#include <gnu/lib-names.h>
 #include <linux/futex.h>
 #include <malloc.h>
 #include <stdlib.h>
@@ -18,14 +16,51 @@
 #include "helper.h"
 #include "registry.h"
 #include "stacks.h"
+#include "syms.h"
 #include "threads.h"
 #include "unwind.h"
+
+/* A call made while the thread does the shim's own work (ur_tls.busy):
+ * glibc allocating for pthread_create or pthread_getattr_np, a signal
+ * handler interrupting the shim. It is registered like any other call, or
+ * the registry would disagree with glibc once the block changed hands, but
+ * it is announced in the thread's spare slot (its real slot may name the
+ * operation this one is nested in), starts no helper, attaches no slot and
+ * takes no backtrace. Only before the registry exists does it go straight
+ * to glibc. */
+static int nested_begin(struct ur_thread_slot **out) {
+  for (;;) {
+    uint32_t f = ur_load32(&ur_g.slow);
+    if (f & (UR_SLOW_UNINIT | UR_SLOW_INERT)) return UR_PASS_THROUGH;
+    if (!ur_tls.slot && (pid_t)ur_self_tid() == getpid()) {
+      /* The main thread before its first own call (the constructor starting
+       * the helper): attaching it calls nothing that allocates, and keeps a
+       * single-threaded program in single-thread mode. */
+      ur_thread_attach();
+      continue;
+    }
+    /* Not attached (the helper thread, a thread attaching): never the
+     * single thread, which updates the registry without locks. */
+    if ((f & UR_SLOW_SINGLE) && !ur_tls.slot) {
+      ur_go_multi();
+      continue;
+    }
+    if ((f & UR_SLOW_GATE) && ur_load32(&ur_g.excl_tid) != ur_self_tid()) {
+      int saved = errno;
+      syscall(SYS_futex, &ur_g.slow, FUTEX_WAIT_PRIVATE, f, NULL, NULL, 0);
+      errno = saved;
+      continue;
+    }
+    *out = &ur_tls.dummy;
+    return UR_PROCEED;
+  }
+}
 
 /* Deal with whatever ur_g.slow flags. */
 __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_t op,
                                             const void *in, size_t in_size) {
   for (;;) {
-    if (ur_tls.busy) return UR_PASS_THROUGH;
+    if (ur_tls.busy) return nested_begin(out);
     uint32_t f = ur_load32(&ur_g.slow);
     if (f & UR_SLOW_UNINIT) {
       ur_init();
@@ -66,11 +101,14 @@ __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_
 
 static inline __attribute__((always_inline)) uint32_t capture_here(size_t size) {
   if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
+  if (ur_tls.busy) return 0; /* the shim's own call: not the program's site, and no re-entry */
   uintptr_t frames[UR_MAX_FRAMES];
+  int saved = errno; /* libunwind's probes of memory set it (EAGAIN) */
   ur_tls.busy++;
   size_t n = ur_unwind_here(frames, ur_g.bt_frames);
   uint32_t id = ur_stacks_intern(frames, (uint32_t)n);
   ur_tls.busy--;
+  errno = saved;
   return id;
 }
 
@@ -82,6 +120,7 @@ static inline __attribute__((always_inline)) void *finish(struct ur_thread_slot 
   if (p) {
     ur_announce_out(s, p, size);
     ur_registry_insert(p, size, ur_maybe_capture(size));
+    ur_note_own(p);
   }
   ur_leave(s);
   return p;
@@ -190,28 +229,16 @@ UR_EXPORT void *calloc(size_t n, size_t m) {
 }
 
 /* glibc 2.36 exports malloc_usable_size only as a weak symbol with no
- * __libc_ twin, so look it up once, in libc itself: the next definition
- * after ours is not always glibc's (a program linked with jemalloc finds
- * jemalloc's first, which crashes on glibc's blocks). dlsym can allocate;
- * the guard keeps a nested call from recursing into the lookup. */
+ * __libc_ twin, so it is looked up in libc itself (syms.c), never through
+ * dlsym: the next definition after ours is not always glibc's (a program
+ * linked with jemalloc finds jemalloc's first, which crashes on glibc's
+ * blocks), and dlsym allocates and rewrites the thread's dlerror state. */
 size_t ur_real_usable_size(void *p) {
-  typedef size_t (*fn_t)(void *);
-  static fn_t real;
-  static __thread int resolving __attribute__((tls_model("initial-exec")));
-  fn_t f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+  size_t (*f)(void *) = __atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE);
   if (UR_UNLIKELY(!f)) {
-    if (resolving) return 0;
-    resolving = 1;
-    ur_tls.busy++;
-    void *libc = dlopen(LIBC_SO, RTLD_LAZY | RTLD_NOLOAD);
-    if (libc) {
-      f = (fn_t)dlsym(libc, "malloc_usable_size");
-      dlclose(libc);
-    }
-    ur_tls.busy--;
-    resolving = 0;
+    ur_syms_init();
+    f = __atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE);
     if (!f) return 0;
-    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
   }
   return f(p);
 }
@@ -243,8 +270,22 @@ UR_EXPORT void *realloc(void *p, size_t n) {
   }
   struct ur_thread_slot *s = ur_begin(UR_OP_REALLOC, p, n);
   if (UR_UNLIKELY(!s)) return __libc_realloc(p, n);
-  size_t usable = ur_real_usable_size(p);
+  uint64_t old_size;
+  uint32_t old_id;
   void *q;
+  if (UR_UNLIKELY(!ur_registry_find(p, &old_size, &old_id))) {
+    /* Not a block the registry knows (already freed, never allocated):
+     * glibc decides, as without the shim. A realloc of a freed block
+     * survives in glibc 2.36, and moving it here freed it a second time. */
+    q = __libc_realloc(p, n);
+    if (q) {
+      ur_announce_out(s, q, n);
+      ur_registry_set(q, n, ur_maybe_capture(n));
+    }
+    ur_leave(s);
+    return q;
+  }
+  size_t usable = ur_real_usable_size(p);
   if (n <= usable || usable == 0) {
     /* Fits: glibc shrinks in place (mremap shrinks an mmap'ed chunk in place).
      * usable == 0: malloc_usable_size is still being resolved; let glibc do it. */
@@ -291,9 +332,11 @@ UR_EXPORT int posix_memalign(void **out, size_t align, size_t n) {
 
 UR_EXPORT void *memalign(size_t align, size_t n) { return do_memalign(align, n); }
 
-/* C11 and glibc >= 2.38: the alignment must be a power of two. */
+/* As the installed glibc: from 2.38 the alignment must be a power of two;
+ * before, aligned_alloc is memalign, which rounds it up to one. */
 UR_EXPORT void *aligned_alloc(size_t align, size_t n) {
-  if (!is_pow2(align)) {
+  if (!ur_syms.aligned_alloc_strict) ur_syms_init();
+  if (ur_syms.aligned_alloc_strict && !is_pow2(align)) {
     errno = EINVAL;
     return NULL;
   }

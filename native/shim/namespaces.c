@@ -9,7 +9,6 @@
  * helper busy with a scan stays, and the call fails as it would in a
  * threaded program.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -17,6 +16,7 @@
 
 #include "helper.h"
 #include "shim.h"
+#include "syms.h"
 
 /* unshare: CLONE_NEWUSER implies CLONE_THREAD; these three need one thread. */
 #define UNSHARE_ALONE (CLONE_NEWUSER | CLONE_THREAD | CLONE_SIGHAND | CLONE_VM)
@@ -25,12 +25,8 @@
 
 static pthread_mutex_t aside_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void *next_definition(const char *name) {
-  ur_tls.busy++; /* dlsym may allocate */
-  void *f = dlsym(RTLD_NEXT, name);
-  ur_tls.busy--;
-  return f;
-}
+/* Not dlsym (syms.h): it allocates and clears a pending dlerror(). */
+static void *next_definition(const char *name) { return ur_sym_next(name); }
 
 /* The shim is on, and this is the process it last set up: not the child of
  * a vfork() or a raw clone(), which runs no fork handler and has none of
@@ -43,12 +39,12 @@ static int helper_is_ours(void) {
 /* Runs call(a, b) with no helper thread alive, if the helper can go. */
 static int alone(int (*call)(int, int), int a, int b) {
   pthread_mutex_lock(&aside_lock);
-  ur_tls.busy++; /* no allocation here may start a helper before the call */
+  ur_tls.busy++; /* no allocation here may start a helper before the call (nested_begin) */
   int stepped = ur_helper_step_aside();
   int r = call(a, b);
   if (stepped) {
     int saved = errno;
-    ur_helper_start(); /* its allocations pass straight to glibc (busy) */
+    ur_helper_start(); /* its DTV: registered, the shim's own (helper.c) */
     errno = saved;
   }
   ur_tls.busy--;

@@ -56,8 +56,75 @@ static struct ur_entry *first_free(struct ur_entry *t, uint64_t cap, uint64_t ha
     if (t[i].key <= UR_KEY_TOMBSTONE) return &t[i];
 }
 
+/* ---- a signal handler inside a rebuild ---------------------------------------
+ *
+ * A rebuild copies the old table into a new one, then publishes it. A
+ * signal handler's malloc or free that lands in between on the same thread
+ * would change the old table after its entry was copied: a freed block
+ * would come back in the new one, registered for good. So the rebuild runs
+ * busy (the handler's calls take the out-of-line paths), and their updates
+ * of the shard being rebuilt wait here until it is published. */
+#define DEFER_MAX 32
+#define DEFER_REMOVE UINT64_MAX
+static __thread struct {
+  uint32_t n;
+  struct {
+    uint64_t key, meta; /* meta DEFER_REMOVE: a removal */
+  } op[DEFER_MAX];
+} deferred __attribute__((tls_model("initial-exec")));
+
+/* Whether the update was put aside (s is being rebuilt by this thread). */
+static int defer(struct ur_shard *s, uint64_t key, uint64_t meta) {
+  if (UR_LIKELY(ur_tls.resizing != s) || deferred.n >= DEFER_MAX) return 0;
+  deferred.op[deferred.n].key = key;
+  deferred.op[deferred.n].meta = meta;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  deferred.n++;
+  return 1;
+}
+
+static struct ur_entry *lookup_held(struct ur_shard *s, uint64_t key, uint64_t hash);
+static int resize_table(struct ur_shard *s);
+void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta);
+
+/* Apply what was put aside during the rebuild of s (still held). */
+static void apply_deferred(struct ur_shard *s) {
+  uint32_t n = deferred.n;
+  if (!n) return;
+  uint64_t key[DEFER_MAX], meta[DEFER_MAX];
+  for (uint32_t i = 0; i < n; i++) {
+    key[i] = deferred.op[i].key;
+    meta[i] = deferred.op[i].meta;
+  }
+  deferred.n = 0; /* a rebuild below starts its own list */
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t hash;
+    unsigned idx;
+    ur_shard_at(UR_UNMANGLE(key[i]), &hash, &idx);
+    if (meta[i] == DEFER_REMOVE) {
+      struct ur_entry *e = lookup_held(s, key[i], hash);
+      if (e) ur_registry_kill_held(s, e);
+    } else {
+      ur_registry_insert_held(s, hash, key[i], meta[i]);
+    }
+  }
+}
+
 /* Build the new table completely, publish it, then recycle the old one. */
 static int resize(struct ur_shard *s) {
+  ur_tls.busy++;
+  ur_tls.resizing = s;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  int r = resize_table(s);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  ur_tls.resizing = NULL;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  ur_tls.busy--;
+  apply_deferred(s);
+  return r;
+}
+
+static int resize_table(struct ur_shard *s) {
   uint64_t want = (s->count + 1) * 2, cap = MIN_CAPACITY;
   while (cap < want) cap <<= 1;
   if (cap > MAX_CAPACITY) return -1;
@@ -184,6 +251,7 @@ void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
   uint64_t hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
+  if (defer(s, UR_MANGLE(p), UR_META(size, stack_id))) return;
   int how = hold(s, idx, ur_single());
   ur_registry_insert_held(s, hash, UR_MANGLE(p), UR_META(size, stack_id));
   release(s, how);
@@ -205,6 +273,13 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
+  if (UR_UNLIKELY(ur_tls.resizing == s) && deferred.n + 2 <= DEFER_MAX) {
+    defer(s, key, DEFER_REMOVE);
+    uint16_t *m = map_for(p, size, stack_id);
+    if (m) ur_size_map_put(m, size);
+    else if (size <= UR_META_MAX_SIZE) defer(s, key, UR_META(size, stack_id));
+    return;
+  }
   int how = hold(s, idx, ur_single());
   struct ur_entry *e = lookup_held(s, key, hash);
   uint16_t *m = map_for(p, size, stack_id);
@@ -234,12 +309,13 @@ static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
-  int how = hold(s, idx, ur_single());
+  int rebuilding = UR_UNLIKELY(ur_tls.resizing == s); /* this thread holds it: read as is */
+  int how = rebuilding ? UR_HOLD_NONE : hold(s, idx, ur_single());
   struct ur_entry *e = lookup_held(s, key, hash);
   if (e) {
     *size = UR_META_SIZE(e->meta);
     *stack_id = UR_META_STACK_ID(e->meta);
-    if (kill) ur_registry_kill_held(s, e);
+    if (kill && !(rebuilding && defer(s, key, DEFER_REMOVE))) ur_registry_kill_held(s, e);
   }
   release(s, how);
   return e != NULL;

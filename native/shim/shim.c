@@ -23,6 +23,7 @@
 #include "region.h"
 #include "registry.h"
 #include "stacks.h"
+#include "syms.h"
 #include "threads.h"
 #include "unwind.h"
 
@@ -98,6 +99,7 @@ void ur_init(void) {
   }
   if (!(ur_load32(&ur_g.slow) & UR_SLOW_UNINIT)) return;
   ur_tls.busy++;
+  ur_syms_init(); /* before the program runs on, and whatever the options say */
   struct ur_descriptor *d = &unreachable_descriptor;
   uint32_t state = 0; /* the value ur_g.slow takes when we are done */
   int debug = 0;      /* ur_debug_configure: malloc_debug's per-call options */
@@ -230,8 +232,8 @@ __attribute__((constructor)) static void ur_constructor(void) {
   }
   ur_debug_start(prog); /* signal handlers, the verbose "Run:" lines */
   pthread_atfork(fork_prepare, fork_parent, fork_child);
-  /* The helper's thread (its TLS, its DTV) is the shim's, not the program's:
-   * not registered, so neither a leak to leak_track nor a block to scan. */
+  /* The helper's DTV is registered but the shim's own (helper.c): never a
+   * leak to leak_track, nor a block in a heap dump or malloc_iterate. */
   ur_tls.busy++;
   ur_helper_start();
   ur_tls.busy--;

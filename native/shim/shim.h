@@ -74,9 +74,11 @@ extern struct ur_descriptor unreachable_descriptor;
 struct ur_tls {
   struct ur_thread_slot *slot; /* NULL until the thread's first tracked call */
   uint32_t tid;
-  uint32_t busy;               /* >0: inside the shim's own work; calls pass to glibc */
+  uint32_t busy;               /* >0: inside the shim's own work (malloc_api.c nested_begin) */
   uint32_t shard_token;        /* slot index + 1 (0: no shared slot): owner id in registry.c */
   uint32_t in_getattr;         /* >0: inside pthread_getattr_np (threads.c) */
+  uint32_t own_alloc;          /* >0: starting the helper; its blocks are the shim's (helper.h) */
+  struct ur_shard *resizing;   /* the shard whose table this thread rebuilds (registry.c) */
   struct ur_thread_slot dummy; /* used when every shared slot is taken */
 };
 

@@ -1,6 +1,5 @@
 #include "threads.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -12,6 +11,7 @@
 #include "debug.h"
 #include "lock.h"
 #include "region.h"
+#include "syms.h"
 
 static struct {
   uint32_t high_water; /* slots [0, high_water) have been handed out at least once */
@@ -37,9 +37,7 @@ static getattr_fn real_getattr(void) {
   static getattr_fn real;
   getattr_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
   if (UR_UNLIKELY(!f)) {
-    ur_tls.busy++; /* dlsym may allocate */
-    f = (getattr_fn)dlsym(RTLD_NEXT, "pthread_getattr_np");
-    ur_tls.busy--;
+    f = (getattr_fn)ur_sym_next("pthread_getattr_np"); /* not dlsym: syms.h */
     __atomic_store_n(&real, f, __ATOMIC_RELEASE);
   }
   return f;
@@ -56,7 +54,7 @@ UR_EXPORT int pthread_getattr_np(pthread_t thread, pthread_attr_t *attr) {
 static void record_stack(struct ur_thread_slot *s) {
   getattr_fn f = real_getattr();
   pthread_attr_t attr;
-  ur_tls.busy++; /* glibc allocates inside: straight to glibc */
+  ur_tls.busy++; /* glibc allocates inside: registered, no slot, no backtrace (nested_begin) */
   if (f && f(pthread_self(), &attr) == 0) {
     void *addr;
     size_t size;
@@ -87,6 +85,7 @@ int ur_threads_init(void) {
   if (!ur_g.threads) return -1;
   th.main_tid = getpid();
   th.key_ok = pthread_key_create(&th.key, on_thread_exit) == 0;
+  (void)real_getattr(); /* looked up now, not inside a thread's first allocation */
   return 0;
 }
 
@@ -135,7 +134,7 @@ void ur_thread_attach(void) {
   if ((pid_t)tid != th.main_tid) {
     s->stack_lo = s->stack_hi = 0;
     if (!ur_tls.in_getattr) record_stack(s);
-    /* glibc may allocate inside; busy sends that straight to glibc. */
+    /* glibc may allocate inside (keys past 31): registered as nested calls. */
     ur_tls.busy++;
     if (th.key_ok) pthread_setspecific(th.key, s);
     ur_tls.busy--;

@@ -17,7 +17,7 @@ void ur_unwind_init(void);
 
 /* Fill out[0..max) with return addresses, frame 0 being the return address
  * into the code that called the allocator. Never allocates; callers run it
- * with ur_tls.busy set so anything libunwind does goes straight to glibc. */
+ * with ur_tls.busy set: a nested call (a signal handler's) takes no backtrace. */
 size_t ur_unwind(uintptr_t *out, size_t max);
 
 /* ur_unwind inlined into its caller: one frame fewer to unwind and skip. */

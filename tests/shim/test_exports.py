@@ -36,6 +36,9 @@ EXPECTED_FUNCS = {
     "sigaltstack",
     # the helper thread steps aside for calls that need a single thread (namespaces.c)
     "unshare", "setns",
+    # set*id reach the helper too while glibc is kept single-threaded (single_thread.c)
+    "setuid", "setgid", "seteuid", "setegid", "setreuid", "setregid", "setresuid",
+    "setresgid", "setgroups",
 }  # fmt: skip
 
 
