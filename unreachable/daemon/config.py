@@ -29,6 +29,8 @@ from typing import Any
 
 from unreachable.rpc.options import DEFAULT_NOTIFY_SOCKET, DEFAULT_SOCKET
 from unreachable.sweep.child import MAX_MARK_THREADS
+from unreachable.triage.suppressions import SuppressionError
+from unreachable.triage.suppressions import load as load_suppressions
 
 DEFAULT_JOURNAL_SOCKET = "/run/systemd/journal/socket"
 HISTORY_FILE = "history.sqlite"
@@ -95,6 +97,8 @@ class Config:
     history_days: float = 30.0  # scans older than this are deleted
     metrics: str = ""  # host:port of the Prometheus endpoint (loopback); "": off
     journal_socket: str = DEFAULT_JOURNAL_SOCKET  # structured logs go here when it exists
+    # Suppression files (LeakSanitizer's format) every scan of the daemon applies.
+    suppressions: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if not self.socket and not self.tcp:
@@ -137,6 +141,10 @@ class Config:
         for spec in self.targets:
             if not (spec.name or spec.unit or spec.cgroup):
                 raise ConfigError("a [[targets]] entry needs name, unit or cgroup")
+        try:  # read now: a bad file stops the daemon at start, not every scan
+            load_suppressions(self.suppressions)
+        except SuppressionError as e:
+            raise ConfigError(f"suppressions: {e}") from None
 
     def history_path(self) -> str:
         """The history database's path, or "" when history is off."""
@@ -182,6 +190,12 @@ def values_from_toml(data: dict[str, Any], path: str) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name == "targets":
             values["targets"] = _targets(value, path)
+        elif name == "suppressions":
+            files = [value] if isinstance(value, str) else value
+            if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+                raise ConfigError(f"{path}: suppressions: a file name or a list of them")
+            # Relative to the file that names them, as the scans run elsewhere.
+            values["suppressions"] = [os.path.join(os.path.dirname(path), f) for f in files]
         elif name in _TABLES and (isinstance(value, dict) or name not in fields):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: {key} must be a table ([{key}])")

@@ -1,0 +1,41 @@
+"""The daemon's `suppressions` setting: every scan it serves applies the files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PROGRAM = Path(__file__).parent.parent / "triage" / "programs" / "sites.c"
+CLI = [sys.executable, "-m", "unreachable.cli.main"]
+
+
+def test_config_suppressions_apply_to_the_daemons_scans(daemons, targets, tmp_path):
+    (tmp_path / "app.supp").write_text("leak:^load_config$\n")
+    config = tmp_path / "d.toml"
+    config.write_text('suppressions = "app.supp"\n')  # relative to the config file
+    d = daemons.start("--config", str(config))
+    target = targets.start(PROGRAM, options="backtrace=16")
+    res = subprocess.run(
+        [*CLI, "scan", str(target.pid), "--json", "--remote", d.address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout)
+    # sites.c: 175 bytes in 4 allocations, 31 in 1 of them from load_config.
+    assert (doc["leak_count"], doc["leak_bytes"]) == (3, 144)
+    assert {leak["size"] for leak in doc["leaks"]} == {48}
+
+
+def test_bad_suppression_file_stops_the_daemon_at_start(daemons, tmp_path):
+    (tmp_path / "bad.supp").write_text("leak:fine\nthread:foo\n")
+    config = tmp_path / "d.toml"
+    config.write_text('suppressions = ["bad.supp"]\n')
+    d = daemons.start("--config", str(config), wait=False)
+    assert d.proc.wait(timeout=60) == 2
+    d.wait_for_log(
+        rf"suppressions: {tmp_path}/bad.supp:2: unknown suppression type 'thread'", timeout=10
+    )
