@@ -52,6 +52,12 @@ def test_leak_left_at_exit_fails_the_process_with_23(program, shim):
     assert report[-1] == "SUMMARY: unreachable: 64 byte(s) leaked in 1 allocation(s)."
 
 
+def test_report_reaches_stderr_the_program_closed(program, shim):
+    res = run(program, "closed", shim)
+    assert res.returncode == 23
+    assert "SUMMARY: unreachable: 64 byte(s) leaked in 1 allocation(s)." in res.stderr
+
+
 def test_clean_exit_is_silent_and_keeps_its_status(program, shim):
     res = run(program, "clean", shim)
     assert (res.returncode, res.stdout, res.stderr) == (0, "out", "")

@@ -7,6 +7,8 @@
  *            one; they leak only if the check runs after both
  *   fork     a child leaks (leak_here) and exits 0; prints "child=STATUS"
  *   exec     execs this program as "leak"
+ *   closed   leaks like "leak"; an atexit handler closes stderr, as
+ *            coreutils' close_stdout does
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,8 @@ __attribute__((noinline)) static void keep_in_globals(void) {
   g_dtor_block = malloc(24);
 }
 
+static void close_stderr(void) { fclose(stderr); }
+
 static void drop_at_exit(void) { g_atexit_block = NULL; }
 
 __attribute__((destructor)) static void drop_in_destructor(void) { g_dtor_block = NULL; }
@@ -46,6 +50,12 @@ int main(int argc, char **argv) {
     wipe();
     fputs("out", stdout);
     return 7;
+  }
+  if (strcmp(mode, "closed") == 0) {
+    atexit(close_stderr);
+    leak_here();
+    wipe();
+    return 0;
   }
   if (strcmp(mode, "dropped") == 0) {
     keep_in_globals();
