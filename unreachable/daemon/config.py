@@ -29,11 +29,14 @@ from typing import Any
 
 from unreachable.rpc.options import DEFAULT_NOTIFY_SOCKET, DEFAULT_SOCKET
 from unreachable.sweep.child import MAX_MARK_THREADS
+from unreachable.triage.baseline import BaselineError
+from unreachable.triage.baseline import load as load_baseline
 from unreachable.triage.suppressions import SuppressionError
 from unreachable.triage.suppressions import load as load_suppressions
 
 DEFAULT_JOURNAL_SOCKET = "/run/systemd/journal/socket"
 HISTORY_FILE = "history.sqlite"
+BASELINE_FIRST = "first"  # baseline = "first": each process's first background scan
 
 
 class ConfigError(Exception):
@@ -99,6 +102,9 @@ class Config:
     journal_socket: str = DEFAULT_JOURNAL_SOCKET  # structured logs go here when it exists
     # Suppression files (LeakSanitizer's format) every scan of the daemon applies.
     suppressions: list[str] = field(default_factory=list)
+    # Background scans report only growth against a baseline: "" off, "first"
+    # each process's first background scan, else a saved scan --json file.
+    baseline: str = ""
 
     def validate(self) -> None:
         if not self.socket and not self.tcp:
@@ -145,6 +151,11 @@ class Config:
             load_suppressions(self.suppressions)
         except SuppressionError as e:
             raise ConfigError(f"suppressions: {e}") from None
+        if self.baseline and self.baseline != BASELINE_FIRST:
+            try:
+                load_baseline(self.baseline)
+            except BaselineError as e:
+                raise ConfigError(f"baseline: {e}") from None
 
     def history_path(self) -> str:
         """The history database's path, or "" when history is off."""
@@ -196,6 +207,8 @@ def values_from_toml(data: dict[str, Any], path: str) -> dict[str, Any]:
                 raise ConfigError(f"{path}: suppressions: a file name or a list of them")
             # Relative to the file that names them, as the scans run elsewhere.
             values["suppressions"] = [os.path.join(os.path.dirname(path), f) for f in files]
+        elif name == "baseline" and isinstance(value, str) and value not in ("", BASELINE_FIRST):
+            values["baseline"] = os.path.join(os.path.dirname(path), value)
         elif name in _TABLES and (isinstance(value, dict) or name not in fields):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: {key} must be a table ([{key}])")

@@ -101,6 +101,7 @@ class ScanRunner:
         snapshot: str = "auto",
         sweep: str = "auto",
         mark_threads: int = 0,
+        baseline: str = "",
         progress: ProgressCallback = _ignore_progress,
     ) -> dict[str, Any]:
         """The report as report_to_dict() makes it; ScanFailed otherwise.
@@ -111,6 +112,8 @@ class ScanRunner:
             argv += ["--mark-threads", str(mark_threads)]
         for path in self._suppressions:
             argv += ["--suppressions", path]
+        if baseline:
+            argv += ["--baseline", baseline]
         return await self._run(pid, argv, progress)
 
     async def heap_dump(self, pid: int) -> dict[str, Any]:
