@@ -39,3 +39,26 @@ def test_bad_suppression_file_stops_the_daemon_at_start(daemons, tmp_path):
     d.wait_for_log(
         rf"suppressions: {tmp_path}/bad.supp:2: unknown suppression type 'thread'", timeout=10
     )
+
+
+def test_remote_scans_apply_the_clients_files(daemon, targets, tmp_path):
+    """--suppressions, --print-suppressions and --baseline with --remote work on
+    the client, on every entry the daemon sends; no contents are asked for."""
+    target = targets.start(PROGRAM, options="backtrace=16")
+    supp = tmp_path / "app.supp"
+    supp.write_text("leak:^cache_insert$\n")
+    gen = tmp_path / "gen.supp"
+    res = subprocess.run(
+        [*CLI, "scan", str(target.pid), "--remote", daemon.address, "--suppressions", str(supp)]
+        + ["--print-suppressions", str(gen)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "  31 bytes in 1 unreachable allocation"
+    assert "      3        144 ^cache_insert$" in lines
+    assert [r for r in gen.read_text().splitlines() if r.startswith("leak:")] == [
+        "leak:^load_config$"
+    ]

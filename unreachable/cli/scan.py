@@ -148,7 +148,8 @@ def handle(args: argparse.Namespace) -> int:
     sets_aside = triage.from_args(args)
     options = ScanOptions(
         limit=ALL_ENTRIES if fmt in PROFILES or sets_aside.active else args.limit,
-        contents=args.contents or sets_aside.needs_contents,
+        # A daemon may refuse contents: over --remote only --contents asks for them.
+        contents=args.contents or (sets_aside.needs_contents and not args.remote),
         snapshot=args.snapshot,
         sweep=args.sweep,
         mark_threads=args.mark_threads,
