@@ -152,3 +152,11 @@ def test_bad_baselines_are_refused(tmp_path):
         assert len(lines) == 1 and lines[0].startswith(f"unreachable-cli: error: {path}: {why}"), (
             lines
         )
+
+
+def test_baseline_refuses_profile_formats(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"leaks": [], "leak_count": 0, "leak_bytes": 0}))
+    res = cli("scan", "1", "--baseline", str(old), "--format", "pprof", "-o", str(tmp_path / "p"))
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("unreachable-cli: error: --baseline prints text, json or lmu")

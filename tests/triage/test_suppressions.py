@@ -194,3 +194,14 @@ def test_missing_file_from_the_environment(tmp_path):
     res = cli("scan", "1", env={"UNREACHABLE_SUPPRESSIONS": str(missing)})
     line = one_line_error(res)
     assert line == f"unreachable-cli: error: {missing}: cannot read: No such file or directory"
+
+
+def test_profiles_add_up_to_the_totals_left(targets, tmp_path):
+    target = targets.start(PROGRAMS / "sites.c", options="backtrace=16")
+    supp = tmp_path / "app.supp"
+    supp.write_text("leak:load_config\n")
+    res = cli("scan", str(target.pid), "--format", "collapsed", "--suppressions", str(supp))
+    assert res.returncode == 1, res.stderr
+    weights = [int(line.rsplit(" ", 1)[1]) for line in res.stdout.splitlines()]
+    assert sum(weights) == 144
+    assert "load_config" not in res.stdout

@@ -145,7 +145,7 @@ def _stage_bar(args: argparse.Namespace, fmt: str) -> StageBar | None:
 
 def handle(args: argparse.Namespace) -> int:
     fmt = chosen_format(args)  # reject contradictory flags before touching the target
-    sets_aside = triage.from_args(args)
+    sets_aside = triage.from_args(args, fmt)
     options = ScanOptions(
         limit=ALL_ENTRIES if fmt in PROFILES or sets_aside.active else args.limit,
         # A daemon may refuse contents: over --remote only --contents asks for them.

@@ -11,6 +11,7 @@ import argparse
 from dataclasses import dataclass
 
 from unreachable.cli.output import write_output
+from unreachable.errors import InvalidArgument
 from unreachable.report.model import ScanReport
 from unreachable.triage import baseline as baselines
 from unreachable.triage import suppressions
@@ -61,8 +62,14 @@ class Triage:
         return bool(self.print_to) or any(r.contents for r in self.rules)
 
 
-def from_args(args: argparse.Namespace) -> Triage:
+def from_args(args: argparse.Namespace, fmt: str) -> Triage:
     """Read every file first: a bad one is refused before the target is touched."""
+    if args.baseline and fmt in ("collapsed", "pprof"):
+        # A profile's samples add up to the totals; growth has no stacks of its own.
+        raise InvalidArgument(
+            f"--baseline prints text, json or lmu, not {fmt} "
+            "(unreachable-cli diff OLD.json NEW.json compares two scans per backtrace)"
+        )
     paths = suppressions.paths_from_env() + list(args.suppressions)
     rules = suppressions.load(paths)
     base = baselines.load(args.baseline) if args.baseline else None
