@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from unreachable.errors import InvalidArgument
@@ -146,7 +146,7 @@ def load(paths: Iterable[str]) -> list[Rule]:
     return rules
 
 
-def paths_from_env(environ: dict[str, str] | os._Environ[str] = os.environ) -> list[str]:
+def paths_from_env(environ: Mapping[str, str] = os.environ) -> list[str]:
     """UNREACHABLE_SUPPRESSIONS: files separated by ':' (like PATH)."""
     return [p for p in environ.get(ENV, "").split(":") if p]
 
