@@ -123,6 +123,11 @@ FLAG_SETTER(set_abort_on_error, abort_on_error)
 FLAG_SETTER(set_check_unreachable, check_unreachable_on_signal)
 FLAG_SETTER(set_stats_on_signal, log_allocator_stats_on_signal)
 FLAG_SETTER(set_stats_on_exit, log_allocator_stats_on_exit)
+FLAG_SETTER(set_leak_check_at_exit, leak_check_at_exit)
+static void set_leak_check_exitcode(struct ur_options *o, size_t v, const char *s) {
+  (void)s;
+  o->leak_check_exitcode = v;
+}
 
 #define BT_FRAMES UR_DEFAULT_BACKTRACE_FRAMES, 1, 256
 #define GUARD_BYTES 32, 1, 16384
@@ -159,6 +164,9 @@ static const struct option_def options[] = {
     {"check_unreachable_on_signal", NULL, VAL_NONE, NO_VALUE, set_check_unreachable},
     {"log_allocator_stats_on_signal", NULL, VAL_NONE, NO_VALUE, set_stats_on_signal},
     {"log_allocator_stats_on_exit", NULL, VAL_NONE, NO_VALUE, set_stats_on_exit},
+    /* Not malloc_debug's: LeakSanitizer's exit-time check (exit_check.c). */
+    {"leak_check_at_exit", NULL, VAL_NONE, NO_VALUE, set_leak_check_at_exit},
+    {"leak_check_exitcode", NULL, VAL_REQUIRED, 0, 0, 255, set_leak_check_exitcode},
 };
 #define NUM_OPTIONS (sizeof options / sizeof options[0])
 _Static_assert(NUM_OPTIONS <= UR_MAX_OPTIONS, "grow UR_MAX_OPTIONS");
@@ -220,6 +228,7 @@ bool ur_options_parse(const char *str, struct ur_options *out, const char *progn
   const struct parser p = {progname ? progname : "<unknown>", log, ctx};
   memset(out, 0, sizeof *out);
   out->backtrace_max_size = SIZE_MAX;
+  out->leak_check_exitcode = UR_DEFAULT_LEAK_CHECK_EXITCODE;
   set_string(out->backtrace_dump_prefix, NULL, UR_DEFAULT_DUMP_PREFIX);
   set_string(out->record_allocs_file, NULL, UR_DEFAULT_RECORD_FILE);
   bool seen[NUM_OPTIONS] = {false};

@@ -16,6 +16,7 @@
 #define UR_DEFAULT_BACKTRACE_FRAMES 16
 #define UR_MAX_OPTIONS 64
 #define UR_OPTION_PATH_MAX 1024 /* the longest value the parser accepts */
+#define UR_DEFAULT_LEAK_CHECK_EXITCODE 23 /* LeakSanitizer's */
 
 /* Linux defaults for bionic's /data/local/tmp paths (docs/malloc_debug.md). */
 #define UR_DEFAULT_DUMP_PREFIX "/tmp/backtrace_heap"
@@ -46,6 +47,10 @@ struct ur_options {
   bool check_unreachable_on_signal;
   bool log_allocator_stats_on_signal;
   bool log_allocator_stats_on_exit;
+  /* Scan the process as it exits (exit_check.c); leaks left exit with this
+   * code (LeakSanitizer's 23 by default; 0 reports but keeps the status). */
+  bool leak_check_at_exit;
+  size_t leak_check_exitcode;
   char backtrace_dump_prefix[UR_OPTION_PATH_MAX];
   char record_allocs_file[UR_OPTION_PATH_MAX];
   /* Options given that parse but have no implementation yet, by table index,

@@ -121,6 +121,10 @@ SIZE_MAX = str(2**64 - 1)
         ("record_allocs=5 record_allocs_file=/x/y", {"record": "5", "record_file": "/x/y"}),
         ("bt bt_dmp_pre=/a/b bt_dmp_on_ex", {"prefix": "/a/b", "dump_on_exit": "1"}),
         ("bt_dmp_pre", {"prefix": "/tmp/backtrace_heap"}),
+        # LeakSanitizer's exit-time check and its exit status (23 unless given)
+        ("verbose", {"leak_check": "0", "leak_exitcode": "23"}),
+        ("leak_check_at_exit", {"leak_check": "1", "leak_exitcode": "23"}),
+        ("leak_check_at_exit leak_check_exitcode=0", {"leak_check": "1", "leak_exitcode": "0"}),
         (
             ALL_OPTIONS,
             {

@@ -20,6 +20,7 @@ from unreachable.rpc.options import add_remote_options
 from unreachable.rpc.progress import StageBar
 from unreachable.scan import ScanOptions, scan
 from unreachable.sweep.child import MAX_MARK_THREADS
+from unreachable.triage import apply as triage
 
 
 def _pid(text: str) -> int:
@@ -101,6 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help=argparse.SUPPRESS,  # for unreachabled: JSON lines on stderr (progress, error)
     )
+    triage.add_options(p)
     add_remote_options(p)
     p.set_defaults(handler=handle)
 
@@ -143,9 +145,11 @@ def _stage_bar(args: argparse.Namespace, fmt: str) -> StageBar | None:
 
 def handle(args: argparse.Namespace) -> int:
     fmt = chosen_format(args)  # reject contradictory flags before touching the target
+    sets_aside = triage.from_args(args, fmt)
     options = ScanOptions(
-        limit=ALL_ENTRIES if fmt in PROFILES else args.limit,
-        contents=args.contents,
+        limit=ALL_ENTRIES if fmt in PROFILES or sets_aside.active else args.limit,
+        # A daemon may refuse contents: over --remote only --contents asks for them.
+        contents=args.contents or (sets_aside.needs_contents and not args.remote),
         snapshot=args.snapshot,
         sweep=args.sweep,
         mark_threads=args.mark_threads,
@@ -171,6 +175,9 @@ def handle(args: argparse.Namespace) -> int:
             error = {"error": e.grpc_status, "message": str(e)}
             sys.stderr.write(json.dumps(error) + "\n")
             raise
+    if sets_aside.active:
+        limit = ALL_ENTRIES if fmt in PROFILES else args.limit
+        report = triage.apply(sets_aside, report, limit, args.contents)
     write_output(render(report, fmt), args.output)
     if fmt == "text" and sys.stderr.isatty():
         print(format_summary(report), file=sys.stderr)
@@ -182,4 +189,5 @@ def handle(args: argparse.Namespace) -> int:
             f"{report.pause_ms:.0f} ms: {why}",
             file=sys.stderr,
         )
-    return EXIT_LEAKS if report.leak_count else EXIT_NO_LEAKS
+    # leak_bytes alone: a baseline's site that grew in bytes, not in blocks.
+    return EXIT_LEAKS if report.leak_count or report.leak_bytes else EXIT_NO_LEAKS

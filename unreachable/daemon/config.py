@@ -29,9 +29,14 @@ from typing import Any
 
 from unreachable.rpc.options import DEFAULT_NOTIFY_SOCKET, DEFAULT_SOCKET
 from unreachable.sweep.child import MAX_MARK_THREADS
+from unreachable.triage.baseline import BaselineError
+from unreachable.triage.baseline import load as load_baseline
+from unreachable.triage.suppressions import SuppressionError
+from unreachable.triage.suppressions import load as load_suppressions
 
 DEFAULT_JOURNAL_SOCKET = "/run/systemd/journal/socket"
 HISTORY_FILE = "history.sqlite"
+BASELINE_FIRST = "first"  # baseline = "first": each process's first background scan
 
 
 class ConfigError(Exception):
@@ -97,6 +102,11 @@ class Config:
     history_days: float = 30.0  # scans older than this are deleted
     metrics: str = ""  # host:port of the Prometheus endpoint (loopback); "": off
     journal_socket: str = DEFAULT_JOURNAL_SOCKET  # structured logs go here when it exists
+    # Suppression files (LeakSanitizer's format) every scan of the daemon applies.
+    suppressions: list[str] = field(default_factory=list)
+    # Background scans report only growth against a baseline: "" off, "first"
+    # each process's first background scan, else a saved scan --json file.
+    baseline: str = ""
 
     def validate(self) -> None:
         if not self.socket and not self.tcp:
@@ -158,6 +168,15 @@ class Config:
         for spec in self.targets:
             if not (spec.name or spec.unit or spec.cgroup):
                 raise ConfigError("a [[targets]] entry needs name, unit or cgroup")
+        try:  # read now: a bad file stops the daemon at start, not every scan
+            load_suppressions(self.suppressions)
+        except SuppressionError as e:
+            raise ConfigError(f"suppressions: {e}") from None
+        if self.baseline and self.baseline != BASELINE_FIRST:
+            try:
+                load_baseline(self.baseline)
+            except BaselineError as e:
+                raise ConfigError(f"baseline: {e}") from None
 
     def history_path(self) -> str:
         """The history database's path, or "" when history is off."""
@@ -203,6 +222,14 @@ def values_from_toml(data: dict[str, Any], path: str) -> dict[str, Any]:
         name = key.replace("-", "_")
         if name == "targets":
             values["targets"] = _targets(value, path)
+        elif name == "suppressions":
+            files = [value] if isinstance(value, str) else value
+            if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+                raise ConfigError(f"{path}: suppressions: a file name or a list of them")
+            # Relative to the file that names them, as the scans run elsewhere.
+            values["suppressions"] = [os.path.join(os.path.dirname(path), f) for f in files]
+        elif name == "baseline" and isinstance(value, str) and value not in ("", BASELINE_FIRST):
+            values["baseline"] = os.path.join(os.path.dirname(path), value)
         elif name in _TABLES and (isinstance(value, dict) or name not in fields):
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: {key} must be a table ([{key}])")

@@ -3,19 +3,33 @@
 Each result goes to the Monitor (history, growth, log with journal fields,
 metrics, Watch). One pending request per pid: asking again while one is
 queued or running is answered BUSY.
+
+With the `baseline` setting, these scans report only allocation sites that
+are new or grew (scan --baseline): against a saved scan, or ("first")
+against each process's first background scan, which is published whole and
+kept, with every entry, in a private directory until the process exits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
+from typing import Any
 
-from unreachable.daemon.matching import ProcessInfo, read_process
+from unreachable.daemon.config import BASELINE_FIRST
+from unreachable.daemon.matching import ProcessInfo, ProcessKey, read_process, still_running
 from unreachable.daemon.monitor import TRIGGER_NAMES, Monitor
 from unreachable.daemon.scans import ScanFailed, ScanRunner
 
 log = logging.getLogger("unreachabled.reports")
+DEFAULT_LIMIT = 100  # entries a background scan lists
+EVERY_ENTRY = 0xFFFF_FFFF
 # Called when a requested scan ends: (True, "") or (False, the reason).
 Done = Callable[[bool, str], None]
 
@@ -26,6 +40,8 @@ class ReportProducer:
         self._monitor = monitor
         self._contents = contents
         self._pending: dict[int, asyncio.Task[None]] = {}
+        self._baselines: dict[ProcessKey, str] = {}  # baseline = "first": each process's file
+        self._baseline_dir = ""
 
     def request(
         self, pid: int, trigger: int, info: ProcessInfo | None = None, done: Done | None = None
@@ -44,6 +60,26 @@ class ReportProducer:
         for task in list(self._pending.values()):
             task.cancel()
         await asyncio.gather(*self._pending.values(), return_exceptions=True)
+        if self._baseline_dir:
+            shutil.rmtree(self._baseline_dir, ignore_errors=True)
+
+    def _baseline_for(self, info: ProcessInfo) -> str:
+        """The baseline file this process's scan compares with ("" for none)."""
+        setting = self._monitor.config.baseline
+        if setting != BASELINE_FIRST:
+            return setting
+        for key in [k for k in self._baselines if not still_running(k)]:
+            with contextlib.suppress(OSError):
+                os.unlink(self._baselines.pop(key))
+        return self._baselines.get(info.key, "")
+
+    def _keep_baseline(self, info: ProcessInfo, report: dict[str, Any]) -> None:
+        if not self._baseline_dir:
+            self._baseline_dir = tempfile.mkdtemp(prefix="unreachabled-baselines-")
+        path = os.path.join(self._baseline_dir, f"{info.key[0]}-{info.key[1]}.json")
+        with open(path, "w") as f:
+            json.dump(report, f)
+        self._baselines[info.key] = path
 
     async def _scan(
         self, pid: int, trigger: int, info: ProcessInfo | None, done: Done | None
@@ -56,8 +92,17 @@ class ReportProducer:
             if info is None:
                 message = f"pid {pid} is gone"
                 return
+            baseline = self._baseline_for(info)
+            # The first scan becomes the baseline: every entry, or leaks past
+            # the list would look new at every later scan.
+            first = self._monitor.config.baseline == BASELINE_FIRST and not baseline
             try:
-                report = await self._runner.scan(pid, contents=self._contents)
+                report = await self._runner.scan(
+                    pid,
+                    contents=self._contents,
+                    baseline=baseline,
+                    limit=EVERY_ENTRY if first else DEFAULT_LIMIT,
+                )
             except ScanFailed as e:
                 message = e.message
                 if done is None:  # the scheduler logs its own failures, once
@@ -65,6 +110,9 @@ class ReportProducer:
                 self._monitor.failed(info, trigger, message)
                 return
             ok = True
+            if first:
+                self._keep_baseline(info, report)
+                report = dict(report, leaks=report["leaks"][:DEFAULT_LIMIT])
             self._monitor.scanned(info, trigger, report)
         except asyncio.CancelledError:
             message = "cancelled"

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -55,8 +55,16 @@ async def _ignore_progress(_stage: str, _elapsed_ms: float) -> None:
 
 
 class ScanRunner:
-    def __init__(self, *, timeout: float, max_concurrent: int, mark_threads: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        max_concurrent: int,
+        mark_threads: int = 0,
+        suppressions: Sequence[str] = (),
+    ) -> None:
         self._timeout = timeout
+        self._suppressions = list(suppressions)  # files every scan applies
         self._mark_threads = mark_threads  # for scans that do not name theirs
         self._slots = asyncio.Semaphore(max_concurrent)
         self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
@@ -93,6 +101,7 @@ class ScanRunner:
         snapshot: str = "auto",
         sweep: str = "auto",
         mark_threads: int = 0,
+        baseline: str = "",
         progress: ProgressCallback = _ignore_progress,
     ) -> dict[str, Any]:
         """The report as report_to_dict() makes it; ScanFailed otherwise.
@@ -101,6 +110,10 @@ class ScanRunner:
         argv += ["--snapshot", snapshot, "--sweep", sweep] + (["--contents"] if contents else [])
         if mark_threads := mark_threads or self._mark_threads:
             argv += ["--mark-threads", str(mark_threads)]
+        for path in self._suppressions:
+            argv += ["--suppressions", path]
+        if baseline:
+            argv += ["--baseline", baseline]
         return await self._run(pid, argv, progress)
 
     async def heap_dump(self, pid: int) -> dict[str, Any]:

@@ -309,6 +309,7 @@ async def serve(config: Config) -> int:
         timeout=config.scan_timeout,
         max_concurrent=config.max_concurrent_scans,
         mark_threads=config.mark_threads,
+        suppressions=config.suppressions,
     )
     history = _open_history(config)
     metrics = _start_metrics(config)

@@ -7,6 +7,7 @@ from typing import Any
 
 from unreachable.report.model import LeakEntry, ScanReport, leak_counts
 from unreachable.symbolize.frames import frame_to_dict
+from unreachable.triage import output as triage
 
 SCHEMA_VERSION = 1
 
@@ -42,8 +43,8 @@ def report_to_dict(report: ScanReport) -> dict[str, Any]:
         "bytes_scanned": report.bytes_scanned,
         "pages_skipped": report.pages_skipped,
         "roots": dict(report.roots),
-        "leaks": [leak_to_dict(leak) for leak in report.leaks],
-    }
+        "leaks": [triage.json_leak(report, leak, leak_to_dict(leak)) for leak in report.leaks],
+    } | triage.json_fields(report, leak_to_dict)
 
 
 def format_json(report: ScanReport) -> str:

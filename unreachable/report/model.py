@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unreachable.symbolize.frames import Frame
+
+if TYPE_CHECKING:
+    from unreachable.triage.baseline import Comparison
+    from unreachable.triage.suppressions import Suppressed
 
 # The counts every leak entry carries, by the same names in the fold, this
 # model, the JSON schema and the proto.
@@ -67,6 +71,12 @@ class ScanReport:
     sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
     mark_threads: int = 1  # threads that marked (in the child: at most the target's CPUs)
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did
+    # Set when suppressions were given: what they took out of leaks and the
+    # totals (unreachable.triage.suppressions).
+    suppressed: Suppressed | None = None
+    # Set with --baseline: leaks and totals then count only what is new or
+    # grew since the baseline (unreachable.triage.baseline).
+    baseline: Comparison | None = None
 
 
 # The stack the exports (pprof, collapsed, diff) give to leaks no listed entry

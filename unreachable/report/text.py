@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.symbolize.frames import Frame
+from unreachable.triage import output as triage
 
 CONTENTS_BYTES = 32
 
@@ -65,9 +66,11 @@ def format_report(report: ScanReport) -> str:
         "  ABI: 'x86_64'",
         "",
     ]
+    lines[2:2] = triage.text_header(report)
     for leak in report.leaks:
-        lines += format_leak(leak)
+        lines += triage.text_entry(report, leak, format_leak(leak))
         lines.append("")
+    lines += triage.text_footer(report)
     return "\n".join(lines) + "\n"
 
 

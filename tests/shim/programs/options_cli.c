@@ -25,6 +25,7 @@ int main(int argc, char **argv) {
          o.record_allocs_on_exit, o.verify_pointers, o.abort_on_error,
          o.check_unreachable_on_signal, o.log_allocator_stats_on_signal,
          o.log_allocator_stats_on_exit, o.backtrace_dump_prefix, o.record_allocs_file);
+  printf(" leak_check=%d leak_exitcode=%zu", o.leak_check_at_exit, o.leak_check_exitcode);
   printf(" unimplemented=");
   for (unsigned i = 0; i < o.num_unimplemented; i++)
     printf("%s%s", i ? "," : "", ur_options_name(o.unimplemented[i]));

@@ -1,0 +1,60 @@
+/* Shared scaffolding for scan scenario programs.
+ *
+ * Each program builds its heap, drops the pointers that should leak, wipes
+ * stale copies the compiler may have left (dead stack slots below SP are not
+ * scanned, but registers are), prints one READY line and waits for stdin to
+ * close or a command. The test then scans it and checks exact totals. */
+#ifndef SCENARIO_H
+#define SCENARIO_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef UR_PEER_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
+/* Keeps the compiler from proving a store dead or a block unused. */
+#define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+/* Overwrite the stack below the caller and the caller-saved registers so no
+ * stale pointer survives in them. */
+__attribute__((noinline, unused)) static void wipe(void) {
+  volatile char buf[32768];
+  memset((char *)buf, 0, sizeof buf);
+  __asm__ volatile(
+      "xor %%eax, %%eax\n xor %%ecx, %%ecx\n xor %%edx, %%edx\n"
+      "xor %%esi, %%esi\n xor %%edi, %%edi\n xor %%r8d, %%r8d\n"
+      "xor %%r9d, %%r9d\n xor %%r10d, %%r10d\n xor %%r11d, %%r11d\n"
+      "vzeroall\n"
+      :
+      :
+      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "memory");
+}
+
+__attribute__((format(printf, 1, 2), unused)) static void ready(const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+#ifdef UR_PEER_LSAN
+  /* Built for bench/peer_accuracy.py: LeakSanitizer's verdict at the moment
+   * a scan would be taken, then the same READY line. */
+  __lsan_do_recoverable_leak_check();
+  dprintf(2, "UR-LSAN-CHECKED\n");
+#endif
+  dprintf(1, "READY %s\n", line);
+}
+
+/* Wait until the test closes stdin; runs no allocation. */
+__attribute__((unused)) static void wait_for_test(void) {
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+}
+
+#endif

@@ -1,0 +1,1 @@
+"""Setting known leaks aside: suppressions (LeakSanitizer's format) and baselines."""
