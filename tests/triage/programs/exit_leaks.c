@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "scenario.h"
+#include "../../scan/programs/scenario.h"
 
 void *volatile g_atexit_block, *volatile g_dtor_block;
 

@@ -5,7 +5,7 @@
  * cache_insert leaks 2 more and new_site leaks one 100-byte block starting
  * "NEWLEAK!"; then prints GROWN. The last block each site made is dropped
  * before READY so no register or stack slot keeps it. */
-#include "scenario.h"
+#include "../../scan/programs/scenario.h"
 
 void *volatile sink;
 
