@@ -78,10 +78,7 @@ CASES: dict[str, Case] = {
     "tst-trim1": Case(("tst-trim1.c",)),
     "tst-mallinfo2": Case(("tst-mallinfo2.c",)),
     "tst-malloc_info": Case(("tst-malloc_info.c",)),
-    "tst-malloc-stats-cancellation": Case(
-        ("tst-malloc-stats-cancellation.c",),
-        diverges="libunwind's _Unwind_* symbols interpose libgcc_s's (README.md)",
-    ),
+    "tst-malloc-stats-cancellation": Case(("tst-malloc-stats-cancellation.c",)),
     "tst-malloc-tcache-leak": Case(("tst-malloc-tcache-leak.c",)),
     "tst-tcfree1": Case(("tst-tcfree1.c",)),
     "tst-tcfree2": Case(("tst-tcfree2.c",)),
@@ -99,7 +96,7 @@ CASES: dict[str, Case] = {
 
 # Known divergences that hang until glibc's timeout (100 s) are not run here:
 # they would cost minutes of CI for a result README.md already states.
-HANGS = {"tst-mallocfork2", "tst-malloc-stats-cancellation"}
+HANGS = {"tst-mallocfork2"}
 
 
 def driver_digest() -> str:
