@@ -12,9 +12,10 @@
  * A log line says the call, NULL or not (posix_memalign: its result), errno
  * where it is specified (after a failure, a free, a realloc to 0 and
  * malloc_usable_size: glibc leaves ENOMEM behind after some successful large
- * allocations, depending on the arena), and any broken promise: misaligned, not zeroed (calloc), contents lost
- * (realloc), malloc_usable_size below the size asked for. Pointers and usable
- * sizes are not logged (they differ by design).
+ * allocations, depending on the arena), and any broken promise: misaligned,
+ * not zeroed (calloc), contents lost (realloc), malloc_usable_size below the
+ * size asked for, posix_memalign's out-parameter written by a failed call.
+ * Pointers and usable sizes are not logged (they differ by design).
  *
  * After the threads, the live set (count, bytes) goes to LOGDIR/main.log and,
  * where the shim's malloc_iterate exists, is compared with it: every live
@@ -205,7 +206,7 @@ static void one_op(struct worker *w, struct slot *base, uint64_t *s, unsigned id
   errno = 0;
   if (!sl->p) {
     size_t n = bounded(w, s), a = 0, m = 0;
-    bool zero = false;
+    bool zero = false, out_changed = false;
     if (r < 30) {
       name = "malloc";
       p = malloc(n);
@@ -223,7 +224,10 @@ static void one_op(struct worker *w, struct slot *base, uint64_t *s, unsigned id
     } else if (r < 52) {
       name = "posix_memalign";
       a = pick_align(s, false);
+      p = &g_start; /* must stay as it is if the call fails */
       rc = posix_memalign(&p, a, n);
+      out_changed = rc && p != &g_start;
+      if (rc) p = NULL;
     } else if (r < 62) {
       name = "memalign";
       a = pick_align(s, false);
@@ -257,7 +261,7 @@ static void one_op(struct worker *w, struct slot *base, uint64_t *s, unsigned id
     }
     int e = p ? 0 : errno; /* errno after a success is unspecified (glibc: arena-dependent) */
     logf_(&w->log, "%u %s %zu %zu %d %d", id, name, n, a, p != NULL, rc ? rc : e);
-    if (rc) p = NULL;
+    if (out_changed) logf_(&w->log, " out-changed");
     placed(w, sl, p, n, a, zero, id);
   } else if (r < 45) {
     size_t n = next(s) % 8 == 0 ? 0 : bounded(w, s);
