@@ -640,6 +640,9 @@ static void dbg_free(void *p) {
     __libc_free(p);
     return;
   }
+  /* free keeps errno, as glibc's does since 2.33; free_track's first unwind
+   * in a thread leaves EAGAIN behind (libunwind probing memory). */
+  int saved = errno;
   uint64_t size;
   uint32_t id;
   if (!ur_registry_take(p, &size, &id)) {
@@ -650,6 +653,7 @@ static void dbg_free(void *p) {
     release_block(p, id, true);
   }
   ur_leave(s);
+  errno = saved;
 }
 
 void ur_dbg_free(void *p) {
@@ -745,6 +749,7 @@ size_t ur_dbg_usable_size(void *p) {
   if (!p) return 0;
   struct ur_thread_slot *s = ur_begin(UR_OP_INTERNAL, NULL, 0);
   if (UR_UNLIKELY(!s)) return ur_real_usable_size(p);
+  int saved = errno; /* a report's backtrace may change it; glibc's never does */
   uint64_t size;
   uint32_t id;
   size_t r;
@@ -753,8 +758,9 @@ size_t ur_dbg_usable_size(void *p) {
   else if (bad_tag(p, "malloc_usable_size"))
     r = 0;
   else
-    r = usable_of(p);
+    r = (size_t)size; /* what a scan reads: see malloc_usable_size in malloc_api.c */
   ur_leave(s);
+  errno = saved;
   return r;
 }
 

@@ -156,12 +156,23 @@ void ur_init(void) {
 
 /* ---- fork ---------------------------------------------------------------- */
 
+/* stdio's list lock (libc exports these; no header declares them since 2.28). */
+extern void _IO_list_lock(void);
+extern void _IO_list_unlock(void);
+extern void _IO_list_resetlock(void);
+
 static void fork_prepare(void) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
   ur_go_multi(); /* a thread that never allocated may fork */
   uint32_t tid = ur_self_tid();
   fork_nested = ur_load32(&ur_g.excl_tid) == tid;
   if (fork_nested) return; /* malloc_disable already holds everything */
+  /* glibc's fork takes stdio's list lock before its malloc locks (glibc bug
+   * 19431): a thread may hold a FILE lock while it allocates (getline),
+   * and fflush(NULL) holds the list lock while it waits for FILE locks. The
+   * registry's locks are malloc locks, so they come after it too. The lock
+   * is recursive: glibc's fork takes it again after this handler. */
+  _IO_list_lock();
   ur_registry_lock_all(tid);
   ur_stacks_lock(tid);
   __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_RELEASE);
@@ -173,6 +184,7 @@ static void fork_parent(void) {
   __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
   ur_stacks_unlock();
   ur_registry_unlock_all();
+  _IO_list_unlock();
 }
 
 static void fork_child(void) {
@@ -182,6 +194,9 @@ static void fork_child(void) {
   ur_tls.tid = tid;
   /* Still disabled if the disabling thread forked: it keeps every lock. */
   uint32_t owner = fork_nested ? tid : 0;
+  /* Held once by fork_prepare, once more by glibc's fork unless it saw a
+   * single thread (then it does not reset it either): reset it here. */
+  if (!fork_nested) _IO_list_resetlock();
   ur_registry_reset_locks(owner);
   ur_stacks_reset_lock(owner);
   ur_region_after_fork_child();
