@@ -20,7 +20,9 @@ from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
 
 
-def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
+def heap_dump(
+    pid: int, snapshot: SnapshotMode = "auto", symbol_budget: float | None | bool = True
+) -> HeapDump:
     target = open_target(pid)
     # Only the registry is read: "auto" never copies the whole heap for it.
     with stop_world(target, snapshot, copy_from=NEVER_COPY, roots=False) as capture:
@@ -35,7 +37,8 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
         max_frames = registry.max_frames
     if not still_running(pid):
         raise TargetNotFound(f"process {pid} exited during the heap dump")
-    frames = Symbolizer(pid, mappings).symbolize(stacks)
+    symbolizer = Symbolizer(pid, mappings, budget=symbol_budget)
+    frames = symbolizer.symbolize(stacks)
     records = [
         HeapRecord(size=size, num_allocations=n, frames=frames.get(sid, []) if sid else [])
         for (size, sid), n in groups.items()
@@ -50,6 +53,7 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
         records=records,
         pause_ms=capture.pause_ms,
         maps=maps_text,
+        symbol_note=symbolizer.note,
     )
 
 

@@ -24,3 +24,4 @@ class HeapDump:
     records: list[HeapRecord]  # largest size * num_allocations first
     pause_ms: float
     maps: str = ""  # /proc/PID/maps text at the dump
+    symbol_note: str = ""  # frames left unsymbolized or files not read, and why
