@@ -4,9 +4,11 @@ read, and one symbolization stops at its time budget."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ from unreachable.symbolize import objects
 from unreachable.symbolize.frames import Frame, Symbolizer
 
 WAITER = Path(__file__).resolve().parent / "programs" / "waiter.c"
+LEAKER = Path(__file__).resolve().parent / "programs" / "leaker.c"
 FUNCTION = "waiter_marker_function"
 
 
@@ -49,13 +52,13 @@ def _objcopy(*args: str) -> None:
     subprocess.run(["objcopy", *args], check=True, capture_output=True)
 
 
-def linked_program(directory: Path) -> tuple[Path, Path]:
+def linked_program(directory: Path, source: Path = WAITER) -> tuple[Path, Path]:
     """(program, debug file): the program keeps its .symtab, loses its DWARF
     to the debug file and names it in .gnu_debuglink."""
     directory.mkdir(parents=True, exist_ok=True)
-    exe = directory / "waiter"
-    shutil.copy(build(WAITER), exe)
-    debug = directory / "waiter.debug"
+    exe = directory / source.stem
+    shutil.copy(build(source), exe)
+    debug = directory / f"{source.stem}.debug"
     _objcopy("--only-keep-debug", str(exe), str(debug))
     _objcopy("--strip-debug", str(exe))
     _objcopy(f"--add-gnu-debuglink={debug}", str(exe))
@@ -221,3 +224,54 @@ def test_budget_leaves_frames_raw_with_a_note(work_dir, waiters):
     assert bytes_read() - before < 3 << 30
     assert frame.function == "" and frame.map == str(exe)
     assert "1 of 1 frames left unsymbolized" in note and "budget (0.2 s" in note
+
+
+def test_scan_finishes_with_a_huge_debug_file(shim, work_dir):
+    """A whole scan of a program whose debuglink names a 16 GiB sparse file:
+    it finishes, its frames named from the program's own symbols, and says
+    which file it did not read."""
+    exe, debug = linked_program(work_dir / "app", LEAKER)
+    debug.unlink()
+    with open(debug, "wb") as f:
+        f.truncate(16 << 30)
+    env = os.environ | {"LD_PRELOAD": str(shim), "UNREACHABLE_MALLOC_OPTIONS": "backtrace"}
+    proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(b"READY")
+        res = subprocess.run(
+            [sys.executable, "-m", "unreachable.cli.main", "scan", str(proc.pid), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=os.environ | {"UNREACHABLE_CACHE_DIR": "off"},
+        )
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert res.returncode == 1, res.stderr
+    report = json.loads(res.stdout)
+    functions = [f["function"] for leak in report["leaks"] for f in leak["backtrace"]]
+    assert "leaker_lost_block" in functions
+    assert f"{debug}: 17179869184 bytes, over the" in report["symbol_note"]
+    assert f"note: files not read: {debug}" in res.stderr
+
+
+def test_link_inside_a_root_that_escapes_to_a_device(work_dir, waiters):
+    """Files looked up under a root prefix (/proc/PID/root for a container, or
+    a sysroot) may be absolute links, which resolve on the host: a link to a
+    device is refused like the device."""
+    exe, debug = linked_program(work_dir / "root" / "app")
+    debug.unlink()
+    debug.symlink_to("/dev/zero")
+    w = Waiter(exe)
+    waiters.append(w)
+    inside = [
+        Mapping(m.start, m.end, m.perms, m.offset, 0, m.path.removeprefix(str(work_dir / "root")))
+        for m in read_maps(w.proc.pid)
+    ]
+    sym = Symbolizer(None, inside, root=str(work_dir / "root"), cache_dir=False, debug_dirs=[])
+    frame = in_thread(lambda: sym.symbolize_pcs([w.pc])[0])
+    assert frame.function == FUNCTION
+    assert f"{debug}: not a regular file" in sym.note
