@@ -28,6 +28,7 @@ def dump_to_dict(dump: HeapDump) -> dict[str, Any]:
             for r in dump.records
         ],
         "maps": dump.maps,
+        "symbol_note": dump.symbol_note,
     }
 
 
