@@ -74,6 +74,8 @@ class ScanOptions:
     snapshot: SnapshotMode = "auto"
     sweep: SweepMode = "auto"
     mark_threads: int = 0  # the child's, or a frozen copy's in here; 0: default_mark_threads()
+    # seconds symbolization may take (None: no limit; True: UNREACHABLE_SYMBOL_BUDGET or 30)
+    symbol_budget: float | None | bool = True
 
 
 class _ChildGone(Exception):
@@ -335,7 +337,8 @@ def _scan(
 
     if not still_running(pid):
         raise TargetNotFound(f"process {target.tgid} exited during the scan")
-    frames = Symbolizer(pid, mappings, unloaded=loaded).symbolize(stacks)
+    symbolizer = Symbolizer(pid, mappings, unloaded=loaded, budget=options.symbol_budget)
+    frames = symbolizer.symbolize(stacks)
     entries = [
         LeakEntry(
             address=leak.begin,
@@ -373,4 +376,5 @@ def _scan(
         sweep_note=fallback,
         mark_threads=result.mark_threads,
         snapshot_note=snapshot_note,
+        symbol_note=symbolizer.note,
     )

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <sys/utsname.h>
@@ -495,6 +496,41 @@ __attribute__((format(printf, 2, 3))) static void bw_printf(struct bw *w, const 
   }
 }
 
+/* Dump files often live in a world-writable directory (/tmp): another user
+ * may have put a file, a FIFO or a link there first, for a root process to
+ * write into. A new file is created exclusively, mode 0600 (heap addresses and
+ * backtraces are the process's business); an existing one is rewritten only
+ * when it is a regular file with one link, owned by this process's user.
+ * Returns -1 with errno set, or with *why saying what was refused. */
+static int open_output(const char *path, const char **why) {
+  *why = NULL;
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0 || errno != EEXIST) return fd;
+  /* O_NONBLOCK: opening a FIFO must not wait for a reader. */
+  fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode))
+    *why = "it exists and is not a regular file";
+  else if (st.st_uid != geteuid())
+    *why = "it exists and belongs to another user";
+  else if (st.st_nlink != 1)
+    *why = "it exists and has other hard links";
+  if (*why || ftruncate(fd, 0) != 0 || fcntl(fd, F_SETFL, 0) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
 static void rec_dump(const char *path) {
   uint32_t tid = ur_self_tid();
   ur_lock_hard(&D.rec_lock, &D.rec_owner, tid);
@@ -502,9 +538,10 @@ static void rec_dump(const char *path) {
   while (__atomic_load_n(&D.rec_inflight, __ATOMIC_SEQ_CST)) sched_yield();
   uint64_t n = __atomic_load_n(&D.rec_cur, __ATOMIC_ACQUIRE);
   if (n > D.rec_total) n = D.rec_total;
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0755);
+  const char *why;
+  int fd = open_output(path, &why);
   if (fd < 0) {
-    dlog("Cannot create record alloc file %s: %s", path, strerrordesc_np(errno));
+    dlog("Cannot create record alloc file %s: %s", path, why ? why : strerrordesc_np(errno));
   } else {
     static struct bw w; /* serialised by rec_lock; 8 KiB is too much for some stacks */
     w.fd = fd;
@@ -866,9 +903,10 @@ static void fingerprint(char *out, size_t len) {
 }
 
 static void dump_heap(const char *path) {
-  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_TRUNC | O_CLOEXEC, 0644);
+  const char *why;
+  int fd = open_output(path, &why);
   if (fd < 0) {
-    dlog("Unable to create file: %s", path);
+    dlog("Unable to create file: %s: %s", path, why ? why : strerrordesc_np(errno));
     return;
   }
   dlog("Dumping to file: %s", path);

@@ -38,6 +38,11 @@ class Snapshot:
     source: str
     kind: str  # "heapdump", "scan" or "heapdump-json"
     groups: dict[StackKey, Group] = field(default_factory=dict)
+    note: str = ""  # what symbolization left out (heap dumps)
+    warnings: list[str] = field(default_factory=list)  # e.g. a truncated dump
+    # One (map, rel_pc) tuple per distinct frame, shared by every key holding
+    # it: a big dump's keys then cost a pointer a frame.
+    _frame_keys: dict[FrameKey, FrameKey] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -48,7 +53,8 @@ class Snapshot:
         return sum(g.bytes for g in self.groups.values())
 
     def add(self, frames: list[Frame], count: int, size: int) -> None:
-        key = stack_key(frames)
+        known = self._frame_keys
+        key = tuple(known.setdefault(k, k) for k in stack_key(frames))
         g = self.groups.get(key)
         if g is None:
             g = self.groups[key] = Group(frames)
@@ -82,73 +88,142 @@ def stack_key(frames: Iterable[Frame]) -> StackKey:
 
 
 # -- loading ----------------------------------------------------------------------------
-def _frame(d: dict[str, Any]) -> Frame:
+# A JSON report is read whole; a heap dump a line at a time
+# (unreachable.heapdump.dump_format's limits).
+MAX_JSON_BYTES = 128 << 20
+_U64 = (1 << 64) - 1
+
+
+class _BadEntry(Exception):
+    pass
+
+
+def _num(d: dict[str, Any], key: str, default: int = 0) -> int:
+    value = d.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U64:
+        raise _BadEntry(f"{key!r} is not a number from 0 to 2^64-1")
+    return value
+
+
+def _str(d: dict[str, Any], key: str) -> str:
+    value = d.get(key, "")
+    if not isinstance(value, str):
+        raise _BadEntry(f"{key!r} is not a string")
+    return value
+
+
+def _entries(value: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    items = value[key]
+    for item in items:
+        if not isinstance(item, dict):
+            raise _BadEntry(f"an element of {key!r} is not an object")
+    return items
+
+
+def _frame(d: Any) -> Frame:
+    if not isinstance(d, dict):
+        raise _BadEntry("a frame is not an object")
     return Frame(
-        int(d.get("pc", 0)),
-        str(d.get("map", "")),
-        int(d.get("rel_pc", 0)),
-        str(d.get("function", "")),
-        int(d.get("offset", 0)),
-        str(d.get("file", "")),
-        int(d.get("line", 0)),
+        _num(d, "pc"),
+        _str(d, "map"),
+        _num(d, "rel_pc"),
+        _str(d, "function"),
+        _num(d, "offset"),
+        _str(d, "file"),
+        _num(d, "line"),
     )
 
 
+def _frames(d: dict[str, Any], key: str) -> list[Frame]:
+    frames = d.get(key, [])
+    if not isinstance(frames, list):
+        raise _BadEntry(f"{key!r} is not a list")
+    return [_frame(f) for f in frames]
+
+
 def snapshot_from_json(value: Any, source: str) -> Snapshot:
+    try:
+        return _snapshot_from_json(value, source)
+    except _BadEntry as e:
+        raise SnapshotError(f"{source}: not a valid report: {e}") from None
+
+
+def _snapshot_from_json(value: Any, source: str) -> Snapshot:
     if isinstance(value, dict) and isinstance(value.get("leaks"), list):
         # Weighed as the pprof and collapsed exports do: the totals are the
         # report's, folded blocks under their root's stack.
         snap = Snapshot(source, "scan")
-        leaks = value["leaks"]
-        counts = [{k: int(leak.get(k, 0)) for k in LEAK_COUNTS} for leak in leaks]
+        leaks = _entries(value, "leaks")
+        counts = [{k: _num(leak, k) for k in LEAK_COUNTS} for leak in leaks]
         weights = export_weights(
             counts,
-            int(value.get("leak_count", sum(1 + c["similar_count"] for c in counts))),
-            int(value.get("leak_bytes", sum(c["size"] + c["similar_size"] for c in counts))),
+            _num(value, "leak_count", sum(1 + c["similar_count"] for c in counts)),
+            _num(value, "leak_bytes", sum(c["size"] + c["similar_size"] for c in counts)),
         )
         for leak, (count, size) in zip(leaks, weights.entries, strict=True):
-            snap.add([_frame(f) for f in leak.get("backtrace", [])], count, size)
+            snap.add(_frames(leak, "backtrace"), count, size)
         if weights.unlisted_count or weights.unlisted_bytes:
             snap.add([UNLISTED_FRAME], weights.unlisted_count, weights.unlisted_bytes)
         return snap
     if isinstance(value, dict) and isinstance(value.get("records"), list):
         snap = Snapshot(source, "heapdump-json")
-        for rec in value["records"]:
-            frames = [_frame(f) for f in rec.get("frames", [])]
-            num = int(rec.get("num_allocations", 1))
-            snap.add(frames, num, int(rec.get("size", 0)) * num)
+        for rec in _entries(value, "records"):
+            frames = _frames(rec, "frames")
+            num = _num(rec, "num_allocations", 1)
+            snap.add(frames, num, _num(rec, "size") * num)
         return snap
     raise SnapshotError(f"{source}: JSON is neither a scan report nor a heap dump")
 
 
-def snapshot_from_dump_text(text: str, source: str, pid: int | None = None) -> Snapshot:
-    from unreachable.heapdump.dump_format import parse_dump
-    from unreachable.heapdump.viewer import symbolize_dump
+def snapshot_from_dump(dump: Any, source: str, pid: int | None = None) -> Snapshot:
+    """A parsed heap dump (unreachable.heapdump.dump_format.HeapDumpFile), symbolized."""
+    from unreachable.heapdump.viewer import SymbolizedDump, dump_owner
 
-    dump = parse_dump(text)
-    snap = Snapshot(source, "heapdump")
-    for r in symbolize_dump(dump, pid):
-        snap.add(r.frames, r.num_allocations, r.size * r.num_allocations)
+    sym = SymbolizedDump(dump, pid, dump_owner(source))
+    snap = Snapshot(source, "heapdump", note=sym.note, warnings=list(dump.warnings))
+    for sid in range(len(dump.stacks)):
+        snap.add(sym.frames(sid), sym.counts[sid], sym.bytes[sid])
     return snap
 
 
-def load_snapshot(path: str) -> Snapshot:
-    """A snapshot from a file (OSError; SnapshotError when it is neither format)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        try:
-            value = json.loads(text)
-        except ValueError as e:
-            raise SnapshotError(f"{path}: bad JSON: {e}") from None
-        return snapshot_from_json(value, path)
-    from unreachable.heapdump.dump_format import DumpFormatError
+def snapshot_from_dump_text(text: str, source: str, pid: int | None = None) -> Snapshot:
+    from unreachable.heapdump.dump_format import parse_dump
 
-    try:
-        return snapshot_from_dump_text(text, path)
-    except DumpFormatError as e:
-        raise SnapshotError(f"{path}: {e}") from None
+    return snapshot_from_dump(parse_dump(text), source, pid)
+
+
+def load_snapshot(path: str) -> Snapshot:
+    """A snapshot from a file (OSError; SnapshotError when it is neither format,
+    naming the file and, for a malformed dump or JSON, the line)."""
+    from unreachable.heapdump.dump_format import (
+        MAX_DUMP_BYTES,
+        DumpFormatError,
+        open_regular,
+        parse_dump_file,
+    )
+
+    with open_regular(path, MAX_DUMP_BYTES) as f:
+        head = f.read(4096)
+        if head.lstrip()[:1] in (b"{", b"["):
+            rest = f.read(MAX_JSON_BYTES + 1 - len(head))
+            if len(head) + len(rest) > MAX_JSON_BYTES:
+                raise SnapshotError(f"{path}: JSON larger than {MAX_JSON_BYTES} bytes")
+            try:
+                value = json.loads(head + rest)
+            except RecursionError:
+                raise SnapshotError(f"{path}: JSON nested too deeply") from None
+            except json.JSONDecodeError as e:
+                raise SnapshotError(f"{path}:{e.lineno}: bad JSON: {e.msg}") from None
+            except ValueError as e:  # an integer of more than 4300 digits
+                raise SnapshotError(f"{path}: bad JSON: {str(e).split(':')[0]}") from None
+            return snapshot_from_json(value, path)
+        f.seek(0)
+        try:
+            dump = parse_dump_file(f)
+        except DumpFormatError as e:
+            where = f"{path}:{e.line}" if e.line else path
+            raise SnapshotError(f"{where}: {e.message}") from None
+    return snapshot_from_dump(dump, path)
 
 
 # -- diffing ----------------------------------------------------------------------------

@@ -57,6 +57,11 @@ def handle(args: argparse.Namespace) -> int:
             raise InvalidArgument(f"cannot read {path}: {e.strerror or e}") from None
         except SnapshotError as e:
             raise InvalidArgument(str(e)) from None
+    for snap in snapshots:
+        for warning in snap.warnings:
+            print(f"unreachable-cli: warning: {snap.source}: {warning}", file=sys.stderr)
+        if snap.note:
+            print(f"unreachable-cli: note: {snap.source}: {snap.note}", file=sys.stderr)
     old, new = snapshots
     rows = diff_snapshots(old, new, include_all=args.all)
     if args.format == "json":

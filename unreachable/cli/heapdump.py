@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from unreachable.cli.output import add_output_options, chosen_format, write_output
-from unreachable.cli.scan import _pid
+from unreachable.cli.output import add_output_options, chosen_format, write_chunks, write_output
+from unreachable.cli.scan import _pid, add_symbol_budget
 from unreachable.errors import InvalidArgument, ScanError
 from unreachable.report.collapsed import heapdump_to_collapsed
 from unreachable.report.pprof import heapdump_to_pprof
@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="same as --format json")
     add_output_options(p, ("text", "json", "collapsed", "pprof"))
+    add_symbol_budget(p)
     p.add_argument("--progress-json", action="store_true", help=argparse.SUPPRESS)
     add_remote_options(p)
     p.set_defaults(handler=handle)
@@ -49,19 +50,36 @@ def _remote(args: argparse.Namespace):  # noqa: ANN202 - HeapDump, imported lazi
     return heapdump_to_model(reply)
 
 
+def dump_error(path: str, e: Exception) -> InvalidArgument:
+    """One line for a dump file that cannot be read: FILE:LINE: what."""
+    from unreachable.heapdump.dump_format import DumpFormatError
+
+    if isinstance(e, DumpFormatError):
+        where = f"{path}:{e.line}" if e.line else path
+        return InvalidArgument(f"{where}: {e.message}")
+    if isinstance(e, OSError) and e.strerror:
+        return InvalidArgument(f"cannot read {path}: {e.strerror}")
+    return InvalidArgument(f"cannot read {path}: {e}")
+
+
 def _from_file(args: argparse.Namespace, fmt: str) -> int:
     from unreachable.heapdump.dump_format import DumpFormatError
-    from unreachable.heapdump.viewer import render_dump
+    from unreachable.heapdump.viewer import render_dump_chunks
 
     if fmt == "json":
         raise InvalidArgument("--file prints text, collapsed or pprof")
     try:
-        data = render_dump(args.file, fmt)
-    except DumpFormatError as e:
-        raise InvalidArgument(f"{args.file}: not a heap dump: {e}") from None
-    except OSError as e:
-        raise InvalidArgument(f"cannot read {args.file}: {e.strerror or e}") from None
-    write_output(data, args.output)
+        dump, note, data = render_dump_chunks(args.file, fmt, budget=args.symbol_budget)
+    except (DumpFormatError, OSError) as e:
+        raise dump_error(args.file, e) from None
+    for warning in dump.warnings:
+        print(f"unreachable-cli: warning: {args.file}: {warning}", file=sys.stderr)
+    if note:
+        print(f"unreachable-cli: note: {note}", file=sys.stderr)
+    if isinstance(data, str | bytes):
+        write_output(data, args.output)
+    else:
+        write_chunks(data, args.output)
     return 0
 
 
@@ -78,7 +96,7 @@ def handle(args: argparse.Namespace) -> int:
         dump = _remote(args)
     else:
         try:
-            dump = heap_dump(args.pid)
+            dump = heap_dump(args.pid, symbol_budget=args.symbol_budget)
         except ScanError as e:
             if args.progress_json:
                 error = {"error": e.grpc_status, "message": str(e)}
@@ -93,4 +111,6 @@ def handle(args: argparse.Namespace) -> int:
     else:
         data = format_text(dump)
     write_output(data, args.output)
+    if dump.symbol_note:
+        print(f"unreachable-cli: note: {dump.symbol_note}", file=sys.stderr)
     return 0

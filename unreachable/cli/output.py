@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 
 from unreachable.errors import InvalidArgument
 
@@ -40,3 +41,18 @@ def write_output(data: str | bytes, path: str | None) -> None:
         return
     sys.stdout.write(data)
     sys.stdout.flush()
+
+
+def write_chunks(chunks: Iterable[str], path: str | None) -> None:
+    """Text written as it is produced (a big heap dump's view never sits in memory)."""
+    if not path:
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, "w") as f:
+            for chunk in chunks:
+                f.write(chunk)
+    except OSError as e:
+        raise InvalidArgument(f"cannot write {path}: {e.strerror or e}") from None

@@ -50,6 +50,26 @@ def _mark_threads(text: str) -> int:
     return value
 
 
+def _symbol_budget(text: str) -> float | None:
+    from unreachable.symbolize.config import parse_budget
+
+    try:
+        return parse_budget(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be seconds (> 0), or 0 for no limit") from None
+
+
+def add_symbol_budget(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--symbol-budget",
+        type=_symbol_budget,
+        default=True,
+        metavar="SECONDS",
+        help="time symbolization may spend reading files; frames it has not reached stay "
+        "raw and a note says so (default: $UNREACHABLE_SYMBOL_BUDGET or 30; 0: no limit)",
+    )
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "scan",
@@ -97,6 +117,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="threads the snapshot child marks with (1-16; default: this machine's CPUs, "
         "at most 4)",
     )
+    add_symbol_budget(p)
     p.add_argument(
         "--progress-json",
         action="store_true",
@@ -153,6 +174,7 @@ def handle(args: argparse.Namespace) -> int:
         snapshot=args.snapshot,
         sweep=args.sweep,
         mark_threads=args.mark_threads,
+        symbol_budget=args.symbol_budget,
     )
     if args.remote:
         from unreachable.rpc.scan_client import remote_scan
@@ -179,7 +201,8 @@ def handle(args: argparse.Namespace) -> int:
         limit = ALL_ENTRIES if fmt in PROFILES else args.limit
         report = triage.apply(sets_aside, report, limit, args.contents)
     write_output(render(report, fmt), args.output)
-    if fmt == "text" and sys.stderr.isatty():
+    tty = sys.stderr.isatty()
+    if fmt == "text" and tty:
         print(format_summary(report), file=sys.stderr)
     elif (report.snapshot_note or report.sweep_note) and sys.stderr.isatty():
         how = {"fork": "forked", "copy": "copied"}.get(report.snapshot, "swept in place")
@@ -189,5 +212,8 @@ def handle(args: argparse.Namespace) -> int:
             f"{report.pause_ms:.0f} ms: {why}",
             file=sys.stderr,
         )
+    # Unlike the fallbacks above, said whatever stderr is: the report is missing names.
+    if report.symbol_note and not args.progress_json and not (fmt == "text" and tty):
+        print(f"unreachable-cli: note: {report.symbol_note}", file=sys.stderr)
     # leak_bytes alone: a baseline's site that grew in bytes, not in blocks.
     return EXIT_LEAKS if report.leak_count or report.leak_bytes else EXIT_NO_LEAKS

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+import stat
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -34,9 +36,25 @@ from typing import IO, Any
 from unreachable.process.maps import Mapping, parse_maps
 
 HEADER = "Android Native Heap Dump v"
-_RECORD = re.compile(r"^z\s+(\d+)\s+sz\s+(\d+)\s+num\s+(\d+)\s+bt((?:\s+[0-9a-fA-F]+)*)\s*$")
+# Input limits: every dump malloc_debug or this package writes is far inside
+# them; a file past one is refused with the line that crossed it.
+MAX_DUMP_BYTES = 2 << 30  # the file
+MAX_LINE = 1 << 20  # one line, in bytes (bt_info lines of 256 frames are ~100 KiB)
+MAX_FRAMES = 256  # per record, malloc_debug's largest backtrace=N
+MAX_MAPS_LINES = 1 << 20  # /proc/PID/maps lines (vm.max_map_count is 65530 by default)
+_U64 = (1 << 64) - 1
+# Numbers are bounded in the patterns (20 decimal / 16 hex digits), so a
+# 5,000-digit "size" is a malformed line, not a slow or failing int().
+_RECORD = re.compile(
+    r"^z\s+(\d{1,20})\s+sz\s+(\d{1,20})\s+num\s+(\d{1,20})\s+bt((?:\s+[0-9a-fA-F]{1,16})*)\s*$"
+)
+_INT = re.compile(r"^\d{1,20}$")
+_MAPS_LINE = re.compile(
+    r"^([0-9a-fA-F]{1,16})-([0-9a-fA-F]{1,16})\s+([-rwxsp]{4})\s+([0-9a-fA-F]{1,16})"
+    r"\s+\S+\s+(\d{1,20})(?:\s+(.*?))?\s*$"
+)
 _BT_INFO = re.compile(
-    r'\{"((?:[^"\\]|\\.)*)"\s+([0-9a-fA-F]+)\s+"((?:[^"\\]|\\.)*)"\s+([0-9a-fA-F]+)\}'
+    r'\{"((?:[^"\\]|\\.)*)"\s+([0-9a-fA-F]{1,16})\s+"((?:[^"\\]|\\.)*)"\s+([0-9a-fA-F]{1,16})\}'
 )
 
 
@@ -48,7 +66,15 @@ def system_fingerprint() -> str:
 
 
 class DumpFormatError(ValueError):
-    pass
+    """A malformed dump; `line` is the 1-based line of the first error (0: the whole file)."""
+
+    def __init__(self, message: str, line: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}" if self.line else self.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,54 +100,97 @@ class DumpRecord:
 
 @dataclass(slots=True)
 class HeapDumpFile:
+    """A parsed dump, stored compactly: a big dump's records are three arrays
+    and its backtraces are kept once each, packed, whatever number of records
+    share them (`records` builds DumpRecord objects on demand)."""
+
     version: str  # "1.0", "1.1", "1.2" ("" when the header line is missing)
     fingerprint: str | None = None
     total_memory: int | None = None  # as the header states it
     allocation_records: int | None = None
     backtrace_size: int | None = None
-    records: list[DumpRecord] = field(default_factory=list)
     maps_text: str = ""
     num_field_valid: bool = True  # False for v1.0: every num was read as 1
+    sizes: array = field(default_factory=lambda: array("Q"))  # per record
+    nums: array = field(default_factory=lambda: array("Q"))
+    stack_ids: array = field(default_factory=lambda: array("I"))
+    zygotes: bytearray = field(default_factory=bytearray)
+    stacks: list[bytes] = field(default_factory=list)  # stack id -> pcs, packed as u64
+    bt_infos: dict[int, list[BtInfo]] = field(default_factory=dict)  # stack id -> bt_info
+    warnings: list[str] = field(default_factory=list)  # e.g. a truncated file
+    maps: list[Mapping] = field(default_factory=list)  # MAPS, parsed
+
+    def stack(self, stack_id: int) -> tuple[int, ...]:
+        return tuple(array("Q", self.stacks[stack_id]))
+
+    def iter_records(self) -> Iterator[DumpRecord]:
+        for i, sid in enumerate(self.stack_ids):
+            yield DumpRecord(
+                self.sizes[i],
+                self.nums[i],
+                self.stack(sid),
+                self.zygotes[i],
+                self.bt_infos.get(sid),
+            )
+
+    @property
+    def records(self) -> list[DumpRecord]:
+        return list(self.iter_records())
+
+    @property
+    def record_count(self) -> int:
+        return len(self.stack_ids)
 
     @property
     def mappings(self) -> list[Mapping]:
-        return parse_maps(self.maps_text)
+        return self.maps
 
     @property
     def computed_total(self) -> int:
-        return sum(r.total for r in self.records)
+        return sum(size * num for size, num in zip(self.sizes, self.nums, strict=True))
 
 
 def _unquote(text: str) -> str:
     return re.sub(r"\\(.)", r"\1", text)
 
 
-def parse_dump(text: str) -> HeapDumpFile:
-    """Parse a heap dump (DumpFormatError if it has neither a header nor any record)."""
-    dump = HeapDumpFile(version="")
-    in_maps = False
-    maps: list[str] = []
-    seen_content = False
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip("\r")
-        if in_maps:
+class _Parser:
+    """Reads a dump one line at a time (what parse_dump and read_dump share)."""
+
+    def __init__(self) -> None:
+        self.dump = HeapDumpFile(version="")
+        self._in_maps = False
+        self._maps: list[str] = []
+        self._seen_maps = self._seen_end = self._seen_content = False
+        self._stack_index: dict[bytes, int] = {}
+        self._last_stack = -1
+        self._bad_maps = self._first_bad_map = 0
+
+    def line(self, line: str, lineno: int) -> None:
+        dump = self.dump
+        if self._in_maps:
             if line.strip() == "END":
-                in_maps = False
-                continue
-            maps.append(line)
-            continue
+                self._in_maps = False
+                self._seen_end = True
+            elif len(self._maps) >= MAX_MAPS_LINES:
+                raise DumpFormatError(f"MAPS has more than {MAX_MAPS_LINES} lines", lineno)
+            else:
+                self._maps.append(line)
+                if line.strip():
+                    self._mapping(line, lineno)
+            return
         stripped = line.strip()
         if not stripped:
-            continue
+            return
         if stripped.startswith(HEADER):
-            dump.version = stripped[len(HEADER) :].strip()
+            dump.version = stripped[len(HEADER) :].strip()[:32]
             dump.num_field_valid = dump.version != "1.0"
-            seen_content = True
+            self._seen_content = True
         elif stripped.startswith("Build fingerprint:"):
             value = stripped.split(":", 1)[1].strip()
             if len(value) >= 2 and value[0] == value[-1] == "'":
                 value = value[1:-1]
-            dump.fingerprint = value
+            dump.fingerprint = value[:4096]
         elif stripped.startswith("Total memory:"):
             dump.total_memory = _int_field(stripped, lineno)
         elif stripped.startswith("Allocation records:"):
@@ -129,40 +198,153 @@ def parse_dump(text: str) -> HeapDumpFile:
         elif stripped.startswith("Backtrace size:"):
             dump.backtrace_size = _int_field(stripped, lineno)
         elif stripped.startswith("z "):
-            m = _RECORD.match(stripped)
-            if m is None:
-                raise DumpFormatError(f"line {lineno}: not an allocation record: {stripped!r}")
-            num = int(m.group(3)) if dump.num_field_valid else 1
-            pcs = tuple(int(x, 16) for x in m.group(4).split())
-            dump.records.append(DumpRecord(int(m.group(2)), num, pcs, int(m.group(1))))
-            seen_content = True
+            self._record(stripped, lineno)
         elif stripped.startswith("bt_info"):
-            if not dump.records:
-                raise DumpFormatError(f"line {lineno}: bt_info before any record")
-            dump.records[-1].bt_info = [
-                BtInfo(_unquote(a), int(b, 16), _unquote(c), int(d, 16))
-                for a, b, c, d in _BT_INFO.findall(stripped)
-            ]
+            if self._last_stack < 0:
+                raise DumpFormatError("bt_info before any record", lineno)
+            if self._last_stack not in dump.bt_infos:
+                dump.bt_infos[self._last_stack] = [
+                    BtInfo(_unquote(a), int(b, 16), _unquote(c), int(d, 16))
+                    for a, b, c, d in _BT_INFO.findall(stripped)
+                ]
         elif stripped == "MAPS":
-            in_maps = True
-            seen_content = True
+            if self._seen_maps:
+                raise DumpFormatError("a second MAPS section", lineno)
+            self._in_maps = self._seen_maps = self._seen_content = True
         # Anything else (comments, extra headers of other writers) is ignored.
-    if not seen_content:
-        raise DumpFormatError("not an Android native heap dump (no header, record or MAPS)")
-    dump.maps_text = "\n".join(maps) + ("\n" if maps else "")
-    return dump
+
+    def _mapping(self, line: str, lineno: int) -> None:
+        m = _MAPS_LINE.match(line)
+        if m is None:  # kept in maps_text, useless to symbolize with
+            self._bad_maps += 1
+            if self._bad_maps == 1:
+                self._first_bad_map = lineno
+            return
+        start, end, perms, offset, inode, path = m.groups()
+        self.dump.maps.append(
+            Mapping(int(start, 16), int(end, 16), perms, int(offset, 16), int(inode), path or "")
+        )
+
+    def _record(self, text: str, lineno: int) -> None:
+        m = _RECORD.match(text)
+        if m is None:
+            raise DumpFormatError(f"not an allocation record: {_excerpt(text)}", lineno)
+        zygote, size, num = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        if size > _U64 or num > _U64 or zygote > 1:
+            raise DumpFormatError(f"number out of range: {_excerpt(text)}", lineno)
+        words = m.group(4).split()
+        if len(words) > MAX_FRAMES:
+            raise DumpFormatError(
+                f"{len(words)} frames in one record (at most {MAX_FRAMES})", lineno
+            )
+        packed = array("Q", [int(x, 16) for x in words]).tobytes()
+        sid = self._stack_index.get(packed)
+        if sid is None:
+            sid = self._stack_index[packed] = len(self.dump.stacks)
+            self.dump.stacks.append(packed)
+        dump = self.dump
+        dump.sizes.append(size)
+        dump.nums.append(num if dump.num_field_valid else 1)
+        dump.stack_ids.append(sid)
+        dump.zygotes.append(zygote)
+        self._last_stack = sid
+        self._seen_content = True
+
+    def finish(self, lineno: int) -> HeapDumpFile:
+        dump = self.dump
+        if not self._seen_content:
+            raise DumpFormatError("not an Android native heap dump (no header, record or MAPS)")
+        self._stack_index.clear()
+        dump.maps_text = "\n".join(self._maps) + ("\n" if self._maps else "")
+        self._maps.clear()
+        if not self._seen_maps:
+            dump.warnings.append(
+                f"no MAPS section after line {lineno}: the dump is truncated; "
+                "frames cannot be symbolized"
+            )
+        elif not self._seen_end:
+            dump.warnings.append(f"no END line after line {lineno}: the dump is truncated")
+        if self._bad_maps:
+            dump.warnings.append(
+                f"{self._bad_maps} MAPS lines are not /proc/PID/maps lines, the first"
+                f" at line {self._first_bad_map}; they are ignored"
+            )
+        if (
+            dump.allocation_records is not None
+            and dump.allocation_records != dump.record_count
+            and self._seen_end
+        ):
+            dump.warnings.append(
+                f"the header says {dump.allocation_records} allocation records, "
+                f"the file has {dump.record_count}"
+            )
+        return dump
+
+
+def _excerpt(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def parse_dump(text: str) -> HeapDumpFile:
+    """Parse a heap dump (DumpFormatError if it has neither a header nor any
+    record, or a malformed line)."""
+    parser = _Parser()
+    lineno = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        parser.line(raw.rstrip("\r"), lineno)
+    return parser.finish(lineno)
 
 
 def _int_field(line: str, lineno: int) -> int:
+    value = line.split(":", 1)[1].strip()
+    if not _INT.match(value) or int(value) > _U64:
+        raise DumpFormatError(f"bad number: {_excerpt(line)}", lineno)
+    return int(value)
+
+
+def open_regular(path: str, limit: int) -> IO[bytes]:
+    """`path` opened for reading if it is a regular file of at most `limit`
+    bytes (OSError otherwise). Opened non-blocking, so a FIFO is refused
+    instead of waiting for a writer; a device is refused before any read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
-        return int(line.split(":", 1)[1].strip())
-    except ValueError:
-        raise DumpFormatError(f"line {lineno}: bad number: {line!r}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError("not a regular file")
+        if st.st_size > limit:
+            raise OSError(f"{st.st_size} bytes, more than the {limit} byte limit")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def iter_lines(f: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line, each at most MAX_LINE bytes (DumpFormatError)."""
+    lineno = 0
+    while True:
+        raw = f.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > MAX_LINE:
+            raise DumpFormatError(f"line longer than {MAX_LINE} bytes", lineno)
+        yield lineno, raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def parse_dump_file(f: IO[bytes]) -> HeapDumpFile:
+    """Parse an open dump file from its current position, a line at a time."""
+    parser = _Parser()
+    lineno = 0
+    for lineno, line in iter_lines(f):
+        parser.line(line, lineno)
+    return parser.finish(lineno)
 
 
 def read_dump(path: str) -> HeapDumpFile:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return parse_dump(f.read())
+    """Parse the dump file at `path`, a line at a time (OSError, DumpFormatError)."""
+    with open_regular(path, MAX_DUMP_BYTES) as f:
+        return parse_dump_file(f)
 
 
 # -- writing ----------------------------------------------------------------------------

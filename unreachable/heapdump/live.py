@@ -22,7 +22,9 @@ from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import read_loaded_objects
 
 
-def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
+def heap_dump(
+    pid: int, snapshot: SnapshotMode = "auto", symbol_budget: float | None | bool = True
+) -> HeapDump:
     target = open_target(pid)
     # Only the registry is read: "auto" never copies the whole heap for it.
     with stop_world(target, snapshot, copy_from=NEVER_COPY, roots=False) as capture:
@@ -38,7 +40,8 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
         max_frames = registry.max_frames
     if not still_running(target.pid):
         raise TargetNotFound(f"process {pid} exited during the heap dump")
-    frames = Symbolizer(target.pid, mappings, unloaded=loaded).symbolize(stacks)
+    symbolizer = Symbolizer(target.pid, mappings, unloaded=loaded, budget=symbol_budget)
+    frames = symbolizer.symbolize(stacks)
     records = [
         HeapRecord(size=size, num_allocations=n, frames=frames.get(sid, []) if sid else [])
         for (size, sid), n in groups.items()
@@ -54,6 +57,7 @@ def heap_dump(pid: int, snapshot: SnapshotMode = "auto") -> HeapDump:
         pause_ms=capture.pause_ms,
         maps=maps_text,
         fingerprint=system_fingerprint(),
+        symbol_note=symbolizer.note,
     )
 
 

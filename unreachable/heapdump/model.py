@@ -25,3 +25,4 @@ class HeapDump:
     pause_ms: float
     maps: str = ""  # /proc/PID/maps text at the dump
     fingerprint: str = ""  # the target's system (dump_format.system_fingerprint)
+    symbol_note: str = ""  # frames left unsymbolized or files not read, and why

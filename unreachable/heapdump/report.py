@@ -29,6 +29,7 @@ def dump_to_dict(dump: HeapDump) -> dict[str, Any]:
         ],
         "maps": dump.maps,
         "fingerprint": dump.fingerprint,
+        "symbol_note": dump.symbol_note,
     }
 
 

@@ -38,6 +38,7 @@ def report_to_dict(report: ScanReport) -> dict[str, Any]:
         "snapshot_note": report.snapshot_note,
         "sweep": report.sweep,
         "sweep_note": report.sweep_note,
+        "symbol_note": report.symbol_note,
         "mark_threads": report.mark_threads,
         "threads": report.threads,
         "bytes_scanned": report.bytes_scanned,

@@ -71,6 +71,7 @@ class ScanReport:
     sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
     mark_threads: int = 1  # threads that marked (in the child: at most the target's CPUs)
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did
+    symbol_note: str = ""  # frames left unsymbolized (time budget) or files not read, and why
     # Set when suppressions were given: what they took out of leaks and the
     # totals (unreachable.triage.suppressions).
     suppressed: Suppressed | None = None

@@ -82,6 +82,8 @@ def format_summary(report: ScanReport) -> str:
     stopped = f"; {how}: {report.snapshot_note}" if report.snapshot_note else ""
     if report.sweep_note:
         stopped += f"; swept from outside: {report.sweep_note}"
+    if report.symbol_note:
+        stopped += f"; symbols: {report.symbol_note}"
     return (
         f"{report.leak_bytes} bytes in {report.leak_count}"
         f" allocation{_plural(report.leak_count)} unreachable out of"

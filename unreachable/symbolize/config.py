@@ -8,6 +8,9 @@ set them):
   or ``/var/cache/unreachable`` when running as root.
 - ``UNREACHABLE_DEBUG_DIRS``: colon-separated global debug directories, as
   gdb's ``debug-file-directory``. Default ``/usr/lib/debug``.
+- ``UNREACHABLE_SYMBOL_BUDGET``: seconds one symbolization (one scan, one
+  heap dump) may spend opening and reading files; frames it has not reached
+  then stay raw. Default 30; ``0`` or ``off``: no limit.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import os
 from dataclasses import dataclass
 
 DEFAULT_DEBUG_DIRS = ("/usr/lib/debug",)
+# A cold symbolization of big C++ programs with full DWARF takes a few
+# seconds; 30 s is far past that and well inside the daemon's scan timeout.
+DEFAULT_SYMBOL_BUDGET = 30.0
 
 
 def default_cache_dir() -> str | None:
@@ -33,6 +39,26 @@ def default_debug_dirs() -> tuple[str, ...]:
     if env is None:
         return DEFAULT_DEBUG_DIRS
     return tuple(d for d in env.split(":") if d)
+
+
+def parse_budget(text: str) -> float | None:
+    """Seconds (> 0), or None for "no limit" ("0", "off", "none"); ValueError."""
+    if text.strip().lower() in ("0", "off", "none", "inf"):
+        return None
+    value = float(text)
+    if not 0 < value < 1e6:
+        raise ValueError(f"symbol budget must be between 0 and 1e6 seconds, not {text!r}")
+    return value
+
+
+def default_symbol_budget() -> float | None:
+    env = os.environ.get("UNREACHABLE_SYMBOL_BUDGET")
+    if env is None:
+        return DEFAULT_SYMBOL_BUDGET
+    try:
+        return parse_budget(env)
+    except ValueError:
+        return DEFAULT_SYMBOL_BUDGET
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,16 +8,29 @@
 
 For a process in a container, every candidate is first looked up inside its
 root (``/proc/PID/root``), then, for the global directories, on the host.
+
+Every candidate is opened under the caller's FilePolicy
+(unreachable.symbolize.files): a regular file of a trusted owner and a sane
+size, or it is skipped (and the reason added to `refused`). The CRC32 of a
+debuglink candidate reads the whole file, so it stops at the caller's
+deadline (OutOfTime).
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
-from unreachable.symbolize.elf_file import ElfImage, NotElf, file_crc32, read_elf
+from unreachable.symbolize.elf_file import ElfImage, NotElf, read_elf
+from unreachable.symbolize.files import (
+    ANY_OWNER,
+    FilePolicy,
+    UnsafeFile,
+    crc32_checked,
+    stat_checked,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +40,32 @@ class DebugFile:
     how: str  # "build-id" or "debuglink"
 
 
-@lru_cache(maxsize=256)
-def _crc(path: str, dev: int, ino: int, size: int, mtime_ns: int) -> int:
-    del dev, ino, size, mtime_ns  # cache key only
-    return file_crc32(path)
+_crcs: OrderedDict[tuple[str, int, int, int, int], int] = OrderedDict()
 
 
-def _crc_of(path: str) -> int | None:
+def _crc_of(path: str, policy: FilePolicy, deadline: float | None) -> int:
+    """The file's CRC32, remembered by its identity (OSError, OutOfTime)."""
+    st = stat_checked(path, policy)
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key in _crcs:
+        _crcs.move_to_end(key)
+        return _crcs[key]
+    crc = _crcs[key] = crc32_checked(path, policy, deadline)
+    while len(_crcs) > 256:
+        _crcs.popitem(last=False)
+    return crc
+
+
+def _usable(path: str, policy: FilePolicy, refused: list[str] | None) -> bool:
     try:
-        st = os.stat(path)
-        return _crc(path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        stat_checked(path, policy)
+    except UnsafeFile as e:
+        if refused is not None:
+            refused.append(str(e))
+        return False
     except OSError:
-        return None
+        return False
+    return True
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -48,9 +75,9 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _open(path: str) -> ElfImage | None:
+def _open(path: str, policy: FilePolicy) -> ElfImage | None:
     try:
-        return read_elf(path)
+        return read_elf(path, policy)
     except (OSError, NotElf, ValueError):
         return None
 
@@ -82,24 +109,34 @@ def debuglink_candidates(obj_path: str, link: str, dirs: Sequence[str], root: st
 
 
 def find_debug_file(
-    image: ElfImage, obj_path: str, dirs: Sequence[str], root: str = ""
+    image: ElfImage,
+    obj_path: str,
+    dirs: Sequence[str],
+    root: str = "",
+    policy: FilePolicy = ANY_OWNER,
+    deadline: float | None = None,
+    refused: list[str] | None = None,
 ) -> DebugFile | None:
-    """The separate debug file of `image` (opened at image.path, known as obj_path)."""
+    """The separate debug file of `image` (opened at image.path, known as obj_path).
+    OutOfTime when a CRC32 runs past `deadline` (time.monotonic())."""
     if image.build_id:
         for cand in build_id_candidates(image.build_id, dirs, root):
-            if not os.path.isfile(cand) or _same_file(cand, image.path):
+            if not _usable(cand, policy, refused) or _same_file(cand, image.path):
                 continue
-            dbg = _open(cand)
+            dbg = _open(cand, policy)
             if dbg is not None and dbg.build_id == image.build_id:
                 return DebugFile(cand, dbg, "build-id")
     if image.debuglink:
         link, crc = image.debuglink
         for cand in debuglink_candidates(obj_path, link, dirs, root):
-            if not os.path.isfile(cand) or _same_file(cand, image.path):
+            if not _usable(cand, policy, refused) or _same_file(cand, image.path):
                 continue
-            if _crc_of(cand) != crc:
-                continue  # a stale or foreign file of the same name
-            dbg = _open(cand)
+            try:
+                if _crc_of(cand, policy, deadline) != crc:
+                    continue  # a stale or foreign file of the same name
+            except OSError:
+                continue
+            dbg = _open(cand, policy)
             if dbg is not None:
                 return DebugFile(cand, dbg, "debuglink")
     return None

@@ -16,11 +16,13 @@ import struct
 from typing import Any
 
 from unreachable.symbolize.cache import ObjectCache
+from unreachable.symbolize.files import ANY_OWNER, FilePolicy, open_checked
 
 
 class LineTable:
-    def __init__(self, path: str, cache: ObjectCache) -> None:
+    def __init__(self, path: str, cache: ObjectCache, policy: FilePolicy = ANY_OWNER) -> None:
         self._path = path
+        self._policy = policy
         self._cache = cache
         self._file: Any = None
         self._dwarf: Any = None
@@ -34,7 +36,7 @@ class LineTable:
         if self._dwarf is None:
             from elftools.elf.elffile import ELFFile
 
-            self._file = open(self._path, "rb")  # noqa: SIM115 - kept open while in use
+            self._file = open_checked(self._path, self._policy)  # kept open while in use
             self._dwarf = ELFFile(self._file).get_dwarf_info()
         return self._dwarf
 

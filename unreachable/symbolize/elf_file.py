@@ -12,6 +12,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+from unreachable.symbolize.files import ANY_OWNER, MAX_SECTION_BYTES, FilePolicy, open_checked
+
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
 _SHDR = struct.Struct("<IIQQQQIIQQ")
@@ -32,6 +34,7 @@ STT_GNU_IFUNC = 10
 STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
 SHN_UNDEF = 0
 SHN_XINDEX = 0xFFFF
+_MAX_TABLE = 64 << 20  # program or section header table: real ones are a few KiB
 
 
 class NotElf(ValueError):
@@ -66,6 +69,7 @@ class ElfImage:
     sections: list[Section]
     build_id: str = ""
     debuglink: tuple[str, int] | None = None  # (file name, CRC32)
+    policy: FilePolicy = ANY_OWNER  # what every reopening of `path` must pass
     _by_name: dict[str, Section] = field(default_factory=dict)
 
     def section(self, name: str) -> Section | None:
@@ -93,16 +97,20 @@ class ElfImage:
         return offset
 
     def read_section(self, sec: Section) -> bytes:
-        if sec.type == SHT_NOBITS or not sec.size:
+        if sec.type == SHT_NOBITS or not sec.size or sec.size > MAX_SECTION_BYTES:
             return b""
-        with open(self.path, "rb") as f:
+        with open_checked(self.path, self.policy) as f:
             f.seek(sec.offset)
             data = f.read(sec.size)
         if sec.flags & SHF_COMPRESSED:
+            if len(data) < _CHDR.size:
+                return b""
             ch_type, _res, ch_size, _align = _CHDR.unpack_from(data)
             if ch_type != ELFCOMPRESS_ZLIB:
                 return b""
-            data = zlib.decompress(data[_CHDR.size :])[:ch_size]
+            # Bounded: a crafted header may promise little and inflate to a lot.
+            inflate = zlib.decompressobj()
+            data = inflate.decompress(data[_CHDR.size :], min(ch_size, MAX_SECTION_BYTES))
         return data
 
     def function_symbols(self, table: str) -> list[tuple[int, int, int, str]]:
@@ -137,9 +145,10 @@ def _notes(data: bytes) -> list[tuple[int, bytes, bytes]]:
     return out
 
 
-def read_elf(path: str) -> ElfImage:
-    """Parse the headers of the ELF file at `path` (NotElf, OSError)."""
-    with open(path, "rb") as f:
+def read_elf(path: str, policy: FilePolicy = ANY_OWNER) -> ElfImage:
+    """Parse the headers of the ELF file at `path`, which must pass `policy`
+    (unreachable.symbolize.files; NotElf, OSError)."""
+    with open_checked(path, policy) as f:
         head = f.read(_EHDR.size)
         if len(head) < _EHDR.size or head[:4] != b"\x7fELF":
             raise NotElf(f"{path}: not an ELF file")
@@ -151,7 +160,7 @@ def read_elf(path: str) -> ElfImage:
         note_segments: list[tuple[int, int]] = []
         if phoff and phnum and phentsize >= _PHDR.size:
             f.seek(phoff)
-            table = f.read(phentsize * phnum)
+            table = f.read(min(phentsize * phnum, _MAX_TABLE))
             for i in range(len(table) // phentsize):
                 p_type, _pf, p_off, p_vaddr, _pa, p_filesz, p_memsz, _al = _PHDR.unpack_from(
                     table, i * phentsize
@@ -171,7 +180,7 @@ def read_elf(path: str) -> ElfImage:
                 if shstrndx == SHN_XINDEX:
                     shstrndx = s0[6]
                 f.seek(shoff)
-                table = f.read(shentsize * min(shnum, 65536 * 4))
+                table = f.read(min(shentsize * shnum, _MAX_TABLE))
                 raw_sections = [
                     _SHDR.unpack_from(table, i * shentsize) for i in range(len(table) // shentsize)
                 ]
@@ -185,7 +194,7 @@ def read_elf(path: str) -> ElfImage:
             end = names.find(b"\0", sh_name)
             name = names[sh_name : end if end >= 0 else len(names)].decode(errors="replace")
             sections.append(Section(name, sh_type, sh_flags, sh_offset, sh_size, sh_link))
-        image = ElfImage(path, e_type, loads, sections)
+        image = ElfImage(path, e_type, loads, sections, policy=policy)
         image._by_name = {s.name: s for s in reversed(sections) if s.name}
 
         note_blobs: list[bytes] = []
@@ -216,11 +225,3 @@ def read_elf(path: str) -> ElfImage:
                     (crc,) = struct.unpack_from("<I", data, crc_at)
                     image.debuglink = (data[:nul].decode(errors="replace"), crc)
     return image
-
-
-def file_crc32(path: str) -> int:
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            crc = zlib.crc32(chunk, crc)
-    return crc & 0xFFFFFFFF

@@ -6,20 +6,28 @@ function and the offset into it, and file:line where DWARF exists (in the
 object itself or in a separate debug file found by build-id or debuglink).
 Files are opened through /proc/PID/root while the process exists, so
 processes in containers resolve against their own files.
+
+The files are the target's, so possibly a hostile user's: each is opened
+only if it is a regular file of sane size owned by root, by this process's
+user or by the target's (unreachable.symbolize.files), and one symbolization
+stops opening and reading files when its time budget runs out. Frames left
+out keep their map and file offset, and `note` says what was left out and why.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.symbolize import objects
-from unreachable.symbolize.config import SymbolConfig
+from unreachable.symbolize.config import SymbolConfig, default_symbol_budget
 from unreachable.symbolize.demangle import demangle_all
+from unreachable.symbolize.files import OutOfTime, trusted_owners
 from unreachable.symbolize.objects import SymbolObject
 from unreachable.symbolize.unloaded import LoadedObject, UnloadedObjects
 
@@ -50,6 +58,10 @@ class Symbolizer:
     cache_dir / debug_dirs: override SymbolConfig.from_env().
     unloaded: the objects the shim recorded (symbolize.unloaded), for pcs in
     objects dlclose'd since.
+    trust_uids: owners whose files are read besides root, this process's user
+    and the live target's user (a heap dump file's owner, say).
+    budget: seconds each symbolize call may spend on files (None: no limit;
+    default UNREACHABLE_SYMBOL_BUDGET, or 30).
     """
 
     def __init__(
@@ -61,8 +73,16 @@ class Symbolizer:
         cache_dir: str | None | bool = True,
         debug_dirs: Sequence[str] | None = None,
         unloaded: Sequence[LoadedObject] = (),
+        trust_uids: Sequence[int] = (),
+        budget: float | None | bool = True,
     ) -> None:
         self._pid = pid if pid and os.path.isdir(f"/proc/{pid}") else None
+        self._policy = trusted_owners(_owner_of(self._pid), *trust_uids)
+        self._budget = default_symbol_budget() if budget is True else (budget or None)
+        self._deadline: float | None = None
+        self._refused: list[str] = []
+        self._left_raw = 0
+        self.note = ""  # what the last symbolize call left out and why ("" if nothing)
         if root is None:
             root = f"/proc/{self._pid}/root" if self._pid else ""
             if root and os.path.realpath(root) == "/":
@@ -80,18 +100,59 @@ class Symbolizer:
     def _object(self, m: Mapping) -> SymbolObject | None:
         if m not in self._objects:
             path, _ = file_for(self._pid, m, self._root)
-            self._objects[m] = objects.get_object(path, mapped_path(m), self._root, self._config)
+            self._objects[m] = objects.get_object(
+                path,
+                mapped_path(m),
+                self._root,
+                self._config,
+                self._policy,
+                self._deadline,
+                self._refused,
+            )
         return self._objects[m]
+
+    def _out_of_time(self) -> bool:
+        return self._deadline is not None and time.monotonic() > self._deadline
+
+    def _start(self) -> None:
+        self._deadline = time.monotonic() + self._budget if self._budget else None
+        self._refused = []
+        self._left_raw = 0
+
+    def _finish(self, total: int) -> None:
+        notes = []
+        if self._left_raw:
+            notes.append(
+                f"{self._left_raw} of {total} frames left unsymbolized: the symbolization "
+                f"budget ({self._budget:g} s, UNREACHABLE_SYMBOL_BUDGET) ran out"
+            )
+        refused = list(dict.fromkeys(self._refused))
+        if refused:
+            more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+            notes.append("files not read: " + "; ".join(refused[:3]) + more)
+        self.note = "; ".join(notes)
 
     def symbolize(self, stacks: dict[int, tuple[int, ...]]) -> dict[int, list[Frame]]:
         pcs = {pc for stack in stacks.values() for pc in stack}
+        self._start()
         with objects._lock:
             frames = self._resolve(pcs)
+        self._finish(len(pcs))
         return {sid: [frames[pc] for pc in stack] for sid, stack in stacks.items()}
 
+    def resolve(self, pcs: set[int]) -> dict[int, Frame]:
+        """pc -> frame, one Frame per distinct pc (what big heap dumps share)."""
+        self._start()
+        with objects._lock:
+            frames = self._resolve(pcs)
+        self._finish(len(pcs))
+        return frames
+
     def symbolize_pcs(self, pcs: Sequence[int]) -> list[Frame]:
+        self._start()
         with objects._lock:
             frames = self._resolve(set(pcs))
+        self._finish(len(set(pcs)))
         return [frames[pc] for pc in pcs]
 
     def _resolve(self, pcs: set[int]) -> dict[int, Frame]:
@@ -106,15 +167,30 @@ class Symbolizer:
             if not m.path.startswith("/"):
                 out[pc] = Frame(pc, m.path, pc - m.start, "", 0)
                 continue
-            obj = self._object(m)
+            raw_frame = Frame(pc, m.path, pc - m.start + m.offset, "", 0)
+            if m not in self._objects and self._out_of_time():
+                self._left_raw += 1
+                out[pc] = raw_frame
+                continue
+            try:
+                obj = self._object(m)
+            except OutOfTime:
+                self._objects[m] = obj = None
+                self._left_raw += 1
+                out[pc] = raw_frame
+                continue
             if obj is None:
-                out[pc] = Frame(pc, m.path, pc - m.start + m.offset, "", 0)
+                out[pc] = raw_frame
                 continue
             touched.add(id(obj))
             vaddr = obj.image.file_offset_to_vaddr(pc - m.start + m.offset)
             hit = obj.resolved.get(vaddr)
             if hit is not None:
                 out[pc] = Frame(pc, m.path, vaddr, *hit)
+                continue
+            if self._out_of_time():
+                self._left_raw += 1
+                out[pc] = Frame(pc, m.path, vaddr, "", 0)
                 continue
             try:
                 raw = obj.lookup_raw(vaddr)
@@ -131,3 +207,14 @@ class Symbolizer:
             if id(obj) in touched:
                 obj.flush()
         return out
+
+
+def _owner_of(pid: int | None) -> int | None:
+    """The user a live process runs as (/proc/PID's owner: its effective uid,
+    root's for a process that is not dumpable)."""
+    if pid is None:
+        return None
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None

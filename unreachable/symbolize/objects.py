@@ -19,6 +19,7 @@ from unreachable.symbolize.debuginfo import DebugFile, find_debug_file
 from unreachable.symbolize.dwarf_lines import LineTable
 from unreachable.symbolize.elf_file import ElfImage, NotElf, read_elf
 from unreachable.symbolize.elf_symbols import ElfSymbols, symbols_from_images
+from unreachable.symbolize.files import ANY_OWNER, FilePolicy, UnsafeFile, stat_checked
 
 # vaddr -> (function, offset, file, line); function already demangled
 Resolved = tuple[str, int, str, int]
@@ -29,9 +30,19 @@ _lock = threading.RLock()
 
 
 class SymbolObject:
-    def __init__(self, image: ElfImage, obj_path: str, root: str, config: SymbolConfig) -> None:
+    def __init__(
+        self,
+        image: ElfImage,
+        obj_path: str,
+        root: str,
+        config: SymbolConfig,
+        deadline: float | None = None,
+        refused: list[str] | None = None,
+    ) -> None:
         self.image = image
-        self.debug: DebugFile | None = find_debug_file(image, obj_path, config.debug_dirs, root)
+        self.debug: DebugFile | None = find_debug_file(
+            image, obj_path, config.debug_dirs, root, image.policy, deadline, refused
+        )
         if self.debug is not None:
             variant = f"d{(self.debug.image.build_id or self.debug.how)[:16]}"
         elif image.has_dwarf_lines:
@@ -78,7 +89,7 @@ class SymbolObject:
         if not self._lines_source:
             return None
         if self._lines is None:
-            self._lines = LineTable(self._lines_source, self.cache)
+            self._lines = LineTable(self._lines_source, self.cache, self.image.policy)
         return self._lines.lookup(vaddr)
 
     def lookup_raw(self, vaddr: int) -> tuple[str, int, str, int]:
@@ -114,19 +125,40 @@ def _cache_key(image: ElfImage) -> str:
     return "nobid" + hashlib.sha1(ident.encode(), usedforsecurity=False).hexdigest()
 
 
-def get_object(path: str, obj_path: str, root: str, config: SymbolConfig) -> SymbolObject | None:
-    """The object for the file opened at `path` (known in its process as obj_path)."""
+def get_object(
+    path: str,
+    obj_path: str,
+    root: str,
+    config: SymbolConfig,
+    policy: FilePolicy = ANY_OWNER,
+    deadline: float | None = None,
+    refused: list[str] | None = None,
+) -> SymbolObject | None:
+    """The object for the file opened at `path` (known in its process as obj_path),
+    if it and its debug file pass `policy` (refusals are added to `refused`).
+    OutOfTime when looking for its debug file runs past `deadline`; the half-done
+    object is then not remembered."""
     try:
-        st = os.stat(path)
+        st = stat_checked(path, policy)
+    except UnsafeFile as e:
+        if refused is not None:
+            refused.append(str(e))
+        return None
     except OSError:
         return None
-    key = (path, obj_path, root, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, config)
+    key = (path, obj_path, root, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, config, policy)
     with _lock:
         if key in _objects:
             _objects.move_to_end(key)
             return _objects[key]
         try:
-            obj: SymbolObject | None = SymbolObject(read_elf(path), obj_path, root, config)
+            obj: SymbolObject | None = SymbolObject(
+                read_elf(path, policy), obj_path, root, config, deadline, refused
+            )
+        except UnsafeFile as e:
+            if refused is not None:
+                refused.append(str(e))
+            obj = None
         except (OSError, NotElf, ValueError):
             obj = None
         _objects[key] = obj

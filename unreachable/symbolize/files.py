@@ -1,0 +1,102 @@
+"""Opening the files symbolization reads: only what cannot stall or fool the scan.
+
+A root scan reads files a user controls: the binaries a user's process maps,
+the debug file its ``.gnu_debuglink`` names, paths inside its container's
+root. Any of them may be a FIFO (an open or a read that never returns), a
+device (opening some has side effects), a sparse file of many GiB (a CRC
+that takes minutes, a section read that takes all memory), or a symbolic
+link to any of these. So every file is opened in two steps:
+
+1. ``O_PATH``: resolves the path (following links) and pins the inode
+   without opening it for I/O, which neither blocks on a FIFO nor wakes a
+   device driver;
+2. its ``fstat`` must show a regular file, of at most ``max_bytes``, owned
+   by one of ``owners`` (None: any owner); only then is that same inode
+   opened for reading, through ``/proc/self/fd``.
+
+What is checked is the inode read, not the path, so replacing the file
+between the check and the read changes nothing, and where a link points does
+not matter. A refused file raises UnsafeFile (an OSError), which callers
+treat as "no such file".
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import BinaryIO
+
+# Bigger than any real ELF object or separate debug file short of the very
+# largest; anything bigger is refused unread.
+MAX_FILE_BYTES = 4 << 30
+# One section read into memory at most (symbol and string tables, notes,
+# .gnu_debuglink; DWARF goes through pyelftools on the file).
+MAX_SECTION_BYTES = 1 << 30
+
+
+class UnsafeFile(OSError):
+    """A file symbolization will not read (and why)."""
+
+
+class OutOfTime(Exception):
+    """The symbolizer's budget ran out during a long read."""
+
+
+@dataclass(frozen=True, slots=True)
+class FilePolicy:
+    owners: frozenset[int] | None = None  # None: any owner
+    max_bytes: int = MAX_FILE_BYTES
+
+    def check(self, path: str, st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(f"{path}: not a regular file")
+        if self.owners is not None and st.st_uid not in self.owners:
+            raise UnsafeFile(f"{path}: owned by uid {st.st_uid}, not by root or the target's user")
+        if st.st_size > self.max_bytes:
+            raise UnsafeFile(f"{path}: {st.st_size} bytes, over the {self.max_bytes} byte limit")
+
+
+ANY_OWNER = FilePolicy()
+
+
+def trusted_owners(*uids: int | None) -> FilePolicy:
+    """Files owned by root, by this process's user, or by one of `uids`."""
+    return FilePolicy(frozenset({0, os.geteuid(), *(u for u in uids if u is not None)}))
+
+
+def stat_checked(path: str, policy: FilePolicy = ANY_OWNER) -> os.stat_result:
+    """The stat of the file at `path`, which must pass `policy` (UnsafeFile)."""
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    policy.check(path, st)
+    return st
+
+
+def open_checked(path: str, policy: FilePolicy = ANY_OWNER) -> BinaryIO:
+    """The file at `path` opened for reading, if it passes `policy` (OSError)."""
+    pinned = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        policy.check(path, os.fstat(pinned))
+        fd = os.open(f"/proc/self/fd/{pinned}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    finally:
+        os.close(pinned)
+    return os.fdopen(fd, "rb")
+
+
+def crc32_checked(path: str, policy: FilePolicy, deadline: float | None = None) -> int:
+    """CRC32 of the whole file (gnu_debuglink's checksum); OutOfTime past `deadline`
+    (time.monotonic())."""
+    import zlib
+
+    crc = 0
+    with open_checked(path, policy) as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+            if deadline is not None and time.monotonic() > deadline:
+                raise OutOfTime(f"{path}: CRC32 not finished within the symbolization budget")
+    return crc & 0xFFFFFFFF
