@@ -201,7 +201,8 @@ def test_read_registry() -> None:
         assert reg["enabled"] == 1
         assert reg["helper_tid"] == 777
         assert reg["helper_cmd"] == f["cmd"]
-        assert (reg["region_begin"], reg["region_end"]) == (0x10000, 0x20000)
+        assert reg["regions"] == [(0x10000, 0x20000)]  # no list: the first piece alone
+        assert (reg["disabled"], reg["disabled_errno"], reg["unregistered"]) == (0, 0, 0)
         assert reg["options"] == "backtrace=4 helper=1"
         assert reg["max_frames"] == 4
         assert reg["stack_count"] == 3

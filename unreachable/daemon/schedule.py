@@ -71,7 +71,7 @@ def classify(info: ProcessInfo) -> str | None:
             return None  # a scan's snapshot copy
         return "it does not run under the shim (LD_PRELOAD)"
     if not target.enabled:
-        return "its shim is inert (its UNREACHABLE_MALLOC_OPTIONS were rejected)"
+        return f"its shim is inert: {target.inert_reason}"
     return ""
 
 

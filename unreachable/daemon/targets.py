@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from unreachable.allocations.descriptor import (
     SHIM_PREFIX,
+    disabled_reason,
     locate_shim,
     read_descriptor_header,
 )
@@ -31,6 +32,7 @@ class TargetInfo:
     options: str
     enabled: bool
     shim: str
+    inert_reason: str = ""  # why enabled is false, as scan says it
 
 
 def _read_text(path: str) -> str:
@@ -85,6 +87,9 @@ def target_info(pid: int) -> TargetInfo | None:
         options=read_options(pid, shim.descriptor_addr),
         enabled=header.enabled,
         shim=shim.path,
+        inert_reason=""
+        if header.enabled
+        else disabled_reason(header.disabled, header.disabled_errno),
     )
 
 
