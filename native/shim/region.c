@@ -81,7 +81,10 @@ void *ur_region_alloc(size_t size) {
   uint32_t tid = ur_self_tid();
   int saved = errno;
   ur_lock_hard(&region.lock, &region.owner, tid);
-  uintptr_t p = (region.next + 63) & ~(uintptr_t)63;
+  /* A page or more starts on a page: its pages can be given back whole
+   * (the size maps', give_back.c). */
+  uintptr_t align = size >= page_size() ? page_size() : 64;
+  uintptr_t p = (region.next + align - 1) & ~(align - 1);
   void *out = NULL;
   if (region.begin && (p > region.end || size > region.end - p) && add_piece(size) == 0)
     p = region.next; /* a fresh piece: page aligned */

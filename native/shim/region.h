@@ -21,7 +21,8 @@ int ur_region_init(void);
  * kernel can (call before the first ur_region_alloc). */
 void ur_region_use_huge_pages(void);
 
-/* Zeroed, 64-byte aligned memory from the region, never returned to it except
+/* Zeroed memory from the region, 64-byte aligned (page aligned from a page
+ * up), never returned to it except
  * through the table recycler below. NULL when no piece can be added (an
  * address-space limit, strict overcommit): ur_region_error says why. */
 void *ur_region_alloc(size_t size);

@@ -44,7 +44,7 @@ static uint16_t *make_map(uint64_t addr) {
     __atomic_store_n(&header->refs, (uint64_t)(uintptr_t)refs, __ATOMIC_RELEASE);
   }
   if (header->count >= header->capacity) return NULL;
-  uint16_t *map = ur_region_alloc(MAP_BYTES);
+  uint16_t *map = ur_region_alloc(MAP_BYTES); /* page aligned: its pages can be given back */
   if (!map) return NULL;
   /* Listed before the shim can put an entry in it, so a reader that has the
    * list has every entry. */

@@ -62,7 +62,9 @@ int main(int argc, char **argv) {
   CHECK(maps->count <= maps->capacity && (maps->count == 0 || IN_REGION(maps->refs)));
   const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)maps->refs;
   for (uint64_t i = 0; i < maps->count; i++) {
-    CHECK(IN_REGION(refs[i].map) && refs[i].base % (UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) == 0);
+    /* page aligned, so that its pages can be given back (give_back.c) */
+    CHECK(IN_REGION(refs[i].map) && refs[i].map % 4096 == 0 &&
+          refs[i].base % (UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) == 0);
     for (uint64_t j = 0; j < i; j++) CHECK(refs[j].base != refs[i].base);
   }
   uint64_t size;
