@@ -174,7 +174,9 @@ struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte
  * 16-aligned, its size at most UR_SIZE_MAP_MAX_SIZE and it has no stack id;
  * every other block is in a shard, and no block is in both except for the
  * instant a realloc in place moves it (its thread is in flight then).
- * Maps are never freed or moved. A reader takes refs [0, count): each ref is
+ * Maps are never freed or moved; pages of a map that hold no entry may be
+ * given back to the kernel (they read as zero, unreadable pages as empty
+ * too). A reader takes refs [0, count): each ref is
  * written before count is raised past it with a release store.
  */
 #define UR_SIZE_MAP_SPAN_SHIFT 20
