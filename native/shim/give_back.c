@@ -43,6 +43,7 @@
 #define QUIESCENT_WAIT_NS 50000000ull    /* 50 ms */
 #define MIN_DROP ((uint64_t)4 << 20)     /* resident bytes */
 #define MIN_MAPS ((uint64_t)1 << 20)     /* map bytes worth a pass */
+#define MIN_GATED_PAGES 16u              /* empty map pages worth closing the gate for */
 
 /* What the last pass saw: the maps listed then, and their pages still
  * resident after it. Maps listed since count whole. */
@@ -93,10 +94,17 @@ static uint64_t resident(void) {
 }
 
 /* Close the gate (malloc_disable's, without its shard locks: the maps need
- * none) and wait out the threads inside an entry point. 0: closed. */
+ * none) and wait out the threads inside an entry point. 0: closed; -1: a
+ * thread stayed inside (open it again); -2: not closed. */
 static int gate_close(uint32_t tid) {
   ur_lock_hard(&ur_g.disable_lock, &ur_g.disable_owner, tid);
-  __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_SEQ_CST);
+  /* A fork in progress holds every lock as excl_tid: not now. */
+  uint32_t none = 0;
+  if (!__atomic_compare_exchange_n(&ur_g.excl_tid, &none, tid, 0, __ATOMIC_SEQ_CST,
+                                   __ATOMIC_SEQ_CST)) {
+    ur_unlock(&ur_g.disable_lock, &ur_g.disable_owner, 1);
+    return -2;
+  }
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   /* Entry points announce, then read the gate, with no fence between. */
   if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
@@ -114,11 +122,22 @@ static int gate_close(uint32_t tid) {
   return 0;
 }
 
-static void gate_open(void) {
-  __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_SEQ_CST);
+static void gate_open(uint32_t tid) {
+  __atomic_compare_exchange_n(&ur_g.excl_tid, &tid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   syscall(SYS_futex, &ur_g.slow, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
   ur_unlock(&ur_g.disable_lock, &ur_g.disable_owner, 1);
+}
+
+struct found {
+  uint64_t ref;
+  uint32_t pages;
+};
+
+static unsigned pages_in(const struct found *found, unsigned k) {
+  unsigned n = 0;
+  for (unsigned i = 0; i < k; i++) n += (unsigned)__builtin_popcount(found[i].pages);
+  return n;
 }
 
 size_t ur_give_back_now(uint64_t *left) {
@@ -130,10 +149,7 @@ size_t ur_give_back_now(uint64_t *left) {
   uint32_t tid = ur_self_tid();
   size_t given = 0, resident_maps = 0;
   uint64_t n = ur_size_maps_listed();
-  struct {
-    uint64_t ref;
-    uint32_t pages;
-  } found[BATCH];
+  struct found found[BATCH];
   for (uint64_t r = 0; r < n;) {
     unsigned k = 0;
     for (; r < n && k < BATCH; r++) {
@@ -142,12 +158,13 @@ size_t ur_give_back_now(uint64_t *left) {
       resident_maps += res;
       if (pages) found[k].ref = r, found[k++].pages = pages;
     }
-    if (!k) continue;
-    if (gate_close(tid) == 0)
+    if (pages_in(found, k) < MIN_GATED_PAGES) continue; /* not worth stopping anyone */
+    int closed = gate_close(tid);
+    if (closed == 0)
       for (unsigned i = 0; i < k; i++) given += ur_size_map_release_pages(found[i].ref, found[i].pages);
     else
-      r = n; /* someone stays inside: another time */
-    gate_open();
+      r = n; /* someone stays inside, or a fork: another time */
+    if (closed != -2) gate_open(tid);
   }
   if (left) *left = resident_maps > given ? resident_maps - given : 0;
   return given;
@@ -165,7 +182,7 @@ void ur_give_back_step(void) {
    * eighth since the last one, or when a sample finds many empty pages. */
   uint64_t maps = seen_resident + (listed - seen_maps) * UR_SIZE_MAP_ENTRIES * sizeof(uint16_t);
   int shrank = rss + (peak / 8 > MIN_DROP ? peak / 8 : MIN_DROP) <= peak;
-  if (!shrank && maps < MIN_MAPS) return;
+  if (listed * UR_SIZE_MAP_ENTRIES * sizeof(uint16_t) < MIN_MAPS) return; /* too few to matter */
   if (!shrank && maps * 5 < rss && !sample_empty(listed)) return;
   uint64_t left;
   size_t given = ur_give_back_now(&left);

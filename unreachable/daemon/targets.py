@@ -32,7 +32,6 @@ class TargetInfo:
     options: str
     enabled: bool
     shim: str
-    inert_reason: str = ""  # why enabled is false, as scan says it
 
 
 def _read_text(path: str) -> str:
@@ -87,10 +86,16 @@ def target_info(pid: int) -> TargetInfo | None:
         options=read_options(pid, shim.descriptor_addr),
         enabled=header.enabled,
         shim=shim.path,
-        inert_reason=""
-        if header.enabled
-        else disabled_reason(header.disabled, header.disabled_errno),
     )
+
+
+def inert_reason(pid: int) -> str:
+    """Why the shim in pid is inert, as scan says it ("" if it is not, or unreadable)."""
+    try:
+        header = read_descriptor_header(pid, locate_shim(pid, read_maps(pid)).descriptor_addr)
+    except ScanError:
+        return ""
+    return "" if header.enabled else disabled_reason(header.disabled, header.disabled_errno)
 
 
 def list_targets() -> list[TargetInfo]:
