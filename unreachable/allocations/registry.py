@@ -80,6 +80,12 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
     if not raw["enabled"]:
         why = disabled_reason(raw["disabled"], raw["disabled_errno"])
         raise TargetNotShimmed(f"the shim in this process is inert: {why}")
+    if raw["unregistered"]:
+        raise TargetNotShimmed(
+            f"the shim in this process ran out of memory for its registry: "
+            f"{raw['unregistered']} blocks are not registered, so a scan would miss or "
+            "invent leaks (see the process's stderr; docs/design.md)"
+        )
     # The native reader returns entries in address order, duplicates dropped.
     return Registry(
         allocs=memoryview(raw["allocs"]).cast("Q"),
