@@ -150,6 +150,48 @@ static int sort_by_address(struct entries *e, size_t in_shards) {
 
 static uint64_t unmangle_opt(uint64_t v) { return v ? (uint64_t)UR_UNMANGLE(v) : 0; }
 
+static int set_item(PyObject *dict, const char *key, PyObject *value) {
+  int rc = value ? PyDict_SetItemString(dict, key, value) : -1;
+  Py_XDECREF(value);
+  return rc;
+}
+
+/* The shim's pieces of memory (abi v4; none read: the first alone), why it
+ * is disabled, and how many blocks it could not register. */
+static int add_regions(PyObject *result, const struct ur_descriptor *d,
+                       const struct ur_region_span *spans, uint32_t nspans) {
+  PyObject *list = PyList_New(0);
+  if (!list) return -1;
+  if (!nspans && d->region_end > d->region_begin) {
+    PyObject *item = Py_BuildValue("(KK)", (unsigned long long)d->region_begin,
+                                   (unsigned long long)d->region_end);
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      goto fail;
+    }
+    Py_DECREF(item);
+  }
+  for (uint32_t i = 0; i < nspans; i++) {
+    if (spans[i].end <= spans[i].begin) continue;
+    PyObject *item = Py_BuildValue("(KK)", (unsigned long long)spans[i].begin,
+                                   (unsigned long long)spans[i].end);
+    if (!item || PyList_Append(list, item) < 0) {
+      Py_XDECREF(item);
+      goto fail;
+    }
+    Py_DECREF(item);
+  }
+  if (set_item(result, "regions", list) < 0) return -1;
+  if (set_item(result, "disabled", PyLong_FromUnsignedLong(d->disabled)) < 0 ||
+      set_item(result, "disabled_errno", PyLong_FromLong(d->disabled_errno)) < 0 ||
+      set_item(result, "unregistered", PyLong_FromUnsignedLongLong(d->unregistered)) < 0)
+    return -1;
+  return 0;
+fail:
+  Py_DECREF(list);
+  return -1;
+}
+
 PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *source;
   int with_entries = 1, count_maps = 1;
@@ -162,6 +204,8 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   struct ur_shard *shards = NULL;
   struct ur_thread_slot *slots = NULL;
   PyObject *result = NULL, *threads = NULL, *locked = NULL;
+  struct ur_region_span *spans = NULL;
+  uint32_t nspans = 0;
   if (read_descriptor(&rd, addr, &d) < 0) goto out;
 
   uint32_t nshards = d.num_shards <= MAX_SHARDS ? d.num_shards : 0;
@@ -196,6 +240,11 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     else expected += (uint64_t)in_maps;
   }
   if (rc == 0 && with_entries) rc = sort_by_address(&e, in_shards);
+  nspans = d.regions && d.num_regions <= UR_MAX_REGIONS ? (uint32_t)d.num_regions : 0;
+  if (nspans && (spans = malloc(nspans * sizeof(*spans))) != NULL)
+    ur_reader_read_anon(&rd, d.regions, spans, nspans * sizeof(*spans));
+  else if (nspans)
+    rc = -ENOMEM;
   Py_END_ALLOW_THREADS
   if (rc < 0) {
     PyErr_NoMemory();
@@ -254,7 +303,9 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
           (unsigned long long)expected);
     }
   }
+  if (result && add_regions(result, &d, spans, nspans) < 0) Py_CLEAR(result);
 out:
+  free(spans);
   Py_XDECREF(threads);
   Py_XDECREF(locked);
   ur_big_free(e.pairs);

@@ -33,6 +33,7 @@
 #include "mem_direct.h"
 #include "raw_syscall.h"
 #include "raw_thread.h"
+#include "region.h"
 #include "registry_walk.h"
 #include "shim.h"
 #include "sweep_core.h"
@@ -73,10 +74,7 @@ __attribute__((noreturn)) static void die(void) {
 }
 
 /* Whether [addr, addr + len) lies in the shim's region. */
-static int in_region(uint64_t addr, uint64_t len) {
-  const struct ur_descriptor *d = &unreachable_descriptor;
-  return addr >= d->region_begin && addr <= d->region_end && len <= d->region_end - addr;
-}
+static int in_region(uint64_t addr, uint64_t len) { return ur_region_contains(addr, len); }
 
 /* st.pairs and st.ids with room for want entries (*room of them now). */
 static int reserve_entries(size_t *room, size_t want) {

@@ -15,6 +15,7 @@
 
 #include "child.h"
 #include "debug.h"
+#include "give_back.h"
 #include "huge_arenas.h"
 #include "self_maps.h"
 #include "shim.h"
@@ -169,7 +170,7 @@ static void *helper_main(void *arg) {
   pid_t child = 0; /* local: a forked process's new helper starts without one */
   long poll_ns = CHILD_POLL_MIN_NS;
   int huge = ur_huge_arenas_wanted();
-  uint64_t huge_due = 0;
+  uint64_t huge_due = 0, give_back_due = now_ns() + UR_GIVE_BACK_PERIOD_NS;
   for (;;) {
     if (ur_write_tracking_requested()) {
       ur_tls.busy++;
@@ -228,7 +229,15 @@ static void *helper_main(void *arg) {
       huge_due = now_ns() + (more ? HUGE_ARENAS_AGAIN_NS : HUGE_ARENAS_PERIOD_NS);
       continue;
     }
-    uint64_t until = huge ? huge_due : 0;
+    /* Not while writes are tracked: the pages given back are written again. */
+    if (!tracking_ns && now_ns() >= give_back_due) {
+      ur_tls.busy++;
+      ur_give_back_step();
+      ur_tls.busy--;
+      give_back_due = now_ns() + UR_GIVE_BACK_PERIOD_NS;
+      continue;
+    }
+    uint64_t until = huge && huge_due < give_back_due ? huge_due : give_back_due;
     if (tracking_ns && (!until || until > now_ns() + tracking_ns)) until = now_ns() + tracking_ns;
     wait_for_work(cmd, until);
   }

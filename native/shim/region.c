@@ -1,46 +1,94 @@
 #include "region.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 
 #include "lock.h"
-#include "unreachable/abi.h"
+#include "shim.h"
 
-/* PROT_NONE + MAP_NORESERVE costs only address space; pieces are made
+/* Pieces are reserved as the shim needs them: the first small, each later
+ * one as large as all before it (so few pieces, and at most as much address
+ * space reserved as used), up to MAX_PIECE. Under an address-space limit a
+ * piece that large may not fit where the bytes asked for do: then just
+ * those. PROT_NONE + MAP_NORESERVE costs only address space; pieces are made
  * writable as they are handed out, so strict overcommit still works. */
-static const size_t reserve_sizes[] = {(size_t)64 << 30, (size_t)16 << 30, (size_t)4 << 30,
-                                       (size_t)1 << 30};
+#define FIRST_PIECE ((size_t)4 << 20)
+#define MAX_PIECE ((size_t)1 << 30)
+
+/* descriptor.regions points here; descriptor.num_regions counts them. */
+static struct ur_region_span spans[UR_MAX_REGIONS];
+#define num_spans unreachable_descriptor.num_regions
 
 static struct {
-  uintptr_t begin, end;
-  uintptr_t next;      /* bump pointer */
-  uintptr_t committed; /* pages below this are read/write */
-  size_t commit_step;  /* committed grows to a multiple of this (0: the page size) */
+  uintptr_t begin, end; /* the piece handed out from now */
+  uintptr_t next;       /* bump pointer */
+  uintptr_t committed;  /* pages below this are read/write */
+  size_t commit_step;   /* committed grows to a multiple of this (0: the page size) */
+  size_t reserved;      /* every piece's size */
+  int error;            /* errno of the last failed mmap or mprotect */
   uint32_t lock, owner;
   void *free_tables[64]; /* by log2(capacity); link in the table's first word */
 } region;
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
-int ur_region_init(void) {
-  for (size_t i = 0; i < sizeof reserve_sizes / sizeof reserve_sizes[0]; i++) {
-    void *p = mmap(NULL, reserve_sizes[i], PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p != MAP_FAILED) {
-      region.begin = region.next = region.committed = (uintptr_t)p;
-      region.end = (uintptr_t)p + reserve_sizes[i];
-      return 0;
-    }
+/* Under region.lock: a new piece with room for size bytes at 64-byte
+ * alignment, made current (the last one's rest is not used again). */
+static int add_piece(size_t size) {
+  if (num_spans == UR_MAX_REGIONS) {
+    region.error = ENOMEM;
+    return -1;
   }
-  return -1;
+  size_t step = region.commit_step ? region.commit_step : page_size();
+  size_t need = (size + step - 1) & ~(step - 1);
+  size_t want = region.reserved < FIRST_PIECE ? FIRST_PIECE
+                : region.reserved > MAX_PIECE ? MAX_PIECE
+                                              : region.reserved;
+  if (want < need) want = need;
+  void *p = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED && want > need) {
+    want = need;
+    p = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  }
+  if (p == MAP_FAILED) {
+    region.error = errno;
+    return -1;
+  }
+  /* The size maps take an eighth of a heap of small blocks; on 4 KiB pages
+   * their page tables would cost a fork snapshot as much time as a heap an
+   * eighth as big on them. */
+  if (region.commit_step > page_size()) madvise(p, want, MADV_HUGEPAGE);
+  region.begin = region.next = region.committed = (uintptr_t)p;
+  region.end = (uintptr_t)p + want;
+  region.reserved += want;
+  spans[num_spans].begin = region.begin;
+  spans[num_spans].end = region.end;
+  __atomic_store_n(&num_spans, num_spans + 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+int ur_region_init(void) {
+  unreachable_descriptor.regions = (uint64_t)(uintptr_t)spans;
+  int saved = errno;
+  int r = add_piece(FIRST_PIECE);
+  if (r == 0) errno = saved;
+  else errno = region.error;
+  return r;
 }
 
 void *ur_region_alloc(size_t size) {
   uint32_t tid = ur_self_tid();
+  int saved = errno;
   ur_lock_hard(&region.lock, &region.owner, tid);
-  uintptr_t p = (region.next + 63) & ~(uintptr_t)63;
+  /* A page or more starts on a page: its pages can be given back whole
+   * (the size maps', give_back.c). */
+  uintptr_t align = size >= page_size() ? page_size() : 64;
+  uintptr_t p = (region.next + align - 1) & ~(align - 1);
   void *out = NULL;
-  if (region.begin && size <= region.end - p) {
+  if (region.begin && (p > region.end || size > region.end - p) && add_piece(size) == 0)
+    p = region.next; /* a fresh piece: page aligned */
+  if (region.begin && p <= region.end && size <= region.end - p) {
     uintptr_t end = p + size;
     if (end > region.committed) {
       size_t ps = region.commit_step ? region.commit_step : page_size();
@@ -49,6 +97,8 @@ void *ur_region_alloc(size_t size) {
       if (mprotect((void *)region.committed, new_committed - region.committed,
                    PROT_READ | PROT_WRITE) == 0)
         region.committed = new_committed;
+      else
+        region.error = errno; /* strict overcommit: no commit charge left */
     }
     if (end <= region.committed) {
       region.next = end;
@@ -56,14 +106,14 @@ void *ur_region_alloc(size_t size) {
     }
   }
   ur_unlock(&region.lock, &region.owner, 1);
-  return out; /* fresh pages are zero: the region only grows */
+  errno = saved;
+  return out; /* fresh pages are zero: a piece only grows */
 }
 
 void ur_region_use_huge_pages(void) {
-  /* The size maps take an eighth of a heap of small blocks; on 4 KiB pages
-   * their page tables would cost a fork snapshot as much time as a heap an
-   * eighth as big on them. Whole 2 MiB steps, so every range the kernel
-   * could back with a huge page is read/write when first touched. */
+  /* Whole 2 MiB steps, so every range the kernel could back with a huge
+   * page is read/write when first touched; later pieces are advised as
+   * they are made. */
   if (madvise((void *)region.begin, region.end - region.begin, MADV_HUGEPAGE) == 0)
     region.commit_step = (size_t)2 << 20;
 }
@@ -98,8 +148,17 @@ void ur_region_table_put(void *table, uint64_t capacity) {
   ur_unlock(&region.lock, &region.owner, 1);
 }
 
-uintptr_t ur_region_begin(void) { return region.begin; }
-uintptr_t ur_region_end(void) { return region.end; }
+uintptr_t ur_region_begin(void) { return (uintptr_t)spans[0].begin; }
+uintptr_t ur_region_end(void) { return (uintptr_t)spans[0].end; }
+
+int ur_region_error(void) { return region.error; }
+
+int ur_region_contains(uint64_t addr, uint64_t len) {
+  uint64_t n = __atomic_load_n(&num_spans, __ATOMIC_ACQUIRE);
+  for (uint64_t i = n; i-- > 0;)
+    if (addr >= spans[i].begin && addr <= spans[i].end && len <= spans[i].end - addr) return 1;
+  return 0;
+}
 
 void ur_region_after_fork_child(void) {
   region.lock = 0;

@@ -1,7 +1,8 @@
 /*
- * Every byte of shim memory comes from one reservation made once at start-up,
- * so the scanner can exclude [region_begin, region_end) from its roots with a
- * single range check, and the shim never calls malloc for itself.
+ * Every byte of shim memory comes from pieces of address space reserved as
+ * the shim needs them (abi.h's ur_region_span), listed in the descriptor so
+ * the scanner can exclude them from its roots, and the shim never calls
+ * malloc for itself.
  */
 #ifndef UR_REGION_H
 #define UR_REGION_H
@@ -9,23 +10,36 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Reserve the address range. Returns 0, or -1 if no reservation fits. */
+#include "unreachable/abi.h"
+
+/* Reserve the first piece and list it in the descriptor (regions,
+ * num_regions, as every later one). Returns 0, or -1 with errno set if it
+ * does not fit. */
 int ur_region_init(void);
 
 /* With `run --huge-pages`: the region on transparent huge pages where the
  * kernel can (call before the first ur_region_alloc). */
 void ur_region_use_huge_pages(void);
 
-/* Zeroed, 64-byte aligned memory from the region, never returned to it except
- * through the table recycler below. NULL when the region is exhausted. */
+/* Zeroed memory from the region, 64-byte aligned (page aligned from a page
+ * up), never returned to it except
+ * through the table recycler below. NULL when no piece can be added (an
+ * address-space limit, strict overcommit): ur_region_error says why. */
 void *ur_region_alloc(size_t size);
 
 /* Shard tables: recycled by capacity class so resizes reuse old tables. */
 void *ur_region_table_get(uint64_t capacity);
 void ur_region_table_put(void *table, uint64_t capacity);
 
+/* The first piece. */
 uintptr_t ur_region_begin(void);
 uintptr_t ur_region_end(void);
+
+/* Whether [addr, addr + len) lies in one piece. */
+int ur_region_contains(uint64_t addr, uint64_t len);
+
+/* errno of the last failed reservation or commit, 0 if none failed. */
+int ur_region_error(void);
 
 /* fork child: the lock may have been copied held. */
 void ur_region_after_fork_child(void);

@@ -234,7 +234,17 @@ static void release(struct ur_shard *s, int how) {
 }
 
 void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta) {
-  if (make_room(s) != 0) return; /* out of region: the block goes untracked rather than crash */
+  if (make_room(s) != 0) {
+    /* No memory for a bigger table: the block goes untracked rather than
+     * crash, and scans say their answer is not exact. */
+    if (__atomic_fetch_add(&unreachable_descriptor.unregistered, 1, __ATOMIC_RELAXED) == 0) {
+      static const char msg[] =
+          "unreachable: no memory left for the registry (ulimit -v or strict overcommit): "
+          "blocks from now on may go unregistered, and scans may miss or invent leaks\n";
+      ur_write_stderr(msg, sizeof msg - 1);
+    }
+    return;
+  }
   struct ur_entry *e = first_free((struct ur_entry *)(uintptr_t)s->table, s->capacity, hash);
   if (e->key == UR_KEY_TOMBSTONE) ur_count_set(&s->tombstones, s->tombstones - 1);
   ur_entry_write(e, key, meta);

@@ -104,6 +104,8 @@ void ur_init(void) {
   uint32_t state = 0; /* the value ur_g.slow takes when we are done */
   int debug = 0;      /* ur_debug_configure: malloc_debug's per-call options */
   if (ur_region_init() != 0) {
+    d->disabled = UR_DISABLED_NO_MEMORY;
+    d->disabled_errno = errno;
     state = UR_SLOW_INERT;
   } else {
     if (ur_huge_arenas_wanted()) ur_region_use_huge_pages();
@@ -113,7 +115,11 @@ void ur_init(void) {
     d->options = (uint64_t)(uintptr_t)ur_g.options;
     d->pid = (uint64_t)getpid();
     options_ok = ur_g.options && ur_options_parse(ur_g.options, &opts, NULL, NULL, NULL);
-    if (!options_ok) state = UR_SLOW_INERT;
+    if (!options_ok) {
+      d->disabled = ur_g.options ? UR_DISABLED_OPTIONS : UR_DISABLED_NO_MEMORY;
+      d->disabled_errno = ur_g.options ? 0 : ur_region_error();
+      state = UR_SLOW_INERT;
+    }
   }
   if (!state) {
     uint32_t frames = (uint32_t)opts.backtrace_frames;
@@ -125,8 +131,11 @@ void ur_init(void) {
     ur_g.helper_cmd = ur_region_alloc(sizeof(uint32_t));
     if (ur_registry_init() || ur_threads_init() || ur_altstacks_init() ||
         ur_stacks_init(frames ? UR_STACK_CAPACITY : 0, frames) || !ur_g.helper_cmd ||
-        (debug = ur_debug_configure(&opts)) < 0)
+        (debug = ur_debug_configure(&opts)) < 0) {
+      d->disabled = UR_DISABLED_NO_MEMORY;
+      d->disabled_errno = ur_region_error();
       state = UR_SLOW_INERT;
+    }
   }
   if (!state) {
     if (ur_g.bt_frames) ur_unwind_init();
@@ -223,17 +232,30 @@ static void log_line(void *ctx, const char *msg) {
   if (n > 0) ur_write_stderr(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
+/* Why the shim is off, in the words the scanner uses too
+ * (unreachable/allocations/descriptor.py: disabled_reason). */
+static void log_no_memory(void) {
+  char msg[512];
+  int err = unreachable_descriptor.disabled_errno;
+  /* Inert: strerror may allocate, and glibc serves it. */
+  snprintf(msg, sizeof msg,
+           "no memory for the registry (%s): the address-space limit (ulimit -v) or "
+           "strict overcommit (vm.overcommit_memory=2) leaves the shim no room; disabled",
+           err ? strerror(err) : "out of room");
+  log_line(NULL, msg);
+}
+
 __attribute__((constructor)) static void ur_constructor(void) {
   if (ur_load32(&ur_g.slow) & UR_SLOW_UNINIT) ur_init();
   const char *prog = program_invocation_name ? program_invocation_name : "<unknown>";
   char msg[512];
   if (!options_ok) {
     if (ur_g.options) ur_options_parse(ur_g.options, &opts, prog, log_line, NULL);
-    else log_line(NULL, "cannot reserve memory for the registry; disabled");
+    else log_no_memory();
     return; /* inert: every call goes straight to glibc */
   }
   if (ur_load32(&ur_g.slow) & UR_SLOW_INERT) {
-    log_line(NULL, "cannot set up the registry; disabled");
+    log_no_memory();
     return;
   }
   for (unsigned i = 0; i < opts.num_unimplemented; i++) {

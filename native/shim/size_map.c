@@ -1,5 +1,8 @@
 #include "size_map.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "lock.h"
 #include "region.h"
 
@@ -41,7 +44,7 @@ static uint16_t *make_map(uint64_t addr) {
     __atomic_store_n(&header->refs, (uint64_t)(uintptr_t)refs, __ATOMIC_RELEASE);
   }
   if (header->count >= header->capacity) return NULL;
-  uint16_t *map = ur_region_alloc(MAP_BYTES);
+  uint16_t *map = ur_region_alloc(MAP_BYTES); /* page aligned: its pages can be given back */
   if (!map) return NULL;
   /* Listed before the shim can put an entry in it, so a reader that has the
    * list has every entry. */
@@ -101,3 +104,70 @@ uint64_t ur_size_maps_count(void) {
 }
 
 void ur_size_maps_after_fork_child(void) { make_lock = make_owner = 0; }
+
+/* ---- giving pages back (give_back.c) ------------------------------------ */
+
+#define PAGE 4096u
+#define MAP_PAGES (MAP_BYTES / PAGE)
+_Static_assert(MAP_PAGES <= 32, "a map's pages fit a uint32_t mask");
+
+uint64_t ur_size_maps_listed(void) {
+  return header ? __atomic_load_n(&header->count, __ATOMIC_ACQUIRE) : 0;
+}
+
+static uint16_t *map_of(uint64_t r) {
+  const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)header->refs;
+  return (uint16_t *)(uintptr_t)refs[r].map;
+}
+
+static int page_empty(const uint16_t *page) {
+  const uint64_t *w = (const uint64_t *)page;
+  for (unsigned i = 0; i < PAGE / 8; i += 4)
+    if (__atomic_load_n(&w[i], __ATOMIC_RELAXED) | __atomic_load_n(&w[i + 1], __ATOMIC_RELAXED) |
+        __atomic_load_n(&w[i + 2], __ATOMIC_RELAXED) | __atomic_load_n(&w[i + 3], __ATOMIC_RELAXED))
+      return 0;
+  return 1;
+}
+
+uint32_t ur_size_map_empty_pages(uint64_t r, size_t *resident) {
+  *resident = 0;
+  if ((size_t)sysconf(_SC_PAGESIZE) != PAGE || r >= ur_size_maps_listed()) return 0;
+  uint16_t *map = map_of(r);
+  /* Only resident pages: reading one that is not would map the zero page. */
+  unsigned char vec[MAP_PAGES];
+  if (mincore(map, MAP_BYTES, vec) != 0) return 0;
+  uint32_t mask = 0;
+  for (unsigned i = 0; i < MAP_PAGES; i++) {
+    if (!(vec[i] & 1)) continue;
+    *resident += PAGE;
+    if (page_empty(map + i * (PAGE / sizeof *map))) mask |= UINT32_C(1) << i;
+  }
+  return mask;
+}
+
+int ur_size_map_page_empty(uint64_t r, unsigned page) {
+  if ((size_t)sysconf(_SC_PAGESIZE) != PAGE || r >= ur_size_maps_listed() || page >= MAP_PAGES)
+    return -1;
+  uint16_t *p = map_of(r) + page * (PAGE / sizeof(uint16_t));
+  unsigned char in;
+  if (mincore(p, PAGE, &in) != 0 || !(in & 1)) return -1;
+  return page_empty(p);
+}
+
+size_t ur_size_map_release_pages(uint64_t r, uint32_t pages) {
+  uint16_t *map = map_of(r);
+  size_t given = 0;
+  for (unsigned i = 0; i < MAP_PAGES;) {
+    unsigned j = i;
+    while (j < MAP_PAGES && (pages >> j & 1) && page_empty(map + j * (PAGE / sizeof *map))) j++;
+    if (j > i) {
+      /* The page reads as zero again and is charged nothing until written. */
+      if (madvise(map + i * (PAGE / sizeof *map), (size_t)(j - i) * PAGE, MADV_DONTNEED) == 0)
+        given += (size_t)(j - i) * PAGE;
+      i = j;
+    } else {
+      i++;
+    }
+  }
+  return given;
+}

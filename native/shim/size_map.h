@@ -83,4 +83,18 @@ uint64_t ur_size_maps_count(void);
 /* fork child: the lock may have been copied held. */
 void ur_size_maps_after_fork_child(void);
 
+/* Giving back the pages of maps that hold no entry (give_back.c): maps
+ * listed; the resident pages of map r (in list order) that hold no entry
+ * now, as a mask of its 4 KiB pages (0 on other page sizes), with the
+ * bytes of its resident pages in *resident; and those of
+ * `pages` that still hold none, given back (MADV_DONTNEED), in bytes. The
+ * last is only safe while no thread can be registering a block (the gate
+ * held): a page found empty could otherwise get an entry just before it is
+ * dropped. */
+uint64_t ur_size_maps_listed(void);
+uint32_t ur_size_map_empty_pages(uint64_t r, size_t *resident);
+/* One page of map r: 1 resident and empty, 0 resident with entries, -1 not resident. */
+int ur_size_map_page_empty(uint64_t r, unsigned page);
+size_t ur_size_map_release_pages(uint64_t r, uint32_t pages);
+
 #endif

@@ -195,3 +195,8 @@ void ur_threads_wait_quiescent(void) {
       sched_yield();
   }
 }
+
+uint32_t ur_threads_high_water(void) {
+  uint32_t hw = __atomic_load_n(&th.high_water, __ATOMIC_ACQUIRE);
+  return hw < UR_MAX_THREADS ? hw : UR_MAX_THREADS;
+}

@@ -21,6 +21,9 @@ void ur_threads_after_fork_child(uint32_t new_tid);
 /* Wait until no thread but the caller is inside an entry point. */
 void ur_threads_wait_quiescent(void);
 
+/* Slots [0, this) have been handed out at least once. */
+uint32_t ur_threads_high_water(void);
+
 /* Store a (pointer, size) pair of the slot with one 16-byte store: a thread
  * is stopped between instructions, so a reader sees the old pair or the new
  * one, never a mix (and the store buffer takes one entry, not two). */

@@ -97,13 +97,14 @@ def test_memory_glibc_returns_is_not_collapsed_back(targets):
 def _shim_region_huge(pid: int) -> tuple[int, bool]:
     """AnonHugePages (kB) of the shim's region, and whether it is advised so."""
     header = _native.read_registry(pid, open_target(pid).shim.descriptor_addr, False, False)
-    lo, hi = header["region_begin"], header["region_end"]
+    regions = header["regions"]
     inside, huge_kb, advised = False, 0, False
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
             word, *rest = line.split()
             if "-" in word and not word.endswith(":"):
-                inside = lo <= int(word.split("-")[0], 16) < hi
+                start = int(word.split("-")[0], 16)
+                inside = any(lo <= start < hi for lo, hi in regions)
             elif inside and word == "AnonHugePages:":
                 huge_kb += int(rest[0])
             elif inside and word == "VmFlags:":

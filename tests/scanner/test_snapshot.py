@@ -23,6 +23,11 @@ from tests.scanner.procs import (
     wait_until,
 )
 from unreachable import _native
+from unreachable.allocations.registry import read_registry
+from unreachable.errors import TargetNotShimmed
+
+# struct ur_descriptor (abi.h): uint64_t unregistered
+UNREGISTERED_OFFSET = 160
 
 
 @pytest.fixture
@@ -201,7 +206,8 @@ def test_read_registry() -> None:
         assert reg["enabled"] == 1
         assert reg["helper_tid"] == 777
         assert reg["helper_cmd"] == f["cmd"]
-        assert (reg["region_begin"], reg["region_end"]) == (0x10000, 0x20000)
+        assert reg["regions"] == [(0x10000, 0x20000), (0x30000, 0x38000)]
+        assert (reg["disabled"], reg["disabled_errno"], reg["unregistered"]) == (0, 0, 0)
         assert reg["options"] == "backtrace=4 helper=1"
         assert reg["max_frames"] == 4
         assert reg["stack_count"] == 3
@@ -213,3 +219,19 @@ def test_read_registry() -> None:
             _native.read_registry(proc.pid, f["descriptor"] + 8)
         with pytest.raises(ValueError, match="magic/version"):
             _native.read_registry(proc.pid, 0x1000)
+
+
+def test_a_registry_with_unregistered_blocks_is_not_scanned() -> None:
+    """A shim that ran out of memory for its registry left blocks out of it
+    (abi.h descriptor.unregistered): a scan would miss or invent leaks, so
+    the registry is refused with one line that says why."""
+    with spawn([str(program("registry"))]) as (proc, line):
+        f = fields(line)
+        assert read_registry(proc.pid, f["descriptor"]).count > 0
+        fd = os.open(f"/proc/{proc.pid}/mem", os.O_RDWR)
+        try:
+            os.pwrite(fd, struct.pack("<Q", 3), f["descriptor"] + UNREGISTERED_OFFSET)
+        finally:
+            os.close(fd)
+        with pytest.raises(TargetNotShimmed, match=r"3 blocks are not registered"):
+            read_registry(proc.pid, f["descriptor"])

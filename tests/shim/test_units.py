@@ -3,9 +3,23 @@ UBSan replace malloc, so these pieces are tested without preloading)."""
 
 from __future__ import annotations
 
-from tests.shim.support import run_ok, unit
+from tests.shim.support import PROGRAMS, SHIM_SRC, run, run_ok, unit
+from tests.support.cbuild import build
 
 
 def test_registry_and_stack_table_under_sanitizers() -> None:
     exe = unit("registry_unit.c", "registry.c", "size_map.c", "region.c", "stacks.c", "modules.c")
     assert run_ok(exe, shim=None) == "OK\n"
+
+
+def test_a_registry_out_of_room_counts_and_says_what_it_left_out() -> None:
+    srcs = [
+        PROGRAMS / "region_full.c",
+        *(SHIM_SRC / s for s in ("region.c", "registry.c", "size_map.c")),
+    ]
+    exe = build(srcs, cflags=[f"-I{SHIM_SRC}"])
+    result = run(exe, shim=None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("limit\nOK "), result.stdout
+    said = [line for line in result.stderr.splitlines() if line.startswith("unreachable: ")]
+    assert len(said) == 1 and "no memory left for the registry" in said[0], result.stderr

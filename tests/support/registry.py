@@ -23,8 +23,7 @@ def make_registry(
         locked_shards=[],
         helper_tid=0,
         helper_cmd=0,
-        region_begin=region[0],
-        region_end=region[1],
+        regions=[region],
         options="",
         max_frames=0,
     )

@@ -96,9 +96,13 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
     )
 
 
-_HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQQQ")
+_HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQQQQQQQIiQ")
 UR_ABI_MAGIC = 0x3142484341455255
-UR_ABI_VERSION = 3
+UR_ABI_VERSION = 4
+
+# abi.h enum ur_disabled
+DISABLED_OPTIONS = 1
+DISABLED_NO_MEMORY = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,20 @@ class DescriptorHeader:
     write_tracker: int = 0  # address of the copy snapshot's write tracker; 0: not supported
     altstacks: int = 0  # address of the threads' sigaltstack records; 0: none kept
     num_altstacks: int = 0
+    disabled: int = 0  # abi.h enum ur_disabled: why enabled is false
+    disabled_errno: int = 0
+    unregistered: int = 0  # blocks the shim had no memory to register
+
+
+def disabled_reason(disabled: int, err: int) -> str:
+    """Why a shim is inert, in the words its own stderr line uses."""
+    if disabled == DISABLED_NO_MEMORY:
+        cause = os.strerror(err) if err else "out of room"
+        return (
+            f"it had no memory for its registry at start ({cause}): the address-space "
+            "limit (ulimit -v) or strict overcommit (vm.overcommit_memory=2) left it no room"
+        )
+    return "its UNREACHABLE_MALLOC_OPTIONS were rejected at start (see the process's stderr)"
 
 
 def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
@@ -139,5 +157,15 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
             f"ABI {UR_ABI_VERSION}: scan it with the unreachable version it was started with"
         )
     return DescriptorHeader(
-        bool(enabled), helper_tid, helper_cmd, owner, f[15], f[16], f[17], f[18]
+        bool(enabled),
+        helper_tid,
+        helper_cmd,
+        owner,
+        f[15],
+        f[16],
+        f[17],
+        f[18],
+        f[23],
+        f[24],
+        f[25],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unreachable import _native
+from unreachable.allocations.descriptor import disabled_reason
 from unreachable.capture.target import still_running
 from unreachable.errors import TargetNotFound, TargetNotShimmed
 from unreachable.process.memory import Memory
@@ -43,10 +44,10 @@ class Registry:
     locked_shards: list[tuple[int, int]]
     helper_tid: int
     helper_cmd: int
-    region_begin: int
-    region_end: int
+    regions: list[tuple[int, int]]  # the shim's own memory: (begin, end), never a root
     options: str
     max_frames: int
+    unregistered: int = 0  # blocks the shim had no memory to register
     total_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,9 +78,13 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
             raise TargetNotFound(f"process {memory} exited while its registry was read") from None
         raise TargetNotShimmed(f"the shim's registry is unreadable: {e}") from None
     if not raw["enabled"]:
+        why = disabled_reason(raw["disabled"], raw["disabled_errno"])
+        raise TargetNotShimmed(f"the shim in this process is inert: {why}")
+    if raw["unregistered"]:
         raise TargetNotShimmed(
-            "the shim in this process is inert (its options were rejected at start: "
-            "see the process's stderr); restart it with valid UNREACHABLE_MALLOC_OPTIONS"
+            f"the shim in this process ran out of memory for its registry: "
+            f"{raw['unregistered']} blocks are not registered, so a scan would miss or "
+            "invent leaks (see the process's stderr; docs/design.md)"
         )
     # The native reader returns entries in address order, duplicates dropped.
     return Registry(
@@ -89,8 +94,8 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
         locked_shards=list(raw["locked_shards"]),
         helper_tid=raw["helper_tid"],
         helper_cmd=raw["helper_cmd"],
-        region_begin=raw["region_begin"],
-        region_end=raw["region_end"],
+        regions=list(raw["regions"]),
         options=raw["options"],
         max_frames=raw["max_frames"],
+        unregistered=raw["unregistered"],
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from unreachable.allocations.descriptor import (
     DescriptorHeader,
     ShimLocation,
+    disabled_reason,
     locate_shim,
     read_descriptor_header,
 )
@@ -46,10 +47,8 @@ def open_target(pid: int) -> Target:
     # namespace; ptrace and /proc want this scanner's name for it.
     header = replace(header, helper_tid=host_tid(pid, header.helper_tid))
     if not header.enabled:
-        raise TargetNotShimmed(
-            f"the shim in pid {pid} is inert: its UNREACHABLE_MALLOC_OPTIONS were rejected "
-            "at start (see the process's stderr)"
-        )
+        why = disabled_reason(header.disabled, header.disabled_errno)
+        raise TargetNotShimmed(f"the shim in pid {pid} is inert: {why}")
     return Target(pid, status, shim, header, _command_line(pid), tgid)
 
 

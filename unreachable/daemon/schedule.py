@@ -32,7 +32,7 @@ from unreachable.daemon.matching import (
 )
 from unreachable.daemon.monitor import Monitor
 from unreachable.daemon.producer import ReportProducer
-from unreachable.daemon.targets import _maps_mention_shim, target_info
+from unreachable.daemon.targets import _maps_mention_shim, inert_reason, target_info
 from unreachable.v1 import unreachable_pb2 as pb
 
 log = logging.getLogger("unreachabled.schedule")
@@ -71,7 +71,7 @@ def classify(info: ProcessInfo) -> str | None:
             return None  # a scan's snapshot copy
         return "it does not run under the shim (LD_PRELOAD)"
     if not target.enabled:
-        return "its shim is inert (its UNREACHABLE_MALLOC_OPTIONS were rejected)"
+        return f"its shim is inert: {inert_reason(info.pid) or 'its options were rejected'}"
     return ""
 
 

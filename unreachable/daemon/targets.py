@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from unreachable.allocations.descriptor import (
     SHIM_PREFIX,
+    disabled_reason,
     locate_shim,
     read_descriptor_header,
 )
@@ -86,6 +87,15 @@ def target_info(pid: int) -> TargetInfo | None:
         enabled=header.enabled,
         shim=shim.path,
     )
+
+
+def inert_reason(pid: int) -> str:
+    """Why the shim in pid is inert, as scan says it ("" if it is not, or unreadable)."""
+    try:
+        header = read_descriptor_header(pid, locate_shim(pid, read_maps(pid)).descriptor_addr)
+    except ScanError:
+        return ""
+    return "" if header.enabled else disabled_reason(header.disabled, header.disabled_errno)
 
 
 def list_targets() -> list[TargetInfo]:

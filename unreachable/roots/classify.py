@@ -9,7 +9,8 @@ captured threads decide instead:
   the rest of such a mapping, merged into it by the kernel, is the program's
   and a root). Never a root: free chunks and tcache hold stale pointers that
   would hide leaks.
-- the shim's own region and its ELF mappings: not roots (registry).
+- the shim's own memory (the pieces the registry lists) and its ELF
+  mappings: not roots.
 - a live thread's stack: a root from SP (minus the red zone) to the top of its
   mapping, which also covers glibc's static TLS and struct pthread at the top.
   The part below SP is dead frames: not a root.
@@ -81,7 +82,9 @@ def classify(
     """
     if heap is None:
         heap = whole_mappings(mappings, registry_blocks_in(registry))
-    roots = Roots(holes=sorted(allocator_state))
+    # A piece of the shim's memory the kernel merged with a neighbour of the
+    # same protection is cut out of it, as the allocator's state is.
+    roots = Roots(holes=sorted([*allocator_state, *registry.regions]))
     anonymous: list[Span] = []  # private: only the pages that exist hold data
     live_stacks: dict[Mapping, int] = {}
     for sp in thread_sps.values():
@@ -97,7 +100,7 @@ def classify(
     for m in mappings:
         if not m.readable or m.path in SPECIAL:
             continue
-        if m.start >= registry.region_begin and m.end <= registry.region_end:
+        if any(begin <= m.start and m.end <= end for begin, end in registry.regions):
             roots.skip("shim", m)
         elif m.path == shim_path:
             roots.skip("shim", m)

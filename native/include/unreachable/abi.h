@@ -96,7 +96,8 @@
 #include <stdint.h>
 
 #define UR_ABI_MAGIC UINT64_C(0x3142484341455255) /* "UREACHB1" little endian */
-#define UR_ABI_VERSION 3u /* 2: 16-byte entries (size and stack id packed in meta); 3: size maps */
+#define UR_ABI_VERSION 4u /* 2: 16-byte entries (size and stack id packed in meta); 3: size maps;
+                             4: the shim's memory in several regions, why it is disabled */
 
 /* The exported symbol the scanner looks up in the shim's ELF dynsym. */
 #define UR_DESCRIPTOR_SYMBOL "unreachable_descriptor"
@@ -173,7 +174,9 @@ struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte
  * 16-aligned, its size at most UR_SIZE_MAP_MAX_SIZE and it has no stack id;
  * every other block is in a shard, and no block is in both except for the
  * instant a realloc in place moves it (its thread is in flight then).
- * Maps are never freed or moved. A reader takes refs [0, count): each ref is
+ * Maps are never freed or moved; pages of a map that hold no entry may be
+ * given back to the kernel (they read as zero, unreadable pages as empty
+ * too). A reader takes refs [0, count): each ref is
  * written before count is raised past it with a release store.
  */
 #define UR_SIZE_MAP_SPAN_SHIFT 20
@@ -358,6 +361,27 @@ struct ur_module_table {   /* 32 bytes, in shim memory */
   uint32_t lost;           /* objects not recorded: the table or its strings were full */
 };
 
+/*
+ * The shim's memory: pieces of address space it reserves as it needs them
+ * (a few MiB at start, more as the registry grows), so that it fits under
+ * any address-space limit the program itself fits under. Every byte the
+ * shim maps lies in one of them; none is ever a root. Spans [0, count) are
+ * complete: each is written before the count is raised past it with a
+ * release store. A piece is never unmapped.
+ */
+struct ur_region_span {    /* 16 bytes */
+  uint64_t begin, end;
+};
+#define UR_MAX_REGIONS 4096u
+
+/* ur_descriptor.disabled: why enabled stayed 0 (disabled_errno: the errno
+ * of the failed call, 0 if none). */
+enum ur_disabled {
+  UR_DISABLED_NONE = 0,       /* enabled, or not initialised yet */
+  UR_DISABLED_OPTIONS = 1,    /* UNREACHABLE_MALLOC_OPTIONS rejected (details on stderr) */
+  UR_DISABLED_NO_MEMORY = 2,  /* no address space or memory for the registry at start */
+};
+
 struct ur_descriptor {
   uint64_t magic;          /* UR_ABI_MAGIC */
   uint32_t version;        /* UR_ABI_VERSION */
@@ -370,7 +394,7 @@ struct ur_descriptor {
   uint32_t helper_tid;     /* snapshot helper thread tid, 0 if none is running */
   uint64_t helper_cmd;     /* address of the uint32_t command word (enum ur_helper_cmd) */
   uint64_t stacks;         /* address of struct ur_stack_table */
-  uint64_t region_begin;   /* every byte the shim mmaps lies in [begin, end): never a root */
+  uint64_t region_begin;   /* the first of the regions below (never a root) */
   uint64_t region_end;
   uint64_t options;        /* address of the NUL-terminated option string in effect */
   uint64_t pid;            /* getpid() of the process that owns this registry (reset on fork) */
@@ -380,7 +404,12 @@ struct ur_descriptor {
   uint64_t num_altstacks;
   uint64_t size_maps;      /* address of struct ur_size_maps (abi v3) */
   uint64_t modules;        /* address of struct ur_module_table, 0: none (no backtraces) */
-  uint64_t reserved[2];
+  uint64_t regions;        /* address of struct ur_region_span[UR_MAX_REGIONS] (abi v4) */
+  uint64_t num_regions;    /* spans [0, num_regions) are complete (region_begin/end: the first) */
+  uint32_t disabled;       /* enum ur_disabled */
+  int32_t disabled_errno;
+  uint64_t unregistered;   /* blocks left out of the registry: no memory to hold them */
+  uint64_t reserved[3];
 };
 
 #ifdef __cplusplus
@@ -392,7 +421,8 @@ _Static_assert(sizeof(struct ur_entry) == 16, "abi");
 _Static_assert(sizeof(struct ur_shard) == 64, "abi");
 _Static_assert(sizeof(struct ur_thread_slot) == 64, "abi");
 _Static_assert(sizeof(struct ur_stack_table) == 32, "abi");
-_Static_assert(sizeof(struct ur_descriptor) == 160, "abi");
+_Static_assert(sizeof(struct ur_descriptor) == 200, "abi");
+_Static_assert(sizeof(struct ur_region_span) == 16, "abi");
 _Static_assert(sizeof(struct ur_child_box) == 80, "abi");
 _Static_assert(sizeof(struct ur_leak_record) == 40, "abi");
 _Static_assert(sizeof(struct ur_write_tracker) == 32, "abi");

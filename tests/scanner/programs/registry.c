@@ -75,6 +75,9 @@ int main(void) {
   d.options = (uint64_t)(uintptr_t)options;
   d.pid = (uint64_t)getpid();
   d.size_maps = (uint64_t)(uintptr_t)&maps;
+  static struct ur_region_span spans[3] = {{0x10000, 0x20000}, {0x30000, 0x38000}, {0x50000, 0x60000}};
+  d.regions = (uint64_t)(uintptr_t)spans;
+  d.num_regions = 2; /* the third is past the count: not read */
   unreachable_descriptor = d;
   printf("descriptor=%p cmd=%p\n", (void *)&unreachable_descriptor, (void *)&cmd);
   fflush(stdout);

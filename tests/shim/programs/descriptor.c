@@ -5,6 +5,16 @@
 
 #include "shimtest.h"
 
+/* The count is read after the address: another thread (the helper) may be
+ * adding a piece and putting something in it meanwhile. */
+static int in_spans(const struct ur_descriptor *d, uint64_t a) {
+  const struct ur_region_span *spans = (const struct ur_region_span *)(uintptr_t)d->regions;
+  uint64_t n = __atomic_load_n(&d->num_regions, __ATOMIC_ACQUIRE);
+  for (uint64_t i = 0; i < n; i++)
+    if (a >= spans[i].begin && a < spans[i].end) return 1;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   struct ur_descriptor *d = shim_desc();
   const char *want = argc > 1 ? argv[1] : "";
@@ -13,10 +23,15 @@ int main(int argc, char **argv) {
   CHECK(d->pid == (uint64_t)getpid());
   CHECK(d->options && strcmp((const char *)(uintptr_t)d->options, want) == 0);
   CHECK(d->region_begin && d->region_end > d->region_begin);
-#define IN_REGION(a) ((a) >= d->region_begin && (a) < d->region_end)
+  /* The shim's memory: pieces, the first of them region_begin/end. */
+  const struct ur_region_span *spans = (const struct ur_region_span *)(uintptr_t)d->regions;
+  CHECK(spans && d->num_regions >= 1 && d->num_regions <= UR_MAX_REGIONS);
+  CHECK(spans[0].begin == d->region_begin && spans[0].end == d->region_end);
+  for (uint64_t i = 0; i < d->num_regions; i++) CHECK(spans[i].end > spans[i].begin);
+#define IN_REGION(a) in_spans(d, a)
   CHECK(IN_REGION(d->options));
   if (argc > 2 && !strcmp(argv[2], "inert")) {
-    CHECK(d->enabled == 0);
+    CHECK(d->enabled == 0 && d->disabled == UR_DISABLED_OPTIONS);
     /* everything still works, straight through glibc, untracked */
     void *p = malloc(10);
     CHECK(p && !registry_find(p, NULL, NULL));
@@ -24,7 +39,7 @@ int main(int argc, char **argv) {
     printf("OK inert\n");
     return 0;
   }
-  CHECK(d->enabled == 1);
+  CHECK(d->enabled == 1 && d->disabled == UR_DISABLED_NONE && d->unregistered == 0);
   CHECK(d->num_shards == 256 && d->max_threads > 0);
   CHECK(IN_REGION(d->shards) && IN_REGION(d->threads) && IN_REGION(d->stacks) &&
         IN_REGION(d->helper_cmd));
@@ -47,7 +62,9 @@ int main(int argc, char **argv) {
   CHECK(maps->count <= maps->capacity && (maps->count == 0 || IN_REGION(maps->refs)));
   const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)maps->refs;
   for (uint64_t i = 0; i < maps->count; i++) {
-    CHECK(IN_REGION(refs[i].map) && refs[i].base % (UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) == 0);
+    /* page aligned, so that its pages can be given back (give_back.c) */
+    CHECK(IN_REGION(refs[i].map) && refs[i].map % 4096 == 0 &&
+          refs[i].base % (UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) == 0);
     for (uint64_t j = 0; j < i; j++) CHECK(refs[j].base != refs[i].base);
   }
   uint64_t size;
