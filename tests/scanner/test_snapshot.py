@@ -27,7 +27,7 @@ from unreachable.allocations.registry import read_registry
 from unreachable.errors import TargetNotShimmed
 
 # struct ur_descriptor (abi.h): uint64_t unregistered
-UNREGISTERED_OFFSET = 160
+UNREGISTERED_OFFSET = 168  # offsetof(struct ur_descriptor, unregistered)
 
 
 @pytest.fixture
