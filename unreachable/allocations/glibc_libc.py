@@ -58,22 +58,6 @@ MALLOC_ENTRIES = (
     "malloc_info",
     "mallopt",
 )
-# Their static helpers, named only in .symtab.
-MALLOC_STATICS = (
-    "_int_malloc",
-    "_int_free",
-    "_int_realloc",
-    "_int_memalign",
-    "sysmalloc",
-    "systrim",
-    "malloc_consolidate",
-    "tcache_init",
-    "arena_get2",
-    "_int_new_arena",
-    "unlink_chunk",
-    "heap_trim",
-    "tcache_thread_shutdown",
-)
 
 
 class LibcUnsupported(Exception):
@@ -237,14 +221,22 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
     found = find_debug_file(image, path, default_debug_dirs(), root)
     if found is None:
         return None
-    wanted = {"main_arena", "mp_", "tcache", *MALLOC_STATICS, *MALLOC_ENTRIES}
+    wanted = {"main_arena", "mp_", "tcache", *MALLOC_ENTRIES}
     out: dict[str, tuple[int, int]] = {}
     try:
         with open(found.path, "rb") as f:
             symtab = ELFFile(f).get_section_by_name(".symtab")
             if symtab is None:
                 return None
+            source = ""
             for sym in symtab.iter_symbols():
+                kind = sym["st_info"]["type"]
+                if kind == "STT_FILE":
+                    source = sym.name  # the local symbols that follow are its
+                elif kind == "STT_FUNC" and source == "malloc.c" and sym["st_value"]:
+                    # Its static helpers, whatever suffix the compiler gave
+                    # them (unlink_chunk.constprop.0, tcache_init.part.0).
+                    out.setdefault(sym.name, (sym["st_value"], sym["st_size"]))
                 if sym.name in wanted and (sym["st_value"] or sym.name == "tcache"):
                     out.setdefault(sym.name, (sym["st_value"], sym["st_size"]))
     except (OSError, ELFError):
@@ -272,7 +264,7 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
         slots = _tpoff_slots(elf)
         syms = _debug_symbols(path, root)
         if syms and "main_arena" in syms and "mp_" in syms:
-            code = [syms[n] for n in (*MALLOC_STATICS, *MALLOC_ENTRIES) if n in syms]
+            code = [v for n, v in syms.items() if n not in ("main_arena", "mp_", "tcache")]
             span = (min(v for v, _ in code), max(v + s for v, s in code)) if code else (0, 0)
             return LibcFacts(
                 path,
