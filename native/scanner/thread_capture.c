@@ -421,3 +421,77 @@ void ur_capture_free(struct ur_capture *c) {
   c->threads = NULL;
   c->n = c->cap = 0;
 }
+
+/* One thread, stepped until its pc leaves [lo, hi): 1 when it left, 0 when
+ * it is still inside (it blocked, took a signal, or ran out of steps). */
+static int step_one(struct ur_thread *t, uint64_t lo, uint64_t hi, unsigned max_steps) {
+  int left = 0;
+  /* Inside a function the code called (memcpy under realloc's lock, the
+   * lock's wait): its SP at entry; stepped until it has returned above it. */
+  uint64_t callee_sp = 0;
+  for (unsigned k = 0; k < max_steps && !left; k++) {
+    int status;
+    if (ptrace(PTRACE_SINGLESTEP, t->tid, NULL, NULL) < 0) return -errno;
+    int rc = ur_wait_stop(t->tid, &status, 50000000ull);
+    if (rc == 0) {
+      /* Blocked in a system call (a lock another stopped thread holds):
+       * stop it again where it waits. */
+      ptrace(PTRACE_INTERRUPT, t->tid, NULL, NULL);
+      rc = ur_wait_stop(t->tid, &status, 1000000000ull);
+      if (rc != 1) return rc < 0 ? rc : -ETIMEDOUT;
+    } else if (rc < 0) {
+      return rc;
+    }
+    if (WIFEXITED(status) || WIFSIGNALED(status)) {
+      t->attached = false;
+      return -ESRCH;
+    }
+    int event = status >> 16, sig = WSTOPSIG(status);
+    if (event == 0 && sig != SIGTRAP) t->resume_sig = sig; /* handed back at detach */
+    if (event != 0 || sig != SIGTRAP || rc == 0) break;
+    struct user_regs_struct r;
+    if (ptrace(PTRACE_GETREGS, t->tid, NULL, &r) < 0) return -errno;
+#if defined(__x86_64__)
+    uint64_t pc = r.rip, sp = r.rsp;
+#else
+    uint64_t pc = r.pc, sp = r.sp;
+#endif
+    if (callee_sp && sp <= callee_sp) continue;
+    callee_sp = 0;
+    if (pc >= lo && pc < hi) continue;
+    /* Just called out (the return address on top of the stack is in the
+     * code), or left it for good. */
+    errno = 0;
+    long ret = ptrace(PTRACE_PEEKDATA, t->tid, (void *)(uintptr_t)sp, NULL);
+    if (errno == 0 && (uint64_t)ret >= lo && (uint64_t)ret < hi)
+      callee_sp = sp;
+    else
+      left = 1;
+  }
+  free(t->xstate);
+  t->xstate = NULL;
+  t->xstate_len = 0;
+  int rc = ur_read_regs(t);
+  return rc < 0 ? rc : left;
+}
+
+int ur_capture_step_out(struct ur_capture *c, uint64_t lo, uint64_t hi, unsigned max_steps) {
+  int inside = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    struct ur_thread *t = &c->threads[i];
+#if defined(__x86_64__)
+    uint64_t pc = t->regs.rip;
+#else
+    uint64_t pc = t->regs.pc;
+#endif
+    if (pc < lo || pc >= hi) continue;
+    if (!t->attached || t->running || t->group_stop || t->resume_sig) {
+      inside++; /* not ours to run: left where it is */
+      continue;
+    }
+    int rc = step_one(t, lo, hi, max_steps);
+    if (rc < 0) return rc;
+    inside += !rc;
+  }
+  return inside;
+}

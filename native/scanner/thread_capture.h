@@ -74,6 +74,14 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns);
  * Returns 0 or -errno (-ETIMEDOUT: it did not stop within a second). */
 int ur_nudge_thread(pid_t tid);
 
+/* Run each stopped thread whose pc lies in [lo, hi) (a function's code:
+ * malloc's) one instruction at a time until it leaves, at most max_steps
+ * each, the others staying stopped; their registers are read again. A thread
+ * that blocks in a system call is stopped again where it waits, and one that
+ * takes a signal keeps it for the detach; both stay inside. Returns the
+ * number of threads left inside, or -errno. */
+int ur_capture_step_out(struct ur_capture *c, uint64_t lo, uint64_t hi, unsigned max_steps);
+
 /* Read one thread's registers into t. Returns 0 or -errno. */
 int ur_read_regs(struct ur_thread *t);
 
