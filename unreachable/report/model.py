@@ -67,6 +67,10 @@ class ScanReport:
     sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
     mark_threads: int = 1  # threads that marked (in the child: at most the target's CPUs)
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did
+    # Where the allocations came from: "shim registry" (requested sizes,
+    # backtraces) or "glibc heap" (a process without the shim: chunk usable
+    # sizes, no backtraces; docs/glibc-heap.md).
+    allocations: str = "shim registry"
 
 
 # The stack the exports (pprof, collapsed, diff) give to leaks no listed entry

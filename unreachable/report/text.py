@@ -65,6 +65,11 @@ def format_report(report: ScanReport) -> str:
         "  ABI: 'x86_64'",
         "",
     ]
+    if report.allocations != "shim registry":
+        lines[2:2] = [
+            f"  allocations: {report.allocations} (chunk usable sizes, no backtraces: the"
+            " process runs without the shim)",
+        ]
     for leak in report.leaks:
         lines += format_leak(leak)
         lines.append("")
