@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.scan.test_real_services import _free_port, _talk, _wait_port
 from unreachable.errors import TargetUnscannable
+from unreachable.process.status import read_status
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -133,3 +138,105 @@ def test_static_binary_gets_one_line(targets):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "no glibc libc.so.6 is mapped" in lines[0], lines
+
+
+@pytest.fixture
+def plain_service() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start a distribution's service as it is, without the shim."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        if shutil.which(argv[0]) is None:
+            pytest.skip(f"{argv[0]} is not installed")
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(os.environ, **(env or {})),
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _clean(pid: int) -> None:
+    report = scan(pid, ScanOptions())
+    assert report.allocations == "glibc heap" and report.allocation_count > 100
+    assert (report.leak_count, report.leak_bytes) == (0, 0), [
+        (hex(e.address), e.size) for e in report.leaks[:5]
+    ]
+    status = read_status(pid)
+    assert status.tracer_pid == 0 and status.state != "t"
+
+
+def test_memcached_without_shim(plain_service):
+    port = _free_port()
+    proc = plain_service("memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "4")
+    _wait_port(port, proc)
+    n = 5000
+    sets = b"".join(b"set k%d 0 0 %d\r\n%s\r\n" % (i, i % 300, b"x" * (i % 300)) for i in range(n))
+    _talk(port, sets, b"STORED", n)
+    _talk(port, b"".join(b"delete k%d\r\n" % i for i in range(0, n, 3)), b"\r\n", (n + 2) // 3)
+    _clean(proc.pid)
+    assert b"VALUE k1 " in _talk(port, b"get k1\r\n", b"END")
+
+
+def test_nginx_without_shim(plain_service, tmp_path: Path):
+    port = _free_port()
+    (tmp_path / "logs").mkdir()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"daemon off; master_process on; worker_processes 2;\n"
+        f"error_log {tmp_path}/logs/error.log; pid {tmp_path}/nginx.pid;\n"
+        "events { worker_connections 64; }\n"
+        f"http {{ access_log {tmp_path}/logs/access.log;\n"
+        f'  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "hi\\n"; }} }} }}\n'
+    )
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = plain_service(nginx, "-p", str(tmp_path), "-c", str(conf))
+    _wait_port(port, proc)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(200):
+        assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
+    workers = [
+        int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    ]
+    assert len(workers) == 2
+    for pid in [proc.pid, *workers]:
+        _clean(pid)
+    assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
+
+
+@pytest.mark.parametrize("pymalloc", ["malloc", "default"])
+def test_cpython_without_shim(plain_service, pymalloc):
+    """CPython holding lists, dicts and strings, its object arenas (or, with
+    PYTHONMALLOC=malloc, every object) in glibc's heap: nothing leaked."""
+    code = (
+        "import sys\n"
+        "data = [{'k%d' % i: ('v' * (i % 50), [i] * (i % 7))} for i in range(20000)]\n"
+        "big = {i: str(i) * 3 for i in range(5000)}\n"
+        "print('READY', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    env = {"PYTHONMALLOC": pymalloc} if pymalloc == "malloc" else {}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ, **env),
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"READY"
+        _clean(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
