@@ -1,13 +1,12 @@
 """A scan of a process that runs without the shim: its allocations are
 glibc's live chunks, walked from a copy of its memory (docs/glibc-heap.md).
 
-capture: every thread stopped, registers read; a thread whose pc lies in
-malloc.c's code is run alone, an instruction at a time, until it leaves it
-(one that cannot, blocked or signalled, lets the process go and the stop is
-tried again a moment later); then the pointers the kernel holds are read,
-the writable memory is copied whole (native MemoryCopy) and the process is
-let go. The pause is
-that copy. allocations: the walk over the copy (allocations/glibc_heap.py);
+capture: every thread stopped, registers read; threads inside malloc.c's
+code are let run alone and stopped again until none is (one that stays
+inside lets the process go and the stop is tried again a moment later);
+then the pointers the kernel holds are read, the writable memory is copied
+whole (native MemoryCopy) and the process is let go. The pause is that
+copy. allocations: the walk over the copy (allocations/glibc_heap.py);
 a walk that finds an arena locked, or fails a check, is tried again from a
 new stop, a bounded number of times, and never becomes leaks. roots, mark,
 fold and report: as for any scan, over the copy, with chunk usable sizes and
@@ -59,7 +58,7 @@ from unreachable.roots.jit_code import code_words
 from unreachable.sweep.child import default_mark_threads
 from unreachable.sweep.mark import sweep
 
-MAX_STEPS = 100_000  # instructions a thread may take to leave malloc (~0.3 s)
+RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped again
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
 RETRY_DELAY_S = 0.02  # times the attempt: the moment a thread needs to leave malloc
 ARENA_SIZE = 0x898
@@ -107,10 +106,10 @@ def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
         except OSError as e:
             raise _translate(pid, e) from None
         lo, hi = libc.malloc_code
-        if any(lo <= program_counter(t.regs) < hi for t in threads):
-            # Run just those threads out of malloc, an instruction at a time.
+        if hi:
+            # Let just those threads run out of malloc.
             try:
-                left, raw = session.step_out(lo, hi, MAX_STEPS)
+                left, raw = session.run_out(lo, hi, RUN_OUT_ROUNDS)
             except OSError as e:
                 raise _translate(pid, e) from None
             threads = [CapturedThread(*t) for t in raw]

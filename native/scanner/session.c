@@ -161,22 +161,22 @@ static PyObject *thread_list(Session *s) {
   return list;
 }
 
-static PyObject *session_step_out(Session *s, PyObject *args) {
+static PyObject *session_run_out(Session *s, PyObject *args) {
   unsigned long long lo, hi;
-  unsigned max_steps;
-  if (!PyArg_ParseTuple(args, "KKI", &lo, &hi, &max_steps)) return NULL;
+  unsigned rounds;
+  if (!PyArg_ParseTuple(args, "KKI", &lo, &hi, &rounds)) return NULL;
   if (check_owner(s) < 0) return NULL;
   if (s->state != ST_STOPPED) {
-    PyErr_SetString(PyExc_RuntimeError, "step_out() needs a stopped Session");
+    PyErr_SetString(PyExc_RuntimeError, "run_out() needs a stopped Session");
     return NULL;
   }
   int rc;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS
-  rc = ur_capture_step_out(&s->cap, lo, hi, max_steps);
+  rc = ur_capture_run_out(&s->cap, lo, hi, rounds);
   Py_END_ALLOW_THREADS
   s->busy = 0;
-  if (rc < 0) return ur_py_raise(rc, "single-stepping a thread out of malloc failed");
+  if (rc < 0) return ur_py_raise(rc, "running a thread out of malloc failed");
   PyObject *threads = thread_list(s);
   if (!threads) return NULL;
   return Py_BuildValue("(iN)", rc, threads);
@@ -400,10 +400,11 @@ static PyObject *get_released(Session *s, void *Py_UNUSED(c)) {
 static PyMethodDef session_methods[] = {
     {"stop", (PyCFunction)session_stop, METH_NOARGS,
      "stop() -> list[tuple[tid, sp, regs, xstate]]: stop every thread, read registers."},
-    {"step_out", (PyCFunction)session_step_out, METH_VARARGS,
-     "step_out(lo, hi, max_steps) -> (inside, threads): run each stopped thread whose pc "
-     "lies in [lo, hi) one instruction at a time until it leaves (at most max_steps); "
-     "inside: threads still there; threads: as stop() returns them, registers read again."},
+    {"run_out", (PyCFunction)session_run_out, METH_VARARGS,
+     "run_out(lo, hi, rounds) -> (inside, threads): let the stopped threads inside [lo, hi) "
+     "(pc there, or a return address there on top of the stack) run alone and stop them "
+     "again, up to `rounds` times, until none is inside; inside: threads still there; "
+     "threads: as stop() returns them, registers read again."},
     {"snapshot", (PyCFunction)(void (*)(void))session_snapshot, METH_VARARGS | METH_KEYWORDS,
      "snapshot(helper_tid, cmd_addr) -> int: fork a frozen copy through the shim's helper; "
      "returns the child pid (also mem_pid)."},

@@ -422,76 +422,66 @@ void ur_capture_free(struct ur_capture *c) {
   c->n = c->cap = 0;
 }
 
-/* One thread, stepped until its pc leaves [lo, hi): 1 when it left, 0 when
- * it is still inside (it blocked, took a signal, or ran out of steps). */
-static int step_one(struct ur_thread *t, uint64_t lo, uint64_t hi, unsigned max_steps) {
-  int left = 0;
-  /* Inside a function the code called (memcpy under realloc's lock, the
-   * lock's wait): its SP at entry; stepped until it has returned above it. */
-  uint64_t callee_sp = 0;
-  for (unsigned k = 0; k < max_steps && !left; k++) {
-    int status;
-    if (ptrace(PTRACE_SINGLESTEP, t->tid, NULL, NULL) < 0) return -errno;
-    int rc = ur_wait_stop(t->tid, &status, 50000000ull);
-    if (rc == 0) {
-      /* Blocked in a system call (a lock another stopped thread holds):
-       * stop it again where it waits. */
-      ptrace(PTRACE_INTERRUPT, t->tid, NULL, NULL);
-      rc = ur_wait_stop(t->tid, &status, 1000000000ull);
-      if (rc != 1) return rc < 0 ? rc : -ETIMEDOUT;
-    } else if (rc < 0) {
-      return rc;
-    }
-    if (WIFEXITED(status) || WIFSIGNALED(status)) {
-      t->attached = false;
-      return -ESRCH;
-    }
-    int event = status >> 16, sig = WSTOPSIG(status);
-    if (event == 0 && sig != SIGTRAP) t->resume_sig = sig; /* handed back at detach */
-    if (event != 0 || sig != SIGTRAP || rc == 0) break;
-    struct user_regs_struct r;
-    if (ptrace(PTRACE_GETREGS, t->tid, NULL, &r) < 0) return -errno;
+/* Whether a stopped thread is inside [lo, hi): its pc there, or the word
+ * on top of its stack a return address there (a leaf it called: memcpy
+ * under realloc's lock). */
+static bool inside_code(const struct ur_thread *t, uint64_t lo, uint64_t hi) {
 #if defined(__x86_64__)
-    uint64_t pc = r.rip, sp = r.rsp;
+  uint64_t pc = t->regs.rip, sp = t->regs.rsp;
 #else
-    uint64_t pc = r.pc, sp = r.sp;
+  uint64_t pc = t->regs.pc, sp = t->regs.sp;
 #endif
-    if (callee_sp && sp <= callee_sp) continue;
-    callee_sp = 0;
-    if (pc >= lo && pc < hi) continue;
-    /* Just called out (the return address on top of the stack is in the
-     * code), or left it for good. */
-    errno = 0;
-    long ret = ptrace(PTRACE_PEEKDATA, t->tid, (void *)(uintptr_t)sp, NULL);
-    if (errno == 0 && (uint64_t)ret >= lo && (uint64_t)ret < hi)
-      callee_sp = sp;
-    else
-      left = 1;
-  }
-  free(t->xstate);
-  t->xstate = NULL;
-  t->xstate_len = 0;
-  int rc = ur_read_regs(t);
-  return rc < 0 ? rc : left;
+  if (pc >= lo && pc < hi) return true;
+  errno = 0;
+  long ret = ptrace(PTRACE_PEEKDATA, t->tid, (void *)(uintptr_t)sp, NULL);
+  return errno == 0 && (uint64_t)ret >= lo && (uint64_t)ret < hi;
 }
 
-int ur_capture_step_out(struct ur_capture *c, uint64_t lo, uint64_t hi, unsigned max_steps) {
-  int inside = 0;
-  for (size_t i = 0; i < c->n; i++) {
-    struct ur_thread *t = &c->threads[i];
-#if defined(__x86_64__)
-    uint64_t pc = t->regs.rip;
-#else
-    uint64_t pc = t->regs.pc;
-#endif
-    if (pc < lo || pc >= hi) continue;
-    if (!t->attached || t->running || t->group_stop || t->resume_sig) {
-      inside++; /* not ours to run: left where it is */
-      continue;
+static bool ours_to_run(const struct ur_thread *t) {
+  return t->attached && !t->running && !t->group_stop && !t->resume_sig;
+}
+
+int ur_capture_run_out(struct ur_capture *c, uint64_t lo, uint64_t hi, unsigned rounds) {
+  bool *run = calloc(c->n ? c->n : 1, sizeof(*run));
+  if (!run) return -ENOMEM;
+  int rc = 0, inside = 0;
+  for (unsigned round = 0; round <= rounds; round++) {
+    inside = 0;
+    for (size_t i = 0; i < c->n; i++) {
+      run[i] = false;
+      if (!inside_code(&c->threads[i], lo, hi)) continue;
+      inside++;
+      run[i] = round < rounds && ours_to_run(&c->threads[i]);
     }
-    int rc = step_one(t, lo, hi, max_steps);
-    if (rc < 0) return rc;
-    inside += !rc;
+    if (!inside || round == rounds) break;
+    size_t started = 0;
+    for (size_t i = 0; i < c->n; i++)
+      if (run[i] && ptrace(PTRACE_CONT, c->threads[i].tid, NULL, NULL) == 0) started++;
+      else run[i] = false;
+    if (!started) break; /* none of those inside may be run */
+    /* Long enough for a malloc call to finish, short enough to stop the
+     * thread before it is in the next: 20 us, growing to 160. */
+    sleep_ns(20000ull << (round < 3 ? round : 3));
+    for (size_t i = 0; i < c->n; i++) {
+      if (!run[i]) continue;
+      struct ur_thread *t = &c->threads[i];
+      int status;
+      ptrace(PTRACE_INTERRUPT, t->tid, NULL, NULL);
+      int w = ur_wait_stop(t->tid, &status, 1000000000ull);
+      if (w != 1 || WIFEXITED(status) || WIFSIGNALED(status)) {
+        t->attached = w == 1 ? false : t->attached;
+        rc = w < 0 ? w : -ESRCH;
+        goto out;
+      }
+      /* A signal that arrived meanwhile: handed back at detach. */
+      if ((status >> 16) == 0) t->resume_sig = WSTOPSIG(status);
+      free(t->xstate);
+      t->xstate = NULL;
+      t->xstate_len = 0;
+      if ((rc = ur_read_regs(t)) < 0) goto out;
+    }
   }
-  return inside;
+out:
+  free(run);
+  return rc < 0 ? rc : inside;
 }

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.scan.test_real_services import _free_port, _talk, _wait_port
+from tests.support.targets import wait_untraced
 from unreachable.errors import TargetUnscannable
 from unreachable.process.status import read_status
 from unreachable.scan import ScanOptions, scan
@@ -240,3 +241,50 @@ def test_cpython_without_shim(plain_service, pymalloc):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_scanner_killed_mid_scan_leaves_target_running(targets):
+    """SIGKILL the scanner at moments spread over its scans (while it runs
+    threads out of malloc, copies, walks): the kernel detaches every thread,
+    none is left stopped or with a trap pending, and the next scan is
+    exact."""
+    target = targets.start(PROGRAMS / "churn.c", preload=False, wait_helper=False)
+    for delay_ms in range(0, 400, 25):
+        scanner = subprocess.Popen(
+            [*CLI, "scan", str(target.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            scanner.wait(timeout=delay_ms / 1000)
+        except subprocess.TimeoutExpired:
+            scanner.kill()
+            scanner.wait()
+        wait_untraced(target)
+        assert target.alive() and target.state() != "t"
+    report = scan(target.pid, ScanOptions())
+    assert report.leak_count == 5
+    assert target.alive() and target.tracer() == 0
+
+
+def test_scanner_killed_while_running_threads_out_of_malloc(targets):
+    """The scanner dies while it lets threads run alone out of malloc (here
+    every address counts as inside, so it never ends): the threads go on as
+    they were. Single-stepping them instead left the trap flag set and the
+    target died of SIGTRAP with its tracer."""
+    target = targets.start(PROGRAMS / "churn.c", preload=False, wait_helper=False)
+    code = (
+        "from unreachable import _native\n"
+        f"s = _native.Session({target.pid})\n"
+        "s.stop()\n"
+        "print('running', flush=True)\n"
+        "s.run_out(0, 1 << 63, 1 << 31)\n"
+    )
+    scanner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert scanner.stdout is not None and scanner.stdout.readline() == b"running\n"
+    finally:
+        scanner.kill()
+        scanner.wait()
+    wait_untraced(target)
+    report = scan(target.pid, ScanOptions())
+    assert report.leak_count == 5
+    assert target.alive() and target.tracer() == 0
