@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.scan.test_real_services import _free_port, _talk, _wait_port
+from tests.support.cbuild import build
 from tests.support.targets import wait_untraced
 from unreachable.errors import TargetUnscannable
 from unreachable.process.status import read_status
@@ -288,3 +289,23 @@ def test_scanner_killed_while_running_threads_out_of_malloc(targets):
     report = scan(target.pid, ScanOptions())
     assert report.leak_count == 5
     assert target.alive() and target.tracer() == 0
+
+
+def test_planted_leak_in_memcached_found_exactly(plain_service):
+    """A preloaded library drops 25 blocks of 100-124 bytes as memcached
+    starts: exactly those are found, among the service's own memory."""
+    planted = build(PROGRAMS / "planted_leak.c", shared=True)
+    port = _free_port()
+    proc = plain_service(
+        "memcached",
+        "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "4",
+        env={"LD_PRELOAD": str(planted)},
+    )  # fmt: skip
+    _wait_port(port, proc)
+    _talk(port, b"".join(b"set k%d 0 0 5\r\nhello\r\n" % i for i in range(500)), b"STORED", 500)
+    report = scan(proc.pid, ScanOptions(limit=100))
+    assert report.allocations == "glibc heap"
+    assert report.leak_count == 25, [(hex(e.address), e.size) for e in report.leaks]
+    requested = sum(range(100, 125))
+    assert requested <= report.leak_bytes <= requested + 25 * HEAP_SLACK
+    assert b"VALUE k1 " in _talk(port, b"get k1\r\n", b"END")
