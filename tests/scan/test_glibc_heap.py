@@ -22,6 +22,7 @@ import pytest
 from tests.scan.test_real_services import _free_port, _talk, _wait_port
 from tests.support.cbuild import build
 from tests.support.targets import wait_untraced
+from unreachable.allocations import glibc_libc
 from unreachable.errors import TargetUnscannable
 from unreachable.process.status import read_status
 from unreachable.scan import ScanOptions, scan
@@ -309,3 +310,17 @@ def test_planted_leak_in_memcached_found_exactly(plain_service):
     requested = sum(range(100, 125))
     assert requested <= report.leak_bytes <= requested + 25 * HEAP_SLACK
     assert b"VALUE k1 " in _talk(port, b"get k1\r\n", b"END")
+
+
+@pytest.mark.parametrize("program", ["thread_stack.c", "tls.c", "alloc_funcs.c", "arena_heap.c"])
+def test_scenario_without_debug_symbols(targets, monkeypatch, program):
+    """The same answers with libc's structures found by the heuristics
+    alone (no debug directory)."""
+    monkeypatch.setenv("UNREACHABLE_DEBUG_DIRS", "/nonexistent")
+    glibc_libc._facts.cache_clear()
+    try:
+        target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)
+        report = scan(target.pid, ScanOptions())
+        assert report.leak_count == target.int("leak_count")
+    finally:
+        glibc_libc._facts.cache_clear()

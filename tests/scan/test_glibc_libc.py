@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 
 from unreachable.allocations import glibc_libc
-from unreachable.allocations.glibc_heap import find_libc, thread_pointer, thread_tcaches
+from unreachable.allocations.glibc_heap import (
+    find_libc,
+    not_glibc_malloc,
+    thread_pointer,
+    thread_tcaches,
+)
 from unreachable.allocations.glibc_libc import libc_facts
-from unreachable.process.maps import read_maps
+from unreachable.process.maps import Mapping, read_maps
 from unreachable.scan_glibc import _stop_and_copy
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -68,3 +73,20 @@ def test_tcaches_and_arena_in_a_live_process(targets, monkeypatch, debug) -> Non
     finally:
         got.close()
     assert target.alive() and target.tracer() == 0
+
+
+def test_allocators_other_than_glibc_are_named() -> None:
+    def maps(*paths: str) -> list[Mapping]:
+        return [
+            Mapping(0x1000 * (i + 1), 0x1000 * (i + 2), "r--p", 0, 1, p)
+            for i, p in enumerate(paths)
+        ]
+
+    glibc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+    assert not_glibc_malloc(maps("/usr/bin/cat", glibc)) == ""
+    assert "jemalloc (libjemalloc.so.2)" in not_glibc_malloc(
+        maps("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", glibc)
+    )
+    assert "tcmalloc" in not_glibc_malloc(maps("/usr/lib/libtcmalloc_minimal.so.4", glibc))
+    assert "musl" in not_glibc_malloc(maps("/usr/bin/app", "/lib/ld-musl-x86_64.so.1"))
+    assert "static binary" in not_glibc_malloc(maps("/usr/bin/app"))
