@@ -24,6 +24,7 @@ from functools import partial
 
 from unreachable import _native
 from unreachable.allocations.glibc_heap import (
+    UNDER_SHIM,
     GlibcLibc,
     HeapBusy,
     HeapWalkFailed,
@@ -42,6 +43,7 @@ from unreachable.capture.target import still_running
 from unreachable.errors import (
     ScannerOutOfMemory,
     TargetNotFound,
+    TargetNotShimmed,
     TargetPermissionDenied,
     TargetUnscannable,
 )
@@ -224,7 +226,15 @@ def scan_without_shim(
     status = check_scannable(pid)
     proc = status.proc
     libc = find_libc(proc, read_maps(proc))
-    got, allocs, _stats = _allocations(proc, libc)
+    got, allocs, stats = _allocations(proc, libc)
+    if not stats["chunks"]:
+        got.close()
+        # A malloc of the program's own (linked into it) leaves glibc's
+        # arenas untouched: "nothing leaked" would be a guess.
+        raise TargetNotShimmed(
+            f"pid {pid}: {libc.describe()}'s malloc holds nothing in this process: it allocates"
+            f" with something else (a malloc linked into the program?); {UNDER_SHIM}"
+        )
     try:
         note("captured")
         memory, mappings = got.copy, got.mappings

@@ -199,7 +199,8 @@ static int walk_arena(struct walk *w, uint32_t idx, const uint8_t *a) {
   uint32_t flags;
   memcpy(&flags, a + 4, 4);
   if (idx == 0) {
-    if (top == addr + L->off_bins - CHUNK_HDR) return 0; /* never used: initial_top */
+    /* Never used: top is 0 before malloc_init_state, initial_top after. */
+    if (!top || top == addr + L->off_bins - CHUNK_HDR) return 0;
     if (flags & NONCONTIGUOUS)
       return fail(w, "the main arena is not contiguous (brk failed and glibc mapped its memory)");
     uint64_t sbrk_base, tophdr[2];
@@ -289,7 +290,7 @@ static struct rec *find(struct walk *w, uint64_t p) {
  * number of pages with IS_MMAPPED) in anonymous memory outside the heaps. */
 static int find_mmapped(struct walk *w) {
   uint64_t page = w->in->page_size ? w->in->page_size : 4096;
-  qsort(w->spans, w->nspans, 2 * sizeof(uint64_t), cmp_u64_pair);
+  if (w->nspans) qsort(w->spans, w->nspans, 2 * sizeof(uint64_t), cmp_u64_pair);
   size_t s = 0;
   for (size_t i = 0; i < w->in->nanon; i++) {
     uint64_t b = w->in->anon[2 * i], e = w->in->anon[2 * i + 1];
@@ -372,7 +373,8 @@ static int subtract_tcaches(struct walk *w) {
 static int check_lists(struct walk *w, uint32_t idx, const uint8_t *a) {
   const struct ur_glibc_layout *L = w->L;
   uint64_t addr = w->arenas[idx];
-  if (idx == 0 && u64_at(a, L->off_top) == addr + L->off_bins - CHUNK_HDR) return 0;
+  uint64_t top = u64_at(a, L->off_top);
+  if (idx == 0 && (!top || top == addr + L->off_bins - CHUNK_HDR)) return 0;
   for (unsigned i = 0; i < NFASTBINS; i++) {
     uint64_t p = u64_at(a, L->off_fastbins + 8 * i);
     for (size_t n = 0; p; n++) {
@@ -454,7 +456,7 @@ static int run(struct walk *w, uint8_t **arena_bufs) {
   }
   int rc = find_mmapped(w);
   if (rc) return rc;
-  qsort(w->recs, w->n, sizeof(*w->recs), cmp_rec);
+  if (w->n) qsort(w->recs, w->n, sizeof(*w->recs), cmp_rec);
   for (size_t k = 0; k + 1 < w->n; k++)
     if (w->recs[k].p + w->recs[k].size > w->recs[k + 1].p)
       return fail(w, "chunks at %#lx and %#lx overlap", (unsigned long)w->recs[k].p,

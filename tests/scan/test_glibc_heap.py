@@ -324,3 +324,12 @@ def test_scenario_without_debug_symbols(targets, monkeypatch, program):
         assert report.leak_count == target.int("leak_count")
     finally:
         glibc_libc._facts.cache_clear()
+
+
+def test_program_with_its_own_malloc_gets_one_line(targets):
+    target = targets.start(PROGRAMS / "own_malloc.c", preload=False, wait_helper=False)
+    res = _cli("scan", str(target.pid))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "malloc holds nothing" in lines[0], lines
+    assert target.alive() and target.tracer() == 0

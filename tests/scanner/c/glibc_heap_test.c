@@ -208,6 +208,18 @@ int main(void) {
   put64(HEAP + C6 + 16, (HEAP + C6 + 16) ^ ((HEAP + C6 + 16) >> 12)); /* a tcache cycle */
   expect_refused(-EPROTO, "tcache");
 
+  /* A main arena malloc never initialised (top 0, bins 0) and no other
+   * arena: nothing at all, and no complaint. */
+  memset(segs[0].buf, 0, segs[0].len);
+  memset(segs[3].buf, 0, segs[3].len);
+  put64(ARENA + 0x870, ARENA);
+  put64(ARENA + 0x880, 1);
+  tcaches[0] = 0;
+  rc = walk(&out);
+  CHECK(rc == 0 && out.nallocs == 0 && out.stats.chunks == 0);
+  free(out.allocs);
+  tcaches[0] = HEAP + C_TCACHE + 16;
+
   /* Random damage: refused or walked, never a crash or a read out of bounds. */
   for (int round = 0; round < 3000; round++) {
     build();
