@@ -286,8 +286,25 @@ static struct rec *find(struct walk *w, uint64_t p) {
   return lo < w->n && w->recs[lo].p == p ? &w->recs[lo] : NULL;
 }
 
-/* Chunks mmap'ed alone: a page-aligned header (prev_size 0, size a whole
- * number of pages with IS_MMAPPED) in anonymous memory outside the heaps. */
+/* memalign moves a chunk it had mapped alone forward in its mapping, to the
+ * alignment asked for: the new header has prev_size = its distance from the
+ * mapping's start and the rest of the size, and the old header stays at
+ * the start. The distance of the moved header in the first MAX_LEAD bytes,
+ * or 0. */
+#define MAX_LEAD (UINT64_C(2) << 20)
+static uint64_t moved_header(struct walk *w, uint64_t a, uint64_t sz) {
+  uint64_t end = sz - MINSIZE < MAX_LEAD ? sz - MINSIZE : MAX_LEAD;
+  for (uint64_t o = 16; o <= end; o += 16) {
+    uint64_t hdr[2];
+    if (rd(w, a + o, hdr, 16) < 0) return 0;
+    if (hdr[0] == o && hdr[1] == ((sz - o) | IS_MMAPPED)) return o;
+  }
+  return 0;
+}
+
+/* Chunks mmap'ed alone, in the anonymous memory outside the heaps: at a page
+ * start, a header (prev_size 0) whose size, with IS_MMAPPED, is a whole
+ * number of pages inside the mapping; or, memalign'ed, the header it moved. */
 static int find_mmapped(struct walk *w) {
   uint64_t page = w->in->page_size ? w->in->page_size : 4096;
   if (w->nspans) qsort(w->spans, w->nspans, 2 * sizeof(uint64_t), cmp_u64_pair);
@@ -306,10 +323,11 @@ static int find_mmapped(struct walk *w) {
           (hdr[1] & SIZE_BITS) == IS_MMAPPED) {
         uint64_t sz = hdr[1] & ~(uint64_t)SIZE_BITS;
         if (sz >= page && sz % page == 0 && a + sz <= e && a + sz > a) {
-          int rc = add_rec(w, a, sz, R_INUSE | R_MMAPPED, UINT32_MAX);
+          uint64_t lead = moved_header(w, a, sz);
+          int rc = add_rec(w, a + lead, sz - lead, R_INUSE | R_MMAPPED, UINT32_MAX);
           if (rc) return rc;
           w->out->stats.mmapped++;
-          w->out->stats.mmapped_bytes += sz;
+          w->out->stats.mmapped_bytes += sz; /* mp_.mmapped_mem counts whole mappings */
           a += sz;
           continue;
         }
@@ -323,8 +341,7 @@ static int find_mmapped(struct walk *w) {
       rd64(w, w->in->mp + w->L->mp_mmapped_mem, &mem) < 0)
     return fail(w, "mp_ unreadable");
   if ((uint64_t)n_mmaps != w->out->stats.mmapped || mem != w->out->stats.mmapped_bytes)
-    return fail(w,
-                "found %lu chunks mmap'ed alone (%lu bytes), mp_ counts %d (%lu bytes)",
+    return fail(w, "found %lu chunks mmap'ed alone (%lu bytes), mp_ counts %d (%lu bytes)",
                 (unsigned long)w->out->stats.mmapped, (unsigned long)w->out->stats.mmapped_bytes,
                 n_mmaps, (unsigned long)mem);
   return 0;
