@@ -30,10 +30,6 @@ class TargetNotShimmed(ScanError):
     grpc_status = "FAILED_PRECONDITION"
 
 
-class NoShim(TargetNotShimmed):
-    """No shim is loaded in the target at all: its glibc heap may be walked."""
-
-
 class TargetUnscannable(ScanError):
     """Zombie, kernel thread, ourselves, already traced, or vanished mid-scan."""
 

@@ -32,9 +32,9 @@ from unreachable.capture.stop_world import SnapshotMode, stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import (
     InvalidArgument,
-    NoShim,
     ScannerOutOfMemory,
     TargetNotFound,
+    TargetNotShimmed,
     TargetUnscannable,
 )
 from unreachable.fold.dedup import dedup
@@ -55,7 +55,7 @@ from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry
 from unreachable.roots.heap_words import anonymous_spans, heap_spans, words_in
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
-from unreachable.scan_glibc import scan_without_shim
+from unreachable.scan_glibc import runs_without_shim, scan_without_shim
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
@@ -146,8 +146,9 @@ def scan(
     started = time.monotonic()
     try:
         target = open_target(pid)
-    except NoShim:
-        if options.snapshot in ("fork", "copy") or options.sweep == "child":
+    except TargetNotShimmed:
+        needs_helper = options.snapshot in ("fork", "copy") or options.sweep == "child"
+        if needs_helper or not runs_without_shim(pid):
             raise
         # No shim: glibc's own heap, walked from a copy (scan_glibc.py).
         return scan_without_shim(

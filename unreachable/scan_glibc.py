@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from unreachable import _native
+from unreachable.allocations.descriptor import SHIM_PREFIX
 from unreachable.allocations.glibc_heap import (
     UNDER_SHIM,
     GlibcLibc,
@@ -41,6 +42,7 @@ from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread
 from unreachable.capture.target import still_running
 from unreachable.errors import (
+    ScanError,
     ScannerOutOfMemory,
     TargetNotFound,
     TargetNotShimmed,
@@ -48,8 +50,10 @@ from unreachable.errors import (
     TargetUnscannable,
 )
 from unreachable.fold.dedup import dedup
+from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import present_ranges
+from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import check_scannable
 from unreachable.report.model import LeakEntry, ScanReport, leak_counts
 from unreachable.roots.classify import classify, register_words
@@ -213,6 +217,17 @@ def _contents(copy: _native.MemoryCopy, addr: int, size: int) -> bytes:
         return copy.read(addr, min(size, CONTENTS_BYTES))
     except OSError:
         return b""
+
+
+def runs_without_shim(pid: int) -> bool:
+    """No shim mapped at all, and not for want of LD_PRELOAD in a
+    secure-execution process (its line says why: the user meant a shim)."""
+    try:
+        mappings = read_maps(check_scannable(pid).proc)
+    except ScanError:
+        return False  # the refusal already raised says what is wrong
+    names = (os.path.basename(mapped_path(m)) for m in mappings if m.path.startswith("/"))
+    return not any(n.startswith(SHIM_PREFIX) for n in names) and not runs_secure(pid)
 
 
 def scan_without_shim(

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from elftools.elf.elffile import ELFFile
 
-from unreachable.errors import NoShim, TargetNotFound, TargetNotShimmed, TargetPermissionDenied
+from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.process.secure_exec import runs_secure
@@ -89,7 +89,7 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
             " mode (set-user-ID, set-group-ID or file capabilities), where the dynamic loader"
             " ignores LD_PRELOAD; run a copy of the program without them"
         )
-    raise NoShim(
+    raise TargetNotShimmed(
         f"pid {pid} is not running under the unreachable shim; start it with "
         "'unreachable-cli run -- CMD ...' or LD_PRELOAD=$(unreachable-cli shim-path)"
     )

@@ -61,16 +61,16 @@ class ScanReport:
     roots: dict[str, int] = field(default_factory=dict)  # bytes per root/skip class
     pages_skipped: int = 0
     bytes_scanned: int = 0
+    # Where the allocations came from: "shim registry" (requested sizes,
+    # backtraces) or "glibc heap" (a process without the shim: chunk usable
+    # sizes, no backtraces; docs/glibc-heap.md).
+    allocations: str = "shim registry"
     # Where the mark ran: "child" (the snapshot child swept its own memory) or
     # "scanner" (this process read the target or child through /proc).
     sweep: str = "scanner"
     sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
     mark_threads: int = 1  # threads that marked (in the child: at most the target's CPUs)
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did
-    # Where the allocations came from: "shim registry" (requested sizes,
-    # backtraces) or "glibc heap" (a process without the shim: chunk usable
-    # sizes, no backtraces; docs/glibc-heap.md).
-    allocations: str = "shim registry"
 
 
 # The stack the exports (pprof, collapsed, diff) give to leaks no listed entry
