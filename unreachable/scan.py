@@ -34,6 +34,7 @@ from unreachable.errors import (
     InvalidArgument,
     ScannerOutOfMemory,
     TargetNotFound,
+    TargetNotShimmed,
     TargetUnscannable,
 )
 from unreachable.fold.dedup import dedup
@@ -54,6 +55,7 @@ from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry
 from unreachable.roots.heap_words import anonymous_spans, heap_spans, words_in
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
+from unreachable.scan_glibc import runs_without_shim, scan_without_shim
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
@@ -144,7 +146,16 @@ def scan(
         raise InvalidArgument("--limit must be >= 0")
     note = progress or (lambda _stage: None)
     started = time.monotonic()
-    target = open_target(pid)
+    try:
+        target = open_target(pid)
+    except TargetNotShimmed:
+        needs_helper = options.snapshot in ("fork", "copy") or options.sweep == "child"
+        if needs_helper or not runs_without_shim(pid):
+            raise
+        # No shim: glibc's own heap, walked from a copy (scan_glibc.py).
+        return scan_without_shim(
+            pid, options.limit, options.contents, options.mark_threads, note, started
+        )
     try:
         return _scan(target, options, note, started, options.sweep != "scanner", "")
     except _ChildGone as e:

@@ -48,6 +48,7 @@ PyObject *ur_py_cache_bound(PyObject *self, PyObject *args);
 PyObject *ur_py_code_words(PyObject *self, PyObject *args);
 PyObject *ur_py_heap_words(PyObject *self, PyObject *args);
 PyObject *ur_py_dedup(PyObject *self, PyObject *args);
+PyObject *ur_py_walk_glibc_heap(PyObject *self, PyObject *args);
 
 /* _native.sweep(release=session): the stopped Session to release once the
  * memory is copied (NULL with an exception set if it is not one), and the

@@ -228,7 +228,8 @@ int ur_sync(struct ur_pread_mem *m, int pagemap_fd, const struct ur_sync_range *
     for (size_t i = 0; i < m->used_chunks; i++)
       for (size_t w = 0; w < WORDS; w++) m->chunks[i].synced[w] &= p.seen[i * WORDS + w];
   free(p.seen);
-  if (refresh && rc == 0) rc = set_zero_ranges(m, ranges, n);
+  /* A copy made in one stop (no refresh follows) needs them as well. */
+  if (rc == 0) rc = set_zero_ranges(m, ranges, n);
   /* Planned reads happen even on failure: a chunk's synced bits promise them. */
   run_reads(m, p.runs, p.nruns, threads);
   free(p.runs);

@@ -38,7 +38,7 @@ struct ur_sync_stats {
  * gone since are kept, the rest as above, and pages synced before outside
  * the ranges now are dropped (unreadable after ur_sync_finish). Absent
  * anonymous pages take no room: a chunk the cache does not hold inside an
- * anonymous range of the refresh reads as zero (the ranges must come
+ * anonymous range of the last sync reads as zero (the ranges must come
  * sorted). Reads run on up to `threads`
  * threads. Returns 0, -ENOSPC if the cache cannot hold the ranges, or
  * -errno of the pagemap (-ENOTTY: a kernel without PAGEMAP_SCAN).

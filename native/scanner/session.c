@@ -115,6 +115,8 @@ static void session_dealloc(Session *s) {
   Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
+static PyObject *thread_list(Session *s);
+
 static PyObject *session_stop(Session *s, PyObject *Py_UNUSED(ignored)) {
   if (check_owner(s) < 0) return NULL;
   if (s->state != ST_NEW) {
@@ -133,7 +135,11 @@ static PyObject *session_stop(Session *s, PyObject *Py_UNUSED(ignored)) {
   s->t_start_ns = s->cap.t_first_seize_ns;
   s->stopped_threads = (int)s->cap.n;
   s->group_stopped = s->cap.group_stopped;
+  return thread_list(s);
+}
 
+/* (tid, sp, regs, xstate) of every stopped thread. */
+static PyObject *thread_list(Session *s) {
   PyObject *list = PyList_New((Py_ssize_t)s->cap.n);
   if (!list) return NULL;
   for (size_t i = 0; i < s->cap.n; i++) {
@@ -153,6 +159,27 @@ static PyObject *session_stop(Session *s, PyObject *Py_UNUSED(ignored)) {
     PyList_SET_ITEM(list, (Py_ssize_t)i, item);
   }
   return list;
+}
+
+static PyObject *session_run_out(Session *s, PyObject *args) {
+  unsigned long long lo, hi;
+  unsigned rounds;
+  if (!PyArg_ParseTuple(args, "KKI", &lo, &hi, &rounds)) return NULL;
+  if (check_owner(s) < 0) return NULL;
+  if (s->state != ST_STOPPED) {
+    PyErr_SetString(PyExc_RuntimeError, "run_out() needs a stopped Session");
+    return NULL;
+  }
+  int rc;
+  s->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_capture_run_out(&s->cap, lo, hi, rounds);
+  Py_END_ALLOW_THREADS
+  s->busy = 0;
+  if (rc < 0) return ur_py_raise(rc, "running a thread out of malloc failed");
+  PyObject *threads = thread_list(s);
+  if (!threads) return NULL;
+  return Py_BuildValue("(iN)", rc, threads);
 }
 
 static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) {
@@ -373,6 +400,11 @@ static PyObject *get_released(Session *s, void *Py_UNUSED(c)) {
 static PyMethodDef session_methods[] = {
     {"stop", (PyCFunction)session_stop, METH_NOARGS,
      "stop() -> list[tuple[tid, sp, regs, xstate]]: stop every thread, read registers."},
+    {"run_out", (PyCFunction)session_run_out, METH_VARARGS,
+     "run_out(lo, hi, rounds) -> (inside, threads): let the stopped threads inside [lo, hi) "
+     "(pc there, or a return address there on top of the stack) run alone and stop them "
+     "again, up to `rounds` times, until none is inside; inside: threads still there; "
+     "threads: as stop() returns them, registers read again."},
     {"snapshot", (PyCFunction)(void (*)(void))session_snapshot, METH_VARARGS | METH_KEYWORDS,
      "snapshot(helper_tid, cmd_addr) -> int: fork a frozen copy through the shim's helper; "
      "returns the child pid (also mem_pid)."},

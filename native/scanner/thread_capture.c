@@ -421,3 +421,67 @@ void ur_capture_free(struct ur_capture *c) {
   c->threads = NULL;
   c->n = c->cap = 0;
 }
+
+/* Whether a stopped thread is inside [lo, hi): its pc there, or the word
+ * on top of its stack a return address there (a leaf it called: memcpy
+ * under realloc's lock). */
+static bool inside_code(const struct ur_thread *t, uint64_t lo, uint64_t hi) {
+#if defined(__x86_64__)
+  uint64_t pc = t->regs.rip, sp = t->regs.rsp;
+#else
+  uint64_t pc = t->regs.pc, sp = t->regs.sp;
+#endif
+  if (pc >= lo && pc < hi) return true;
+  errno = 0;
+  long ret = ptrace(PTRACE_PEEKDATA, t->tid, (void *)(uintptr_t)sp, NULL);
+  return errno == 0 && (uint64_t)ret >= lo && (uint64_t)ret < hi;
+}
+
+static bool ours_to_run(const struct ur_thread *t) {
+  return t->attached && !t->running && !t->group_stop && !t->resume_sig;
+}
+
+int ur_capture_run_out(struct ur_capture *c, uint64_t lo, uint64_t hi, unsigned rounds) {
+  bool *run = calloc(c->n ? c->n : 1, sizeof(*run));
+  if (!run) return -ENOMEM;
+  int rc = 0, inside = 0;
+  for (unsigned round = 0; round <= rounds; round++) {
+    inside = 0;
+    for (size_t i = 0; i < c->n; i++) {
+      run[i] = false;
+      if (!inside_code(&c->threads[i], lo, hi)) continue;
+      inside++;
+      run[i] = round < rounds && ours_to_run(&c->threads[i]);
+    }
+    if (!inside || round == rounds) break;
+    size_t started = 0;
+    for (size_t i = 0; i < c->n; i++)
+      if (run[i] && ptrace(PTRACE_CONT, c->threads[i].tid, NULL, NULL) == 0) started++;
+      else run[i] = false;
+    if (!started) break; /* none of those inside may be run */
+    /* Long enough for a malloc call to finish, short enough to stop the
+     * thread before it is in the next: 20 us, growing to 160. */
+    sleep_ns(20000ull << (round < 3 ? round : 3));
+    for (size_t i = 0; i < c->n; i++) {
+      if (!run[i]) continue;
+      struct ur_thread *t = &c->threads[i];
+      int status;
+      ptrace(PTRACE_INTERRUPT, t->tid, NULL, NULL);
+      int w = ur_wait_stop(t->tid, &status, 1000000000ull);
+      if (w != 1 || WIFEXITED(status) || WIFSIGNALED(status)) {
+        t->attached = w == 1 ? false : t->attached;
+        rc = w < 0 ? w : -ESRCH;
+        goto out;
+      }
+      /* A signal that arrived meanwhile: handed back at detach. */
+      if ((status >> 16) == 0) t->resume_sig = WSTOPSIG(status);
+      free(t->xstate);
+      t->xstate = NULL;
+      t->xstate_len = 0;
+      if ((rc = ur_read_regs(t)) < 0) goto out;
+    }
+  }
+out:
+  free(run);
+  return rc < 0 ? rc : inside;
+}

@@ -74,6 +74,16 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns);
  * Returns 0 or -errno (-ETIMEDOUT: it did not stop within a second). */
 int ur_nudge_thread(pid_t tid);
 
+/* Let the threads inside [lo, hi) (a function's code: malloc's) run alone,
+ * the others staying stopped, and stop them again a moment later, until none
+ * is inside or after `rounds` rounds. Inside: the pc there, or the word on
+ * top of the stack a return address there. Threads are only continued and
+ * interrupted, never single-stepped: a tracer that dies leaves them running
+ * as they were (a trap flag left set would kill them). A thread that takes
+ * a signal keeps it for the detach and is not run again. Registers are read
+ * again. Returns the number of threads left inside, or -errno. */
+int ur_capture_run_out(struct ur_capture *c, uint64_t lo, uint64_t hi, unsigned rounds);
+
 /* Read one thread's registers into t. Returns 0 or -errno. */
 int ur_read_regs(struct ur_thread *t);
 

@@ -127,8 +127,14 @@ def test_mark_threads(targets):
 
 
 def test_target_without_shim(targets):
+    """Its glibc heap is walked (docs/glibc-heap.md); what needs the shim's
+    helper thread is refused with one line."""
     target = targets.start(PROGRAMS / "globals.c", preload=False)
-    assert_one_line_error(cli("scan", str(target.pid)), r"not running under the unreachable shim")
+    res = cli("scan", str(target.pid), "--json")
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["allocations"] == "glibc heap"
+    fork = cli("scan", str(target.pid), "--snapshot", "fork")
+    assert_one_line_error(fork, r"not running under the unreachable shim")
 
 
 def test_pid_1_and_kernel_thread():

@@ -328,9 +328,14 @@ def test_pid_gone_is_not_found(daemon):
     assert code == grpc.StatusCode.NOT_FOUND
 
 
-def test_target_without_shim_is_failed_precondition(daemon, targets):
+def test_target_without_shim(daemon, targets):
+    """Its glibc heap is walked (docs/glibc-heap.md); a snapshot that needs
+    the shim's helper thread is a failed precondition."""
     target = targets.start(PROGRAMS / "globals.c", preload=False)
-    code, details = rpc_code(stub(daemon.address).Scan, pb.ScanRequest(pid=target.pid), timeout=60)
+    report = scan_report(stub(daemon.address), pid=target.pid)
+    assert report.leak_count == 1
+    fork = pb.ScanRequest(pid=target.pid, snapshot=pb.SNAPSHOT_FORK)
+    code, details = rpc_code(stub(daemon.address).Scan, fork, timeout=60)
     assert code == grpc.StatusCode.FAILED_PRECONDITION, details
     assert "shim" in details
     assert target.alive() and target.tracer() == 0

@@ -78,7 +78,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "report them. "
         "Exit status: 0 no leak, 1 leaks found, 2 the scan could not be done.",
     )
-    p.add_argument("pid", type=_pid, help="process started under the shim")
+    p.add_argument(
+        "pid",
+        type=_pid,
+        help="process to scan: started under the shim, or any process using glibc's malloc"
+        " (its heap is walked: chunk sizes, no backtraces; docs/glibc-heap.md)",
+    )
     p.add_argument("--json", action="store_true", help="same as --format json")
     add_output_options(p, FORMATS)
     p.add_argument(

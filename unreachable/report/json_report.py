@@ -32,6 +32,7 @@ def report_to_dict(report: ScanReport) -> dict[str, Any]:
         "leak_bytes": report.leak_bytes,
         "allocation_count": report.allocation_count,
         "allocation_bytes": report.allocation_bytes,
+        "allocations": report.allocations,
         "pause_ms": round(report.pause_ms, 3),
         "scan_ms": round(report.scan_ms, 3),
         "snapshot": report.snapshot,

@@ -65,6 +65,10 @@ class ScanReport:
     roots: dict[str, int] = field(default_factory=dict)  # bytes per root/skip class
     pages_skipped: int = 0
     bytes_scanned: int = 0
+    # Where the allocations came from: "shim registry" (requested sizes,
+    # backtraces) or "glibc heap" (a process without the shim: chunk usable
+    # sizes, no backtraces; docs/glibc-heap.md).
+    allocations: str = "shim registry"
     # Where the mark ran: "child" (the snapshot child swept its own memory) or
     # "scanner" (this process read the target or child through /proc).
     sweep: str = "scanner"

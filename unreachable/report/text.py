@@ -64,6 +64,7 @@ def format_report(report: ScanReport) -> str:
         f"  {report.leak_bytes} bytes in {report.leak_count}"
         f" unreachable allocation{_plural(report.leak_count)}",
         "  ABI: 'x86_64'",
+        *_allocations_line(report),
         "",
     ]
     lines[2:2] = triage.text_header(report)
@@ -72,6 +73,16 @@ def format_report(report: ScanReport) -> str:
         lines.append("")
     lines += triage.text_footer(report)
     return "\n".join(lines) + "\n"
+
+
+def _allocations_line(report: ScanReport) -> list[str]:
+    """Said only when the allocations are not the shim's (docs/glibc-heap.md)."""
+    if report.allocations == "shim registry":
+        return []
+    return [
+        f"  allocations: {report.allocations} (chunk usable sizes, no backtraces: the"
+        " process runs without the shim)"
+    ]
 
 
 def format_summary(report: ScanReport) -> str:

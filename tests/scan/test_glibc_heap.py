@@ -1,0 +1,351 @@
+"""Scans of processes that run without the shim: glibc's heap walked from a
+copy of their memory (unreachable/scan_glibc.py, docs/glibc-heap.md).
+
+Each scenario program gives the shim's leak count, with sizes between the
+bytes requested and the chunks' usable bytes; threads churning malloc,
+realloc and free never make a leak up; a process whose malloc is not
+glibc's gets one line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.scan.test_real_services import _free_port, _talk, _wait_port
+from tests.support.cbuild import build
+from tests.support.targets import wait_untraced
+from unreachable.allocations import glibc_libc
+from unreachable.errors import TargetUnscannable
+from unreachable.process.status import read_status
+from unreachable.scan import ScanOptions, scan
+
+PROGRAMS = Path(__file__).parent / "programs"
+CLI = [sys.executable, "-m", "unreachable.cli.main"]
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+# A chunk's usable bytes exceed the request by at most 23 (16-byte rounding
+# of request + 8); a chunk mmap'ed alone by less than a page and its header.
+HEAP_SLACK = 24
+MMAP_SLACK = 4096 + 16
+
+# Programs whose answer differs without the shim, and why (docs/glibc-heap.md):
+#   interior.c: its pointer one past the end of an 80-byte block lies in the
+#     chunk's slack (usable size 88), which keeps the block.
+EXPECTED = {"interior.c": 1}
+# Chunks mmap'ed alone: up to a page more; by memalign, up to the alignment more.
+MMAPPED = {
+    "big_block.c": MMAP_SLACK,
+    "registry_homes.c": MMAP_SLACK,
+    "aligned_big.c": 65536 + MMAP_SLACK,
+}
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "globals.c",
+        "main_stack.c",
+        "thread_stack.c",
+        "registers.c",
+        "tls.c",
+        "mmap_page.c",
+        "interior.c",
+        "alloc_funcs.c",
+        "big_block.c",
+        "registry_homes.c",
+        "exited_thread.c",
+        "sparse.c",
+        "usable_slack.c",
+        "atexit_block.c",
+        "merged_pools.c",
+        "jit_code.c",
+        "epoll_data.c",
+        "timer_value.c",
+        "coroutine_stack.c",
+        "user_namespace.c",
+        "queued_signal.c",
+        "main_thread_exited.c",
+        "in_flight.c",
+        "arena_heap.c",
+        "graph.c",
+        "aligned_big.c",
+    ],
+)
+def test_scenario_without_shim(targets, program):
+    target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)
+    report = scan(target.pid, ScanOptions())
+    assert report.allocations == "glibc heap" and report.snapshot == "stopped"
+    count = EXPECTED.get(program, target.int("leak_count"))
+    assert report.leak_count == count, [(hex(e.address), e.size) for e in report.leaks]
+    if program not in EXPECTED:
+        requested = target.int("leak_bytes")
+        slack = MMAPPED.get(program, HEAP_SLACK)
+        assert requested <= report.leak_bytes <= requested + count * slack
+    assert target.alive() and target.tracer() == 0
+
+
+def test_churning_threads_invent_no_leak(targets):
+    """Four threads in malloc, realloc and free without pause: every scan
+    gives exactly the 5 dropped blocks (a thread stopped inside malloc is
+    stepped out of it first), or says the heap stayed mid-update."""
+    target = targets.start(PROGRAMS / "churn.c", preload=False, wait_helper=False)
+    exact = 0
+    for _ in range(50):
+        try:
+            report = scan(target.pid, ScanOptions())
+        except TargetUnscannable as e:
+            assert "mid-update" in str(e), e
+            continue
+        assert (report.leak_count, report.allocations) == (5, "glibc heap"), [
+            (hex(e.address), e.size) for e in report.leaks
+        ]
+        assert 5010 <= report.leak_bytes <= 5010 + 5 * HEAP_SLACK
+        exact += 1
+    assert exact > 0
+    assert target.alive() and target.tracer() == 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_reports_glibc_heap(targets):
+    target = targets.start(PROGRAMS / "globals.c", preload=False, wait_helper=False)
+    res = _cli("scan", str(target.pid), "--json")
+    assert res.returncode == 1, res.stderr
+    report = json.loads(res.stdout)
+    assert report["allocations"] == "glibc heap" and report["leak_count"] == 1
+    res = _cli("scan", str(target.pid))
+    assert res.returncode == 1, res.stderr
+    assert "allocations: glibc heap (chunk usable sizes" in res.stdout
+
+
+@pytest.mark.skipif(not os.path.exists(JEMALLOC), reason="libjemalloc2 is not installed")
+def test_jemalloc_preloaded_gets_one_line(targets):
+    target = targets.start(
+        PROGRAMS / "globals.c", preload=False, wait_helper=False, env={"LD_PRELOAD": JEMALLOC}
+    )
+    res = _cli("scan", str(target.pid))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "jemalloc" in lines[0] and "under the shim" in lines[0], lines
+    assert target.alive() and target.tracer() == 0
+
+
+def test_static_binary_gets_one_line(targets):
+    target = targets.start(
+        PROGRAMS / "globals.c", preload=False, wait_helper=False, ldflags=["-static"]
+    )
+    res = _cli("scan", str(target.pid))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no glibc libc.so.6 is mapped" in lines[0], lines
+
+
+@pytest.fixture
+def plain_service() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start a distribution's service as it is, without the shim."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        if shutil.which(argv[0]) is None:
+            pytest.skip(f"{argv[0]} is not installed")
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(os.environ, **(env or {})),
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _clean(pid: int) -> None:
+    report = scan(pid, ScanOptions())
+    assert report.allocations == "glibc heap" and report.allocation_count > 100
+    assert (report.leak_count, report.leak_bytes) == (0, 0), [
+        (hex(e.address), e.size) for e in report.leaks[:5]
+    ]
+    status = read_status(pid)
+    assert status.tracer_pid == 0 and status.state != "t"
+
+
+def test_memcached_without_shim(plain_service):
+    port = _free_port()
+    proc = plain_service("memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "4")
+    _wait_port(port, proc)
+    n = 5000
+    sets = b"".join(b"set k%d 0 0 %d\r\n%s\r\n" % (i, i % 300, b"x" * (i % 300)) for i in range(n))
+    _talk(port, sets, b"STORED", n)
+    _talk(port, b"".join(b"delete k%d\r\n" % i for i in range(0, n, 3)), b"\r\n", (n + 2) // 3)
+    _clean(proc.pid)
+    assert b"VALUE k1 " in _talk(port, b"get k1\r\n", b"END")
+
+
+def test_nginx_without_shim(plain_service, tmp_path: Path):
+    port = _free_port()
+    (tmp_path / "logs").mkdir()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"daemon off; master_process on; worker_processes 2;\n"
+        f"error_log {tmp_path}/logs/error.log; pid {tmp_path}/nginx.pid;\n"
+        "events { worker_connections 64; }\n"
+        f"http {{ access_log {tmp_path}/logs/access.log;\n"
+        f'  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "hi\\n"; }} }} }}\n'
+    )
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    proc = plain_service(nginx, "-p", str(tmp_path), "-c", str(conf))
+    _wait_port(port, proc)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(200):
+        assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
+    workers = [
+        int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    ]
+    assert len(workers) == 2
+    for pid in [proc.pid, *workers]:
+        _clean(pid)
+    assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
+
+
+@pytest.mark.parametrize("pymalloc", ["malloc", "default"])
+def test_cpython_without_shim(plain_service, pymalloc):
+    """CPython holding lists, dicts and strings, its object arenas (or, with
+    PYTHONMALLOC=malloc, every object) in glibc's heap: nothing leaked."""
+    code = (
+        "import sys\n"
+        "data = [{'k%d' % i: ('v' * (i % 50), [i] * (i % 7))} for i in range(20000)]\n"
+        "big = {i: str(i) * 3 for i in range(5000)}\n"
+        "print('READY', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    env = {"PYTHONMALLOC": pymalloc} if pymalloc == "malloc" else {}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=dict(os.environ, **env),
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == b"READY"
+        _clean(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_scanner_killed_mid_scan_leaves_target_running(targets):
+    """SIGKILL the scanner at moments spread over its scans (while it runs
+    threads out of malloc, copies, walks): the kernel detaches every thread,
+    none is left stopped or with a trap pending, and the next scan is
+    exact."""
+    target = targets.start(PROGRAMS / "churn.c", preload=False, wait_helper=False)
+    for delay_ms in range(0, 400, 25):
+        scanner = subprocess.Popen(
+            [*CLI, "scan", str(target.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            scanner.wait(timeout=delay_ms / 1000)
+        except subprocess.TimeoutExpired:
+            scanner.kill()
+            scanner.wait()
+        wait_untraced(target)
+        assert target.alive() and target.state() != "t"
+    report = scan(target.pid, ScanOptions())
+    assert report.leak_count == 5
+    assert target.alive() and target.tracer() == 0
+
+
+def test_scanner_killed_while_running_threads_out_of_malloc(targets):
+    """The scanner dies while it lets threads run alone out of malloc (here
+    every address counts as inside, so it never ends): the threads go on as
+    they were. Single-stepping them instead left the trap flag set and the
+    target died of SIGTRAP with its tracer."""
+    target = targets.start(PROGRAMS / "churn.c", preload=False, wait_helper=False)
+    code = (
+        "from unreachable import _native\n"
+        f"s = _native.Session({target.pid})\n"
+        "s.stop()\n"
+        "print('running', flush=True)\n"
+        "s.run_out(0, 1 << 63, 1 << 31)\n"
+    )
+    scanner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert scanner.stdout is not None and scanner.stdout.readline() == b"running\n"
+    finally:
+        scanner.kill()
+        scanner.wait()
+    wait_untraced(target)
+    report = scan(target.pid, ScanOptions())
+    assert report.leak_count == 5
+    assert target.alive() and target.tracer() == 0
+
+
+def test_planted_leak_in_memcached_found_exactly(plain_service):
+    """A preloaded library drops 25 blocks of 100-124 bytes as memcached
+    starts: exactly those are found, among the service's own memory."""
+    planted = build(PROGRAMS / "planted_leak.c", shared=True)
+    port = _free_port()
+    proc = plain_service(
+        "memcached",
+        "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "4",
+        env={"LD_PRELOAD": str(planted)},
+    )  # fmt: skip
+    _wait_port(port, proc)
+    _talk(port, b"".join(b"set k%d 0 0 5\r\nhello\r\n" % i for i in range(500)), b"STORED", 500)
+    report = scan(proc.pid, ScanOptions(limit=100))
+    assert report.allocations == "glibc heap"
+    assert report.leak_count == 25, [(hex(e.address), e.size) for e in report.leaks]
+    requested = sum(range(100, 125))
+    assert requested <= report.leak_bytes <= requested + 25 * HEAP_SLACK
+    assert b"VALUE k1 " in _talk(port, b"get k1\r\n", b"END")
+
+
+@pytest.mark.parametrize("program", ["thread_stack.c", "tls.c", "alloc_funcs.c", "arena_heap.c"])
+def test_scenario_without_debug_symbols(targets, monkeypatch, program):
+    """The same answers with libc's structures found by the heuristics
+    alone (no debug directory)."""
+    monkeypatch.setenv("UNREACHABLE_DEBUG_DIRS", "/nonexistent")
+    glibc_libc._facts.cache_clear()
+    try:
+        target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)
+        report = scan(target.pid, ScanOptions())
+        assert report.leak_count == target.int("leak_count")
+    finally:
+        glibc_libc._facts.cache_clear()
+
+
+def test_program_with_its_own_malloc_gets_one_line(targets):
+    target = targets.start(PROGRAMS / "own_malloc.c", preload=False, wait_helper=False)
+    res = _cli("scan", str(target.pid))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "malloc holds nothing" in lines[0], lines
+    assert target.alive() and target.tracer() == 0
+
+
+def test_memaligned_chunks_are_named_by_their_moved_header(targets):
+    """A block memalign placed inside a chunk it mapped alone is reported at
+    its own (aligned) address, not at the stale header left at the
+    mapping's start."""
+    target = targets.start(PROGRAMS / "aligned_big.c", preload=False, wait_helper=False)
+    report = scan(target.pid, ScanOptions())
+    assert sorted(e.address % 256 for e in report.leaks) == [0, 0]
+    assert any(e.address % 65536 == 0 for e in report.leaks)

@@ -1,0 +1,214 @@
+"""The allocations of a process without the shim: glibc's heap, walked from
+a copy of its memory (native/scanner/glibc_heap.c, docs/glibc-heap.md).
+
+Before anything is stopped, the process must be one whose malloc is glibc's:
+a libc.so.6 mapped, and no other allocator's library (jemalloc, tcmalloc,
+mimalloc) mapped to take malloc's place. Then, from the copy: libc's facts
+(glibc_libc.py) at its load bias, each thread's `tcache` through its thread
+pointer, and the walk, which proves itself or refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from unreachable import _native
+from unreachable.allocations.glibc_libc import LibcFacts, LibcUnsupported, libc_facts
+from unreachable.errors import TargetNotShimmed
+from unreachable.process.mapped_file import file_for, mapped_path
+from unreachable.process.maps import Mapping
+from unreachable.process.memory import Memory, memory_reader
+
+LIBC = re.compile(r"^libc(\.so\.6|-2\.\d+\.so)$")
+MUSL = re.compile(r"^(ld-musl-.*\.so\.1|libc\.musl-.*\.so\.1)$")
+OTHER_ALLOCATORS = {
+    "libjemalloc": "jemalloc",
+    "libtcmalloc": "tcmalloc",
+    "libmimalloc": "mimalloc",
+    "libhoard": "Hoard",
+    "librpmalloc": "rpmalloc",
+    "libsnmalloc": "snmalloc",
+}
+UNDER_SHIM = "run it under the shim: 'unreachable-cli run -- CMD ...'"
+FS_BASE = 21  # user_regs_struct: the word holding fs_base, the thread pointer
+RIP = 16
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class HeapBusy(Exception):
+    """A thread was inside malloc: the heap may be mid-update."""
+
+
+class HeapWalkFailed(Exception):
+    """The walk refused the heap (a check failed); the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class GlibcLibc:
+    mapping: Mapping
+    bias: int
+    facts: LibcFacts
+
+    @property
+    def malloc_code(self) -> tuple[int, int]:
+        lo, hi = self.facts.malloc_code
+        return (lo + self.bias, hi + self.bias) if hi else (0, 0)
+
+    def describe(self) -> str:
+        return f"glibc {self.facts.version}"
+
+
+def not_glibc_malloc(mappings: Sequence[Mapping]) -> str:
+    """What allocates instead of glibc's malloc, or "" when glibc's does."""
+    names = {os.path.basename(mapped_path(m)) for m in mappings if m.path.startswith("/")}
+    for name in sorted(names):
+        for prefix, what in OTHER_ALLOCATORS.items():
+            if name.startswith(prefix):
+                return f"it allocates with {what} ({name})"
+    if any(MUSL.match(n) for n in names):
+        return "it uses musl's libc, whose malloc cannot be walked"
+    if not any(LIBC.match(n) for n in names):
+        return "no glibc libc.so.6 is mapped (a static binary, or another libc)"
+    return ""
+
+
+def find_libc(pid: int, mappings: Sequence[Mapping]) -> GlibcLibc:
+    """glibc's libc in the process, its facts and load bias. Raises
+    TargetNotShimmed with one line when its malloc cannot be walked."""
+    if why := not_glibc_malloc(mappings):
+        raise TargetNotShimmed(
+            f"pid {pid} is not running under the unreachable shim and its heap cannot be"
+            f" walked without it: {why}; {UNDER_SHIM}"
+        )
+    first = next(
+        m for m in mappings if m.offset == 0 and LIBC.match(os.path.basename(mapped_path(m)))
+    )
+    root = f"/proc/{pid}/root"
+    path, exact = file_for(pid, first, root)
+    if not exact:
+        raise TargetNotShimmed(
+            f"pid {pid} runs a libc replaced on disk since it started ({mapped_path(first)}),"
+            f" and its mapped copy cannot be read; {UNDER_SHIM}"
+        )
+    try:
+        facts = libc_facts(path, root)
+    except (OSError, LibcUnsupported) as e:
+        raise TargetNotShimmed(
+            f"pid {pid}: glibc's heap cannot be walked without the shim ({mapped_path(first)}:"
+            f" {e}); {UNDER_SHIM}"
+        ) from None
+    if not 31 <= facts.minor <= 41:
+        raise TargetNotShimmed(
+            f"pid {pid} uses glibc {facts.version}, whose heap layout is not known here"
+            f" (2.31 to 2.41 are); {UNDER_SHIM}"
+        )
+    # The first PT_LOAD maps file offset 0 at the link-time address 0 (a
+    # shared object): its start is the load bias.
+    return GlibcLibc(first, first.start, facts)
+
+
+def _u64(b: bytes, i: int) -> int:
+    return int(struct.unpack_from("<Q", b, 8 * i)[0]) if len(b) >= 8 * (i + 1) else 0
+
+
+def thread_pointer(regs: bytes) -> int:
+    return _u64(regs, FS_BASE)
+
+
+def program_counter(regs: bytes) -> int:
+    return _u64(regs, RIP)
+
+
+def tls_offsets(pid: int, libc: GlibcLibc) -> list[tuple[int, int]]:
+    """(offset from the thread pointer, offset in libc's TLS block) of each
+    of libc's TPOFF64 slots, as the loader filled them (read from the
+    process: the GOT is read-only once relocated, and never copied)."""
+    out = []
+    with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+        for slot, addend in libc.facts.tpoff_slots:
+            f.seek(libc.bias + slot)
+            raw = f.read(8)
+            if len(raw) == 8:
+                out.append((struct.unpack("<q", raw)[0], addend))
+    return out
+
+
+def thread_tcaches(
+    memory: Memory, libc: GlibcLibc, offsets: list[tuple[int, int]], tps: list[int]
+) -> list[int]:
+    """Each thread's `tcache` (0: none yet). With debug symbols the slot is
+    the one they name; without, the one slot whose value in every thread is
+    0 or a tcache chunk's user address (its header says 0x290), in one
+    thread at least. Raises HeapWalkFailed when no slot, or more than one,
+    qualifies."""
+    chunk = 0x290
+    with memory_reader(memory) as read:
+
+        def word(addr: int) -> int | None:
+            try:
+                raw = read(addr, 8)
+            except OSError:
+                return None
+            return struct.unpack("<Q", raw)[0] if len(raw) == 8 else None
+
+        def values(tp_offset: int) -> list[int] | None:
+            out = []
+            for tp in tps:
+                v = word((tp + tp_offset) % (1 << 64)) if tp else 0
+                if v is None:
+                    return None
+                if v:
+                    header = word(v - 8) if v % 16 == 0 else None
+                    if header is None or header & ~7 != chunk or header & 2:
+                        return None
+                out.append(v)
+            return out
+
+        named = libc.facts.tcache_tls
+        fits, empty = [], False
+        for tp_offset, addend in offsets:
+            if named >= 0 and addend != named:
+                continue
+            got = values(tp_offset)
+            if got is not None and (any(got) or named >= 0):
+                fits.append(got)
+            empty = empty or (got is not None and not any(got))
+    if not fits and empty and named < 0:
+        return [0] * len(tps)  # no thread has a tcache yet
+    if len(fits) != 1:
+        how = "its debug symbols' `tcache`" if named >= 0 else "which TLS slot is `tcache`"
+        raise HeapWalkFailed(f"{libc.describe()}: cannot tell each thread's tcache ({how})")
+    return fits[0]
+
+
+def walk(
+    memory: Memory,
+    libc: GlibcLibc,
+    tcaches: list[int],
+    mappings: Sequence[Mapping],
+) -> tuple[bytes, dict[str, int]]:
+    """The live chunks: packed (user address, usable size) pairs in address
+    order, and the walk's counts. Raises HeapBusy or HeapWalkFailed."""
+    anon = b"".join(
+        struct.pack("<QQ", m.start, m.end)
+        for m in mappings
+        if m.readable and m.writable and m.private and m.inode == 0
+    )
+    raw = _native.walk_glibc_heap(
+        memory,
+        libc.facts.minor,
+        libc.bias + libc.facts.main_arena,
+        libc.bias + libc.facts.mp,
+        struct.pack(f"<{len(tcaches)}Q", *tcaches),
+        anon,
+        PAGE,
+    )
+    if raw["busy"]:
+        raise HeapBusy(raw["error"])
+    if raw["error"]:
+        raise HeapWalkFailed(f"{libc.describe()} ({libc.facts.how}): {raw['error']}")
+    return raw["allocs"], {k: v for k, v in raw.items() if isinstance(v, int)}

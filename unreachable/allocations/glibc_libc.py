@@ -1,0 +1,301 @@
+"""Where glibc keeps its heap's roots, found in the target's libc.so.6 file.
+
+glibc names none of main_arena, mp_ or the per-thread `tcache` in its dynamic
+symbols. The separate debug file (Debian's libc6-dbg, found by build-id or
+.gnu_debuglink) has them in .symtab and is used when present; otherwise they
+are recognised in the file itself (docs/glibc-heap.md):
+
+- main_arena: the one RELATIVE relocation (.relr.dyn or .rela.dyn) that sets
+  a word to the address 0x870 bytes below itself, where the file's bytes are
+  main_arena's static initialiser (all zero but `next` and
+  attached_threads = 1).
+- mp_: its static initialiser's bytes, found once in .data.
+- tcache: one of libc's R_X86_64_TPOFF64 GOT slots; which one is decided in
+  the target (glibc_heap.py: the slot whose value, added to each thread's
+  thread pointer, names a tcache chunk or nothing in every thread).
+- the code of malloc.c, to tell a thread stopped inside malloc: its
+  functions' span (.symtab), or the span of the malloc family's exported
+  entry points (.dynsym), which the static helpers compiled between them
+  share.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from unreachable.symbolize.config import default_debug_dirs
+from unreachable.symbolize.debuginfo import find_debug_file
+from unreachable.symbolize.elf_file import NotElf, read_elf
+
+R_X86_64_RELATIVE = 8
+R_X86_64_TPOFF64 = 18
+ARENA_SIZE = 0x898
+ARENA_NEXT = 0x870
+ARENA_ATTACHED = 0x880
+# The malloc family's exported entry points, all defined in malloc/malloc.c.
+MALLOC_ENTRIES = (
+    "malloc",
+    "free",
+    "calloc",
+    "realloc",
+    "memalign",
+    "aligned_alloc",
+    "posix_memalign",
+    "valloc",
+    "pvalloc",
+    "malloc_usable_size",
+    "malloc_trim",
+    "mallinfo",
+    "mallinfo2",
+    "malloc_stats",
+    "malloc_info",
+    "mallopt",
+)
+
+
+class LibcUnsupported(Exception):
+    """This libc cannot be walked (the message says why, in one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LibcFacts:
+    """Link-time addresses in one libc.so.6 (add the load bias)."""
+
+    path: str
+    build_id: str
+    version: str  # "2.36"
+    minor: int
+    main_arena: int
+    mp: int
+    # (GOT slot, offset in libc's TLS block) of every TPOFF64 relocation;
+    # tcache_tls is the `tcache` one when debug symbols name it (else -1).
+    tpoff_slots: tuple[tuple[int, int], ...]
+    tcache_tls: int
+    malloc_code: tuple[int, int]  # [lo, hi): malloc.c's code
+    how: str  # "debug symbols" or "heuristics"
+
+
+def _version(data: bytes) -> tuple[str, int]:
+    m = re.search(rb"GNU C Library [^\n\0]*release version 2\.(\d+)", data)
+    if not m:
+        raise LibcUnsupported("no glibc version banner in the file")
+    minor = int(m.group(1))
+    return f"2.{minor}", minor
+
+
+def _relative_relocs(elf: ELFFile, data: bytes) -> list[tuple[int, int]]:
+    """(target, addend) of every RELATIVE relocation; RELR's addends are the
+    words in place."""
+    out: list[tuple[int, int]] = []
+    for sec in elf.iter_sections():
+        kind = sec["sh_type"]
+        if kind == "SHT_RELA":
+            raw = sec.data()
+            for off, info, addend in struct.iter_unpack("<QQq", raw[: len(raw) // 24 * 24]):
+                if info & 0xFFFFFFFF == R_X86_64_RELATIVE:
+                    out.append((off, addend))
+        elif kind == "SHT_RELR" or sec.name == ".relr.dyn":
+            raw = sec.data()
+            where = 0
+            for (entry,) in struct.iter_unpack("<Q", raw[: len(raw) // 8 * 8]):
+                if not entry & 1:
+                    out.append((entry, -1))
+                    where = entry + 8
+                else:
+                    for bit in range(1, 64):
+                        if entry >> bit & 1:
+                            out.append((where + (bit - 1) * 8, -1))
+                    where += 63 * 8
+    return out
+
+
+def _file_offset(elf: ELFFile, vaddr: int, size: int) -> int | None:
+    for seg in elf.iter_segments():
+        if seg["p_type"] == "PT_LOAD":
+            lo, filesz = seg["p_vaddr"], seg["p_filesz"]
+            if lo <= vaddr and vaddr + size <= lo + filesz:
+                return seg["p_offset"] + vaddr - lo
+    return None
+
+
+def _find_main_arena(elf: ELFFile, data: bytes) -> int:
+    found = set()
+    for target, addend in _relative_relocs(elf, data):
+        off = _file_offset(elf, target, 8)
+        if off is None:
+            continue
+        value = struct.unpack_from("<Q", data, off)[0] if addend < 0 else addend
+        base = target - ARENA_NEXT
+        if value != base:
+            continue
+        boff = _file_offset(elf, base, ARENA_SIZE)
+        if boff is None:
+            continue
+        words = struct.unpack_from(f"<{ARENA_SIZE // 8}Q", data, boff)
+        rest = [w for i, w in enumerate(words) if i * 8 not in (ARENA_NEXT, ARENA_ATTACHED)]
+        if words[ARENA_ATTACHED // 8] == 1 and not any(rest):
+            found.add(base)
+    if len(found) != 1:
+        raise LibcUnsupported(f"main_arena not recognised ({len(found)} candidates)")
+    return found.pop()
+
+
+def _mp_pattern(minor: int) -> bytes:
+    """mp_'s static initialiser (malloc.c), as the file holds it: trim,
+    top_pad and mmap thresholds 128 KiB, arena_test 8, n_mmaps_max 65536,
+    64 tcache bins of 7 up to 0x408 bytes, everything else 0. From 2.35 the
+    huge-page fields (two words and an int) come before n_mmaps, and the
+    four ints after them end 4 bytes short of the next word."""
+    head = struct.pack("<QQQQQ", 0x20000, 0x20000, 0x20000, 8, 0)
+    huge = bytes(0x14) if minor >= 35 else b""
+    mmaps = struct.pack("<iiii", 0, 0x10000, 0, 0) + (bytes(4) if minor >= 35 else b"")
+    rest = struct.pack("<QQQ", 0, 0, 0)  # mmapped_mem, max_mmapped_mem, sbrk_base
+    tcache = struct.pack("<QQQQ", 64, 0x408, 7, 0)
+    return head + huge + mmaps + rest + tcache
+
+
+def _find_mp(elf: ELFFile, data: bytes, minor: int) -> int:
+    sec = elf.get_section_by_name(".data")
+    if sec is None:
+        raise LibcUnsupported("libc has no .data")
+    body = sec.data()
+    pattern = _mp_pattern(minor)
+    hits = [m.start() for m in re.finditer(re.escape(pattern), body) if m.start() % 8 == 0]
+    if len(hits) != 1:
+        raise LibcUnsupported(f"mp_ not recognised ({len(hits)} candidates)")
+    return sec["sh_addr"] + hits[0]
+
+
+def _tpoff_slots(elf: ELFFile) -> tuple[tuple[int, int], ...]:
+    out = []
+    for sec in elf.iter_sections():
+        if sec["sh_type"] == "SHT_RELA":
+            raw = sec.data()
+            for off, info, addend in struct.iter_unpack("<QQq", raw[: len(raw) // 24 * 24]):
+                if info & 0xFFFFFFFF == R_X86_64_TPOFF64 and info >> 32 == 0:
+                    out.append((off, addend))
+    return tuple(out)
+
+
+def _dynsym_span(elf: ELFFile) -> tuple[int, int]:
+    """malloc.c's code without its symbols: from the end of the exported
+    function before its first entry point to the start of the one after its
+    last (its static helpers lie in between; morecore.c is included in it)."""
+    dynsym = elf.get_section_by_name(".dynsym")
+    if dynsym is None:
+        return (0, 0)
+    funcs = []
+    for sym in dynsym.iter_symbols():
+        if sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") and sym["st_value"]:
+            funcs.append((sym["st_value"], sym["st_size"], sym.name))
+    ours = [(v, v + n) for v, n, name in funcs if name in MALLOC_ENTRIES]
+    if not ours:
+        return (0, 0)
+    first, last = min(b for b, _ in ours), max(e for _, e in ours)
+    inside = set(MALLOC_ENTRIES)
+    lo = max(
+        (
+            v + n
+            for v, n, name in funcs
+            if v + n <= first and name not in inside and "morecore" not in name
+        ),
+        default=first,
+    )
+    hi = min((v for v, _, name in funcs if v >= last and name not in inside), default=last)
+    return (lo, hi)
+
+
+def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
+    """{name: (value, size)} of the few symbols needed, from the debug file."""
+    try:
+        image = read_elf(path)
+    except (OSError, NotElf, ValueError):
+        return None
+    found = find_debug_file(image, path, default_debug_dirs(), root)
+    if found is None:
+        return None
+    wanted = {"main_arena", "mp_", "tcache", *MALLOC_ENTRIES}
+    out: dict[str, tuple[int, int]] = {}
+    try:
+        with open(found.path, "rb") as f:
+            symtab = ELFFile(f).get_section_by_name(".symtab")
+            if symtab is None:
+                return None
+            source = ""
+            for sym in symtab.iter_symbols():
+                kind = sym["st_info"]["type"]
+                if kind == "STT_FILE":
+                    source = sym.name  # the local symbols that follow are its
+                elif kind == "STT_FUNC" and source == "malloc.c" and sym["st_value"]:
+                    # Its static helpers, whatever suffix the compiler gave
+                    # them (unlink_chunk.constprop.0, tcache_init.part.0).
+                    out.setdefault(sym.name, (sym["st_value"], sym["st_size"]))
+                if sym.name in wanted and (sym["st_value"] or sym.name == "tcache"):
+                    out.setdefault(sym.name, (sym["st_value"], sym["st_size"]))
+    except (OSError, ELFError):
+        return None
+    return out
+
+
+@lru_cache(maxsize=16)
+def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts:
+    del dev, ino, mtime_ns  # cache key only
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        elf = ELFFile(open(path, "rb"))  # noqa: SIM115 (closed below)
+    except ELFError as e:
+        raise LibcUnsupported(f"not an ELF file: {e}") from None
+    try:
+        version, minor = _version(data)
+        build_id = ""
+        for sec in elf.iter_sections():
+            if sec["sh_type"] == "SHT_NOTE":
+                for note in sec.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        build_id = note["n_desc"]
+        slots = _tpoff_slots(elf)
+        syms = _debug_symbols(path, root)
+        if syms and "main_arena" in syms and "mp_" in syms:
+            code = [v for n, v in syms.items() if n not in ("main_arena", "mp_", "tcache")]
+            span = (min(v for v, _ in code), max(v + s for v, s in code)) if code else (0, 0)
+            return LibcFacts(
+                path,
+                build_id,
+                version,
+                minor,
+                syms["main_arena"][0],
+                syms["mp_"][0],
+                slots,
+                syms["tcache"][0] if "tcache" in syms else -1,
+                span,
+                "debug symbols",
+            )
+        return LibcFacts(
+            path,
+            build_id,
+            version,
+            minor,
+            _find_main_arena(elf, data),
+            _find_mp(elf, data, minor),
+            slots,
+            -1,
+            _dynsym_span(elf),
+            "heuristics",
+        )
+    finally:
+        elf.stream.close()
+
+
+def libc_facts(path: str, root: str = "") -> LibcFacts:
+    """Facts of the libc at path (opened as given: /proc/PID/root/... or a
+    map_files entry); root is the target's root, for its debug files."""
+    st = os.stat(path)
+    return _facts(path, root, st.st_dev, st.st_ino, st.st_mtime_ns)
