@@ -103,11 +103,14 @@ __attribute__((noinline)) static void leak(char *text, size_t len) {
 /* In a function of its own: its frame, with the entries in it, is dead
  * (below SP) once it returns. */
 __attribute__((noinline)) static void fill_cache(char *text, size_t len) {
-  struct entry *e1 = cache_put(5, "one"), *e2 = cache_put(5, "two"), *e3 = cache_put(5, "three");
-  struct entry *e4 = cache_put(9, "four");
-  /* Bucket 5 now reads e3 -> e2 -> e1 (each put goes in front): c1 c2 c3. */
+  static const unsigned buckets[] = {5, 5, 5, 9};
+  static const char *const keys[] = {"one", "two", "three", "four"};
+  struct entry *e[4];
+  /* One call site for every entry and every value: one allocation site each. */
+  for (int i = 0; i < 4; i++) e[i] = cache_put(buckets[i], keys[i]);
+  /* Bucket 5 now reads e[2] -> e[1] -> e[0] (each put goes in front): c1 c2 c3. */
   snprintf(text, len, "cache=%p c1=%p c2=%p c3=%p c4=%p c3_value=%p", (void *)g_cache,
-           (void *)e3, (void *)e2, (void *)e1, (void *)e4, (void *)e1->value);
+           (void *)e[2], (void *)e[1], (void *)e[0], (void *)e[3], (void *)e[0]->value);
 }
 
 int main(void) {

@@ -1,0 +1,67 @@
+"""unreachable-cli why PID ADDRESS: who holds the block containing ADDRESS."""
+
+from __future__ import annotations
+
+import argparse
+
+from unreachable.cli.output import write_output
+from unreachable.cli.scan import _pid
+from unreachable.errors import EXIT_NO_LEAKS
+from unreachable.scan import ScanOptions
+
+SNAPSHOTS = ("auto", "fork", "copy", "stopped")
+
+
+def address(text: str) -> int:
+    """Hexadecimal, with or without 0x: reports print addresses bare."""
+    digits = text[2:] if text.lower().startswith("0x") else text
+    try:
+        value = int(digits, 16)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a hexadecimal address: {text!r}") from None
+    if value <= 0 or value >= 1 << 64:
+        raise argparse.ArgumentTypeError(f"not an address: {text!r}")
+    return value
+
+
+def add_snapshot_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--snapshot",
+        choices=SNAPSHOTS,
+        default="auto",
+        help="how to capture the target, as for scan (the graph is always read from "
+        "this process, never swept inside a snapshot child)",
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "why",
+        help="show what holds the allocation containing an address",
+        description="Capture PID as scan does and print a shortest chain of pointers from "
+        "a root (a global variable, a thread's stack, TLS or registers, a value the "
+        "kernel holds such as epoll data) to the allocation containing ADDRESS: the "
+        "root, then each block on the way with its allocation site and the offset of "
+        "the pointer to the next. An unreachable block is reported as a leak, with "
+        "the leak it hangs from and the blocks pointing at it. "
+        "Exit status: 0 the block was found, 2 ADDRESS is in no live allocation or the "
+        "capture could not be done.",
+    )
+    p.add_argument("pid", type=_pid, help="process started under the shim")
+    p.add_argument(
+        "address",
+        type=address,
+        help="an address inside the allocation, hexadecimal (0x optional, as reports print it)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (docs/report-schema.md)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_snapshot_option(p)
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from unreachable.retention.why import format_json, format_text, why
+
+    data = why(args.pid, args.address, ScanOptions(snapshot=args.snapshot, sweep="scanner"))
+    write_output(format_json(data) if args.json else format_text(data), args.output)
+    return EXIT_NO_LEAKS

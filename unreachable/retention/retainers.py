@@ -1,0 +1,241 @@
+"""unreachable-cli retainers PID: the live heap grouped by what retains it.
+
+The dominator tree (native/mark/retention.c) hangs every reachable block
+below the root region that alone keeps it alive, or below the virtual root
+when several do ("shared"). A region's retained bytes are its subtree's.
+An allocation site's are those of its blocks that no other block of the
+same site dominates, so a list of one site counts once, not once per node.
+Blocks without a recorded backtrace (the target runs without backtrace=N)
+are grouped by their size instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from array import array
+from collections import Counter, defaultdict
+from dataclasses import replace
+from typing import Any
+
+from unreachable.report.model import ScanReport
+from unreachable.report.text import format_frame
+from unreachable.retention.collect import GraphCollector, RootRegion
+from unreachable.scan import ScanOptions, scan
+from unreachable.symbolize.frames import Frame, frame_to_dict
+
+UNREACHED, SHARED = -1, -2
+SITES_PER_ROOT = 3
+HOLDERS_PER_SITE = 3
+TEXT_FRAMES = 4
+
+
+def retainers(
+    pid: int, options: ScanOptions | None = None, site: str | None = None, limit: int = 10
+) -> dict[str, Any]:
+    collector = GraphCollector(pid, dominators=True)
+    report = scan(pid, replace(options or ScanOptions(), sweep="scanner"), graph=collector)
+    return build(collector, report, site, limit)
+
+
+def site_matcher(pattern: str) -> re.Pattern[str]:
+    """LeakSanitizer's template rule: plain text matches anywhere, `*` any
+    run of characters."""
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def _matches(frames: list[Frame], rule: re.Pattern[str]) -> bool:
+    return any(rule.search(text) for f in frames for text in (f.function, f.map, f.file) if text)
+
+
+def _tops(idom: array) -> list[int]:
+    """Per block: the root region whose subtree holds it, SHARED, or UNREACHED."""
+    n = len(idom)
+    top = [UNREACHED - 1] * n  # unknown
+    for i in range(n):
+        path = []
+        j = i
+        while top[j] == UNREACHED - 1 and idom[j] >= 0:
+            path.append(j)
+            j = idom[j]
+        if top[j] == UNREACHED - 1:
+            d = idom[j]
+            top[j] = d if d in (UNREACHED, SHARED) else -3 - d
+        for k in path:
+            top[k] = top[j]
+    return top
+
+
+def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -> dict[str, Any]:
+    tree = c.tree or {}
+    idom = array("q", tree.get("idom", b""))
+    retained = array("Q", tree.get("retained", b""))
+    region_bytes = array("Q", tree.get("region_bytes", b""))
+    region_count = array("Q", tree.get("region_count", b""))
+    n = len(idom)
+    sizes = [c.allocs[2 * i + 1] for i in range(n)]
+    stack_ids = list(c.stack_ids) if len(c.stack_ids) == n else [0] * n
+    keys = [stack_ids[i] if stack_ids[i] else -1 - sizes[i] for i in range(n)]
+    top = _tops(idom)
+    frames = c.frames()
+    rule = site_matcher(site) if site else None
+
+    def wanted(key: int) -> bool:
+        return rule is None or (key > 0 and _matches(frames.get(key, []), rule))
+
+    own: Counter[int] = Counter()
+    own_count: Counter[int] = Counter()
+    per_root: dict[int, Counter[int]] = defaultdict(Counter)
+    per_root_count: dict[int, Counter[int]] = defaultdict(Counter)
+    shared_bytes = shared_count = reachable_bytes = reachable_count = 0
+    children: dict[int, list[int]] = defaultdict(list)
+    starts: list[int] = []
+    for i in range(n):
+        t = top[i]
+        if t == UNREACHED:
+            continue
+        reachable_bytes += sizes[i]
+        reachable_count += 1
+        own[keys[i]] += sizes[i]
+        own_count[keys[i]] += 1
+        if t == SHARED:
+            shared_bytes += sizes[i]
+            shared_count += 1
+        else:
+            per_root[t][keys[i]] += sizes[i]
+            per_root_count[t][keys[i]] += 1
+        if idom[i] >= 0:
+            children[idom[i]].append(i)
+        else:
+            starts.append(i)
+    # A site's retained bytes: its blocks with no block of the site above them.
+    site_bytes: Counter[int] = Counter()
+    site_count: Counter[int] = Counter()
+    held_by: dict[int, Counter[int]] = defaultdict(Counter)
+    active: Counter[int] = Counter()
+    counts = array("Q", tree.get("retained_count", b""))
+    for start in starts:
+        todo = [(start, True)]
+        while todo:
+            i, entering = todo.pop()
+            key = keys[i]
+            if not entering:
+                active[key] -= 1
+                continue
+            if not active[key]:
+                site_bytes[key] += retained[i]
+                site_count[key] += counts[i]
+                held_by[key][top[i]] += retained[i]
+            active[key] += 1
+            todo.append((i, False))
+            todo.extend((k, True) for k in children.get(i, ()))
+
+    def site_entry(key: int, nbytes: int, count: int) -> dict[str, Any]:
+        entry: dict[str, Any] = {"bytes": nbytes, "count": count}
+        if key > 0:
+            entry["backtrace"] = [frame_to_dict(f) for f in frames.get(key, [])]
+        else:
+            entry["backtrace"] = []
+            entry["size"] = -1 - key
+        return entry
+
+    roots = []
+    for region in c.regions:
+        r = region.id
+        if not region_count[r]:
+            continue
+        mine = {k: b for k, b in per_root[r].items() if wanted(k)}
+        if rule is not None and not mine:
+            continue
+        entry = _region_dict(region)
+        entry["retained_bytes"] = region_bytes[r]
+        entry["retained_count"] = region_count[r]
+        if rule is not None:
+            entry["site_bytes"] = sum(mine.values())
+            entry["site_count"] = sum(per_root_count[r][k] for k in mine)
+        best = sorted(mine.items(), key=lambda kv: (-kv[1], kv[0]))[:SITES_PER_ROOT]
+        entry["sites"] = [site_entry(k, b, per_root_count[r][k]) for k, b in best]
+        roots.append(entry)
+    weight = "site_bytes" if rule is not None else "retained_bytes"
+    roots.sort(key=lambda e: (-e[weight], e["name"]))
+    sites = []
+    for key in sorted((k for k in site_bytes if wanted(k)), key=lambda k: (-site_bytes[k], k)):
+        entry = site_entry(key, own[key], own_count[key])
+        entry["retained_bytes"] = site_bytes[key]
+        entry["retained_count"] = site_count[key]
+        holders = sorted(held_by[key].items(), key=lambda kv: (-kv[1], kv[0]))[:HOLDERS_PER_SITE]
+        entry["held_by"] = [
+            {"root": c.regions[t].name if t >= 0 else "several roots", "bytes": b}
+            for t, b in holders
+        ]
+        sites.append(entry)
+    return {
+        "pid": report.pid,
+        "command": report.command,
+        "snapshot": report.snapshot,
+        "pause_ms": round(report.pause_ms, 3),
+        "allocation_count": report.allocation_count,
+        "allocation_bytes": report.allocation_bytes,
+        "reachable_count": reachable_count,
+        "reachable_bytes": reachable_bytes,
+        "shared_count": shared_count,
+        "shared_bytes": shared_bytes,
+        "site_filter": site,
+        "roots": roots[:limit],
+        "sites": sites[:limit],
+    }
+
+
+def _region_dict(region: RootRegion) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": region.kind, "name": region.name}
+    if region.thread:
+        out["thread"] = region.thread
+    if region.object:
+        out["object"] = region.object
+    if region.symbol:
+        out["symbol"] = region.symbol
+    return out
+
+
+def format_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _site_line(entry: dict[str, Any]) -> str:
+    if not entry["backtrace"]:
+        return f"blocks of {entry['size']} bytes (no backtrace)"
+    f = entry["backtrace"][0]
+    where = f"{f['function']}+{f['offset']}" if f["function"] else f"{f['map']}+{f['rel_pc']:#x}"
+    return where + (f" {f['file']}:{f['line']}" if f["file"] else "")
+
+
+def _amount(nbytes: int, count: int) -> str:
+    return f"{nbytes:>10} bytes in {count} block{'' if count == 1 else 's'}"
+
+
+def format_text(data: dict[str, Any]) -> str:
+    lines = [
+        f"process {data['pid']} ({data['command']}): {data['reachable_bytes']} bytes in "
+        f"{data['reachable_count']} reachable allocations, of {data['allocation_bytes']} bytes "
+        f"in {data['allocation_count']}",
+        f"{data['shared_bytes']} bytes in {data['shared_count']} blocks are held by several "
+        "roots and retained by none alone",
+    ]
+    if data["site_filter"]:
+        lines.append(f"only allocation sites matching {data['site_filter']!r}")
+    lines += ["", "Retained by root:"]
+    for r in data["roots"]:
+        amount = _amount(r["retained_bytes"], r["retained_count"])
+        lines.append(f"{amount}  {r['kind']}: {r['name']}")
+        for s in r["sites"]:
+            lines.append(f"      {_amount(s['bytes'], s['count'])} from {_site_line(s)}")
+    lines += ["", "Retained by allocation site:"]
+    for s in data["sites"]:
+        lines.append(
+            f"{_amount(s['retained_bytes'], s['retained_count'])}  "
+            f"(its own: {s['bytes']} bytes in {s['count']}) from {_site_line(s)}"
+        )
+        lines += [format_frame(i, Frame(**f)) for i, f in enumerate(s["backtrace"][:TEXT_FRAMES])]
+        holders = ", ".join(f"{h['root']} ({h['bytes']} bytes)" for h in s["held_by"])
+        lines.append(f"          held by {holders}")
+    return "\n".join(lines) + "\n"
