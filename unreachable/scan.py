@@ -331,6 +331,7 @@ def _scan(
                             ("code immediates", jit),
                             ("kept out of fork", kept),
                         ],
+                        memory,
                     )
                     if graph
                     else None,

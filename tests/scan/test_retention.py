@@ -95,7 +95,15 @@ def test_why_a_list_names_the_thread_stack_slot_of_its_head(target):
         t.int("head_at"),
         t.int("head"),
     )
-    assert root["name"].startswith(f"stack of thread {_list_thread(t)} at {t.int('head_at'):#x}")
+    # The unwound stack says whose frame the slot is in: hold_list's, called
+    # from list_thread, at its call of pause().
+    frame = root["frame"]
+    assert (frame["index"], frame["function"]) == (1, "hold_list")
+    assert frame["file"].endswith("retention.c") and frame["line"] > 0
+    assert root["name"] == (
+        f"stack of thread {_list_thread(t)}, frame #1 hold_list at {frame['file']}:"
+        f"{frame['line']} (the word at {t.int('head_at'):#x}, SP+{root['sp_offset']:#x})"
+    )
     assert _chain(data) == [
         (t.int("head"), 32, 0),
         (t.int("n2"), 32, 0),

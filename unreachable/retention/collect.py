@@ -27,8 +27,9 @@ from unreachable.allocations.registry import Registry
 from unreachable.capture.stop_world import CapturedThread
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping, find_mapping
-from unreachable.process.memory import Memory
+from unreachable.process.memory import Memory, read_anonymous
 from unreachable.retention.data_symbols import DataSymbols, load_data_symbols
+from unreachable.retention.unwind import frame_of, stack_reader, unwind
 from unreachable.roots.classify import RED_ZONE, Roots
 from unreachable.symbolize.elf_file import NotElf, read_elf
 from unreachable.symbolize.frames import Frame, Symbolizer
@@ -44,6 +45,7 @@ FS_BASE = REGISTERS.index("fs_base")
 # glibc's struct pthread above the thread pointer: its pthread_setspecific
 # values are thread-local too (2,304 bytes in glibc 2.36; rounded up).
 THREAD_DESCRIPTOR = 0x1000
+STACK_COPY = 8 << 20  # of each thread's stack, from SP up, kept for unwinding
 HIT = struct.Struct("<QQII")  # native/mark/retention.h struct ur_root_hit
 
 # Root kinds, in order of preference for naming a chain's root.
@@ -114,6 +116,7 @@ class GraphCollector:
         self.stacks: dict[int, tuple[int, ...]] = {}
         self.loaded: list[LoadedObject] = []
         self.mappings: list[Mapping] = []
+        self.stack_copies: dict[int, tuple[int, bytes]] = {}
 
     # -- before the sweep ---------------------------------------------------
 
@@ -124,10 +127,15 @@ class GraphCollector:
         mappings: list[Mapping],
         threads: Sequence[CapturedThread],
         values: Sequence[tuple[str, bytes]],
+        memory: Memory,
     ) -> dict[str, Any]:
-        """_native.sweep's graph-mode arguments: every root word labelled."""
+        """_native.sweep's graph-mode arguments: every root word labelled.
+        For `why`, each thread's stack is copied too, while the target is
+        still stopped (or frozen), to unwind it later."""
         labels = _Labels()
         self.threads = {t.tid: t for t in threads}
+        if self.why_address is not None:
+            self._copy_stacks(mappings, memory)
         specials = _special_intervals(labels, mappings, threads, self.pid, self.root)
         starts = [s for s, _, _ in specials]
         intervals: list[tuple[int, int, int]] = []
@@ -196,6 +204,19 @@ class GraphCollector:
             "why": self.why_address,
             "dominators": self.dominators,
         }
+
+    def _copy_stacks(self, mappings: list[Mapping], memory: Memory) -> None:
+        for t in self.threads.values():
+            lo = _sp(t) - RED_ZONE
+            m = find_mapping(mappings, lo) or find_mapping(mappings, lo + RED_ZONE)
+            if m is None or not m.readable:
+                continue
+            lo = max(lo, m.start)
+            hi = min(m.end, lo + STACK_COPY)
+            try:
+                self.stack_copies[t.tid] = (lo, read_anonymous(memory, lo, hi))
+            except OSError:
+                continue
 
     # -- in the pause (or over the frozen copy), after the sweep ------------
 
@@ -276,9 +297,43 @@ class GraphCollector:
             out["name"] = (
                 f"stack of thread {region.thread} at {hit.where:#x} (SP+{hit.where - sp:#x})"
             )
+            frame = self._frame(region.thread, hit.where)
+            if frame is not None:
+                out["frame"] = frame
+                where = f" at {frame['file']}:{frame['line']}" if frame["file"] else ""
+                fn = frame["function"] or f"{frame['map']}+{frame['rel_pc']:#x}"
+                out["name"] = (
+                    f"stack of thread {region.thread}, frame #{frame['index']} {fn}{where} "
+                    f"(the word at {hit.where:#x}, SP+{hit.where - sp:#x})"
+                )
         else:
             out["name"] = f"{region.name} at {hit.where:#x}"
         return out
+
+    def _frame(self, tid: int, where: int) -> dict[str, Any] | None:
+        """The unwound frame of thread tid that holds the word at where."""
+        copy = self.stack_copies.get(tid)
+        if copy is None:
+            return None
+        t = self.threads[tid]
+        count = min(len(t.regs) // 8, len(REGISTERS))
+        regs = dict(zip(REGISTERS, struct.unpack_from(f"<{count}Q", t.regs), strict=False))
+        frames = unwind(regs, stack_reader(*copy), self.mappings, self.pid, self.root)
+        frame = frame_of(frames, where)
+        if frame is None:
+            return None
+        symbolizer = Symbolizer(self.pid, self.mappings, unloaded=self.loaded)
+        (sym,) = symbolizer.symbolize_pcs([frame.pc])
+        return {
+            "index": frame.index,
+            "pc": frame.pc,
+            "map": sym.map,
+            "rel_pc": sym.rel_pc,
+            "function": sym.function,
+            "file": sym.file,
+            "line": sym.line,
+            "cfa_offset": where - frame.cfa,
+        }
 
     def _value_source(self, index: int) -> tuple[str, int]:
         best = ("", 0)
