@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "radix_sort.h"
 
 struct hits {
   struct ur_root_hit *v;
@@ -363,5 +364,164 @@ out:
   ur_big_free(ret);
   ur_big_free(cnt);
   ur_big_free(padj);
+  return rc;
+}
+
+/* A block's top: the region below the virtual root whose subtree holds it. */
+static int64_t top_of(int64_t d) { return d == UR_IDOM_SHARED ? d : -3 - d; }
+
+void ur_retention_groups_free(struct ur_retention_groups *g) {
+  ur_big_free(g->root_sites);
+  ur_big_free(g->sites);
+  ur_big_free(g->holders);
+  memset(g, 0, sizeof(*g));
+}
+
+/* Tops as small numbers for combined sort keys: SHARED 0, region r r + 1. */
+static uint64_t top_number(int64_t top) { return top == UR_IDOM_SHARED ? 0 : (uint64_t)top + 1; }
+static int64_t top_from_number(uint64_t t) { return t == 0 ? UR_IDOM_SHARED : (int64_t)t - 1; }
+
+int ur_retention_group(const struct ur_walker *w, const int64_t *idom, const uint64_t *retained,
+                       const uint64_t *retained_count, const int64_t *keys,
+                       struct ur_retention_groups *out) {
+  const uint64_t sign = UINT64_C(1) << 63;
+  size_t n = w->n, cap = n ? n : 1;
+  memset(out, 0, sizeof(*out));
+  int64_t *top = ur_big_calloc(cap, sizeof(*top));
+  uint32_t *path = ur_big_calloc(cap, sizeof(*path));
+  uint64_t *sorted = ur_big_calloc(cap, sizeof(*sorted));
+  uint32_t *kid = ur_big_calloc(cap, sizeof(*kid));
+  uint32_t *which = ur_big_calloc(cap, sizeof(*which));
+  uint64_t *first = ur_big_calloc(cap + 1, sizeof(*first));
+  uint64_t *next = ur_big_calloc(cap, sizeof(*next));
+  uint32_t *child = ur_big_calloc(cap, sizeof(*child));
+  uint64_t *stack = ur_big_calloc(2 * cap, sizeof(*stack));
+  uint32_t *active = NULL;
+  int64_t *distinct = NULL;
+  int rc = -ENOMEM;
+  if (!top || !path || !sorted || !kid || !which || !first || !next || !child || !stack) goto out;
+  /* Tops, each chain resolved once. */
+  const int64_t unknown = INT64_MIN;
+  uint64_t max_top = 0;
+  for (size_t i = 0; i < n; i++) top[i] = unknown;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = 0, j = i;
+    while (top[j] == unknown && idom[j] >= 0) {
+      path[len++] = (uint32_t)j;
+      j = (size_t)idom[j];
+    }
+    if (top[j] == unknown)
+      top[j] = idom[j] == UR_IDOM_UNREACHED ? UR_IDOM_UNREACHED : top_of(idom[j]);
+    while (len) top[path[--len]] = top[j];
+    if (top[i] != UR_IDOM_UNREACHED && top_number(top[i]) > max_top) max_top = top_number(top[i]);
+  }
+  /* Sites: the distinct keys of the reachable blocks (radix-sorted with
+   * the sign bit flipped), then each block's. */
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (top[i] != UR_IDOM_UNREACHED) sorted[k++] = (uint64_t)keys[i] ^ sign;
+  if (ur_radix_sort(sorted, NULL, k) < 0) goto out;
+  size_t nk = 0;
+  for (size_t i = 0; i < k; i++)
+    if (!nk || sorted[i] != sorted[nk - 1]) sorted[nk++] = sorted[i];
+  distinct = ur_big_calloc(nk ? nk : 1, sizeof(*distinct));
+  out->sites = ur_big_calloc(nk ? nk : 1, sizeof(*out->sites));
+  active = ur_big_calloc(nk ? nk : 1, sizeof(*active));
+  if (!distinct || !out->sites || !active) goto out;
+  for (size_t s = 0; s < nk; s++) distinct[s] = out->sites[s].key = (int64_t)(sorted[s] ^ sign);
+  out->nsites = nk;
+  /* (top, site) of every reachable block, as one sortable number. */
+  const uint64_t tops = max_top + 1;
+  size_t np = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (top[i] == UR_IDOM_UNREACHED) continue;
+    size_t lo = 0, hi = nk;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (distinct[mid] < keys[i]) lo = mid + 1;
+      else hi = mid;
+    }
+    kid[i] = (uint32_t)lo;
+    out->sites[lo].bytes += ur_walker_size(w, i);
+    out->sites[lo].count++;
+    sorted[np] = top_number(top[i]) * nk + lo;
+    which[np++] = (uint32_t)i;
+  }
+  if (ur_radix_sort(sorted, which, np) < 0) goto out;
+  size_t groups = 0;
+  for (size_t i = 0; i < np; i++) groups += !i || sorted[i] != sorted[i - 1];
+  out->root_sites = ur_big_calloc(groups ? groups : 1, sizeof(*out->root_sites));
+  if (!out->root_sites) goto out;
+  for (size_t i = 0, g = 0; i < np; i++) {
+    if (i && sorted[i] != sorted[i - 1]) g++;
+    struct ur_root_site *r = &out->root_sites[g];
+    r->top = top_from_number(sorted[i] / nk);
+    r->key = distinct[sorted[i] % nk];
+    r->bytes += ur_walker_size(w, which[i]);
+    r->count++;
+  }
+  out->nroot_sites = groups;
+  /* The dominator tree's children, then a walk of it that knows which
+   * sites are on the path from the top: a block with none of its own site
+   * above it heads a subtree its site retains. */
+  for (size_t i = 0; i < n; i++)
+    if (idom[i] >= 0) first[idom[i] + 1]++;
+  for (size_t i = 0; i < n; i++) first[i + 1] += first[i];
+  memcpy(next, first, n * sizeof(*next));
+  for (size_t i = 0; i < n; i++)
+    if (idom[i] >= 0) child[next[idom[i]]++] = (uint32_t)i;
+  np = 0;
+  const uint64_t exit_mark = UINT64_C(1) << 63;
+  for (size_t r = 0; r < n; r++) {
+    if (idom[r] >= 0 || idom[r] == UR_IDOM_UNREACHED) continue;
+    size_t depth = 0;
+    stack[depth++] = r;
+    while (depth) {
+      uint64_t e = stack[--depth];
+      size_t i = (size_t)(e & ~exit_mark);
+      if (e & exit_mark) {
+        active[kid[i]]--;
+        continue;
+      }
+      if (!active[kid[i]]) {
+        struct ur_site_total *s = &out->sites[kid[i]];
+        s->retained_bytes += retained[i];
+        s->retained_count += retained_count[i];
+        sorted[np] = (uint64_t)kid[i] * tops + top_number(top[i]);
+        which[np++] = (uint32_t)i;
+      }
+      active[kid[i]]++;
+      stack[depth++] = i | exit_mark;
+      for (uint64_t c = first[i]; c < first[i + 1]; c++) stack[depth++] = child[c];
+    }
+  }
+  if (ur_radix_sort(sorted, which, np) < 0) goto out;
+  groups = 0;
+  for (size_t i = 0; i < np; i++) groups += !i || sorted[i] != sorted[i - 1];
+  out->holders = ur_big_calloc(groups ? groups : 1, sizeof(*out->holders));
+  if (!out->holders) goto out;
+  for (size_t i = 0, g = 0; i < np; i++) {
+    if (i && sorted[i] != sorted[i - 1]) g++;
+    struct ur_site_holder *h = &out->holders[g];
+    h->key = distinct[sorted[i] / tops];
+    h->top = top_from_number(sorted[i] % tops);
+    h->bytes += retained[which[i]];
+    h->count += retained_count[which[i]];
+  }
+  out->nholders = groups;
+  rc = 0;
+out:
+  ur_big_free(top);
+  ur_big_free(path);
+  ur_big_free(sorted);
+  ur_big_free(kid);
+  ur_big_free(which);
+  ur_big_free(first);
+  ur_big_free(next);
+  ur_big_free(child);
+  ur_big_free(stack);
+  ur_big_free(active);
+  ur_big_free(distinct);
+  if (rc) ur_retention_groups_free(out);
   return rc;
 }

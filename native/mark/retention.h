@@ -67,4 +67,42 @@ int ur_retention_dominators(const struct ur_walker *w, const struct ur_root_hit 
                             uint64_t *retained_count, uint64_t *region_bytes,
                             uint64_t *region_count);
 
+/* The live heap grouped from the dominator tree (ur_retention_dominators'
+ * idom, retained, retained_count per sorted block). A block's site is
+ * keys[i] (its stack id, or any key the caller chose); its top is the
+ * region whose subtree holds it, or UR_IDOM_SHARED. */
+struct ur_root_site { /* shallow bytes of a site's blocks under one top */
+  int64_t top;
+  int64_t key;
+  uint64_t bytes, count;
+};
+struct ur_site_total {
+  int64_t key;
+  uint64_t bytes, count;                   /* its reachable blocks */
+  uint64_t retained_bytes, retained_count; /* the subtrees of those with no block of the site above */
+};
+struct ur_site_holder { /* of those subtrees, what each top holds */
+  int64_t key;
+  int64_t top;
+  uint64_t bytes, count;
+};
+_Static_assert(sizeof(struct ur_root_site) == 32, "wire format");
+_Static_assert(sizeof(struct ur_site_total) == 40, "wire format");
+_Static_assert(sizeof(struct ur_site_holder) == 32, "wire format");
+
+struct ur_retention_groups {
+  struct ur_root_site *root_sites;
+  size_t nroot_sites;
+  struct ur_site_total *sites;
+  size_t nsites;
+  struct ur_site_holder *holders;
+  size_t nholders;
+};
+
+/* Returns 0 or -ENOMEM; free with ur_retention_groups_free. */
+int ur_retention_group(const struct ur_walker *w, const int64_t *idom, const uint64_t *retained,
+                       const uint64_t *retained_count, const int64_t *keys,
+                       struct ur_retention_groups *out);
+void ur_retention_groups_free(struct ur_retention_groups *g);
+
 #endif

@@ -159,6 +159,7 @@ struct graph_answer {
   /* dominators, per sorted block and per region */
   int64_t *idom;
   uint64_t *retained, *retained_count, *region_bytes, *region_count;
+  struct ur_retention_groups groups; /* by root and site (stack id, or -(size + 1)) */
 };
 
 #define GRAPH_EDGES_PER_ALLOC 64
@@ -173,6 +174,7 @@ static void graph_answer_free(struct graph_answer *a) {
   ur_big_free(a->retained_count);
   ur_big_free(a->region_bytes);
   ur_big_free(a->region_count);
+  ur_retention_groups_free(&a->groups);
 }
 
 static int graph_why(struct ur_walker *w, const struct graph_query *q,
@@ -224,9 +226,24 @@ static int graph_why(struct ur_walker *w, const struct graph_query *q,
   return 0;
 }
 
+/* The sites of the tree's blocks: a block's stack id, or without one
+ * (backtraces off) its size, as -(size + 1). */
+static int group_sites(const struct ur_walker *w, const uint32_t *ids, struct graph_answer *a) {
+  int64_t *keys = ur_big_calloc(w->n ? w->n : 1, sizeof(*keys));
+  if (!keys) return -ENOMEM;
+  for (size_t i = 0; i < w->n; i++) {
+    uint32_t id = ids ? ids[w->orig[i]] : 0;
+    keys[i] = id ? (int64_t)id : -1 - (int64_t)ur_walker_size(w, i);
+  }
+  int rc = ur_retention_group(w, a->idom, a->retained, a->retained_count, keys, &a->groups);
+  ur_big_free(keys);
+  return rc;
+}
+
 static void graph_run(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
-                      const uint64_t *values, size_t nvalues, const struct graph_query *q,
-                      const struct ur_sweep_out *res, struct graph_answer *a) {
+                      const uint64_t *values, size_t nvalues, const uint32_t *ids,
+                      const struct graph_query *q, const struct ur_sweep_out *res,
+                      struct graph_answer *a) {
   if (!w->has_graph && w->n) {
     a->rc = -E2BIG;
     return;
@@ -247,12 +264,13 @@ static void graph_run(struct ur_walker *w, const uint64_t *ranges, size_t nrange
       a->rc = ur_retention_dominators(w, a->hits, a->nhits, q->nregion_ids, a->idom,
                                       a->retained, a->retained_count, a->region_bytes,
                                       a->region_count);
+    if (a->rc == 0) a->rc = group_sites(w, ids, a);
   }
 }
 
 /* The answer in the caller's indices (allocs order). */
 static PyObject *graph_result(const struct ur_walker *w, const struct graph_query *q,
-                              const struct graph_answer *a, size_t nallocs) {
+                              const struct graph_answer *a) {
   PyObject *out = PyDict_New();
   if (!out) return NULL;
   PyObject *hits = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(a->nhits * sizeof(*a->hits)));
@@ -293,36 +311,16 @@ static PyObject *graph_result(const struct ur_walker *w, const struct graph_quer
     Py_DECREF(why);
   }
   if (q->dominators) {
-    PyObject *idom = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(nallocs * 8));
-    PyObject *ret = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(nallocs * 8));
-    PyObject *cnt = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(nallocs * 8));
-    PyObject *rb = PyBytes_FromStringAndSize((const char *)a->region_bytes,
-                                             (Py_ssize_t)(q->nregion_ids * 8));
-    PyObject *rcn = PyBytes_FromStringAndSize((const char *)a->region_count,
-                                              (Py_ssize_t)(q->nregion_ids * 8));
-    if (!idom || !ret || !cnt || !rb || !rcn) {
-      Py_XDECREF(idom);
-      Py_XDECREF(ret);
-      Py_XDECREF(cnt);
-      Py_XDECREF(rb);
-      Py_XDECREF(rcn);
-      goto fail;
-    }
-    int64_t *di = (int64_t *)PyBytes_AS_STRING(idom);
-    uint64_t *dr = (uint64_t *)PyBytes_AS_STRING(ret), *dc = (uint64_t *)PyBytes_AS_STRING(cnt);
-    /* Inputs the walker dropped (duplicates, overlaps) are nobody's. */
-    for (size_t i = 0; i < nallocs; i++) {
-      di[i] = UR_IDOM_UNREACHED;
-      dr[i] = dc[i] = 0;
-    }
-    for (size_t i = 0; i < w->n; i++) {
-      int64_t d = a->idom[i];
-      di[w->orig[i]] = d >= 0 ? (int64_t)w->orig[d] : d;
-      dr[w->orig[i]] = a->retained[i];
-      dc[w->orig[i]] = a->retained_count[i];
-    }
-    PyObject *dom = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N}", "idom", idom, "retained", ret,
-                                  "retained_count", cnt, "region_bytes", rb, "region_count", rcn);
+    const struct ur_retention_groups *g = &a->groups;
+    PyObject *dom = Py_BuildValue(
+        "{s:y#,s:y#,s:y#,s:y#,s:y#}", "region_bytes", (const char *)a->region_bytes,
+        (Py_ssize_t)(q->nregion_ids * 8), "region_count", (const char *)a->region_count,
+        (Py_ssize_t)(q->nregion_ids * 8), "root_sites",
+        g->root_sites ? (const char *)g->root_sites : "",
+        (Py_ssize_t)(g->nroot_sites * sizeof(*g->root_sites)), "sites",
+        g->sites ? (const char *)g->sites : "", (Py_ssize_t)(g->nsites * sizeof(*g->sites)),
+        "holders", g->holders ? (const char *)g->holders : "",
+        (Py_ssize_t)(g->nholders * sizeof(*g->holders)));
     if (!dom || PyDict_SetItemString(out, "dominators", dom)) {
       Py_XDECREF(dom);
       goto fail;
@@ -477,7 +475,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
   for (unsigned k = 1; k < team_size; k++) mem->mem.pages_skipped += views[k].mem.pages_skipped;
   if (rc == -ENOMEM && mem->frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
-  if (rc == 0 && gq.on) graph_run(&w, ranges, in.nranges, values, in.nvalues, &gq, &res, &ga);
+  if (rc == 0 && gq.on) graph_run(&w, ranges, in.nranges, values, in.nvalues, ids, &gq, &res, &ga);
   Py_END_ALLOW_THREADS
   if (rc == 0 && gq.on && ga.rc) {
     ur_py_raise(ga.rc, ga.rc == -E2BIG ? "the heap's reference graph has too many edges to keep"
@@ -496,7 +494,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         "bytes_read", (unsigned long long)mem->bytes_loaded, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
         "released_early", released ? Py_True : Py_False, "mark_threads", w.marked_by);
-    PyObject *graph = result && gq.on ? graph_result(&w, &gq, &ga, nallocs) : NULL;
+    PyObject *graph = result && gq.on ? graph_result(&w, &gq, &ga) : NULL;
     if (result && gq.on && (!graph || PyDict_SetItemString(result, "graph", graph))) Py_CLEAR(result);
     Py_XDECREF(graph);
   } else if (!opened && rc != -ENOMEM) {

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 from array import array
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +25,7 @@ from unreachable.retention.collect import GraphCollector, RootRegion
 from unreachable.scan import ScanOptions, scan
 from unreachable.symbolize.frames import Frame, frame_to_dict
 
-UNREACHED, SHARED = -1, -2
+SHARED = -2  # a block several root regions reach, none alone
 SITES_PER_ROOT = 3
 HOLDERS_PER_SITE = 3
 TEXT_FRAMES = 4
@@ -48,87 +49,37 @@ def _matches(frames: list[Frame], rule: re.Pattern[str]) -> bool:
     return any(rule.search(text) for f in frames for text in (f.function, f.map, f.file) if text)
 
 
-def _tops(idom: array) -> list[int]:
-    """Per block: the root region whose subtree holds it, SHARED, or UNREACHED."""
-    n = len(idom)
-    top = [UNREACHED - 1] * n  # unknown
-    for i in range(n):
-        path = []
-        j = i
-        while top[j] == UNREACHED - 1 and idom[j] >= 0:
-            path.append(j)
-            j = idom[j]
-        if top[j] == UNREACHED - 1:
-            d = idom[j]
-            top[j] = d if d in (UNREACHED, SHARED) else -3 - d
-        for k in path:
-            top[k] = top[j]
-    return top
+ROOT_SITE = struct.Struct("<qqQQ")  # native/mark/retention.h struct ur_root_site
+SITE_TOTAL = struct.Struct("<qQQQQ")  # struct ur_site_total
+SITE_HOLDER = struct.Struct("<qqQQ")  # struct ur_site_holder
 
 
 def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -> dict[str, Any]:
     tree = c.tree or {}
-    idom = array("q", tree.get("idom", b""))
-    retained = array("Q", tree.get("retained", b""))
     region_bytes = array("Q", tree.get("region_bytes", b""))
     region_count = array("Q", tree.get("region_count", b""))
-    n = len(idom)
-    sizes = [c.allocs[2 * i + 1] for i in range(n)]
-    stack_ids = list(c.stack_ids) if len(c.stack_ids) == n else [0] * n
-    keys = [stack_ids[i] if stack_ids[i] else -1 - sizes[i] for i in range(n)]
-    top = _tops(idom)
+    root_sites = list(ROOT_SITE.iter_unpack(tree.get("root_sites", b"")))
+    totals = list(SITE_TOTAL.iter_unpack(tree.get("sites", b"")))
+    holders = list(SITE_HOLDER.iter_unpack(tree.get("holders", b"")))
     frames = c.frames()
     rule = site_matcher(site) if site else None
 
     def wanted(key: int) -> bool:
         return rule is None or (key > 0 and _matches(frames.get(key, []), rule))
 
-    own: Counter[int] = Counter()
-    own_count: Counter[int] = Counter()
-    per_root: dict[int, Counter[int]] = defaultdict(Counter)
-    per_root_count: dict[int, Counter[int]] = defaultdict(Counter)
+    per_root: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
     shared_bytes = shared_count = reachable_bytes = reachable_count = 0
-    children: dict[int, list[int]] = defaultdict(list)
-    starts: list[int] = []
-    for i in range(n):
-        t = top[i]
-        if t == UNREACHED:
-            continue
-        reachable_bytes += sizes[i]
-        reachable_count += 1
-        own[keys[i]] += sizes[i]
-        own_count[keys[i]] += 1
-        if t == SHARED:
-            shared_bytes += sizes[i]
-            shared_count += 1
+    for top, key, nbytes, count in root_sites:
+        reachable_bytes += nbytes
+        reachable_count += count
+        if top == SHARED:
+            shared_bytes += nbytes
+            shared_count += count
         else:
-            per_root[t][keys[i]] += sizes[i]
-            per_root_count[t][keys[i]] += 1
-        if idom[i] >= 0:
-            children[idom[i]].append(i)
-        else:
-            starts.append(i)
-    # A site's retained bytes: its blocks with no block of the site above them.
-    site_bytes: Counter[int] = Counter()
-    site_count: Counter[int] = Counter()
-    held_by: dict[int, Counter[int]] = defaultdict(Counter)
-    active: Counter[int] = Counter()
-    counts = array("Q", tree.get("retained_count", b""))
-    for start in starts:
-        todo = [(start, True)]
-        while todo:
-            i, entering = todo.pop()
-            key = keys[i]
-            if not entering:
-                active[key] -= 1
-                continue
-            if not active[key]:
-                site_bytes[key] += retained[i]
-                site_count[key] += counts[i]
-                held_by[key][top[i]] += retained[i]
-            active[key] += 1
-            todo.append((i, False))
-            todo.extend((k, True) for k in children.get(i, ()))
+            per_root[top][key] = (nbytes, count)
+    held_by: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for key, top, nbytes, _count in holders:
+        held_by[key].append((top, nbytes))
 
     def site_entry(key: int, nbytes: int, count: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"bytes": nbytes, "count": count}
@@ -144,31 +95,34 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
         r = region.id
         if not region_count[r]:
             continue
-        mine = {k: b for k, b in per_root[r].items() if wanted(k)}
+        mine = {k: v for k, v in per_root[r].items() if wanted(k)}
         if rule is not None and not mine:
             continue
         entry = _region_dict(region)
         entry["retained_bytes"] = region_bytes[r]
         entry["retained_count"] = region_count[r]
         if rule is not None:
-            entry["site_bytes"] = sum(mine.values())
-            entry["site_count"] = sum(per_root_count[r][k] for k in mine)
-        best = sorted(mine.items(), key=lambda kv: (-kv[1], kv[0]))[:SITES_PER_ROOT]
-        entry["sites"] = [site_entry(k, b, per_root_count[r][k]) for k, b in best]
+            entry["site_bytes"] = sum(b for b, _ in mine.values())
+            entry["site_count"] = sum(n for _, n in mine.values())
+        best = sorted(mine.items(), key=lambda kv: (-kv[1][0], kv[0]))[:SITES_PER_ROOT]
+        entry["sites"] = [site_entry(k, b, n) for k, (b, n) in best]
         roots.append(entry)
     weight = "site_bytes" if rule is not None else "retained_bytes"
     roots.sort(key=lambda e: (-e[weight], e["name"]))
     sites = []
-    for key in sorted((k for k in site_bytes if wanted(k)), key=lambda k: (-site_bytes[k], k)):
-        entry = site_entry(key, own[key], own_count[key])
-        entry["retained_bytes"] = site_bytes[key]
-        entry["retained_count"] = site_count[key]
-        holders = sorted(held_by[key].items(), key=lambda kv: (-kv[1], kv[0]))[:HOLDERS_PER_SITE]
+    for key, nbytes, count, kept, kept_count in sorted(totals, key=lambda t: (-t[3], t[0])):
+        if not wanted(key):
+            continue
+        entry = site_entry(key, nbytes, count)
+        entry["retained_bytes"] = kept
+        entry["retained_count"] = kept_count
+        top = sorted(held_by[key], key=lambda tb: (-tb[1], tb[0]))[:HOLDERS_PER_SITE]
         entry["held_by"] = [
-            {"root": c.regions[t].name if t >= 0 else "several roots", "bytes": b}
-            for t, b in holders
+            {"root": c.regions[t].name if t >= 0 else "several roots", "bytes": b} for t, b in top
         ]
         sites.append(entry)
+        if len(sites) == limit:
+            break
     return {
         "pid": report.pid,
         "command": report.command,
@@ -182,7 +136,7 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
         "shared_bytes": shared_bytes,
         "site_filter": site,
         "roots": roots[:limit],
-        "sites": sites[:limit],
+        "sites": sites,
     }
 
 
