@@ -198,7 +198,7 @@ def test_cli_why_and_retainers(target):
     assert len(data["roots"]) == 2 and data["roots"][0]["name"] == f"g_cache in {_exe(t)}"
     res = _cli("retainers", str(t.pid), "--site", "make_list")
     assert res.returncode == 0, res.stderr
-    assert f"128 bytes in 4 blocks  stack: stack of thread {_list_thread(t)}" in res.stdout
+    assert f"128 bytes in 4 blocks (of 128)  stack: stack of thread {_list_thread(t)}" in res.stdout
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(target):

@@ -75,8 +75,7 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
         if top == SHARED:
             shared_bytes += nbytes
             shared_count += count
-        else:
-            per_root[top][key] = (nbytes, count)
+        per_root[top][key] = (nbytes, count)
     held_by: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for key, top, nbytes, _count in holders:
         held_by[key].append((top, nbytes))
@@ -101,6 +100,18 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
         entry = _region_dict(region)
         entry["retained_bytes"] = region_bytes[r]
         entry["retained_count"] = region_count[r]
+        if rule is not None:
+            entry["site_bytes"] = sum(b for b, _ in mine.values())
+            entry["site_count"] = sum(n for _, n in mine.values())
+        best = sorted(mine.items(), key=lambda kv: (-kv[1][0], kv[0]))[:SITES_PER_ROOT]
+        entry["sites"] = [site_entry(k, b, n) for k, (b, n) in best]
+        roots.append(entry)
+    # What several regions reach and none retains alone, as one pseudo-root.
+    mine = {k: v for k, v in per_root[SHARED].items() if wanted(k)}
+    if mine:
+        entry = {"kind": "shared", "name": "several roots, none alone"}
+        entry["retained_bytes"] = shared_bytes
+        entry["retained_count"] = shared_count
         if rule is not None:
             entry["site_bytes"] = sum(b for b, _ in mine.values())
             entry["site_count"] = sum(n for _, n in mine.values())
@@ -155,12 +166,18 @@ def format_json(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
+def _frame_name(f: dict[str, Any]) -> str:
+    return f"{f['function']}+{f['offset']}" if f["function"] else f"{f['map']}+{f['rel_pc']:#x}"
+
+
 def _site_line(entry: dict[str, Any]) -> str:
-    if not entry["backtrace"]:
+    """The site in one line: its first two frames (the first is often an
+    allocation wrapper), the first one's source line."""
+    frames = entry["backtrace"]
+    if not frames:
         return f"blocks of {entry['size']} bytes (no backtrace)"
-    f = entry["backtrace"][0]
-    where = f"{f['function']}+{f['offset']}" if f["function"] else f"{f['map']}+{f['rel_pc']:#x}"
-    return where + (f" {f['file']}:{f['line']}" if f["file"] else "")
+    line = " < ".join(_frame_name(f) for f in frames[:2])
+    return line + (f" {frames[0]['file']}:{frames[0]['line']}" if frames[0]["file"] else "")
 
 
 def _amount(nbytes: int, count: int) -> str:
@@ -180,6 +197,8 @@ def format_text(data: dict[str, Any]) -> str:
     lines += ["", "Retained by root:"]
     for r in data["roots"]:
         amount = _amount(r["retained_bytes"], r["retained_count"])
+        if "site_bytes" in r:
+            amount = f"{_amount(r['site_bytes'], r['site_count'])} (of {r['retained_bytes']})"
         lines.append(f"{amount}  {r['kind']}: {r['name']}")
         for s in r["sites"]:
             lines.append(f"      {_amount(s['bytes'], s['count'])} from {_site_line(s)}")
