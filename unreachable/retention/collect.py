@@ -17,14 +17,16 @@ slot or a register that happens to hold it too.
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from unreachable.allocations.registry import Registry
 from unreachable.capture.stop_world import CapturedThread
+from unreachable.errors import ScannerOutOfMemory, TargetUnscannable
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.process.memory import Memory, read_anonymous
@@ -35,6 +37,10 @@ from unreachable.symbolize.elf_file import NotElf, read_elf
 from unreachable.symbolize.frames import Frame, Symbolizer
 from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
+
+if TYPE_CHECKING:
+    from unreachable.report.model import ScanReport
+    from unreachable.scan import ScanOptions
 
 # user_regs_struct, in NT_PRSTATUS order
 REGISTERS = (
@@ -94,6 +100,28 @@ class _Labels:
             self.keys[key] = len(self.regions)
             self.regions.append(make)
         return self.keys[key]
+
+
+def graph_scan(pid: int, options: ScanOptions | None, collector: GraphCollector) -> ScanReport:
+    """A scan that hands its reference graph to collector. The graph is
+    kept whole here (GRAPH_EDGES_PER_ALLOC in native/scanner/sweep.c: 64 edges per
+    block on average); a heap denser in pointers, or one whose graph does
+    not fit in memory, is a one-line error."""
+    from unreachable.scan import ScanOptions, scan
+
+    try:
+        return scan(pid, replace(options or ScanOptions(), sweep="scanner"), graph=collector)
+    except MemoryError:
+        raise ScannerOutOfMemory(
+            "the heap's reference graph does not fit in this process's memory"
+        ) from None
+    except OSError as e:
+        if e.errno == errno.E2BIG:
+            raise TargetUnscannable(
+                "the heap holds more pointers than the reference graph keeps "
+                "(64 per block on average)"
+            ) from None
+        raise
 
 
 class GraphCollector:

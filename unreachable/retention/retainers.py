@@ -16,13 +16,12 @@ import re
 import struct
 from array import array
 from collections import defaultdict
-from dataclasses import replace
 from typing import Any
 
 from unreachable.report.model import ScanReport
 from unreachable.report.text import format_frame
-from unreachable.retention.collect import GraphCollector, RootRegion
-from unreachable.scan import ScanOptions, scan
+from unreachable.retention.collect import GraphCollector, RootRegion, graph_scan
+from unreachable.scan import ScanOptions
 from unreachable.symbolize.frames import Frame, frame_to_dict
 
 SHARED = -2  # a block several root regions reach, none alone
@@ -35,7 +34,7 @@ def retainers(
     pid: int, options: ScanOptions | None = None, site: str | None = None, limit: int = 10
 ) -> dict[str, Any]:
     collector = GraphCollector(pid, dominators=True)
-    report = scan(pid, replace(options or ScanOptions(), sweep="scanner"), graph=collector)
+    report = graph_scan(pid, options, collector)
     return build(collector, report, site, limit)
 
 

@@ -5,14 +5,13 @@ and as text."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from unreachable.errors import InvalidArgument
 from unreachable.report.model import ScanReport
 from unreachable.report.text import format_frame
-from unreachable.retention.collect import GraphCollector
-from unreachable.scan import ScanOptions, scan
+from unreachable.retention.collect import GraphCollector, graph_scan
+from unreachable.scan import ScanOptions
 from unreachable.symbolize.frames import Frame, frame_to_dict
 
 TEXT_FRAMES = 4  # frames of each block's allocation site in the text report
@@ -21,7 +20,7 @@ TEXT_FRAMES = 4  # frames of each block's allocation site in the text report
 def why(pid: int, address: int, options: ScanOptions | None = None) -> dict[str, Any]:
     """The report; InvalidArgument when ADDRESS lies in no live block."""
     collector = GraphCollector(pid, why=address)
-    report = scan(pid, replace(options or ScanOptions(), sweep="scanner"), graph=collector)
+    report = graph_scan(pid, options, collector)
     return build(collector, report, address)
 
 
