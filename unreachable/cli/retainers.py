@@ -6,7 +6,7 @@ import argparse
 
 from unreachable.cli.output import write_output
 from unreachable.cli.scan import _limit, _pid
-from unreachable.cli.why import add_snapshot_option
+from unreachable.cli.why import add_common_options, report
 from unreachable.errors import EXIT_NO_LEAKS, InvalidArgument
 from unreachable.scan import ScanOptions
 
@@ -36,9 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="list the N largest roots and sites (default 10)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON (docs/report-schema.md)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    add_snapshot_option(p)
+    add_common_options(p)
     p.set_defaults(handler=handle)
 
 
@@ -47,7 +45,17 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.site is not None and not args.site.strip("*"):
         raise InvalidArgument("--site needs a pattern with something besides '*'")
-    options = ScanOptions(snapshot=args.snapshot, sweep="scanner")
-    data = retainers(args.pid, options, args.site, args.limit)
+    from unreachable.rpc.convert import SNAPSHOT_ENUM
+    from unreachable.v1 import unreachable_pb2 as pb
+
+    request = pb.RetainersRequest(
+        pid=args.pid, limit=args.limit, snapshot=SNAPSHOT_ENUM[args.snapshot]
+    )
+    if args.site is not None:
+        request.site = args.site
+    options = ScanOptions(snapshot=args.snapshot)
+    data = report(
+        args, lambda: retainers(args.pid, options, args.site, args.limit), "Retainers", request
+    )
     write_output(format_json(data) if args.json else format_text(data), args.output)
     return EXIT_NO_LEAKS

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
 
 from unreachable.cli.output import write_output
 from unreachable.cli.scan import _pid
-from unreachable.errors import EXIT_NO_LEAKS
+from unreachable.errors import EXIT_NO_LEAKS, ScanError
+from unreachable.rpc.options import add_remote_options
 from unreachable.scan import ScanOptions
 
 SNAPSHOTS = ("auto", "fork", "copy", "stopped")
@@ -24,14 +29,41 @@ def address(text: str) -> int:
     return value
 
 
-def add_snapshot_option(p: argparse.ArgumentParser) -> None:
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON (docs/report-schema.md)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument(
         "--snapshot",
         choices=SNAPSHOTS,
         default="auto",
-        help="how to capture the target, as for scan (the graph is always read from "
-        "this process, never swept inside a snapshot child)",
+        help="how to capture the target, as for scan (the graph is always read by the "
+        "scanner, never swept inside a snapshot child)",
     )
+    p.add_argument("--progress-json", action="store_true", help=argparse.SUPPRESS)
+    add_remote_options(p)
+
+
+def report(args: argparse.Namespace, local: Callable[[], dict[str, Any]], rpc: str,
+           request: object) -> dict[str, Any]:  # fmt: skip
+    """The report, made here or asked of the daemon (--remote). Under
+    unreachabled (--progress-json) an error also goes to stderr as JSON."""
+    if args.remote:
+        import grpc
+
+        from unreachable.rpc.client import open_channel, rpc_error, stub
+
+        with open_channel(args) as channel:
+            try:
+                reply = getattr(stub(channel), rpc)(request, timeout=args.timeout)
+            except grpc.RpcError as e:
+                raise rpc_error(e, args.remote) from None
+        return json.loads(reply.json)
+    try:
+        return local()
+    except ScanError as e:
+        if args.progress_json:
+            sys.stderr.write(json.dumps({"error": e.grpc_status, "message": str(e)}) + "\n")
+        raise
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,15 +85,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=address,
         help="an address inside the allocation, hexadecimal (0x optional, as reports print it)",
     )
-    p.add_argument("--json", action="store_true", help="print JSON (docs/report-schema.md)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    add_snapshot_option(p)
+    add_common_options(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from unreachable.retention.why import format_json, format_text, why
+    from unreachable.rpc.convert import SNAPSHOT_ENUM
+    from unreachable.v1 import unreachable_pb2 as pb
 
-    data = why(args.pid, args.address, ScanOptions(snapshot=args.snapshot, sweep="scanner"))
+    request = pb.WhyRequest(
+        pid=args.pid, address=args.address, snapshot=SNAPSHOT_ENUM[args.snapshot]
+    )
+    data = report(
+        args,
+        lambda: why(args.pid, args.address, ScanOptions(snapshot=args.snapshot)),
+        "Why",
+        request,
+    )
     write_output(format_json(data) if args.json else format_text(data), args.output)
     return EXIT_NO_LEAKS
