@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.targets import Target, wait_for_helper
+from tests.support.targets import Target
+from tests.support.tracking import copy_unsupported
 from unreachable.errors import InvalidArgument
 from unreachable.retention.retainers import retainers
 from unreachable.retention.why import why
@@ -31,11 +32,7 @@ def _exe(t: Target) -> str:
 
 
 def _list_thread(t: Target) -> int:
-    """The thread holding the list: neither the main thread nor the shim's helper."""
-    others = {int(tid) for tid in os.listdir(f"/proc/{t.pid}/task")}
-    others -= {t.pid, wait_for_helper(t.pid)}
-    assert len(others) == 1, others
-    return others.pop()
+    return t.int("list_tid")
 
 
 def _chain(data: dict) -> list[tuple[int, int, int | None]]:
@@ -46,10 +43,20 @@ def _functions(block: dict) -> list[str]:
     return [f["function"] for f in block["backtrace"]]
 
 
-@pytest.mark.parametrize("snapshot", ["fork", "stopped"])
+@pytest.mark.parametrize(
+    "snapshot",
+    [
+        "fork",
+        "stopped",
+        pytest.param(
+            "copy", marks=pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
+        ),
+    ],
+)
 def test_why_a_cache_entry_names_the_global_and_each_offset(target, snapshot):
     t = target
     data = why(t.pid, t.int("c3_value"), ScanOptions(snapshot=snapshot))
+    assert data["snapshot"] == snapshot
     assert data["reachable"] is True
     root = data["root"]
     assert (root["kind"], root["symbol"], root["offset"], root["object"]) == (
@@ -113,6 +120,29 @@ def test_why_a_list_names_the_thread_stack_slot_of_its_head(target):
     assert _functions(data["chain"][0])[:2] == ["make_list", "hold_list"]
 
 
+def test_why_a_thread_local_names_the_variable(target):
+    t = target
+    data = why(t.pid, t.int("tls"))
+    root = data["root"]
+    assert (root["kind"], root["thread"], root["value"]) == ("tls", t.int("list_tid"), t.int("tls"))
+    assert root["name"] == f"TLS of thread {t.int('list_tid')}: tls_slot+0x0 in {_exe(t)}"
+    assert _chain(data) == [(t.int("tls"), 56, None)]
+
+
+def test_why_a_register_names_it(target):
+    t = target
+    data = why(t.pid, t.int("reg"))
+    root = data["root"]
+    assert (root["kind"], root["thread"], root["value"]) == (
+        "registers",
+        t.int("reg_tid"),
+        t.int("reg"),
+    )
+    assert root["name"] == f"register r12 of thread {t.int('reg_tid')}"
+    assert "address" not in root
+    assert _chain(data) == [(t.int("reg"), 88, None)]
+
+
 def test_why_a_connection_names_the_epoll_registration(target):
     t = target
     data = why(t.pid, t.int("buf"))
@@ -151,6 +181,13 @@ def test_retainers_exact_sizes_per_root_and_site(target):
     assert (stack["kind"], stack["retained_bytes"], stack["retained_count"]) == ("stack", 128, 4)
     epoll = roots["epoll data (held by the kernel)"]
     assert (epoll["kind"], epoll["retained_bytes"], epoll["retained_count"]) == ("kernel", 264, 2)
+    regs = roots[f"registers of thread {t.int('reg_tid')}"]
+    assert (regs["kind"], regs["retained_bytes"], regs["retained_count"]) == ("registers", 88, 1)
+    # The thread's TLS also holds what glibc allocated for it (its DTV).
+    tls = roots[f"TLS of thread {t.int('list_tid')}"]
+    assert ("keep_in_tls", 56, 1) in [
+        (s["backtrace"][0]["function"], s["bytes"], s["count"]) for s in tls["sites"]
+    ]
     # The cache's sites: 4 entries of 40 bytes, 4 values of 100.
     assert sorted((s["bytes"], s["count"]) for s in cache["sites"]) == [(160, 4), (400, 4)]
     sites = {

@@ -7,7 +7,10 @@
  *     thread's function: that thread's stack retains 4 blocks, 128 bytes;
  *   - a 64-byte connection owning a 200-byte buffer at offset 8, kept only
  *     by an epoll registration's data: 2 blocks, 264 bytes;
- *   - a leaked pair: a 48-byte block pointing at another at offset 16.
+ *   - a leaked pair: a 48-byte block pointing at another at offset 16;
+ *   - a 56-byte block kept only by a thread-local variable (tls_slot) of
+ *     the list's thread, and an 88-byte one only by register r12 of a
+ *     thread blocked in pause().
  * The READY line gives each block's address; nothing else keeps a pointer
  * to them (addresses travel as text). */
 #include <pthread.h>
@@ -52,15 +55,28 @@ __attribute__((noinline)) static struct node *make_list(int n) {
   return head;
 }
 
-static char list_text[256];
+__thread void *tls_slot; /* not static: a store the compiler cannot drop */
+static char list_text[256], reg_text[64];
 static int list_ready[2];
+
+__attribute__((noinline)) static void keep_in_tls(void) {
+  tls_slot = malloc(56);
+  memset(tls_slot, 0, 56);
+}
+
+/* Its frame, with the copies of the pointers it formats, is dead once it
+ * returns: only hold_list's `head` keeps the list. */
+__attribute__((noinline)) static void describe_list(struct node *volatile *at) {
+  struct node *n = *at;
+  snprintf(list_text, sizeof list_text, "head=%p n2=%p n3=%p n4=%p head_at=%p tls=%p list_tid=%d",
+           (void *)n, (void *)n->next, (void *)n->next->next, (void *)n->next->next->next,
+           (void *)at, tls_slot, gettid());
+}
 
 __attribute__((noinline)) static void hold_list(void) {
   struct node *volatile head = make_list(4);
-  struct node *n = head;
-  snprintf(list_text, sizeof list_text, "head=%p n2=%p n3=%p n4=%p head_at=%p", (void *)n,
-           (void *)n->next, (void *)n->next->next, (void *)n->next->next->next, (void *)&head);
-  n = NULL;
+  keep_in_tls();
+  describe_list(&head);
   wipe();
   if (write(list_ready[1], "x", 1) != 1) exit(1);
   for (;;) pause();
@@ -69,6 +85,23 @@ __attribute__((noinline)) static void hold_list(void) {
 static void *list_thread(void *arg) {
   (void)arg;
   hold_list();
+  return NULL;
+}
+
+static int reg_ready[2];
+
+/* The block's only pointer stays in r12 while the thread sleeps in the
+ * pause system call (the kernel keeps a thread's registers as they were). */
+static void *reg_thread(void *arg) {
+  (void)arg;
+  void *p = malloc(88);
+  memset(p, 0, 88);
+  snprintf(reg_text, sizeof reg_text, "reg=%p reg_tid=%d", p, gettid());
+  register void *r12 __asm__("r12") = p;
+  p = NULL;
+  wipe();
+  if (write(reg_ready[1], "x", 1) != 1) exit(1);
+  for (;;) __asm__ volatile("mov $34, %%eax\n syscall" : "+r"(r12) : : "rax", "rcx", "r11", "memory");
   return NULL;
 }
 
@@ -124,8 +157,10 @@ int main(void) {
   if (pthread_create(&t, NULL, list_thread, NULL) != 0) exit(1);
   char c;
   if (read(list_ready[0], &c, 1) != 1) exit(1);
+  if (pipe(reg_ready) != 0 || pthread_create(&t, NULL, reg_thread, NULL) != 0) exit(1);
+  if (read(reg_ready[0], &c, 1) != 1) exit(1);
   wipe();
-  ready("%s %s %s %s", cache_text, list_text, conn_text, leak_text);
+  ready("%s %s %s %s %s", cache_text, list_text, conn_text, leak_text, reg_text);
   wait_for_test();
   return 0;
 }
