@@ -214,6 +214,8 @@ def test_retainers_site_pattern_keeps_the_matching_sites_and_their_roots(target)
     assert (data["roots"][0]["site_bytes"], data["roots"][0]["site_count"]) == (560, 8)
     assert {s["backtrace"][0]["function"] for s in data["sites"]} == {"cache_put"}
     assert retainers(t.pid, site="no_such_function")["roots"] == []
+    nothing = retainers(t.pid, limit=0)
+    assert (nothing["roots"], nothing["sites"]) == ([], [])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -121,6 +121,8 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
     roots.sort(key=lambda e: (-e[weight], e["name"]))
     sites = []
     for key, nbytes, count, kept, kept_count in sorted(totals, key=lambda t: (-t[3], t[0])):
+        if len(sites) >= limit:
+            break
         if not wanted(key):
             continue
         entry = site_entry(key, nbytes, count)
@@ -131,8 +133,6 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
             {"root": c.regions[t].name if t >= 0 else "several roots", "bytes": b} for t, b in top
         ]
         sites.append(entry)
-        if len(sites) == limit:
-            break
     return {
         "pid": report.pid,
         "command": report.command,
