@@ -332,6 +332,7 @@ def _scan(
                             ("kept out of fork", kept),
                         ],
                         memory,
+                        held,
                     )
                     if graph
                     else None,

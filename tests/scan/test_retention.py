@@ -148,7 +148,10 @@ def test_why_a_connection_names_the_epoll_registration(target):
     data = why(t.pid, t.int("buf"))
     root = data["root"]
     assert (root["kind"], root["value"]) == ("kernel", t.int("conn"))
-    assert root["name"] == "epoll data (held by the kernel)"
+    assert (root["fd"], root["epoll_fd"]) == (t.int("conn_fd"), t.int("epoll_fd"))
+    assert root["name"] == (
+        f"epoll data of fd {t.int('conn_fd')} in epoll fd {t.int('epoll_fd')} (held by the kernel)"
+    )
     assert "address" not in root
     assert _chain(data) == [(t.int("conn"), 64, 8), (t.int("buf"), 200, None)]
 
@@ -226,7 +229,10 @@ def test_cli_why_and_retainers(target):
     t = target
     res = _cli("why", str(t.pid), t.info["buf"].removeprefix("0x"))
     assert res.returncode == 0, res.stderr
-    assert "root  kernel: epoll data (held by the kernel)" in res.stdout
+    assert (
+        f"root  kernel: epoll data of fd {t.int('conn_fd')} in epoll fd {t.int('epoll_fd')} "
+        f"(held by the kernel) (holds {t.int('conn'):#x})"
+    ) in res.stdout
     assert f"#0  64 bytes at {t.int('conn'):#x}: +0x8 -> {t.int('buf'):#x}" in res.stdout
     res = _cli("why", str(t.pid), t.info["leaked"], "--json")
     assert res.returncode == 0, res.stderr

@@ -19,12 +19,14 @@ from __future__ import annotations
 import bisect
 import errno
 import os
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from unreachable.allocations.registry import Registry
+from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread
 from unreachable.errors import ScannerOutOfMemory, TargetUnscannable
 from unreachable.process.mapped_file import file_for
@@ -145,6 +147,7 @@ class GraphCollector:
         self.loaded: list[LoadedObject] = []
         self.mappings: list[Mapping] = []
         self.stack_copies: dict[int, tuple[int, bytes]] = {}
+        self.epoll_owners: dict[int, list[tuple[int, int]]] = {}  # data -> (epoll fd, fd)
 
     # -- before the sweep ---------------------------------------------------
 
@@ -156,6 +159,7 @@ class GraphCollector:
         threads: Sequence[CapturedThread],
         values: Sequence[tuple[str, bytes]],
         memory: Memory,
+        kernel_held: KernelHeld | None = None,
     ) -> dict[str, Any]:
         """_native.sweep's graph-mode arguments: every root word labelled.
         For `why`, each thread's stack is copied too, while the target is
@@ -164,6 +168,8 @@ class GraphCollector:
         self.threads = {t.tid: t for t in threads}
         if self.why_address is not None:
             self._copy_stacks(mappings, memory)
+            if kernel_held is not None:
+                self.epoll_owners = _epoll_owners(kernel_held)
         specials = _special_intervals(labels, mappings, threads, self.pid, self.root)
         starts = [s for s, _, _ in specials]
         intervals: list[tuple[int, int, int]] = []
@@ -306,6 +312,11 @@ class GraphCollector:
         ):
             source, first = self._value_source(hit.where)
             out["name"] = _value_name(source, hit.where - first)
+            owners = self.epoll_owners.get(hit.value, []) if source == "epoll data" else []
+            if owners:
+                epfd, fd = owners[0]
+                out["epoll_fd"], out["fd"] = epfd, fd
+                out["name"] = f"epoll data of fd {fd} in epoll fd {epfd} (held by the kernel)"
             return out
         out["address"] = hit.where
         if region.kind == "global":
@@ -386,6 +397,22 @@ class GraphCollector:
                         f"TLS of thread {region.thread}: {hit[0]}+{hit[1]:#x} in {_exe(self.pid)}"
                     )
         return f"TLS of thread {region.thread}: thread pointer-{tp - where:#x}"
+
+
+_REGISTRATION = re.compile(rb"^tfd:\s*(\d+)\s.*\sdata:\s*([0-9a-f]+)", re.MULTILINE)
+
+
+def _epoll_owners(held: KernelHeld) -> dict[int, list[tuple[int, int]]]:
+    """Each epoll registration's data -> (epoll fd, registered fd), from
+    the fdinfo read in the pause (or before it, for many registrations)."""
+    texts = held.in_pause if held.in_pause is not None else held.before
+    out: dict[int, list[tuple[int, int]]] = {}
+    if len(texts) != len(held.fds):  # a descriptor closed meanwhile: no way to pair them
+        return out
+    for epfd, text in zip(held.fds, texts, strict=True):
+        for fd, data in _REGISTRATION.findall(text):
+            out.setdefault(int(data, 16), []).append((epfd, int(fd)))
+    return out
 
 
 def _fs_root(pid: int) -> str:

@@ -120,7 +120,8 @@ __attribute__((noinline)) static void watch(int ep, char *text, size_t len) {
   memset(c->buf, 0, 200);
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
   if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) exit(1);
-  snprintf(text, len, "conn=%p buf=%p", (void *)c, (void *)c->buf);
+  snprintf(text, len, "conn=%p buf=%p conn_fd=%d epoll_fd=%d", (void *)c, (void *)c->buf, c->fd,
+           ep);
   memset(&ev, 0, sizeof ev);
   KEEP(&ev);
 }
