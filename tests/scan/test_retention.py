@@ -256,3 +256,16 @@ def test_cli_bad_input_is_one_line_and_exit_2(target):
     assert res.returncode == 2 and "not a hexadecimal address" in res.stderr
     res = _cli("retainers", str(target.pid), "--site", "*")
     assert res.returncode == 2 and res.stderr.count("\n") == 1
+
+
+def test_retainers_without_backtraces_groups_blocks_by_size(targets):
+    t = targets.start(PROGRAM)
+    data = retainers(t.pid, limit=100)
+    stack = _by_name(data["roots"])[f"stack of thread {t.int('list_tid')}"]
+    assert stack["sites"] == [{"bytes": 128, "count": 4, "backtrace": [], "size": 32}]
+    cache = _by_name(data["roots"])[f"g_cache in {_exe(t)}"]
+    assert (cache["retained_bytes"], cache["retained_count"]) == (560, 8)
+    assert sorted((s["size"], s["bytes"]) for s in cache["sites"]) == [(40, 160), (100, 400)]
+    res = _cli("retainers", str(t.pid))
+    assert res.returncode == 0, res.stderr
+    assert "128 bytes in 4 blocks from 32-byte blocks (no backtrace)" in res.stdout

@@ -174,7 +174,7 @@ def _site_line(entry: dict[str, Any]) -> str:
     allocation wrapper), the first one's source line."""
     frames = entry["backtrace"]
     if not frames:
-        return f"blocks of {entry['size']} bytes (no backtrace)"
+        return f"{entry['size']}-byte blocks (no backtrace)"
     line = " < ".join(_frame_name(f) for f in frames[:2])
     return line + (f" {frames[0]['file']}:{frames[0]['line']}" if frames[0]["file"] else "")
 
