@@ -269,3 +269,44 @@ def test_retainers_without_backtraces_groups_blocks_by_size(targets):
     res = _cli("retainers", str(t.pid))
     assert res.returncode == 0, res.stderr
     assert "128 bytes in 4 blocks from 32-byte blocks (no backtrace)" in res.stdout
+
+
+SHAPES = Path(__file__).parent / "programs" / "retention_shapes.c"
+
+
+def test_dominators_of_a_diamond_a_cycle_a_shared_block_and_a_long_list(targets):
+    t = targets.start(SHAPES)
+    data = retainers(t.pid, limit=1000)
+    roots = _by_name(data["roots"])
+    one, two = roots[f"g_one in {_exe(t)}"], roots[f"g_two in {_exe(t)}"]
+    chain = roots[f"g_chain in {_exe(t)}"]
+    assert (one["retained_bytes"], one["retained_count"]) == (160, 5)
+    assert (two["retained_bytes"], two["retained_count"]) == (120, 2)
+    assert (chain["retained_bytes"], chain["retained_count"]) == (1_600_000, 200_000)
+    shared = roots["several roots, none alone"]
+    assert {"bytes": 72, "count": 1, "backtrace": [], "size": 72} in shared["sites"]
+    sites = {s["size"]: s for s in data["sites"]}
+    # D heads the cycle D <-> E: its site retains both; A's retains all five.
+    assert (sites[40]["retained_bytes"], sites[40]["retained_count"]) == (88, 2)
+    assert (sites[16]["retained_bytes"], sites[16]["retained_count"]) == (160, 5)
+    assert sites[16]["held_by"] == [{"root": f"g_one in {_exe(t)}", "bytes": 160}]
+    # A list of one site counts once: its head retains the rest.
+    assert (sites[8]["retained_bytes"], sites[8]["count"]) == (1_600_000, 200_000)
+    assert sites[72]["held_by"] == [{"root": "several roots", "bytes": 72}]
+
+
+def test_why_takes_a_shortest_chain(targets):
+    t = targets.start(SHAPES)
+    e = why(t.pid, t.int("e"))
+    assert e["root"]["name"] == f"g_one+0x0 in {_exe(t)}"
+    assert e["root"]["address"] == t.int("one")
+    # Through B (A's first pointer), not C: both are as short.
+    assert _chain(e) == [
+        (t.int("a"), 16, 0),
+        (t.int("b"), 24, 0),
+        (t.int("d"), 40, 0),
+        (t.int("e"), 48, None),
+    ]
+    h = why(t.pid, t.int("h"))
+    assert h["root"]["address"] == t.int("two")
+    assert _chain(h) == [(t.int("f"), 56, 8), (t.int("h"), 72, None)]
