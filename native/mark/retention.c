@@ -397,6 +397,7 @@ int ur_retention_group(const struct ur_walker *w, const int64_t *idom, const uin
   uint32_t *child = ur_big_calloc(cap, sizeof(*child));
   uint64_t *stack = ur_big_calloc(2 * cap, sizeof(*stack));
   uint32_t *active = NULL;
+  uint64_t *best = NULL; /* per site: the most one of its topmost blocks retains */
   int64_t *distinct = NULL;
   int rc = -ENOMEM;
   if (!top || !path || !sorted || !kid || !which || !first || !next || !child || !stack) goto out;
@@ -427,7 +428,8 @@ int ur_retention_group(const struct ur_walker *w, const int64_t *idom, const uin
   distinct = ur_big_calloc(nk ? nk : 1, sizeof(*distinct));
   out->sites = ur_big_calloc(nk ? nk : 1, sizeof(*out->sites));
   active = ur_big_calloc(nk ? nk : 1, sizeof(*active));
-  if (!distinct || !out->sites || !active) goto out;
+  best = ur_big_calloc(nk ? nk : 1, sizeof(*best));
+  if (!distinct || !out->sites || !active || !best) goto out;
   for (size_t s = 0; s < nk; s++) distinct[s] = out->sites[s].key = (int64_t)(sorted[s] ^ sign);
   out->nsites = nk;
   /* (top, site) of every reachable block, as one sortable number. */
@@ -487,6 +489,10 @@ int ur_retention_group(const struct ur_walker *w, const int64_t *idom, const uin
         struct ur_site_total *s = &out->sites[kid[i]];
         s->retained_bytes += retained[i];
         s->retained_count += retained_count[i];
+        if (retained[i] > best[kid[i]]) {
+          best[kid[i]] = retained[i];
+          s->largest = w->begin[i];
+        }
         sorted[np] = (uint64_t)kid[i] * tops + top_number(top[i]);
         which[np++] = (uint32_t)i;
       }
@@ -521,6 +527,7 @@ out:
   ur_big_free(child);
   ur_big_free(stack);
   ur_big_free(active);
+  ur_big_free(best);
   ur_big_free(distinct);
   if (rc) ur_retention_groups_free(out);
   return rc;

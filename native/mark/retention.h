@@ -80,6 +80,7 @@ struct ur_site_total {
   int64_t key;
   uint64_t bytes, count;                   /* its reachable blocks */
   uint64_t retained_bytes, retained_count; /* the subtrees of those with no block of the site above */
+  uint64_t largest;                        /* address of the one of those retaining the most */
 };
 struct ur_site_holder { /* of those subtrees, what each top holds */
   int64_t key;
@@ -87,7 +88,7 @@ struct ur_site_holder { /* of those subtrees, what each top holds */
   uint64_t bytes, count;
 };
 _Static_assert(sizeof(struct ur_root_site) == 32, "wire format");
-_Static_assert(sizeof(struct ur_site_total) == 40, "wire format");
+_Static_assert(sizeof(struct ur_site_total) == 48, "wire format");
 _Static_assert(sizeof(struct ur_site_holder) == 32, "wire format");
 
 struct ur_retention_groups {

@@ -202,6 +202,8 @@ def test_retainers_exact_sizes_per_root_and_site(target):
     # A chain of entries counts once: its head dominates the rest.
     assert (entry["retained_bytes"], entry["retained_count"], entry["count"]) == (560, 8, 4)
     assert entry["held_by"] == [{"root": f"g_cache in {_exe(t)}", "bytes": 560}]
+    # Bucket 5's head retains 420 bytes, bucket 9's 140: `why` starts there.
+    assert entry["largest"] == t.int("c1")
     value = next(s for (fn, _), s in sites.items() if fn == "cache_put" and s["bytes"] == 400)
     assert (value["retained_bytes"], value["retained_count"]) == (400, 4)
     nodes = next(s for (fn, _), s in sites.items() if fn == "make_list")
@@ -290,6 +292,7 @@ def test_dominators_of_a_diamond_a_cycle_a_shared_block_and_a_long_list(targets)
     assert (sites[40]["retained_bytes"], sites[40]["retained_count"]) == (88, 2)
     assert (sites[16]["retained_bytes"], sites[16]["retained_count"]) == (160, 5)
     assert sites[16]["held_by"] == [{"root": f"g_one in {_exe(t)}", "bytes": 160}]
+    assert (sites[16]["largest"], sites[40]["largest"]) == (t.int("a"), t.int("d"))
     # A list of one site counts once: its head retains the rest.
     assert (sites[8]["retained_bytes"], sites[8]["count"]) == (1_600_000, 200_000)
     assert sites[72]["held_by"] == [{"root": "several roots", "bytes": 72}]

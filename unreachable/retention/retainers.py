@@ -49,7 +49,7 @@ def _matches(frames: list[Frame], rule: re.Pattern[str]) -> bool:
 
 
 ROOT_SITE = struct.Struct("<qqQQ")  # native/mark/retention.h struct ur_root_site
-SITE_TOTAL = struct.Struct("<qQQQQ")  # struct ur_site_total
+SITE_TOTAL = struct.Struct("<qQQQQQ")  # struct ur_site_total
 SITE_HOLDER = struct.Struct("<qqQQ")  # struct ur_site_holder
 
 
@@ -120,7 +120,9 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
     weight = "site_bytes" if rule is not None else "retained_bytes"
     roots.sort(key=lambda e: (-e[weight], e["name"]))
     sites = []
-    for key, nbytes, count, kept, kept_count in sorted(totals, key=lambda t: (-t[3], t[0])):
+    for key, nbytes, count, kept, kept_count, largest in sorted(
+        totals, key=lambda t: (-t[3], t[0])
+    ):
         if len(sites) >= limit:
             break
         if not wanted(key):
@@ -128,6 +130,7 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
         entry = site_entry(key, nbytes, count)
         entry["retained_bytes"] = kept
         entry["retained_count"] = kept_count
+        entry["largest"] = largest
         top = sorted(held_by[key], key=lambda tb: (-tb[1], tb[0]))[:HOLDERS_PER_SITE]
         entry["held_by"] = [
             {"root": c.regions[t].name if t >= 0 else "several roots", "bytes": b} for t, b in top
@@ -209,5 +212,7 @@ def format_text(data: dict[str, Any]) -> str:
         )
         lines += [format_frame(i, Frame(**f)) for i, f in enumerate(s["backtrace"][:TEXT_FRAMES])]
         holders = ", ".join(f"{h['root']} ({h['bytes']} bytes)" for h in s["held_by"])
-        lines.append(f"          held by {holders}")
+        lines.append(
+            f"          held by {holders}; its largest: `why {data['pid']} {s['largest']:#x}`"
+        )
     return "\n".join(lines) + "\n"
