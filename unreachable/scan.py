@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from unreachable import _native
 from unreachable.allocations.registry import read_registry
@@ -61,6 +61,9 @@ from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import read_loaded_objects
+
+if TYPE_CHECKING:
+    from unreachable.retention.collect import GraphCollector
 
 CONTENTS_BYTES = 32
 Progress = Callable[[str], None]
@@ -140,8 +143,14 @@ def _read_contents(memory: Memory, addr: int, size: int) -> bytes:
 
 
 def scan(
-    pid: int, options: ScanOptions = ScanOptions(), progress: Progress | None = None
+    pid: int,
+    options: ScanOptions = ScanOptions(),
+    progress: Progress | None = None,
+    graph: GraphCollector | None = None,
 ) -> ScanReport:
+    """graph: the scan also keeps the mark's reference graph and hands it to
+    this collector (unreachable/retention: why, retainers); the sweep then
+    runs here, never in the snapshot child, which has no way to send it."""
     if options.limit < 0:
         raise InvalidArgument("--limit must be >= 0")
     note = progress or (lambda _stage: None)
@@ -149,25 +158,27 @@ def scan(
     try:
         target = open_target(pid)
     except TargetNotShimmed:
-        needs_helper = options.snapshot in ("fork", "copy") or options.sweep == "child"
-        if needs_helper or not runs_without_shim(pid):
+        # why and retainers read the shim's registry; so do the helper's snapshots.
+        needs_shim = options.snapshot in ("fork", "copy") or options.sweep == "child"
+        if needs_shim or graph is not None or not runs_without_shim(pid):
             raise
         # No shim: glibc's own heap, walked from a copy (scan_glibc.py).
         return scan_without_shim(
             pid, options.limit, options.contents, options.mark_threads, note, started
         )
+    in_child = options.sweep != "scanner" and graph is None
     try:
-        return _scan(target, options, note, started, options.sweep != "scanner", "")
+        return _scan(target, options, note, started, in_child, "", graph=graph)
     except _ChildGone as e:
         if options.sweep == "child":
             raise TargetUnscannable(str(e)) from None
         # A new snapshot, swept from outside.
-        return _scan(target, options, note, started, False, str(e))
+        return _scan(target, options, note, started, False, str(e), graph=graph)
     except _KeptOutOfFork as e:
         if options.snapshot == "fork" or options.sweep == "child":
             raise TargetUnscannable(f"{e}; scan it with --snapshot stopped or copy") from None
         # Once more without a child: a copy, or stopped.
-        return _scan(target, options, note, started, False, "", no_fork=str(e))
+        return _scan(target, options, note, started, False, "", no_fork=str(e), graph=graph)
 
 
 def _scan(
@@ -178,6 +189,7 @@ def _scan(
     in_child: bool,
     fallback: str,
     no_fork: str = "",
+    graph: GraphCollector | None = None,
 ) -> ScanReport:
     pid = target.pid
     addr = target.shim.descriptor_addr
@@ -247,19 +259,21 @@ def _scan(
             altstacks = altstack_words(
                 memory, header.altstacks, header.num_altstacks, {t.tid for t in capture.threads}
             )
-            values = b"".join(
-                (
-                    epoll,
-                    timers,
-                    signals,
-                    pipes,
-                    sockets,
-                    altstacks,
-                    register_words(
-                        [t.regs for t in capture.threads] + [t.xstate for t in capture.threads]
-                    ),
-                )
-            )
+            # Where each value root came from, in order (a graph names them).
+            value_sources = [
+                ("epoll data", epoll),
+                ("timer values", timers),
+                ("signal values", signals),
+                ("pipe data", pipes),
+                ("socket data", sockets),
+                ("signal stacks", altstacks),
+                *((f"registers {t.tid}", register_words([t.regs])) for t in capture.threads),
+                *(
+                    (f"vector registers {t.tid}", register_words([t.xstate]))
+                    for t in capture.threads
+                ),
+            ]
+            values = b"".join(words for _, words in value_sources)
             regs = values
 
             def roots_in(
@@ -306,7 +320,8 @@ def _scan(
                 roots, jit, kept = roots_in(
                     memory, heap_parts(memory, mappings, registry_blocks_in(registry))
                 )
-                regs += dtv_words(memory, roots.dead_stacks) + jit + kept
+                dtv = dtv_words(memory, roots.dead_stacks)
+                regs += dtv + jit + kept
                 # Stopped in place: let it go once the walk's memory is read.
                 # A frozen child: read first all the same, for a marking team.
                 stopped = capture.snapshot == "stopped"
@@ -319,7 +334,25 @@ def _scan(
                     options.mark_threads or default_mark_threads(),
                     mappings,
                     frozen=forked,
+                    graph=graph.arguments(
+                        roots,
+                        registry,
+                        mappings,
+                        capture.threads,
+                        [
+                            *value_sources,
+                            ("exited threads' control blocks", dtv),
+                            ("code immediates", jit),
+                            ("kept out of fork", kept),
+                        ],
+                        memory,
+                        held,
+                    )
+                    if graph
+                    else None,
                 )
+                if graph and result.graph is not None:
+                    graph.collect(result.graph, registry, memory, addr, mappings, target.tgid)
             note("marked")
             leaks = dedup(result.leaks, options.limit)
             note("folded")

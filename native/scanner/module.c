@@ -12,11 +12,16 @@ static PyMethodDef methods[] = {
      "Program counters of each stack id (ids: packed u32)."},
     {"sweep", (PyCFunction)(void (*)(void))ur_py_sweep, METH_VARARGS | METH_KEYWORDS,
      "sweep(memory, allocs, root_ranges, root_values, *, stack_ids=b'', excluded=b'', "
-     "cache_mb=0, release=None, threads=1, layout=b'', frozen=False) -> dict\n\n"
+     "cache_mb=0, release=None, threads=1, layout=b'', frozen=False, regions=None, "
+     "value_regions=b'', default_region=0, region_ids=0, why=None, dominators=False) -> dict\n\n"
      "Mark from the roots, then fold the unreachable allocations into leaks (abi.h "
      "ur_leak_record); excluded block addresses are neither counted nor reported. "
      "frozen: the memory does not change (a frozen snapshot child): read what the walk "
-     "needs first, then mark with `threads`, as over a released target's copy."},
+     "needs first, then mark with `threads`, as over a released target's copy. "
+     "Graph mode (regions given: (begin, end, id) u64 triples labelling root words, "
+     "value_regions one u32 per root value): 'graph' holds the root words that hit the heap "
+     "(native/mark/retention.h ur_root_hit), with why=ADDRESS a shortest chain to its block, "
+     "with dominators=True the dominator tree below the regions."},
     {"nudge_thread", ur_py_nudge_thread, METH_VARARGS,
      "nudge_thread(tid): stop one thread under ptrace and let it go at once, so that a "
      "futex wait it sleeps in restarts and re-reads its words."},

@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "heap_walker.h"
 #include "memory.h"
 #include "native.h"
 #include "pthread_team.h"
+#include "retention.h"
 #include "sweep_core.h"
 #include "thread_capture.h"
 
@@ -125,21 +127,236 @@ static void set_layout(struct ur_pread_mem *mem, const uint64_t *layout, size_t 
   free(zero);
 }
 
+/* Graph mode (_native.sweep(graph=...)): the mark's reference graph and the
+ * root words that hit the heap, asked who holds one block (why=ADDRESS)
+ * and for the dominator tree (dominators=True) while the memory the walk
+ * read is still open (retention.h). */
+struct graph_query {
+  int on;
+  const uint64_t *regions; /* (begin, end, id) triples, sorted */
+  size_t nregions;
+  const uint32_t *value_regions; /* one per root value */
+  uint32_t default_region, nregion_ids;
+  int has_why, dominators;
+  uint64_t why;
+};
+
+struct graph_answer {
+  int rc;
+  struct ur_root_hit *hits;
+  size_t nhits;
+  /* why */
+  int64_t block;   /* sorted index of the block holding the address, or -1 */
+  int reachable;   /* a root reaches it (else: a leak, chained from a leak's root) */
+  int found;       /* a chain was found */
+  size_t hit;      /* reachable: the root hit the chain starts at */
+  uint32_t *path;  /* sorted indices, first to last */
+  size_t len;
+  int64_t *offsets; /* per step from the second: offset of the pointer in the block before */
+  uint64_t *values;
+  uint32_t referrers[16];
+  size_t nreferrers;
+  /* dominators, per sorted block and per region */
+  int64_t *idom;
+  uint64_t *retained, *retained_count, *region_bytes, *region_count;
+  struct ur_retention_groups groups; /* by root and site (stack id, or -(size + 1)) */
+};
+
+#define GRAPH_EDGES_PER_ALLOC 64
+
+static void graph_answer_free(struct graph_answer *a) {
+  ur_big_free(a->hits);
+  ur_big_free(a->path);
+  ur_big_free(a->offsets);
+  ur_big_free(a->values);
+  ur_big_free(a->idom);
+  ur_big_free(a->retained);
+  ur_big_free(a->retained_count);
+  ur_big_free(a->region_bytes);
+  ur_big_free(a->region_count);
+  ur_retention_groups_free(&a->groups);
+}
+
+static int graph_why(struct ur_walker *w, const struct graph_query *q,
+                     const struct ur_sweep_out *res, struct graph_answer *a) {
+  a->block = ur_walker_find(w, q->why);
+  if (a->block < 0) return 0;
+  uint32_t target = (uint32_t)a->block;
+  size_t nsources = a->nhits;
+  uint32_t *sources = ur_big_calloc(nsources ? nsources : 1, sizeof(*sources));
+  if (!sources) return -ENOMEM;
+  for (size_t k = 0; k < a->nhits; k++) sources[k] = a->hits[k].block;
+  size_t source = 0;
+  int rc = ur_retention_path(w, sources, nsources, target, &a->path, &a->len, &source);
+  ur_big_free(sources);
+  if (rc < 0) return rc;
+  a->reachable = rc == 1;
+  a->hit = source;
+  if (!a->reachable) {
+    /* A leak: the chain starts at a leak the fold reports. */
+    sources = ur_big_calloc(res->nleaks ? res->nleaks : 1, sizeof(*sources));
+    if (!sources) return -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < res->nleaks; i++) {
+      ssize_t b = ur_walker_find(w, res->leaks[i].begin);
+      if (b >= 0) sources[k++] = (uint32_t)b;
+    }
+    rc = ur_retention_path(w, sources, k, target, &a->path, &a->len, &source);
+    ur_big_free(sources);
+    if (rc < 0) return rc;
+    /* Every block that points at it, up to the first 16. */
+    for (size_t b = 0; b < w->n && a->nreferrers < 16; b++) {
+      size_t count;
+      const uint32_t *to = ur_ref_graph_edges(&w->graph, b, &count);
+      for (size_t e = 0; e < count; e++)
+        if (to[e] == target) {
+          a->referrers[a->nreferrers++] = (uint32_t)b;
+          break;
+        }
+    }
+  }
+  a->found = rc == 1;
+  if (!a->found) return 0;
+  a->offsets = ur_big_calloc(a->len, sizeof(*a->offsets));
+  a->values = ur_big_calloc(a->len, sizeof(*a->values));
+  if (!a->offsets || !a->values) return -ENOMEM;
+  a->offsets[0] = -1;
+  for (size_t j = 1; j < a->len; j++)
+    a->offsets[j] = ur_retention_edge(w, a->path[j - 1], a->path[j], &a->values[j]);
+  return 0;
+}
+
+/* The sites of the tree's blocks: a block's stack id, or without one
+ * (backtraces off) its size, as -(size + 1). */
+static int group_sites(const struct ur_walker *w, const uint32_t *ids, struct graph_answer *a) {
+  int64_t *keys = ur_big_calloc(w->n ? w->n : 1, sizeof(*keys));
+  if (!keys) return -ENOMEM;
+  for (size_t i = 0; i < w->n; i++) {
+    uint32_t id = ids ? ids[w->orig[i]] : 0;
+    keys[i] = id ? (int64_t)id : -1 - (int64_t)ur_walker_size(w, i);
+  }
+  int rc = ur_retention_group(w, a->idom, a->retained, a->retained_count, keys, &a->groups);
+  ur_big_free(keys);
+  return rc;
+}
+
+static void graph_run(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
+                      const uint64_t *values, size_t nvalues, const uint32_t *ids,
+                      const struct graph_query *q, const struct ur_sweep_out *res,
+                      struct graph_answer *a) {
+  if (!w->has_graph && w->n) {
+    a->rc = -E2BIG;
+    return;
+  }
+  a->rc = ur_retention_hits(w, ranges, nranges, values, nvalues, q->regions, q->nregions,
+                            q->value_regions, q->default_region, &a->hits, &a->nhits);
+  if (a->rc == 0 && q->has_why) a->rc = graph_why(w, q, res, a);
+  if (a->rc == 0 && q->dominators) {
+    size_t n = w->n ? w->n : 1, r = q->nregion_ids ? q->nregion_ids : 1;
+    a->idom = ur_big_calloc(n, sizeof(*a->idom));
+    a->retained = ur_big_calloc(n, sizeof(*a->retained));
+    a->retained_count = ur_big_calloc(n, sizeof(*a->retained_count));
+    a->region_bytes = ur_big_calloc(r, sizeof(*a->region_bytes));
+    a->region_count = ur_big_calloc(r, sizeof(*a->region_count));
+    if (!a->idom || !a->retained || !a->retained_count || !a->region_bytes || !a->region_count)
+      a->rc = -ENOMEM;
+    else if (w->n)
+      a->rc = ur_retention_dominators(w, a->hits, a->nhits, q->nregion_ids, a->idom,
+                                      a->retained, a->retained_count, a->region_bytes,
+                                      a->region_count);
+    if (a->rc == 0) a->rc = group_sites(w, ids, a);
+  }
+}
+
+/* The answer in the caller's indices (allocs order). */
+static PyObject *graph_result(const struct ur_walker *w, const struct graph_query *q,
+                              const struct graph_answer *a) {
+  PyObject *out = PyDict_New();
+  if (!out) return NULL;
+  PyObject *hits = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(a->nhits * sizeof(*a->hits)));
+  if (!hits) goto fail;
+  {
+    struct ur_root_hit *h = (struct ur_root_hit *)PyBytes_AS_STRING(hits);
+    for (size_t k = 0; k < a->nhits; k++) {
+      h[k] = a->hits[k];
+      h[k].block = w->orig[a->hits[k].block];
+    }
+  }
+  int bad = PyDict_SetItemString(out, "hits", hits);
+  Py_DECREF(hits);
+  if (bad) goto fail;
+  if (q->has_why) {
+    PyObject *path = PyList_New((Py_ssize_t)(a->found ? a->len : 0));
+    PyObject *refs = PyList_New((Py_ssize_t)a->nreferrers);
+    if (!path || !refs) {
+      Py_XDECREF(path);
+      Py_XDECREF(refs);
+      goto fail;
+    }
+    for (size_t j = 0; a->found && j < a->len; j++)
+      PyList_SET_ITEM(path, (Py_ssize_t)j,
+                      Py_BuildValue("(ILK)", w->orig[a->path[j]], (long long)a->offsets[j],
+                                    (unsigned long long)a->values[j]));
+    for (size_t j = 0; j < a->nreferrers; j++)
+      PyList_SET_ITEM(refs, (Py_ssize_t)j, PyLong_FromUnsignedLong(w->orig[a->referrers[j]]));
+    PyObject *why = Py_BuildValue(
+        "{s:L,s:O,s:N,s:N,s:n}", "block",
+        a->block < 0 ? -1LL : (long long)w->orig[a->block], "reachable",
+        a->reachable ? Py_True : Py_False, "path", path, "referrers", refs, "hit",
+        a->reachable && a->found ? (Py_ssize_t)a->hit : (Py_ssize_t)-1);
+    if (!why || PyDict_SetItemString(out, "why", why)) {
+      Py_XDECREF(why);
+      goto fail;
+    }
+    Py_DECREF(why);
+  }
+  if (q->dominators) {
+    const struct ur_retention_groups *g = &a->groups;
+    PyObject *dom = Py_BuildValue(
+        "{s:y#,s:y#,s:y#,s:y#,s:y#}", "region_bytes", (const char *)a->region_bytes,
+        (Py_ssize_t)(q->nregion_ids * 8), "region_count", (const char *)a->region_count,
+        (Py_ssize_t)(q->nregion_ids * 8), "root_sites",
+        g->root_sites ? (const char *)g->root_sites : "",
+        (Py_ssize_t)(g->nroot_sites * sizeof(*g->root_sites)), "sites",
+        g->sites ? (const char *)g->sites : "", (Py_ssize_t)(g->nsites * sizeof(*g->sites)),
+        "holders", g->holders ? (const char *)g->holders : "",
+        (Py_ssize_t)(g->nholders * sizeof(*g->holders)));
+    if (!dom || PyDict_SetItemString(out, "dominators", dom)) {
+      Py_XDECREF(dom);
+      goto fail;
+    }
+    Py_DECREF(dom);
+  }
+  return out;
+fail:
+  Py_DECREF(out);
+  return NULL;
+}
+
 PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"memory",   "allocs",  "root_ranges", "root_values", "stack_ids",
                            "excluded", "cache_mb", "release",    "threads",     "layout",
-                           "frozen",   NULL};
+                           "frozen",   "regions", "value_regions", "default_region",
+                           "region_ids", "why",   "dominators", NULL};
   PyObject *source;
   int pid = -1;
   unsigned long long cache_mb = 0;
   unsigned threads = 1;
   int frozen = 0;
   PyObject *release_obj = NULL;
-  Py_buffer ab, rb, vb, sb = {0}, eb = {0}, zb = {0};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*p", kwlist, &source, &ab, &rb,
-                                   &vb, &sb, &eb, &cache_mb, &release_obj, &threads, &zb,
-                                   &frozen))
+  Py_buffer ab, rb, vb, sb = {0}, eb = {0}, zb = {0}, gb = {0}, gvb = {0};
+  struct graph_query gq = {0};
+  PyObject *why_obj = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*py*y*IIOp", kwlist, &source,
+                                   &ab, &rb, &vb, &sb, &eb, &cache_mb, &release_obj, &threads,
+                                   &zb, &frozen, &gb, &gvb, &gq.default_region, &gq.nregion_ids,
+                                   &why_obj, &gq.dominators))
     return NULL;
+  gq.on = gb.buf != NULL;
+  if (why_obj && why_obj != Py_None) {
+    gq.has_why = 1;
+    gq.why = PyLong_AsUnsignedLongLong(why_obj);
+  }
   if (threads < 1) threads = 1;
   if (threads > UR_SWEEP_MAX_THREADS) threads = UR_SWEEP_MAX_THREADS;
   void *release = NULL;
@@ -155,12 +372,21 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     PyBuffer_Release(&sb);
     PyBuffer_Release(&eb);
     PyBuffer_Release(&zb);
+    PyBuffer_Release(&gb);
+    PyBuffer_Release(&gvb);
     return NULL;
   }
   PyObject *result = NULL;
   uint64_t *own_a = NULL, *own_r = NULL, *own_v = NULL, *own_s = NULL, *own_e = NULL;
-  uint64_t *own_z = NULL;
+  uint64_t *own_z = NULL, *own_g = NULL, *own_gv = NULL;
+  struct graph_answer ga = {0};
   size_t nallocs = (size_t)ab.len / 16;
+  if (PyErr_Occurred()) goto out; /* why= not an address */
+  if (gq.on && (gb.len % 24 || (size_t)gvb.len != (size_t)vb.len / 2)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "regions must be packed u64 triples, value_regions one u32 per root value");
+    goto out;
+  }
   if (ab.len % 16 || rb.len % 16 || vb.len % 8 || eb.len % 8 || zb.len % 24 ||
       (sb.buf && sb.len && (size_t)sb.len != nallocs * 4)) {
     PyErr_SetString(PyExc_ValueError,
@@ -179,8 +405,14 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   const uint64_t *excluded = eb.buf ? aligned_words(&eb, &own_e) : NULL;
   const uint32_t *ids = sb.buf && sb.len ? (const uint32_t *)aligned_words(&sb, &own_s) : NULL;
   const uint64_t *zeros = zb.buf && zb.len ? aligned_words(&zb, &own_z) : NULL;
+  if (gq.on) {
+    gq.regions = gb.len ? aligned_words(&gb, &own_g) : NULL;
+    gq.nregions = (size_t)gb.len / 24;
+    gq.value_regions = gvb.len ? (const uint32_t *)aligned_words(&gvb, &own_gv) : NULL;
+  }
   if (!allocs || !ranges || !values || (eb.buf && !excluded) || (sb.buf && sb.len && !ids) ||
-      (zb.buf && zb.len && !zeros)) {
+      (zb.buf && zb.len && !zeros) || (gq.on && gb.len && !gq.regions) ||
+      (gq.on && gvb.len && !gq.value_regions)) {
     PyErr_NoMemory();
     goto out;
   }
@@ -218,6 +450,9 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   }
   /* The walker only keeps the reader's address until marking starts. */
   if (rc == 0) rc = ur_walker_init(&w, &mem->mem, allocs, nallocs);
+  /* The graph is what graph mode is for: a far larger budget than the
+   * mark's own, still address space until edges are written. */
+  if (rc == 0 && gq.on) w.max_edges = GRAPH_EDGES_PER_ALLOC * (uint64_t)w.n + UR_GRAPH_EDGES_FIXED;
   if (rc == 0 && !opened) {
     uint64_t chunks = chunks_spanned(w.begin, w.end, 1, w.n, 0) + root_chunks;
     rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
@@ -240,8 +475,12 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
   for (unsigned k = 1; k < team_size; k++) mem->mem.pages_skipped += views[k].mem.pages_skipped;
   if (rc == -ENOMEM && mem->frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
+  if (rc == 0 && gq.on) graph_run(&w, ranges, in.nranges, values, in.nvalues, ids, &gq, &res, &ga);
   Py_END_ALLOW_THREADS
-  if (rc == 0) {
+  if (rc == 0 && gq.on && ga.rc) {
+    ur_py_raise(ga.rc, ga.rc == -E2BIG ? "the heap's reference graph has too many edges to keep"
+                                       : "the heap's reference graph does not fit in memory");
+  } else if (rc == 0) {
     result = Py_BuildValue(
         "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K,s:O,s:I}", "unreachable",
         res.unreachable ? (const char *)res.unreachable : "", (Py_ssize_t)(res.nunreachable * 4),
@@ -255,11 +494,15 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         "bytes_read", (unsigned long long)mem->bytes_loaded, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
         "released_early", released ? Py_True : Py_False, "mark_threads", w.marked_by);
+    PyObject *graph = result && gq.on ? graph_result(&w, &gq, &ga) : NULL;
+    if (result && gq.on && (!graph || PyDict_SetItemString(result, "graph", graph))) Py_CLEAR(result);
+    Py_XDECREF(graph);
   } else if (!opened && rc != -ENOMEM) {
     ur_py_raise(rc, rc == -ESRCH ? "no such process" : "cannot open the process's memory");
   } else {
     ur_py_raise(rc, "sweep failed");
   }
+  graph_answer_free(&ga);
   ur_sweep_out_free(&res);
   ur_walker_free(&w);
   if (opened && !copy) ur_mem_close(mem);
@@ -270,11 +513,15 @@ out:
   free(own_s);
   free(own_e);
   free(own_z);
+  free(own_g);
+  free(own_gv);
   PyBuffer_Release(&ab);
   PyBuffer_Release(&rb);
   PyBuffer_Release(&vb);
   if (sb.buf) PyBuffer_Release(&sb);
   if (eb.buf) PyBuffer_Release(&eb);
   if (zb.buf) PyBuffer_Release(&zb);
+  if (gb.buf) PyBuffer_Release(&gb);
+  if (gvb.buf) PyBuffer_Release(&gvb);
   return result;
 }

@@ -341,6 +341,8 @@ METHODS = [
     ("/unreachable.v1.Unreachable/Watch", "unary_stream"),
     ("/unreachable.v1.Unreachable/HeapDump", "unary_unary"),
     ("/unreachable.v1.Unreachable/ListTargets", "unary_unary"),
+    ("/unreachable.v1.Unreachable/Why", "unary_unary"),
+    ("/unreachable.v1.Unreachable/Retainers", "unary_unary"),
     ("/grpc.health.v1.Health/Check", "unary_unary"),
     ("/grpc.health.v1.Health/Watch", "unary_stream"),
     ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "stream_stream"),

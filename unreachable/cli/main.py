@@ -10,10 +10,21 @@ import argparse
 import os
 import sys
 
-from unreachable.cli import diff, heapdump, history, run, scan, shim_path, targets, watch
+from unreachable.cli import (
+    diff,
+    heapdump,
+    history,
+    retainers,
+    run,
+    scan,
+    shim_path,
+    targets,
+    watch,
+    why,
+)
 from unreachable.errors import EXIT_FAILED, ScanError
 
-COMMANDS = (scan, run, shim_path, targets, watch, heapdump, diff, history)
+COMMANDS = (scan, run, shim_path, targets, watch, heapdump, diff, history, why, retainers)
 
 
 def build_parser() -> argparse.ArgumentParser:

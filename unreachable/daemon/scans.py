@@ -116,6 +116,19 @@ class ScanRunner:
             argv += ["--baseline", baseline]
         return await self._run(pid, argv, progress)
 
+    async def why(self, pid: int, address: int, snapshot: str = "auto") -> dict[str, Any]:
+        """`unreachable-cli why --json`'s report; ScanFailed otherwise."""
+        argv = ["why", str(pid), f"{address:#x}", "--json", "--progress-json"]
+        return await self._run(pid, [*argv, "--snapshot", snapshot], None)
+
+    async def retainers(
+        self, pid: int, site: str | None, limit: int = 10, snapshot: str = "auto"
+    ) -> dict[str, Any]:
+        """`unreachable-cli retainers --json`'s report; ScanFailed otherwise."""
+        argv = ["retainers", str(pid), "--json", "--progress-json", "--limit", str(limit)]
+        argv += ["--snapshot", snapshot] + (["--site", site] if site is not None else [])
+        return await self._run(pid, argv, None)
+
     async def heap_dump(self, pid: int) -> dict[str, Any]:
         return await self._run(pid, ["heapdump", str(pid), "--json", "--progress-json"], None)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import grp
+import json
 import logging
 import os
 import signal
@@ -161,6 +162,47 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         except ScanFailed as e:
             await context.abort(e.code, e.message)
         return heapdump_from_dict(dump)
+
+    async def Why(  # noqa: N802
+        self, request: pb.WhyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RetentionReport:
+        await self._check_pid(request.pid, context)
+        if request.snapshot not in SNAPSHOTS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown snapshot mode")
+        if not request.address:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "not an address: 0")
+        log.info("why of %#x in pid %d asked by %s", request.address, request.pid, context.peer())
+        try:
+            async with _deadline(context, f"why of pid {request.pid}"):
+                report = await self._runner.why(
+                    request.pid, request.address, SNAPSHOTS[request.snapshot]
+                )
+        except ScanFailed as e:
+            await context.abort(e.code, e.message)
+        return pb.RetentionReport(json=json.dumps(report))
+
+    async def Retainers(  # noqa: N802
+        self, request: pb.RetainersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RetentionReport:
+        await self._check_pid(request.pid, context)
+        if request.snapshot not in SNAPSHOTS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unknown snapshot mode")
+        site = request.site if request.HasField("site") else None
+        if site is not None and not site.strip("*"):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "--site needs a pattern with something besides '*'",
+            )
+        limit = request.limit if request.HasField("limit") else 10
+        log.info("retainers of pid %d asked by %s", request.pid, context.peer())
+        try:
+            async with _deadline(context, f"retainers of pid {request.pid}"):
+                report = await self._runner.retainers(
+                    request.pid, site, limit, SNAPSHOTS[request.snapshot]
+                )
+        except ScanFailed as e:
+            await context.abort(e.code, e.message)
+        return pb.RetentionReport(json=json.dumps(report))
 
     async def ListTargets(  # noqa: N802
         self, request: pb.ListTargetsRequest, context: grpc.aio.ServicerContext

@@ -42,6 +42,7 @@ SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 @dataclass(slots=True)
 class Roots:
     ranges: list[tuple[int, int]] = field(default_factory=list)
+    range_kinds: list[str] = field(default_factory=list)  # each range's kind, in order
     kinds: Counter[str] = field(default_factory=Counter)  # bytes per kind of region
     holes: list[tuple[int, int]] = field(default_factory=list)  # never roots
     dead_stacks: list[Mapping] = field(default_factory=list)
@@ -55,6 +56,7 @@ class Roots:
                 return
         if end > begin:
             self.ranges.append((begin, end))
+            self.range_kinds.append(kind)
             self.kinds[kind] += end - begin
 
     def skip(self, kind: str, m: Mapping) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry
@@ -37,6 +37,9 @@ class SweepResult:
     fold_ms: float
     place: SweepPlace  # where the mark ran: in the snapshot child, or here
     mark_threads: int = 1  # threads that marked, here or in the child
+    # Graph mode (unreachable/retention): the root words that hit the heap and
+    # the answers asked of the reference graph (_native.sweep's "graph").
+    graph: dict[str, Any] | None = None
 
 
 def _inflight(registry: Registry) -> dict[int, int]:
@@ -59,6 +62,7 @@ def sweep(
     threads: int = 1,
     mappings: Sequence[Mapping] = (),
     frozen: bool = False,
+    graph: dict[str, Any] | None = None,
 ) -> SweepResult:
     """The sweep from outside: the target (or its frozen child) read through
     /proc, or a copy snapshot. release: the stopped target's session, let go
@@ -68,7 +72,10 @@ def sweep(
     snapshot child's: frozen=True has what the walk needs read first).
     mappings: the process's; pages outside them, and absent pages of its
     demand-zero ones, are not read (reading them could grow a stack, or map
-    the zero page into the process)."""
+    the zero page into the process).
+    graph: _native.sweep's graph-mode arguments (regions, value_regions,
+    default_region, region_ids, why, dominators): the mark keeps its
+    reference graph and answers them while the memory is still open."""
     inflight = _inflight(registry)
     packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in _root_ranges(roots, inflight))
     raw = _native.sweep(
@@ -84,6 +91,7 @@ def sweep(
         layout=b"".join(
             struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in mappings if m.readable
         ),
+        **(graph or {}),
     )
     return SweepResult(
         unreachable_count=raw["unreachable_count"],
@@ -97,6 +105,7 @@ def sweep(
         fold_ms=raw["fold_ns"] / 1e6,
         place="scanner",
         mark_threads=raw["mark_threads"],
+        graph=raw.get("graph"),
     )
 
 

@@ -297,3 +297,31 @@ class ListTargetsResponse(_message.Message):
     TARGETS_FIELD_NUMBER: _ClassVar[int]
     targets: _containers.RepeatedCompositeFieldContainer[Target]
     def __init__(self, targets: _Optional[_Iterable[_Union[Target, _Mapping]]] = ...) -> None: ...
+
+class WhyRequest(_message.Message):
+    __slots__ = ("pid", "address", "snapshot")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    address: int
+    snapshot: Snapshot
+    def __init__(self, pid: _Optional[int] = ..., address: _Optional[int] = ..., snapshot: _Optional[_Union[Snapshot, str]] = ...) -> None: ...
+
+class RetainersRequest(_message.Message):
+    __slots__ = ("pid", "site", "limit", "snapshot")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    site: str
+    limit: int
+    snapshot: Snapshot
+    def __init__(self, pid: _Optional[int] = ..., site: _Optional[str] = ..., limit: _Optional[int] = ..., snapshot: _Optional[_Union[Snapshot, str]] = ...) -> None: ...
+
+class RetentionReport(_message.Message):
+    __slots__ = ("json",)
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    json: str
+    def __init__(self, json: _Optional[str] = ...) -> None: ...

@@ -54,6 +54,16 @@ class UnreachableStub:
                 request_serializer=unreachable_dot_v1_dot_unreachable__pb2.ListTargetsRequest.SerializeToString,
                 response_deserializer=unreachable_dot_v1_dot_unreachable__pb2.ListTargetsResponse.FromString,
                 _registered_method=True)
+        self.Why = channel.unary_unary(
+                '/unreachable.v1.Unreachable/Why',
+                request_serializer=unreachable_dot_v1_dot_unreachable__pb2.WhyRequest.SerializeToString,
+                response_deserializer=unreachable_dot_v1_dot_unreachable__pb2.RetentionReport.FromString,
+                _registered_method=True)
+        self.Retainers = channel.unary_unary(
+                '/unreachable.v1.Unreachable/Retainers',
+                request_serializer=unreachable_dot_v1_dot_unreachable__pb2.RetainersRequest.SerializeToString,
+                response_deserializer=unreachable_dot_v1_dot_unreachable__pb2.RetentionReport.FromString,
+                _registered_method=True)
 
 
 class UnreachableServicer:
@@ -94,6 +104,23 @@ class UnreachableServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Why(self, request, context):
+        """Who holds the allocation containing an address: `unreachable-cli why`.
+        Errors as Scan's; INVALID_ARGUMENT also when the address lies in no live
+        allocation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Retainers(self, request, context):
+        """The live heap grouped by the roots and allocation sites that retain it:
+        `unreachable-cli retainers`. Errors as Scan's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_UnreachableServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -116,6 +143,16 @@ def add_UnreachableServicer_to_server(servicer, server):
                     servicer.ListTargets,
                     request_deserializer=unreachable_dot_v1_dot_unreachable__pb2.ListTargetsRequest.FromString,
                     response_serializer=unreachable_dot_v1_dot_unreachable__pb2.ListTargetsResponse.SerializeToString,
+            ),
+            'Why': grpc.unary_unary_rpc_method_handler(
+                    servicer.Why,
+                    request_deserializer=unreachable_dot_v1_dot_unreachable__pb2.WhyRequest.FromString,
+                    response_serializer=unreachable_dot_v1_dot_unreachable__pb2.RetentionReport.SerializeToString,
+            ),
+            'Retainers': grpc.unary_unary_rpc_method_handler(
+                    servicer.Retainers,
+                    request_deserializer=unreachable_dot_v1_dot_unreachable__pb2.RetainersRequest.FromString,
+                    response_serializer=unreachable_dot_v1_dot_unreachable__pb2.RetentionReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -226,6 +263,60 @@ class Unreachable:
             '/unreachable.v1.Unreachable/ListTargets',
             unreachable_dot_v1_dot_unreachable__pb2.ListTargetsRequest.SerializeToString,
             unreachable_dot_v1_dot_unreachable__pb2.ListTargetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Why(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/unreachable.v1.Unreachable/Why',
+            unreachable_dot_v1_dot_unreachable__pb2.WhyRequest.SerializeToString,
+            unreachable_dot_v1_dot_unreachable__pb2.RetentionReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Retainers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/unreachable.v1.Unreachable/Retainers',
+            unreachable_dot_v1_dot_unreachable__pb2.RetainersRequest.SerializeToString,
+            unreachable_dot_v1_dot_unreachable__pb2.RetentionReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,574 @@
+"""What a scan hands the reference graph's questions (who holds a block, who
+retains the heap), and what it gets back.
+
+The scan (unreachable/scan.py) runs as always, with its sweep from outside
+(native/scanner/sweep.c) in graph mode: the mark keeps its reference graph,
+records every root word that points into the heap, and answers while the
+memory it read is still open. Each root word belongs to a root region,
+labelled here before the sweep: a variable of an object (its data symbol;
+the object's other globals otherwise), a thread's TLS, a thread's stack, an
+anonymous mapping, a block a thread was inside malloc or free for; each
+source of value roots is one (the registers of a thread, epoll data, ...).
+Region ids follow a preference: of two roots holding a block directly, the
+chain starts at the lower id, so a global names a block before a stack
+slot or a register that happens to hold it too.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import os
+import re
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from unreachable.allocations.registry import Registry
+from unreachable.capture.kernel_held import KernelHeld
+from unreachable.capture.stop_world import CapturedThread
+from unreachable.errors import ScannerOutOfMemory, TargetUnscannable
+from unreachable.process.mapped_file import file_for
+from unreachable.process.maps import Mapping, find_mapping
+from unreachable.process.memory import Memory, read_anonymous
+from unreachable.retention.data_symbols import DataSymbols, load_data_symbols
+from unreachable.retention.unwind import frame_of, stack_reader, unwind
+from unreachable.roots.classify import RED_ZONE, Roots
+from unreachable.symbolize.elf_file import NotElf, read_elf
+from unreachable.symbolize.frames import Frame, Symbolizer
+from unreachable.symbolize.stacks import read_stacks
+from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
+
+if TYPE_CHECKING:
+    from unreachable.report.model import ScanReport
+    from unreachable.scan import ScanOptions
+
+# user_regs_struct, in NT_PRSTATUS order
+REGISTERS = (
+    "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp "
+    "ss fs_base gs_base ds es fs gs"
+).split()
+FS_BASE = REGISTERS.index("fs_base")
+# glibc's struct pthread above the thread pointer: its pthread_setspecific
+# values are thread-local too (2,304 bytes in glibc 2.36; rounded up).
+THREAD_DESCRIPTOR = 0x1000
+STACK_COPY = 8 << 20  # of each thread's stack, from SP up, kept for unwinding
+HIT = struct.Struct("<QQII")  # native/mark/retention.h struct ur_root_hit
+
+# Root kinds, in order of preference for naming a chain's root.
+KINDS = (
+    "global",
+    "tls",
+    "anonymous",
+    "kernel",
+    "signal stack",
+    "in-flight",
+    "stack",
+    "registers",
+    "other",
+)
+KERNEL_SOURCES = ("epoll data", "timer values", "signal values", "pipe data", "socket data")
+
+
+@dataclass(slots=True)
+class RootRegion:
+    """One root region: a node below the dominator tree's virtual root."""
+
+    kind: str  # one of KINDS
+    name: str  # what the report prints, e.g. "g_cache in /usr/bin/x", "stack of thread 12"
+    thread: int = 0
+    object: str = ""
+    symbol: str = ""
+    start: int = 0  # address of the symbol, thread pointer, mapping...
+    id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RootHit:
+    where: int  # the word's address; a value root's index
+    value: int  # the pointer
+    region: int
+    index: int  # the block's index in the registry's allocations
+
+
+@dataclass(slots=True)
+class _Labels:
+    regions: list[RootRegion] = field(default_factory=list)
+    keys: dict[tuple, int] = field(default_factory=dict)
+
+    def region(self, key: tuple, make: RootRegion) -> int:
+        if key not in self.keys:
+            self.keys[key] = len(self.regions)
+            self.regions.append(make)
+        return self.keys[key]
+
+
+def graph_scan(pid: int, options: ScanOptions | None, collector: GraphCollector) -> ScanReport:
+    """A scan that hands its reference graph to collector. The graph is
+    kept whole here (GRAPH_EDGES_PER_ALLOC in native/scanner/sweep.c: 64 edges per
+    block on average); a heap denser in pointers, or one whose graph does
+    not fit in memory, is a one-line error."""
+    from unreachable.scan import ScanOptions, scan
+
+    try:
+        return scan(pid, replace(options or ScanOptions(), sweep="scanner"), graph=collector)
+    except MemoryError:
+        raise ScannerOutOfMemory(
+            "the heap's reference graph does not fit in this process's memory"
+        ) from None
+    except OSError as e:
+        if e.errno == errno.E2BIG:
+            raise TargetUnscannable(
+                "the heap holds more pointers than the reference graph keeps "
+                "(64 per block on average)"
+            ) from None
+        raise
+
+
+class GraphCollector:
+    """Asks a scan for the graph (why: the address whose holders are wanted;
+    dominators: the dominator tree) and keeps what comes back."""
+
+    def __init__(self, pid: int, why: int | None = None, dominators: bool = False) -> None:
+        self.pid = pid
+        self.root = _fs_root(pid)
+        self.why_address = why
+        self.dominators = dominators
+        self.regions: list[RootRegion] = []
+        self.value_sources: list[tuple[str, int]] = []  # (source, first value index)
+        self.threads: dict[int, CapturedThread] = {}
+        self.hits: list[RootHit] = []
+        self.why: dict[str, Any] | None = None
+        self.tree: dict[str, Any] | None = None
+        self.allocs: memoryview = memoryview(b"").cast("Q")
+        self.stack_ids: memoryview = memoryview(b"").cast("I")
+        self.stacks: dict[int, tuple[int, ...]] = {}
+        self.loaded: list[LoadedObject] = []
+        self.mappings: list[Mapping] = []
+        self.stack_copies: dict[int, tuple[int, bytes]] = {}
+        self.epoll_owners: dict[int, list[tuple[int, int]]] = {}  # data -> (epoll fd, fd)
+
+    # -- before the sweep ---------------------------------------------------
+
+    def arguments(
+        self,
+        roots: Roots,
+        registry: Registry,
+        mappings: list[Mapping],
+        threads: Sequence[CapturedThread],
+        values: Sequence[tuple[str, bytes]],
+        memory: Memory,
+        kernel_held: KernelHeld | None = None,
+    ) -> dict[str, Any]:
+        """_native.sweep's graph-mode arguments: every root word labelled.
+        For `why`, each thread's stack is copied too, while the target is
+        still stopped (or frozen), to unwind it later."""
+        labels = _Labels()
+        self.threads = {t.tid: t for t in threads}
+        if self.why_address is not None:
+            self._copy_stacks(mappings, memory)
+            if kernel_held is not None:
+                self.epoll_owners = _epoll_owners(kernel_held)
+        specials = _special_intervals(labels, mappings, threads, self.pid, self.root)
+        starts = [s for s, _, _ in specials]
+        intervals: list[tuple[int, int, int]] = []
+        stacks = _stack_mappings(mappings, threads)
+        for (begin, end), kind in zip(roots.ranges, roots.range_kinds, strict=True):
+            m = find_mapping(mappings, begin)
+            base = _base_region(labels, kind, m, begin, stacks)
+            at = begin
+            i = max(bisect.bisect_right(starts, begin) - 1, 0)
+            while i < len(specials) and specials[i][0] < end:
+                s, e, rid = specials[i]
+                i += 1
+                if e <= at:
+                    continue
+                if s > at:
+                    intervals.append((at, s, base))
+                intervals.append((max(s, at), min(e, end), rid))
+                at = min(e, end)
+            if at < end:
+                intervals.append((at, end, base))
+        for t in registry.threads:
+            for p, size in t.inflight_blocks():
+                rid = labels.region(
+                    ("in-flight", t.tid),
+                    RootRegion(
+                        "in-flight",
+                        f"a block thread {t.tid} was inside malloc/free for",
+                        thread=t.tid,
+                    ),
+                )
+                intervals.append((p, p + max(size, 1), rid))
+        value_regions = bytearray()
+        index = 0
+        for source, words in values:
+            count = len(words) // 8
+            if not count:
+                continue
+            self.value_sources.append((source, index))
+            index += count
+            rid = labels.region(("value", source), _value_region(source))
+            value_regions += struct.pack("<I", rid) * count
+        default = labels.region(("other",), RootRegion("other", "other root memory"))
+        # Ids in order of preference: the C side prefers lower ids.
+        order = sorted(
+            range(len(labels.regions)),
+            key=lambda r: (KINDS.index(labels.regions[r].kind), labels.regions[r].start, r),
+        )
+        new_id = {old: new for new, old in enumerate(order)}
+        self.regions = [labels.regions[old] for old in order]
+        for new, region in enumerate(self.regions):
+            region.id = new
+        intervals.sort()
+        packed = bytearray()
+        last_end = 0
+        for b, e, rid in intervals:
+            if e <= b or b < last_end:
+                continue
+            packed += struct.pack("<QQQ", b, e, new_id[rid])
+            last_end = e
+        value_ids = struct.unpack(f"<{len(value_regions) // 4}I", value_regions)
+        return {
+            "regions": bytes(packed),
+            "value_regions": struct.pack(f"<{len(value_ids)}I", *(new_id[r] for r in value_ids)),
+            "default_region": new_id[default],
+            "region_ids": len(self.regions),
+            "why": self.why_address,
+            "dominators": self.dominators,
+        }
+
+    def _copy_stacks(self, mappings: list[Mapping], memory: Memory) -> None:
+        for t in self.threads.values():
+            lo = _sp(t) - RED_ZONE
+            m = find_mapping(mappings, lo) or find_mapping(mappings, lo + RED_ZONE)
+            if m is None or not m.readable:
+                continue
+            lo = max(lo, m.start)
+            hi = min(m.end, lo + STACK_COPY)
+            try:
+                self.stack_copies[t.tid] = (lo, read_anonymous(memory, lo, hi))
+            except OSError:
+                continue
+
+    # -- in the pause (or over the frozen copy), after the sweep ------------
+
+    def collect(
+        self,
+        graph: dict[str, Any],
+        registry: Registry,
+        memory: Memory,
+        descriptor_addr: int,
+        mappings: list[Mapping],
+        pid: int,
+    ) -> None:
+        self.allocs = registry.allocs
+        self.stack_ids = registry.stack_ids
+        self.mappings = mappings
+        self.pid = pid  # the thread group's, should the scan have read a thread's /proc
+        self.hits = [RootHit(*HIT.unpack_from(graph["hits"], o))
+                     for o in range(0, len(graph["hits"]), HIT.size)]  # fmt: skip
+        self.why = graph.get("why")
+        self.tree = graph.get("dominators")
+        wanted: set[int] = set()
+        if self.why is not None:
+            blocks = [i for i, _, _ in self.why["path"]] + list(self.why["referrers"])
+            if self.why["block"] >= 0:
+                blocks.append(self.why["block"])
+            wanted = {self.stack_ids[i] for i in blocks if i < len(self.stack_ids)}
+        if self.tree is not None:
+            wanted |= set(self.stack_ids)
+        wanted.discard(0)
+        self.stacks = read_stacks(memory, descriptor_addr, wanted)
+        self.loaded = read_loaded_objects(memory, descriptor_addr) if self.stacks else []
+
+    # -- after the release --------------------------------------------------
+
+    def block(self, index: int) -> tuple[int, int, int]:
+        """(address, size, stack id) of allocation `index`."""
+        stack = self.stack_ids[index] if index < len(self.stack_ids) else 0
+        return self.allocs[2 * index], self.allocs[2 * index + 1], stack
+
+    def frames(self) -> dict[int, list[Frame]]:
+        if not self.stacks:
+            return {}
+        symbolizer = Symbolizer(self.pid, self.mappings, unloaded=self.loaded)
+        return symbolizer.symbolize(self.stacks)
+
+    def describe_hit(self, hit: RootHit) -> dict[str, Any]:
+        """The root a chain starts at, named: kind, name, and where in it."""
+        region = self.regions[hit.region]
+        out: dict[str, Any] = {
+            "kind": region.kind,
+            "region": region.name,
+            "name": region.name,
+            "value": hit.value,
+        }
+        if region.thread:
+            out["thread"] = region.thread
+        if region.kind in ("registers", "kernel", "signal stack") or (
+            region.kind == "other" and region.start == -1
+        ):
+            source, first = self._value_source(hit.where)
+            out["name"] = _value_name(source, hit.where - first)
+            owners = self.epoll_owners.get(hit.value, []) if source == "epoll data" else []
+            if owners:
+                epfd, fd = owners[0]
+                out["epoll_fd"], out["fd"] = epfd, fd
+                out["name"] = f"epoll data of fd {fd} in epoll fd {epfd} (held by the kernel)"
+            return out
+        out["address"] = hit.where
+        if region.kind == "global":
+            out["object"] = region.object
+            if region.symbol:
+                out["symbol"] = region.symbol
+                out["offset"] = hit.where - region.start
+                out["name"] = f"{region.symbol}+{hit.where - region.start:#x} in {region.object}"
+            else:
+                out["offset"] = hit.where - region.start
+                out["name"] = f"{region.object}+{hit.where - region.start:#x} (no symbol)"
+        elif region.kind == "tls":
+            out["name"] = self._tls_name(region, hit.where)
+        elif region.kind == "stack" and region.thread in self.threads:
+            sp = _sp(self.threads[region.thread])
+            out["sp_offset"] = hit.where - sp
+            out["name"] = (
+                f"stack of thread {region.thread} at {hit.where:#x} (SP+{hit.where - sp:#x})"
+            )
+            frame = self._frame(region.thread, hit.where)
+            if frame is not None:
+                out["frame"] = frame
+                where = f" at {frame['file']}:{frame['line']}" if frame["file"] else ""
+                fn = frame["function"] or f"{frame['map']}+{frame['rel_pc']:#x}"
+                out["name"] = (
+                    f"stack of thread {region.thread}, frame #{frame['index']} {fn}{where} "
+                    f"(the word at {hit.where:#x}, SP+{hit.where - sp:#x})"
+                )
+        else:
+            out["name"] = f"{region.name} at {hit.where:#x}"
+        return out
+
+    def _frame(self, tid: int, where: int) -> dict[str, Any] | None:
+        """The unwound frame of thread tid that holds the word at where."""
+        copy = self.stack_copies.get(tid)
+        if copy is None:
+            return None
+        t = self.threads[tid]
+        count = min(len(t.regs) // 8, len(REGISTERS))
+        regs = dict(zip(REGISTERS, struct.unpack_from(f"<{count}Q", t.regs), strict=False))
+        frames = unwind(regs, stack_reader(*copy), self.mappings, self.pid, self.root)
+        frame = frame_of(frames, where)
+        if frame is None:
+            return None
+        symbolizer = Symbolizer(self.pid, self.mappings, unloaded=self.loaded)
+        (sym,) = symbolizer.symbolize_pcs([frame.pc])
+        return {
+            "index": frame.index,
+            "pc": frame.pc,
+            "map": sym.map,
+            "rel_pc": sym.rel_pc,
+            "function": sym.function,
+            "file": sym.file,
+            "line": sym.line,
+            "cfa_offset": where - frame.cfa,
+        }
+
+    def _value_source(self, index: int) -> tuple[str, int]:
+        best = ("", 0)
+        for source, first in self.value_sources:
+            if first <= index:
+                best = (source, first)
+        return best
+
+    def _tls_name(self, region: RootRegion, where: int) -> str:
+        tp = region.start
+        if where >= tp:
+            return (
+                f"TLS of thread {region.thread}: thread descriptor (pthread keys) +{where - tp:#x}"
+            )
+        symbols = _exe_symbols(self.pid, self.mappings, self.root)
+        if symbols is not None and symbols.tls_memsz:
+            block = _round_up(symbols.tls_memsz, symbols.tls_align)
+            if tp - block <= where:
+                hit = symbols.lookup_tls(where - (tp - block))
+                if hit:
+                    return (
+                        f"TLS of thread {region.thread}: {hit[0]}+{hit[1]:#x} in {_exe(self.pid)}"
+                    )
+        return f"TLS of thread {region.thread}: thread pointer-{tp - where:#x}"
+
+
+_REGISTRATION = re.compile(rb"^tfd:\s*(\d+)\s.*\sdata:\s*([0-9a-f]+)", re.MULTILINE)
+
+
+def _epoll_owners(held: KernelHeld) -> dict[int, list[tuple[int, int]]]:
+    """Each epoll registration's data -> (epoll fd, registered fd), from
+    the fdinfo read in the pause (or before it, for many registrations)."""
+    texts = held.in_pause if held.in_pause is not None else held.before
+    out: dict[int, list[tuple[int, int]]] = {}
+    if len(texts) != len(held.fds):  # a descriptor closed meanwhile: no way to pair them
+        return out
+    for epfd, text in zip(held.fds, texts, strict=True):
+        for fd, data in _REGISTRATION.findall(text):
+            out.setdefault(int(data, 16), []).append((epfd, int(fd)))
+    return out
+
+
+def _fs_root(pid: int) -> str:
+    """Where the target's files are: its own root (a container's), or ""."""
+    root = f"/proc/{pid}/root"
+    try:
+        return "" if os.path.realpath(root) == "/" else root
+    except OSError:
+        return ""
+
+
+def _round_up(n: int, align: int) -> int:
+    return (n + align - 1) // align * align
+
+
+def _sp(t: CapturedThread) -> int:
+    regs = t.regs
+    at = 8 * REGISTERS.index("rsp")
+    return struct.unpack_from("<Q", regs, at)[0] if len(regs) >= at + 8 else 0
+
+
+def _tp(t: CapturedThread) -> int:
+    at = 8 * FS_BASE
+    return struct.unpack_from("<Q", t.regs, at)[0] if len(t.regs) >= at + 8 else 0
+
+
+def _exe(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def _exe_symbols(pid: int, mappings: list[Mapping], root: str) -> DataSymbols | None:
+    exe = _exe(pid)
+    for m in mappings:
+        if m.path == exe:
+            path, _ = file_for(pid, m, root)
+            return load_data_symbols(path)
+    return None
+
+
+def _objects(mappings: list[Mapping], pid: int, root: str) -> dict[str, tuple[int, str]]:
+    """Each mapped ELF object with a writable mapping: (load bias, file to read)."""
+    out: dict[str, tuple[int, str]] = {}
+    writable = {m.path for m in mappings if m.writable and m.path.startswith("/")}
+    for m in mappings:
+        if m.path not in writable or m.path in out:
+            continue
+        path, _ = file_for(pid, m, root)
+        try:
+            image = read_elf(path)
+        except (OSError, NotElf, ValueError):
+            continue
+        out[m.path] = (m.start - image.file_offset_to_vaddr(m.offset), path)
+    return out
+
+
+def _special_intervals(
+    labels: _Labels,
+    mappings: list[Mapping],
+    threads: Sequence[CapturedThread],
+    pid: int,
+    root: str,
+) -> list[tuple[int, int, int]]:
+    """Labelled parts of root memory, sorted, disjoint: every variable of
+    every object, every thread's TLS."""
+    out: list[tuple[int, int, int]] = []
+    tls_total = 0
+    for obj, (bias, path) in _objects(mappings, pid, root).items():
+        symbols = load_data_symbols(path)
+        if symbols is None:
+            continue
+        if symbols.tls_memsz:
+            tls_total += _round_up(symbols.tls_memsz, symbols.tls_align)
+        for start, end, name in zip(symbols.starts, symbols.ends, symbols.names, strict=True):
+            rid = labels.region(
+                ("global", obj, name, start),
+                RootRegion(
+                    "global", f"{name} in {obj}", object=obj, symbol=name, start=start + bias
+                ),
+            )
+            out.append((start + bias, end + bias, rid))
+    for t in threads:
+        tp = _tp(t)
+        if not tp:
+            continue
+        rid = labels.region(
+            ("tls", t.tid), RootRegion("tls", f"TLS of thread {t.tid}", thread=t.tid, start=tp)
+        )
+        out.append((tp - tls_total, tp + THREAD_DESCRIPTOR, rid))
+    out.sort()
+    disjoint: list[tuple[int, int, int]] = []
+    for s, e, rid in out:
+        if disjoint and s < disjoint[-1][1]:
+            continue  # an alias or a variable inside another: the first wins
+        disjoint.append((s, e, rid))
+    return disjoint
+
+
+def _stack_mappings(mappings: list[Mapping], threads: Sequence[CapturedThread]) -> dict[int, int]:
+    """Start of each mapping a live thread's SP lies in -> that thread."""
+    out: dict[int, int] = {}
+    for t in threads:
+        sp = _sp(t)
+        m = find_mapping(mappings, sp - RED_ZONE) or find_mapping(mappings, sp)
+        if m is not None:
+            out.setdefault(m.start, t.tid)
+    return out
+
+
+def _base_region(
+    labels: _Labels, kind: str, m: Mapping | None, begin: int, stacks: dict[int, int]
+) -> int:
+    start = m.start if m else begin
+    path = m.path if m else ""
+    if kind == "globals":
+        return labels.region(
+            ("global", path, "", start),
+            RootRegion("global", f"globals of {path}", object=path, start=start),
+        )
+    if kind == "stack":
+        tid = stacks.get(start, 0)
+        name = f"stack of thread {tid}" if tid else f"stack {path or hex(start)}"
+        return labels.region(
+            ("stack", tid, start), RootRegion("stack", name, thread=tid, start=start)
+        )
+    if kind == "anonymous" and path.startswith("[stack"):
+        return labels.region(
+            ("stack", 0, start),
+            RootRegion("stack", f"stack {path} (no thread runs on it)", start=start),
+        )
+    label = f"anonymous memory {start:#x}-{m.end:#x}" if m else f"root memory at {start:#x}"
+    return labels.region(("anonymous", start), RootRegion("anonymous", label, start=start))
+
+
+def _value_region(source: str) -> RootRegion:
+    if source in KERNEL_SOURCES:
+        return RootRegion("kernel", f"{source} (held by the kernel)", start=-1)
+    if source == "signal stacks":
+        return RootRegion("signal stack", "alternate signal stacks", start=-1)
+    if source.startswith(("registers ", "vector registers ")):
+        tid = int(source.rsplit(" ", 1)[1])
+        return RootRegion("registers", f"{source.rsplit(' ', 1)[0]} of thread {tid}", thread=tid,
+                          start=-1)  # fmt: skip
+    return RootRegion("other", source, start=-1)
+
+
+def _value_name(source: str, i: int) -> str:
+    if source.startswith("registers "):
+        reg = REGISTERS[i] if i < len(REGISTERS) else f"word {i}"
+        return f"register {reg} of thread {source.split()[1]}"
+    if source.startswith("vector registers "):
+        off = 8 * i
+        where = f"xmm{(off - 160) // 16}" if 160 <= off < 416 else f"xstate+{off:#x}"
+        return f"vector register {where} of thread {source.split()[2]}"
+    if source in KERNEL_SOURCES:
+        return f"{source} (held by the kernel)"
+    return source
