@@ -319,10 +319,12 @@ static int is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
 UR_EXPORT int posix_memalign(void **out, size_t align, size_t n) {
   if (align % sizeof(void *) != 0 || !is_pow2(align / sizeof(void *))) return EINVAL;
-  int saved = errno; /* posix_memalign reports through its result, not errno */
+  /* The result reports the error; errno is left as glibc's leaves it: ENOMEM
+   * after a failure (programs check it), untouched after a success. */
+  int saved = errno;
   void *p = do_memalign(align, n);
   if (!p) {
-    errno = saved;
+    errno = ENOMEM;
     return ENOMEM;
   }
   *out = p;

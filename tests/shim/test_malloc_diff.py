@@ -131,11 +131,6 @@ def test_same_results_as_glibc(shim: Path, diff_tmp: Path, seed: int, options: s
     compare(shim, diff_tmp, seed, "c11", options)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aligned_alloc rejects alignments glibc 2.36 accepts (0, 3, 24, 1000, ...): "
-    "glibc's aligned_alloc is memalign, the shim's checks C11's power-of-two rule",
-)
 @pytest.mark.parametrize("seed", SEEDS[:1])
 def test_any_aligned_alloc_alignment(shim: Path, diff_tmp: Path, seed: int) -> None:
     compare(shim, diff_tmp, seed, "", "")
