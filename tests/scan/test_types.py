@@ -69,7 +69,7 @@ def test_contents_keep_each_block_apart_and_named(targets, under_shim):
     assert types.count("Bird") == target.int("bird")
     assert all(e.contents is not None for e in report.leaks)
     random_first = [
-        e for e in report.leaks if int.from_bytes(e.contents[:8], "little") >> 8 == 0x1234567890abcd
+        e for e in report.leaks if int.from_bytes(e.contents[:8], "little") >> 8 == 0x1234567890ABCD
     ]
     assert len(random_first) == target.int("untyped")
     assert all(e.type == "" for e in random_first)
