@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from unreachable.report.json_report import report_to_dict
 from unreachable.report.text import BACKTRACE_HINT
+from unreachable.rpc.convert import report_from_dict, report_to_model
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -119,3 +121,12 @@ def test_no_hint_with_backtraces(targets):
     res = _cli("scan", str(target.pid))
     assert res.returncode == 1, res.stderr
     assert BACKTRACE_HINT not in res.stdout and "   type: Bird\n" in res.stdout
+
+
+def test_types_cross_the_rpc(targets):
+    """The gRPC reply carries each entry's type (--remote prints it)."""
+    target = _start(targets, True)
+    report = scan(target.pid, ScanOptions())
+    back = report_to_model(report_from_dict(report_to_dict(report)))
+    assert [e.type for e in back.leaks] == [e.type for e in report.leaks]
+    assert {"zoo::Fish", "Bird"} <= {e.type for e in back.leaks}
