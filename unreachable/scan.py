@@ -37,7 +37,7 @@ from unreachable.errors import (
     TargetNotShimmed,
     TargetUnscannable,
 )
-from unreachable.fold.dedup import dedup
+from unreachable.fold.types import fold_leaks
 from unreachable.process.cgroup_memory import (
     memory_headroom,
     no_room_for_child_sweep,
@@ -76,6 +76,9 @@ SweepMode = Literal["auto", "child", "scanner"]
 class ScanOptions:
     limit: int = 100
     contents: bool = False
+    # Contents of the first N entries that have no backtrace (the text
+    # report's default: a leak without a backtrace is known by its bytes).
+    sample_contents: int = 0
     snapshot: SnapshotMode = "auto"
     sweep: SweepMode = "auto"
     mark_threads: int = 0  # the child's, or a frozen copy's in here; 0: default_mark_threads()
@@ -164,7 +167,13 @@ def scan(
             raise
         # No shim: glibc's own heap, walked from a copy (scan_glibc.py).
         return scan_without_shim(
-            pid, options.limit, options.contents, options.mark_threads, note, started
+            pid,
+            options.limit,
+            options.contents,
+            options.mark_threads,
+            note,
+            started,
+            sample=options.sample_contents,
         )
     in_child = options.sweep != "scanner" and graph is None
     try:
@@ -354,12 +363,14 @@ def _scan(
                 if graph and result.graph is not None:
                     graph.collect(result.graph, registry, memory, addr, mappings, target.tgid)
             note("marked")
-            leaks = dedup(result.leaks, options.limit)
+            leaks, types = fold_leaks(
+                result.leaks, options.limit, memory, pid, mappings, not options.contents
+            )
             note("folded")
             contents = {
                 leak.begin: _read_contents(memory, leak.begin, leak.size)
-                for leak in leaks
-                if options.contents
+                for i, leak in enumerate(leaks)
+                if options.contents or (i < options.sample_contents and not leak.stack_id)
             }
             stack_ids = {leak.stack_id for leak in leaks if leak.stack_id}
             stacks = read_stacks(memory, addr, stack_ids)
@@ -387,8 +398,9 @@ def _scan(
         LeakEntry(
             address=leak.begin,
             **leak_counts(leak),
-            contents=contents.get(leak.begin) if options.contents else None,
+            contents=contents.get(leak.begin),
             backtrace=frames.get(leak.stack_id, []),
+            type=types.get(leak.begin, ""),
         )
         for leak in leaks
     ]

@@ -49,7 +49,7 @@ from unreachable.errors import (
     TargetPermissionDenied,
     TargetUnscannable,
 )
-from unreachable.fold.dedup import dedup
+from unreachable.fold.types import fold_leaks
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import present_ranges
@@ -237,7 +237,10 @@ def scan_without_shim(
     mark_threads: int,
     note: Callable[[str], None],
     started: float,
+    sample: int = 0,
 ) -> ScanReport:
+    """sample: the contents of the first `sample` entries are read even
+    without contents (no entry here has a backtrace)."""
     status = check_scannable(pid)
     proc = status.proc
     libc = find_libc(proc, read_maps(proc))
@@ -296,15 +299,18 @@ def scan_without_shim(
             mappings,
         )
         note("marked")
-        leaks = dedup(result.leaks, limit)
+        leaks, types = fold_leaks(result.leaks, limit, memory, proc, mappings, not contents)
         note("folded")
         entries = [
             LeakEntry(
                 address=leak.begin,
                 **leak_counts(leak),
-                contents=_contents(memory, leak.begin, leak.size) if contents else None,
+                contents=_contents(memory, leak.begin, leak.size)
+                if contents or i < sample
+                else None,
+                type=types.get(leak.begin, ""),
             )
-            for leak in leaks
+            for i, leak in enumerate(leaks)
         ]
     finally:
         got.close()

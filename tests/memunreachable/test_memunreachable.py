@@ -158,9 +158,10 @@ def test_log_unreachable_memory_writes_the_cli_text_report(targets, tmp_path, co
     assert lines and all(line.startswith(PREFIX) for line in lines), logged
     body = "\n".join(line[len(PREFIX) :] for line in lines) + "\n"
     assert lines[0] == PREFIX + "  24 bytes in 1 unreachable allocation"
-    # What the CLI prints from outside for the same process: the same text.
+    # What the CLI prints from outside for the same process: the same text
+    # (which shows no contents unasked).
     outside = subprocess.run(
-        [*CLI, "scan", str(target.pid), *(["--contents"] if contents else [])],
+        [*CLI, "scan", str(target.pid), "--contents" if contents else "--no-contents"],
         capture_output=True,
         text=True,
     )
@@ -439,7 +440,7 @@ def test_string_and_info_match_the_cli(targets, contents, options):
     inside = "\n".join(lines[start + 1 :]) + "\n"
     assert len(inside) == int(lines[start].split()[1])
 
-    flags = ["--contents"] if contents else []
+    flags = ["--contents"] if contents else ["--no-contents"]
     outside = subprocess.run(
         [*CLI, "scan", str(target.pid), *flags], capture_output=True, text=True
     )

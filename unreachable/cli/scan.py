@@ -86,8 +86,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="same as --format json")
     add_output_options(p, FORMATS)
-    p.add_argument(
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
         "--contents", action="store_true", help="include the first 32 bytes of each leak"
+    )
+    shown.add_argument(
+        "--no-contents",
+        action="store_true",
+        help=f"the text report shows the first 32 bytes of its {SAMPLE_CONTENTS} largest entries"
+        " without a backtrace; do not",
     )
     p.add_argument(
         "--limit",
@@ -143,6 +150,9 @@ def _progress_json(started: float) -> Callable[[str], None]:
 
 
 FORMATS = ("text", "json", "collapsed", "pprof", "lmu")
+# Entries without a backtrace whose first bytes the text report shows unasked
+# (not over --remote: a daemon may refuse contents).
+SAMPLE_CONTENTS = 5
 # Profiles carry every entry: --limit shortens what people read, not the data
 # (the most a ScanRequest's uint32 limit holds; the fold stops at the leaks).
 PROFILES = ("collapsed", "pprof")
@@ -176,6 +186,7 @@ def handle(args: argparse.Namespace) -> int:
         limit=ALL_ENTRIES if fmt in PROFILES or sets_aside.active else args.limit,
         # A daemon may refuse contents: over --remote only --contents asks for them.
         contents=args.contents or (sets_aside.needs_contents and not args.remote),
+        sample_contents=0 if args.no_contents or args.remote or fmt != "text" else SAMPLE_CONTENTS,
         snapshot=args.snapshot,
         sweep=args.sweep,
         mark_threads=args.mark_threads,

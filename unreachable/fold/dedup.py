@@ -2,7 +2,8 @@
 
 Leaks are taken in address order; the first leak of each backtrace keeps its
 own address and size and absorbs the others into its similar_* fields. Leaks
-without a backtrace are never merged. The result is sorted by total size
+without a backtrace are never merged here (fold/types.py folds them by size
+and C++ type). The result is sorted by total size
 (largest first, then by address) and cut to `limit`. The loop is native
 (native/scanner/leak_dedup.c): a heap can leak millions of blocks.
 """

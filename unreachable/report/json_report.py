@@ -17,6 +17,7 @@ def leak_to_dict(leak: LeakEntry) -> dict[str, Any]:
         "address": leak.address,
         **leak_counts(leak),
         "backtrace": [frame_to_dict(f) for f in leak.backtrace],
+        "type": leak.type,
     }
     if leak.contents is not None:
         d["contents_hex"] = leak.contents.hex()

@@ -45,6 +45,7 @@ class LeakEntry:
     total_size: int
     contents: bytes | None = None  # first <= 32 bytes, only when asked for
     backtrace: list[Frame] = field(default_factory=list)
+    type: str = ""  # C++ class of the first block, from its vptr (fold/types.py); "" unknown
 
 
 @dataclass(slots=True)

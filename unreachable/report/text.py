@@ -44,6 +44,8 @@ def format_leak(leak: LeakEntry) -> list[str]:
                 f" in {leak.similar_referenced_count}"
                 f" allocation{_plural(leak.similar_referenced_count)}"
             )
+    if leak.type:
+        lines.append(f"   type: {leak.type}")
     if leak.contents is not None:
         data = leak.contents
         if len(data) == leak.size:
@@ -72,7 +74,22 @@ def format_report(report: ScanReport) -> str:
         lines += triage.text_entry(report, leak, format_leak(leak))
         lines.append("")
     lines += triage.text_footer(report)
+    lines += _backtrace_hint(report)
     return "\n".join(lines) + "\n"
+
+
+# Closes a report whose listed leaks have no allocation backtrace: where to
+# get them (after the entries, so libmemunreachable's header stays as it is).
+BACKTRACE_HINT = (
+    "  no allocation backtraces: to see where these were allocated, restart the process"
+    " under the shim with backtrace=16 (unreachable-cli run --options backtrace=16 -- COMMAND)"
+)
+
+
+def _backtrace_hint(report: ScanReport) -> list[str]:
+    if not report.leaks or any(leak.backtrace for leak in report.leaks):
+        return []
+    return [BACKTRACE_HINT, ""]
 
 
 def _allocations_line(report: ScanReport) -> list[str]:

@@ -55,6 +55,7 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
             address=leak["address"],
             **{name: leak[name] for name in LEAK_COUNTS},
             backtrace=[frame_from_dict(f) for f in leak["backtrace"]],
+            type=leak.get("type", ""),
         )
         if keep_contents and "contents_hex" in leak:
             msg.contents = bytes.fromhex(leak["contents_hex"])
@@ -116,6 +117,7 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
                 **leak_counts(leak),
                 contents=leak.contents if leak.HasField("contents") else None,
                 backtrace=[frame_to_model(f) for f in leak.backtrace],
+                type=leak.type,
             )
             for leak in r.leaks
         ],

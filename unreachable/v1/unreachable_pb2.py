@@ -25,21 +25,21 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n unreachable/v1/unreachable.proto\x12\x0eunreachable.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x01\n\x0bScanRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x10\n\x08\x63ontents\x18\x02 \x01(\x08\x12\x12\n\x05limit\x18\x03 \x01(\rH\x00\x88\x01\x01\x12*\n\x08snapshot\x18\x04 \x01(\x0e\x32\x18.unreachable.v1.Snapshot\x12$\n\x05sweep\x18\x05 \x01(\x0e\x32\x15.unreachable.v1.Sweep\x12\x14\n\x0cmark_threads\x18\x06 \x01(\rB\x08\n\x06_limit\"`\n\x0cScanProgress\x12(\n\x05stage\x18\x01 \x01(\x0e\x32\x19.unreachable.v1.ScanStage\x12\x12\n\nstage_name\x18\x02 \x01(\t\x12\x12\n\nelapsed_ms\x18\x03 \x01(\x01\"t\n\tScanEvent\x12\x30\n\x08progress\x18\x01 \x01(\x0b\x32\x1c.unreachable.v1.ScanProgressH\x00\x12,\n\x06report\x18\x02 \x01(\x0b\x32\x1a.unreachable.v1.ScanReportH\x00\x42\x07\n\x05\x65vent\"n\n\x05\x46rame\x12\n\n\x02pc\x18\x01 \x01(\x04\x12\x0b\n\x03map\x18\x02 \x01(\t\x12\x0e\n\x06rel_pc\x18\x03 \x01(\x04\x12\x10\n\x08\x66unction\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x06 \x01(\t\x12\x0c\n\x04line\x18\x07 \x01(\r\"\xaa\x02\n\x04Leak\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\x04\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x18\n\x10referenced_count\x18\x03 \x01(\x04\x12\x17\n\x0freferenced_size\x18\x04 \x01(\x04\x12\x15\n\rsimilar_count\x18\x05 \x01(\x04\x12\x14\n\x0csimilar_size\x18\x06 \x01(\x04\x12 \n\x18similar_referenced_count\x18\x07 \x01(\x04\x12\x1f\n\x17similar_referenced_size\x18\x08 \x01(\x04\x12\x12\n\ntotal_size\x18\t \x01(\x04\x12(\n\tbacktrace\x18\n \x03(\x0b\x32\x15.unreachable.v1.Frame\x12\x15\n\x08\x63ontents\x18\x0b \x01(\x0cH\x00\x88\x01\x01\x42\x0b\n\t_contents\"(\n\tRootBytes\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xa9\x03\n\nScanReport\x12\x0e\n\x06schema\x18\x01 \x01(\r\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12\x12\n\nleak_count\x18\x04 \x01(\x04\x12\x12\n\nleak_bytes\x18\x05 \x01(\x04\x12\x18\n\x10\x61llocation_count\x18\x06 \x01(\x04\x12\x18\n\x10\x61llocation_bytes\x18\x07 \x01(\x04\x12\x10\n\x08pause_ms\x18\x08 \x01(\x01\x12\x0f\n\x07scan_ms\x18\t \x01(\x01\x12\x10\n\x08snapshot\x18\n \x01(\t\x12\x0f\n\x07threads\x18\x0b \x01(\r\x12\x15\n\rbytes_scanned\x18\x0c \x01(\x04\x12\x15\n\rpages_skipped\x18\r \x01(\x04\x12(\n\x05roots\x18\x0e \x03(\x0b\x32\x19.unreachable.v1.RootBytes\x12#\n\x05leaks\x18\x0f \x03(\x0b\x32\x14.unreachable.v1.Leak\x12\r\n\x05sweep\x18\x10 \x01(\t\x12\x15\n\rsnapshot_note\x18\x11 \x01(\t\x12\x12\n\nsweep_note\x18\x12 \x01(\t\x12\x14\n\x0cmark_threads\x18\x13 \x01(\r\";\n\x0cWatchRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x63ontents\x18\x03 \x01(\x08\"\xe5\x01\n\nWatchEvent\x12(\n\x07trigger\x18\x01 \x01(\x0e\x32\x17.unreachable.v1.Trigger\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12*\n\x06report\x18\x05 \x01(\x0b\x32\x1a.unreachable.v1.ScanReport\x12\x0c\n\x04unit\x18\x06 \x01(\t\x12*\n\x06growth\x18\x07 \x03(\x0b\x32\x1a.unreachable.v1.LeakGrowth\"\xaf\x01\n\nLeakGrowth\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\r\n\x05\x63ount\x18\x03 \x01(\x04\x12\x13\n\x0b\x66irst_bytes\x18\x04 \x01(\x04\x12\r\n\x05scans\x18\x05 \x01(\r\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\x12\x16\n\x0e\x62ytes_per_hour\x18\x07 \x01(\x01\x12(\n\tbacktrace\x18\x08 \x03(\x0b\x32\x15.unreachable.v1.Frame\"\x1e\n\x0fHeapDumpRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\"Z\n\nHeapRecord\x12\x0c\n\x04size\x18\x01 \x01(\x04\x12\x17\n\x0fnum_allocations\x18\x02 \x01(\x04\x12%\n\x06\x66rames\x18\x03 \x03(\x0b\x32\x15.unreachable.v1.Frame\"\xda\x01\n\x10HeapDumpResponse\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x14\n\x0ctotal_memory\x18\x03 \x01(\x04\x12\x16\n\x0e\x62\x61\x63ktrace_size\x18\x04 \x01(\r\x12\x18\n\x10\x61llocation_count\x18\x05 \x01(\x04\x12+\n\x07records\x18\x06 \x03(\x0b\x32\x1a.unreachable.v1.HeapRecord\x12\x10\n\x08pause_ms\x18\x07 \x01(\x01\x12\x0c\n\x04maps\x18\x08 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\t \x01(\t\"\x14\n\x12ListTargetsRequest\"d\n\x06Target\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07options\x18\x04 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x05 \x01(\x08\x12\x0c\n\x04shim\x18\x06 \x01(\t\">\n\x13ListTargetsResponse\x12\'\n\x07targets\x18\x01 \x03(\x0b\x32\x16.unreachable.v1.Target\"V\n\nWhyRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\x04\x12*\n\x08snapshot\x18\x03 \x01(\x0e\x32\x18.unreachable.v1.Snapshot\"\x85\x01\n\x10RetainersRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x11\n\x04site\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x12\n\x05limit\x18\x03 \x01(\rH\x01\x88\x01\x01\x12*\n\x08snapshot\x18\x04 \x01(\x0e\x32\x18.unreachable.v1.SnapshotB\x07\n\x05_siteB\x08\n\x06_limit\"\x1f\n\x0fRetentionReport\x12\x0c\n\x04json\x18\x01 \x01(\t*Y\n\x08Snapshot\x12\x11\n\rSNAPSHOT_AUTO\x10\x00\x12\x11\n\rSNAPSHOT_FORK\x10\x01\x12\x14\n\x10SNAPSHOT_STOPPED\x10\x02\x12\x11\n\rSNAPSHOT_COPY\x10\x03*;\n\x05Sweep\x12\x0e\n\nSWEEP_AUTO\x10\x00\x12\x0f\n\x0bSWEEP_CHILD\x10\x01\x12\x11\n\rSWEEP_SCANNER\x10\x02*\xd0\x01\n\tScanStage\x12\x1a\n\x16SCAN_STAGE_UNSPECIFIED\x10\x00\x12\x16\n\x12SCAN_STAGE_STARTED\x10\x01\x12\x17\n\x13SCAN_STAGE_ATTACHED\x10\x02\x12\x17\n\x13SCAN_STAGE_CAPTURED\x10\x03\x12\x1a\n\x16SCAN_STAGE_ALLOCATIONS\x10\x04\x12\x15\n\x11SCAN_STAGE_MARKED\x10\x05\x12\x15\n\x11SCAN_STAGE_FOLDED\x10\x06\x12\x13\n\x0fSCAN_STAGE_DONE\x10\x07*M\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x12\n\x0eTRIGGER_SIGNAL\x10\x01\x12\x15\n\x11TRIGGER_SCHEDULED\x10\x02\x32\xcf\x03\n\x0bUnreachable\x12@\n\x04Scan\x12\x1b.unreachable.v1.ScanRequest\x1a\x19.unreachable.v1.ScanEvent0\x01\x12\x43\n\x05Watch\x12\x1c.unreachable.v1.WatchRequest\x1a\x1a.unreachable.v1.WatchEvent0\x01\x12M\n\x08HeapDump\x12\x1f.unreachable.v1.HeapDumpRequest\x1a .unreachable.v1.HeapDumpResponse\x12V\n\x0bListTargets\x12\".unreachable.v1.ListTargetsRequest\x1a#.unreachable.v1.ListTargetsResponse\x12\x42\n\x03Why\x12\x1a.unreachable.v1.WhyRequest\x1a\x1f.unreachable.v1.RetentionReport\x12N\n\tRetainers\x12 .unreachable.v1.RetainersRequest\x1a\x1f.unreachable.v1.RetentionReportb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n unreachable/v1/unreachable.proto\x12\x0eunreachable.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x01\n\x0bScanRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x10\n\x08\x63ontents\x18\x02 \x01(\x08\x12\x12\n\x05limit\x18\x03 \x01(\rH\x00\x88\x01\x01\x12*\n\x08snapshot\x18\x04 \x01(\x0e\x32\x18.unreachable.v1.Snapshot\x12$\n\x05sweep\x18\x05 \x01(\x0e\x32\x15.unreachable.v1.Sweep\x12\x14\n\x0cmark_threads\x18\x06 \x01(\rB\x08\n\x06_limit\"`\n\x0cScanProgress\x12(\n\x05stage\x18\x01 \x01(\x0e\x32\x19.unreachable.v1.ScanStage\x12\x12\n\nstage_name\x18\x02 \x01(\t\x12\x12\n\nelapsed_ms\x18\x03 \x01(\x01\"t\n\tScanEvent\x12\x30\n\x08progress\x18\x01 \x01(\x0b\x32\x1c.unreachable.v1.ScanProgressH\x00\x12,\n\x06report\x18\x02 \x01(\x0b\x32\x1a.unreachable.v1.ScanReportH\x00\x42\x07\n\x05\x65vent\"n\n\x05\x46rame\x12\n\n\x02pc\x18\x01 \x01(\x04\x12\x0b\n\x03map\x18\x02 \x01(\t\x12\x0e\n\x06rel_pc\x18\x03 \x01(\x04\x12\x10\n\x08\x66unction\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x04\x12\x0c\n\x04\x66ile\x18\x06 \x01(\t\x12\x0c\n\x04line\x18\x07 \x01(\r\"\xb8\x02\n\x04Leak\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\x04\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\x18\n\x10referenced_count\x18\x03 \x01(\x04\x12\x17\n\x0freferenced_size\x18\x04 \x01(\x04\x12\x15\n\rsimilar_count\x18\x05 \x01(\x04\x12\x14\n\x0csimilar_size\x18\x06 \x01(\x04\x12 \n\x18similar_referenced_count\x18\x07 \x01(\x04\x12\x1f\n\x17similar_referenced_size\x18\x08 \x01(\x04\x12\x12\n\ntotal_size\x18\t \x01(\x04\x12(\n\tbacktrace\x18\n \x03(\x0b\x32\x15.unreachable.v1.Frame\x12\x15\n\x08\x63ontents\x18\x0b \x01(\x0cH\x00\x88\x01\x01\x12\x0c\n\x04type\x18\x0c \x01(\tB\x0b\n\t_contents\"(\n\tRootBytes\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xa9\x03\n\nScanReport\x12\x0e\n\x06schema\x18\x01 \x01(\r\x12\x0b\n\x03pid\x18\x02 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12\x12\n\nleak_count\x18\x04 \x01(\x04\x12\x12\n\nleak_bytes\x18\x05 \x01(\x04\x12\x18\n\x10\x61llocation_count\x18\x06 \x01(\x04\x12\x18\n\x10\x61llocation_bytes\x18\x07 \x01(\x04\x12\x10\n\x08pause_ms\x18\x08 \x01(\x01\x12\x0f\n\x07scan_ms\x18\t \x01(\x01\x12\x10\n\x08snapshot\x18\n \x01(\t\x12\x0f\n\x07threads\x18\x0b \x01(\r\x12\x15\n\rbytes_scanned\x18\x0c \x01(\x04\x12\x15\n\rpages_skipped\x18\r \x01(\x04\x12(\n\x05roots\x18\x0e \x03(\x0b\x32\x19.unreachable.v1.RootBytes\x12#\n\x05leaks\x18\x0f \x03(\x0b\x32\x14.unreachable.v1.Leak\x12\r\n\x05sweep\x18\x10 \x01(\t\x12\x15\n\rsnapshot_note\x18\x11 \x01(\t\x12\x12\n\nsweep_note\x18\x12 \x01(\t\x12\x14\n\x0cmark_threads\x18\x13 \x01(\r\";\n\x0cWatchRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x63ontents\x18\x03 \x01(\x08\"\xe5\x01\n\nWatchEvent\x12(\n\x07trigger\x18\x01 \x01(\x0e\x32\x17.unreachable.v1.Trigger\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12*\n\x06report\x18\x05 \x01(\x0b\x32\x1a.unreachable.v1.ScanReport\x12\x0c\n\x04unit\x18\x06 \x01(\t\x12*\n\x06growth\x18\x07 \x03(\x0b\x32\x1a.unreachable.v1.LeakGrowth\"\xaf\x01\n\nLeakGrowth\x12\x0c\n\x04site\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\r\n\x05\x63ount\x18\x03 \x01(\x04\x12\x13\n\x0b\x66irst_bytes\x18\x04 \x01(\x04\x12\r\n\x05scans\x18\x05 \x01(\r\x12\x0f\n\x07seconds\x18\x06 \x01(\x01\x12\x16\n\x0e\x62ytes_per_hour\x18\x07 \x01(\x01\x12(\n\tbacktrace\x18\x08 \x03(\x0b\x32\x15.unreachable.v1.Frame\"\x1e\n\x0fHeapDumpRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\"Z\n\nHeapRecord\x12\x0c\n\x04size\x18\x01 \x01(\x04\x12\x17\n\x0fnum_allocations\x18\x02 \x01(\x04\x12%\n\x06\x66rames\x18\x03 \x03(\x0b\x32\x15.unreachable.v1.Frame\"\xda\x01\n\x10HeapDumpResponse\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x14\n\x0ctotal_memory\x18\x03 \x01(\x04\x12\x16\n\x0e\x62\x61\x63ktrace_size\x18\x04 \x01(\r\x12\x18\n\x10\x61llocation_count\x18\x05 \x01(\x04\x12+\n\x07records\x18\x06 \x03(\x0b\x32\x1a.unreachable.v1.HeapRecord\x12\x10\n\x08pause_ms\x18\x07 \x01(\x01\x12\x0c\n\x04maps\x18\x08 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\t \x01(\t\"\x14\n\x12ListTargetsRequest\"d\n\x06Target\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x63ommand\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0f\n\x07options\x18\x04 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x05 \x01(\x08\x12\x0c\n\x04shim\x18\x06 \x01(\t\">\n\x13ListTargetsResponse\x12\'\n\x07targets\x18\x01 \x03(\x0b\x32\x16.unreachable.v1.Target\"V\n\nWhyRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\x04\x12*\n\x08snapshot\x18\x03 \x01(\x0e\x32\x18.unreachable.v1.Snapshot\"\x85\x01\n\x10RetainersRequest\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\x11\n\x04site\x18\x02 \x01(\tH\x00\x88\x01\x01\x12\x12\n\x05limit\x18\x03 \x01(\rH\x01\x88\x01\x01\x12*\n\x08snapshot\x18\x04 \x01(\x0e\x32\x18.unreachable.v1.SnapshotB\x07\n\x05_siteB\x08\n\x06_limit\"\x1f\n\x0fRetentionReport\x12\x0c\n\x04json\x18\x01 \x01(\t*Y\n\x08Snapshot\x12\x11\n\rSNAPSHOT_AUTO\x10\x00\x12\x11\n\rSNAPSHOT_FORK\x10\x01\x12\x14\n\x10SNAPSHOT_STOPPED\x10\x02\x12\x11\n\rSNAPSHOT_COPY\x10\x03*;\n\x05Sweep\x12\x0e\n\nSWEEP_AUTO\x10\x00\x12\x0f\n\x0bSWEEP_CHILD\x10\x01\x12\x11\n\rSWEEP_SCANNER\x10\x02*\xd0\x01\n\tScanStage\x12\x1a\n\x16SCAN_STAGE_UNSPECIFIED\x10\x00\x12\x16\n\x12SCAN_STAGE_STARTED\x10\x01\x12\x17\n\x13SCAN_STAGE_ATTACHED\x10\x02\x12\x17\n\x13SCAN_STAGE_CAPTURED\x10\x03\x12\x1a\n\x16SCAN_STAGE_ALLOCATIONS\x10\x04\x12\x15\n\x11SCAN_STAGE_MARKED\x10\x05\x12\x15\n\x11SCAN_STAGE_FOLDED\x10\x06\x12\x13\n\x0fSCAN_STAGE_DONE\x10\x07*M\n\x07Trigger\x12\x17\n\x13TRIGGER_UNSPECIFIED\x10\x00\x12\x12\n\x0eTRIGGER_SIGNAL\x10\x01\x12\x15\n\x11TRIGGER_SCHEDULED\x10\x02\x32\xcf\x03\n\x0bUnreachable\x12@\n\x04Scan\x12\x1b.unreachable.v1.ScanRequest\x1a\x19.unreachable.v1.ScanEvent0\x01\x12\x43\n\x05Watch\x12\x1c.unreachable.v1.WatchRequest\x1a\x1a.unreachable.v1.WatchEvent0\x01\x12M\n\x08HeapDump\x12\x1f.unreachable.v1.HeapDumpRequest\x1a .unreachable.v1.HeapDumpResponse\x12V\n\x0bListTargets\x12\".unreachable.v1.ListTargetsRequest\x1a#.unreachable.v1.ListTargetsResponse\x12\x42\n\x03Why\x12\x1a.unreachable.v1.WhyRequest\x1a\x1f.unreachable.v1.RetentionReport\x12N\n\tRetainers\x12 .unreachable.v1.RetainersRequest\x1a\x1f.unreachable.v1.RetentionReportb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'unreachable.v1.unreachable_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SNAPSHOT']._serialized_start=2626
-  _globals['_SNAPSHOT']._serialized_end=2715
-  _globals['_SWEEP']._serialized_start=2717
-  _globals['_SWEEP']._serialized_end=2776
-  _globals['_SCANSTAGE']._serialized_start=2779
-  _globals['_SCANSTAGE']._serialized_end=2987
-  _globals['_TRIGGER']._serialized_start=2989
-  _globals['_TRIGGER']._serialized_end=3066
+  _globals['_SNAPSHOT']._serialized_start=2640
+  _globals['_SNAPSHOT']._serialized_end=2729
+  _globals['_SWEEP']._serialized_start=2731
+  _globals['_SWEEP']._serialized_end=2790
+  _globals['_SCANSTAGE']._serialized_start=2793
+  _globals['_SCANSTAGE']._serialized_end=3001
+  _globals['_TRIGGER']._serialized_start=3003
+  _globals['_TRIGGER']._serialized_end=3080
   _globals['_SCANREQUEST']._serialized_start=86
   _globals['_SCANREQUEST']._serialized_end=264
   _globals['_SCANPROGRESS']._serialized_start=266
@@ -49,35 +49,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FRAME']._serialized_start=482
   _globals['_FRAME']._serialized_end=592
   _globals['_LEAK']._serialized_start=595
-  _globals['_LEAK']._serialized_end=893
-  _globals['_ROOTBYTES']._serialized_start=895
-  _globals['_ROOTBYTES']._serialized_end=935
-  _globals['_SCANREPORT']._serialized_start=938
-  _globals['_SCANREPORT']._serialized_end=1363
-  _globals['_WATCHREQUEST']._serialized_start=1365
-  _globals['_WATCHREQUEST']._serialized_end=1424
-  _globals['_WATCHEVENT']._serialized_start=1427
-  _globals['_WATCHEVENT']._serialized_end=1656
-  _globals['_LEAKGROWTH']._serialized_start=1659
-  _globals['_LEAKGROWTH']._serialized_end=1834
-  _globals['_HEAPDUMPREQUEST']._serialized_start=1836
-  _globals['_HEAPDUMPREQUEST']._serialized_end=1866
-  _globals['_HEAPRECORD']._serialized_start=1868
-  _globals['_HEAPRECORD']._serialized_end=1958
-  _globals['_HEAPDUMPRESPONSE']._serialized_start=1961
-  _globals['_HEAPDUMPRESPONSE']._serialized_end=2179
-  _globals['_LISTTARGETSREQUEST']._serialized_start=2181
-  _globals['_LISTTARGETSREQUEST']._serialized_end=2201
-  _globals['_TARGET']._serialized_start=2203
-  _globals['_TARGET']._serialized_end=2303
-  _globals['_LISTTARGETSRESPONSE']._serialized_start=2305
-  _globals['_LISTTARGETSRESPONSE']._serialized_end=2367
-  _globals['_WHYREQUEST']._serialized_start=2369
-  _globals['_WHYREQUEST']._serialized_end=2455
-  _globals['_RETAINERSREQUEST']._serialized_start=2458
-  _globals['_RETAINERSREQUEST']._serialized_end=2591
-  _globals['_RETENTIONREPORT']._serialized_start=2593
-  _globals['_RETENTIONREPORT']._serialized_end=2624
-  _globals['_UNREACHABLE']._serialized_start=3069
-  _globals['_UNREACHABLE']._serialized_end=3532
+  _globals['_LEAK']._serialized_end=907
+  _globals['_ROOTBYTES']._serialized_start=909
+  _globals['_ROOTBYTES']._serialized_end=949
+  _globals['_SCANREPORT']._serialized_start=952
+  _globals['_SCANREPORT']._serialized_end=1377
+  _globals['_WATCHREQUEST']._serialized_start=1379
+  _globals['_WATCHREQUEST']._serialized_end=1438
+  _globals['_WATCHEVENT']._serialized_start=1441
+  _globals['_WATCHEVENT']._serialized_end=1670
+  _globals['_LEAKGROWTH']._serialized_start=1673
+  _globals['_LEAKGROWTH']._serialized_end=1848
+  _globals['_HEAPDUMPREQUEST']._serialized_start=1850
+  _globals['_HEAPDUMPREQUEST']._serialized_end=1880
+  _globals['_HEAPRECORD']._serialized_start=1882
+  _globals['_HEAPRECORD']._serialized_end=1972
+  _globals['_HEAPDUMPRESPONSE']._serialized_start=1975
+  _globals['_HEAPDUMPRESPONSE']._serialized_end=2193
+  _globals['_LISTTARGETSREQUEST']._serialized_start=2195
+  _globals['_LISTTARGETSREQUEST']._serialized_end=2215
+  _globals['_TARGET']._serialized_start=2217
+  _globals['_TARGET']._serialized_end=2317
+  _globals['_LISTTARGETSRESPONSE']._serialized_start=2319
+  _globals['_LISTTARGETSRESPONSE']._serialized_end=2381
+  _globals['_WHYREQUEST']._serialized_start=2383
+  _globals['_WHYREQUEST']._serialized_end=2469
+  _globals['_RETAINERSREQUEST']._serialized_start=2472
+  _globals['_RETAINERSREQUEST']._serialized_end=2605
+  _globals['_RETENTIONREPORT']._serialized_start=2607
+  _globals['_RETENTIONREPORT']._serialized_end=2638
+  _globals['_UNREACHABLE']._serialized_start=3083
+  _globals['_UNREACHABLE']._serialized_end=3546
 # @@protoc_insertion_point(module_scope)

@@ -111,7 +111,7 @@ class Frame(_message.Message):
     def __init__(self, pc: _Optional[int] = ..., map: _Optional[str] = ..., rel_pc: _Optional[int] = ..., function: _Optional[str] = ..., offset: _Optional[int] = ..., file: _Optional[str] = ..., line: _Optional[int] = ...) -> None: ...
 
 class Leak(_message.Message):
-    __slots__ = ("address", "size", "referenced_count", "referenced_size", "similar_count", "similar_size", "similar_referenced_count", "similar_referenced_size", "total_size", "backtrace", "contents")
+    __slots__ = ("address", "size", "referenced_count", "referenced_size", "similar_count", "similar_size", "similar_referenced_count", "similar_referenced_size", "total_size", "backtrace", "contents", "type")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     REFERENCED_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,7 @@ class Leak(_message.Message):
     TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     BACKTRACE_FIELD_NUMBER: _ClassVar[int]
     CONTENTS_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
     address: int
     size: int
     referenced_count: int
@@ -134,7 +135,8 @@ class Leak(_message.Message):
     total_size: int
     backtrace: _containers.RepeatedCompositeFieldContainer[Frame]
     contents: bytes
-    def __init__(self, address: _Optional[int] = ..., size: _Optional[int] = ..., referenced_count: _Optional[int] = ..., referenced_size: _Optional[int] = ..., similar_count: _Optional[int] = ..., similar_size: _Optional[int] = ..., similar_referenced_count: _Optional[int] = ..., similar_referenced_size: _Optional[int] = ..., total_size: _Optional[int] = ..., backtrace: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., contents: _Optional[bytes] = ...) -> None: ...
+    type: str
+    def __init__(self, address: _Optional[int] = ..., size: _Optional[int] = ..., referenced_count: _Optional[int] = ..., referenced_size: _Optional[int] = ..., similar_count: _Optional[int] = ..., similar_size: _Optional[int] = ..., similar_referenced_count: _Optional[int] = ..., similar_referenced_size: _Optional[int] = ..., total_size: _Optional[int] = ..., backtrace: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., contents: _Optional[bytes] = ..., type: _Optional[str] = ...) -> None: ...
 
 class RootBytes(_message.Message):
     __slots__ = ("kind", "bytes")
