@@ -261,8 +261,7 @@ def scan_without_shim(
             locked_shards=[],
             helper_tid=0,
             helper_cmd=0,
-            region_begin=0,
-            region_end=0,
+            regions=[],
             options="",
             max_frames=0,
         )
