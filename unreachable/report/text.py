@@ -65,6 +65,7 @@ def format_report(report: ScanReport) -> str:
         f" unreachable allocation{_plural(report.leak_count)}",
         "  ABI: 'x86_64'",
         *_allocations_line(report),
+        *_core_line(report),
         "",
     ]
     lines[2:2] = triage.text_header(report)
@@ -73,6 +74,13 @@ def format_report(report: ScanReport) -> str:
         lines.append("")
     lines += triage.text_footer(report)
     return "\n".join(lines) + "\n"
+
+
+def _core_line(report: ScanReport) -> list[str]:
+    """What a core file lacked, or was read from elsewhere (docs/cli.md)."""
+    if report.snapshot != "core" or not report.snapshot_note:
+        return []
+    return [f"  core file: {report.snapshot_note}"]
 
 
 def _allocations_line(report: ScanReport) -> list[str]:
