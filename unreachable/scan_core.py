@@ -71,9 +71,14 @@ def _locate_shim(core: CoreFile) -> ShimLocation | None:
 
 def _symbol_mappings(core: CoreFile) -> list[Mapping]:
     """The mappings with the paths of the files to read for them (--exe,
-    --sysroot), for the symbolizer, which opens paths as given."""
+    --sysroot), for the symbolizer, which opens paths as given. A file that
+    is not the one mapped is not read: its frames stay raw."""
     return [
-        replace(m, path=core.file_for(m.path)) if m.path.startswith("/") else m
+        replace(m, path=core.file_for(m.path))
+        if m.path.startswith("/") and m.path not in core.changed
+        else replace(m, path=f"{m.path} (not the file mapped)")
+        if m.path.startswith("/")
+        else m
         for m in core.mappings
     ]
 

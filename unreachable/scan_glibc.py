@@ -183,21 +183,25 @@ def _allocations(pid: int, libc: GlibcLibc) -> tuple[_Copied, bytes, dict[str, i
 
 
 def _cached_stacks(
-    memory: _native.MemoryCopy, mappings: list[Mapping], threads: list[CapturedThread]
+    memory: _native.MemoryCopy,
+    mappings: list[Mapping],
+    threads: list[CapturedThread],
+    guards: bool = True,
 ) -> list[ThreadSlot]:
     """Stacks glibc keeps for reuse after their threads exited (the shim
     records them; here they are recognised): an anonymous mapping right
     above a guard, with no live thread's SP in it and a thread control
     block at its top (tcbhead_t's tcb and self pointing at it) that is no
     live thread's thread pointer. Not roots: a dead thread's frames and TLS
-    would keep its leaks alive."""
+    would keep its leaks alive. guards: False where the mappings do not list
+    PROT_NONE ones (gdb's cores): the control block decides alone."""
     sps = [t.sp for t in threads]
     tps = {thread_pointer(t.regs) for t in threads}
     out = []
     for below, m in zip(mappings, mappings[1:], strict=False):
         if not (m.anonymous and m.readable and m.writable and m.private):
             continue
-        if below.end != m.start or below.perms[:3] != "---":
+        if guards and (below.end != m.start or below.perms[:3] != "---"):
             continue
         if any(m.start <= sp < m.end for sp in sps):
             continue
@@ -306,6 +310,7 @@ def _sweep_copy(
     contents: bool,
     mark_threads: int,
     note: Callable[[str], None],
+    guards: bool = True,
 ) -> tuple[SweepResult, Roots, list[LeakEntry]]:
     """roots, mark and fold over a copy (or a core) whose heap was walked;
     kernel: the value roots the kernel held, by kind."""
@@ -313,7 +318,7 @@ def _sweep_copy(
     registry = Registry(
         allocs=memoryview(allocs).cast("Q"),
         stack_ids=memoryview(bytes(4 * n)).cast("I"),
-        threads=_cached_stacks(memory, mappings, threads),
+        threads=_cached_stacks(memory, mappings, threads, guards),
         locked_shards=[],
         helper_tid=0,
         helper_cmd=0,
@@ -458,7 +463,17 @@ def sweep_glibc_core(
             f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
         )
     result, roots, entries = _sweep_copy(
-        memory, core.mappings, core.threads, [], libc, allocs, limit, contents, mark_threads, note
+        memory,
+        core.mappings,
+        core.threads,
+        [],
+        libc,
+        allocs,
+        limit,
+        contents,
+        mark_threads,
+        note,
+        core.guards_listed,
     )
     note("done")
     return _report(

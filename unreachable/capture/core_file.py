@@ -26,7 +26,7 @@ from elftools.elf.elffile import ELFFile
 
 from unreachable import _native
 from unreachable.capture.stop_world import CapturedThread
-from unreachable.errors import ScanError
+from unreachable.errors import ScanError, ScannerOutOfMemory
 from unreachable.process.maps import Mapping
 
 PAGE = 4096
@@ -63,6 +63,10 @@ class CoreFile:
     exe: str  # the executable as the core names it
     exe_file: str  # the file read for it (--exe, or root + exe)
     notes: list[str] = field(default_factory=list)  # what the core lacks, for the report
+    # PROT_NONE mappings (thread stacks' guards) are listed: the kernel's
+    # cores list every mapping, gdb's leave those out.
+    guards_listed: bool = True
+    changed: set[str] = field(default_factory=set)  # files found not to be the ones mapped
 
     def file_for(self, path: str) -> str:
         """Where to read a file the core names."""
@@ -137,6 +141,12 @@ def open_core(path: str, exe: str | None = None, sysroot: str | None = None) -> 
                 raise CoreUnreadable(
                     f"{path} is an ELF file but not an x86-64 core ({elf['e_type']},"
                     f" {elf['e_machine']})"
+                )
+            sections_end = elf["e_shoff"] + elf["e_shnum"] * elf["e_shentsize"]
+            if elf["e_shoff"] and sections_end > size:
+                raise CoreUnreadable(
+                    f"{path} is truncated: it ends at byte {size}, its section headers at"
+                    f" {sections_end}"
                 )
             loads, notes = [], []
             for seg in elf.iter_segments():
@@ -261,12 +271,14 @@ def _fill(
         }
         core.notes += _from_files(core, fd, lacking, first_pages)
     except MemoryError:
-        raise ScanError(
-            f"the core's memory does not fit in what the scanner may take ({core.path})"
+        raise ScannerOutOfMemory(
+            f"the memory in {core.path} does not fit in what the scanner may take (half of"
+            " what is available, or of the room left in its own memory cgroup)"
         ) from None
     except OSError as e:
         raise CoreUnreadable(f"cannot read {core.path}: {e.strerror or e}") from None
     mappings.sort(key=lambda m: m.start)
+    core.guards_listed = any(not load.flags & (PF_R | PF_W | PF_X) for load in loads)
     core.mappings = mappings
     core.memory.finish()
 
@@ -309,7 +321,10 @@ def _from_files(
     read, missing = 0, []
     for start, end, off, name in lacking:
         real = core.file_for(name) if name.startswith("/") else ""
-        if real and _same_file(fd, first_pages, name, real):
+        same = bool(real) and _same_file(fd, first_pages, name, real)
+        if real and not same:
+            core.changed.add(name)
+        if same:
             try:
                 with open(real, "rb") as fh:
                     size = os.fstat(fh.fileno()).st_size

@@ -1,0 +1,144 @@
+"""Scans of core files (unreachable/scan_core.py, capture/core_file.py):
+gdb's gcore of a scenario program gives the live scan's answer, under the
+shim (its registry and backtraces) and without it (glibc's heap walked over
+the core); what is not a readable core gets one line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from unreachable.scan import ScanOptions, scan
+from unreachable.scan_core import scan_core
+
+PROGRAMS = Path(__file__).parent / "programs"
+CLI = [sys.executable, "-m", "unreachable.cli.main"]
+
+pytestmark = pytest.mark.skipif(not shutil.which("gcore"), reason="gdb's gcore is not installed")
+
+# Programs whose roots a core holds whole. Left out: those kept alive by
+# what the kernel holds (epoll data, timers, queued signals, pipe bytes),
+# which no core records (docs/cli.md).
+SCENARIOS = [
+    "globals.c",
+    "main_stack.c",
+    "thread_stack.c",
+    "registers.c",
+    "tls.c",
+    "mmap_page.c",
+    "interior.c",
+    "big_block.c",
+    "exited_thread.c",
+    "jit_code.c",
+    "arena_heap.c",
+]
+
+
+def _gcore(pid: int, directory: Path) -> Path:
+    prefix = directory / "core"
+    res = subprocess.run(
+        ["gcore", "-o", str(prefix), str(pid)], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    return Path(f"{prefix}.{pid}")
+
+
+def _leaks(report) -> dict[int, tuple[int, list[str]]]:  # noqa: ANN001
+    return {
+        e.address: (e.size, [f"{f.map}:{f.function}" for f in e.backtrace]) for e in report.leaks
+    }
+
+
+@pytest.mark.parametrize("program", SCENARIOS)
+def test_core_of_a_shimmed_process(targets, tmp_path, program):
+    target = targets.start(PROGRAMS / program, options="backtrace=16")
+    live = scan(target.pid, ScanOptions())
+    assert live.leak_count == target.int("leak_count")
+    core = _gcore(target.pid, tmp_path)
+    report = scan_core(str(core))
+    assert (report.leak_count, report.leak_bytes) == (live.leak_count, live.leak_bytes)
+    assert (report.snapshot, report.allocations) == ("core", "shim registry")
+    assert _leaks(report) == _leaks(live)
+    assert all(e.backtrace for e in report.leaks)
+    assert report.pid == target.pid and report.allocation_count == live.allocation_count
+
+
+@pytest.mark.parametrize("program", SCENARIOS)
+def test_core_of_a_process_without_the_shim(targets, tmp_path, program):
+    target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)
+    live = scan(target.pid, ScanOptions())
+    assert live.allocations == "glibc heap"
+    core = _gcore(target.pid, tmp_path)
+    report = scan_core(str(core))
+    assert (report.leak_count, report.leak_bytes) == (live.leak_count, live.leak_bytes)
+    assert (report.snapshot, report.allocations) == ("core", "glibc heap")
+    assert _leaks(report) == _leaks(live)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_scans_a_core_and_names_what_it_left_out(targets, tmp_path):
+    """gcore leaves read-only file mappings out: they are read from the
+    files, and the report says so. An --exe that is not the program mapped
+    is not read for it: its pages are named missing, its frames stay raw."""
+    target = targets.start(PROGRAMS / "globals.c", options="backtrace=16")
+    core = _gcore(target.pid, tmp_path)
+    res = _cli("scan", "--core", str(core), "--json")
+    assert res.returncode == 1, res.stderr
+    report = json.loads(res.stdout)
+    assert report["leak_count"] == 1 and report["snapshot"] == "core"
+    assert "read from the mapped files" in report["snapshot_note"]
+    assert "missing" not in report["snapshot_note"]
+    res = _cli("scan", "--core", str(core), "--exe", "/bin/true")
+    assert res.returncode == 1, res.stderr
+    note = next(line for line in res.stdout.splitlines() if "core file:" in line)
+    assert "missing from the core" in note and "globals" in note, note
+    # Nor is it read for symbols: the program's own frames stay raw.
+    assert "globals-" in res.stdout and "(not the file mapped)" in res.stdout
+    assert "(setup+" not in res.stdout
+
+
+def test_truncated_core_gets_one_line(targets, tmp_path):
+    target = targets.start(PROGRAMS / "globals.c", preload=False, wait_helper=False)
+    core = _gcore(target.pid, tmp_path)
+    data = core.read_bytes()
+    for cut in (40, len(data) // 2, len(data) - 1):
+        short = tmp_path / f"short{cut}"
+        short.write_bytes(data[:cut])
+        res = _cli("scan", "--core", str(short))
+        assert res.returncode == 2, res.stdout
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and "truncated" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda d: d / "text", "not an ELF core file"),
+        (lambda d: Path("/bin/true"), "not an x86-64 core"),
+        (lambda d: d / "absent", "cannot open core file"),
+    ],
+)
+def test_what_is_not_a_core_gets_one_line(tmp_path, make, says):
+    (tmp_path / "text").write_text("not a core\n")
+    res = _cli("scan", "--core", str(make(tmp_path)))
+    assert res.returncode == 2, res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["1", "--core", "/bin/true"], ["1", "--exe", "/bin/true"], ["--sysroot", "/"]],
+)
+def test_pid_or_core(args):
+    res = _cli("scan", *args)
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
