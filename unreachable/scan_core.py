@@ -120,6 +120,7 @@ def _scan_shim_core(
 ) -> ScanReport:
     memory, mappings = core.memory, core.mappings
     addr = shim.descriptor_addr
+    core.lacks(addr, "the shim's registry descriptor")
     try:
         raw = memory.read(addr, HEADER_BYTES)
     except OSError:

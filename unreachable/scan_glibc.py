@@ -440,6 +440,7 @@ def sweep_glibc_core(
     malloc when it was dumped) or a failed check ends the scan."""
     libc = _core_libc(core)
     memory = core.memory
+    core.lacks(libc.bias + libc.facts.main_arena, "glibc's main_arena")
     lo, hi = libc.malloc_code
     inside = [t.tid for t in core.threads if hi and lo <= program_counter(t.regs) < hi]
     try:

@@ -6,9 +6,13 @@ the core); what is not a readable core gets one line and exit status 2."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -142,3 +146,65 @@ def test_pid_or_core(args):
     res = _cli("scan", *args)
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def _kernel_dumps_here() -> str:
+    """Why the kernel's own cores cannot be had here ("" if they can): its
+    core_pattern must name a file in the dying process's directory."""
+    try:
+        with open("/proc/sys/kernel/core_pattern") as f:
+            pattern = f.read().strip()
+    except OSError as e:
+        return str(e)
+    if not pattern or pattern.startswith("|") or "/" in pattern:
+        return f"kernel.core_pattern is {pattern!r}, not a file in the process's directory"
+    return ""
+
+
+def _dumps_into(directory: Path) -> Callable[[], None]:
+    def setup() -> None:
+        os.chdir(directory)
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,) * 2)
+
+    return setup
+
+
+def _kernel_core(target, directory: Path, dump_filter: str = "0x33") -> Path:  # noqa: ANN001
+    with open(f"/proc/{target.pid}/coredump_filter", "w") as f:
+        f.write(dump_filter)
+    os.kill(target.pid, signal.SIGQUIT)
+    assert target.proc.wait(timeout=60) == -signal.SIGQUIT
+    (core,) = [p for p in directory.iterdir() if p.name.startswith("core")]
+    return core
+
+
+@pytest.mark.skipif(bool(_kernel_dumps_here()), reason=_kernel_dumps_here())
+@pytest.mark.parametrize("shimmed", [True, False])
+@pytest.mark.parametrize("program", ["globals.c", "exited_thread.c", "thread_stack.c"])
+def test_kernel_core(targets, tmp_path, program, shimmed):
+    """The kernel's core (coredumpctl dump gives the same file): it leaves
+    the read-only file pages out with no bytes (filesz 0), and lists the
+    guard pages gdb leaves out."""
+    kw = {"options": "backtrace=16"} if shimmed else {"preload": False, "wait_helper": False}
+    target = targets.start(PROGRAMS / program, preexec=_dumps_into(tmp_path), **kw)
+    live = scan(target.pid, ScanOptions())
+    report = scan_core(str(_kernel_core(target, tmp_path)))
+    assert (report.leak_count, report.leak_bytes) == (live.leak_count, live.leak_bytes)
+    assert _leaks(report) == _leaks(live)
+    assert report.allocations == live.allocations
+    assert "read from the mapped files" in report.snapshot_note
+
+
+@pytest.mark.skipif(bool(_kernel_dumps_here()), reason=_kernel_dumps_here())
+@pytest.mark.parametrize("shimmed", [True, False])
+def test_core_without_the_heap_gets_one_line(targets, tmp_path, shimmed):
+    """coredump_filter 0 leaves every written page out: what the scan starts
+    from (the shim's descriptor, glibc's main_arena) is missing, and the
+    file's pages would not be what the process wrote."""
+    kw = {} if shimmed else {"preload": False, "wait_helper": False}
+    target = targets.start(PROGRAMS / "globals.c", preexec=_dumps_into(tmp_path), **kw)
+    core = _kernel_core(target, tmp_path, "0")
+    res = _cli("scan", "--core", str(core))
+    assert res.returncode == 2, res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "left out of the core" in lines[0], lines

@@ -67,6 +67,20 @@ class CoreFile:
     # cores list every mapping, gdb's leave those out.
     guards_listed: bool = True
     changed: set[str] = field(default_factory=set)  # files found not to be the ones mapped
+    held: list[tuple[int, int]] = field(default_factory=list)  # the ranges loaded
+
+    def holds(self, addr: int, n: int) -> bool:
+        """Whether [addr, addr + n) was in the core or read from its file."""
+        return any(b <= addr and addr + n <= e for b, e in self.held)
+
+    def lacks(self, addr: int, what: str) -> None:
+        """Refuse a core that lacks the memory of what the scan starts from."""
+        if not self.holds(addr, 8):
+            raise CoreUnreadable(
+                f"{self.path} lacks {what} (its memory at {addr:#x} was left out of the core:"
+                " the process's /proc/PID/coredump_filter excluded it; the default, 0x33,"
+                " keeps it)"
+            )
 
     def file_for(self, path: str) -> str:
         """Where to read a file the core names."""
@@ -245,8 +259,8 @@ def _fill(
     by_start = {load.vaddr: load for load in loads if load.memsz}
     stack_addr = auxv.get(AT_EXECFN, 0)
     mappings: list[Mapping] = []
-    # (start, end, file offset, path) of the parts the core lacks
-    lacking: list[tuple[int, int, int, str]] = []
+    # (start, end, file offset, path, writable) of the parts the core lacks
+    lacking: list[tuple[int, int, int, str, bool]] = []
     try:
         for load in by_start.values():
             end = load.vaddr + load.memsz
@@ -257,19 +271,30 @@ def _fill(
             held = min(load.filesz, load.memsz) & ~(PAGE - 1)
             if held:
                 core.memory.load(fd, load.offset, load.vaddr, held)
+                core.held.append((load.vaddr, load.vaddr + held))
             if held < load.memsz and load.flags & PF_R:
-                lacking.append((load.vaddr + held, end, off + held, name))
+                lacking.append((load.vaddr + held, end, off + held, name, bool(load.flags & PF_W)))
         for start, end, off, name in files:
             if start not in by_start:
                 perms = _file_perms(core.file_for(name), off)
                 mappings.append(Mapping(start, end, perms, off, 0, name))
-                lacking.append((start, end, off, name))
+                lacking.append((start, end, off, name, "w" in perms))
         first_pages = {
             m.path: by_start[m.start].offset
             for m in mappings
-            if m.offset == 0 and m.path.startswith("/") and by_start[m.start].filesz >= PAGE
+            if m.offset == 0
+            and m.path.startswith("/")
+            and m.start in by_start
+            and by_start[m.start].filesz >= PAGE
         }
-        core.notes += _from_files(core, fd, lacking, first_pages)
+        # A core that holds the main stack kept the pages the process wrote
+        # (the kernel's and gdb's filters put written pages of private file
+        # mappings with anonymous memory): only pages never written are left
+        # out, and the file holds them. Without it, a file's pages may not be
+        # what the process had.
+        sp = core.threads[0].sp
+        written_kept = any(b <= sp < e for b, e in core.held)
+        core.notes += _from_files(core, fd, lacking, first_pages, written_kept)
     except MemoryError:
         raise ScannerOutOfMemory(
             f"the memory in {core.path} does not fit in what the scanner may take (half of"
@@ -312,15 +337,18 @@ def _same_file(fd: int, first_pages: dict[str, int], name: str, real: str) -> bo
 def _from_files(
     core: CoreFile,
     fd: int,
-    lacking: list[tuple[int, int, int, str]],
+    lacking: list[tuple[int, int, int, str, bool]],
     first_pages: dict[str, int],
+    written_kept: bool,
 ) -> list[str]:
     """Read the parts the core lacks from their files where those are the
     files mapped; one note on what was read so and one on what stays
     missing."""
     read, missing = 0, []
-    for start, end, off, name in lacking:
-        real = core.file_for(name) if name.startswith("/") else ""
+    for start, end, off, name, writable in lacking:
+        # A writable mapping's pages left out may have been written.
+        fillable = name.startswith("/") and written_kept and not writable
+        real = core.file_for(name) if fillable else ""
         same = bool(real) and _same_file(fd, first_pages, name, real)
         if real and not same:
             core.changed.add(name)
@@ -331,6 +359,7 @@ def _from_files(
                     n = max(0, min(end - start, size - off)) & ~(PAGE - 1)
                     if n:
                         core.memory.load(fh.fileno(), off, start, n)
+                        core.held.append((start, start + n))
                         read += n
                     if n == end - start:
                         continue
