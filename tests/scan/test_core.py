@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cbuild import build
+from tests.support.targets import Target, wait_for_helper
+from unreachable.capture.core_file import open_core
 from unreachable.scan import ScanOptions, scan
 from unreachable.scan_core import scan_core
 
@@ -208,3 +211,53 @@ def test_core_without_the_heap_gets_one_line(targets, tmp_path, shimmed):
     assert res.returncode == 2, res.stdout
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "left out of the core" in lines[0], lines
+
+
+def _functions(report) -> dict[int, list[str]]:  # noqa: ANN001
+    return {e.address: [f.function for f in e.backtrace] for e in report.leaks}
+
+
+@pytest.mark.parametrize("how", ["sysroot", "exe"])
+def test_core_whose_files_moved(shim, tmp_path, how):
+    """The program ran from a directory that is gone: --sysroot DIR (every
+    file the core names, under DIR) or --exe PATH (the program alone) finds
+    its files, and its own frames are symbolized from them."""
+    ran = tmp_path / "ran" / "globals"
+    ran.parent.mkdir()
+    shutil.copy2(build(PROGRAMS / "globals.c"), ran)
+    env = dict(os.environ, LD_PRELOAD=str(shim), UNREACHABLE_MALLOC_OPTIONS="backtrace=16")
+    proc = subprocess.Popen([str(ran)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    target = Target(proc)
+    try:
+        while not target.read_line().startswith("READY"):
+            pass
+        wait_for_helper(target.pid)
+        live = scan(target.pid, ScanOptions())
+        core = _gcore(target.pid, tmp_path)
+    finally:
+        target.stop()
+    if how == "sysroot":
+        sysroot = tmp_path / "sysroot"
+        opened = open_core(str(core))
+        try:
+            for m in opened.mappings:
+                if m.path.startswith("/") and os.path.exists(m.path):
+                    copy = Path(f"{sysroot}{m.path}")
+                    copy.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(m.path, copy)
+        finally:
+            opened.close()
+        args: dict[str, str] = {"sysroot": str(sysroot)}
+    else:
+        args = {"exe": str(tmp_path / "moved")}
+        shutil.copy2(ran, args["exe"])
+    shutil.rmtree(ran.parent)
+    report = scan_core(str(core), **args)
+    assert (report.leak_count, report.leak_bytes) == (live.leak_count, live.leak_bytes)
+    assert _functions(report) == _functions(live)
+    assert "setup" in next(iter(_functions(report).values()))
+    assert "missing" not in report.snapshot_note
+    # Without them the program's read-only pages are missing, and named.
+    report = scan_core(str(core))
+    assert "missing from the core and unreadable:" in report.snapshot_note
+    assert str(ran) in report.snapshot_note
