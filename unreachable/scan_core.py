@@ -53,6 +53,11 @@ def _locate_shim(core: CoreFile) -> ShimLocation | None:
         if m.offset or not os.path.basename(mapped_path(m)).startswith(SHIM_PREFIX):
             continue
         real = core.file_for(m.path)
+        if m.path in core.changed:
+            raise TargetNotShimmed(
+                f"{core.path} was dumped from a process under the shim, and {real} is not the"
+                " shim it ran (another build): give that one's root with --sysroot"
+            )
         try:
             st = os.stat(real)
             value, first_vaddr = _symbol_and_first_vaddr(

@@ -412,6 +412,11 @@ def _core_libc(core: CoreFile) -> GlibcLibc:
     first = next(
         m for m in core.mappings if m.offset == 0 and LIBC.match(os.path.basename(mapped_path(m)))
     )
+    if first.path in core.changed:
+        raise TargetNotShimmed(
+            f"{core.path}: {core.file_for(first.path)} is not the libc the process ran:"
+            " give the machine's files with --sysroot"
+        )
     try:
         facts = libc_facts(core.file_for(first.path), core.root)
     except (OSError, LibcUnsupported) as e:

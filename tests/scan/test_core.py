@@ -217,6 +217,37 @@ def _functions(report) -> dict[int, list[str]]:  # noqa: ANN001
     return {e.address: [f.function for f in e.backtrace] for e in report.leaks}
 
 
+def _sysroot_of(core: Path, sysroot: Path) -> None:
+    """Copies of every file the core names, under sysroot."""
+    opened = open_core(str(core))
+    try:
+        for m in opened.mappings:
+            if m.path.startswith("/") and os.path.exists(m.path):
+                copy = Path(f"{sysroot}{m.path}")
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(m.path, copy)
+    finally:
+        opened.close()
+
+
+@pytest.mark.parametrize("shimmed", [True, False])
+def test_core_with_another_build_of_the_allocator_gets_one_line(targets, tmp_path, shimmed):
+    """A --sysroot whose shim (or libc) is not the one the process ran: its
+    symbols would put the registry (or main_arena) elsewhere."""
+    kw = {} if shimmed else {"preload": False, "wait_helper": False}
+    target = targets.start(PROGRAMS / "globals.c", **kw)
+    core = _gcore(target.pid, tmp_path)
+    sysroot = tmp_path / "sysroot"
+    _sysroot_of(core, sysroot)
+    name = "libunreachable_shim" if shimmed else "libc.so"
+    (other,) = {p for p in sysroot.rglob(f"{name}*") if p.is_file()}
+    shutil.copy2(build(PROGRAMS / "globals.c"), other)
+    res = _cli("scan", "--core", str(core), "--sysroot", str(sysroot))
+    assert res.returncode == 2, res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not the" in lines[0] and str(other) in lines[0], lines
+
+
 @pytest.mark.parametrize("how", ["sysroot", "exe"])
 def test_core_whose_files_moved(shim, tmp_path, how):
     """The program ran from a directory that is gone: --sysroot DIR (every
@@ -238,15 +269,7 @@ def test_core_whose_files_moved(shim, tmp_path, how):
         target.stop()
     if how == "sysroot":
         sysroot = tmp_path / "sysroot"
-        opened = open_core(str(core))
-        try:
-            for m in opened.mappings:
-                if m.path.startswith("/") and os.path.exists(m.path):
-                    copy = Path(f"{sysroot}{m.path}")
-                    copy.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(m.path, copy)
-        finally:
-            opened.close()
+        _sysroot_of(core, sysroot)
         args: dict[str, str] = {"sysroot": str(sysroot)}
     else:
         args = {"exe": str(tmp_path / "moved")}

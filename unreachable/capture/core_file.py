@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field, replace
+from typing import BinaryIO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -196,7 +197,7 @@ def _note_bytes(desc: object) -> bytes:
 
 def _build(
     path: str,
-    f: object,
+    f: BinaryIO,
     loads: list[_Load],
     notes: list[tuple[object, object]],
     exe: str | None,
@@ -249,12 +250,12 @@ def _build(
 
 def _fill(
     core: CoreFile,
-    f: object,
+    f: BinaryIO,
     loads: list[_Load],
     files: list[tuple[int, int, int, str]],
     auxv: dict[int, int],
 ) -> None:
-    fd = f.fileno()  # type: ignore[attr-defined]
+    fd = f.fileno()
     named = {(s, e): (off, name) for s, e, off, name in files}
     by_start = {load.vaddr: load for load in loads if load.memsz}
     stack_addr = auxv.get(AT_EXECFN, 0)
