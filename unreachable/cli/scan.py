@@ -73,9 +73,9 @@ def add_symbol_budget(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "scan",
-        help="scan a running process for unreachable memory",
-        description="Stop PID briefly, prove which of its allocations are unreachable, "
-        "report them. "
+        help="scan a running process (or a core file) for unreachable memory",
+        description="Stop PID briefly (or read the core file given with --core), prove which "
+        "of its allocations are unreachable, report them. "
         "Exit status: 0 no leak, 1 leaks found, 2 the scan could not be done.",
     )
     p.add_argument(
