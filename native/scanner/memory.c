@@ -62,6 +62,7 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
     ur_mem_close(m);
     return -ENOMEM;
   }
+  if (pid == 0) return 0; /* no process: a core file's copy, filled by ur_mem_load_file */
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
   m->fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -488,4 +489,29 @@ void ur_frozen_view_init(struct ur_frozen_view *v, struct ur_pread_mem *src) {
   v->mem.slow = frozen_view;
   v->mem.room = SIZE_MAX;
   v->src = src;
+}
+
+int ur_mem_load_file(struct ur_pread_mem *m, int fd, uint64_t offset, uint64_t addr, uint64_t len) {
+  if ((addr | len) & (UR_PAGE_SIZE - 1)) return -EINVAL;
+  while (len) {
+    uint64_t base = addr & ~(UR_CHUNK_SIZE - 1), off = addr - base;
+    uint64_t n = UR_CHUNK_SIZE - off < len ? UR_CHUNK_SIZE - off : len;
+    int err = 0;
+    struct ur_chunk *c = ur_mem_chunk(m, base, &err);
+    if (!c) return err;
+    uint64_t got = 0;
+    while (got < n) {
+      ssize_t r = pread(fd, c->data + off + got, (size_t)(n - got), (off_t)(offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return -errno;
+      if (r == 0) return -ENODATA; /* the file ends before the range does */
+      got += (uint64_t)r;
+    }
+    mark_pages(c->synced, base, addr, addr + n);
+    for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) c->bad[w] &= ~c->synced[w];
+    addr += n;
+    offset += n;
+    len -= n;
+  }
+  return 0;
 }

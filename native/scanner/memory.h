@@ -116,6 +116,13 @@ void ur_frozen_view_init(struct ur_frozen_view *v, struct ur_pread_mem *src);
 /* Views (mem.h ur_mem_view on &m->mem) reach to the end of addr's chunk and
  * stay valid while m->mem.room more chunks can be loaded without eviction. */
 
+/* Copy len bytes of the file fd from offset into the cache at addr (both
+ * page multiples), the pages then held as a copy snapshot's synced pages
+ * (page_sync.h ur_sync_finish): a core file's memory, or a mapped file's
+ * pages a core left out. 0, -ENOSPC (the cache is full), -ENODATA (the file
+ * ends first), -EINVAL or -errno of the read. */
+int ur_mem_load_file(struct ur_pread_mem *m, int fd, uint64_t offset, uint64_t addr, uint64_t len);
+
 /* Uncached read of [addr, addr+len) with unreadable pages zeroed (not
  * counted). Returns the number of bytes that were actually readable. */
 size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len);

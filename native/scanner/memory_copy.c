@@ -45,6 +45,15 @@ static int copy_init(MemoryCopy *c, PyObject *args, PyObject *kwargs) {
   }
   c->pid = pid;
   c->pagemap = -1;
+  if (pid == 0) { /* no process: a core file's memory, given by load() */
+    int rc = ur_mem_open(&c->mem, 0, cache);
+    if (rc < 0) {
+      ur_py_raise(rc, "cannot make the copy");
+      return -1;
+    }
+    c->opened = 1;
+    return 0;
+  }
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
   if ((c->pagemap = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
@@ -115,6 +124,29 @@ out:
   return result;
 }
 
+static PyObject *copy_load(MemoryCopy *c, PyObject *args) {
+  int fd;
+  unsigned long long offset, addr, len;
+  if (!PyArg_ParseTuple(args, "iKKK", &fd, &offset, &addr, &len)) return NULL;
+  if (!usable(c)) return NULL;
+  if (c->pid != 0 || c->finished) {
+    PyErr_SetString(PyExc_RuntimeError, "load() fills an unfinished MemoryCopy(0) only");
+    return NULL;
+  }
+  int rc;
+  c->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_mem_load_file(&c->mem, fd, offset, addr, len);
+  Py_END_ALLOW_THREADS
+  c->busy = 0;
+  if (rc == -ENOSPC) {
+    PyErr_SetString(PyExc_MemoryError, "the copy does not fit in its cache");
+    return NULL;
+  }
+  if (rc < 0) return ur_py_raise(rc, "cannot read the file into the copy");
+  Py_RETURN_NONE;
+}
+
 static PyObject *copy_finish(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
   if (!usable(c)) return NULL;
   if (!c->finished) ur_sync_finish(&c->mem);
@@ -172,6 +204,9 @@ static PyMethodDef copy_methods[] = {
     {"sync", (PyCFunction)(void (*)(void))copy_sync, METH_VARARGS | METH_KEYWORDS,
      "sync(ranges, refresh=False, threads=1): copy the (begin, end, flags) ranges (packed "
      "u64); refresh: the process is stopped, read again only what it wrote since."},
+    {"load", (PyCFunction)copy_load, METH_VARARGS,
+     "load(fd, offset, addr, length): MemoryCopy(0) only: the file's bytes at offset become "
+     "the memory at addr (page multiples); a core file's memory."},
     {"finish", (PyCFunction)copy_finish, METH_NOARGS,
      "finish(): the copy is complete; readers may use it, nothing more is read."},
     {"read", (PyCFunction)copy_read, METH_VARARGS,
@@ -192,7 +227,8 @@ PyTypeObject ur_memory_copy_type = {
     .tp_basicsize = sizeof(MemoryCopy),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "MemoryCopy(pid, cache_bytes=0): a copy of a process's memory, brought up to "
-              "date in a stop (the copy snapshot); 0: up to half the available memory.",
+              "date in a stop (the copy snapshot); pid 0: no process, filled by load() (a core "
+              "file); cache_bytes 0: up to half the available memory.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)copy_init,
     .tp_dealloc = (destructor)copy_dealloc,

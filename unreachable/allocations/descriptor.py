@@ -97,6 +97,7 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
 
 
 _HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQQQQQQQIiQ")
+HEADER_BYTES = _HEADER.size
 UR_ABI_MAGIC = 0x3142484341455255
 UR_ABI_VERSION = 4
 
@@ -147,13 +148,18 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
         raise TargetNotShimmed(f"cannot read the shim's descriptor in pid {pid}: {e}") from None
     finally:
         os.close(fd)
+    return parse_descriptor_header(raw, f"pid {pid}")
+
+
+def parse_descriptor_header(raw: bytes, where: str) -> DescriptorHeader:
+    """The header's fields from its bytes; where names the process (or core)."""
     if len(raw) != _HEADER.size:
-        raise TargetNotShimmed(f"cannot read the shim's descriptor in pid {pid}")
+        raise TargetNotShimmed(f"cannot read the shim's descriptor in {where}")
     f = _HEADER.unpack(raw)
     magic, version, enabled, helper_tid, helper_cmd, owner = f[0], f[1], f[3], f[8], f[9], f[14]
     if magic != UR_ABI_MAGIC or version != UR_ABI_VERSION:
         raise TargetNotShimmed(
-            f"pid {pid} runs a shim with registry ABI {version}, this scanner reads "
+            f"{where} runs a shim with registry ABI {version}, this scanner reads "
             f"ABI {UR_ABI_VERSION}: scan it with the unreachable version it was started with"
         )
     return DescriptorHeader(

@@ -123,15 +123,18 @@ def program_counter(regs: bytes) -> int:
     return _u64(regs, RIP)
 
 
-def tls_offsets(pid: int, libc: GlibcLibc) -> list[tuple[int, int]]:
+def tls_offsets(memory: Memory, libc: GlibcLibc) -> list[tuple[int, int]]:
     """(offset from the thread pointer, offset in libc's TLS block) of each
     of libc's TPOFF64 slots, as the loader filled them (read from the
-    process: the GOT is read-only once relocated, and never copied)."""
+    process: the GOT is read-only once relocated, and never copied; or from
+    a core, which holds it)."""
     out = []
-    with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+    with memory_reader(memory) as read:
         for slot, addend in libc.facts.tpoff_slots:
-            f.seek(libc.bias + slot)
-            raw = f.read(8)
+            try:
+                raw = read(libc.bias + slot, 8)
+            except OSError:
+                continue
             if len(raw) == 8:
                 out.append((struct.unpack("<q", raw)[0], addend))
     return out

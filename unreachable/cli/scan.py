@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from unreachable.cli.output import add_output_options, chosen_format, write_output
-from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, ScanError
+from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument, ScanError
 from unreachable.report.collapsed import report_to_collapsed
 from unreachable.report.json_report import format_json
 from unreachable.report.lmu import format_lmu
@@ -73,16 +73,32 @@ def add_symbol_budget(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "scan",
-        help="scan a running process for unreachable memory",
-        description="Stop PID briefly, prove which of its allocations are unreachable, "
-        "report them. "
+        help="scan a running process (or a core file) for unreachable memory",
+        description="Stop PID briefly (or read the core file given with --core), prove which "
+        "of its allocations are unreachable, report them. "
         "Exit status: 0 no leak, 1 leaks found, 2 the scan could not be done.",
     )
     p.add_argument(
         "pid",
         type=_pid,
+        nargs="?",
         help="process to scan: started under the shim, or any process using glibc's malloc"
         " (its heap is walked: chunk sizes, no backtraces; docs/glibc-heap.md)",
+    )
+    p.add_argument(
+        "--core",
+        metavar="FILE",
+        help="scan this core file (gcore's, or coredump_ctl dump's) instead of a process",
+    )
+    p.add_argument(
+        "--exe",
+        metavar="PATH",
+        help="with --core: the program's executable, where it is not at the path the core names",
+    )
+    p.add_argument(
+        "--sysroot",
+        metavar="DIR",
+        help="with --core: read the files the core names (libraries, the shim) under DIR",
     )
     p.add_argument("--json", action="store_true", help="same as --format json")
     add_output_options(p, FORMATS)
@@ -176,11 +192,35 @@ def _stage_bar(args: argparse.Namespace, fmt: str) -> StageBar | None:
     not JSON (read by programs); never beside --progress-json."""
     if args.progress_json or fmt == "json" or not sys.stderr.isatty():
         return None
-    return StageBar(sys.stderr, f"scanning pid {args.pid}")
+    what = f"core {args.core}" if args.core else f"pid {args.pid}"
+    return StageBar(sys.stderr, f"scanning {what}")
+
+
+def _scan(
+    args: argparse.Namespace, options: ScanOptions, note: Callable[[str], None] | None
+) -> ScanReport:
+    if args.core:
+        from unreachable.scan_core import scan_core
+
+        return scan_core(args.core, args.exe, args.sysroot, options, note)
+    return scan(args.pid, options, note)
+
+
+def _check_target(args: argparse.Namespace) -> None:
+    """A pid or --core, not both; --exe and --sysroot only with --core."""
+    if args.core and args.pid is not None:
+        raise InvalidArgument("give a pid or --core FILE, not both")
+    if not args.core and args.pid is None:
+        raise InvalidArgument("give a pid to scan, or --core FILE")
+    if not args.core and (args.exe or args.sysroot):
+        raise InvalidArgument("--exe and --sysroot go with --core FILE")
+    if args.core and args.remote:
+        raise InvalidArgument("--core is scanned here: it does not go with --remote")
 
 
 def handle(args: argparse.Namespace) -> int:
     fmt = chosen_format(args)  # reject contradictory flags before touching the target
+    _check_target(args)
     sets_aside = triage.from_args(args, fmt)
     options = ScanOptions(
         limit=ALL_ENTRIES if fmt in PROFILES or sets_aside.active else args.limit,
@@ -202,13 +242,13 @@ def handle(args: argparse.Namespace) -> int:
         try:
             if bar is not None:
                 bar.update("started", 0.0)
-            report = scan(args.pid, options, bar.note(started) if bar else None)
+            report = _scan(args, options, bar.note(started) if bar else None)
         finally:
             if bar is not None:
                 bar.close()
     else:
         try:
-            report = scan(args.pid, options, _progress_json(time.monotonic()))
+            report = _scan(args, options, _progress_json(time.monotonic()))
         except ScanError as e:
             error = {"error": e.grpc_status, "message": str(e)}
             sys.stderr.write(json.dumps(error) + "\n")
@@ -220,6 +260,8 @@ def handle(args: argparse.Namespace) -> int:
     tty = sys.stderr.isatty()
     if fmt == "text" and tty:
         print(format_summary(report), file=sys.stderr)
+    elif report.snapshot == "core" and report.snapshot_note and tty:
+        print(f"unreachable-cli: note: core {args.core}: {report.snapshot_note}", file=sys.stderr)
     elif (report.snapshot_note or report.sweep_note) and sys.stderr.isatty():
         how = {"fork": "forked", "copy": "copied"}.get(report.snapshot, "swept in place")
         why = "; ".join(n for n in (report.snapshot_note, report.sweep_note) if n)

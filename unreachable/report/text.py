@@ -67,6 +67,7 @@ def format_report(report: ScanReport) -> str:
         f" unreachable allocation{_plural(report.leak_count)}",
         "  ABI: 'x86_64'",
         *_allocations_line(report),
+        *_core_line(report),
         "",
     ]
     lines[2:2] = triage.text_header(report)
@@ -90,6 +91,13 @@ def _backtrace_hint(report: ScanReport) -> list[str]:
     if not report.leaks or any(leak.backtrace for leak in report.leaks):
         return []
     return [BACKTRACE_HINT, ""]
+
+
+def _core_line(report: ScanReport) -> list[str]:
+    """What a core file lacked, or was read from elsewhere (docs/cli.md)."""
+    if report.snapshot != "core" or not report.snapshot_note:
+        return []
+    return [f"  core file: {report.snapshot_note}"]
 
 
 def _allocations_line(report: ScanReport) -> list[str]:
