@@ -9,19 +9,19 @@ library's ELF to look for the symbol would cost a scan tens of milliseconds.
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
 from elftools.elf.elffile import ELFFile
 
+from unreachable import _native
 from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
 from unreachable.process.access import why_denied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.process.secure_exec import runs_secure
 
-DESCRIPTOR_SYMBOL = "unreachable_descriptor"
+DESCRIPTOR_SYMBOL = _native.DESCRIPTOR_SYMBOL
 SHIM_PREFIX = "libunreachable_shim"
 
 
@@ -96,13 +96,7 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
     )
 
 
-_HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQQQQQQQIiQ")
-UR_ABI_MAGIC = 0x3142484341455255
-UR_ABI_VERSION = 4
-
-# abi.h enum ur_disabled
-DISABLED_OPTIONS = 1
-DISABLED_NO_MEMORY = 2
+DESCRIPTOR_SIZE = _native.abi_sizeof("ur_descriptor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +112,13 @@ class DescriptorHeader:
     disabled: int = 0  # abi.h enum ur_disabled: why enabled is false
     disabled_errno: int = 0
     unregistered: int = 0  # blocks the shim had no memory to register
+    options: int = 0  # address of the option string in effect
+    modules: int = 0  # address of the loaded-object table; 0: none kept
 
 
 def disabled_reason(disabled: int, err: int) -> str:
     """Why a shim is inert, in the words its own stderr line uses."""
-    if disabled == DISABLED_NO_MEMORY:
+    if disabled == _native.DISABLED_NO_MEMORY:
         cause = os.strerror(err) if err else "out of room"
         return (
             f"it had no memory for its registry at start ({cause}): the address-space "
@@ -142,30 +138,31 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
             f"no permission to read the memory of pid {pid}: {why_denied(pid)}"
         ) from None
     try:
-        raw = os.pread(fd, _HEADER.size, addr)
+        raw = os.pread(fd, DESCRIPTOR_SIZE, addr)
     except OSError as e:
         raise TargetNotShimmed(f"cannot read the shim's descriptor in pid {pid}: {e}") from None
     finally:
         os.close(fd)
-    if len(raw) != _HEADER.size:
+    if len(raw) != DESCRIPTOR_SIZE:
         raise TargetNotShimmed(f"cannot read the shim's descriptor in pid {pid}")
-    f = _HEADER.unpack(raw)
-    magic, version, enabled, helper_tid, helper_cmd, owner = f[0], f[1], f[3], f[8], f[9], f[14]
-    if magic != UR_ABI_MAGIC or version != UR_ABI_VERSION:
+    d = _native.abi_decode("ur_descriptor", raw)
+    if d["magic"] != _native.ABI_MAGIC or d["version"] != _native.ABI_VERSION:
         raise TargetNotShimmed(
-            f"pid {pid} runs a shim with registry ABI {version}, this scanner reads "
-            f"ABI {UR_ABI_VERSION}: scan it with the unreachable version it was started with"
+            f"pid {pid} runs a shim with registry ABI {d['version']}, this scanner reads "
+            f"ABI {_native.ABI_VERSION}: scan it with the unreachable version it was started with"
         )
     return DescriptorHeader(
-        bool(enabled),
-        helper_tid,
-        helper_cmd,
-        owner,
-        f[15],
-        f[16],
-        f[17],
-        f[18],
-        f[23],
-        f[24],
-        f[25],
+        enabled=bool(d["enabled"]),
+        helper_tid=d["helper_tid"],
+        helper_cmd=d["helper_cmd"],
+        pid=d["pid"],
+        child_box=d["child_box"],
+        write_tracker=d["write_tracker"],
+        altstacks=d["altstacks"],
+        num_altstacks=d["num_altstacks"],
+        disabled=d["disabled"],
+        disabled_errno=d["disabled_errno"],
+        unregistered=d["unregistered"],
+        options=d["options"],
+        modules=d["modules"],
     )
