@@ -55,7 +55,7 @@ from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import present_ranges
 from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import check_scannable
-from unreachable.report.model import LeakEntry, ScanReport, leak_counts
+from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.roots.classify import classify, register_words
 from unreachable.roots.exited_threads import SEARCH_TOP, dtv_words
 from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
@@ -261,8 +261,7 @@ def scan_without_shim(
             locked_shards=[],
             helper_tid=0,
             helper_cmd=0,
-            region_begin=0,
-            region_end=0,
+            regions=[],
             options="",
             max_frames=0,
         )
@@ -302,7 +301,14 @@ def scan_without_shim(
         entries = [
             LeakEntry(
                 address=leak.begin,
-                **leak_counts(leak),
+                size=leak.size,
+                referenced_count=leak.referenced_count,
+                referenced_size=leak.referenced_size,
+                similar_count=leak.similar_count,
+                similar_size=leak.similar_size,
+                similar_referenced_count=leak.similar_referenced_count,
+                similar_referenced_size=leak.similar_referenced_size,
+                total_size=leak.total_size,
                 contents=_contents(memory, leak.begin, leak.size) if contents else None,
             )
             for leak in leaks
