@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from unreachable import _native
 from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
@@ -44,7 +45,7 @@ def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> 
                 first_vaddr = seg["p_vaddr"]
                 break
         dynsym = elf.get_section_by_name(".dynsym")
-        if dynsym is None:
+        if not isinstance(dynsym, SymbolTableSection):
             return -1, first_vaddr
         syms = dynsym.get_symbol_by_name(DESCRIPTOR_SYMBOL)
         if not syms:
