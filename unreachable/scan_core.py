@@ -15,7 +15,7 @@ from dataclasses import replace
 from functools import partial
 
 from unreachable.allocations.descriptor import (
-    HEADER_BYTES,
+    DESCRIPTOR_SIZE,
     SHIM_PREFIX,
     ShimLocation,
     _symbol_and_first_vaddr,
@@ -127,7 +127,7 @@ def _scan_shim_core(
     addr = shim.descriptor_addr
     core.lacks(addr, "the shim's registry descriptor")
     try:
-        raw = memory.read(addr, HEADER_BYTES)
+        raw = memory.read(addr, DESCRIPTOR_SIZE)
     except OSError:
         raw = b""
     header = parse_descriptor_header(raw, core.path)

@@ -17,7 +17,7 @@
 
 #include "unreachable/abi.h"
 
-struct ur_dedup_leak { /* 72 bytes: unreachable/fold/dedup.py DEDUP_LEAK */
+struct ur_dedup_leak { /* 72 bytes; _native.dedup hands each out as a tuple */
   uint64_t begin, size, stack_id;
   uint64_t referenced_count, referenced_size;
   uint64_t similar_count, similar_size;

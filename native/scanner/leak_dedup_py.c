@@ -21,7 +21,24 @@ PyObject *ur_py_dedup(PyObject *Py_UNUSED(self), PyObject *args) {
     ur_py_raise((int)n, "dedup: out of memory");
     goto done;
   }
-  result = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)((size_t)n * sizeof(*out)));
+  /* Tuples, not packed records: Python keeps no copy of the layout. */
+  result = PyList_New(n);
+  for (ssize_t i = 0; result && i < n; i++) {
+    const struct ur_dedup_leak *l = &out[i];
+    PyObject *t = Py_BuildValue("(KKKKKKKKK)", (unsigned long long)l->begin,
+                                (unsigned long long)l->size, (unsigned long long)l->stack_id,
+                                (unsigned long long)l->referenced_count,
+                                (unsigned long long)l->referenced_size,
+                                (unsigned long long)l->similar_count,
+                                (unsigned long long)l->similar_size,
+                                (unsigned long long)l->similar_referenced_count,
+                                (unsigned long long)l->similar_referenced_size);
+    if (!t) {
+      Py_CLEAR(result);
+      break;
+    }
+    PyList_SET_ITEM(result, i, t);
+  }
   free(out);
 done:
   PyBuffer_Release(&leaks);

@@ -51,11 +51,11 @@ static PyMethodDef methods[] = {
      "The 8-byte values at every unaligned offset of code that lie in [lo, hi) (packed "
      "u64): pointers a JIT compiled into instructions."},
     {"dedup", ur_py_dedup, METH_VARARGS,
-     "dedup(leaks, limit) -> bytes\n\n"
+     "dedup(leaks, limit) -> list[tuple[int, ...]]\n\n"
      "Leaks (packed ur_leak_record, address order) with one backtrace merged into the first, "
      "sorted by total size (largest first, then lowest address), at most limit of them: "
-     "packed 9 x u64 (begin, size, stack_id, referenced_count, referenced_size, similar_count, "
-     "similar_size, similar_referenced_count, similar_referenced_size)."},
+     "a tuple of 9 ints each (begin, size, stack_id, referenced_count, referenced_size, "
+     "similar_count, similar_size, similar_referenced_count, similar_referenced_size)."},
     {"walk_glibc_heap", ur_py_walk_glibc_heap, METH_VARARGS,
      "walk_glibc_heap(memory, minor, main_arena, mp, tcaches, anon, page_size) -> dict\n\n"
      "glibc 2.minor's live chunks (glibc_heap.h) read from memory (a pid or a MemoryCopy): "
@@ -75,7 +75,8 @@ PyMODINIT_FUNC PyInit__native(void) {
   PyObject *m = PyModule_Create(&moduledef);
   if (!m) return NULL;
   if (PyModule_AddObjectRef(m, "Session", (PyObject *)&ur_session_type) < 0 ||
-      PyModule_AddObjectRef(m, "MemoryCopy", (PyObject *)&ur_memory_copy_type) < 0) {
+      PyModule_AddObjectRef(m, "MemoryCopy", (PyObject *)&ur_memory_copy_type) < 0 ||
+      PyModule_AddFunctions(m, ur_abi_methods) < 0 || ur_abi_add_constants(m) < 0) {
     Py_DECREF(m);
     return NULL;
   }

@@ -50,6 +50,10 @@ PyObject *ur_py_heap_words(PyObject *self, PyObject *args);
 PyObject *ur_py_dedup(PyObject *self, PyObject *args);
 PyObject *ur_py_walk_glibc_heap(PyObject *self, PyObject *args);
 
+/* abi_py.c: abi.h's structures by name, and its constants (added to m). */
+extern PyMethodDef ur_abi_methods[];
+int ur_abi_add_constants(PyObject *m);
+
 /* _native.sweep(release=session): the stopped Session to release once the
  * memory is copied (NULL with an exception set if it is not one), and the
  * release itself, on the tracer thread, without the GIL. */

@@ -27,7 +27,6 @@ from unreachable.allocations.registry import read_registry
 from unreachable.errors import TargetNotShimmed
 
 # struct ur_descriptor (abi.h): uint64_t unregistered
-UNREGISTERED_OFFSET = 168  # offsetof(struct ur_descriptor, unregistered)
 
 
 @pytest.fixture
@@ -230,7 +229,8 @@ def test_a_registry_with_unregistered_blocks_is_not_scanned() -> None:
         assert read_registry(proc.pid, f["descriptor"]).count > 0
         fd = os.open(f"/proc/{proc.pid}/mem", os.O_RDWR)
         try:
-            os.pwrite(fd, struct.pack("<Q", 3), f["descriptor"] + UNREGISTERED_OFFSET)
+            at, size = _native.abi_field("ur_descriptor", "unregistered")
+            os.pwrite(fd, (3).to_bytes(size, "little"), f["descriptor"] + at)
         finally:
             os.close(fd)
         with pytest.raises(TargetNotShimmed, match=r"3 blocks are not registered"):

@@ -7,11 +7,11 @@ import ctypes
 import errno
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
 
+from unreachable import _native
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import IDLE
 
@@ -32,7 +32,9 @@ def tracker_cmd(pid: int) -> int:
     addr = open_target(pid).header.write_tracker
     with open(f"/proc/{pid}/mem", "rb") as f:
         f.seek(addr)
-        return struct.unpack("<I", f.read(4))[0]
+        return _native.abi_decode(
+            "ur_write_tracker", f.read(_native.abi_sizeof("ur_write_tracker"))
+        )["cmd"]
 
 
 def kill_scanner_while_tracking(pid: int) -> None:

@@ -9,19 +9,20 @@ library's ELF to look for the symbol would cost a scan tens of milliseconds.
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
+from unreachable import _native
 from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
 from unreachable.process.access import why_denied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.process.secure_exec import runs_secure
 
-DESCRIPTOR_SYMBOL = "unreachable_descriptor"
+DESCRIPTOR_SYMBOL = _native.DESCRIPTOR_SYMBOL
 SHIM_PREFIX = "libunreachable_shim"
 
 
@@ -44,7 +45,7 @@ def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> 
                 first_vaddr = seg["p_vaddr"]
                 break
         dynsym = elf.get_section_by_name(".dynsym")
-        if dynsym is None:
+        if not isinstance(dynsym, SymbolTableSection):
             return -1, first_vaddr
         syms = dynsym.get_symbol_by_name(DESCRIPTOR_SYMBOL)
         if not syms:
@@ -96,14 +97,7 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
     )
 
 
-_HEADER = struct.Struct("<QIIIIQQIIQQQQQQQQQQQQQQIiQ")
-HEADER_BYTES = _HEADER.size
-UR_ABI_MAGIC = 0x3142484341455255
-UR_ABI_VERSION = 4
-
-# abi.h enum ur_disabled
-DISABLED_OPTIONS = 1
-DISABLED_NO_MEMORY = 2
+DESCRIPTOR_SIZE = _native.abi_sizeof("ur_descriptor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +113,13 @@ class DescriptorHeader:
     disabled: int = 0  # abi.h enum ur_disabled: why enabled is false
     disabled_errno: int = 0
     unregistered: int = 0  # blocks the shim had no memory to register
+    options: int = 0  # address of the option string in effect
+    modules: int = 0  # address of the loaded-object table; 0: none kept
 
 
 def disabled_reason(disabled: int, err: int) -> str:
     """Why a shim is inert, in the words its own stderr line uses."""
-    if disabled == DISABLED_NO_MEMORY:
+    if disabled == _native.DISABLED_NO_MEMORY:
         cause = os.strerror(err) if err else "out of room"
         return (
             f"it had no memory for its registry at start ({cause}): the address-space "
@@ -143,7 +139,7 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
             f"no permission to read the memory of pid {pid}: {why_denied(pid)}"
         ) from None
     try:
-        raw = os.pread(fd, _HEADER.size, addr)
+        raw = os.pread(fd, DESCRIPTOR_SIZE, addr)
     except OSError as e:
         raise TargetNotShimmed(f"cannot read the shim's descriptor in pid {pid}: {e}") from None
     finally:
@@ -153,25 +149,26 @@ def read_descriptor_header(pid: int, addr: int) -> DescriptorHeader:
 
 def parse_descriptor_header(raw: bytes, where: str) -> DescriptorHeader:
     """The header's fields from its bytes; where names the process (or core)."""
-    if len(raw) != _HEADER.size:
+    if len(raw) != DESCRIPTOR_SIZE:
         raise TargetNotShimmed(f"cannot read the shim's descriptor in {where}")
-    f = _HEADER.unpack(raw)
-    magic, version, enabled, helper_tid, helper_cmd, owner = f[0], f[1], f[3], f[8], f[9], f[14]
-    if magic != UR_ABI_MAGIC or version != UR_ABI_VERSION:
+    d = _native.abi_decode("ur_descriptor", raw)
+    if d["magic"] != _native.ABI_MAGIC or d["version"] != _native.ABI_VERSION:
         raise TargetNotShimmed(
-            f"{where} runs a shim with registry ABI {version}, this scanner reads "
-            f"ABI {UR_ABI_VERSION}: scan it with the unreachable version it was started with"
+            f"{where} runs a shim with registry ABI {d['version']}, this scanner reads "
+            f"ABI {_native.ABI_VERSION}: scan it with the unreachable version it was started with"
         )
     return DescriptorHeader(
-        bool(enabled),
-        helper_tid,
-        helper_cmd,
-        owner,
-        f[15],
-        f[16],
-        f[17],
-        f[18],
-        f[23],
-        f[24],
-        f[25],
+        enabled=bool(d["enabled"]),
+        helper_tid=d["helper_tid"],
+        helper_cmd=d["helper_cmd"],
+        pid=d["pid"],
+        child_box=d["child_box"],
+        write_tracker=d["write_tracker"],
+        altstacks=d["altstacks"],
+        num_altstacks=d["num_altstacks"],
+        disabled=d["disabled"],
+        disabled_errno=d["disabled_errno"],
+        unregistered=d["unregistered"],
+        options=d["options"],
+        modules=d["modules"],
     )

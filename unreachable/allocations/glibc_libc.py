@@ -29,6 +29,7 @@ from functools import lru_cache
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import NoteSection, SymbolTableSection
 
 from unreachable.symbolize.config import default_debug_dirs
 from unreachable.symbolize.debuginfo import find_debug_file
@@ -189,7 +190,7 @@ def _dynsym_span(elf: ELFFile) -> tuple[int, int]:
     function before its first entry point to the start of the one after its
     last (its static helpers lie in between; morecore.c is included in it)."""
     dynsym = elf.get_section_by_name(".dynsym")
-    if dynsym is None:
+    if not isinstance(dynsym, SymbolTableSection):
         return (0, 0)
     funcs = []
     for sym in dynsym.iter_symbols():
@@ -226,7 +227,7 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
     try:
         with open(found.path, "rb") as f:
             symtab = ELFFile(f).get_section_by_name(".symtab")
-            if symtab is None:
+            if not isinstance(symtab, SymbolTableSection):
                 return None
             source = ""
             for sym in symtab.iter_symbols():
@@ -257,7 +258,7 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
         version, minor = _version(data)
         build_id = ""
         for sec in elf.iter_sections():
-            if sec["sh_type"] == "SHT_NOTE":
+            if isinstance(sec, NoteSection):
                 for note in sec.iter_notes():
                     if note["n_type"] == "NT_GNU_BUILD_ID":
                         build_id = note["n_desc"]

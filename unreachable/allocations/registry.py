@@ -10,8 +10,8 @@ from unreachable.capture.target import still_running
 from unreachable.errors import TargetNotFound, TargetNotShimmed
 from unreachable.process.memory import Memory
 
-THREAD_LIVE = 1
-THREAD_EXITED = 2
+THREAD_LIVE = _native.THREAD_LIVE
+THREAD_EXITED = _native.THREAD_EXITED
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,7 @@ def _str(d: dict[str, Any], key: str) -> str:
 
 
 def _entries(value: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    items = value[key]
+    items: list[dict[str, Any]] = value[key]
     for item in items:
         if not isinstance(item, dict):
             raise _BadEntry(f"an element of {key!r} is not an object")

@@ -107,8 +107,9 @@ class InFlight:
     def _add_pipe(self, pid: int, pidfd: int | None, fds: list[int]) -> None:
         """One reader of the pipe the target holds as fds: a duplicate of a
         read end, or, holding none, one opened through /proc."""
-        for fd in fds if pidfd is not None else []:
-            dup = _getfd(pidfd, fd)
+        held = [(pidfd, fd) for fd in fds] if pidfd is not None else []
+        for target_pidfd, fd in held:
+            dup = _getfd(target_pidfd, fd)
             if dup >= 0 and fcntl.fcntl(dup, fcntl.F_GETFL) & os.O_ACCMODE != os.O_WRONLY:
                 self.queues.append(_Queue(dup, True, True))
                 return
@@ -247,7 +248,7 @@ def _getfd(pidfd: int, fd: int) -> int:
 def _queued(fd: int) -> int:
     """Bytes waiting (a datagram socket's: its first datagram's)."""
     try:
-        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
     except OSError:
         return 0
 

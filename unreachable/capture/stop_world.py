@@ -219,8 +219,8 @@ def stop_world(
             # Never asked of the helper when its filter would kill the target.
             if helper_stopped and clone_ok is not False:
                 try:
-                    session.snapshot(helper_tid, helper_cmd)
-                    child_maps = read_maps_text(session.snapshot_pid)
+                    child = session.snapshot(helper_tid, helper_cmd)
+                    child_maps = read_maps_text(child)
                     capture.kept_out = read_kept_out(pid, read_maps_text(pid), child_maps, left_out)
                     session.release()
                     # Still frozen: it has run nothing, and its maps are as read.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -22,10 +21,14 @@ from unreachable import _native
 from unreachable.capture.target import Target, current_helper_tid
 from unreachable.process.status import pid_namespace, read_status, thread_seccomp
 
-IDLE, START, ON, STOP, FAILED = range(5)
-_WORDS = struct.Struct("<IiII")  # cmd, error, scanner_pid, ranges
-_SCANNER_PID_OFFSET = 8
-_HEARTBEAT_OFFSET = 16
+IDLE, START, ON, STOP, FAILED = (
+    _native.TRACK_IDLE,
+    _native.TRACK_START,
+    _native.TRACK_ON,
+    _native.TRACK_STOP,
+    _native.TRACK_FAILED,
+)
+_TRACKER_SIZE = _native.abi_sizeof("ur_write_tracker")
 # abi.h UR_TRACK_HEARTBEAT_MS is 2 s: a beat every 0.1 s leaves room for a
 # busy machine.
 HEARTBEAT_S = 0.1
@@ -88,18 +91,18 @@ def tracked_writes(target: Target) -> Iterator[int]:
     try:
 
         def cmd() -> tuple[int, int, int]:
-            c, err, _, ranges = _WORDS.unpack(os.pread(fd, _WORDS.size, addr))
-            return c, err, ranges
+            t = _native.abi_decode("ur_write_tracker", os.pread(fd, _TRACKER_SIZE, addr))
+            return t["cmd"], t["error"], t["ranges"]
 
         deadline = time.monotonic() + STALE_STOP_S
         while cmd()[0] == STOP and time.monotonic() < deadline:
             time.sleep(0.002)
         if cmd()[0] == ON:
             raise TrackingUnavailable("another scan is copying this process")
-        os.pwrite(fd, struct.pack("<I", 0 if foreign else os.getpid()), addr + _SCANNER_PID_OFFSET)
+        _write_field(fd, addr, "scanner_pid", 0 if foreign else os.getpid())
         if foreign:
             beat.start()
-        os.pwrite(fd, struct.pack("<I", START), addr)
+        _write_field(fd, addr, "cmd", START)
         started = True
         for attempt in range(NUDGE_TRIES):
             try:
@@ -128,7 +131,7 @@ def tracked_writes(target: Target) -> Iterator[int]:
         try:
             # A helper that gave up by itself is idle: leave its word alone.
             if started and cmd()[0] in (START, ON):
-                os.pwrite(fd, struct.pack("<I", STOP), addr)
+                _write_field(fd, addr, "cmd", STOP)
         except OSError:
             pass  # the target is gone
         beating.set()
@@ -137,12 +140,18 @@ def tracked_writes(target: Target) -> Iterator[int]:
         os.close(fd)
 
 
+def _write_field(fd: int, addr: int, name: str, value: int) -> None:
+    """One field of the tracker at addr, in one write (the helper reads it without a lock)."""
+    at, size = _native.abi_field("ur_write_tracker", name)
+    os.pwrite(fd, value.to_bytes(size, "little"), addr + at)
+
+
 def _heartbeat(fd: int, addr: int, done: threading.Event) -> None:
     """Bump the tracker's heartbeat until `done` (abi.h ur_write_tracker)."""
     n = 0
     while not done.wait(HEARTBEAT_S):
         n += 1
         try:
-            os.pwrite(fd, struct.pack("<Q", n), addr + _HEARTBEAT_OFFSET)
+            _write_field(fd, addr, "heartbeat", n)
         except OSError:
             return  # the target is gone

@@ -14,7 +14,7 @@ import sys
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "diff",
         help="show what grew between two heap dumps or two scan results",

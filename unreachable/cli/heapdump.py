@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from unreachable.cli.output import add_output_options, chosen_format, write_chunks, write_output
 from unreachable.cli.scan import _pid, add_symbol_budget
@@ -13,8 +14,11 @@ from unreachable.report.collapsed import heapdump_to_collapsed
 from unreachable.report.pprof import heapdump_to_pprof
 from unreachable.rpc.options import add_remote_options
 
+if TYPE_CHECKING:  # imported lazily at run time: grpc loads slowly
+    from unreachable.heapdump.model import HeapDump
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "heapdump",
         help="dump the live allocations grouped by backtrace and size",
@@ -35,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def _remote(args: argparse.Namespace):  # noqa: ANN202 - HeapDump, imported lazily
+def _remote(args: argparse.Namespace) -> HeapDump:
     import grpc
 
     from unreachable.rpc.client import open_channel, rpc_error, stub

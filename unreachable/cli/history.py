@@ -26,7 +26,7 @@ class HistoryUnavailable(ScanError):
     pass
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "history",
         help="show the scans unreachabled recorded",

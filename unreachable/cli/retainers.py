@@ -11,7 +11,7 @@ from unreachable.errors import EXIT_NO_LEAKS, InvalidArgument
 from unreachable.scan import ScanOptions
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "retainers",
         help="group the live heap by the roots and allocation sites that retain it",

@@ -20,7 +20,7 @@ from unreachable.triage.suppressions import load as load_suppressions
 BACKTRACE_OPTIONS = {"backtrace", "bt", "backtrace_enable_on_signal", "bt_en_on_sig"}
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run",
         help="run a command under the shim",

@@ -70,7 +70,7 @@ def add_symbol_budget(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "scan",
         help="scan a running process (or a core file) for unreachable memory",

@@ -7,7 +7,7 @@ import argparse
 from unreachable._paths import include_dir, shim_path
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "shim-path",
         help="print the absolute path of the LD_PRELOAD shim",

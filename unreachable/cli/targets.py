@@ -11,7 +11,7 @@ from unreachable.daemon.targets import TargetInfo, list_targets
 from unreachable.rpc.options import add_remote_options
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "targets",
         help="list the processes that run under the shim",

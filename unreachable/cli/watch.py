@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from unreachable.rpc.options import DEFAULT_ADDRESS, add_remote_options
 
+if TYPE_CHECKING:  # imported lazily at run time: grpc loads slowly
+    from unreachable.v1 import unreachable_pb2 as pb
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "watch",
         help="print leak reports from unreachabled as they are produced",
@@ -26,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def _growth_lines(event) -> list[str]:  # noqa: ANN001 - pb.WatchEvent, imported lazily
+def _growth_lines(event: pb.WatchEvent) -> list[str]:
     from unreachable.report.text import format_frame
     from unreachable.rpc.convert import frame_to_model
 

@@ -57,7 +57,8 @@ def report(args: argparse.Namespace, local: Callable[[], dict[str, Any]], rpc: s
                 reply = getattr(stub(channel), rpc)(request, timeout=args.timeout)
             except grpc.RpcError as e:
                 raise rpc_error(e, args.remote) from None
-        return json.loads(reply.json)
+        answer: dict[str, Any] = json.loads(reply.json)
+        return answer
     try:
         return local()
     except ScanError as e:
@@ -66,7 +67,7 @@ def report(args: argparse.Namespace, local: Callable[[], dict[str, Any]], rpc: s
         raise
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "why",
         help="show what holds the allocation containing an address",

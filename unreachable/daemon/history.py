@@ -256,7 +256,8 @@ class History:
         self, *, unit: str = "", pid: int = 0, limit: int = 0, since: float = 0.0
     ) -> list[dict[str, Any]]:
         """Scan rows, oldest first (the newest `limit` when limit > 0)."""
-        where, args = ["time >= ?"], [since]
+        where = ["time >= ?"]
+        args: list[str | int | float] = [since]
         if unit:
             where.append("unit = ?")
             args.append(unit)

@@ -12,9 +12,20 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
+
+# Every method's requests and responses pass through here, whatever their
+# types; grpc's classes take no type arguments at run time.
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+    Handler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
+    _Interceptor: TypeAlias = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
 
 log = logging.getLogger("unreachabled")
 
@@ -37,7 +48,7 @@ def _lenient(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], A
     return parse
 
 
-async def _refuse(method: str, request: Malformed, context: grpc.aio.ServicerContext) -> None:
+async def _refuse(method: str, request: Malformed, context: Context) -> None:
     log.warning(
         "malformed request to %s from %s (%d bytes): %s",
         method,
@@ -51,7 +62,7 @@ async def _refuse(method: str, request: Malformed, context: grpc.aio.ServicerCon
 def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.isasyncgenfunction(behavior):
 
-        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def stream(request: Any, context: Context) -> AsyncIterator[Any]:
             if isinstance(request, Malformed):
                 await _refuse(method, request, context)
             async for response in behavior(request, context):
@@ -59,7 +70,7 @@ def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
 
         return stream
 
-    async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def call(request: Any, context: Context) -> Any:
         if isinstance(request, Malformed):
             await _refuse(method, request, context)
         return await behavior(request, context)
@@ -68,9 +79,7 @@ def _unary(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
-    async def checked(
-        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
+    async def checked(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
         async for request in requests:
             if isinstance(request, Malformed):
                 await _refuse(method, request, context)
@@ -78,13 +87,13 @@ def _streaming(method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
 
     if inspect.isasyncgenfunction(behavior):
 
-        async def stream(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def stream(requests: Any, context: Context) -> AsyncIterator[Any]:
             async for response in behavior(checked(requests, context), context):
                 yield response
 
         return stream
 
-    async def call(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def call(requests: Any, context: Context) -> Any:
         return await behavior(checked(requests, context), context)
 
     return call
@@ -94,7 +103,7 @@ def _is_async(behavior: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)
 
 
-def guard(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+def guard(handler: Handler, method: str) -> Handler:
     """`handler` with malformed requests refused; synchronous handlers as they are."""
     parse = _lenient(handler.request_deserializer)
     serialize = handler.response_serializer
@@ -117,12 +126,12 @@ def guard(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
     return handler
 
 
-class RefuseMalformed(grpc.aio.ServerInterceptor):
+class RefuseMalformed(_Interceptor):
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler

@@ -60,7 +60,9 @@ class Monitor:
         self.status = status or Status()
         self._expired_at = 0.0
 
-    def scanned(self, info: ProcessInfo, trigger: int, report: dict[str, Any]) -> list[Growth]:
+    def scanned(
+        self, info: ProcessInfo, trigger: pb.Trigger, report: dict[str, Any]
+    ) -> list[Growth]:
         how = TRIGGER_NAMES.get(trigger, "?")
         self._expire()
         self.history.record_scan(info, trigger=how, report=report)
@@ -143,7 +145,7 @@ class Monitor:
         )
         return growth
 
-    def failed(self, info: ProcessInfo, trigger: int, message: str) -> None:
+    def failed(self, info: ProcessInfo, trigger: pb.Trigger, message: str) -> None:
         self.history.record_failure(info, trigger=TRIGGER_NAMES.get(trigger, "?"), error=message)
         if self.metrics is not None:
             self.metrics.failed()

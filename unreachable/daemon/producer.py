@@ -26,6 +26,7 @@ from unreachable.daemon.config import BASELINE_FIRST
 from unreachable.daemon.matching import ProcessInfo, ProcessKey, read_process, still_running
 from unreachable.daemon.monitor import TRIGGER_NAMES, Monitor
 from unreachable.daemon.scans import ScanFailed, ScanRunner
+from unreachable.v1 import unreachable_pb2 as pb
 
 log = logging.getLogger("unreachabled.reports")
 DEFAULT_LIMIT = 100  # entries a background scan lists
@@ -44,7 +45,11 @@ class ReportProducer:
         self._baseline_dir = ""
 
     def request(
-        self, pid: int, trigger: int, info: ProcessInfo | None = None, done: Done | None = None
+        self,
+        pid: int,
+        trigger: pb.Trigger,
+        info: ProcessInfo | None = None,
+        done: Done | None = None,
     ) -> bool:
         if pid in self._pending:
             return False
@@ -82,7 +87,11 @@ class ReportProducer:
         self._baselines[info.key] = path
 
     async def _scan(
-        self, pid: int, trigger: int, info: ProcessInfo | None, done: Done | None
+        self,
+        pid: int,
+        trigger: pb.Trigger,
+        info: ProcessInfo | None,
+        done: Done | None,
     ) -> None:
         how = TRIGGER_NAMES.get(trigger, "?")
         if info is None:

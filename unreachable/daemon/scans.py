@@ -202,7 +202,8 @@ class ScanRunner:
             self._procs.discard(proc)
         if code in (0, 1):
             try:
-                return json.loads(out)
+                report: dict[str, Any] = json.loads(out)
+                return report
             except ValueError:
                 why = text[-1] if text else "the scanner wrote an unreadable report"
                 raise ScanFailed(grpc.StatusCode.INTERNAL, why) from None

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from unreachable.allocations.descriptor import SHIM_PREFIX
 from unreachable.daemon.config import Config, TargetSpec
@@ -115,7 +116,7 @@ class Scheduler:
 
     def backoff(self, failures: int) -> float:
         base = self.config.retry_backoff or self.config.scan_interval
-        return min(base * 2 ** max(failures - 1, 0), self.config.retry_backoff_max)
+        return min(base * (1 << max(failures - 1, 0)), self.config.retry_backoff_max)
 
     async def run(self) -> None:
         while True:
@@ -144,7 +145,7 @@ class Scheduler:
                 st.info.pid,
                 pb.TRIGGER_SCHEDULED,
                 st.info,
-                lambda ok, why, key=key: self._done(key, ok, why),
+                partial(self._done, key),
             )
             started += 1
         scannable = sum(1 for st in self.targets.values() if not st.unscannable)

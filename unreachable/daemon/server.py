@@ -17,6 +17,7 @@ import os
 import signal
 import sqlite3
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -50,13 +51,16 @@ from unreachable.sweep.child import MAX_MARK_THREADS
 from unreachable.v1 import unreachable_pb2 as pb
 from unreachable.v1 import unreachable_pb2_grpc as pb_grpc
 
+if TYPE_CHECKING:
+    from unreachable.daemon.malformed import Context
+
 log = logging.getLogger("unreachabled")
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Unreachable"].full_name
 CONTENTS_REFUSED = "leak contents are not allowed by this server (unreachabled --allow-contents)"
 
 
 @contextlib.asynccontextmanager
-async def _deadline(context: grpc.aio.ServicerContext, work: str) -> AsyncIterator[None]:
+async def _deadline(context: Context, work: str) -> AsyncIterator[None]:
     """Abort the work when the client's deadline passes, even if grpc lets it run.
 
     Either our timer or grpc's own cancellation may fire first; both are logged
@@ -83,12 +87,12 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         self._runner = runner
         self._hub = hub
 
-    async def _check_pid(self, pid: int, context: grpc.aio.ServicerContext) -> None:
+    async def _check_pid(self, pid: int, context: Context) -> None:
         if pid <= 0:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a pid: {pid}")
 
     async def Scan(  # noqa: N802 - the RPC's name
-        self, request: pb.ScanRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ScanRequest, context: Context
     ) -> None:
         await self._check_pid(request.pid, context)
         if request.contents and not self._config.allow_contents:
@@ -132,7 +136,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         await context.write(pb.ScanEvent(report=proto))
 
     async def Watch(  # noqa: N802
-        self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
+        self, request: pb.WatchRequest, context: Context
     ) -> None:
         if request.contents and not self._config.allow_contents:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, CONTENTS_REFUSED)
@@ -152,7 +156,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
                 await context.write(event)
 
     async def HeapDump(  # noqa: N802
-        self, request: pb.HeapDumpRequest, context: grpc.aio.ServicerContext
+        self, request: pb.HeapDumpRequest, context: Context
     ) -> pb.HeapDumpResponse:
         await self._check_pid(request.pid, context)
         log.info("heap dump of pid %d asked by %s", request.pid, context.peer())
@@ -164,7 +168,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         return heapdump_from_dict(dump)
 
     async def Why(  # noqa: N802
-        self, request: pb.WhyRequest, context: grpc.aio.ServicerContext
+        self, request: pb.WhyRequest, context: Context
     ) -> pb.RetentionReport:
         await self._check_pid(request.pid, context)
         if request.snapshot not in SNAPSHOTS:
@@ -182,7 +186,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         return pb.RetentionReport(json=json.dumps(report))
 
     async def Retainers(  # noqa: N802
-        self, request: pb.RetainersRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RetainersRequest, context: Context
     ) -> pb.RetentionReport:
         await self._check_pid(request.pid, context)
         if request.snapshot not in SNAPSHOTS:
@@ -205,7 +209,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
         return pb.RetentionReport(json=json.dumps(report))
 
     async def ListTargets(  # noqa: N802
-        self, request: pb.ListTargetsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListTargetsRequest, context: Context
     ) -> pb.ListTargetsResponse:
         del request, context
         targets = await asyncio.get_running_loop().run_in_executor(None, list_targets)
@@ -359,7 +363,8 @@ async def serve(config: Config) -> int:
     monitor = Monitor(config, hub, history=history, metrics=metrics, status=status)
     producer = ReportProducer(runner, monitor, contents=config.allow_contents)
     pb_grpc.add_UnreachableServicer_to_server(UnreachableService(config, runner, hub), server)
-    health_servicer = health.aio.HealthServicer()
+    # grpc_health binds `aio` by a relative import its stubs do not declare.
+    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server

@@ -18,9 +18,6 @@ from unreachable.allocations.descriptor import (
 from unreachable.errors import ScanError
 from unreachable.process.maps import read_maps
 
-# struct ur_descriptor (native/include/unreachable/abi.h): `uint64_t options` at
-# offset 80 is the address of the NUL-terminated option string in effect.
-OPTIONS_FIELD_OFFSET = 80
 OPTIONS_MAX = 4096
 
 
@@ -50,16 +47,15 @@ def _maps_mention_shim(pid: int) -> bool:
         return False
 
 
-def read_options(pid: int, descriptor_addr: int) -> str:
+def read_options(pid: int, addr: int) -> str:
+    """The NUL-terminated option string at addr (the descriptor's `options`)."""
+    if not addr:
+        return ""
     try:
         fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
     except OSError:
         return ""
     try:
-        raw = os.pread(fd, 8, descriptor_addr + OPTIONS_FIELD_OFFSET)
-        addr = int.from_bytes(raw, "little") if len(raw) == 8 else 0
-        if not addr:
-            return ""
         data = os.pread(fd, OPTIONS_MAX, addr)
     except OSError:
         return ""
@@ -83,7 +79,7 @@ def target_info(pid: int) -> TargetInfo | None:
         pid=pid,
         command=_read_text(f"/proc/{pid}/cmdline"),
         name=_read_text(f"/proc/{pid}/comm"),
-        options=read_options(pid, shim.descriptor_addr),
+        options=read_options(pid, header.options),
         enabled=header.enabled,
         shim=shim.path,
     )

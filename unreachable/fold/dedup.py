@@ -10,17 +10,13 @@ and C++ type). The result is sorted by total size
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from unreachable import _native
 
-# native/scanner/leak_dedup.h struct ur_dedup_leak: Leak's fields in order.
-DEDUP_LEAK = struct.Struct("<9Q")
-
 
 @dataclass(slots=True)
-class Leak:
+class Leak:  # fields in the order of native/scanner/leak_dedup.h struct ur_dedup_leak
     begin: int
     size: int
     stack_id: int
@@ -37,7 +33,7 @@ class Leak:
 
 
 def dedup(leaks: bytes | memoryview, limit: int) -> list[Leak]:
-    """leaks: packed LEAK_RECORDs in address order (sweep.mark.SweepResult.leaks)."""
+    """leaks: packed abi.h ur_leak_records in address order (sweep.mark.SweepResult.leaks)."""
     if limit <= 0:
         return []
-    return [Leak(*fields) for fields in DEDUP_LEAK.iter_unpack(_native.dedup(leaks, limit))]
+    return [Leak(*fields) for fields in _native.dedup(leaks, limit)]

@@ -111,9 +111,9 @@ class HeapDumpFile:
     backtrace_size: int | None = None
     maps_text: str = ""
     num_field_valid: bool = True  # False for v1.0: every num was read as 1
-    sizes: array = field(default_factory=lambda: array("Q"))  # per record
-    nums: array = field(default_factory=lambda: array("Q"))
-    stack_ids: array = field(default_factory=lambda: array("I"))
+    sizes: array[int] = field(default_factory=lambda: array("Q"))  # per record
+    nums: array[int] = field(default_factory=lambda: array("Q"))
+    stack_ids: array[int] = field(default_factory=lambda: array("I"))
     zygotes: bytearray = field(default_factory=bytearray)
     stacks: list[bytes] = field(default_factory=list)  # stack id -> pcs, packed as u64
     bt_infos: dict[int, list[BtInfo]] = field(default_factory=dict)  # stack id -> bt_info

@@ -27,7 +27,7 @@ def runs_secure(pid: int) -> bool:
         return False
     for key, value in _AUXV_ENTRY.iter_unpack(data[: len(data) // 16 * 16]):
         if key == AT_SECURE:
-            return value != 0
+            return bool(value != 0)
     return False
 
 

@@ -137,7 +137,7 @@ def _cycle_members_last(leaks: list[dict[str, int]]) -> Callable[[int], tuple[bo
         return (1 + d["referenced_count"], d["size"] + d["referenced_size"])
 
     seen = Counter(r for d in leaks if (r := reach(d)) is not None)
-    return lambda i: (seen.get(reach(leaks[i]), 0) > 1, i)
+    return lambda i: ((r := reach(leaks[i])) is not None and seen[r] > 1, i)
 
 
 def report_weights(report: ScanReport) -> Weights:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from unreachable.report.collapsed import Sample, heap_samples, report_samples
@@ -84,7 +84,7 @@ def samples_to_pprof(
     sample_types: Sequence[tuple[str, str]] = LEAK_TYPES,
     *,
     build_ids: dict[str, str] | None = None,
-    segments: dict[str, Sequence[Load]] | None = None,
+    segments: Mapping[str, Sequence[Load]] | None = None,
     comments: Sequence[str] = (),
     time_nanos: int | None = None,
     compress: bool = True,

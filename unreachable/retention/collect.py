@@ -95,9 +95,9 @@ class RootHit:
 @dataclass(slots=True)
 class _Labels:
     regions: list[RootRegion] = field(default_factory=list)
-    keys: dict[tuple, int] = field(default_factory=dict)
+    keys: dict[tuple[object, ...], int] = field(default_factory=dict)
 
-    def region(self, key: tuple, make: RootRegion) -> int:
+    def region(self, key: tuple[object, ...], make: RootRegion) -> int:
         if key not in self.keys:
             self.keys[key] = len(self.regions)
             self.regions.append(make)

@@ -49,14 +49,17 @@ class DataSymbols:
         return None
 
 
-def _symbols(image: ElfImage, table: str) -> tuple[list[tuple[int, int, str]], list]:
+def _symbols(
+    image: ElfImage, table: str
+) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:
     sec = image.section(table)
     if sec is None or sec.type == SHT_NOBITS or sec.link >= len(image.sections):
         return [], []
     data = image.read_section(sec)
     strtab = image.read_section(image.sections[sec.link])
     data = data[: len(data) - len(data) % 24]
-    objects, tls = [], []
+    objects: list[tuple[int, int, str]] = []
+    tls: list[tuple[int, int, str]] = []
     for name_off, info, _other, shndx, value, size in struct.iter_unpack(_SYM, data):
         kind = info & 0xF
         if kind not in (STT_OBJECT, STT_TLS) or shndx == SHN_UNDEF or not size:

@@ -119,7 +119,7 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
         roots.append(entry)
     weight = "site_bytes" if rule is not None else "retained_bytes"
     roots.sort(key=lambda e: (-e[weight], e["name"]))
-    sites = []
+    sites: list[dict[str, Any]] = []
     for key, nbytes, count, kept, kept_count, largest in sorted(
         totals, key=lambda t: (-t[3], t[0])
     ):

@@ -94,7 +94,7 @@ def _file_to_vaddr(path: str, mtime: int) -> Callable[[int], int] | None:
         return None
 
 
-def _row(fde: Any, vaddr: int) -> dict | None:
+def _row(fde: Any, vaddr: int) -> dict[str | int, Any] | None:
     try:
         table = fde.get_decoded().table
     except Exception:  # noqa: BLE001 - an opcode pyelftools cannot decode ends the walk
@@ -174,7 +174,7 @@ def stack_reader(lo: int, data: bytes) -> ReadWord:
     def read(addr: int) -> int | None:
         off = addr - lo
         if 0 <= off <= len(data) - 8:
-            return struct.unpack_from("<Q", data, off)[0]
+            return int.from_bytes(data[off : off + 8], "little")
         return None
 
     return read

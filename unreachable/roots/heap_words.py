@@ -48,7 +48,7 @@ def _merged(spans: list[Span]) -> list[Span]:
     return merged
 
 
-def words_in(words: bytes, spans: list[Span]) -> bytes:
+def words_in(words: bytes | bytearray, spans: list[Span]) -> bytes:
     """The aligned 8-byte values of words inside sorted, disjoint spans."""
     if not words or not spans:
         return b""

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import struct
 
+from unreachable import _native
 from unreachable.process.memory import Memory, read_anonymous
 
-_ENTRY = struct.Struct("<IIQQ")  # tid, reserved, sp, size
+_ENTRY_SIZE = _native.abi_sizeof("ur_altstack")
 
 
 def altstack_words(memory: Memory, table: int, count: int, tids: set[int]) -> bytes:
@@ -22,7 +23,7 @@ def altstack_words(memory: Memory, table: int, count: int, tids: set[int]) -> by
     if not table or not count:
         return b""
     # Only the pages in use: reading the rest would map zero pages into it.
-    raw = read_anonymous(memory, table, table + count * _ENTRY.size)
-    whole = raw[: len(raw) // _ENTRY.size * _ENTRY.size]
-    sps = [sp for tid, _, sp, _ in _ENTRY.iter_unpack(whole) if sp and tid in tids]
+    raw = read_anonymous(memory, table, table + count * _ENTRY_SIZE)
+    entries = _native.abi_decode_array("ur_altstack", raw)
+    sps = [e["sp"] for e in entries if e["sp"] and e["tid"] in tids]
     return struct.pack(f"<{len(sps)}Q", *sps)

@@ -22,20 +22,9 @@ from dataclasses import dataclass
 from unreachable import _native
 from unreachable.capture.target import still_running
 
-REQ_HOLDS = 1
-REQ_SWEEP = 2
-REQ_BLOCKS = 4
-# entries, allocation_count, allocation_bytes, overlapping, index_ns, features
-INDEX = struct.Struct("<8Q")
-FEATURE_TEAM = 1  # the child marks with several threads (abi.h ur_child_sweep_opts)
-FEATURE_TEAM_SIZE = 2  # its sweep reply ends with the size of the team that marked
-FEATURE_BLOCKS = 4  # it lists the blocks that begin in given ranges
-SWEEP_REQ = struct.Struct("<4Q")  # nranges, nvalues, nexcluded, nreadable
-SWEEP_OPTS = struct.Struct("<4Q")  # threads, reserved
-MAX_MARK_THREADS = 16  # abi.h UR_CHILD_MAX_THREADS
-SWEEP_REPLY = struct.Struct("<8Q")
-# begin, size, referenced_count, referenced_size, stack_id, reserved (abi.h ur_leak_record)
-LEAK_RECORD = struct.Struct("<QQQQII")
+MAX_MARK_THREADS = _native.CHILD_MAX_THREADS
+SWEEP_REPLY_SIZE = _native.abi_sizeof("ur_child_sweep_reply")
+LEAK_RECORD_SIZE = _native.abi_sizeof("ur_leak_record")
 
 # Generous: the child sweeps a 10M-block heap in seconds; a hang means a bug.
 DEFAULT_TIMEOUT_S = 600.0
@@ -73,7 +62,7 @@ class ChildSweepReply:
     mark_ms: float
     fold_ms: float
     bounced_pages: int
-    leaks: bytes | memoryview  # packed LEAK_RECORDs, address order
+    leaks: bytes | memoryview  # packed abi.h ur_leak_records, address order
     mark_threads: int = 1  # the team that marked (an older child: the team asked of it)
 
 
@@ -107,15 +96,24 @@ class ChildSweeper:
                 raw = self.session.child_wait(self.timeout_s)
             except OSError as e:
                 raise self._fail("index", e) from None
-            f = INDEX.unpack(raw[: INDEX.size])
-            self._index = ChildIndex(f[0], f[1], f[2], f[3], f[4] / 1e6, f[5])
+            f = _native.abi_decode("ur_child_index", raw)
+            self._index = ChildIndex(
+                entries=f["entries"],
+                allocation_count=f["allocation_count"],
+                allocation_bytes=f["allocation_bytes"],
+                overlapping=f["overlapping"],
+                index_ms=f["index_ns"] / 1e6,
+                features=f["features"],
+            )
         return self._index
 
     def holds(self, ranges: Sequence[tuple[int, int]]) -> list[bool]:
         """For each [begin, end): does a registered block begin inside it?"""
         self.index()
         try:
-            raw = self.session.child_request(REQ_HOLDS, _pairs(ranges), self.timeout_s)
+            raw = self.session.child_request(
+                _native.CHILD_REQ_HOLDS, _pairs(ranges), self.timeout_s
+            )
         except OSError as e:
             raise self._fail("holds", e) from None
         return [bool(b) for b in raw]
@@ -124,11 +122,11 @@ class ChildSweeper:
         """For each [begin, end): the blocks that begin inside it, ascending,
         or None when there are more than cap (or the child cannot list them
         and one begins there)."""
-        if not self.index().features & FEATURE_BLOCKS:
+        if not self.index().features & _native.CHILD_FEATURE_BLOCKS:
             return [None if held else [] for held in self.holds(ranges)]
         try:
             raw = self.session.child_request(
-                REQ_BLOCKS, struct.pack("<Q", cap) + _pairs(ranges), self.timeout_s
+                _native.CHILD_REQ_BLOCKS, struct.pack("<Q", cap) + _pairs(ranges), self.timeout_s
             )
         except OSError as e:
             raise self._fail("blocks", e) from None
@@ -156,38 +154,48 @@ class ChildSweeper:
         index = self.index()
         usable = len(values) - len(values) % 8
         parts = [
-            SWEEP_REQ.pack(len(ranges), usable // 8, len(excluded), len(readable)),
+            _native.abi_encode(
+                "ur_child_sweep_req",
+                {
+                    "nranges": len(ranges),
+                    "nvalues": usable // 8,
+                    "nexcluded": len(excluded),
+                    "nreadable": len(readable),
+                },
+            ),
             _pairs(ranges),
             values[:usable],
             b"".join(struct.pack("<Q", a) for a in excluded),
             _pairs(readable),
         ]
         threads = max(1, min(threads, MAX_MARK_THREADS))
-        if threads > 1 and index.features & FEATURE_TEAM:
-            parts.append(SWEEP_OPTS.pack(threads, 0, 0, 0))
+        if threads > 1 and index.features & _native.CHILD_FEATURE_TEAM:
+            parts.append(_native.abi_encode("ur_child_sweep_opts", {"threads": threads}))
         else:
             threads = 1
         payload = b"".join(parts)
         try:
-            raw = self.session.child_request(REQ_SWEEP, payload, self.timeout_s)
+            raw = self.session.child_request(_native.CHILD_REQ_SWEEP, payload, self.timeout_s)
         except OSError as e:
             raise self._fail("sweep", e) from None
-        f = SWEEP_REPLY.unpack(raw[: SWEEP_REPLY.size])
+        if len(raw) < SWEEP_REPLY_SIZE:
+            raise ChildSweepFailed("in-child sweep: truncated reply", frozen=True)
+        f = _native.abi_decode("ur_child_sweep_reply", raw)
         # Views, not copies: with millions of leaks each copy is 40 bytes a leak.
-        leaks = memoryview(raw)[SWEEP_REPLY.size :]
-        if index.features & FEATURE_TEAM_SIZE:
+        leaks = memoryview(raw)[SWEEP_REPLY_SIZE:]
+        if index.features & _native.CHILD_FEATURE_TEAM_SIZE:
             leaks, tail = leaks[:-8], leaks[-8:]
-            threads = struct.unpack("<Q", tail)[0] if len(tail) == 8 else 0
-        if len(leaks) != f[6] * LEAK_RECORD.size or threads == 0:
+            threads = int.from_bytes(tail, "little") if len(tail) == 8 else 0
+        if len(leaks) != f["nleaks"] * LEAK_RECORD_SIZE or threads == 0:
             raise ChildSweepFailed("in-child sweep: truncated reply", frozen=True)
         return ChildSweepReply(
-            unreachable_count=f[0],
-            unreachable_bytes=f[1],
-            bytes_scanned=f[2],
-            pages_skipped=f[3],
-            mark_ms=f[4] / 1e6,
-            fold_ms=f[5] / 1e6,
-            bounced_pages=f[7],
+            unreachable_count=f["unreachable_count"],
+            unreachable_bytes=f["unreachable_bytes"],
+            bytes_scanned=f["bytes_scanned"],
+            pages_skipped=f["pages_skipped"],
+            mark_ms=f["mark_ns"] / 1e6,
+            fold_ms=f["fold_ns"] / 1e6,
+            bounced_pages=f["bounced_pages"],
             leaks=leaks,
             mark_threads=threads,
         )

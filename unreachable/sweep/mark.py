@@ -13,11 +13,11 @@ from unreachable.allocations.registry import Registry
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
 from unreachable.roots.classify import SPECIAL, Roots
-from unreachable.sweep.child import LEAK_RECORD, ChildSweeper
+from unreachable.sweep.child import LEAK_RECORD_SIZE, ChildSweeper
 
 SweepPlace = Literal["child", "scanner"]
 
-__all__ = ["LEAK_RECORD", "SweepResult", "direct_ranges", "sweep", "sweep_in_child"]
+__all__ = ["LEAK_RECORD_SIZE", "SweepResult", "direct_ranges", "sweep", "sweep_in_child"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class SweepResult:
     allocation_count: int  # distinct registered blocks
     allocation_bytes: int
     # One record per member of a dominator component of the unreachable
-    # graph, in address order (LEAK_RECORD: begin, size, referenced count and
+    # graph, in address order (abi.h ur_leak_record: begin, size, referenced count and
     # size, stack id), in-flight blocks left out. Kept packed: a heap with a
     # million leaks must not become a million Python objects.
     leaks: bytes | memoryview

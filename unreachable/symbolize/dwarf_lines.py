@@ -147,7 +147,7 @@ class LineTable:
             name = f"cu-{cu_offset:x}"
             cached = self._cache.load(name)
             if isinstance(cached, list) and len(cached) == 4:
-                self._units[cu_offset] = tuple(cached)  # type: ignore[assignment]
+                self._units[cu_offset] = tuple(cached)
             else:
                 try:
                     unit = self._decode_unit(cu_offset)

@@ -207,8 +207,8 @@ def read_elf(path: str, policy: FilePolicy = ANY_OWNER) -> ElfImage:
                 f.seek(off)
                 note_blobs.append(f.read(min(size, 1 << 16)))
         for blob in note_blobs:
-            for ntype, name, desc in _notes(blob):
-                if ntype == NT_GNU_BUILD_ID and name.rstrip(b"\0") == b"GNU" and desc:
+            for ntype, owner, desc in _notes(blob):
+                if ntype == NT_GNU_BUILD_ID and owner.rstrip(b"\0") == b"GNU" and desc:
                     image.build_id = desc.hex()
                     break
             if image.build_id:

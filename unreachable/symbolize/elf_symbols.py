@@ -36,7 +36,7 @@ class ElfSymbols:
             i -= 1
         return None
 
-    def to_json(self) -> dict[str, list]:
+    def to_json(self) -> dict[str, int | list[int] | list[str]]:
         return {"first": self.first_load_vaddr, "s": self.starts, "z": self.sizes, "n": self.names}
 
     @classmethod

@@ -25,7 +25,7 @@ from unreachable.symbolize.files import ANY_OWNER, FilePolicy, UnsafeFile, stat_
 Resolved = tuple[str, int, str, int]
 
 _LRU_SIZE = 64
-_objects: OrderedDict[tuple, SymbolObject | None] = OrderedDict()
+_objects: OrderedDict[tuple[object, ...], SymbolObject | None] = OrderedDict()
 _lock = threading.RLock()
 
 

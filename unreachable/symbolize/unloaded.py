@@ -19,17 +19,13 @@ from __future__ import annotations
 
 import os
 import stat
-import struct
 from dataclasses import dataclass
 
+from unreachable import _native
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
 from unreachable.symbolize.elf_file import NotElf, read_elf
 
-# struct ur_descriptor's `modules` field; struct ur_module_table; struct ur_module.
-_MODULES_FIELD = 136
-_TABLE = struct.Struct("<QQIIII")
-_MODULE = struct.Struct("<QQQIII4x32s")
 _MAX_PATH = 4096
 
 
@@ -47,23 +43,25 @@ def read_loaded_objects(memory: Memory, descriptor_addr: int) -> list[LoadedObje
     (no backtraces, an older shim) or the record cannot be read."""
     try:
         with memory_reader(memory) as read:
-            (table_addr,) = struct.unpack("<Q", read(descriptor_addr + _MODULES_FIELD, 8))
+            at, size = _native.abi_field("ur_descriptor", "modules")
+            table_addr = int.from_bytes(read(descriptor_addr + at, size), "little")
             if not table_addr:
                 return []
-            mods, strings, capacity, count, strings_size, _lost = _TABLE.unpack(
-                read(table_addr, _TABLE.size)
+            table = _native.abi_decode(
+                "ur_module_table", read(table_addr, _native.abi_sizeof("ur_module_table"))
             )
-            count = min(count, capacity)
-            raw = read(mods, count * _MODULE.size) if count else b""
+            count = min(table["count"], table["capacity"])
+            raw = read(table["modules"], count * _native.abi_sizeof("ur_module")) if count else b""
             out = []
-            for fields in _MODULE.iter_unpack(raw):
-                bias, start, end, path_at, path_len, bid_len, bid = fields
-                if path_at + path_len > strings_size or path_len > _MAX_PATH:
+            for m in _native.abi_decode_array("ur_module", raw):
+                path_at, path_len = m["path"], m["path_len"]
+                if path_at + path_len > table["strings_size"] or path_len > _MAX_PATH:
                     continue
-                path = read(strings + path_at, path_len).decode(errors="replace")
-                out.append(LoadedObject(path, bias, start, end, bid[: min(bid_len, 32)].hex()))
+                path = read(table["strings"] + path_at, path_len).decode(errors="replace")
+                build_id = m["build_id"][: m["build_id_len"]].hex()
+                out.append(LoadedObject(path, m["bias"], m["start"], m["end"], build_id))
             return out
-    except (OSError, struct.error, ValueError):
+    except (OSError, ValueError):
         return []
 
 

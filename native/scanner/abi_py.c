@@ -1,0 +1,353 @@
+/* _native's view of abi.h: the structures Python reads or writes, decoded and
+ * encoded by name with offsetof/sizeof, and the constants it needs. Python
+ * holds no layout of its own: a field added to abi.h is added to a table
+ * here, and nothing in unreachable/ mirrors an offset or a struct format. */
+#include <string.h>
+
+#include "native.h"
+#include "unreachable/abi.h"
+
+enum abi_kind { ABI_U32, ABI_I32, ABI_U64, ABI_BYTES };
+
+struct abi_field {
+  const char *name;
+  size_t offset, size;
+  enum abi_kind kind;
+};
+
+#define FIELD(s, f, k) {#f, offsetof(struct s, f), sizeof(((struct s *)0)->f), k}
+
+static const struct abi_field descriptor_fields[] = {
+    FIELD(ur_descriptor, magic, ABI_U64),
+    FIELD(ur_descriptor, version, ABI_U32),
+    FIELD(ur_descriptor, size, ABI_U32),
+    FIELD(ur_descriptor, enabled, ABI_U32),
+    FIELD(ur_descriptor, num_shards, ABI_U32),
+    FIELD(ur_descriptor, shards, ABI_U64),
+    FIELD(ur_descriptor, threads, ABI_U64),
+    FIELD(ur_descriptor, max_threads, ABI_U32),
+    FIELD(ur_descriptor, helper_tid, ABI_U32),
+    FIELD(ur_descriptor, helper_cmd, ABI_U64),
+    FIELD(ur_descriptor, stacks, ABI_U64),
+    FIELD(ur_descriptor, region_begin, ABI_U64),
+    FIELD(ur_descriptor, region_end, ABI_U64),
+    FIELD(ur_descriptor, options, ABI_U64),
+    FIELD(ur_descriptor, pid, ABI_U64),
+    FIELD(ur_descriptor, child_box, ABI_U64),
+    FIELD(ur_descriptor, write_tracker, ABI_U64),
+    FIELD(ur_descriptor, altstacks, ABI_U64),
+    FIELD(ur_descriptor, num_altstacks, ABI_U64),
+    FIELD(ur_descriptor, size_maps, ABI_U64),
+    FIELD(ur_descriptor, modules, ABI_U64),
+    FIELD(ur_descriptor, regions, ABI_U64),
+    FIELD(ur_descriptor, num_regions, ABI_U64),
+    FIELD(ur_descriptor, disabled, ABI_U32),
+    FIELD(ur_descriptor, disabled_errno, ABI_I32),
+    FIELD(ur_descriptor, unregistered, ABI_U64),
+};
+
+static const struct abi_field write_tracker_fields[] = {
+    FIELD(ur_write_tracker, cmd, ABI_U32),
+    FIELD(ur_write_tracker, error, ABI_I32),
+    FIELD(ur_write_tracker, scanner_pid, ABI_U32),
+    FIELD(ur_write_tracker, ranges, ABI_U32),
+    FIELD(ur_write_tracker, heartbeat, ABI_U64),
+};
+
+static const struct abi_field child_index_fields[] = {
+    FIELD(ur_child_index, entries, ABI_U64),
+    FIELD(ur_child_index, allocation_count, ABI_U64),
+    FIELD(ur_child_index, allocation_bytes, ABI_U64),
+    FIELD(ur_child_index, overlapping, ABI_U64),
+    FIELD(ur_child_index, index_ns, ABI_U64),
+    FIELD(ur_child_index, features, ABI_U64),
+};
+
+static const struct abi_field sweep_req_fields[] = {
+    FIELD(ur_child_sweep_req, nranges, ABI_U64),
+    FIELD(ur_child_sweep_req, nvalues, ABI_U64),
+    FIELD(ur_child_sweep_req, nexcluded, ABI_U64),
+    FIELD(ur_child_sweep_req, nreadable, ABI_U64),
+};
+
+static const struct abi_field sweep_opts_fields[] = {
+    FIELD(ur_child_sweep_opts, threads, ABI_U64),
+};
+
+static const struct abi_field sweep_reply_fields[] = {
+    FIELD(ur_child_sweep_reply, unreachable_count, ABI_U64),
+    FIELD(ur_child_sweep_reply, unreachable_bytes, ABI_U64),
+    FIELD(ur_child_sweep_reply, bytes_scanned, ABI_U64),
+    FIELD(ur_child_sweep_reply, pages_skipped, ABI_U64),
+    FIELD(ur_child_sweep_reply, mark_ns, ABI_U64),
+    FIELD(ur_child_sweep_reply, fold_ns, ABI_U64),
+    FIELD(ur_child_sweep_reply, nleaks, ABI_U64),
+    FIELD(ur_child_sweep_reply, bounced_pages, ABI_U64),
+};
+
+static const struct abi_field leak_record_fields[] = {
+    FIELD(ur_leak_record, begin, ABI_U64),
+    FIELD(ur_leak_record, size, ABI_U64),
+    FIELD(ur_leak_record, referenced_count, ABI_U64),
+    FIELD(ur_leak_record, referenced_size, ABI_U64),
+    FIELD(ur_leak_record, stack_id, ABI_U32),
+};
+
+static const struct abi_field altstack_fields[] = {
+    FIELD(ur_altstack, tid, ABI_U32),
+    FIELD(ur_altstack, sp, ABI_U64),
+    FIELD(ur_altstack, size, ABI_U64),
+};
+
+static const struct abi_field module_fields[] = {
+    FIELD(ur_module, bias, ABI_U64),
+    FIELD(ur_module, start, ABI_U64),
+    FIELD(ur_module, end, ABI_U64),
+    FIELD(ur_module, path, ABI_U32),
+    FIELD(ur_module, path_len, ABI_U32),
+    FIELD(ur_module, build_id_len, ABI_U32),
+    FIELD(ur_module, build_id, ABI_BYTES),
+};
+
+static const struct abi_field module_table_fields[] = {
+    FIELD(ur_module_table, modules, ABI_U64),
+    FIELD(ur_module_table, strings, ABI_U64),
+    FIELD(ur_module_table, capacity, ABI_U32),
+    FIELD(ur_module_table, count, ABI_U32),
+    FIELD(ur_module_table, strings_size, ABI_U32),
+    FIELD(ur_module_table, lost, ABI_U32),
+};
+
+struct abi_struct {
+  const char *name;
+  size_t size;
+  const struct abi_field *fields;
+  size_t nfields;
+};
+
+#define STRUCT(s, t) {#s, sizeof(struct s), t, sizeof(t) / sizeof(t[0])}
+
+static const struct abi_struct structs[] = {
+    STRUCT(ur_descriptor, descriptor_fields),
+    STRUCT(ur_write_tracker, write_tracker_fields),
+    STRUCT(ur_child_index, child_index_fields),
+    STRUCT(ur_child_sweep_req, sweep_req_fields),
+    STRUCT(ur_child_sweep_opts, sweep_opts_fields),
+    STRUCT(ur_child_sweep_reply, sweep_reply_fields),
+    STRUCT(ur_leak_record, leak_record_fields),
+    STRUCT(ur_altstack, altstack_fields),
+    STRUCT(ur_module, module_fields),
+    STRUCT(ur_module_table, module_table_fields),
+};
+
+static const struct abi_struct *find_struct(const char *name) {
+  for (size_t i = 0; i < sizeof(structs) / sizeof(structs[0]); i++)
+    if (!strcmp(structs[i].name, name)) return &structs[i];
+  PyErr_Format(PyExc_ValueError, "abi.h has no struct %s known to _native", name);
+  return NULL;
+}
+
+static const struct abi_field *find_field(const struct abi_struct *s, const char *name) {
+  for (size_t i = 0; i < s->nfields; i++)
+    if (!strcmp(s->fields[i].name, name)) return &s->fields[i];
+  PyErr_Format(PyExc_ValueError, "struct %s has no field %s", s->name, name);
+  return NULL;
+}
+
+/* One structure at p (s->size readable bytes) as a dict of its named fields. */
+static PyObject *decode_one(const struct abi_struct *s, const unsigned char *p) {
+  PyObject *d = PyDict_New();
+  if (!d) return NULL;
+  for (size_t i = 0; i < s->nfields; i++) {
+    const struct abi_field *f = &s->fields[i];
+    const unsigned char *at = p + f->offset;
+    PyObject *v;
+    if (f->kind == ABI_U32) {
+      uint32_t x;
+      memcpy(&x, at, sizeof(x));
+      v = PyLong_FromUnsignedLong(x);
+    } else if (f->kind == ABI_I32) {
+      int32_t x;
+      memcpy(&x, at, sizeof(x));
+      v = PyLong_FromLong(x);
+    } else if (f->kind == ABI_U64) {
+      uint64_t x;
+      memcpy(&x, at, sizeof(x));
+      v = PyLong_FromUnsignedLongLong(x);
+    } else {
+      v = PyBytes_FromStringAndSize((const char *)at, (Py_ssize_t)f->size);
+    }
+    if (!v || PyDict_SetItemString(d, f->name, v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  return d;
+}
+
+/* value into the field at p; -1 with an exception set if it does not fit. */
+static int encode_field(const struct abi_field *f, PyObject *value, unsigned char *p) {
+  if (f->kind == ABI_BYTES) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(value, &b, PyBUF_SIMPLE) < 0) return -1;
+    int ok = (size_t)b.len <= f->size;
+    if (ok) memcpy(p + f->offset, b.buf, (size_t)b.len);
+    PyBuffer_Release(&b);
+    if (!ok) PyErr_Format(PyExc_ValueError, "%s: at most %zu bytes", f->name, f->size);
+    return ok ? 0 : -1;
+  }
+  if (f->kind == ABI_I32) {
+    long x = PyLong_AsLong(value);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (x < INT32_MIN || x > INT32_MAX) goto range;
+    int32_t v = (int32_t)x;
+    memcpy(p + f->offset, &v, sizeof(v));
+    return 0;
+  }
+  unsigned long long x = PyLong_AsUnsignedLongLong(value);
+  if (x == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+  if (f->kind == ABI_U32) {
+    if (x > UINT32_MAX) goto range;
+    uint32_t v = (uint32_t)x;
+    memcpy(p + f->offset, &v, sizeof(v));
+  } else {
+    uint64_t v = x;
+    memcpy(p + f->offset, &v, sizeof(v));
+  }
+  return 0;
+range:
+  PyErr_Format(PyExc_OverflowError, "%s does not fit in %zu bytes", f->name, f->size);
+  return -1;
+}
+
+static PyObject *abi_decode(PyObject *Py_UNUSED(self), PyObject *args) {
+  const char *name;
+  Py_buffer raw;
+  if (!PyArg_ParseTuple(args, "sy*", &name, &raw)) return NULL;
+  PyObject *result = NULL;
+  const struct abi_struct *s = find_struct(name);
+  if (s && (size_t)raw.len < s->size)
+    PyErr_Format(PyExc_ValueError, "struct %s is %zu bytes, got %zd", name, s->size, raw.len);
+  else if (s)
+    result = decode_one(s, raw.buf);
+  PyBuffer_Release(&raw);
+  return result;
+}
+
+static PyObject *abi_decode_array(PyObject *Py_UNUSED(self), PyObject *args) {
+  const char *name;
+  Py_buffer raw;
+  if (!PyArg_ParseTuple(args, "sy*", &name, &raw)) return NULL;
+  PyObject *result = NULL;
+  const struct abi_struct *s = find_struct(name);
+  if (!s) goto out;
+  size_t n = (size_t)raw.len / s->size;
+  if (!(result = PyList_New((Py_ssize_t)n))) goto out;
+  for (size_t i = 0; i < n; i++) {
+    PyObject *d = decode_one(s, (const unsigned char *)raw.buf + i * s->size);
+    if (!d) {
+      Py_CLEAR(result);
+      goto out;
+    }
+    PyList_SET_ITEM(result, (Py_ssize_t)i, d);
+  }
+out:
+  PyBuffer_Release(&raw);
+  return result;
+}
+
+static PyObject *abi_encode(PyObject *Py_UNUSED(self), PyObject *args) {
+  const char *name;
+  PyObject *fields;
+  if (!PyArg_ParseTuple(args, "sO!", &name, &PyDict_Type, &fields)) return NULL;
+  const struct abi_struct *s = find_struct(name);
+  if (!s) return NULL;
+  PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)s->size);
+  if (!out) return NULL;
+  unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+  memset(p, 0, s->size); /* fields not given, reserved words included, are 0 */
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(fields, &pos, &key, &value)) {
+    const char *fname = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+    const struct abi_field *f = fname ? find_field(s, fname) : NULL;
+    if (!fname && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "field names are str");
+    if (!f || encode_field(f, value, p) < 0) {
+      Py_DECREF(out);
+      return NULL;
+    }
+  }
+  return out;
+}
+
+static PyObject *abi_field(PyObject *Py_UNUSED(self), PyObject *args) {
+  const char *name, *fname;
+  if (!PyArg_ParseTuple(args, "ss", &name, &fname)) return NULL;
+  const struct abi_struct *s = find_struct(name);
+  const struct abi_field *f = s ? find_field(s, fname) : NULL;
+  if (!f) return NULL;
+  return Py_BuildValue("(nn)", (Py_ssize_t)f->offset, (Py_ssize_t)f->size);
+}
+
+static PyObject *abi_sizeof(PyObject *Py_UNUSED(self), PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+  const struct abi_struct *s = find_struct(name);
+  return s ? PyLong_FromSize_t(s->size) : NULL;
+}
+
+PyMethodDef ur_abi_methods[] = {
+    {"abi_decode", abi_decode, METH_VARARGS,
+     "abi_decode(struct, raw) -> dict\n\n"
+     "The named fields of abi.h's `struct` (e.g. 'ur_descriptor') at the start of raw; "
+     "reserved words are left out, byte arrays are bytes. ValueError if raw is short."},
+    {"abi_decode_array", abi_decode_array, METH_VARARGS,
+     "abi_decode_array(struct, raw) -> list[dict]\n\n"
+     "As abi_decode, for each whole `struct` in raw (a partial one at the end is ignored)."},
+    {"abi_encode", abi_encode, METH_VARARGS,
+     "abi_encode(struct, fields) -> bytes\n\n"
+     "One `struct` with the fields given by name, every other byte 0."},
+    {"abi_field", abi_field, METH_VARARGS,
+     "abi_field(struct, field) -> (offset, size)\n\nWhere a field lies in its struct."},
+    {"abi_sizeof", abi_sizeof, METH_VARARGS, "abi_sizeof(struct) -> int"},
+    {NULL, NULL, 0, NULL},
+};
+
+int ur_abi_add_constants(PyObject *m) {
+  static const struct {
+    const char *name;
+    unsigned long long value;
+  } constants[] = {
+      {"ABI_MAGIC", UR_ABI_MAGIC},
+      {"ABI_VERSION", UR_ABI_VERSION},
+      {"THREAD_FREE", UR_THREAD_FREE},
+      {"THREAD_LIVE", UR_THREAD_LIVE},
+      {"THREAD_EXITED", UR_THREAD_EXITED},
+      {"DISABLED_NONE", UR_DISABLED_NONE},
+      {"DISABLED_OPTIONS", UR_DISABLED_OPTIONS},
+      {"DISABLED_NO_MEMORY", UR_DISABLED_NO_MEMORY},
+      {"TRACK_IDLE", UR_TRACK_IDLE},
+      {"TRACK_START", UR_TRACK_START},
+      {"TRACK_ON", UR_TRACK_ON},
+      {"TRACK_STOP", UR_TRACK_STOP},
+      {"TRACK_FAILED", UR_TRACK_FAILED},
+      {"TRACK_HEARTBEAT_MS", UR_TRACK_HEARTBEAT_MS},
+      {"CHILD_REQ_HOLDS", UR_CHILD_REQ_HOLDS},
+      {"CHILD_REQ_SWEEP", UR_CHILD_REQ_SWEEP},
+      {"CHILD_REQ_EXIT", UR_CHILD_REQ_EXIT},
+      {"CHILD_REQ_BLOCKS", UR_CHILD_REQ_BLOCKS},
+      {"CHILD_FEATURE_TEAM", UR_CHILD_FEATURE_TEAM},
+      {"CHILD_FEATURE_TEAM_SIZE", UR_CHILD_FEATURE_TEAM_SIZE},
+      {"CHILD_FEATURE_BLOCKS", UR_CHILD_FEATURE_BLOCKS},
+      {"CHILD_MAX_THREADS", UR_CHILD_MAX_THREADS},
+  };
+  for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(constants[i].value);
+    int rc = v ? PyModule_AddObjectRef(m, constants[i].name, v) : -1;
+    Py_XDECREF(v);
+    if (rc < 0) return -1;
+  }
+  return PyModule_AddStringConstant(m, "DESCRIPTOR_SYMBOL", UR_DESCRIPTOR_SYMBOL);
+}

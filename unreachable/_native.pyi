@@ -1,0 +1,341 @@
+"""Types of unreachable._native (native/scanner/*.c; module.c lists the functions).
+
+Dicts the extension returns are typed as TypedDicts; at run time they are plain dicts.
+abi_* take a struct's name from native/include/unreachable/abi.h (abi_py.c's table).
+"""
+
+from types import TracebackType
+from typing import Any, Literal, Self, TypedDict, overload
+
+from typing_extensions import Buffer
+
+# abi.h constants (abi_py.c).
+ABI_MAGIC: int
+ABI_VERSION: int
+DESCRIPTOR_SYMBOL: str
+THREAD_FREE: int
+THREAD_LIVE: int
+THREAD_EXITED: int
+DISABLED_NONE: int
+DISABLED_OPTIONS: int
+DISABLED_NO_MEMORY: int
+TRACK_IDLE: int
+TRACK_START: int
+TRACK_ON: int
+TRACK_STOP: int
+TRACK_FAILED: int
+TRACK_HEARTBEAT_MS: int
+CHILD_REQ_HOLDS: int
+CHILD_REQ_SWEEP: int
+CHILD_REQ_EXIT: int
+CHILD_REQ_BLOCKS: int
+CHILD_FEATURE_TEAM: int
+CHILD_FEATURE_TEAM_SIZE: int
+CHILD_FEATURE_BLOCKS: int
+CHILD_MAX_THREADS: int
+
+# abi.h structures, as abi_decode returns them (reserved words left out).
+class Descriptor(TypedDict):
+    magic: int
+    version: int
+    size: int
+    enabled: int
+    num_shards: int
+    shards: int
+    threads: int
+    max_threads: int
+    helper_tid: int
+    helper_cmd: int
+    stacks: int
+    region_begin: int
+    region_end: int
+    options: int
+    pid: int
+    child_box: int
+    write_tracker: int
+    altstacks: int
+    num_altstacks: int
+    size_maps: int
+    modules: int
+    regions: int
+    num_regions: int
+    disabled: int
+    disabled_errno: int
+    unregistered: int
+
+class WriteTracker(TypedDict):
+    cmd: int
+    error: int
+    scanner_pid: int
+    ranges: int
+    heartbeat: int
+
+class ChildIndex(TypedDict):
+    entries: int
+    allocation_count: int
+    allocation_bytes: int
+    overlapping: int
+    index_ns: int
+    features: int
+
+class ChildSweepRequest(TypedDict):
+    nranges: int
+    nvalues: int
+    nexcluded: int
+    nreadable: int
+
+class ChildSweepOptions(TypedDict):
+    threads: int
+
+class ChildSweepReply(TypedDict):
+    unreachable_count: int
+    unreachable_bytes: int
+    bytes_scanned: int
+    pages_skipped: int
+    mark_ns: int
+    fold_ns: int
+    nleaks: int
+    bounced_pages: int
+
+class LeakRecord(TypedDict):
+    begin: int
+    size: int
+    referenced_count: int
+    referenced_size: int
+    stack_id: int
+
+class Altstack(TypedDict):
+    tid: int
+    sp: int
+    size: int
+
+class Module(TypedDict):
+    bias: int
+    start: int
+    end: int
+    path: int
+    path_len: int
+    build_id_len: int
+    build_id: bytes
+
+class ModuleTable(TypedDict):
+    modules: int
+    strings: int
+    capacity: int
+    count: int
+    strings_size: int
+    lost: int
+
+StructName = Literal[
+    "ur_descriptor",
+    "ur_write_tracker",
+    "ur_child_index",
+    "ur_child_sweep_req",
+    "ur_child_sweep_opts",
+    "ur_child_sweep_reply",
+    "ur_leak_record",
+    "ur_altstack",
+    "ur_module",
+    "ur_module_table",
+]
+
+@overload
+def abi_decode(struct: Literal["ur_descriptor"], raw: Buffer, /) -> Descriptor: ...
+@overload
+def abi_decode(struct: Literal["ur_write_tracker"], raw: Buffer, /) -> WriteTracker: ...
+@overload
+def abi_decode(struct: Literal["ur_child_index"], raw: Buffer, /) -> ChildIndex: ...
+@overload
+def abi_decode(struct: Literal["ur_child_sweep_req"], raw: Buffer, /) -> ChildSweepRequest: ...
+@overload
+def abi_decode(struct: Literal["ur_child_sweep_opts"], raw: Buffer, /) -> ChildSweepOptions: ...
+@overload
+def abi_decode(struct: Literal["ur_child_sweep_reply"], raw: Buffer, /) -> ChildSweepReply: ...
+@overload
+def abi_decode(struct: Literal["ur_leak_record"], raw: Buffer, /) -> LeakRecord: ...
+@overload
+def abi_decode(struct: Literal["ur_altstack"], raw: Buffer, /) -> Altstack: ...
+@overload
+def abi_decode(struct: Literal["ur_module"], raw: Buffer, /) -> Module: ...
+@overload
+def abi_decode(struct: Literal["ur_module_table"], raw: Buffer, /) -> ModuleTable: ...
+@overload
+def abi_decode_array(struct: Literal["ur_leak_record"], raw: Buffer, /) -> list[LeakRecord]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_altstack"], raw: Buffer, /) -> list[Altstack]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_module"], raw: Buffer, /) -> list[Module]: ...
+def abi_encode(struct: StructName, fields: dict[str, int | bytes], /) -> bytes: ...
+def abi_field(struct: StructName, field: str, /) -> tuple[int, int]: ...
+def abi_sizeof(struct: StructName, /) -> int: ...
+
+# (tid, stack pointer, user_regs_struct, XSAVE area) of a stopped thread.
+ThreadRegs = tuple[int, int, bytes, bytes]
+
+class Session:
+    def __init__(self, pid: int) -> None: ...
+    def stop(self) -> list[ThreadRegs]: ...
+    def run_out(self, lo: int, hi: int, rounds: int, /) -> tuple[int, list[ThreadRegs]]: ...
+    def snapshot(self, helper_tid: int, cmd_addr: int) -> int: ...
+    def seccomp_allows_clone(self, tid: int, /) -> bool: ...
+    def pending_signal_values(self) -> bytes: ...
+    def child_start(self, box_addr: int, /) -> None: ...
+    def child_wait(self, timeout_s: float, /) -> bytes: ...
+    def child_request(self, request: int, payload: Buffer, timeout_s: float, /) -> bytes: ...
+    def release(self) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> Literal[False]: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def mem_pid(self) -> int: ...
+    @property
+    def snapshot_pid(self) -> int | None: ...
+    @property
+    def pause_ns(self) -> int: ...
+    @property
+    def stopped_threads(self) -> int: ...
+    @property
+    def group_stopped(self) -> bool: ...
+    @property
+    def released(self) -> bool: ...
+
+class CopyStats(TypedDict):
+    pages_read: int
+    pages_zeroed: int
+    pages_kept: int
+    pages_untracked: int
+    bytes_held: int
+
+class MemoryCopy:
+    def __init__(self, pid: int, cache_bytes: int = 0) -> None: ...
+    def sync(self, ranges: Buffer, refresh: bool = False, threads: int = 1) -> None: ...
+    def finish(self) -> None: ...
+    def read(self, addr: int, n: int, /) -> bytes: ...
+    def reset_stats(self) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stats(self) -> CopyStats: ...
+
+# Where a reader takes memory from: a pid's /proc/PID/mem, or a finished copy.
+Source = int | MemoryCopy
+
+# (tid, state, op, in_ptr, in_size, out_ptr, out_size, stack_lo, stack_hi)
+SlotTuple = tuple[int, int, int, int, int, int, int, int, int]
+
+class RegistryRead(TypedDict):
+    allocs: bytes  # (address, size) u64 pairs
+    stack_ids: bytes  # one u32 per allocation
+    threads: list[SlotTuple]
+    locked_shards: list[tuple[int, int]]  # (shard, owner tid)
+    enabled: int
+    helper_tid: int
+    helper_cmd: int
+    region_begin: int
+    region_end: int
+    options: str
+    max_frames: int
+    stack_count: int
+    expected: int
+    regions: list[tuple[int, int]]
+    disabled: int
+    disabled_errno: int
+    unregistered: int
+
+def read_registry(
+    memory: Source, descriptor_addr: int, entries: bool = True, count_maps: bool = True, /
+) -> RegistryRead: ...
+def read_stacks(
+    memory: Source, descriptor_addr: int, ids: Buffer, /
+) -> dict[int, tuple[int, ...]]: ...
+
+class _SweepResultBase(TypedDict):
+    unreachable: bytes
+    leaks: bytes  # abi.h ur_leak_records
+    unreachable_count: int
+    unreachable_bytes: int
+    bytes_scanned: int
+    pages_skipped: int
+    mark_ns: int
+    fold_ns: int
+    overlapping: int
+    bytes_read: int
+    allocation_count: int
+    allocation_bytes: int
+    released_early: bool
+    mark_threads: int
+
+class SweepResult(_SweepResultBase, total=False):
+    # Graph mode: hits, why and dominators, packed as native/mark/retention.h
+    # lays them out (unreachable/retention reads them).
+    graph: dict[str, Any]
+
+def sweep(
+    memory: Source,
+    allocs: Buffer,
+    root_ranges: Buffer,
+    root_values: Buffer,
+    *,
+    stack_ids: Buffer = b"",
+    excluded: Buffer = b"",
+    cache_mb: int = 0,
+    release: Session | None = None,
+    threads: int = 1,
+    layout: Buffer = b"",
+    frozen: bool = False,
+    regions: Buffer = ...,
+    value_regions: Buffer = b"",
+    default_region: int = 0,
+    region_ids: int = 0,
+    why: int | None = None,
+    dominators: bool = False,
+) -> SweepResult: ...
+def nudge_thread(tid: int, /) -> None: ...
+def present_ranges(memory: Source, ranges: Buffer, /) -> bytes: ...
+def read_spans(pid: int, spans: Buffer, out: Buffer, threads: int, /) -> int: ...
+def set_cache_budget(nbytes: int, /) -> None: ...
+def cache_bound() -> int: ...
+def heap_words(words: Buffer, spans: Buffer, /) -> bytes: ...
+def code_words(code: Buffer, lo: int, hi: int, /) -> bytes: ...
+
+# (begin, size, stack_id, referenced_count, referenced_size, similar_count,
+#  similar_size, similar_referenced_count, similar_referenced_size)
+DedupLeak = tuple[int, int, int, int, int, int, int, int, int]
+
+def dedup(leaks: Buffer, limit: int, /) -> list[DedupLeak]: ...
+
+class GlibcHeapWalk(TypedDict):
+    allocs: bytes  # (user address, usable size) u64 pairs
+    error: str
+    busy: bool
+    arenas: int
+    heaps: int
+    chunks: int
+    in_use: int
+    in_use_bytes: int
+    free_binned: int
+    free_fast: int
+    free_tcache: int
+    mmapped: int
+    mmapped_bytes: int
+    internal: int
+
+def walk_glibc_heap(
+    memory: Source,
+    minor: int,
+    main_arena: int,
+    mp: int,
+    tcaches: Buffer,
+    anon: Buffer,
+    page_size: int,
+    /,
+) -> GlibcHeapWalk: ...
