@@ -177,6 +177,7 @@ def _scan_shim_core(
             **leak_counts(leak),
             contents=contents[leak.begin] if options.contents else None,
             backtrace=frames.get(leak.stack_id, []),
+            type="",
         )
         for leak in leaks
     ]

@@ -372,6 +372,7 @@ def _sweep_copy(
             address=leak.begin,
             **leak_counts(leak),
             contents=_contents(memory, leak.begin, leak.size) if contents or i < sample else None,
+            backtrace=[],
             type=types.get(leak.begin, ""),
         )
         for i, leak in enumerate(leaks)

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.segments import NoteSegment
 
 from unreachable import _native
 from unreachable.capture.stop_world import CapturedThread
@@ -179,7 +181,7 @@ def open_core(path: str, exe: str | None = None, sysroot: str | None = None) -> 
                             f" {load.vaddr:#x} needs {load.offset + load.filesz}"
                         )
                     loads.append(load)
-                elif seg["p_type"] == "PT_NOTE":
+                elif isinstance(seg, NoteSegment):
                     if seg["p_offset"] + seg["p_filesz"] > size:
                         raise CoreUnreadable(f"{path} is truncated: its notes are cut short")
                     notes += [(n["n_type"], n["n_descdata"]) for n in seg.iter_notes()]
@@ -199,7 +201,7 @@ def _build(
     path: str,
     f: BinaryIO,
     loads: list[_Load],
-    notes: list[tuple[object, object]],
+    notes: Sequence[tuple[object, object]],
     exe: str | None,
     root: str,
 ) -> CoreFile:

@@ -24,12 +24,12 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from unreachable import _native
 from unreachable.fold.dedup import Leak, dedup
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
 from unreachable.retention.data_symbols import load_data_symbols
-from unreachable.sweep.child import LEAK_RECORD
 from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.elf_file import NotElf, read_elf
 
@@ -130,8 +130,10 @@ def fold_leaks(
     if limit <= 0:
         return [], {}
     raw = memoryview(leaks).cast("B")
-    count = len(raw) // LEAK_RECORD.size
-    plain_count = sum(1 for r in LEAK_RECORD.iter_unpack(raw) if not r[4]) if by_type else 0
+    records = _native.abi_decode_array("ur_leak_record", raw)
+    record_size = _native.abi_sizeof("ur_leak_record")
+    count = len(records)
+    plain_count = sum(1 for r in records if not r["stack_id"]) if by_type else 0
     if not plain_count:
         entries = dedup(leaks, limit)
         return entries, _types_of(entries, memory, pid, mappings, set())
@@ -140,10 +142,11 @@ def fold_leaks(
     traced = bytearray()
     groups: dict[tuple[int, str], Leak] = {}
     with memory_reader(memory) as read:
-        for record in LEAK_RECORD.iter_unpack(raw):
-            begin, size, ref_count, ref_size, stack_id, _reserved = record
-            if stack_id:
-                traced += LEAK_RECORD.pack(*record)
+        for i, record in enumerate(records):
+            begin, size = record["begin"], record["size"]
+            ref_count, ref_size = record["referenced_count"], record["referenced_size"]
+            if record["stack_id"]:
+                traced += raw[i * record_size : (i + 1) * record_size]
                 continue
             word = _first_word(read, begin) if typed else None
             key = (size, vtables.type_of(word) if word is not None else "")
@@ -155,7 +158,7 @@ def fold_leaks(
             first.similar_size += size
             first.similar_referenced_count += ref_count
             first.similar_referenced_size += ref_size
-    entries = dedup(traced, limit) if plain_count < count else []
+    entries = dedup(bytes(traced), limit) if plain_count < count else []
     entries = sorted([*entries, *groups.values()], key=_before)[:limit]
     folded = {first.begin: kind for (_size, kind), first in groups.items()}
     types = _types_of(entries, memory, pid, mappings, set(folded), vtables)
