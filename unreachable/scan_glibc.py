@@ -43,14 +43,13 @@ from unreachable.allocations.registry import THREAD_EXITED, Registry, ThreadSlot
 from unreachable.capture.copy_snapshot import sync_ranges
 from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kernel_held import KernelHeld
-from unreachable.capture.stop_world import CapturedThread
+from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import still_running
 from unreachable.errors import (
     ScanError,
     ScannerOutOfMemory,
     TargetNotFound,
     TargetNotShimmed,
-    TargetPermissionDenied,
     TargetUnscannable,
 )
 from unreachable.fold.types import fold_leaks
@@ -91,14 +90,6 @@ class _Copied:
         self.held.close()
 
 
-def _translate(pid: int, e: OSError) -> Exception:
-    if isinstance(e, ProcessLookupError) or not still_running(pid):
-        return TargetNotFound(f"process {pid} exited before or during the scan")
-    if isinstance(e, PermissionError):
-        return TargetPermissionDenied(f"cannot stop pid {pid}: {e.strerror or e}")
-    return TargetUnscannable(f"cannot stop pid {pid}: {e}")
-
-
 def _copy_threads() -> int:
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
@@ -114,14 +105,14 @@ def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:
-            raise _translate(pid, e) from None
+            raise stop_error(pid, e) from None
         lo, hi = libc.malloc_code
         if hi:
             # Let just those threads run out of malloc.
             try:
                 left, raw = session.run_out(lo, hi, RUN_OUT_ROUNDS)
             except OSError as e:
-                raise _translate(pid, e) from None
+                raise stop_error(pid, e) from None
             threads = [CapturedThread(*t) for t in raw]
             if left:
                 inside = [t.tid for t in threads if lo <= program_counter(t.regs) < hi]
@@ -140,7 +131,7 @@ def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
                 " what is available, or of the room left in its own memory cgroup)"
             ) from None
         except OSError as e:
-            raise _translate(pid, e) from None
+            raise stop_error(pid, e) from None
         session.release()
         done = _Copied(threads, copy, mappings, held, tls, session.pause_ns / 1e6)
         return done

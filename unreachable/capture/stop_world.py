@@ -40,6 +40,7 @@ from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.target import Target, current_helper_tid, still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import TargetNotFound, TargetPermissionDenied, TargetUnscannable
+from unreachable.process.access import why_denied
 from unreachable.process.cgroup_memory import memory_headroom, no_room_for_fork, oom_victim_first
 from unreachable.process.maps import Mapping, parse_maps, read_maps_text
 from unreachable.process.memory import Memory
@@ -85,11 +86,12 @@ class Capture:
         return self.session.pause_ns / 1e6
 
 
-def _translate(pid: int, e: OSError) -> Exception:
+def stop_error(pid: int, e: OSError) -> Exception:
+    """The scan's error for a failed stop (ptrace attach or interrupt) of pid."""
     if isinstance(e, ProcessLookupError) or not still_running(pid):
         return TargetNotFound(f"process {pid} exited before or during the scan")
     if isinstance(e, PermissionError):
-        return TargetPermissionDenied(f"cannot stop pid {pid}: {e.strerror or e}")
+        return TargetPermissionDenied(f"cannot stop pid {pid}: {why_denied(pid)}")
     return TargetUnscannable(f"cannot stop pid {pid}: {e}")
 
 
@@ -175,7 +177,7 @@ def stop_world(
         try:
             threads = [CapturedThread(*t) for t in session.stop()]
         except OSError as e:
-            raise _translate(pid, e) from None
+            raise stop_error(pid, e) from None
         capture = Capture(session, threads, "stopped", headroom=headroom)
         if kernel_held:
             kernel_held.read_in_pause()
