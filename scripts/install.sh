@@ -17,7 +17,9 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential binutils libunwind-dev pkg-config python3-dev python3-pip systemd >/dev/null
 
 # The tests' extras: a library and five services the tests start and scan
-# themselves (tests/scan/test_real_services.py). No service may start during
+# themselves (tests/scan/test_real_services.py); gdb's gcore makes the core
+# files tests/scan/test_core.py scans, and libc6-dbg's symbols check the
+# glibc heap walk's own way of finding glibc's structures. No service may start during
 # the install (policy-rc.d says 101, unless the machine has its own policy).
 if [ "${1:-}" = "--test" ]; then
   policy=/usr/sbin/policy-rc.d
@@ -29,7 +31,7 @@ if [ "${1:-}" = "--test" ]; then
     $SUDO chmod 755 "$policy"
   fi
   $SUDO apt-get install -y -qq --no-install-recommends \
-    libjemalloc2 redis-server memcached nginx-light bind9 nodejs >/dev/null
+    libjemalloc2 redis-server memcached nginx-light bind9 nodejs gdb libc6-dbg >/dev/null
   if [ -n "$made_policy" ]; then $SUDO rm -f "$policy"; trap - EXIT; fi
 fi
 

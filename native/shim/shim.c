@@ -39,6 +39,11 @@ __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
 static struct ur_options opts;
 static int options_ok;
 static int fork_nested; /* fork() called by the thread that holds malloc_disable */
+/* A signal handler may fork while its thread is inside these handlers (glibc
+ * allows it in a single-threaded process): the inner fork must not wait for
+ * locks its own thread is taking, nor undo what the outer one set. */
+static __thread uint32_t fork_depth __attribute__((tls_model("initial-exec")));
+static __thread uint32_t fork_reentered __attribute__((tls_model("initial-exec")));
 static int membarrier_ok; /* needed for the lock-free single-thread mode */
 extern char **__environ;
 extern char *program_invocation_name;
@@ -172,6 +177,11 @@ extern void _IO_list_resetlock(void);
 
 static void fork_prepare(void) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
+  if (fork_depth) {
+    fork_reentered++;
+    return;
+  }
+  fork_depth = 1;
   ur_go_multi(); /* a thread that never allocated may fork */
   uint32_t tid = ur_self_tid();
   fork_nested = ur_load32(&ur_g.excl_tid) == tid;
@@ -189,6 +199,11 @@ static void fork_prepare(void) {
 
 static void fork_parent(void) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
+  if (fork_reentered) {
+    fork_reentered--;
+    return;
+  }
+  fork_depth = 0;
   if (fork_nested) return;
   __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
   ur_stacks_unlock();
@@ -198,6 +213,10 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
+  /* Forked from a handler inside our own prepare: the one thread left holds
+   * some of the locks, in no update of what they guard; all are free here. */
+  if (fork_reentered) fork_nested = 0;
+  fork_reentered = fork_depth = 0;
   uint32_t tid = (uint32_t)syscall(SYS_gettid);
   ur_altstacks_after_fork_child(ur_tls.tid, tid);
   ur_tls.tid = tid;
@@ -216,7 +235,14 @@ static void fork_child(void) {
     ur_g.single_slot = ur_tls.slot; /* only this thread survived */
     __atomic_fetch_or(&ur_g.slow, UR_SLOW_SINGLE, __ATOMIC_SEQ_CST);
   }
-  if (fork_nested) ur_g.disable_owner = tid;
+  if (fork_nested) {
+    ur_g.disable_owner = tid;
+  } else {
+    /* A gate another thread had closed (the helper giving memory back) has
+     * no one left to open it here. */
+    ur_g.disable_lock = ur_g.disable_owner = ur_g.disable_depth = 0;
+    __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
+  }
   __atomic_store_n(&ur_g.excl_tid, owner, __ATOMIC_RELEASE);
   ur_threads_after_fork_child(tid);
   unreachable_descriptor.pid = (uint64_t)getpid();

@@ -335,6 +335,7 @@ def test_target_without_shim(daemon, targets):
     target = targets.start(PROGRAMS / "globals.c", preload=False)
     report = scan_report(stub(daemon.address), pid=target.pid)
     assert report.leak_count == 1
+    assert report.allocations == "glibc heap"
     fork = pb.ScanRequest(pid=target.pid, snapshot=pb.SNAPSHOT_FORK)
     code, details = rpc_code(stub(daemon.address).Scan, fork, timeout=60)
     assert code == grpc.StatusCode.FAILED_PRECONDITION, details

@@ -122,19 +122,30 @@ def test_redis(service):
     assert _talk(port, b"GET key1\r\n", b"value1").endswith(b"value1\r\n")
 
 
-def test_memcached(service):
+def exercise_memcached(
+    start: Callable[..., subprocess.Popen], check: Callable[[int], None]
+) -> None:
+    """memcached under traffic, sets and deletes, check(pid) run on it, still serving."""
     port = _free_port()
-    proc = service("memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "4")
+    proc = start("memcached", "-u", "root", "-l", "127.0.0.1", "-p", str(port), "-t", "4")
     _wait_port(port, proc)
     n = 5000
     sets = b"".join(b"set k%d 0 0 %d\r\n%s\r\n" % (i, i % 300, b"x" * (i % 300)) for i in range(n))
     _talk(port, sets, b"STORED", n)
     _talk(port, b"".join(b"delete k%d\r\n" % i for i in range(0, n, 3)), b"\r\n", (n + 2) // 3)
-    _clean_scan(proc.pid)
+    check(proc.pid)
     assert b"VALUE k1 " in _talk(port, b"get k1\r\n", b"END")
 
 
-def test_nginx(service, tmp_path: Path):
+def test_memcached(service):
+    exercise_memcached(service, _clean_scan)
+
+
+def exercise_nginx(
+    start: Callable[..., subprocess.Popen], tmp_path: Path, check: Callable[[int], None]
+) -> None:
+    """nginx (a master, 2 workers) served 200 requests, check(pid) run on
+    each of its processes, still serving."""
     port = _free_port()
     (tmp_path / "logs").mkdir()
     conf = tmp_path / "nginx.conf"
@@ -146,7 +157,7 @@ def test_nginx(service, tmp_path: Path):
         f'  server {{ listen 127.0.0.1:{port}; location / {{ return 200 "hi\\n"; }} }} }}\n'
     )
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    proc = service(nginx, "-p", str(tmp_path), "-c", str(conf))
+    proc = start(nginx, "-p", str(tmp_path), "-c", str(conf))
     _wait_port(port, proc)
     url = f"http://127.0.0.1:{port}/"
     for _ in range(200):
@@ -156,8 +167,12 @@ def test_nginx(service, tmp_path: Path):
     ]
     assert len(workers) == 2
     for pid in [proc.pid, *workers]:
-        _clean_scan(pid)
+        check(pid)
     assert urllib.request.urlopen(url, timeout=10).read() == b"hi\n"
+
+
+def test_nginx(service, tmp_path: Path):
+    exercise_nginx(service, tmp_path, _clean_scan)
 
 
 def _dns_query(name: bytes, ident: int) -> bytes:

@@ -75,6 +75,8 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
         sweep=d.get("sweep", ""),
         sweep_note=d.get("sweep_note", ""),
         mark_threads=d.get("mark_threads", 1),
+        allocations=d.get("allocations", ""),
+        symbol_note=d.get("symbol_note", ""),
         threads=d["threads"],
         bytes_scanned=d["bytes_scanned"],
         pages_skipped=d["pages_skipped"],
@@ -127,6 +129,8 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         snapshot_note=r.snapshot_note,
         sweep_note=r.sweep_note,
         mark_threads=r.mark_threads or 1,
+        allocations=r.allocations or "shim registry",
+        symbol_note=r.symbol_note,
     )
 
 

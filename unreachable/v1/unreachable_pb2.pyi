@@ -147,7 +147,7 @@ class RootBytes(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ScanReport(_message.Message):
-    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads")
+    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads", "allocations", "symbol_note")
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,8 @@ class ScanReport(_message.Message):
     SNAPSHOT_NOTE_FIELD_NUMBER: _ClassVar[int]
     SWEEP_NOTE_FIELD_NUMBER: _ClassVar[int]
     MARK_THREADS_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    SYMBOL_NOTE_FIELD_NUMBER: _ClassVar[int]
     schema: int
     pid: int
     command: str
@@ -186,7 +188,9 @@ class ScanReport(_message.Message):
     snapshot_note: str
     sweep_note: str
     mark_threads: int
-    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ...) -> None: ...
+    allocations: str
+    symbol_note: str
+    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ..., allocations: _Optional[str] = ..., symbol_note: _Optional[str] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("pid", "name", "contents")
