@@ -2,7 +2,7 @@
 
 Decoding every line program of a big library takes seconds in pyelftools
 (14.6 s for libpython), decoding the few units a backtrace touches takes tens
-of milliseconds (shared/research/ecosystem.md section 2). So: an address ->
+of milliseconds. So: an address ->
 unit index from .debug_aranges (or the units' DW_AT_low_pc/high_pc/ranges
 when a compiler omits aranges), then only that unit's line program. Both the
 index and each decoded unit go to the on-disk cache.

@@ -2,7 +2,7 @@
 
 Headers, PT_LOAD segments, the build-id note, .gnu_debuglink and the raw
 symbol tables. pyelftools goes through `construct` and is 10-30x slower on
-symbol tables (shared/research/ecosystem.md section 2); it is used only for
+symbol tables; it is used only for
 DWARF (unreachable.symbolize.dwarf_lines). 64-bit little-endian only.
 """
 

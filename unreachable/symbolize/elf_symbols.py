@@ -1,7 +1,7 @@
 """Function symbols of one ELF file, as sorted arrays for bisect lookups.
 
 pyelftools' iter_symbols() is 10-30x slower than unpacking the symbol table
-raw (shared/research/ecosystem.md section 2), so the tables are unpacked with
+raw, so the tables are unpacked with
 struct (unreachable.symbolize.elf_file).
 """
 
