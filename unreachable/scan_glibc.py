@@ -44,7 +44,7 @@ from unreachable.capture.copy_snapshot import sync_ranges
 from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
-from unreachable.capture.target import still_running
+from unreachable.capture.target import command_line, still_running
 from unreachable.errors import (
     ScanError,
     ScannerOutOfMemory,
@@ -284,7 +284,7 @@ def scan_without_shim(
     note("done")
     return _report(
         pid,
-        _command_line(proc),
+        command_line(proc),
         result,
         roots,
         entries,
@@ -497,11 +497,3 @@ def sweep_glibc_core(
         len(core.threads),
         "; ".join(core.notes),
     )
-
-
-def _command_line(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""

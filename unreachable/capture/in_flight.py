@@ -47,9 +47,11 @@ import os
 import socket
 import struct
 import termios
+import threading
 from dataclasses import dataclass, field
 
 from unreachable import _native
+from unreachable.process.status import thread_seccomp
 from unreachable.roots.glibc_heaps import Span
 from unreachable.roots.heap_words import words_in
 
@@ -213,24 +215,13 @@ def _pidfd(pid: int) -> int | None:
         return None  # not a thread-group leader (its main thread exited): pipes only
 
 
-def _own_seccomp() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Seccomp:"):
-                    return int(line.split(":", 1)[1])
-    except (OSError, ValueError):
-        pass
-    return -1
-
-
 @functools.cache
 def _getfd_allowed() -> bool:
     """Whether this process may call pidfd_getfd. It is in systemd's @debug
     group, not @system-service: a scanner under a SystemCallFilter= without
     it would die of SIGSYS on the first socket. Under any seccomp filter the
     call is tried first by a child, which only makes it and exits."""
-    if _own_seccomp() == 0:
+    if thread_seccomp(os.getpid(), threading.get_native_id()) == 0:
         return True
     child = os.fork()
     if child == 0:

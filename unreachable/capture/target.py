@@ -28,7 +28,8 @@ class Target:
     tgid: int  # the process's id, as reports name it
 
 
-def _command_line(pid: int) -> str:
+def command_line(pid: int) -> str:
+    """/proc/PID/cmdline with spaces between the arguments; "" if unreadable."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -49,7 +50,7 @@ def open_target(pid: int) -> Target:
     if not header.enabled:
         why = disabled_reason(header.disabled, header.disabled_errno)
         raise TargetNotShimmed(f"the shim in pid {pid} is inert: {why}")
-    return Target(pid, status, shim, header, _command_line(pid), tgid)
+    return Target(pid, status, shim, header, command_line(pid), tgid)
 
 
 def current_helper_tid(target: Target) -> int:
