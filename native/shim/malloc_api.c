@@ -288,7 +288,7 @@ UR_EXPORT void *realloc(void *p, size_t n) {
   size_t usable = ur_real_usable_size(p);
   if (n <= usable || usable == 0) {
     /* Fits: glibc shrinks in place (mremap shrinks an mmap'ed chunk in place).
-     * usable == 0: malloc_usable_size is still being resolved; let glibc do it. */
+     * usable == 0: libc's malloc_usable_size was not found; let glibc do it. */
     q = __libc_realloc(p, n);
     if (q == p) {
       ur_announce_out(s, q, n);
