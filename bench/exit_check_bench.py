@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import results  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
@@ -75,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    results.run("exit_check_bench", "Leak check at exit", main)

@@ -19,6 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import results  # noqa: E402
 
 
 def code_mappings() -> tuple[str, list[tuple[int, int]]]:
@@ -103,4 +107,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    results.run("heapdump_input_bench", "Reading a big heap dump", main)

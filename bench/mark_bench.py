@@ -23,24 +23,23 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support.cbuild import build  # noqa: E402
+from bench import results  # noqa: E402
+from tests.support.cbuild import build, native_sources  # noqa: E402
 
 MARK = REPO / "native" / "mark"
 SOURCES = [
     REPO / "bench" / "programs" / "mark_bench.c",
     REPO / "bench" / "programs" / "heap_shape.c",
-    *(
-        MARK / name
-        for name in (
-            "heap_walker.c",
-            "ref_graph.c",
-            "page_index.c",
-            "alloc.c",
-            "radix_sort.c",
-            "mem_direct.c",
-            "raw_thread.c",
-            "work_pool.c",
-        )
+    *native_sources(
+        "mark",
+        "heap_walker.c",
+        "ref_graph.c",
+        "page_index.c",
+        "alloc.c",
+        "radix_sort.c",
+        "mem_direct.c",
+        "raw_thread.c",
+        "work_pool.c",
     ),
 ]
 CONFIGS = [
@@ -81,4 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    results.run("mark_bench", "Mark core alone (x memcpy)", main)

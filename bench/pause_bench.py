@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import results  # noqa: E402
 from tests.support.targets import TargetFactory  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 from unreachable.capture.stop_world import stop_world  # noqa: E402
@@ -136,4 +137,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    results.run("pause_bench", "Pause of a snapshot", main)

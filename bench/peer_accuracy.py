@@ -34,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import results  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 from unreachable.errors import ScanError  # noqa: E402
@@ -240,4 +241,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    results.run("peer_accuracy", "Leak verdicts against the peers", main)

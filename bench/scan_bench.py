@@ -1,4 +1,4 @@
-"""End-to-end `scan()` against allocation count: the issue's 10M-in-5-s target.
+"""End-to-end `scan()` against allocation count: the target of 10M allocations in 5 s.
 
 Starts tests/scan/programs/many.c under the shim with LIVE reachable and
 LEAKED dropped blocks, and scans it once per size the default way (a fork
@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import results  # noqa: E402
 from tests.support.targets import TargetFactory  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 from unreachable.scan import ScanOptions, scan  # noqa: E402
@@ -60,4 +61,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    results.run("scan_bench", "End to end", main)

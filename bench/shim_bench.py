@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import results  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
@@ -141,4 +142,4 @@ def measure_options(exe: Path, shim: Path, args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    results.run("shim_bench", "Shim speed (malloc/free against glibc)", main)

@@ -24,14 +24,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.results import write_section  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from tests.support.shim_memory import shim_resident_bytes  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
 SIZES = [16, 64, 256, 1024, 4096, 16384, 65536]
 THREADS = [1, 8]
-RESULTS = REPO / "bench" / "RESULTS.md"
-MARK = "<!-- shim_memory_bench -->"
 GIVE_BACK_WAIT = 8.0  # seconds
 SETTLED = 256 << 10  # bytes over the baseline
 
@@ -102,19 +101,6 @@ def table(rows: list[tuple[int, int, dict[str, float]]], heap_mib: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_results(text: str) -> None:
-    """Replace this bench's section of bench/RESULTS.md (or add it)."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    section = f"{MARK}\n## Shim memory\n\n{text}{MARK}\n"
-    if MARK in old:
-        head, _, rest = old.partition(MARK)
-        _, _, tail = rest.partition(MARK + "\n")
-        new = head + section + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(new)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--heap-mib", type=int, default=64, help="heap per configuration")
@@ -131,7 +117,7 @@ def main() -> int:
     text = table(rows, args.heap_mib)
     print(text, end="")
     if args.results:
-        write_results(text)
+        write_section("shim_memory_bench", "Shim memory", text)
     return 0
 
 

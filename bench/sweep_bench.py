@@ -9,12 +9,12 @@ Then, with the one global as the only root:
 - "scan while stopped": stop(), sweep(release=session) the stopped target
   from outside: the pause covers reading the memory the walk needs, then the
   target runs on ("stopped"); once more without release=, the pause covering
-  the whole sweep ("held", stopped mode before 2026-11-24);
+  the whole sweep ("held": what stopped mode does when the copy does not fit);
 - "fork, outside": stop(), snapshot() through the helper, release(); sweep()
   then reads the frozen child through /proc/CHILD/mem (the fallback path);
 - "fork, in child": the same snapshot, but the child sweeps its own memory
   (child_start(), then the index, holds and sweep steps of sweep/child.py):
-  the default path since issue 3; with one marking thread, then with a team
+  the default path; with one marking thread, then with a team
   (--mark-threads, default as a scan picks: the CPUs, at most 4).
 
 Sweep throughput (bytes the mark phase scanned / mark time) is reported as a
@@ -41,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import results  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from unreachable import _native  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
@@ -290,4 +291,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    results.run("sweep_bench", "Sweep throughput and pause by sweep path", main)

@@ -1,6 +1,6 @@
 """Cold and warm symbolization of 1,000 frames across libc, libstdc++ and a test program.
 
-Not a test: prints timings against the issue-6 targets (cold <= 1 s, warm <= 50 ms).
+Not a test: prints timings against the targets (cold <= 1 s, warm <= 50 ms).
 
     python bench/symbolize_bench.py [--runs 5]
 
@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import results  # noqa: E402
 from tests.symbolize import program  # noqa: E402
 from unreachable.process.maps import Mapping, parse_maps  # noqa: E402
 from unreachable.symbolize import objects  # noqa: E402
@@ -114,4 +115,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    results.run("symbolize_bench", "Symbolization", main)

@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.targets import TargetFactory
+from unreachable.symbolize import objects
+
+TESTS_DIR = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +25,28 @@ def targets(shim: Path) -> Iterator[TargetFactory]:
     factory = TargetFactory(shim)
     yield factory
     factory.cleanup()
+
+
+# Tests that read symbols in this process, and compare what they see: each
+# gets a symbol cache of its own. Elsewhere the user's cache stays, so that
+# the scans the other tests run do not each parse libc's tables again.
+ISOLATED_SYMBOL_CACHES = ("analysis", "heapdump", "symbolize")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_symbol_caches(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[None]:
+    """No such test reads or writes the user's symbol cache or sees another test's objects."""
+    if request.path.relative_to(TESTS_DIR).parts[0] not in ISOLATED_SYMBOL_CACHES:
+        yield
+        return
+    monkeypatch.setenv("UNREACHABLE_CACHE_DIR", str(tmp_path_factory.mktemp("symcache")))
+    objects.clear_memory_cache()
+    yield
+    objects.clear_memory_cache()
 
 
 # Tests that need the machine to allow something a sandbox may forbid (real

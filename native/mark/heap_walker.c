@@ -231,9 +231,8 @@ static int mark_hit(void *ctx, size_t idx) {
  * entries prefetched, then searched and marked) a few blocks' worth at a
  * time. It replaced batches of 32 blocks each prefetched whole before any
  * was scanned: a deep burst of prefetches only queues behind the few
- * line-fill buffers, while the pipeline keeps them busy all along (1 KiB
- * trees: 0.26-0.28x memcpy before, 0.43-0.44x after; bench/mark_bench.py,
- * docs/pause.md).
+ * line-fill buffers, while the pipeline keeps them busy all along
+ * (bench/mark_bench.py; docs/design.md, "Mark and fold").
  */
 #define DEPTH 8                 /* blocks in flight */
 #define RESOLVE_AT 64           /* candidates collected before resolving */

@@ -1,9 +1,9 @@
 /*
  * Whether a target's seccomp filters let the shim's helper thread clone() its
- * snapshot. A target with a filter used to be swept while stopped, for fear of
- * a filter that kills on clone; the scanner (with CAP_SYS_ADMIN) can read the
- * helper's filters instead (PTRACE_SECCOMP_GET_FILTER, the thread stopped by
- * us) and run them on the very call the helper makes.
+ * snapshot. A filter that kills on clone would kill the target, so rather
+ * than sweep every filtered target while stopped, the scanner (with
+ * CAP_SYS_ADMIN) reads the helper's filters (PTRACE_SECCOMP_GET_FILTER, the
+ * thread stopped by us) and runs them on the very call the helper makes.
  */
 #ifndef UR_SECCOMP_CHECK_H
 #define UR_SECCOMP_CHECK_H

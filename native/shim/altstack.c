@@ -2,9 +2,10 @@
  * The alternate signal stacks threads set. A program may malloc one, give
  * it to sigaltstack() and keep no pointer of its own: only the kernel holds
  * it then, and a scan of memory would report it leaked (LeakSanitizer
- * does: llvm-project issue 63313). /proc shows no thread's alternate stack,
- * so the shim stands in front of sigaltstack() and notes each thread's in
- * a table the scanner reads (abi.h struct ur_altstack).
+ * does: https://github.com/llvm/llvm-project/issues/63313). /proc shows no
+ * thread's alternate stack, so the shim stands in front of sigaltstack() and
+ * notes each thread's in a table the scanner reads (abi.h struct
+ * ur_altstack).
  */
 #include "altstack.h"
 

@@ -2,11 +2,12 @@
  * The unwinder's descriptors, kept out of the program's way.
  *
  * libunwind checks that an address is readable by writing a byte from it
- * into a pipe of its own and reading it back (libunwind issues 274, 291). A
+ * into a pipe of its own and reading it back (see
+ * https://github.com/libunwind/libunwind/issues/274). A
  * daemon that closes every descriptor above stderr (closefrom, close_range,
  * a loop of close) closes that pipe without libunwind knowing; the program's
  * next pipe or socket takes the same numbers, and libunwind then reads the
- * program's data and writes bytes into it (varnishd's child lost its
+ * program's data and writes bytes into it (varnishd's child would lose its
  * listening socket under backtrace=16). So the pipe libunwind makes is moved
  * to high numbers, and the program's closes pass it by: close() of it
  * succeeds without closing it, closefrom() and close_range() close around

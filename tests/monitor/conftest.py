@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon.conftest import DaemonFactory
+# The daemon tests' fixture, shared rather than copied.
+from tests.daemon.conftest import daemons  # noqa: F401
 from tests.support.cbuild import build
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -87,13 +88,6 @@ def notify(sockdir: Path) -> Iterator[DatagramSink]:
     sink = DatagramSink(sockdir / "notify.sock")
     yield sink
     sink.close()
-
-
-@pytest.fixture
-def daemons() -> Iterator[DaemonFactory]:
-    factory = DaemonFactory()
-    yield factory
-    factory.cleanup()
 
 
 @pytest.fixture(scope="session")

@@ -194,7 +194,7 @@ def _dns_ok(port: int, n: int) -> int:
 
 def test_named(service, tmp_path: Path):
     """BIND 9: its libisc allocates with jemalloc's mallocx, rallocx, sallocx
-    and sdallocx (the shim's since 2026-11-24; it crashed at start before)."""
+    and sdallocx, which the shim defines: named would crash at start without."""
     port = _free_port()
     (tmp_path / "example.zone").write_text(
         "$TTL 300\n@ IN SOA ns.example.test. admin.example.test. 1 3600 600 86400 300\n"

@@ -7,14 +7,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.cbuild import REPO_DIR, UNIT_TEST_INCLUDE, build, run_unit_test
+from tests.support.cbuild import (
+    NATIVE_DIR,
+    UNIT_TEST_INCLUDE,
+    build,
+    native_sources,
+    run_unit_test,
+)
 
-SCANNER = REPO_DIR / "native" / "scanner"
+SCANNER = NATIVE_DIR / "scanner"
 
 
 def test_glibc_heap_walk_under_sanitizers() -> None:
     exe = build(
-        [Path(__file__).parent / "c" / "glibc_heap_test.c", SCANNER / "glibc_heap.c"],
+        [
+            Path(__file__).parent / "c" / "glibc_heap_test.c",
+            *native_sources("scanner", "glibc_heap.c"),
+        ],
         name="glibc_heap_test",
         cflags=[f"-I{SCANNER}", f"-I{UNIT_TEST_INCLUDE}"],
         sanitize=True,

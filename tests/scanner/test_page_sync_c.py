@@ -10,22 +10,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cbuild import REPO_DIR, build
+from tests.support.cbuild import INCLUDE_DIR, NATIVE_DIR, UNIT_TEST_INCLUDE, build, native_sources
 
-SCANNER = REPO_DIR / "native" / "scanner"
-MARK = REPO_DIR / "native" / "mark"
+SCANNER = NATIVE_DIR / "scanner"
+MARK = NATIVE_DIR / "mark"
 
 
 def test_page_sync() -> None:
     exe = build(
         [
             Path(__file__).parent / "c" / "page_sync_test.c",
-            SCANNER / "page_sync.c",
-            SCANNER / "memory.c",
-            MARK / "alloc.c",
+            *native_sources("scanner", "page_sync.c", "memory.c"),
+            *native_sources("mark", "alloc.c"),
         ],
         name="page_sync_test",
-        cflags=[f"-I{SCANNER}", f"-I{MARK}", f"-I{REPO_DIR / 'native' / 'include'}", "-pthread"],
+        cflags=[
+            f"-I{SCANNER}",
+            f"-I{MARK}",
+            f"-I{INCLUDE_DIR}",
+            f"-I{UNIT_TEST_INCLUDE}",
+            "-pthread",
+        ],
         ldflags=["-pthread"],
         sanitize=True,
     )

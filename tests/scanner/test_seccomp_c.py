@@ -6,14 +6,17 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.support.cbuild import REPO_DIR, build
+from tests.support.cbuild import NATIVE_DIR, build, native_sources
 
-SCANNER = REPO_DIR / "native" / "scanner"
+SCANNER = NATIVE_DIR / "scanner"
 
 
 def test_seccomp_evaluator() -> None:
     exe = build(
-        [Path(__file__).parent / "c" / "seccomp_test.c", SCANNER / "seccomp_check.c"],
+        [
+            Path(__file__).parent / "c" / "seccomp_test.c",
+            *native_sources("scanner", "seccomp_check.c"),
+        ],
         name="seccomp_test",
         cflags=[f"-I{SCANNER}"],
         sanitize=True,

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.support.cbuild import REPO_DIR, build
+from tests.support.cbuild import REPO_DIR, UNIT_TEST_INCLUDE, build, native_sources
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 SHIM_SRC = REPO_DIR / "native" / "shim"
@@ -19,9 +19,10 @@ def program(name: str, *, cxx: bool = False, ldflags: list[str] | None = None) -
 
 
 def unit(name: str, *shim_sources: str) -> Path:
-    """A program compiled together with shim sources, under ASan/UBSan."""
-    srcs = [PROGRAMS / name, *(SHIM_SRC / s for s in shim_sources)]
-    return build(srcs, cflags=[f"-I{SHIM_SRC}"], sanitize=True)
+    """A program compiled together with shim sources (each one CMake builds
+    the shim from), under ASan/UBSan."""
+    srcs = [PROGRAMS / name, *native_sources("shim", *shim_sources)]
+    return build(srcs, cflags=[f"-I{SHIM_SRC}", f"-I{UNIT_TEST_INCLUDE}"], sanitize=True)
 
 
 def run(

@@ -12,7 +12,7 @@ import pytest
 
 from tests.shim.support import program, run, run_ok
 
-RUNS = 6  # before the fix, 2 runs in 3 hung
+RUNS = 6  # a handler that waited on a lock its own thread held would hang ~2 runs in 3
 
 
 def test_malloc_in_a_signal_handler_does_not_hang(shim: Path) -> None:

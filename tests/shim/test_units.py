@@ -4,7 +4,7 @@ UBSan replace malloc, so these pieces are tested without preloading)."""
 from __future__ import annotations
 
 from tests.shim.support import PROGRAMS, SHIM_SRC, run, run_ok, unit
-from tests.support.cbuild import build
+from tests.support.cbuild import build, native_sources
 
 
 def test_registry_and_stack_table_under_sanitizers() -> None:
@@ -15,7 +15,7 @@ def test_registry_and_stack_table_under_sanitizers() -> None:
 def test_a_registry_out_of_room_counts_and_says_what_it_left_out() -> None:
     srcs = [
         PROGRAMS / "region_full.c",
-        *(SHIM_SRC / s for s in ("region.c", "registry.c", "size_map.c")),
+        *native_sources("shim", "region.c", "registry.c", "size_map.c"),
     ]
     exe = build(srcs, cflags=[f"-I{SHIM_SRC}"])
     result = run(exe, shim=None)

@@ -8,13 +8,16 @@ source to tests/.build/, reusing the binary while its inputs are unchanged.
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
+from functools import cache
 from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 BUILD_DIR = TESTS_DIR / ".build"
 REPO_DIR = TESTS_DIR.parent
-INCLUDE_DIR = REPO_DIR / "native" / "include"
+NATIVE_DIR = REPO_DIR / "native"
+INCLUDE_DIR = NATIVE_DIR / "include"
 
 WARNINGS = ["-Wall", "-Wextra", "-Werror"]
 SANITIZERS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
@@ -85,3 +88,64 @@ def run_unit_test(exe: Path, timeout: float = 120) -> str:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+# Which CMake list holds each native component's sources: the mark core is a
+# list variable compiled into both libraries; the others are the libraries.
+_CMAKE_LISTS = {"mark": "UR_MARK_SOURCES", "scanner": "_native", "shim": "unreachable_shim"}
+_CMAKE_KEYWORDS = {"SHARED", "STATIC", "MODULE", "OBJECT", "WITH_SOABI"}
+
+
+@cache
+def cmake_sources(component: str) -> tuple[Path, ...]:
+    """The C sources CMake builds native/<component> from, read from
+    native/CMakeLists.txt and native/<component>/CMakeLists.txt.
+
+    C unit tests take their sources from here, so that a file added, split or
+    renamed in CMake is what the tests compile too, with no second list to
+    keep in step.
+    """
+    variables = {"CMAKE_CURRENT_SOURCE_DIR": str(NATIVE_DIR)}
+    lists: dict[str, list[str]] = {}
+
+    def expand(words: list[str], here: Path) -> list[str]:
+        out: list[str] = []
+        for word in words:
+            if word in _CMAKE_KEYWORDS:
+                continue
+            name = re.fullmatch(r"\$\{(\w+)\}", word)
+            if name and name.group(1) in lists:
+                out += lists[name.group(1)]
+                continue
+            word = re.sub(r"\$\{(\w+)\}", lambda m: variables[m.group(1)], word)
+            out.append(str(here / word))
+        return out
+
+    def read(cmake: Path) -> None:
+        here = cmake.parent
+        text = re.sub(r"#[^\n]*", "", cmake.read_text())
+        variables["CMAKE_CURRENT_SOURCE_DIR"] = str(here)
+        for command, args in re.findall(r"(\w+)\s*\(([^)]*)\)", text):
+            words = args.split()
+            if command == "set" and len(words) == 2:
+                variables[words[0]] = expand(words[1:], here)[0]
+            elif command == "set" and len(words) > 2:
+                lists[words[0]] = [w for w in expand(words[1:], here) if w.endswith(".c")]
+            elif command in ("add_library", "Python_add_library") and words:
+                lists[words[0]] = [w for w in expand(words[1:], here) if w.endswith(".c")]
+
+    read(NATIVE_DIR / "CMakeLists.txt")
+    for sub in ("shim", "scanner"):
+        read(NATIVE_DIR / sub / "CMakeLists.txt")
+    key = _CMAKE_LISTS[component]
+    return tuple(Path(source).resolve() for source in lists[key])
+
+
+def native_sources(component: str, *names: str) -> list[Path]:
+    """Some of native/<component>'s sources, each checked against CMake's list
+    (a unit test of a few files must not build one CMake no longer does)."""
+    known = {source.name: source for source in cmake_sources(component)}
+    missing = [name for name in names if name not in known]
+    if missing:
+        raise LookupError(f"not among native/{component}'s CMake sources: {', '.join(missing)}")
+    return [known[name] for name in names]

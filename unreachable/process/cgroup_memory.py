@@ -6,7 +6,7 @@ the in-child sweep's scratch (the allocation index). At the limit the kernel
 OOM-kills a process of that cgroup, and the victim may be the target. A
 scan asks first and, when the room is not there, sweeps the snapshot from
 outside (the scanner's memory is charged to the scanner) or takes no
-snapshot child at all (docs/pause.md, "Memory limits").
+snapshot child at all (docs/design.md, "Memory limits").
 
 The scanner may run under a limit of its own (a daemon with MemoryMax=):
 its copies of target memory take at most half its room, and a sweep from
@@ -30,14 +30,14 @@ _UNLIMITED = 1 << 62
 FORK_MARGIN = 32 << 20
 # The in-child sweep's scratch per live allocation (the index, the
 # reference graph, the mark and fold arrays: ~55-65 bytes measured,
-# docs/pause.md) and its fixed part.
+# docs/design.md, "Memory limits") and its fixed part.
 CHILD_BYTES_PER_ALLOCATION = 80
 CHILD_FIXED_BYTES = 16 << 20
 # A sweep from outside, in the scanner, per live allocation: the registry
 # read out of the target, the index, the reference graph, the mark and fold
 # arrays, the leak records (measured: ~145 bytes per allocation and ~63 more
 # per leaked one, so this holds even when every block leaked;
-# docs/pause.md), and its fixed part.
+# docs/design.md, "Memory limits"), and its fixed part.
 SCANNER_BYTES_PER_ALLOCATION = 208
 SCANNER_FIXED_BYTES = 16 << 20
 

@@ -1,7 +1,7 @@
 /* Prints where glibc's main_arena is, learned from a chunk in its unsorted
  * bin (whose fd points at the bin, 0x60 into the arena), then takes the
  * chunk back so that every bin is empty again: the layout in which a copy of
- * the bins' fingerprint, shifted down by whole bins, used to match first. */
+ * the bins' fingerprint, shifted down by whole bins, matches first. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

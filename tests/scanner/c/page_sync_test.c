@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "page_sync.h"
+#include "unit_test.h"
 #include "unreachable/linux_compat.h"
 
 
@@ -31,14 +32,6 @@ static const int written[] = {3, 17, 40};
 
 static uint64_t first_value(int page) { return 0x1000u + (uint64_t)page; }
 static uint64_t later_value(int page) { return 0xab000u + (uint64_t)page; }
-
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (!(cond)) {                                                   \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      exit(1);                                                       \
-    }                                                                \
-  } while (0)
 
 static void child(char *r, int ready_fd, int go_fd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check must not leave it behind */

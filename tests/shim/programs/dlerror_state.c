@@ -1,8 +1,8 @@
 /* The process's first realloc() happens inside dlerror(), after a failed
  * dlsym: glibc's pending error result must survive whatever the shim does
- * for itself there (it used to run dlsym, which freed that result behind
- * the registry; dlerror then wrote into the freed chunk, and the next
- * mallocs took a corrupted tcache list). */
+ * for itself there (a dlsym of the shim's own would free that result behind
+ * the registry; dlerror would then write into the freed chunk, and the next
+ * mallocs take a corrupted tcache list). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* A program that rebuilds its environment the moment main starts, as
  * redis-server's setproctitle does (clearenv, then setenv one by one: glibc
  * reallocates and frees the environ array as it grows). The shim's helper
- * thread, started by the shim's constructor just before, used to read
- * GLIBC_TUNABLES with getenv as it began: it walked an array being freed and
- * refilled with string bytes, and redis died of SIGSEGV one start in 20. */
+ * thread, started by the shim's constructor just before, must not read
+ * GLIBC_TUNABLES with getenv as it begins: it would walk an array being
+ * freed and refilled with string bytes (a SIGSEGV one start in 20). */
 #include <time.h>
 
 #include "shimtest.h"

@@ -1,8 +1,8 @@
 /* Threads whose first allocation happens inside pthread_getattr_np, as every
  * JVM thread's does: glibc holds the thread's own lock while it allocates
- * there (the cpuset), and attaching the thread used to ask
- * pthread_getattr_np for its stack again, waiting on that lock for ever.
- * The slot still gets the thread's stack bounds, at its exit. */
+ * there (the cpuset), so attaching the thread must not ask
+ * pthread_getattr_np for its stack again: it would wait on that lock for
+ * ever. The slot still gets the thread's stack bounds, at its exit. */
 #include <pthread.h>
 #include <time.h>
 

@@ -11,6 +11,7 @@
 #include "registry.h"
 #include "shim.h"
 #include "stacks.h"
+#include "unit_test.h"
 
 struct ur_globals ur_g;
 __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
@@ -18,14 +19,6 @@ struct ur_descriptor unreachable_descriptor;
 uint32_t ur_self_tid(void) { return ur_tls.tid ? ur_tls.tid : (ur_tls.tid = (uint32_t)syscall(SYS_gettid)); }
 void ur_write_stderr(const char *buf, size_t len) { (void)!write(2, buf, len); }
 void ur_init(void) {}
-
-#define CHECK(c)                                                          \
-  do {                                                                    \
-    if (!(c)) {                                                           \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      exit(1);                                                            \
-    }                                                                     \
-  } while (0)
 
 #define N 20000
 

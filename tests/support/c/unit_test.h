@@ -3,6 +3,7 @@
 #ifndef UR_TESTS_UNIT_TEST_H
 #define UR_TESTS_UNIT_TEST_H
 
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,17 @@
       printf("fail %s:%d: %s\n", __FILE__, __LINE__, #c); \
       exit(1);                                            \
     }                                                     \
+  } while (0)
+
+/* Both sides shown: the values say more than the expressions. */
+#define CHECK_EQ(a, b)                                                                  \
+  do {                                                                                  \
+    uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                                    \
+    if (a_ != b_) {                                                                     \
+      printf("fail %s:%d: %s == %" PRIu64 ", %s == %" PRIu64 "\n", __FILE__, __LINE__, #a, \
+             a_, #b, b_);                                                               \
+      exit(1);                                                                          \
+    }                                                                                   \
   } while (0)
 
 static uint64_t test_seed = 88172645463325252ull;

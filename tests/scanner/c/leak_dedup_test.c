@@ -1,7 +1,7 @@
-/* leak_dedup.c under ASan+UBSan (tests/fold/test_leak_dedup_c.py): random
+/* leak_dedup.c under ASan+UBSan (tests/scanner/test_leak_dedup_c.py): random
  * leak sets that grow the backtrace table many times and replace the kept
  * heap's root often; every answer is checked against the input. The exact
- * answers are checked against a Python model in test_dedup.py. */
+ * answers are checked against a Python model in tests/fold/test_dedup.py. */
 
 #include "leak_dedup.h"
 #include "unit_test.h"

@@ -14,30 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cbuild import REPO_DIR, build
+from tests.support.cbuild import NATIVE_DIR, UNIT_TEST_INCLUDE, build, cmake_sources, native_sources
 
-SCANNER = REPO_DIR / "native" / "scanner"
-MARK = REPO_DIR / "native" / "mark"
+SCANNER = NATIVE_DIR / "scanner"
+MARK = NATIVE_DIR / "mark"
 HARNESS = Path(__file__).parent / "c" / "walker_test.c"
-CORE = [
-    SCANNER / "memory.c",
-    SCANNER / "pthread_team.c",
-    *(
-        MARK / name
-        for name in (
-            "alloc.c",
-            "radix_sort.c",
-            "heap_walker.c",
-            "leak_folding.c",
-            "ref_graph.c",
-            "page_index.c",
-            "sweep_core.c",
-            "mem_direct.c",
-            "raw_thread.c",
-            "work_pool.c",
-        )
-    ),
-]
+# The whole mark core as CMake lists it, over the scanner's /proc reader and
+# the pthread team the scanner marks with.
+CORE = [*native_sources("scanner", "memory.c", "pthread_team.c"), *cmake_sources("mark")]
 
 
 # (build, marking threads, how it marks): TSan only checks the teams.
@@ -59,7 +43,15 @@ VARIANTS = [
 ]
 
 
-@pytest.fixture(scope="module", params=VARIANTS, ids=[f"{k}-{n}-{m}" for k, n, m in VARIANTS])
+# TSan builds and runs each case several times slower: marked slow
+# (`-m "not slow"` leaves them out of a quick run; the full suite runs them).
+PARAMS = [
+    pytest.param(v, id=f"{v[0]}-{v[1]}-{v[2]}", marks=[pytest.mark.slow] if "tsan" in v[0] else [])
+    for v in VARIANTS
+]
+
+
+@pytest.fixture(scope="module", params=PARAMS)
 def harness(request: pytest.FixtureRequest) -> tuple[Path, int, str]:
     kind, team, mark = request.param
     exe = build(
@@ -68,6 +60,7 @@ def harness(request: pytest.FixtureRequest) -> tuple[Path, int, str]:
         cflags=[
             f"-I{SCANNER}",
             f"-I{MARK}",
+            f"-I{UNIT_TEST_INCLUDE}",
             *(["-DUR_TEST_DIRECT"] if kind == "direct" else []),
             *(["-DUR_TEST_FROZEN"] if kind.endswith("frozen") else []),
             *(["-fsanitize=thread"] if kind.startswith("tsan") else []),

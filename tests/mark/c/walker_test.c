@@ -4,7 +4,7 @@
  * /proc/self/mem (run under ASan+UBSan), and, built with -DUR_TEST_DIRECT
  * (no sanitizers: it loads whole words past odd block ends), the snapshot
  * child's direct loads over the readable ranges of /proc/self/maps; run by
- * tests/scanner/test_heap_walker_c.py.
+ * tests/mark/test_heap_walker_c.py.
  * Ports libmemunreachable's HeapWalker_test and LeakFolding_test: the
  * "heap" is buffers of this process, read back through /proc/self/mem.
  *
@@ -27,23 +27,7 @@
 #include "pthread_team.h"
 #include "radix_sort.h"
 #include "raw_thread.h"
-
-#define CHECK(c)                                                       \
-  do {                                                                 \
-    if (!(c)) {                                                        \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); \
-      exit(1);                                                         \
-    }                                                                  \
-  } while (0)
-#define CHECK_EQ(a, b)                                                              \
-  do {                                                                              \
-    uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                                \
-    if (a_ != b_) {                                                                 \
-      fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %" PRIu64 ", %s == %" PRIu64 "\n", \
-              __FILE__, __LINE__, #a, a_, #b, b_);                                  \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
+#include "unit_test.h"
 
 #define W sizeof(uintptr_t)
 #define BEGIN(b) ((uint64_t)(uintptr_t)&(b)[0])

@@ -1,5 +1,5 @@
 /* native/mark/entry_order.c and radix_sort.c's in-order fast path under
- * ASan+UBSan (tests/scanner/test_entry_order_c.py): a registry's entries as
+ * ASan+UBSan (tests/mark/test_entry_order_c.py): a registry's entries as
  * its readers collect them (the shards' in any order, then the maps' in
  * order) come out sorted and stable; a maps' part out of order (a damaged
  * registry) still sorts. */
