@@ -32,6 +32,7 @@ CHILD_REQ_BLOCKS: int
 CHILD_FEATURE_TEAM: int
 CHILD_FEATURE_TEAM_SIZE: int
 CHILD_FEATURE_BLOCKS: int
+CHILD_FEATURE_OWNED: int
 CHILD_MAX_THREADS: int
 
 # abi.h structures, as abi_decode returns them (reserved words left out).

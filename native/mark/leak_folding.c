@@ -84,131 +84,50 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   int rc = -ENOMEM;
   size_t nscc = 0;
   uint32_t *scc_of = ur_big_calloc(1, n * sizeof(*scc_of));
-  uint32_t *members = ur_big_calloc(1, n * sizeof(*members));
-  uint64_t *count = NULL, *own = NULL, *cum_count = NULL, *cum_size = NULL;
-  size_t *moff = NULL, *soff = NULL;
-  uint32_t *indeg = NULL, *stamp = NULL, *sadj = NULL, *dfs = NULL;
-  uint8_t *tree = NULL;
+  uint32_t *owner = ur_big_calloc(1, n * sizeof(*owner));
+  uint32_t *queue = ur_big_calloc(1, n * sizeof(*queue));
+  uint8_t *entered = NULL;
   struct ur_leak *leaks = NULL;
-  if (!scc_of || !members) goto out;
+  if (!scc_of || !owner || !queue) goto out;
   if ((rc = tarjan(n, off, adj, scc_of, &nscc)) < 0) goto out;
   rc = -ENOMEM;
-  count = ur_big_calloc(nscc, sizeof(*count));
-  own = ur_big_calloc(nscc, sizeof(*own));
-  cum_count = ur_big_calloc(nscc, sizeof(*cum_count));
-  cum_size = ur_big_calloc(nscc, sizeof(*cum_size));
-  moff = ur_big_calloc(nscc + 1, sizeof(*moff));
-  soff = ur_big_calloc(nscc + 1, sizeof(*soff));
-  indeg = ur_big_calloc(nscc, sizeof(*indeg));
-  stamp = ur_big_calloc(1, nscc * sizeof(*stamp));
-  tree = ur_big_calloc(nscc, 1);
-  if (!count || !own || !cum_count || !cum_size || !moff || !soff || !indeg || !stamp || !tree)
-    goto out;
+  if (!(entered = ur_big_calloc(nscc, 1))) goto out;
 
-  /* Members grouped by SCC (counting sort). */
-  for (size_t v = 0; v < n; v++) {
-    count[scc_of[v]]++;
-    own[scc_of[v]] += size[v];
-  }
-  for (size_t s = 0; s < nscc; s++) moff[s + 1] = moff[s] + count[s];
-  {
-    size_t *fill = ur_big_calloc(1, nscc * sizeof(*fill));
-    if (!fill) goto out;
-    memcpy(fill, moff, nscc * sizeof(*fill));
-    for (size_t v = 0; v < n; v++) members[fill[scc_of[v]]++] = (uint32_t)v;
-    ur_big_free(fill);
-  }
-
-  /* The SCC DAG, deduplicated (stamp = last source SCC that added t), so
-   * indeg counts distinct parent SCCs. Two passes: count, then fill. */
-  for (int pass = 0; pass < 2; pass++) {
-    for (size_t s = 0; s < nscc; s++) stamp[s] = NONE;
-    size_t e = 0;
-    for (size_t s = 0; s < nscc; s++) {
-      if (pass) soff[s] = e;
-      for (size_t m = moff[s]; m < moff[s + 1]; m++) {
-        uint32_t v = members[m];
-        for (size_t k = off[v]; k < off[v + 1]; k++) {
-          uint32_t t = scc_of[adj[k]];
-          if (t == s || stamp[t] == s) continue;
-          stamp[t] = (uint32_t)s;
-          if (pass) {
-            sadj[e] = t;
-            indeg[t]++;
-          }
-          e++;
-        }
-      }
-    }
-    if (pass) {
-      soff[nscc] = e;
-    } else {
-      sadj = ur_big_calloc(1, (e ? e : 1) * sizeof(*sadj));
-      if (!sadj) goto out;
-    }
-  }
-
-  /* Bottom-up (children have lower ids): an SCC whose descendants each have
-   * a single parent sees each of them on exactly one path, so its totals are
-   * plain sums. That is every list and tree, i.e. nearly all real leaks. */
-  for (size_t s = 0; s < nscc; s++) {
-    int ok = 1;
-    uint64_t cc = count[s], cs = own[s];
-    for (size_t k = soff[s]; k < soff[s + 1]; k++) {
-      uint32_t t = sadj[k];
-      if (indeg[t] != 1 || !tree[t]) ok = 0;
-      cc += cum_count[t];
-      cs += cum_size[t];
-    }
-    tree[s] = (uint8_t)ok;
-    if (ok) {
-      cum_count[s] = cc;
-      cum_size[s] = cs;
-    }
-  }
-
-  /* Dominators over shared sub-DAGs: one DFS each, visiting every SCC once
-   * per dominator and stopping at tree-shaped subgraphs, whose sums are
-   * already known and reachable only through their root. */
-  dfs = ur_big_calloc(1, nscc * sizeof(*dfs));
-  if (!dfs) goto out;
-  for (size_t s = 0; s < nscc; s++) stamp[s] = NONE;
-  for (size_t d = 0; d < nscc; d++) {
-    if (indeg[d] || tree[d]) continue;
-    uint64_t cc = 0, cs = 0;
-    size_t top = 0;
-    dfs[top++] = (uint32_t)d;
-    stamp[d] = (uint32_t)d;
-    while (top) {
-      uint32_t x = dfs[--top];
-      if (tree[x]) {
-        cc += cum_count[x];
-        cs += cum_size[x];
-        continue;
-      }
-      cc += count[x];
-      cs += own[x];
-      for (size_t k = soff[x]; k < soff[x + 1]; k++) {
-        uint32_t t = sadj[k];
-        if (stamp[t] == d) continue;
-        stamp[t] = (uint32_t)d;
-        dfs[top++] = t;
-      }
-    }
-    cum_count[d] = cc;
-    cum_size[d] = cs;
-  }
-
-  size_t nleaks = 0;
+  /* A component that another one points into is below it: not a leak root. */
   for (size_t v = 0; v < n; v++)
-    if (!indeg[scc_of[v]]) nleaks++;
-  leaks = ur_big_calloc(1, (nleaks ? nleaks : 1) * sizeof(*leaks));
-  if (!leaks) goto out;
-  size_t k = 0;
+    for (size_t k = off[v]; k < off[v + 1]; k++)
+      if (scc_of[adj[k]] != scc_of[v]) entered[scc_of[adj[k]]] = 1;
+
+  /* Every member of a component nothing points into is a leak of its own,
+   * in node (address) order; they start the search below at distance 0. */
+  size_t nleaks = 0, qt = 0;
   for (size_t v = 0; v < n; v++) {
-    uint32_t s = scc_of[v];
-    if (indeg[s]) continue;
-    leaks[k++] = (struct ur_leak){(uint32_t)v, 0, cum_count[s] - 1, cum_size[s] - size[v]};
+    owner[v] = NONE;
+    if (!entered[scc_of[v]]) {
+      owner[v] = (uint32_t)nleaks++;
+      queue[qt++] = (uint32_t)v;
+    }
+  }
+  leaks = ur_big_calloc(1, nleaks * sizeof(*leaks));
+  if (!leaks) goto out;
+  for (size_t k = 0; k < nleaks; k++) leaks[k].index = queue[k];
+
+  /* One breadth-first search from all the leaks at once: each other block
+   * goes to the leak that reaches it in the fewest pointers, among equally
+   * near ones the lowest (the queue keeps each level in the order of its
+   * owners), so every block counts under exactly one leak. A block below a
+   * single component goes to one of its members: nothing else reaches it. */
+  for (size_t qh = 0; qh < qt; qh++) {
+    uint32_t u = queue[qh];
+    struct ur_leak *l = &leaks[owner[u]];
+    for (size_t k = off[u]; k < off[u + 1]; k++) {
+      uint32_t t = adj[k];
+      if (owner[t] != NONE) continue;
+      owner[t] = owner[u];
+      queue[qt++] = t;
+      l->referenced_count++;
+      l->referenced_size += size[t];
+    }
   }
   *leaks_out = leaks;
   *nleaks_out = nleaks;
@@ -216,18 +135,9 @@ int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint3
   rc = 0;
 out:
   ur_big_free(scc_of);
-  ur_big_free(members);
-  ur_big_free(count);
-  ur_big_free(own);
-  ur_big_free(cum_count);
-  ur_big_free(cum_size);
-  ur_big_free(moff);
-  ur_big_free(soff);
-  ur_big_free(indeg);
-  ur_big_free(stamp);
-  ur_big_free(sadj);
-  ur_big_free(dfs);
-  ur_big_free(tree);
+  ur_big_free(owner);
+  ur_big_free(queue);
+  ur_big_free(entered);
   ur_big_free(leaks);
   return rc;
 }

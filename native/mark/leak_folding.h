@@ -1,15 +1,22 @@
 /*
  * LeakFolding: group unreachable allocations so that one leaked list head is
  * reported once with "referencing N bytes in M allocations" rather than as
- * M+1 unrelated leaks (port of libmemunreachable's LeakFolding, made
+ * M+1 unrelated leaks (after libmemunreachable's LeakFolding, made
  * iterative: its recursive Tarjan and accumulation overflowed small stacks).
  *
- * Semantics kept exactly: strongly connected components of the graph of
- * pointers between unreachable blocks; an SCC with no in-edge from another
- * SCC dominates; every member of a dominating SCC is one reported leak with
- * referenced_count = (blocks reachable from the SCC, its own included) - 1
- * and referenced_size = (their bytes) - the member's own size. An SCC below
- * two dominators counts for both; a diamond below one counts once.
+ * The leaks are libmemunreachable's: the strongly connected components of
+ * the graph of pointers between unreachable blocks that no other component
+ * points into dominate, and every member of one is a reported leak. What
+ * each references differs: libmemunreachable counts every block a component
+ * reaches under each of its members and under every component reaching it,
+ * so the references add up to more than was leaked. Here every unreachable
+ * block that is not itself a leak counts under exactly one leak: the one
+ * that reaches it in the fewest pointers, the lowest-addressed among equally
+ * near ones. A list or tree counts under its root as before; a block below
+ * two roots counts under one; the members of a cycle of roots reference
+ * none of each other (each is a leak of its own) and share what hangs below
+ * the cycle by distance. So the leaks plus their referenced blocks are the
+ * unreachable blocks, each once.
  */
 #ifndef UR_MARK_LEAK_FOLDING_H
 #define UR_MARK_LEAK_FOLDING_H
@@ -30,7 +37,8 @@ _Static_assert(sizeof(struct ur_leak) == 24, "wire format");
 /*
  * The graph part: nodes 0..n-1, edges of node v in adj[off[v] .. off[v+1]),
  * self-edges and duplicates allowed. Writes one leak per member of a
- * dominating SCC to *leaks (ur_big_calloc'd, node order, index = node id).
+ * dominating SCC to *leaks (ur_big_calloc'd, node order, index = node id);
+ * node order is the order of nearness ties.
  * Returns 0 or -ENOMEM.
  */
 int ur_fold_graph(size_t n, const uint64_t *size, const size_t *off, const uint32_t *adj,

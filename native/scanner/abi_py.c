@@ -341,6 +341,7 @@ int ur_abi_add_constants(PyObject *m) {
       {"CHILD_FEATURE_TEAM", UR_CHILD_FEATURE_TEAM},
       {"CHILD_FEATURE_TEAM_SIZE", UR_CHILD_FEATURE_TEAM_SIZE},
       {"CHILD_FEATURE_BLOCKS", UR_CHILD_FEATURE_BLOCKS},
+      {"CHILD_FEATURE_OWNED", UR_CHILD_FEATURE_OWNED},
       {"CHILD_MAX_THREADS", UR_CHILD_MAX_THREADS},
   };
   for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {

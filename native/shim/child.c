@@ -156,7 +156,8 @@ static int build_index(void) {
       .allocation_bytes = st.w.distinct_bytes,
       .overlapping = st.w.overlapping,
       .index_ns = now_ns() - t0,
-      .features = UR_CHILD_FEATURE_TEAM | UR_CHILD_FEATURE_TEAM_SIZE | UR_CHILD_FEATURE_BLOCKS,
+      .features = UR_CHILD_FEATURE_TEAM | UR_CHILD_FEATURE_TEAM_SIZE | UR_CHILD_FEATURE_BLOCKS |
+                  UR_CHILD_FEATURE_OWNED,
   };
   return 0;
 }

@@ -95,6 +95,22 @@ def test_agrees_with_a_plain_model_on_random_leaks():
         assert got == _model(records, limit), (stacks, limit)
 
 
+def test_entries_add_up_to_the_folded_blocks():
+    """The fold counts each block once (a leak, or under one leak's
+    references): merged or not, every entry together counts each once."""
+    rng = random.Random(11)
+    addr, records = 0x10000, []
+    for _ in range(500):
+        addr += 64
+        records.append((addr, 48, rng.randint(0, 3), rng.randint(0, 3) * 32, rng.randint(0, 20)))
+    leaks = dedup(packed(records), limit=len(records))
+    blocks = sum(
+        1 + x.similar_count + x.referenced_count + x.similar_referenced_count for x in leaks
+    )
+    assert blocks == sum(1 + r[2] for r in records)
+    assert sum(x.total_size for x in leaks) == sum(r[1] + r[3] for r in records)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError):
         _native.dedup(b"\x00" * (LEAK_RECORD_SIZE + 1), 10)

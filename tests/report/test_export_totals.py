@@ -58,8 +58,8 @@ def test_every_format_adds_up_to_the_reports_totals(targets, tmp_path):
     profile = decode(out.read_bytes())
     assert [sum(s.value[i] for s in profile.sample) for i in (0, 1)] == [count, size]
     # every entry, not the 2 the limit lists, each with the blocks below it:
-    # the chain and the tree under their roots, the 2-cycle's members (each
-    # referencing the other) and the self-pointing block on their own
+    # the chain and the tree under their roots, the 2-cycle's members and
+    # the self-pointing block on their own
     assert sorted(list(s.value) for s in profile.sample) == sorted(
         [[3, 40 + 48 + 56], [5, 5 * 132], [1, 232], [1, 232], [1, 332]]
     )
@@ -97,15 +97,22 @@ def entry(size: int, ref: tuple[int, int] = (0, 0), similar: tuple[int, int, int
     }
 
 
-def test_weights_of_a_cycle_listed_before_a_tree():
-    # a 2-cycle of 300-byte roots with a 50-byte block below it, listed
-    # first (largest totals), then a 10-byte root over two 20-byte blocks
+def test_weights_are_the_entries_own():
+    # a 2-cycle of 300-byte roots, the 50-byte block below it under one
+    # member, then a 10-byte root over two 20-byte blocks: the fold counts
+    # each block once, so each entry weighs its total
+    leaks = [entry(300, (1, 50)), entry(300), entry(10, (2, 40))]
+    w = export_weights(leaks, 6, 700)
+    assert w.entries == [(2, 350), (1, 300), (3, 50)]
+    assert (w.unlisted_count, w.unlisted_bytes) == (0, 0)
+
+
+def test_weights_of_references_counted_twice_keep_to_the_totals():
+    # each member of the cycle counting the other and the block below it
     leaks = [entry(300, (2, 350)), entry(300, (2, 350)), entry(10, (2, 40))]
     w = export_weights(leaks, 6, 700)
     assert sum(c for c, _ in w.entries) + w.unlisted_count == 6
     assert sum(b for _, b in w.entries) + w.unlisted_bytes == 700
-    assert w.entries[2] == (3, 50)  # the tree keeps its blocks
-    assert (w.unlisted_count, w.unlisted_bytes) == (0, 0)
 
 
 def test_weights_of_entries_past_the_limit_are_unlisted():

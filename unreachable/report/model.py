@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -101,43 +99,25 @@ class Weights:
 
 def export_weights(leaks: list[dict[str, int]], leak_count: int, leak_bytes: int) -> Weights:
     """Weigh each entry (leak_counts() of it) so the weights add up to the
-    report's totals exactly: its own blocks and its similar leaks', which are
-    distinct blocks, plus its referenced blocks while blocks the entries'
-    own do not already cover are left. The fold counts a block under every
-    root that reaches it (each member of a cycle of roots references the
-    others; a block below two roots counts for both), so the entries take
-    their referenced blocks from what is left, in list order (largest total
-    first), the entries that look like members of one cycle last. What no
-    entry gets (entries past --limit) is left unlisted."""
+    report's totals exactly: its own blocks and its similar leaks', plus the
+    blocks they reference. The fold counts every unreachable block once,
+    under one leak (native/mark/leak_folding.h), so these are the entries'
+    total_size and their blocks, and what no listed entry accounts for
+    (entries past --limit) is left unlisted. A report whose references add
+    up to more than its totals (made by a fold that counted a block under
+    every root reaching it) is kept to them: the entries take their
+    referenced blocks in list order while any are left."""
     own = [(1 + d["similar_count"], d["size"] + d["similar_size"]) for d in leaks]
     left_count = max(leak_count - sum(c for c, _ in own), 0)
     left_bytes = max(leak_bytes - sum(b for _, b in own), 0)
     entries = list(own)
-    for i in sorted(range(len(leaks)), key=_cycle_members_last(leaks)):
-        d = leaks[i]
+    for i, d in enumerate(leaks):
         ref_count = min(d["referenced_count"] + d["similar_referenced_count"], left_count)
         ref_bytes = min(d["referenced_size"] + d["similar_referenced_size"], left_bytes)
         left_count -= ref_count
         left_bytes -= ref_bytes
         entries[i] = (own[i][0] + ref_count, own[i][1] + ref_bytes)
     return Weights(entries, left_count, left_bytes)
-
-
-def _cycle_members_last(leaks: list[dict[str, int]]) -> Callable[[int], tuple[bool, int]]:
-    """Sort key: list order, the entries that look like members of one cycle
-    of roots last. Members of a cycle each reference all the others (leaks
-    with entries of their own) and whatever hangs below the cycle, so they
-    reach as many blocks and bytes as each other: entries of one leak with
-    references whose reach equals another's. Given their references first,
-    they would take blocks of the structures listed after them."""
-
-    def reach(d: dict[str, int]) -> tuple[int, int] | None:
-        if d["similar_count"] or not d["referenced_count"]:
-            return None
-        return (1 + d["referenced_count"], d["size"] + d["referenced_size"])
-
-    seen = Counter(r for d in leaks if (r := reach(d)) is not None)
-    return lambda i: ((r := reach(leaks[i])) is not None and seen[r] > 1, i)
 
 
 def report_weights(report: ScanReport) -> Weights:

@@ -152,6 +152,14 @@ class ChildSweeper:
     ) -> ChildSweepReply:
         """threads: marking threads; a child from an older shim marks alone."""
         index = self.index()
+        if not index.features & _native.CHILD_FEATURE_OWNED:
+            # Its leak records would count a block under every leak reaching
+            # it, and no export could add them up to the totals.
+            raise ChildSweepFailed(
+                "in-child sweep: the target's shim counts a block under every leak that"
+                " reaches it (an older shim); swept from outside",
+                frozen=True,
+            )
         usable = len(values) - len(values) % 8
         parts = [
             _native.abi_encode(

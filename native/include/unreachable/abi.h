@@ -285,6 +285,10 @@ struct ur_child_index {    /* reply to the index step */
 #define UR_CHILD_FEATURE_TEAM UINT64_C(1)      /* struct ur_child_sweep_opts */
 #define UR_CHILD_FEATURE_TEAM_SIZE UINT64_C(2) /* the sweep reply ends with the team's size */
 #define UR_CHILD_FEATURE_BLOCKS UINT64_C(4)    /* UR_CHILD_REQ_BLOCKS */
+/* The sweep reply's leak records count each unreachable block once (under
+ * one leak's referenced_*); a child without it counts a block under every
+ * leak that reaches it, and the scanner sweeps such a child from outside. */
+#define UR_CHILD_FEATURE_OWNED UINT64_C(8)
 
 struct ur_child_sweep_req {
   uint64_t nranges, nvalues, nexcluded, nreadable;
@@ -309,7 +313,8 @@ struct ur_child_sweep_reply {
 };
 
 /* One reported leak: a member of a dominating component of the unreachable
- * graph (also _native.sweep()["leaks"]). */
+ * graph (also _native.sweep()["leaks"]). referenced_*: the unreachable
+ * blocks counted under this leak and no other (native/mark/leak_folding.h). */
 struct ur_leak_record {
   uint64_t begin;
   uint64_t size;

@@ -1,0 +1,131 @@
+"""The glibc heap walk on other glibc releases than this machine's: Debian's
+2.31 (bullseye) and 2.41 (trixie), fetched by scripts/fetch-test-glibcs.sh
+(tests/support/glibcs.py). Each scenario program, built against that glibc
+and run on it without the shim, gets the shim's verdict; on 2.41, which the
+shim runs on too, the same executable is also scanned under the shim. The
+heuristics that find main_arena, mp_ and the tcache slot give what that
+release's debug symbols give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.scan.test_glibc_heap import EXPECTED, HEAP_SLACK, MMAPPED, NOT_WITHOUT_SHIM
+from tests.scan.test_scenarios import SCENARIOS
+from tests.support.glibcs import SUITES, Glibc, glibc
+from tests.support.targets import Target, TargetFactory
+from unreachable.allocations import glibc_libc
+from unreachable.errors import TargetUnscannable
+from unreachable.scan import ScanOptions, scan
+
+PROGRAMS = Path(__file__).parent / "programs"
+WITHOUT_SHIM = [p for p in SCENARIOS if p not in NOT_WITHOUT_SHIM] + [
+    "arena_heap.c",
+    "graph.c",
+    "aligned_big.c",
+]
+# The shim needs glibc 2.34's symbols: before that, the programs' READY
+# lines (the shim's verdicts on this machine) are the reference.
+SHIM_RUNS = {"trixie"}
+
+
+@pytest.fixture(scope="module", params=list(SUITES))
+def release(request: pytest.FixtureRequest) -> Glibc:
+    return glibc(request.param)
+
+
+def start(targets: TargetFactory, release: Glibc, program: str, shim: bool = False) -> Target:
+    cflags, ldflags = release.flags()
+    return targets.start(
+        PROGRAMS / program,
+        preload=shim,
+        wait_helper=shim,
+        cflags=cflags,
+        ldflags=ldflags,
+    )
+
+
+def libc_of(pid: int) -> str:
+    """The libc.so.6 file the process maps (read through any of its threads:
+    the main one may have exited)."""
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+        for line in (task / "maps").read_text().splitlines():
+            path = line.split(maxsplit=5)[-1]
+            if "/libc.so.6" in path or "/libc-2." in path:
+                return path
+    return ""
+
+
+@pytest.mark.parametrize("program", WITHOUT_SHIM)
+def test_scenario_on_another_glibc(targets, release, program):
+    target = start(targets, release, program)
+    assert libc_of(target.pid) == str(release.libc)
+    report = scan(target.pid, ScanOptions())
+    assert report.allocations == "glibc heap"
+    count = EXPECTED.get(program, target.int("leak_count"))
+    assert report.leak_count == count, [(hex(e.address), e.size) for e in report.leaks]
+    if program not in EXPECTED:
+        requested = target.int("leak_bytes")
+        slack = MMAPPED.get(program, HEAP_SLACK)
+        assert requested <= report.leak_bytes <= requested + count * slack
+    assert target.alive() and target.tracer() == 0
+    if release.suite in SHIM_RUNS:
+        shimmed = start(targets, release, program, shim=True)
+        assert libc_of(shimmed.pid) == str(release.libc)
+        under = scan(shimmed.pid, ScanOptions())
+        assert under.allocations == "shim registry"
+        assert under.leak_count == target.int("leak_count")
+        if program not in EXPECTED:
+            assert under.leak_bytes == target.int("leak_bytes")
+
+
+def test_churning_threads_on_another_glibc(targets, release):
+    """Threads in malloc, realloc and free without pause (tcaches, fastbins,
+    arenas of their own): every scan exact, or the heap mid-update."""
+    target = start(targets, release, "churn.c")
+    exact = 0
+    for _ in range(10):
+        try:
+            report = scan(target.pid, ScanOptions())
+        except TargetUnscannable as e:
+            assert "mid-update" in str(e), e
+            continue
+        assert report.leak_count == 5, [(hex(e.address), e.size) for e in report.leaks]
+        exact += 1
+    assert exact > 0
+    assert target.alive() and target.tracer() == 0
+
+
+@pytest.mark.parametrize("program", ["arena_heap.c", "exited_thread.c"])
+def test_scan_with_the_releases_debug_symbols(targets, monkeypatch, release, program):
+    """main_arena, mp_ and the tcache slot taken from libc6-dbg's symbols (by
+    build-id) rather than recognised: the same verdict."""
+    monkeypatch.setenv("UNREACHABLE_DEBUG_DIRS", str(release.debug_dir))
+    glibc_libc._facts.cache_clear()
+    try:
+        assert glibc_libc.libc_facts(str(release.libc)).how == "debug symbols"
+        target = start(targets, release, program)
+        report = scan(target.pid, ScanOptions())
+    finally:
+        glibc_libc._facts.cache_clear()
+    assert report.leak_count == target.int("leak_count")
+    assert target.alive() and target.tracer() == 0
+
+
+def test_heuristics_agree_with_debug_symbols(monkeypatch, release):
+    def facts(debug_dir: str) -> glibc_libc.LibcFacts:
+        monkeypatch.setenv("UNREACHABLE_DEBUG_DIRS", debug_dir)
+        glibc_libc._facts.cache_clear()
+        return glibc_libc.libc_facts(str(release.libc))
+
+    symbols = facts(str(release.debug_dir))
+    guessed = facts("/nonexistent")
+    glibc_libc._facts.cache_clear()
+    assert (symbols.how, guessed.how) == ("debug symbols", "heuristics")
+    assert symbols.version == guessed.version == SUITES[release.suite]
+    assert (guessed.main_arena, guessed.mp) == (symbols.main_arena, symbols.mp)
+    lo, hi = symbols.malloc_code
+    assert guessed.malloc_code[0] <= lo < hi <= guessed.malloc_code[1]
+    assert symbols.tcache_tls in {addend for _, addend in guessed.tpoff_slots}
