@@ -39,9 +39,10 @@ class Codec:
     to_json: Callable[[ScanReport, Callable[[LeakEntry], dict[str, Any]]], dict[str, Any]]
     leak_json: Callable[[ScanReport, LeakEntry, dict[str, Any]], dict[str, Any]]
     from_json: Callable[[dict[str, Any], list[LeakEntry]], Any]
-    # Over gRPC: none yet; the codec's field then does not travel.
-    to_proto: Callable[[Any, Any], None] | None = None
-    from_proto: Callable[[Any], Any] | None = None
+    # Over gRPC, given the whole report and its message (a codec may write
+    # into the leak messages too). None: the field does not travel yet.
+    to_proto: Callable[[ScanReport, Any], None] | None = None
+    from_proto: Callable[[Any, list[LeakEntry]], Any] | None = None
 
 
 CODECS = {
@@ -196,7 +197,7 @@ def to_proto(obj: Any, msg: Any) -> Any:
         if codec_name := f.metadata.get("codec"):
             codec = CODECS[codec_name]
             if codec.to_proto is not None and value is not None:
-                codec.to_proto(value, getattr(msg, f.name))
+                codec.to_proto(obj, msg)
             continue
         if f.name not in names:
             raise KeyError(f"{msg.DESCRIPTOR.full_name} has no field {f.name}")
@@ -231,13 +232,14 @@ def from_proto(cls: type[T], msg: Any) -> T:
     scalar left unset (by a daemon older than the field) from its zero, so
     a zero takes the field's default."""
     values: dict[str, Any] = {}
+    codecs: list[tuple[str, Callable[[Any, list[LeakEntry]], Any]]] = []
     hints = _hints(cls)
     names = msg.DESCRIPTOR.fields_by_name
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if codec_name := f.metadata.get("codec"):
             codec = CODECS[codec_name]
-            if codec.from_proto is not None and msg.HasField(f.name):
-                values[f.name] = codec.from_proto(getattr(msg, f.name))
+            if codec.from_proto is not None:
+                codecs.append((f.name, codec.from_proto))
             continue
         if f.name not in names:
             raise KeyError(f"{msg.DESCRIPTOR.full_name} has no field {f.name}")
@@ -262,4 +264,7 @@ def from_proto(cls: type[T], msg: Any) -> T:
             values[f.name] = bytes(raw) if tp is bytes else raw
         else:
             values[f.name] = default
-    return cls(**values)
+    out = cls(**values)
+    for name, decode in codecs:  # once the leaks they may refer to exist
+        setattr(out, name, decode(msg, getattr(out, "leaks", [])))
+    return out
