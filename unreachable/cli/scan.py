@@ -11,7 +11,7 @@ from unreachable.cli.output import add_output_options, chosen_format, write_outp
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument
 from unreachable.report.collapsed import report_to_collapsed
 from unreachable.report.json_report import format_json
-from unreachable.report.lmu import format_lmu
+from unreachable.report.lmu import format_lmu, format_records
 from unreachable.report.model import ScanReport
 from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
@@ -116,7 +116,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=_limit,
         default=100,
         metavar="N",
-        help="list at most N leak entries in text, json and lmu (default 100); totals "
+        help="list at most N leak entries in text, json, lmu and lmu-records (default 100); totals "
         "always count every leak, and collapsed and pprof carry every entry",
     )
     p.add_argument(
@@ -150,7 +150,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=handle)
 
 
-FORMATS = ("text", "json", "collapsed", "pprof", "lmu")
+FORMATS = ("text", "json", "collapsed", "pprof", "lmu", "lmu-records")
 # Entries without a backtrace whose first bytes the text report shows unasked
 # (not over --remote: a daemon may refuse contents).
 SAMPLE_CONTENTS = 5
@@ -167,8 +167,10 @@ def render(report: ScanReport, fmt: str) -> str | bytes:
         return report_to_collapsed(report)
     if fmt == "pprof":
         return report_to_pprof(report)
-    if fmt == "lmu":  # for the shim's memunreachable.h interface
+    if fmt == "lmu":
         return format_lmu(report)
+    if fmt == "lmu-records":  # for the shim's memunreachable.h interface
+        return format_records(report)
     return format_report(report)
 
 
