@@ -34,6 +34,10 @@ CHILD_FEATURE_TEAM_SIZE: int
 CHILD_FEATURE_BLOCKS: int
 CHILD_FEATURE_OWNED: int
 CHILD_MAX_THREADS: int
+LMU_MAGIC: int
+LMU_VERSION: int
+LMU_CONTENTS_BYTES: int
+LMU_MAX_FRAMES: int
 
 # abi.h structures, as abi_decode returns them (reserved words left out).
 class Descriptor(TypedDict):
@@ -138,6 +142,8 @@ StructName = Literal[
     "ur_altstack",
     "ur_module",
     "ur_module_table",
+    "ur_lmu_header",
+    "ur_lmu_leak",
 ]
 
 @overload
@@ -166,7 +172,7 @@ def abi_decode_array(struct: Literal["ur_leak_record"], raw: Buffer, /) -> list[
 def abi_decode_array(struct: Literal["ur_altstack"], raw: Buffer, /) -> list[Altstack]: ...
 @overload
 def abi_decode_array(struct: Literal["ur_module"], raw: Buffer, /) -> list[Module]: ...
-def abi_encode(struct: StructName, fields: dict[str, int | bytes], /) -> bytes: ...
+def abi_encode(struct: StructName, fields: dict[str, int | bytes | list[int]], /) -> bytes: ...
 def abi_field(struct: StructName, field: str, /) -> tuple[int, int]: ...
 def abi_sizeof(struct: StructName, /) -> int: ...
 

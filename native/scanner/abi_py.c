@@ -7,7 +7,7 @@
 #include "native.h"
 #include "unreachable/abi.h"
 
-enum abi_kind { ABI_U32, ABI_I32, ABI_U64, ABI_BYTES };
+enum abi_kind { ABI_U32, ABI_I32, ABI_U64, ABI_BYTES, ABI_U64S /* uint64_t[N], a list */ };
 
 struct abi_field {
   const char *name;
@@ -93,6 +93,34 @@ static const struct abi_field leak_record_fields[] = {
     FIELD(ur_leak_record, stack_id, ABI_U32),
 };
 
+static const struct abi_field lmu_header_fields[] = {
+    FIELD(ur_lmu_header, magic, ABI_U64),
+    FIELD(ur_lmu_header, version, ABI_U32),
+    FIELD(ur_lmu_header, leak_size, ABI_U32),
+    FIELD(ur_lmu_header, leak_count, ABI_U64),
+    FIELD(ur_lmu_header, leak_bytes, ABI_U64),
+    FIELD(ur_lmu_header, allocation_count, ABI_U64),
+    FIELD(ur_lmu_header, allocation_bytes, ABI_U64),
+    FIELD(ur_lmu_header, entries, ABI_U64),
+    FIELD(ur_lmu_header, text_length, ABI_U64),
+};
+
+static const struct abi_field lmu_leak_fields[] = {
+    FIELD(ur_lmu_leak, begin, ABI_U64),
+    FIELD(ur_lmu_leak, size, ABI_U64),
+    FIELD(ur_lmu_leak, referenced_count, ABI_U64),
+    FIELD(ur_lmu_leak, referenced_size, ABI_U64),
+    FIELD(ur_lmu_leak, similar_count, ABI_U64),
+    FIELD(ur_lmu_leak, similar_size, ABI_U64),
+    FIELD(ur_lmu_leak, similar_referenced_count, ABI_U64),
+    FIELD(ur_lmu_leak, similar_referenced_size, ABI_U64),
+    FIELD(ur_lmu_leak, total_size, ABI_U64),
+    FIELD(ur_lmu_leak, contents_length, ABI_U32),
+    FIELD(ur_lmu_leak, num_frames, ABI_U32),
+    FIELD(ur_lmu_leak, contents, ABI_BYTES),
+    FIELD(ur_lmu_leak, frames, ABI_U64S),
+};
+
 static const struct abi_field altstack_fields[] = {
     FIELD(ur_altstack, tid, ABI_U32),
     FIELD(ur_altstack, sp, ABI_U64),
@@ -138,6 +166,8 @@ static const struct abi_struct structs[] = {
     STRUCT(ur_altstack, altstack_fields),
     STRUCT(ur_module, module_fields),
     STRUCT(ur_module_table, module_table_fields),
+    STRUCT(ur_lmu_header, lmu_header_fields),
+    STRUCT(ur_lmu_leak, lmu_leak_fields),
 };
 
 static const struct abi_struct *find_struct(const char *name) {
@@ -174,6 +204,15 @@ static PyObject *decode_one(const struct abi_struct *s, const unsigned char *p) 
       uint64_t x;
       memcpy(&x, at, sizeof(x));
       v = PyLong_FromUnsignedLongLong(x);
+    } else if (f->kind == ABI_U64S) {
+      v = PyList_New((Py_ssize_t)(f->size / sizeof(uint64_t)));
+      for (size_t k = 0; v && k < f->size / sizeof(uint64_t); k++) {
+        uint64_t x;
+        memcpy(&x, at + k * sizeof(x), sizeof(x));
+        PyObject *item = PyLong_FromUnsignedLongLong(x);
+        if (!item) Py_CLEAR(v);
+        else PyList_SET_ITEM(v, (Py_ssize_t)k, item);
+      }
     } else {
       v = PyBytes_FromStringAndSize((const char *)at, (Py_ssize_t)f->size);
     }
@@ -188,7 +227,27 @@ static PyObject *decode_one(const struct abi_struct *s, const unsigned char *p) 
 }
 
 /* value into the field at p; -1 with an exception set if it does not fit. */
+static int encode_u64s(const struct abi_field *f, PyObject *value, unsigned char *p) {
+  PyObject *seq = PySequence_Fast(value, "a list of integers");
+  if (!seq) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  int rc = 0;
+  if ((size_t)n > f->size / sizeof(uint64_t)) {
+    PyErr_Format(PyExc_ValueError, "%s: at most %zu values", f->name, f->size / sizeof(uint64_t));
+    rc = -1;
+  }
+  for (Py_ssize_t k = 0; rc == 0 && k < n; k++) {
+    unsigned long long x = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, k));
+    if (x == (unsigned long long)-1 && PyErr_Occurred()) rc = -1;
+    uint64_t v = x;
+    if (rc == 0) memcpy(p + f->offset + (size_t)k * sizeof(v), &v, sizeof(v));
+  }
+  Py_DECREF(seq);
+  return rc;
+}
+
 static int encode_field(const struct abi_field *f, PyObject *value, unsigned char *p) {
+  if (f->kind == ABI_U64S) return encode_u64s(f, value, p);
   if (f->kind == ABI_BYTES) {
     Py_buffer b;
     if (PyObject_GetBuffer(value, &b, PyBUF_SIMPLE) < 0) return -1;
@@ -343,6 +402,10 @@ int ur_abi_add_constants(PyObject *m) {
       {"CHILD_FEATURE_BLOCKS", UR_CHILD_FEATURE_BLOCKS},
       {"CHILD_FEATURE_OWNED", UR_CHILD_FEATURE_OWNED},
       {"CHILD_MAX_THREADS", UR_CHILD_MAX_THREADS},
+      {"LMU_MAGIC", UR_LMU_MAGIC},
+      {"LMU_VERSION", UR_LMU_VERSION},
+      {"LMU_CONTENTS_BYTES", UR_LMU_CONTENTS_BYTES},
+      {"LMU_MAX_FRAMES", UR_LMU_MAX_FRAMES},
   };
   for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++) {
     PyObject *v = PyLong_FromUnsignedLongLong(constants[i].value);

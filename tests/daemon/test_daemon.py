@@ -169,7 +169,7 @@ def test_daemon_mark_threads_unless_the_request_names_its_own(daemons, targets):
         request = pb.ScanRequest(pid=target.pid, mark_threads=asked)
         events = list(stub(d.address).Scan(request, timeout=RPC_TIMEOUT))
         assert events[-1].report.leak_count > 0
-        d.wait_for_log(rf"running unreachable-cli scan {target.pid} .*--mark-threads {used}\b")
+        d.wait_for_log(rf'running the worker: .*"pid": {target.pid}, .*"mark_threads": {used}\b')
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="reading seccomp filters takes CAP_SYS_ADMIN")

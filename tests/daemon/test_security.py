@@ -307,6 +307,8 @@ TRAP_MODULES = (
     "unreachable/__init__.py",
     "unreachable/cli/__init__.py",
     "unreachable/cli/main.py",
+    "unreachable/daemon/__init__.py",
+    "unreachable/daemon/worker.py",
     "argparse.py",
 )
 

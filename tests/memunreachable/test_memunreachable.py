@@ -468,3 +468,141 @@ def test_string_and_info_match_the_cli(targets, contents, options):
         pcs = [int(pc, 16) for pc in mine["frames"].split(",") if pc]
         assert pcs == [f["pc"] for f in theirs["backtrace"]][:16]
         assert bool(pcs) == (options is not None)
+
+
+UGLY_FUNCTION = (
+    "(anonymous namespace)::Maker<char (*)(int)>::operator()(char (*)(int), unsigned long) const"
+)
+UGLY_FILE = "/src/dir at home (copy)/make leak.cc"
+
+
+def test_names_and_paths_a_text_reader_would_split_come_through_exactly(targets):
+    """Leaks whose frames' function and source file hold spaces, parentheses
+    and " at ": the structure's pcs are the CLI's, and the text is the CLI's
+    byte for byte, naming them whole."""
+    target = targets.start(
+        PROGRAMS / "lmu_cxx.cpp",
+        "names",
+        cxx=True,
+        options="backtrace=16",
+        env={"UNREACHABLE_CLI": CLI_LINE},
+        wait_ready=False,
+    )
+    lines = []
+    line = target.read_line(timeout=300)
+    while not line.startswith("READY"):
+        lines.append(line)
+        line = target.read_line(timeout=300)
+    head, leaks = parse_info("\n".join(lines), "info")
+    assert head["ok"] == "1" and head["num_leaks"] == "2"
+    start = next(i for i, line in enumerate(lines) if line.startswith("text "))
+    inside = "\n".join(lines[start + 1 :]) + "\n"
+
+    outside = subprocess.run(
+        [*CLI, "scan", str(target.pid), "--no-contents"], capture_output=True, text=True
+    )
+    assert outside.returncode == 1, outside.stderr
+    assert inside == outside.stdout
+    report = json.loads(
+        subprocess.run(
+            [*CLI, "scan", "--json", str(target.pid)], capture_output=True, text=True
+        ).stdout
+    )
+    assert len(leaks) == len(report["leaks"]) == 2
+    for mine, theirs in zip(leaks, report["leaks"], strict=True):
+        pcs = [int(pc, 16) for pc in mine["frames"].split(",") if pc]
+        assert pcs == [f["pc"] for f in theirs["backtrace"]][:16]
+        top = theirs["backtrace"][0]
+        assert (top["function"], top["file"]) == (UGLY_FUNCTION, UGLY_FILE), top
+    assert f"({UGLY_FUNCTION}+" in inside
+    assert f" {UGLY_FILE}:" in inside
+
+
+# ---- the report stream, written by hand -------------------------------------
+
+
+def _stream(leaks: list[dict], text: bytes, **header: int) -> bytes:
+    from unreachable import _native
+
+    fields = {
+        "magic": _native.LMU_MAGIC,
+        "version": _native.LMU_VERSION,
+        "leak_size": _native.abi_sizeof("ur_lmu_leak"),
+        "leak_count": 5,
+        "leak_bytes": 500,
+        "allocation_count": 9,
+        "allocation_bytes": 900,
+        "entries": len(leaks),
+        "text_length": len(text),
+    }
+    records = [_native.abi_encode("ur_lmu_leak", leak) for leak in leaks]
+    return b"".join([_native.abi_encode("ur_lmu_header", fields | header), *records, text])
+
+
+LEAK = {
+    "begin": 0x1234,
+    "size": 48,
+    "referenced_count": 1,
+    "referenced_size": 16,
+    "similar_count": 2,
+    "similar_size": 96,
+    "similar_referenced_count": 3,
+    "similar_referenced_size": 4,
+    "total_size": 164,
+    "contents_length": 6,
+    "contents": b"a-b(c)",
+    "num_frames": 3,
+    "frames": [0x10, 0x20, 0x30],
+}
+
+
+def test_the_stream_is_read_as_written(shim, tmp_path):
+    """The reader takes the records as they are: the scanner is a `cat` of
+    a stream written here."""
+    stream = tmp_path / "stream"
+    stream.write_bytes(_stream([LEAK], b"  text at (x)\nend\n"))
+    proc = run(cxx_program(), "twice", shim=shim, env={"UNREACHABLE_CLI": f"cat {stream} #"})
+    head, leaks = parse_info(proc.stdout, "round0")
+    assert head == {
+        "ok": "1",
+        "num_leaks": "5",
+        "leak_bytes": "500",
+        "num_allocations": "9",
+        "allocation_bytes": "900",
+        "entries": "1",
+    }
+    assert leaks == [
+        {
+            "begin": "1234",
+            "size": "48",
+            "referenced": "1/16",
+            "similar": "2/96/3/4",
+            "total": "164",
+            "contents": "a-b(c)",
+            "frames": "10,20,30",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"magic": 0x31434552554D4C56},
+        {"version": 2},
+        {"leak_size": 232},
+        {"entries": 2},  # more records than written
+        {"text_length": 3},  # less text than written
+        {"text_length": 1 << 62},
+        {"num_frames": 17},
+        {"contents_length": 33},
+    ],
+)
+def test_a_stream_that_is_not_whole_is_no_report(shim, tmp_path, bad):
+    header = {k: v for k, v in bad.items() if k not in LEAK}
+    leak = LEAK | {k: v for k, v in bad.items() if k in LEAK}
+    stream = tmp_path / "stream"
+    stream.write_bytes(_stream([leak], b"text\n", **header))
+    proc = run(c_program(), "one", shim=shim, env={"UNREACHABLE_CLI": f"cat {stream} #"})
+    assert results(proc) == {"noleaks": "0"}
+    lines = log_lines(proc.stderr)
+    assert len(lines) == 1 and "exited with status 0 without a report" in lines[0], proc.stderr

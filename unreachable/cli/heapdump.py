@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING
 
 from unreachable.cli.output import add_output_options, chosen_format, write_chunks, write_output
 from unreachable.cli.scan import _pid, add_symbol_budget
-from unreachable.errors import InvalidArgument, ScanError
+from unreachable.errors import InvalidArgument
 from unreachable.report.collapsed import heapdump_to_collapsed
 from unreachable.report.pprof import heapdump_to_pprof
 from unreachable.rpc.options import add_remote_options
@@ -34,7 +33,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--json", action="store_true", help="same as --format json")
     add_output_options(p, ("text", "json", "collapsed", "pprof"))
     add_symbol_budget(p)
-    p.add_argument("--progress-json", action="store_true", help=argparse.SUPPRESS)
     add_remote_options(p)
     p.set_defaults(handler=handle)
 
@@ -99,13 +97,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.remote:
         dump = _remote(args)
     else:
-        try:
-            dump = heap_dump(args.pid, symbol_budget=args.symbol_budget)
-        except ScanError as e:
-            if args.progress_json:
-                error = {"error": e.grpc_status, "message": str(e)}
-                sys.stderr.write(json.dumps(error) + "\n")
-            raise
+        dump = heap_dump(args.pid, symbol_budget=args.symbol_budget)
     if fmt == "json":
         data: str | bytes = format_json(dump)
     elif fmt == "collapsed":

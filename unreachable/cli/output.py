@@ -35,7 +35,7 @@ def write_output(data: str | bytes, path: str | None) -> None:
         return
     if isinstance(data, bytes):
         if sys.stdout.isatty():
-            raise InvalidArgument("pprof output is binary: use -o FILE or a pipe")
+            raise InvalidArgument("pprof and lmu-records output is binary: use -o FILE or a pipe")
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
 
 from unreachable.cli.output import add_output_options, chosen_format, write_output
-from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument, ScanError
+from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument
 from unreachable.report.collapsed import report_to_collapsed
 from unreachable.report.json_report import format_json
-from unreachable.report.lmu import format_lmu
+from unreachable.report.lmu import format_lmu, format_records
 from unreachable.report.model import ScanReport
 from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
@@ -117,7 +116,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=_limit,
         default=100,
         metavar="N",
-        help="list at most N leak entries in text, json and lmu (default 100); totals "
+        help="list at most N leak entries in text, json, lmu and lmu-records (default 100); totals "
         "always count every leak, and collapsed and pprof carry every entry",
     )
     p.add_argument(
@@ -146,26 +145,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "at most 4)",
     )
     add_symbol_budget(p)
-    p.add_argument(
-        "--progress-json",
-        action="store_true",
-        help=argparse.SUPPRESS,  # for unreachabled: JSON lines on stderr (progress, error)
-    )
     triage.add_options(p)
     add_remote_options(p)
     p.set_defaults(handler=handle)
 
 
-def _progress_json(started: float) -> Callable[[str], None]:
-    def note(stage: str) -> None:
-        line = {"progress": stage, "elapsed_ms": round((time.monotonic() - started) * 1000, 3)}
-        sys.stderr.write(json.dumps(line) + "\n")
-        sys.stderr.flush()
-
-    return note
-
-
-FORMATS = ("text", "json", "collapsed", "pprof", "lmu")
+FORMATS = ("text", "json", "collapsed", "pprof", "lmu", "lmu-records")
 # Entries without a backtrace whose first bytes the text report shows unasked
 # (not over --remote: a daemon may refuse contents).
 SAMPLE_CONTENTS = 5
@@ -182,15 +167,17 @@ def render(report: ScanReport, fmt: str) -> str | bytes:
         return report_to_collapsed(report)
     if fmt == "pprof":
         return report_to_pprof(report)
-    if fmt == "lmu":  # for the shim's memunreachable.h interface
+    if fmt == "lmu":
         return format_lmu(report)
+    if fmt == "lmu-records":  # for the shim's memunreachable.h interface
+        return format_records(report)
     return format_report(report)
 
 
 def _stage_bar(args: argparse.Namespace, fmt: str) -> StageBar | None:
     """A progress line on stderr when a person watches it: a terminal, and
-    not JSON (read by programs); never beside --progress-json."""
-    if args.progress_json or fmt == "json" or not sys.stderr.isatty():
+    not JSON (read by programs)."""
+    if fmt == "json" or not sys.stderr.isatty():
         return None
     what = f"core {args.core}" if args.core else f"pid {args.pid}"
     return StageBar(sys.stderr, f"scanning {what}")
@@ -236,7 +223,7 @@ def handle(args: argparse.Namespace) -> int:
         from unreachable.rpc.scan_client import remote_scan
 
         report = remote_scan(args, options, _stage_bar(args, fmt))
-    elif not args.progress_json:
+    else:
         bar = _stage_bar(args, fmt)
         started = time.monotonic()
         try:
@@ -246,13 +233,6 @@ def handle(args: argparse.Namespace) -> int:
         finally:
             if bar is not None:
                 bar.close()
-    else:
-        try:
-            report = _scan(args, options, _progress_json(time.monotonic()))
-        except ScanError as e:
-            error = {"error": e.grpc_status, "message": str(e)}
-            sys.stderr.write(json.dumps(error) + "\n")
-            raise
     if sets_aside.active:
         limit = ALL_ENTRIES if fmt in PROFILES else args.limit
         report = triage.apply(sets_aside, report, limit, args.contents)
@@ -271,7 +251,7 @@ def handle(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     # Unlike the fallbacks above, said whatever stderr is: the report is missing names.
-    if report.symbol_note and not args.progress_json and not (fmt == "text" and tty):
+    if report.symbol_note and not (fmt == "text" and tty):
         print(f"unreachable-cli: note: {report.symbol_note}", file=sys.stderr)
     # leak_bytes alone: a baseline's site that grew in bytes, not in blocks.
     return EXIT_LEAKS if report.leak_count or report.leak_bytes else EXIT_NO_LEAKS

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from unreachable.cli.output import write_output
 from unreachable.cli.scan import _pid
-from unreachable.errors import EXIT_NO_LEAKS, ScanError
+from unreachable.errors import EXIT_NO_LEAKS
 from unreachable.rpc.options import add_remote_options
 from unreachable.scan import ScanOptions
 
@@ -39,14 +38,12 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
         help="how to capture the target, as for scan (the graph is always read by the "
         "scanner, never swept inside a snapshot child)",
     )
-    p.add_argument("--progress-json", action="store_true", help=argparse.SUPPRESS)
     add_remote_options(p)
 
 
 def report(args: argparse.Namespace, local: Callable[[], dict[str, Any]], rpc: str,
            request: object) -> dict[str, Any]:  # fmt: skip
-    """The report, made here or asked of the daemon (--remote). Under
-    unreachabled (--progress-json) an error also goes to stderr as JSON."""
+    """The report, made here or asked of the daemon (--remote)."""
     if args.remote:
         import grpc
 
@@ -59,12 +56,7 @@ def report(args: argparse.Namespace, local: Callable[[], dict[str, Any]], rpc: s
                 raise rpc_error(e, args.remote) from None
         answer: dict[str, Any] = json.loads(reply.json)
         return answer
-    try:
-        return local()
-    except ScanError as e:
-        if args.progress_json:
-            sys.stderr.write(json.dumps({"error": e.grpc_status, "message": str(e)}) + "\n")
-        raise
+    return local()
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,14 +1,15 @@
 """Run scans and heap dumps in subprocesses, one pid at a time, many pids at once.
 
-Each scan is `python -P -m unreachable.cli.main scan PID --json --progress-json`,
+Each scan is a worker process, `python -P -m unreachable.daemon.worker
+REQUEST` (daemon/worker.py: a JSON request as its argument; JSON progress
+lines, then the result or the error with its gRPC status on stdout),
 started with asyncio.create_subprocess_exec (no fork without exec after grpc
-has started). Its stderr carries JSON progress lines and, on failure, one
-JSON error line naming the gRPC status. The ptrace work therefore never
-touches the daemon's threads, and killing the subprocess is enough to abort a
-scan: the kernel detaches the tracer's tracees when it dies, which releases
-the target at once. For the same reason a scan that outgrows the daemon's
-memory limit is the OOM killer's first choice, not the daemon (with the
-unit's OOMPolicy=continue systemd then keeps the daemon running).
+has started). The ptrace work therefore never touches the daemon's threads,
+and killing the subprocess is enough to abort a scan: the kernel detaches
+the tracer's tracees when it dies, which releases the target at once. For
+the same reason a scan that outgrows the daemon's memory limit is the OOM
+killer's first choice, not the daemon (with the unit's OOMPolicy=continue
+systemd then keeps the daemon running).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ _STATUS = {
     "RESOURCE_EXHAUSTED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "INTERNAL": grpc.StatusCode.INTERNAL,
 }
-ERROR_PREFIX = "unreachable-cli: error: "
+WORKER_MODULE = "unreachable.daemon.worker"
+# A report is one line of JSON: as long as the scan's leaks make it.
+_LINE_LIMIT = 1 << 40
 
 
 class ScanFailed(Exception):
@@ -106,41 +109,36 @@ class ScanRunner:
     ) -> dict[str, Any]:
         """The report as report_to_dict() makes it; ScanFailed otherwise.
         mark_threads 0: the daemon's --mark-threads, else the CLI's default."""
-        argv = ["scan", str(pid), "--json", "--progress-json", "--limit", str(limit)]
-        argv += ["--snapshot", snapshot, "--sweep", sweep] + (["--contents"] if contents else [])
-        if mark_threads := mark_threads or self._mark_threads:
-            argv += ["--mark-threads", str(mark_threads)]
-        for path in self._suppressions:
-            argv += ["--suppressions", path]
-        if baseline:
-            argv += ["--baseline", baseline]
-        return await self._run(pid, argv, progress)
+        request: dict[str, Any] = {"command": "scan", "pid": pid, "limit": limit}
+        request |= {"snapshot": snapshot, "sweep": sweep, "contents": contents}
+        request["mark_threads"] = mark_threads or self._mark_threads
+        request |= {"suppressions": self._suppressions, "baseline": baseline}
+        return await self._run(pid, request, progress)
 
     async def why(self, pid: int, address: int, snapshot: str = "auto") -> dict[str, Any]:
         """`unreachable-cli why --json`'s report; ScanFailed otherwise."""
-        argv = ["why", str(pid), f"{address:#x}", "--json", "--progress-json"]
-        return await self._run(pid, [*argv, "--snapshot", snapshot], None)
+        request = {"command": "why", "pid": pid, "address": address, "snapshot": snapshot}
+        return await self._run(pid, request, None)
 
     async def retainers(
         self, pid: int, site: str | None, limit: int = 10, snapshot: str = "auto"
     ) -> dict[str, Any]:
         """`unreachable-cli retainers --json`'s report; ScanFailed otherwise."""
-        argv = ["retainers", str(pid), "--json", "--progress-json", "--limit", str(limit)]
-        argv += ["--snapshot", snapshot] + (["--site", site] if site is not None else [])
-        return await self._run(pid, argv, None)
+        request = {"command": "retainers", "pid": pid, "site": site, "limit": limit}
+        return await self._run(pid, request | {"snapshot": snapshot}, None)
 
     async def heap_dump(self, pid: int) -> dict[str, Any]:
-        return await self._run(pid, ["heapdump", str(pid), "--json", "--progress-json"], None)
+        return await self._run(pid, {"command": "heapdump", "pid": pid}, None)
 
     async def _run(
-        self, pid: int, argv: list[str], progress: ProgressCallback | None
+        self, pid: int, request: dict[str, Any], progress: ProgressCallback | None
     ) -> dict[str, Any]:
         async with self._pid_lock(pid), self._slots:
             if progress is not None:
                 await progress("started", 0.0)
             try:
                 async with asyncio.timeout(self._timeout):
-                    return await self._subprocess(argv, progress)
+                    return await self._subprocess(request, progress)
             except TimeoutError:
                 raise ScanFailed(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -148,9 +146,10 @@ class ScanRunner:
                 ) from None
 
     async def _subprocess(
-        self, argv: list[str], progress: ProgressCallback | None
+        self, request: dict[str, Any], progress: ProgressCallback | None
     ) -> dict[str, Any]:
-        log.debug("running unreachable-cli %s", " ".join(argv))
+        text = json.dumps(request)
+        log.debug("running the worker: %s", text)
         # -P: `-m` would put the working directory first on sys.path, and a
         # root daemon started in someone's directory would import their
         # argparse.py or unreachable/ instead of its own. cwd /: relative
@@ -159,55 +158,47 @@ class ScanRunner:
             sys.executable,
             "-P",
             "-m",
-            "unreachable.cli.main",
-            *argv,
+            WORKER_MODULE,
+            text,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self._env,
             cwd="/",
+            limit=_LINE_LIMIT,
         )
         oom_victim_first(proc.pid)
         self._procs.add(proc)
+        last: dict[str, Any] | None = None
         try:
             assert proc.stdout is not None and proc.stderr is not None
-            stdout = asyncio.ensure_future(proc.stdout.read())
-            error: dict[str, Any] | None = None
-            text: list[str] = []
+            stderr = asyncio.ensure_future(proc.stderr.read())
             try:
-                async for raw in proc.stderr:
-                    line = raw.decode(errors="replace").rstrip("\n")
-                    if line.startswith("{"):
-                        try:
-                            msg = json.loads(line)
-                        except ValueError:
-                            msg = None
-                        if isinstance(msg, dict) and "progress" in msg:
-                            if progress is not None:
-                                await progress(str(msg["progress"]), float(msg["elapsed_ms"]))
-                            continue
-                        if isinstance(msg, dict) and "error" in msg:
-                            error = msg
-                            continue
-                    if line:
-                        text.append(line)
-                out = await stdout
+                async for raw in proc.stdout:
+                    try:
+                        msg = json.loads(raw)
+                    except ValueError:
+                        continue  # not the protocol: the exit status says what happened
+                    if not isinstance(msg, dict):
+                        continue
+                    if "progress" in msg:
+                        if progress is not None:
+                            await progress(str(msg["progress"]), float(msg["elapsed_ms"]))
+                    else:
+                        last = msg
+                text_err = (await stderr).decode(errors="replace")
             finally:
-                stdout.cancel()
+                stderr.cancel()
             code = await proc.wait()
         finally:
             if proc.returncode is None:
                 proc.kill()  # cancelled or timed out: the kernel releases the target now
                 await asyncio.shield(proc.wait())
             self._procs.discard(proc)
-        if code in (0, 1):
-            try:
-                report: dict[str, Any] = json.loads(out)
-                return report
-            except ValueError:
-                why = text[-1] if text else "the scanner wrote an unreadable report"
-                raise ScanFailed(grpc.StatusCode.INTERNAL, why) from None
-        raise _failure(code, error, text)
+        if code == 0 and last is not None and isinstance(last.get("result"), dict):
+            result: dict[str, Any] = last["result"]
+            return result
+        raise _failure(code, last, [line for line in text_err.splitlines() if line])
 
     def kill_all(self) -> None:
         for proc in list(self._procs):
@@ -215,11 +206,12 @@ class ScanRunner:
                 proc.kill()
 
 
-def _failure(code: int, error: dict[str, Any] | None, text: list[str]) -> ScanFailed:
-    if error is not None:
-        status = _STATUS.get(str(error.get("error")), grpc.StatusCode.INTERNAL)
-        message = (str(error.get("message", "")).splitlines() or ["the scan failed"])[0]
+def _failure(code: int, last: dict[str, Any] | None, text: list[str]) -> ScanFailed:
+    if last is not None and "error" in last:
+        status = _STATUS.get(str(last["error"]), grpc.StatusCode.INTERNAL)
+        message = (str(last.get("message", "")).splitlines() or ["the scan failed"])[0]
         return ScanFailed(status, message)
+    log.debug("worker stderr: %s", "\n".join(text))
     if code == -9:
         return ScanFailed(
             grpc.StatusCode.INTERNAL,
@@ -227,6 +219,5 @@ def _failure(code: int, error: dict[str, Any] | None, text: list[str]) -> ScanFa
         )
     if code < 0:
         return ScanFailed(grpc.StatusCode.INTERNAL, f"the scanner died of signal {-code}")
-    last = text[-1] if text else f"the scanner exited with status {code}"
-    log.debug("scanner stderr: %s", "\n".join(text))
-    return ScanFailed(grpc.StatusCode.INTERNAL, last.removeprefix(ERROR_PREFIX))
+    last_line = text[-1] if text else f"the scanner exited with status {code} without a result"
+    return ScanFailed(grpc.StatusCode.INTERNAL, last_line)

@@ -33,12 +33,12 @@ from unreachable.daemon.matching import (
 )
 from unreachable.daemon.monitor import Monitor
 from unreachable.daemon.producer import ReportProducer
+from unreachable.daemon.scans import WORKER_MODULE
 from unreachable.daemon.targets import _maps_mention_shim, inert_reason, target_info
 from unreachable.v1 import unreachable_pb2 as pb
 
 log = logging.getLogger("unreachabled.schedule")
 DISCOVERY_PERIOD = 30.0
-SCANNER_MODULE = "unreachable.cli.main"  # what scans.ScanRunner runs
 
 
 @dataclass(slots=True)
@@ -79,7 +79,7 @@ def classify(info: ProcessInfo) -> str | None:
 def discover(specs: list[TargetSpec], me: int) -> list[Candidate]:
     found = []
     for info in list_processes(exclude=(me,)):
-        if info.ppid == me and SCANNER_MODULE in info.command:
+        if info.ppid == me and WORKER_MODULE in info.command:
             continue  # our own scan subprocesses
         spec = matching(specs, info) if specs else None
         if specs and spec is None:

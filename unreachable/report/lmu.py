@@ -1,7 +1,11 @@
-"""The report read by the shim's libmemunreachable interface (memunreachable.h).
+"""The report of the shim's libmemunreachable interface (memunreachable.h).
 
-`unreachable-cli scan --format lmu PID` prints, for native/shim/memunreachable.c
-to parse without a JSON parser, all numbers decimal:
+`unreachable-cli scan --format lmu-records PID` writes what native/shim/
+memunreachable*.c reads: abi.h's struct ur_lmu_header, a struct ur_lmu_leak
+per entry, then the text report's bytes (format_records; abi.h documents
+the stream). Nothing in it is parsed as text.
+
+`--format lmu` prints the same for people and scripts, all numbers decimal:
 
     unreachable-lmu 1
     totals LEAK_COUNT LEAK_BYTES ALLOCATION_COUNT ALLOCATION_BYTES ENTRIES
@@ -18,11 +22,12 @@ Leak::Backtrace::max_frames).
 
 from __future__ import annotations
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable import _native
+from unreachable.report.model import LeakEntry, ScanReport, leak_counts
 from unreachable.report.text import format_report
 
 MAGIC = "unreachable-lmu 1"
-MAX_FRAMES = 16
+MAX_FRAMES = _native.LMU_MAX_FRAMES
 
 
 def _leak_line(leak: LeakEntry) -> str:
@@ -52,3 +57,39 @@ def format_lmu(report: ScanReport) -> str:
         f"text {len(text)}",
     ]
     return "\n".join(head) + "\n" + text.decode() + "end\n"
+
+
+def _leak_record(leak: LeakEntry) -> bytes:
+    contents = (leak.contents or b"")[: _native.LMU_CONTENTS_BYTES]
+    pcs = [f.pc for f in leak.backtrace[:MAX_FRAMES]]
+    fields: dict[str, int | bytes | list[int]] = {
+        "begin": leak.address,
+        **leak_counts(leak),
+        "contents_length": len(contents),
+        "contents": contents,
+        "num_frames": len(pcs),
+        "frames": pcs,
+    }
+    return _native.abi_encode("ur_lmu_leak", fields)
+
+
+def format_records(report: ScanReport) -> bytes:
+    """The binary stream of abi.h's ur_lmu_header: the totals, the entries,
+    the text report as bytes (exactly: no encoding step can change them on
+    the way, as a terminal's or a pipe's text encoding could)."""
+    text = format_report(report).encode("utf-8", "surrogateescape")
+    header = _native.abi_encode(
+        "ur_lmu_header",
+        {
+            "magic": _native.LMU_MAGIC,
+            "version": _native.LMU_VERSION,
+            "leak_size": _native.abi_sizeof("ur_lmu_leak"),
+            "leak_count": report.leak_count,
+            "leak_bytes": report.leak_bytes,
+            "allocation_count": report.allocation_count,
+            "allocation_bytes": report.allocation_bytes,
+            "entries": len(report.leaks),
+            "text_length": len(text),
+        },
+    )
+    return b"".join([header, *map(_leak_record, report.leaks), text])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from unreachable.report.wire import wire
 from unreachable.symbolize.frames import Frame
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ class LeakEntry:
     similar_referenced_count: int
     similar_referenced_size: int
     total_size: int
-    contents: bytes | None = None  # first <= 32 bytes, only when asked for
+    # first <= 32 bytes, only when asked for
+    contents: bytes | None = field(default=None, metadata=wire(json="contents_hex"))
     backtrace: list[Frame] = field(default_factory=list)
     type: str = ""  # C++ class of the first block, from its vptr (fold/types.py); "" unknown
 
@@ -54,14 +56,17 @@ class ScanReport:
     leak_bytes: int
     allocation_count: int
     allocation_bytes: int
-    pause_ms: float
-    scan_ms: float
+    pause_ms: float = field(metadata=wire(json_digits=3))
+    scan_ms: float = field(metadata=wire(json_digits=3))
     # "fork": frozen copy-on-write child; "copy": copied while running, then
     # brought up to date while paused; "stopped": swept while paused
     snapshot: str
     threads: int
     leaks: list[LeakEntry]
-    roots: dict[str, int] = field(default_factory=dict)  # bytes per root/skip class
+    # bytes per root/skip class; over gRPC a RootBytes(kind, bytes) each
+    roots: dict[str, int] = field(
+        default_factory=dict, metadata=wire(proto_pairs=("kind", "bytes"))
+    )
     pages_skipped: int = 0
     bytes_scanned: int = 0
     # Where the allocations came from: "shim registry" (requested sizes,
@@ -77,10 +82,10 @@ class ScanReport:
     symbol_note: str = ""  # frames left unsymbolized (time budget) or files not read, and why
     # Set when suppressions were given: what they took out of leaks and the
     # totals (unreachable.triage.suppressions).
-    suppressed: Suppressed | None = None
+    suppressed: Suppressed | None = field(default=None, metadata=wire(codec="suppressed"))
     # Set with --baseline: leaks and totals then count only what is new or
     # grew since the baseline (unreachable.triage.baseline).
-    baseline: Comparison | None = None
+    baseline: Comparison | None = field(default=None, metadata=wire(codec="baseline"))
 
 
 # The stack the exports (pprof, collapsed, diff) give to leaks no listed entry

@@ -1,8 +1,9 @@
-"""Between the JSON report (report_to_dict), the report model and the proto messages.
+"""Between the JSON report, the report model and the proto messages.
 
-The daemon gets reports as JSON from its scan subprocess and sends protos;
-the CLI turns protos back into the model and prints them with the same
-formatters as an embedded scan, so both print the same text.
+The daemon gets reports as JSON from its scan worker (daemon/worker.py) and
+sends protos; the CLI turns protos back into the model and prints them with
+the same formatters as an embedded scan, so both print the same text. The
+report's conversions are derived from the model's fields (report/schema.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from unreachable.heapdump.model import HeapDump, HeapRecord
-from unreachable.report.json_report import SCHEMA_VERSION
-from unreachable.report.model import LEAK_COUNTS, LeakEntry, ScanReport, leak_counts
+from unreachable.report.model import ScanReport
+from unreachable.report.schema import SCHEMA_VERSION, from_proto, report_from_json, to_proto
 from unreachable.symbolize.frames import Frame
 from unreachable.v1 import unreachable_pb2 as pb
 
@@ -47,42 +48,15 @@ def frame_from_dict(d: dict[str, Any]) -> pb.Frame:
     )
 
 
-def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.ScanReport:
-    """A report_to_dict() dict (the CLI's --json output) as a proto."""
-    leaks = []
-    for leak in d["leaks"]:
-        msg = pb.Leak(
-            address=leak["address"],
-            **{name: leak[name] for name in LEAK_COUNTS},
-            backtrace=[frame_from_dict(f) for f in leak["backtrace"]],
-            type=leak.get("type", ""),
-        )
-        if keep_contents and "contents_hex" in leak:
-            msg.contents = bytes.fromhex(leak["contents_hex"])
-        leaks.append(msg)
-    return pb.ScanReport(
-        schema=d.get("schema", SCHEMA_VERSION),
-        pid=d["pid"],
-        command=d["command"],
-        leak_count=d["leak_count"],
-        leak_bytes=d["leak_bytes"],
-        allocation_count=d["allocation_count"],
-        allocation_bytes=d["allocation_bytes"],
-        pause_ms=d["pause_ms"],
-        scan_ms=d["scan_ms"],
-        snapshot=d["snapshot"],
-        snapshot_note=d.get("snapshot_note", ""),
-        sweep=d.get("sweep", ""),
-        sweep_note=d.get("sweep_note", ""),
-        mark_threads=d.get("mark_threads", 1),
-        allocations=d.get("allocations", ""),
-        symbol_note=d.get("symbol_note", ""),
-        threads=d["threads"],
-        bytes_scanned=d["bytes_scanned"],
-        pages_skipped=d["pages_skipped"],
-        roots=[pb.RootBytes(kind=k, bytes=v) for k, v in d["roots"].items()],
-        leaks=leaks,
-    )
+def report_to_proto(report: ScanReport) -> pb.ScanReport:
+    """The model as the proto, field by field (report/schema.py)."""
+    msg: pb.ScanReport = to_proto(report, pb.ScanReport(schema=SCHEMA_VERSION))
+    return msg
+
+
+def report_from_dict(d: dict[str, Any]) -> pb.ScanReport:
+    """A JSON report (the scan worker's, or the CLI's --json output) as a proto."""
+    return report_to_proto(report_from_json(d))
 
 
 def strip_contents(report: pb.ScanReport) -> pb.ScanReport:
@@ -101,37 +75,7 @@ def frame_to_model(f: pb.Frame) -> Frame:
 
 def report_to_model(r: pb.ScanReport) -> ScanReport:
     """The proto as the model the CLI's formatters print."""
-    return ScanReport(
-        pid=r.pid,
-        command=r.command,
-        leak_count=r.leak_count,
-        leak_bytes=r.leak_bytes,
-        allocation_count=r.allocation_count,
-        allocation_bytes=r.allocation_bytes,
-        pause_ms=r.pause_ms,
-        scan_ms=r.scan_ms,
-        snapshot=r.snapshot,
-        sweep=r.sweep or "scanner",
-        threads=r.threads,
-        leaks=[
-            LeakEntry(
-                address=leak.address,
-                **leak_counts(leak),
-                contents=leak.contents if leak.HasField("contents") else None,
-                backtrace=[frame_to_model(f) for f in leak.backtrace],
-                type=leak.type,
-            )
-            for leak in r.leaks
-        ],
-        roots={root.kind: root.bytes for root in r.roots},
-        pages_skipped=r.pages_skipped,
-        bytes_scanned=r.bytes_scanned,
-        snapshot_note=r.snapshot_note,
-        sweep_note=r.sweep_note,
-        mark_threads=r.mark_threads or 1,
-        allocations=r.allocations or "shim registry",
-        symbol_note=r.symbol_note,
-    )
+    return from_proto(ScanReport, r)
 
 
 def heapdump_from_dict(d: dict[str, Any]) -> pb.HeapDumpResponse:

@@ -6,7 +6,7 @@ import argparse
 
 import grpc
 
-from unreachable.errors import InvalidArgument, ScanError
+from unreachable.errors import ScanError
 from unreachable.report.model import ScanReport
 from unreachable.rpc.client import open_channel, rpc_error, stub
 from unreachable.rpc.convert import SNAPSHOT_ENUM, SWEEP_ENUM, report_to_model
@@ -19,8 +19,6 @@ def remote_scan(
     args: argparse.Namespace, options: ScanOptions, bar: StageBar | None = None
 ) -> ScanReport:
     """bar: where to draw the daemon's progress (None: nowhere)."""
-    if args.progress_json:
-        raise InvalidArgument("--progress-json applies to local scans only")
     request = pb.ScanRequest(
         pid=args.pid,
         contents=options.contents,

@@ -325,6 +325,64 @@ struct ur_leak_record {
 };
 
 /*
+ * The leak report the shim's libmemunreachable interface reads
+ * (native/shim/memunreachable*.c), written by the CLI for it:
+ * `unreachable-cli scan --format lmu-records PID` writes to stdout
+ *
+ *   struct ur_lmu_header
+ *   header.entries x struct ur_lmu_leak      (largest total_size first)
+ *   header.text_length bytes: the text report, exactly as --format text
+ *                             prints it (UTF-8, no NUL)
+ *
+ * and nothing after, in this machine's byte order: the reader is the scanned
+ * process itself. A reader takes the stream whole or not at all: wrong
+ * magic, version or leak_size, or a length other than the header announces,
+ * is no report. struct ur_lmu_leak is memunreachable.h's struct
+ * unreachable_lmu_leak field for field (memunreachable_read.c checks it), so
+ * the entries are handed to the caller where they lie.
+ */
+#define UR_LMU_MAGIC UINT64_C(0x31434552554d4c55) /* "ULMUREC1" little endian */
+#define UR_LMU_VERSION 1u
+#define UR_LMU_CONTENTS_BYTES 32u
+#define UR_LMU_MAX_FRAMES 16u /* libmemunreachable's Leak::Backtrace::max_frames */
+
+struct ur_lmu_header {     /* 64 bytes */
+  uint64_t magic;
+  uint32_t version;
+  uint32_t leak_size;      /* sizeof(struct ur_lmu_leak) */
+  uint64_t leak_count;     /* every unreachable allocation */
+  uint64_t leak_bytes;
+  uint64_t allocation_count;
+  uint64_t allocation_bytes;
+  uint64_t entries;        /* reported leaks: folded, at most --limit */
+  uint64_t text_length;
+};
+
+struct ur_lmu_leak {       /* 240 bytes */
+  uint64_t begin;
+  uint64_t size;
+  uint64_t referenced_count;
+  uint64_t referenced_size;
+  uint64_t similar_count;
+  uint64_t similar_size;
+  uint64_t similar_referenced_count;
+  uint64_t similar_referenced_size;
+  uint64_t total_size;
+  uint32_t contents_length; /* bytes valid in contents (0 without --contents) */
+  uint32_t num_frames;      /* at most UR_LMU_MAX_FRAMES */
+  unsigned char contents[UR_LMU_CONTENTS_BYTES];
+  uint64_t frames[UR_LMU_MAX_FRAMES]; /* absolute pcs, innermost first */
+};
+
+#ifdef __cplusplus
+static_assert(sizeof(struct ur_lmu_header) == 64, "abi");
+static_assert(sizeof(struct ur_lmu_leak) == 240, "abi");
+#else
+_Static_assert(sizeof(struct ur_lmu_header) == 64, "abi");
+_Static_assert(sizeof(struct ur_lmu_leak) == 240, "abi");
+#endif
+
+/*
  * The alternate signal stacks threads set with sigaltstack(): the kernel
  * holds their address, and a program may keep none of its own (the block
  * would look leaked). One entry per thread that set one, by tid; sp is 0

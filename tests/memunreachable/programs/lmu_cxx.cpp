@@ -86,10 +86,25 @@ __attribute__((noinline)) static int version_mode() {
 // READY, from outside by the test with unreachable-cli.
 static std::string* g_text;
 
+__attribute__((noinline)) static int report_twice(bool contents, const char* ready_info);
+
 __attribute__((noinline)) static int compare_mode(bool contents) {
   make_hidden(0, 40);
   make_hidden(1, 16);
   make_hidden(2, 300);
+  return report_twice(contents, "leak_count=3");
+}
+
+// Leaks made where the frame's function name and source file hold spaces,
+// parentheses and " at " (make_ugly, at the end of this file).
+void* make_ugly(size_t n);
+
+__attribute__((noinline)) static int names_mode() {
+  for (int i = 0; i < 2; i++) hidden[i] = ~reinterpret_cast<uintptr_t>(make_ugly(48 + 16 * i));
+  return report_twice(false, "leak_count=2");
+}
+
+__attribute__((noinline)) static int report_twice(bool contents, const char* ready_info) {
   wipe();
   {
     android::UnreachableMemoryInfo info;
@@ -102,7 +117,7 @@ __attribute__((noinline)) static int compare_mode(bool contents) {
   fwrite(g_text->data(), 1, g_text->size(), stdout);
   fflush(stdout);  // ready() writes to fd 1 directly
   wipe();
-  ready("leak_count=3");
+  ready("%s", ready_info);
   wait_for_test();
   return 0;
 }
@@ -168,6 +183,7 @@ int main(int argc, char** argv) {
   if (mode == "version") return version_mode();
   if (mode == "compare") return compare_mode(false);
   if (mode == "compare-contents") return compare_mode(true);
+  if (mode == "names") return names_mode();
   if (mode == "threads") return threads_mode();
   if (mode == "noshim") {  // run without LD_PRELOAD: weak symbols are NULL
     android::UnreachableMemoryInfo info;
@@ -177,3 +193,20 @@ int main(int argc, char** argv) {
   }
   return 2;
 }
+
+// Last in the file: #line names the source file of everything after it.
+#line 1 "/src/dir at home (copy)/make leak.cc"
+namespace {
+char pick(int) { return 'u'; }
+
+template <class F>
+struct Maker {
+  __attribute__((noinline)) void* operator()(F f, size_t n) const {
+    char* p = static_cast<char*>(malloc(n));
+    memset(p, f(0), n);
+    return p;
+  }
+};
+}  // namespace
+
+void* make_ugly(size_t n) { return Maker<char (*)(int)>()(pick, n); }

@@ -1,0 +1,270 @@
+"""The JSON report and the proto messages, derived from the report model.
+
+report/model.py is the one definition of a scan report: these functions walk
+its dataclass fields (dataclasses.fields and their type hints), so a field
+added there is written to JSON and proto without being listed again. A field
+goes by its own name and type; report/wire.py's `wire()` metadata says where
+it does not (a JSON key, float rounding, a dict sent as repeated pairs, a
+structure with its own codec). The JSON keys are the model's field names,
+which is the documented schema (docs/report-schema.md); the proto's fields
+have the same names (protos/unreachable/v1/unreachable.proto), and a model
+field the proto lacks is an error, not a silent omission.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.symbolize.frames import Frame
+from unreachable.triage import codecs as triage_codecs
+from unreachable.triage.baseline import Comparison
+from unreachable.triage.suppressions import Suppressed
+
+SCHEMA_VERSION = 1
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    """A field that is a structure of its own (what suppressions and a
+    baseline did to the report): its JSON keys at the report's top level,
+    and per leak entry."""
+
+    to_json: Callable[[ScanReport, Callable[[LeakEntry], dict[str, Any]]], dict[str, Any]]
+    leak_json: Callable[[ScanReport, LeakEntry, dict[str, Any]], dict[str, Any]]
+    from_json: Callable[[dict[str, Any], list[LeakEntry]], Any]
+    # Over gRPC, given the whole report and its message (a codec may write
+    # into the leak messages too). None: the field does not travel yet.
+    to_proto: Callable[[ScanReport, Any], None] | None = None
+    from_proto: Callable[[Any, list[LeakEntry]], Any] | None = None
+
+
+CODECS = {
+    "suppressed": Codec(
+        triage_codecs.suppressed_to_json,
+        lambda _report, _leak, d: d,
+        lambda d, _leaks: triage_codecs.suppressed_from_json(d, leak_from_json),
+    ),
+    "baseline": Codec(
+        triage_codecs.baseline_to_json,
+        triage_codecs.baseline_leak_json,
+        triage_codecs.baseline_from_json,
+    ),
+}
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The fields' types (model.py names the triage's only for type checkers)."""
+    if cls not in _HINTS:
+        names = {"Suppressed": Suppressed, "Comparison": Comparison, "Frame": Frame}
+        _HINTS[cls] = typing.get_type_hints(cls, localns=names)
+    return _HINTS[cls]
+
+
+def _optional(tp: Any) -> Any:
+    """X for `X | None`, else None."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return None
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+# ---- JSON ----------------------------------------------------------------------
+
+
+def _value_to_json(tp: Any, value: Any, digits: int | None) -> Any:
+    if dataclasses.is_dataclass(tp):
+        return to_json(value)
+    if typing.get_origin(tp) is list:
+        (item,) = typing.get_args(tp)
+        return [_value_to_json(item, v, None) for v in value]
+    if typing.get_origin(tp) is dict:
+        return dict(value)
+    if tp is bytes:
+        return value.hex()
+    if tp is float and digits is not None:
+        return round(value, digits)
+    return value
+
+
+def _value_from_json(tp: Any, value: Any) -> Any:
+    if dataclasses.is_dataclass(tp):
+        return from_json(typing.cast(type, tp), value)
+    if typing.get_origin(tp) is list:
+        (item,) = typing.get_args(tp)
+        return [_value_from_json(item, v) for v in value]
+    if typing.get_origin(tp) is dict:
+        return dict(value)
+    if tp is bytes:
+        return bytes.fromhex(value)
+    if tp is float:
+        return float(value)
+    return value
+
+
+def to_json(obj: Any) -> dict[str, Any]:
+    """A model dataclass as its JSON object. Codec fields are left to the
+    report (report_to_json); an optional field that is None is left out."""
+    out: dict[str, Any] = {}
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.metadata.get("codec"):
+            continue
+        value = getattr(obj, f.name)
+        tp = hints[f.name]
+        if (inner := _optional(tp)) is not None:
+            if value is None:
+                continue
+            tp = inner
+        key = f.metadata.get("json") or f.name
+        out[key] = _value_to_json(tp, value, f.metadata.get("json_digits"))
+    return out
+
+
+def from_json(cls: type[T], d: dict[str, Any]) -> T:
+    """The model dataclass `cls` from its JSON object; a key left out (a
+    report older than the field) takes the field's default."""
+    values: dict[str, Any] = {}
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f.metadata.get("json") or f.name
+        if f.metadata.get("codec") or key not in d:
+            continue
+        tp = hints[f.name]
+        values[f.name] = _value_from_json(_optional(tp) or tp, d[key])
+    return cls(**values)
+
+
+def leak_from_json(d: dict[str, Any]) -> LeakEntry:
+    return from_json(LeakEntry, d)
+
+
+def report_to_json(report: ScanReport) -> dict[str, Any]:
+    """The JSON report (docs/report-schema.md)."""
+    out = {"schema": SCHEMA_VERSION, **to_json(report)}
+    codecs = [
+        (f.name, CODECS[c]) for f in dataclasses.fields(report) if (c := f.metadata.get("codec"))
+    ]
+    leaks = []
+    for leak, d in zip(report.leaks, out["leaks"], strict=True):
+        for _, codec in codecs:
+            d = codec.leak_json(report, leak, d)
+        leaks.append(d)
+    out["leaks"] = leaks
+    for _, codec in codecs:
+        out |= codec.to_json(report, to_json)
+    return out
+
+
+def report_from_json(d: dict[str, Any]) -> ScanReport:
+    """A JSON report (this version's, or an older one's) as the model."""
+    report = from_json(ScanReport, d)
+    for f in dataclasses.fields(report):
+        if codec := f.metadata.get("codec"):
+            setattr(report, f.name, CODECS[codec].from_json(d, report.leaks))
+    return report
+
+
+# ---- proto ---------------------------------------------------------------------
+
+
+def to_proto(obj: Any, msg: Any) -> Any:
+    """Fill the proto message `msg` from the model dataclass `obj`, field by
+    field of the same name; returns msg. KeyError: the proto has no field
+    for one of the model's."""
+    hints = _hints(type(obj))
+    names = msg.DESCRIPTOR.fields_by_name
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if codec_name := f.metadata.get("codec"):
+            codec = CODECS[codec_name]
+            if codec.to_proto is not None and value is not None:
+                codec.to_proto(obj, msg)
+            continue
+        if f.name not in names:
+            raise KeyError(f"{msg.DESCRIPTOR.full_name} has no field {f.name}")
+        tp = hints[f.name]
+        if (inner := _optional(tp)) is not None:
+            if value is None:
+                continue
+            tp = inner
+        if dataclasses.is_dataclass(tp):
+            getattr(msg, f.name).SetInParent()
+            to_proto(value, getattr(msg, f.name))
+        elif typing.get_origin(tp) is list:
+            (item,) = typing.get_args(tp)
+            field = getattr(msg, f.name)
+            for v in value:
+                if dataclasses.is_dataclass(item):
+                    to_proto(v, field.add())
+                else:
+                    field.append(v)
+        elif (pairs := f.metadata.get("proto_pairs")) is not None:
+            key, val = pairs
+            field = getattr(msg, f.name)
+            for k, v in value.items():
+                field.add(**{key: k, val: v})
+        else:
+            setattr(msg, f.name, value)
+    return msg
+
+
+def from_proto(cls: type[T], msg: Any) -> T:
+    """The model dataclass `cls` from a proto message. proto3 cannot tell a
+    scalar left unset (by a daemon older than the field) from its zero, so
+    a zero takes the field's default."""
+    values: dict[str, Any] = {}
+    codecs: list[tuple[str, Callable[[Any, list[LeakEntry]], Any]]] = []
+    hints = _hints(cls)
+    names = msg.DESCRIPTOR.fields_by_name
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if codec_name := f.metadata.get("codec"):
+            codec = CODECS[codec_name]
+            if codec.from_proto is not None:
+                codecs.append((f.name, codec.from_proto))
+            continue
+        if f.name not in names:
+            raise KeyError(f"{msg.DESCRIPTOR.full_name} has no field {f.name}")
+        tp = hints[f.name]
+        raw = getattr(msg, f.name)
+        if (inner := _optional(tp)) is not None:
+            if not msg.HasField(f.name):
+                continue
+            tp = inner
+        if dataclasses.is_dataclass(tp):
+            values[f.name] = from_proto(typing.cast(type, tp), raw)
+        elif typing.get_origin(tp) is list:
+            (item,) = typing.get_args(tp)
+            if dataclasses.is_dataclass(item):
+                values[f.name] = [from_proto(typing.cast(type, item), m) for m in raw]
+            else:
+                values[f.name] = list(raw)
+        elif (pairs := f.metadata.get("proto_pairs")) is not None:
+            key, val = pairs
+            values[f.name] = {getattr(m, key): getattr(m, val) for m in raw}
+        elif raw or (default := _default(f)) is dataclasses.MISSING:
+            values[f.name] = bytes(raw) if tp is bytes else raw
+        else:
+            values[f.name] = default
+    out = cls(**values)
+    for name, decode in codecs:  # once the leaks they may refer to exist
+        setattr(out, name, decode(msg, getattr(out, "leaks", [])))
+    return out

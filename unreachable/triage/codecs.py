@@ -1,0 +1,114 @@
+"""What suppressions and a baseline did to a report, to JSON and back.
+
+Their JSON (docs/report-schema.md) is not their structures field for field:
+suppressions are flattened into the report's top level, a baseline's site
+is written under each leak entry it lists, and a rule travels as its
+pattern, file and line. report/schema.py calls these for the model's
+`suppressed` and `baseline` fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.triage import suppressions
+from unreachable.triage.baseline import (
+    Baseline,
+    Comparison,
+    Site,
+    comparison_to_dict,
+    site_key,
+    site_to_dict,
+)
+
+LeakToJson = Callable[[LeakEntry], dict[str, Any]]
+
+
+def suppressed_to_json(report: ScanReport, leak_to_json: LeakToJson) -> dict[str, Any]:
+    if (s := report.suppressed) is None:
+        return {}
+    return {
+        "suppressed_count": s.count,
+        "suppressed_bytes": s.bytes,
+        "suppressions": [
+            {
+                "pattern": u.rule.pattern,
+                "file": u.rule.source,
+                "line": u.rule.line,
+                "count": u.count,
+                "bytes": u.bytes,
+            }
+            for u in s.used
+        ],
+        "suppressed_leaks": [
+            {**leak_to_json(leak), "suppression": rule.pattern} for leak, rule in s.leaks
+        ],
+    }
+
+
+def suppressed_from_json(
+    d: dict[str, Any], leak_from_json: Callable[[dict[str, Any]], LeakEntry]
+) -> suppressions.Suppressed | None:
+    """A rule is parsed again from its pattern, file and line: the JSON
+    names the rules that matched, each suppressed leak by its pattern."""
+    if "suppressed_count" not in d:
+        return None
+    used = [
+        suppressions.RuleUse(_rule(u["pattern"], u["file"], u["line"]), u["count"], u["bytes"])
+        for u in d.get("suppressions", [])
+    ]
+    rules = {}
+    for u in reversed(used):  # the first rule of a pattern is the one that matched
+        rules[u.rule.pattern] = u.rule
+    leaks = []
+    for leak in d.get("suppressed_leaks", []):
+        pattern = leak["suppression"]
+        rule = rules.get(pattern) or _rule(pattern, "", 0)
+        leaks.append((leak_from_json(leak), rule))
+    return suppressions.Suppressed(d["suppressed_count"], d["suppressed_bytes"], used, leaks)
+
+
+def _rule(pattern: str, source: str, line: int) -> suppressions.Rule:
+    (rule,) = suppressions.parse(f"leak:{pattern}", source)
+    return dataclasses.replace(rule, line=line)
+
+
+def baseline_to_json(report: ScanReport, _leak_to_json: LeakToJson) -> dict[str, Any]:
+    return {} if report.baseline is None else {"baseline": comparison_to_dict(report.baseline)}
+
+
+def baseline_leak_json(report: ScanReport, leak: LeakEntry, d: dict[str, Any]) -> dict[str, Any]:
+    if report.baseline is not None and (site := report.baseline.site_of.get(id(leak))):
+        d["site"] = site_to_dict(site)
+    return d
+
+
+def baseline_from_json(d: dict[str, Any], leaks: list[LeakEntry]) -> Comparison | None:
+    """The comparison a report lists. The baseline's own sites (its input,
+    every site of OLD.json) are not in the report: `baseline.sites` comes
+    back empty."""
+    if (b := d.get("baseline")) is None:
+        return None
+    base = Baseline(
+        b["file"], b["leak_count"], b["leak_bytes"], {}, b["unlisted_count"], b["unlisted_bytes"]
+    )
+    sites = [
+        Site(
+            tuple(s["site"]),
+            s["old_count"],
+            s["old_bytes"],
+            s["count"],
+            s["bytes"],
+            in_baseline=not s["new"],
+        )
+        for s in b["sites"]
+    ]
+    by_key = {s.key: s for s in sites}
+    comparison = Comparison(base, b["now_count"], b["now_bytes"], sites)
+    for leak in leaks:
+        if (site := by_key.get(site_key(leak.backtrace, leak.size))) is not None:
+            comparison.site_of[id(leak)] = site
+    return comparison
