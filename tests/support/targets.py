@@ -37,11 +37,11 @@ class Target:
         return self.proc.poll() is None
 
     def state(self) -> str:
-        with open(f"/proc/{self.pid}/stat") as f:
+        with open(f"/proc/{self.pid}/stat", errors="surrogateescape") as f:
             return f.read().rsplit(")", 1)[1].split()[0]
 
     def tracer(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
+        with open(f"/proc/{self.pid}/status", errors="surrogateescape") as f:
             for line in f:
                 if line.startswith("TracerPid:"):
                     return int(line.split()[1])

@@ -199,7 +199,7 @@ def _stream_words(streams: list[bytes], spans: list[Span]) -> bytes:
 def _unix_socket_inodes(pid: int) -> set[str]:
     """The inodes of the unix sockets of the target's network namespace."""
     try:
-        with open(f"/proc/{pid}/net/unix") as f:
+        with open(f"/proc/{pid}/net/unix", errors="surrogateescape") as f:
             next(f, None)
             return {fields[6] for line in f if len(fields := line.split()) > 6}
     except OSError:

@@ -112,7 +112,7 @@ def fork_flags(pid: int) -> ForkFlags:
     """The target's mappings a fork leaves out or wipes, from smaps (read
     while it runs). Unreadable smaps: none known."""
     try:
-        with open(f"/proc/{pid}/smaps") as f:
+        with open(f"/proc/{pid}/smaps", errors="surrogateescape") as f:
             text = f.read()
     except OSError:
         return ForkFlags()

@@ -67,7 +67,7 @@ def current_helper_tid(target: Target) -> int:
 def still_running(pid: int) -> bool:
     """False once the process has exited (gone, or a zombie)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat", errors="surrogateescape") as f:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False

@@ -38,7 +38,7 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 def _innermost_pid(pid: int) -> int:
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/status", errors="surrogateescape") as f:
             for line in f:
                 if line.startswith("NSpid:"):
                     return int(line.split()[-1])

@@ -64,7 +64,7 @@ def classify(info: ProcessInfo) -> str | None:
     target = target_info(info.pid)
     if target is None:
         try:
-            with open(f"/proc/{info.pid}/maps") as f:
+            with open(f"/proc/{info.pid}/maps", errors="surrogateescape") as f:
                 shimmed = any(SHIM_PREFIX in line for line in f)
         except OSError:
             return None  # it exited meanwhile (a scan's snapshot copy, often)

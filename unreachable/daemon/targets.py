@@ -41,7 +41,7 @@ def _read_text(path: str) -> str:
 
 def _maps_mention_shim(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/maps") as f:
+        with open(f"/proc/{pid}/maps", errors="surrogateescape") as f:
             return any(SHIM_PREFIX in line for line in f)
     except OSError:
         return False

@@ -63,7 +63,7 @@ def heap_dump(
 
 def _read_maps_text(pid: int) -> str:
     try:
-        with open(f"/proc/{pid}/maps") as f:
+        with open(f"/proc/{pid}/maps", errors="surrogateescape") as f:
             return f.read()
     except OSError:
         return ""

@@ -29,7 +29,7 @@ YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 
 def _status(pid: int | str) -> dict[str, str]:
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/status", errors="surrogateescape") as f:
             return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
     except OSError:
         return {}

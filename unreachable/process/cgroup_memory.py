@@ -135,7 +135,7 @@ def memory_headroom(pid: int, root: str = CGROUP_ROOT) -> int | None:
     it and its ancestors of limit - usage + page cache. None when no limit
     applies or the cgroup cannot be read (then nothing is held back)."""
     try:
-        with open(f"/proc/{pid}/cgroup") as f:
+        with open(f"/proc/{pid}/cgroup", errors="surrogateescape") as f:
             return headroom_from(f.read(), root)
     except OSError:
         return None

@@ -67,7 +67,7 @@ def read_maps(pid: int) -> list[Mapping]:
 def read_maps_text(pid: int) -> str:
     """/proc/PID/maps unparsed: what a pause can afford (parse_maps after)."""
     try:
-        with open(f"/proc/{pid}/maps") as f:
+        with open(f"/proc/{pid}/maps", errors="surrogateescape") as f:
             return f.read()
     except FileNotFoundError:
         raise TargetNotFound(f"no process with pid {pid}") from None

@@ -26,7 +26,7 @@ class ProcessStatus:
 
 def read_status(pid: int) -> ProcessStatus:
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/status", errors="surrogateescape") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
     except (FileNotFoundError, ProcessLookupError):
         raise TargetNotFound(f"no process with pid {pid}") from None
@@ -36,7 +36,7 @@ def read_status(pid: int) -> ProcessStatus:
         kthread = "Kthread" in fields and fields["Kthread"].strip() == "1"
         if "Kthread" not in fields:
             # Kernels without the Kthread field: kernel threads have no memory map.
-            with open(f"/proc/{pid}/stat") as f:
+            with open(f"/proc/{pid}/stat", errors="surrogateescape") as f:
                 flags = int(f.read().rsplit(")", 1)[1].split()[7])
             kthread = bool(flags & 0x00200000)  # PF_KTHREAD
     except (OSError, ValueError, IndexError):
@@ -62,7 +62,7 @@ def live_thread(pid: int) -> int:
         return 0
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            with open(f"/proc/{pid}/task/{tid}/stat", errors="surrogateescape") as f:
                 if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
                     return tid
         except (OSError, IndexError):
@@ -74,7 +74,7 @@ def resident_anonymous_bytes(pid: int) -> int:
     """The process's anonymous memory in use (RssAnon): what a fork's
     page-table copy and a copy snapshot both grow with; 0 if unknown."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/status", errors="surrogateescape") as f:
             for line in f:
                 if line.startswith("RssAnon:"):
                     return int(line.split()[1]) * 1024
@@ -102,7 +102,7 @@ def host_tid(pid: int, ns_tid: int) -> int:
         return 0
     for tid in tasks:
         try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
+            with open(f"/proc/{pid}/task/{tid}/status", errors="surrogateescape") as f:
                 nspid = next((line.split()[1:] for line in f if line.startswith("NSpid:")), [])
         except OSError:
             continue
@@ -114,7 +114,7 @@ def host_tid(pid: int, ns_tid: int) -> int:
 def thread_seccomp(pid: int, tid: int) -> int:
     """One thread's seccomp mode (0 none, 1 strict, 2 filter); -1 if unknown."""
     try:
-        with open(f"/proc/{pid}/task/{tid}/status") as f:
+        with open(f"/proc/{pid}/task/{tid}/status", errors="surrogateescape") as f:
             for line in f:
                 if line.startswith("Seccomp:"):
                     return int(line.split(":", 1)[1])

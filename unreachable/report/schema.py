@@ -186,6 +186,15 @@ def report_from_json(d: dict[str, Any]) -> ScanReport:
 # ---- proto ---------------------------------------------------------------------
 
 
+def proto_text(value: Any) -> Any:
+    """A str as protobuf takes it: /proc's text (a mapped file's path, a
+    thread name) may hold bytes that are no UTF-8, read as surrogate
+    escapes, which protobuf refuses; they travel as \\xNN escapes instead."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return value
+
+
 def to_proto(obj: Any, msg: Any) -> Any:
     """Fill the proto message `msg` from the model dataclass `obj`, field by
     field of the same name; returns msg. KeyError: the proto has no field
@@ -216,14 +225,14 @@ def to_proto(obj: Any, msg: Any) -> Any:
                 if dataclasses.is_dataclass(item):
                     to_proto(v, field.add())
                 else:
-                    field.append(v)
+                    field.append(proto_text(v))
         elif (pairs := f.metadata.get("proto_pairs")) is not None:
             key, val = pairs
             field = getattr(msg, f.name)
             for k, v in value.items():
-                field.add(**{key: k, val: v})
+                field.add(**{key: proto_text(k), val: proto_text(v)})
         else:
-            setattr(msg, f.name, value)
+            setattr(msg, f.name, proto_text(value))
     return msg
 
 

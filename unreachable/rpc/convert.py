@@ -12,7 +12,13 @@ from typing import Any
 
 from unreachable.heapdump.model import HeapDump, HeapRecord
 from unreachable.report.model import ScanReport
-from unreachable.report.schema import SCHEMA_VERSION, from_proto, report_from_json, to_proto
+from unreachable.report.schema import (
+    SCHEMA_VERSION,
+    from_proto,
+    proto_text,
+    report_from_json,
+    to_proto,
+)
 from unreachable.symbolize.frames import Frame
 from unreachable.v1 import unreachable_pb2 as pb
 
@@ -39,11 +45,11 @@ SWEEP_ENUM = {v: k for k, v in SWEEPS.items()}
 def frame_from_dict(d: dict[str, Any]) -> pb.Frame:
     return pb.Frame(
         pc=d["pc"],
-        map=d.get("map") or "",
+        map=proto_text(d.get("map") or ""),
         rel_pc=d["rel_pc"],
-        function=d.get("function") or "",
+        function=proto_text(d.get("function") or ""),
         offset=d.get("offset") or 0,
-        file=d.get("file") or "",
+        file=proto_text(d.get("file") or ""),
         line=d.get("line") or 0,
     )
 
@@ -82,12 +88,12 @@ def heapdump_from_dict(d: dict[str, Any]) -> pb.HeapDumpResponse:
     """A heap dump as unreachable.heapdump.live.dump_to_dict writes it."""
     return pb.HeapDumpResponse(
         pid=d["pid"],
-        command=d["command"],
+        command=proto_text(d["command"]),
         total_memory=d["total_memory"],
         backtrace_size=d["backtrace_size"],
         allocation_count=d["allocation_count"],
         pause_ms=d["pause_ms"],
-        maps=d.get("maps", ""),
+        maps=proto_text(d.get("maps", "")),
         fingerprint=d.get("fingerprint", ""),
         records=[
             pb.HeapRecord(

@@ -95,7 +95,7 @@ class UnloadedObjects:
 def _credentials(pid: int) -> tuple[int, set[int]] | None:
     """The target's file-system uid and its groups (/proc/PID/status)."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(f"/proc/{pid}/status", errors="surrogateescape") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
         fsuid = int(fields["Uid"].split()[3])
         gids = {int(fields["Gid"].split()[3]), *map(int, fields.get("Groups", "").split())}
