@@ -12,6 +12,7 @@ from typing import Any
 from unreachable.heapdump.model import HeapDump, HeapRecord
 from unreachable.report.json_report import SCHEMA_VERSION
 from unreachable.report.model import LEAK_COUNTS, LeakEntry, ScanReport, leak_counts
+from unreachable.rpc.triage_convert import triage_to_model, triage_to_proto
 from unreachable.symbolize.frames import Frame
 from unreachable.v1 import unreachable_pb2 as pb
 
@@ -49,18 +50,8 @@ def frame_from_dict(d: dict[str, Any]) -> pb.Frame:
 
 def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.ScanReport:
     """A report_to_dict() dict (the CLI's --json output) as a proto."""
-    leaks = []
-    for leak in d["leaks"]:
-        msg = pb.Leak(
-            address=leak["address"],
-            **{name: leak[name] for name in LEAK_COUNTS},
-            backtrace=[frame_from_dict(f) for f in leak["backtrace"]],
-            type=leak.get("type", ""),
-        )
-        if keep_contents and "contents_hex" in leak:
-            msg.contents = bytes.fromhex(leak["contents_hex"])
-        leaks.append(msg)
-    return pb.ScanReport(
+    leaks = [leak_from_dict(leak, keep_contents) for leak in d["leaks"]]
+    msg = pb.ScanReport(
         schema=d.get("schema", SCHEMA_VERSION),
         pid=d["pid"],
         command=d["command"],
@@ -83,14 +74,29 @@ def report_from_dict(d: dict[str, Any], *, keep_contents: bool = True) -> pb.Sca
         roots=[pb.RootBytes(kind=k, bytes=v) for k, v in d["roots"].items()],
         leaks=leaks,
     )
+    triage_to_proto(d, msg, lambda leak: leak_from_dict(leak, keep_contents))
+    return msg
+
+
+def leak_from_dict(leak: dict[str, Any], keep_contents: bool = True) -> pb.Leak:
+    msg = pb.Leak(
+        address=leak["address"],
+        **{name: leak[name] for name in LEAK_COUNTS},
+        backtrace=[frame_from_dict(f) for f in leak["backtrace"]],
+        type=leak.get("type", ""),
+    )
+    if keep_contents and "contents_hex" in leak:
+        msg.contents = bytes.fromhex(leak["contents_hex"])
+    return msg
 
 
 def strip_contents(report: pb.ScanReport) -> pb.ScanReport:
-    if not any(leak.HasField("contents") for leak in report.leaks):
+    suppressed = [x.leak for x in report.suppressed.leaks]
+    if not any(leak.HasField("contents") for leak in [*report.leaks, *suppressed]):
         return report
     copy = pb.ScanReport()
     copy.CopyFrom(report)
-    for leak in copy.leaks:
+    for leak in [*copy.leaks, *(x.leak for x in copy.suppressed.leaks)]:
         leak.ClearField("contents")
     return copy
 
@@ -101,7 +107,7 @@ def frame_to_model(f: pb.Frame) -> Frame:
 
 def report_to_model(r: pb.ScanReport) -> ScanReport:
     """The proto as the model the CLI's formatters print."""
-    return ScanReport(
+    report = ScanReport(
         pid=r.pid,
         command=r.command,
         leak_count=r.leak_count,
@@ -113,16 +119,7 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         snapshot=r.snapshot,
         sweep=r.sweep or "scanner",
         threads=r.threads,
-        leaks=[
-            LeakEntry(
-                address=leak.address,
-                **leak_counts(leak),
-                contents=leak.contents if leak.HasField("contents") else None,
-                backtrace=[frame_to_model(f) for f in leak.backtrace],
-                type=leak.type,
-            )
-            for leak in r.leaks
-        ],
+        leaks=[leak_to_model(leak) for leak in r.leaks],
         roots={root.kind: root.bytes for root in r.roots},
         pages_skipped=r.pages_skipped,
         bytes_scanned=r.bytes_scanned,
@@ -131,6 +128,18 @@ def report_to_model(r: pb.ScanReport) -> ScanReport:
         mark_threads=r.mark_threads or 1,
         allocations=r.allocations or "shim registry",
         symbol_note=r.symbol_note,
+    )
+    triage_to_model(r, report, leak_to_model)
+    return report
+
+
+def leak_to_model(leak: pb.Leak) -> LeakEntry:
+    return LeakEntry(
+        address=leak.address,
+        **leak_counts(leak),
+        contents=leak.contents if leak.HasField("contents") else None,
+        backtrace=[frame_to_model(f) for f in leak.backtrace],
+        type=leak.type,
     )
 
 
