@@ -328,3 +328,67 @@ def test_a_targets_bad_baseline_stops_the_daemon(daemons, tmp_path):
     d.wait_for_log(
         rf"\[\[targets\]\] name='app': baseline: {tmp_path}/gone.json: cannot read", timeout=10
     )
+
+
+def test_watch_prints_the_suppressions_and_the_baseline_as_a_local_scan(
+    daemons, sockdir, shim, tmp_path
+):
+    """unreachable-cli watch prints a background report the daemon set known
+    leaks aside in ('Suppressions used') and compared with a baseline (the
+    line under the totals, each entry's delta) as scan --suppressions
+    --baseline prints it here."""
+    name = f"tw{os.getpid() % 100000}"
+    proc = _start_named(name, sockdir, shim)
+    try:
+        supp = tmp_path / "app.supp"
+        supp.write_text("leak:^load_config$\n")
+        saved = tmp_path / "saved.json"
+        pid = str(proc.pid)
+        assert _cli("scan", pid, "--json", "--limit", "1000", "-o", str(saved)).returncode == 1
+        assert proc.stdin is not None
+        proc.stdin.write(b"grow\n")
+        proc.stdin.flush()
+        assert read_line(proc).startswith("GROWN")
+        config = tmp_path / "d.toml"
+        config.write_text(
+            f'scan_interval = 1\nhistory = ""\nsuppressions = "{supp}"\n'
+            f'[[targets]]\nname = "{name}"\nbaseline = "{saved}"\n'
+        )
+        d = daemons.start("--config", str(config))
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "unreachable.cli.main", "watch", "--remote", d.address]
+            + ["--timeout", "60"]
+            + ["--pid", pid],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert watch.stdout is not None
+            lines = [watch.stdout.readline()]  # the time and summary line
+            # The report ends with the Suppressions used block and a blank line.
+            while line := watch.stdout.readline():
+                lines.append(line)
+                if line == "\n" and lines[-2] == "-" * 53 + "\n":
+                    break
+        finally:
+            watch.kill()
+            watch.wait()
+        local = _cli("scan", pid, "--suppressions", str(supp), "--baseline", str(saved))
+        assert local.returncode == 1, local.stderr
+        assert "".join(lines[1:]) == local.stdout
+        assert local.stdout.splitlines()[:3] == [
+            "  196 bytes in 3 unreachable allocations",
+            "  ABI: 'x86_64'",
+            f"  new or grown since {saved}: 2 sites; baseline 175 bytes in 4 allocations,"
+            " now 340 bytes in 6 allocations",
+        ]
+        assert local.stdout.splitlines()[-6:-1] == [
+            "-" * 53,
+            "Suppressions used:",
+            "  count      bytes template",
+            "      1         31 ^load_config$",
+            "-" * 53,
+        ]
+    finally:
+        proc.kill()
+        proc.wait()
