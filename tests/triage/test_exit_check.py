@@ -138,3 +138,34 @@ def test_run_refuses_a_bad_exitcode_before_exec(program):
         "unreachable-cli: error: bad --options: bad value for option 'leak_check_exitcode', "
         "value must be <= 255: 256\n"
     )
+
+
+# What the scanner an exit check starts must not import when nothing leaked:
+# the daemon's RPC stack, the history's database, and pyelftools (the shim's
+# descriptor is found with the struct-based ELF reader; pyelftools reads DWARF
+# and libc's symbols, which a clean exit under the shim needs neither of).
+NOT_ON_THE_EXIT_PATH = ("elftools", "grpc", "google", "sqlite3", "prometheus_client")
+RECORDER = """\
+import atexit, os, runpy, sys
+out = os.environ["UR_TEST_MODULES"]
+atexit.register(lambda: open(out, "w").write("\\n".join(sorted(sys.modules))))
+sys.argv[0] = "unreachable-cli"
+runpy.run_module("unreachable.cli.main", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_the_exit_checks_scanner_starts_lean(program, shim, tmp_path):
+    recorder = tmp_path / "recorder.py"
+    recorder.write_text(RECORDER)
+    modules = tmp_path / "modules"
+    res = run(
+        program,
+        "clean",
+        shim,
+        UNREACHABLE_CLI=shlex.join([sys.executable, str(recorder)]),
+        UR_TEST_MODULES=str(modules),
+    )
+    assert (res.returncode, res.stderr) == (0, "")
+    loaded = modules.read_text().splitlines()
+    assert "unreachable.scan" in loaded  # it did scan
+    assert [m for m in loaded if m.split(".")[0] in NOT_ON_THE_EXIT_PATH] == []

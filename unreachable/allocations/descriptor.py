@@ -9,11 +9,9 @@ library's ELF to look for the symbol would cost a scan tens of milliseconds.
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 from functools import lru_cache
-
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
 
 from unreachable import _native
 from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissionDenied
@@ -21,6 +19,7 @@ from unreachable.process.access import why_denied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.process.secure_exec import runs_secure
+from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_DYNSYM, read_elf
 
 DESCRIPTOR_SYMBOL = _native.DESCRIPTOR_SYMBOL
 SHIM_PREFIX = "libunreachable_shim"
@@ -35,22 +34,26 @@ class ShimLocation:
 
 @lru_cache(maxsize=64)
 def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> tuple[int, int]:
-    """(descriptor symbol value or -1, vaddr of the PT_LOAD at file offset 0)."""
+    """(descriptor symbol value or -1, vaddr of the PT_LOAD at file offset 0).
+
+    With the struct-based reader, not pyelftools: every scan does this, and
+    the leak check at exit runs a scan in every process that exits, where
+    importing pyelftools alone cost more than the rest of the lookup."""
     del st_dev, st_ino, mtime  # cache key only
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        first_vaddr = 0
-        for seg in elf.iter_segments():
-            if seg["p_type"] == "PT_LOAD" and seg["p_offset"] == 0:
-                first_vaddr = seg["p_vaddr"]
-                break
-        dynsym = elf.get_section_by_name(".dynsym")
-        if not isinstance(dynsym, SymbolTableSection):
-            return -1, first_vaddr
-        syms = dynsym.get_symbol_by_name(DESCRIPTOR_SYMBOL)
-        if not syms:
-            return -1, first_vaddr
-        return syms[0]["st_value"], first_vaddr
+    elf = read_elf(path)  # NotElf is a ValueError
+    first_vaddr = next((seg.vaddr for seg in elf.loads if seg.offset == 0), 0)
+    dynsym = elf.section(".dynsym")
+    if dynsym is None or dynsym.type != SHT_DYNSYM or dynsym.link >= len(elf.sections):
+        return -1, first_vaddr
+    data = elf.read_section(dynsym)
+    names = elf.read_section(elf.sections[dynsym.link])
+    wanted = DESCRIPTOR_SYMBOL.encode() + b"\0"
+    for name_off, _info, _other, shndx, value, _size in struct.iter_unpack(
+        "<IBBHQQ", data[: len(data) - len(data) % 24]
+    ):
+        if shndx != SHN_UNDEF and names.startswith(wanted, name_off):
+            return value, first_vaddr
+    return -1, first_vaddr
 
 
 def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:

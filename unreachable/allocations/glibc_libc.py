@@ -26,14 +26,18 @@ import re
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
-
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import NoteSection, SymbolTableSection
+from typing import TYPE_CHECKING
 
 from unreachable.symbolize.config import default_debug_dirs
 from unreachable.symbolize.debuginfo import find_debug_file
 from unreachable.symbolize.elf_file import NotElf, read_elf
+
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
+
+# pyelftools is imported where it is used: a scan of a process under the shim
+# never reads libc, and the leak check at exit runs a scan in every process
+# that exits, where that import is start-up time spent for nothing.
 
 R_X86_64_RELATIVE = 8
 R_X86_64_TPOFF64 = 18
@@ -189,6 +193,8 @@ def _dynsym_span(elf: ELFFile) -> tuple[int, int]:
     """malloc.c's code without its symbols: from the end of the exported
     function before its first entry point to the start of the one after its
     last (its static helpers lie in between; morecore.c is included in it)."""
+    from elftools.elf.sections import SymbolTableSection
+
     dynsym = elf.get_section_by_name(".dynsym")
     if not isinstance(dynsym, SymbolTableSection):
         return (0, 0)
@@ -215,6 +221,10 @@ def _dynsym_span(elf: ELFFile) -> tuple[int, int]:
 
 def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
     """{name: (value, size)} of the few symbols needed, from the debug file."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
     try:
         image = read_elf(path)
     except (OSError, NotElf, ValueError):
@@ -247,6 +257,10 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
 
 @lru_cache(maxsize=16)
 def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import NoteSection
+
     del dev, ino, mtime_ns  # cache key only
     with open(path, "rb") as f:
         data = f.read()

@@ -23,10 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.segments import NoteSegment
-
 from unreachable import _native
 from unreachable.capture.stop_world import CapturedThread
 from unreachable.errors import ScanError, ScannerOutOfMemory
@@ -114,6 +110,10 @@ def _perms(flags: int) -> str:
 def _file_perms(path: str, offset: int) -> str:
     """The permissions of the segment of an ELF file that holds offset (a
     core that omits a mapping does not say them); r--p if not an ELF."""
+    # Here, not at the top: live scans import this module and read no core.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     try:
         with open(path, "rb") as f:
             for seg in ELFFile(f).iter_segments():
@@ -145,6 +145,10 @@ def _cstr(b: bytes) -> str:
 def open_core(path: str, exe: str | None = None, sysroot: str | None = None) -> CoreFile:
     """Read the core at path; raises CoreUnreadable with one line when it is
     not an x86-64 ELF core or is cut short."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.segments import NoteSegment
+
     root = (sysroot or "").rstrip("/")
     try:
         f = open(path, "rb")  # noqa: SIM115 - the notes and loads are read before it closes

@@ -7,39 +7,49 @@ Exit codes (docs/cli.md): 0 success and no leak, 1 success and leaks found,
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from unreachable.cli import (
-    diff,
-    heapdump,
-    history,
-    retainers,
-    run,
-    scan,
-    shim_path,
-    targets,
-    watch,
-    why,
-)
 from unreachable.errors import EXIT_FAILED, ScanError
 
-COMMANDS = (scan, run, shim_path, targets, watch, heapdump, diff, history, why, retainers)
+# The command modules (unreachable/cli/NAME.py, command NAME with '-' for
+# '_'), in the order --help lists them. A command line that names one
+# imports that one only: every process the leak check at exit checks starts
+# this CLI, and the others' imports (sqlite3, datetime, ...) would be
+# start-up time spent for nothing.
+COMMANDS = (
+    "scan",
+    "run",
+    "shim_path",
+    "targets",
+    "watch",
+    "heapdump",
+    "diff",
+    "history",
+    "why",
+    "retainers",
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """argv: the command line to parse, when known; a parser for its command
+    only (its usage and errors are the same as the full parser's)."""
     parser = argparse.ArgumentParser(
         prog="unreachable-cli",
         description="Find native memory leaks in running processes by proving memory unreachable.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.add_parser(sub)
+    first = argv[0] if argv else ""
+    named = first.replace("-", "_")
+    for command in (named,) if named in COMMANDS and "_" not in first else COMMANDS:
+        importlib.import_module(f"unreachable.cli.{command}").add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if getattr(args, "remote", None):
         # Before grpc's first import, when its C core reads it: it would print

@@ -7,6 +7,7 @@ tcp = "...", scan_interval = 300, ...) plus three tables:
     name = "myapp"         matches on any of: process name (comm or argv[0]'s
     unit = "web@*.service" base name), systemd unit, cgroup path prefix; every
     cgroup = "/system.slice/foo.service"   key given must match (fnmatch globs)
+    baseline = "first"     optional: these processes' baseline, not the setting's
 
     [thresholds]
     leak_bytes = 1048576          # a scan finding more logs a warning
@@ -50,6 +51,9 @@ class TargetSpec:
     name: str = ""  # /proc/PID/comm or basename(argv[0])
     unit: str = ""  # systemd unit, from /proc/PID/cgroup
     cgroup: str = ""  # cgroup path prefix ("/system.slice/foo.service")
+    # The processes' own baseline ("first", a saved scan, "" none); None: the
+    # `baseline` setting's.
+    baseline: str | None = None
 
     def describe(self) -> str:
         parts = [
@@ -177,6 +181,12 @@ class Config:
                 load_baseline(self.baseline)
             except BaselineError as e:
                 raise ConfigError(f"baseline: {e}") from None
+        for spec in self.targets:
+            if spec.baseline and spec.baseline != BASELINE_FIRST:
+                try:
+                    load_baseline(spec.baseline)
+                except BaselineError as e:
+                    raise ConfigError(f"[[targets]] {spec.describe()}: baseline: {e}") from None
 
     def history_path(self) -> str:
         """The history database's path, or "" when history is off."""
@@ -252,11 +262,13 @@ def _targets(value: Any, path: str) -> list[TargetSpec]:
     for entry in value:
         if not isinstance(entry, dict):
             raise ConfigError(f"{path}: each [[targets]] entry is a table")
-        unknown = set(entry) - {"name", "unit", "cgroup"}
+        unknown = set(entry) - {"name", "unit", "cgroup", "baseline"}
         if unknown:
             raise ConfigError(f"{path}: [[targets]]: unknown key(s) {', '.join(sorted(unknown))}")
         if not all(isinstance(v, str) for v in entry.values()):
             raise ConfigError(f"{path}: [[targets]] values are strings")
+        if entry.get("baseline") not in (None, "", BASELINE_FIRST):
+            entry = dict(entry, baseline=os.path.join(os.path.dirname(path), entry["baseline"]))
         specs.append(TargetSpec(**entry))
     return specs
 

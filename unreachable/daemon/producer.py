@@ -4,10 +4,11 @@ Each result goes to the Monitor (history, growth, log with journal fields,
 metrics, Watch). One pending request per pid: asking again while one is
 queued or running is answered BUSY.
 
-With the `baseline` setting, these scans report only allocation sites that
-are new or grew (scan --baseline): against a saved scan, or ("first")
-against each process's first background scan, which is published whole and
-kept, with every entry, in a private directory until the process exits.
+With the `baseline` setting (or a [[targets]] entry's own), these scans
+report only allocation sites that are new or grew (scan --baseline): against
+a saved scan, or ("first") against each process's first background scan,
+which is published whole and kept, with every entry, in a private directory
+until the process exits.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from collections.abc import Callable
 from typing import Any
 
 from unreachable.daemon.config import BASELINE_FIRST
-from unreachable.daemon.matching import ProcessInfo, ProcessKey, read_process, still_running
+from unreachable.daemon.matching import (
+    ProcessInfo,
+    ProcessKey,
+    matching,
+    read_process,
+    still_running,
+)
 from unreachable.daemon.monitor import TRIGGER_NAMES, Monitor
 from unreachable.daemon.scans import ScanFailed, ScanRunner
 from unreachable.v1 import unreachable_pb2 as pb
@@ -68,9 +75,18 @@ class ReportProducer:
         if self._baseline_dir:
             shutil.rmtree(self._baseline_dir, ignore_errors=True)
 
-    def _baseline_for(self, info: ProcessInfo) -> str:
+    def baseline_setting(self, info: ProcessInfo) -> str:
+        """The process's baseline setting: its [[targets]] entry's when that
+        names one, else the daemon's ("first", a file, "" none)."""
+        config = self._monitor.config
+        spec = matching(config.targets, info)
+        if spec is not None and spec.baseline is not None:
+            return spec.baseline
+        return config.baseline
+
+    def baseline_for(self, info: ProcessInfo) -> str:
         """The baseline file this process's scan compares with ("" for none)."""
-        setting = self._monitor.config.baseline
+        setting = self.baseline_setting(info)
         if setting != BASELINE_FIRST:
             return setting
         for key in [k for k in self._baselines if not still_running(k)]:
@@ -101,10 +117,10 @@ class ReportProducer:
             if info is None:
                 message = f"pid {pid} is gone"
                 return
-            baseline = self._baseline_for(info)
+            baseline = self.baseline_for(info)
             # The first scan becomes the baseline: every entry, or leaks past
             # the list would look new at every later scan.
-            first = self._monitor.config.baseline == BASELINE_FIRST and not baseline
+            first = self.baseline_setting(info) == BASELINE_FIRST and not baseline
             try:
                 report = await self._runner.scan(
                     pid,

@@ -23,9 +23,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from unreachable.daemon.config import Config, ConfigError
+from unreachable.daemon.config import BASELINE_FIRST, Config, ConfigError
 from unreachable.daemon.history import MEMORY, History
 from unreachable.daemon.malformed import RefuseMalformed
+from unreachable.daemon.matching import read_process
 from unreachable.daemon.metrics import Metrics
 from unreachable.daemon.monitor import Monitor
 from unreachable.daemon.notify import NotifyListener
@@ -82,10 +83,36 @@ async def _deadline(context: Context, work: str) -> AsyncIterator[None]:
 
 
 class UnreachableService(pb_grpc.UnreachableServicer):
-    def __init__(self, config: Config, runner: ScanRunner, hub: WatchHub) -> None:
+    def __init__(
+        self,
+        config: Config,
+        runner: ScanRunner,
+        hub: WatchHub,
+        producer: ReportProducer | None = None,
+    ) -> None:
         self._config = config
         self._runner = runner
         self._hub = hub
+        self._producer = producer  # keeps the baselines ScanRequest.baseline asks for
+
+    async def _baseline(self, pid: int, context: Context) -> str:
+        """The baseline file the daemon keeps for pid; aborts when it keeps none."""
+        info = read_process(pid)
+        if info is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"no process with pid {pid}")
+        assert info is not None
+        path = self._producer.baseline_for(info) if self._producer is not None else ""
+        if not path:
+            setting = self._producer.baseline_setting(info) if self._producer is not None else ""
+            why = (
+                'its first background scan, which becomes it (baseline = "first"), has not run'
+                if setting == BASELINE_FIRST
+                else "neither its [[targets]] entry nor the daemon's configuration names one"
+            )
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"pid {pid} has no baseline: {why}"
+            )
+        return path
 
     async def _check_pid(self, pid: int, context: Context) -> None:
         if pid <= 0:
@@ -107,6 +134,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
                 f"mark_threads must be 0 (the default) to {MAX_MARK_THREADS}",
             )
         limit = request.limit if request.HasField("limit") else 100
+        baseline = await self._baseline(request.pid, context) if request.baseline else ""
 
         async def progress(stage: str, elapsed_ms: float) -> None:
             event = pb.ScanProgress(
@@ -126,6 +154,7 @@ class UnreachableService(pb_grpc.UnreachableServicer):
                     snapshot=SNAPSHOTS[request.snapshot],
                     sweep=SWEEPS[request.sweep],
                     mark_threads=request.mark_threads,
+                    baseline=baseline,
                     progress=progress,
                 )
         except ScanFailed as e:
@@ -362,7 +391,9 @@ async def serve(config: Config) -> int:
     status = Status()
     monitor = Monitor(config, hub, history=history, metrics=metrics, status=status)
     producer = ReportProducer(runner, monitor, contents=config.allow_contents)
-    pb_grpc.add_UnreachableServicer_to_server(UnreachableService(config, runner, hub), server)
+    pb_grpc.add_UnreachableServicer_to_server(
+        UnreachableService(config, runner, hub, producer), server
+    )
     # grpc_health binds `aio` by a relative import its stubs do not declare.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -50,11 +50,17 @@ CODECS = {
         triage_codecs.suppressed_to_json,
         lambda _report, _leak, d: d,
         lambda d, _leaks: triage_codecs.suppressed_from_json(d, leak_from_json),
+        lambda report, msg: triage_codecs.suppressed_to_proto(report, msg, to_proto),
+        lambda msg, _leaks: triage_codecs.suppressed_from_proto(
+            msg, lambda m: from_proto(LeakEntry, m)
+        ),
     ),
     "baseline": Codec(
         triage_codecs.baseline_to_json,
         triage_codecs.baseline_leak_json,
         triage_codecs.baseline_from_json,
+        triage_codecs.baseline_to_proto,
+        triage_codecs.baseline_from_proto,
     ),
 }
 
@@ -201,12 +207,13 @@ def to_proto(obj: Any, msg: Any) -> Any:
     for one of the model's."""
     hints = _hints(type(obj))
     names = msg.DESCRIPTOR.fields_by_name
+    codecs: list[Callable[[Any, Any], None]] = []
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if codec_name := f.metadata.get("codec"):
             codec = CODECS[codec_name]
             if codec.to_proto is not None and value is not None:
-                codec.to_proto(obj, msg)
+                codecs.append(codec.to_proto)
             continue
         if f.name not in names:
             raise KeyError(f"{msg.DESCRIPTOR.full_name} has no field {f.name}")
@@ -233,6 +240,8 @@ def to_proto(obj: Any, msg: Any) -> Any:
                 field.add(**{key: proto_text(k), val: proto_text(v)})
         else:
             setattr(msg, f.name, proto_text(value))
+    for encode in codecs:  # once the leak messages they may write into exist
+        encode(obj, msg)
     return msg
 
 

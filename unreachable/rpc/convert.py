@@ -66,11 +66,12 @@ def report_from_dict(d: dict[str, Any]) -> pb.ScanReport:
 
 
 def strip_contents(report: pb.ScanReport) -> pb.ScanReport:
-    if not any(leak.HasField("contents") for leak in report.leaks):
+    suppressed = [x.leak for x in report.suppressed.leaks]
+    if not any(leak.HasField("contents") for leak in [*report.leaks, *suppressed]):
         return report
     copy = pb.ScanReport()
     copy.CopyFrom(report)
-    for leak in copy.leaks:
+    for leak in [*copy.leaks, *(x.leak for x in copy.suppressed.leaks)]:
         leak.ClearField("contents")
     return copy
 

@@ -26,6 +26,7 @@ def remote_scan(
         snapshot=SNAPSHOT_ENUM[options.snapshot],
         sweep=SWEEP_ENUM[options.sweep],
         mark_threads=options.mark_threads,
+        baseline=args.daemon_baseline,
     )
     report: pb.ScanReport | None = None
     channel = open_channel(args)

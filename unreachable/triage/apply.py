@@ -42,6 +42,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="report only allocation sites that are new or grew since OLD.json (a saved "
         "scan --json), with their deltas; the totals and the exit status count only that",
     )
+    p.add_argument(
+        "--daemon-baseline",
+        action="store_true",
+        help="with --remote: compare with the baseline unreachabled keeps for PID (its "
+        "[[targets]] entry's or its 'baseline' setting), as its background scans do",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,13 @@ def from_args(args: argparse.Namespace, fmt: str) -> Triage:
             f"--baseline prints text, json or lmu, not {fmt} "
             "(unreachable-cli diff OLD.json NEW.json compares two scans per backtrace)"
         )
+    if args.daemon_baseline:
+        if not args.remote:
+            raise InvalidArgument("--daemon-baseline asks unreachabled: it needs --remote")
+        if args.baseline:
+            raise InvalidArgument("--daemon-baseline and --baseline exclude each other")
+        if fmt in ("collapsed", "pprof"):
+            raise InvalidArgument(f"--daemon-baseline prints text, json or lmu, not {fmt}")
     paths = suppressions.paths_from_env() + list(args.suppressions)
     rules = suppressions.load(paths)
     base = baselines.load(args.baseline) if args.baseline else None

@@ -112,3 +112,91 @@ def baseline_from_json(d: dict[str, Any], leaks: list[LeakEntry]) -> Comparison 
         if (site := by_key.get(site_key(leak.backtrace, leak.size))) is not None:
             comparison.site_of[id(leak)] = site
     return comparison
+
+
+# ---- over gRPC ----------------------------------------------------------------
+# The messages are filled through their own fields' add(), and leak entries
+# through the converters report/schema.py passes in, so this module needs
+# neither the generated proto module nor the schema's walker.
+
+LeakToProto = Callable[[LeakEntry, Any], None]
+LeakFromProto = Callable[[Any], LeakEntry]
+
+
+def suppressed_to_proto(report: ScanReport, msg: Any, leak_to_proto: LeakToProto) -> None:
+    if (s := report.suppressed) is None:
+        return
+    out = msg.suppressed
+    out.count, out.bytes = s.count, s.bytes
+    for u in s.used:
+        out.used.add(
+            pattern=u.rule.pattern,
+            file=u.rule.source,
+            line=u.rule.line,
+            count=u.count,
+            bytes=u.bytes,
+        )
+    for leak, rule in s.leaks:
+        x = out.leaks.add(suppression=rule.pattern)
+        leak_to_proto(leak, x.leak)
+
+
+def suppressed_from_proto(
+    msg: Any, leak_from_proto: LeakFromProto
+) -> suppressions.Suppressed | None:
+    if not msg.HasField("suppressed"):
+        return None
+    s = msg.suppressed
+    used = [
+        suppressions.RuleUse(_rule(u.pattern, u.file, u.line), u.count, u.bytes) for u in s.used
+    ]
+    rules: dict[str, suppressions.Rule] = {}
+    for u in reversed(used):  # the first rule of a pattern is the one that matched
+        rules[u.rule.pattern] = u.rule
+    leaks = [
+        (leak_from_proto(x.leak), rules.get(x.suppression) or _rule(x.suppression, "", 0))
+        for x in s.leaks
+    ]
+    return suppressions.Suppressed(s.count, s.bytes, used, leaks)
+
+
+def baseline_to_proto(report: ScanReport, msg: Any) -> None:
+    """Each entry names its site by the site's index in the comparison."""
+    if (c := report.baseline) is None:
+        return
+    out = msg.baseline
+    b = c.baseline
+    out.file = b.path
+    out.leak_count, out.leak_bytes = b.leak_count, b.leak_bytes
+    out.unlisted_count, out.unlisted_bytes = b.unlisted_count, b.unlisted_bytes
+    out.now_count, out.now_bytes = c.now_count, c.now_bytes
+    index = {}
+    for i, site in enumerate(c.sites):
+        index[id(site)] = i
+        out.sites.add(
+            site=list(site.key),
+            is_new=not site.in_baseline,
+            old_count=site.old_count,
+            old_bytes=site.old_bytes,
+            count=site.count,
+            bytes=site.bytes,
+        )
+    for leak, entry in zip(report.leaks, msg.leaks, strict=True):
+        if (listed := c.site_of.get(id(leak))) is not None and id(listed) in index:
+            entry.baseline_site = index[id(listed)]
+
+
+def baseline_from_proto(msg: Any, leaks: list[LeakEntry]) -> Comparison | None:
+    if not msg.HasField("baseline"):
+        return None
+    b = msg.baseline
+    sites = [
+        Site(tuple(x.site), x.old_count, x.old_bytes, x.count, x.bytes, in_baseline=not x.is_new)
+        for x in b.sites
+    ]
+    base = Baseline(b.file, b.leak_count, b.leak_bytes, {}, b.unlisted_count, b.unlisted_bytes)
+    comparison = Comparison(base, b.now_count, b.now_bytes, sites)
+    for entry, leak in zip(msg.leaks, leaks, strict=True):
+        if entry.HasField("baseline_site") and entry.baseline_site < len(sites):
+            comparison.site_of[id(leak)] = sites[entry.baseline_site]
+    return comparison

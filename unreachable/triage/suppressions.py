@@ -216,10 +216,16 @@ def apply(report: ScanReport, rules: Sequence[Rule], limit: int) -> ScanReport:
         out.bytes += size
         out.leaks.append((leak, rule))
     out.used = [use for use in uses.values() if use.count]
-    out.leaks = out.leaks[:limit]
     report.leaks = kept
     report.leak_count -= out.count
     report.leak_bytes -= out.bytes
+    if (prior := report.suppressed) is not None:
+        # Rules applied where the report was made (a daemon's): theirs first.
+        out.count += prior.count
+        out.bytes += prior.bytes
+        out.used = prior.used + out.used
+        out.leaks = prior.leaks + out.leaks
+    out.leaks = out.leaks[:limit]
     report.suppressed = out
     return report
 

@@ -59,20 +59,22 @@ TRIGGER_SIGNAL: Trigger
 TRIGGER_SCHEDULED: Trigger
 
 class ScanRequest(_message.Message):
-    __slots__ = ("pid", "contents", "limit", "snapshot", "sweep", "mark_threads")
+    __slots__ = ("pid", "contents", "limit", "snapshot", "sweep", "mark_threads", "baseline")
     PID_FIELD_NUMBER: _ClassVar[int]
     CONTENTS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     SWEEP_FIELD_NUMBER: _ClassVar[int]
     MARK_THREADS_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_FIELD_NUMBER: _ClassVar[int]
     pid: int
     contents: bool
     limit: int
     snapshot: Snapshot
     sweep: Sweep
     mark_threads: int
-    def __init__(self, pid: _Optional[int] = ..., contents: _Optional[bool] = ..., limit: _Optional[int] = ..., snapshot: _Optional[_Union[Snapshot, str]] = ..., sweep: _Optional[_Union[Sweep, str]] = ..., mark_threads: _Optional[int] = ...) -> None: ...
+    baseline: bool
+    def __init__(self, pid: _Optional[int] = ..., contents: _Optional[bool] = ..., limit: _Optional[int] = ..., snapshot: _Optional[_Union[Snapshot, str]] = ..., sweep: _Optional[_Union[Sweep, str]] = ..., mark_threads: _Optional[int] = ..., baseline: _Optional[bool] = ...) -> None: ...
 
 class ScanProgress(_message.Message):
     __slots__ = ("stage", "stage_name", "elapsed_ms")
@@ -111,7 +113,7 @@ class Frame(_message.Message):
     def __init__(self, pc: _Optional[int] = ..., map: _Optional[str] = ..., rel_pc: _Optional[int] = ..., function: _Optional[str] = ..., offset: _Optional[int] = ..., file: _Optional[str] = ..., line: _Optional[int] = ...) -> None: ...
 
 class Leak(_message.Message):
-    __slots__ = ("address", "size", "referenced_count", "referenced_size", "similar_count", "similar_size", "similar_referenced_count", "similar_referenced_size", "total_size", "backtrace", "contents", "type")
+    __slots__ = ("address", "size", "referenced_count", "referenced_size", "similar_count", "similar_size", "similar_referenced_count", "similar_referenced_size", "total_size", "backtrace", "contents", "type", "baseline_site")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     REFERENCED_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +126,7 @@ class Leak(_message.Message):
     BACKTRACE_FIELD_NUMBER: _ClassVar[int]
     CONTENTS_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_SITE_FIELD_NUMBER: _ClassVar[int]
     address: int
     size: int
     referenced_count: int
@@ -136,7 +139,78 @@ class Leak(_message.Message):
     backtrace: _containers.RepeatedCompositeFieldContainer[Frame]
     contents: bytes
     type: str
-    def __init__(self, address: _Optional[int] = ..., size: _Optional[int] = ..., referenced_count: _Optional[int] = ..., referenced_size: _Optional[int] = ..., similar_count: _Optional[int] = ..., similar_size: _Optional[int] = ..., similar_referenced_count: _Optional[int] = ..., similar_referenced_size: _Optional[int] = ..., total_size: _Optional[int] = ..., backtrace: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., contents: _Optional[bytes] = ..., type: _Optional[str] = ...) -> None: ...
+    baseline_site: int
+    def __init__(self, address: _Optional[int] = ..., size: _Optional[int] = ..., referenced_count: _Optional[int] = ..., referenced_size: _Optional[int] = ..., similar_count: _Optional[int] = ..., similar_size: _Optional[int] = ..., similar_referenced_count: _Optional[int] = ..., similar_referenced_size: _Optional[int] = ..., total_size: _Optional[int] = ..., backtrace: _Optional[_Iterable[_Union[Frame, _Mapping]]] = ..., contents: _Optional[bytes] = ..., type: _Optional[str] = ..., baseline_site: _Optional[int] = ...) -> None: ...
+
+class SuppressionUse(_message.Message):
+    __slots__ = ("pattern", "file", "line", "count", "bytes")
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    file: str
+    line: int
+    count: int
+    bytes: int
+    def __init__(self, pattern: _Optional[str] = ..., file: _Optional[str] = ..., line: _Optional[int] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class SuppressedLeak(_message.Message):
+    __slots__ = ("leak", "suppression")
+    LEAK_FIELD_NUMBER: _ClassVar[int]
+    SUPPRESSION_FIELD_NUMBER: _ClassVar[int]
+    leak: Leak
+    suppression: str
+    def __init__(self, leak: _Optional[_Union[Leak, _Mapping]] = ..., suppression: _Optional[str] = ...) -> None: ...
+
+class Suppressed(_message.Message):
+    __slots__ = ("count", "bytes", "used", "leaks")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    LEAKS_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    bytes: int
+    used: _containers.RepeatedCompositeFieldContainer[SuppressionUse]
+    leaks: _containers.RepeatedCompositeFieldContainer[SuppressedLeak]
+    def __init__(self, count: _Optional[int] = ..., bytes: _Optional[int] = ..., used: _Optional[_Iterable[_Union[SuppressionUse, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[SuppressedLeak, _Mapping]]] = ...) -> None: ...
+
+class BaselineSite(_message.Message):
+    __slots__ = ("site", "is_new", "old_count", "old_bytes", "count", "bytes")
+    SITE_FIELD_NUMBER: _ClassVar[int]
+    IS_NEW_FIELD_NUMBER: _ClassVar[int]
+    OLD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    OLD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    site: _containers.RepeatedScalarFieldContainer[str]
+    is_new: bool
+    old_count: int
+    old_bytes: int
+    count: int
+    bytes: int
+    def __init__(self, site: _Optional[_Iterable[str]] = ..., is_new: _Optional[bool] = ..., old_count: _Optional[int] = ..., old_bytes: _Optional[int] = ..., count: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class BaselineComparison(_message.Message):
+    __slots__ = ("file", "leak_count", "leak_bytes", "unlisted_count", "unlisted_bytes", "now_count", "now_bytes", "sites")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LEAK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNLISTED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UNLISTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NOW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    NOW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SITES_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    leak_count: int
+    leak_bytes: int
+    unlisted_count: int
+    unlisted_bytes: int
+    now_count: int
+    now_bytes: int
+    sites: _containers.RepeatedCompositeFieldContainer[BaselineSite]
+    def __init__(self, file: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., unlisted_count: _Optional[int] = ..., unlisted_bytes: _Optional[int] = ..., now_count: _Optional[int] = ..., now_bytes: _Optional[int] = ..., sites: _Optional[_Iterable[_Union[BaselineSite, _Mapping]]] = ...) -> None: ...
 
 class RootBytes(_message.Message):
     __slots__ = ("kind", "bytes")
@@ -147,7 +221,7 @@ class RootBytes(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ScanReport(_message.Message):
-    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads", "allocations", "symbol_note")
+    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads", "allocations", "symbol_note", "suppressed", "baseline")
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +243,8 @@ class ScanReport(_message.Message):
     MARK_THREADS_FIELD_NUMBER: _ClassVar[int]
     ALLOCATIONS_FIELD_NUMBER: _ClassVar[int]
     SYMBOL_NOTE_FIELD_NUMBER: _ClassVar[int]
+    SUPPRESSED_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_FIELD_NUMBER: _ClassVar[int]
     schema: int
     pid: int
     command: str
@@ -190,7 +266,9 @@ class ScanReport(_message.Message):
     mark_threads: int
     allocations: str
     symbol_note: str
-    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ..., allocations: _Optional[str] = ..., symbol_note: _Optional[str] = ...) -> None: ...
+    suppressed: Suppressed
+    baseline: BaselineComparison
+    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ..., allocations: _Optional[str] = ..., symbol_note: _Optional[str] = ..., suppressed: _Optional[_Union[Suppressed, _Mapping]] = ..., baseline: _Optional[_Union[BaselineComparison, _Mapping]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("pid", "name", "contents")
