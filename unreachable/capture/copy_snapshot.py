@@ -21,7 +21,6 @@ from unreachable import _native
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.process.status import resident_anonymous_bytes
 from unreachable.roots.classify import SPECIAL
 
 SYNC_ANON = 1  # page_sync.h UR_SYNC_ANON
@@ -50,17 +49,16 @@ def sync_ranges(mappings: Sequence[Mapping]) -> bytes:
     return bytes(out)
 
 
-def copy_pays_off(target: Target, copy_from: int) -> bool:
+def copy_pays_off(
+    anonymous_bytes: int, allocations: int | None, copy_from: int = COPY_FROM_BYTES
+) -> bool:
     """Whether "auto" should try a copy snapshot: a heap big enough for the
     fork's pause to pass the copy's, with few enough allocations for the
-    scan not to take much longer (docs/pause.md)."""
-    if resident_anonymous_bytes(target.pid) < copy_from:
+    scan not to take much longer (docs/pause.md). allocations None: the
+    registry could not be read (stopping the target reports why)."""
+    if anonymous_bytes < copy_from or allocations is None:
         return False
-    try:
-        registry = _native.read_registry(target.pid, target.shim.descriptor_addr, False)
-    except (OSError, ValueError):
-        return False  # stopping it reports why
-    return registry["expected"] <= COPY_MAX_ALLOCATIONS
+    return allocations <= COPY_MAX_ALLOCATIONS
 
 
 def _threads() -> int:

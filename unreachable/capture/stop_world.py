@@ -110,6 +110,17 @@ def _clone_verdict(session: _native.Session, pid: int, helper_tid: int) -> bool 
         return None
 
 
+def _copy_pays_off(target: Target, copy_from: int) -> bool:
+    anonymous = resident_anonymous_bytes(target.pid)
+    if anonymous < copy_from:
+        return False
+    try:
+        registry = _native.read_registry(target.pid, target.shim.descriptor_addr, False)
+    except (OSError, ValueError):
+        return False  # stopping it reports why
+    return copy_pays_off(anonymous, registry["expected"], copy_from)
+
+
 @contextmanager
 def stop_world(
     target: Target,
@@ -136,7 +147,7 @@ def stop_world(
         tracking = cleanup.enter_context(ExitStack())
         copy: _native.MemoryCopy | None = None
         copy_error = ""
-        wants_copy = mode == "copy" or (mode == "auto" and copy_pays_off(target, copy_from))
+        wants_copy = mode == "copy" or (mode == "auto" and _copy_pays_off(target, copy_from))
         # Off the pause: smaps walks every page table. With more memory kept
         # out of forks than a fork's pause reads quickly, "auto" takes a copy
         # whatever the heap's size (node's V8 heap: stopped, it paused 26-157
@@ -147,7 +158,7 @@ def stop_world(
         if roots and not wants_copy and mode in ("auto", "fork"):
             left_out = fork_flags(pid)
         if mode == "auto" and copy_from != NEVER_COPY and left_out.prefers_copy:
-            wants_copy = copy_pays_off(target, 0)
+            wants_copy = _copy_pays_off(target, 0)
         if wants_copy:
             try:
                 copy = tracking.enter_context(copy_while_running(target))

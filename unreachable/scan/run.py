@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from unreachable import _native
 from unreachable.allocations.registry import read_registry
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, NEVER_COPY
-from unreachable.capture.stop_world import SnapshotMode, stop_world
+from unreachable.capture.stop_world import stop_world
 from unreachable.capture.target import Target, open_target, still_running
 from unreachable.errors import (
     InvalidArgument,
@@ -55,6 +54,7 @@ from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry
 from unreachable.roots.heap_words import anonymous_spans, heap_spans, words_in
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
+from unreachable.scan.options import CONTENTS_BYTES, Progress, ScanOptions
 from unreachable.scan_glibc import runs_without_shim, scan_without_shim
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
@@ -64,26 +64,6 @@ from unreachable.symbolize.unloaded import read_loaded_objects
 
 if TYPE_CHECKING:
     from unreachable.retention.collect import GraphCollector
-
-CONTENTS_BYTES = 32
-Progress = Callable[[str], None]
-# Where a fork-mode scan sweeps: "auto" in the snapshot child with the outside
-# sweep as fallback, "child" only there (fails otherwise), "scanner" outside.
-SweepMode = Literal["auto", "child", "scanner"]
-
-
-@dataclass(frozen=True, slots=True)
-class ScanOptions:
-    limit: int = 100
-    contents: bool = False
-    # Contents of the first N entries that have no backtrace (the text
-    # report's default: a leak without a backtrace is known by its bytes).
-    sample_contents: int = 0
-    snapshot: SnapshotMode = "auto"
-    sweep: SweepMode = "auto"
-    mark_threads: int = 0  # the child's, or a frozen copy's in here; 0: default_mark_threads()
-    # seconds symbolization may take (None: no limit; True: UNREACHABLE_SYMBOL_BUDGET or 30)
-    symbol_budget: float | None | bool = True
 
 
 class _ChildGone(Exception):
@@ -147,13 +127,14 @@ def _read_contents(memory: Memory, addr: int, size: int) -> bytes:
 
 def scan(
     pid: int,
-    options: ScanOptions = ScanOptions(),
+    options: ScanOptions | None = None,
     progress: Progress | None = None,
     graph: GraphCollector | None = None,
 ) -> ScanReport:
     """graph: the scan also keeps the mark's reference graph and hands it to
     this collector (unreachable/retention: why, retainers); the sweep then
     runs here, never in the snapshot child, which has no way to send it."""
+    options = options or ScanOptions()
     if options.limit < 0:
         raise InvalidArgument("--limit must be >= 0")
     note = progress or (lambda _stage: None)

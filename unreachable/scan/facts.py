@@ -1,0 +1,86 @@
+"""What is known about a target before any of its threads stops, read once.
+
+The plan (plan.py) is chosen from these facts alone; nothing here decides.
+What can only be known in or after the pause (whether the helper's clone()
+gets past a seccomp filter, how much a fork really lacks, whether a snapshot
+child survives its sweep) is found by the stage that meets it, which then
+asks for the next plan (plan.Retry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from unreachable import _native
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
+from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
+from unreachable.capture.target import Target, open_target
+from unreachable.errors import TargetNotShimmed
+from unreachable.process.cgroup_memory import memory_headroom, no_room_for_fork
+from unreachable.process.status import resident_anonymous_bytes
+from unreachable.scan.options import ScanOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    pid: int
+    # The shim's registry was found (open_target); target is None otherwise.
+    shim: bool = True
+    target: Target | None = None
+    no_shim: str = ""  # why the shim's registry cannot be read (no shim, or an inert one)
+    glibc_heap: bool = False  # no shim mapped at all: glibc's heap can be walked from outside
+    child_box: bool = True  # the shim can sweep inside its snapshot child
+    anonymous_bytes: int = 0  # resident anonymous memory (what a copy holds)
+    allocations: int | None = None  # the registry's live count (None: not read, or unreadable)
+    # What a fork would lack (smaps, read while the target runs): empty when
+    # not looked at (no fork possible, or a copy chosen without it).
+    kept_out: ForkFlags = field(default_factory=ForkFlags)
+    fork_room: str = ""  # why the target's memory cgroup has no room for a snapshot child
+    headroom: int | None = None  # what the target's memory cgroup could still be charged
+
+
+def _allocations(target: Target) -> int | None:
+    """The registry's count of live allocations: its shards' counts and its
+    size maps' entries (a read of every map)."""
+    try:
+        return int(
+            _native.read_registry(target.pid, target.shim.descriptor_addr, False)["expected"]
+        )
+    except (OSError, ValueError):
+        return None  # reading the registry in the scan says what is wrong
+
+
+def gather_facts(pid: int, options: ScanOptions, roots: bool = True) -> Facts:
+    """The facts the plan may need for these options, each read once.
+    roots=False: the caller reads no roots (a heap dump), so what a fork
+    lacks is not looked for."""
+    from unreachable.scan_glibc import runs_without_shim
+
+    try:
+        target = open_target(pid)
+    except TargetNotShimmed as e:
+        return Facts(pid, shim=False, no_shim=str(e), glibc_heap=runs_without_shim(pid))
+    pid = target.pid
+    headroom = memory_headroom(pid)
+    anonymous = resident_anonymous_bytes(pid)
+    # The registry's count decides only between a copy and a fork, and
+    # matters only for a heap a copy may pay off for.
+    auto = options.snapshot == "auto" and options.sweep != "child"
+    allocations = _allocations(target) if auto and anonymous >= COPY_FROM_BYTES else None
+    kept_out = ForkFlags()
+    # smaps walks every page table: not read when a copy is taken anyway.
+    if roots and options.snapshot in ("auto", "fork"):
+        if not (auto and copy_pays_off(anonymous, allocations)):
+            kept_out = fork_flags(pid)
+    if auto and allocations is None and kept_out.prefers_copy:
+        allocations = _allocations(target)
+    return Facts(
+        pid,
+        target=target,
+        child_box=bool(target.header.child_box),
+        anonymous_bytes=anonymous,
+        allocations=allocations,
+        kept_out=kept_out,
+        fork_room=no_room_for_fork(headroom, anonymous),
+        headroom=headroom,
+    )
