@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from unreachable import _native
+from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
+from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.roots.classify import SPECIAL
 
@@ -28,7 +29,6 @@ MAX_THREADS = 4
 # From here on a fork snapshot's page-table copy (~30 ms per GB on 4 KiB
 # pages) pauses longer than a copy snapshot's stop (docs/pause.md).
 COPY_FROM_BYTES = 256 << 20
-NEVER_COPY = sys.maxsize  # a copy_from for callers that must not copy
 # Beyond this many live allocations the scanner's own work on the copy (the
 # registry, the index, ~0.4 us each, where a snapshot child does it beside
 # the scanner) makes the whole scan 2x slower and more: auto forks.
@@ -100,3 +100,29 @@ def refresh(copy: _native.MemoryCopy, pid: int) -> list[Mapping]:
     copy.sync(sync_ranges(mappings), refresh=True, threads=_threads())
     copy.finish()
     return mappings
+
+
+@contextmanager
+def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
+    """The copy, made while the target runs, then brought up to date in the
+    pause. A copy that cannot be made is refused (request.must) or raises
+    TrackingUnavailable; one that cannot be brought up to date leaves the
+    target stopped, swept so (it is stopped already)."""
+    with ExitStack() as cleanup:
+        tracking = cleanup.enter_context(ExitStack())
+        try:
+            copy = tracking.enter_context(copy_while_running(target))
+        except TrackingUnavailable as e:
+            if request.must:
+                raise TargetUnscannable(f"{request.must}{e}") from None
+            raise
+        cleanup.callback(copy.close)
+        capture = stop_world(target, request.roots, cleanup)
+        try:
+            capture.mappings = refresh(copy, target.pid)
+            capture.session.release()
+            capture.snapshot, capture.copy = "copy", copy
+        except (OSError, MemoryError) as e:
+            capture.snapshot_error = f"the copy could not be brought up to date: {e}"
+        tracking.close()  # writes are not tracked a moment longer
+        yield capture

@@ -28,7 +28,7 @@ Without the shim, glibc's heap is walked from a copy made in the pause
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
@@ -41,8 +41,9 @@ from unreachable.scan.options import ScanOptions
 # made in the pause (no shim).
 Snapshot = Literal["fork", "copy", "stopped", "whole copy"]
 SweepPlace = Literal["child", "scanner"]
-# Where the allocations come from (allocations/).
-Allocations = Literal["shim registry", "glibc heap"]
+# Where the allocations come from: a name in allocations/source.SOURCES,
+# or "glibc heap" (walked by scan_glibc.py's own capture).
+Allocations = str
 
 NO_CHILD_BOX = "the shim in the target has no in-child sweep"
 RETRY_ELSEWHERE = "; scan it with --snapshot stopped or copy"
@@ -61,6 +62,9 @@ class Plan:
     must: str = ""
     snapshot_note: str = ""  # why not the snapshot asked for, or auto's first choice
     sweep_note: str = ""  # why a snapshot child does not sweep itself
+    # An explicit fork asks the helper even when its seccomp filter cannot
+    # be read (one that would kill it never is asked).
+    unread_filter_ok: bool = False
 
     @property
     def in_child(self) -> bool:
@@ -116,7 +120,10 @@ def plan(facts: Facts, options: ScanOptions, graph: bool = False) -> list[Plan]:
     if options.snapshot == "fork":
         if too_big:
             raise TargetUnscannable(too_big + RETRY_ELSEWHERE)
-        return [Plan("fork", sweeps, must="snapshot failed: ", sweep_note=sweep_note), *refork]
+        # Asked for: refused when it cannot be had.
+        return [
+            replace(p, must="snapshot failed: ", unread_filter_ok=True) for p in (fork, *refork)
+        ]
     if options.sweep == "child":
         if why := too_big or facts.fork_room:
             raise TargetUnscannable(NO_CHILD + why)

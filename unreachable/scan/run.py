@@ -1,128 +1,45 @@
-"""One scan, stage by stage: capture -> allocations -> roots -> sweep -> fold -> symbolize.
+"""One scan: the facts, a plan, then the stages, plan after plan until one
+finishes (docs/scan-stages.md).
 
-The target is paused only inside capture (in "stopped" mode, until the memory
-the sweep needs is copied); symbolization runs after it has been released.
-In "copy" mode every stage reads the copy made in capture
-(capture/copy_snapshot.py), the target running on.
-
-In fork mode the snapshot child sweeps itself (sweep/child.py): it starts
-building its allocation index as soon as this process has read its maps, and
-this process only computes the roots and reads back the leaks. If that fails,
-the scan sweeps the frozen child from outside instead, or, if the child died,
-takes a new snapshot and does so; a scan never gets worse than the outside
-sweep. It also sweeps from outside when the target's memory cgroup has too
-little room left for the child's scratch (process/cgroup_memory.py); a sweep
-from outside that this process's own memory cgroup could not hold is refused
-before it starts.
+capture -> allocations -> roots -> mark -> fold -> symbolize -> report.
+The target is paused only inside capture (in "stopped" mode, until the
+memory the sweep needs is read); symbolization runs after it has been
+released. In "copy" mode every stage reads the copy made in capture, the
+target running on. In fork mode the snapshot child sweeps itself
+(sweep/child.py); if that fails with the child frozen, the same child is
+swept from outside, and if the child died, the next plan takes a new
+snapshot: a scan never gets worse than the outside sweep.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from unreachable import _native
-from unreachable.allocations.registry import read_registry
-from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, NEVER_COPY
-from unreachable.capture.stop_world import stop_world
-from unreachable.capture.target import Target, open_target, still_running
-from unreachable.errors import (
-    InvalidArgument,
-    ScannerOutOfMemory,
-    TargetNotFound,
-    TargetNotShimmed,
-    TargetUnscannable,
-)
-from unreachable.fold.types import fold_leaks
-from unreachable.process.cgroup_memory import (
-    memory_headroom,
-    no_room_for_child_sweep,
-    no_room_for_outside_sweep,
-    scanner_cache_budget,
-)
+from unreachable.allocations.source import SOURCES, AllocationSource
+from unreachable.capture.stop_world import Capture
+from unreachable.capture.target import still_running
+from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.process.memory import Memory, memory_reader, present_ranges
-from unreachable.process.status import resident_anonymous_bytes
-from unreachable.report.model import LeakEntry, ScanReport, leak_counts
-from unreachable.roots.classify import Roots, classify, register_words
-from unreachable.roots.exited_threads import dtv_words
+from unreachable.report.model import ScanReport
+from unreachable.roots import sources
 from unreachable.roots.glibc_arena import find_main_arena
-from unreachable.roots.glibc_heaps import MAX_LISTED, Span, heap_parts, registry_blocks_in
-from unreachable.roots.heap_words import anonymous_spans, heap_spans, words_in
-from unreachable.roots.jit_code import code_words
-from unreachable.roots.signal_stacks import altstack_words
-from unreachable.scan.options import CONTENTS_BYTES, Progress, ScanOptions
-from unreachable.scan_glibc import runs_without_shim, scan_without_shim
-from unreachable.sweep.child import ChildSweeper, ChildSweepFailed, default_mark_threads
-from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
-from unreachable.symbolize.frames import Symbolizer
-from unreachable.symbolize.stacks import read_stacks
-from unreachable.symbolize.unloaded import read_loaded_objects
+from unreachable.scan.allocations import Allocations, find_allocations
+from unreachable.scan.capture import capture
+from unreachable.scan.facts import Facts, ScannerRoom, gather_facts
+from unreachable.scan.fold import fold
+from unreachable.scan.mark import MarkOver, mark, sweep_places
+from unreachable.scan.options import Progress, ScanOptions
+from unreachable.scan.plan import Plan, Retry, plan
+from unreachable.scan.report import Scanned, build_report, join_notes
+from unreachable.scan.roots import RootInputs, RootSet, find_roots
+from unreachable.scan.symbolize import read_backtraces, symbolize
+from unreachable.sweep.child import ChildSweeper, ChildSweepFailed
+from unreachable.sweep.mark import SweepResult
 
 if TYPE_CHECKING:
     from unreachable.retention.collect import GraphCollector
-
-
-class _ChildGone(Exception):
-    """The snapshot child died while sweeping itself: nothing left to read."""
-
-
-class _KeptOutOfFork(Exception):
-    """The target keeps memory out of forks: the snapshot child lacks roots."""
-
-
-def _expected_allocations(memory: Memory, addr: int) -> int | None:
-    """The registry's count of live allocations: its shards' counts and its
-    size maps' entries (a read of every map)."""
-    try:
-        return _native.read_registry(memory, addr, False)["expected"]
-    except (OSError, ValueError):
-        return None  # reading the registry again below says what is wrong
-
-
-def _child_room(pid: int, memory: Memory, addr: int, headroom: int | None, root_words: int) -> str:
-    """Why sweeping inside the snapshot child would not fit in the target's
-    memory cgroup ("" if it would, or if no limit applies)."""
-    if headroom is None or (expected := _expected_allocations(memory, addr)) is None:
-        return ""
-    anonymous = resident_anonymous_bytes(pid)
-    return no_room_for_child_sweep(headroom, anonymous, expected, root_words)
-
-
-@dataclass(frozen=True, slots=True)
-class _ScannerRoom:
-    """This process's memory cgroup room when the scan began (None: no
-    limit) and the part of it its copies of target memory may take."""
-
-    at_start: int | None
-    cache_budget: int
-
-    def check_outside_sweep(self, memory: Memory, addr: int, copied: bool, fallback: str) -> None:
-        """Refuse, before it allocates, a sweep from outside that would push
-        this process over its limit: the kernel would OOM-kill it mid-sweep
-        (and under systemd's default OOMPolicy= stop the daemon it runs in).
-        A copy already made is charged; otherwise its budget is kept free."""
-        if self.at_start is None:
-            return
-        room = memory_headroom(os.getpid())
-        expected = _expected_allocations(memory, addr)
-        if room is None or expected is None:
-            return
-        free = room - (0 if copied else self.cache_budget)
-        if why := no_room_for_outside_sweep(free, expected):
-            also = f" (the snapshot child did not sweep itself: {fallback})" if fallback else ""
-            raise ScannerOutOfMemory(f"{why}; give the scanner more memory{also}")
-
-
-def _read_contents(memory: Memory, addr: int, size: int) -> bytes:
-    with memory_reader(memory) as read:
-        try:
-            return read(addr, min(size, CONTENTS_BYTES))
-        except OSError:
-            return b""
 
 
 def scan(
@@ -137,281 +54,162 @@ def scan(
     options = options or ScanOptions()
     if options.limit < 0:
         raise InvalidArgument("--limit must be >= 0")
-    note = progress or (lambda _stage: None)
     started = time.monotonic()
-    try:
-        target = open_target(pid)
-    except TargetNotShimmed:
-        # why and retainers read the shim's registry; so do the helper's snapshots.
-        needs_shim = options.snapshot in ("fork", "copy") or options.sweep == "child"
-        if needs_shim or graph is not None or not runs_without_shim(pid):
-            raise
-        # No shim: glibc's own heap, walked from a copy (scan_glibc.py).
-        return scan_without_shim(
-            pid,
-            options.limit,
-            options.contents,
-            options.mark_threads,
-            note,
-            started,
-            sample=options.sample_contents,
+    facts = gather_facts(pid, options)
+    plans = plan(facts, options, graph is not None)
+    return run_plans(facts, plans, options, progress, started, graph)
+
+
+def run_plans(
+    facts: Facts,
+    plans: list[Plan],
+    options: ScanOptions,
+    progress: Progress | None = None,
+    started: float | None = None,
+    graph: GraphCollector | None = None,
+) -> ScanReport:
+    """The first plan that finishes; each Retry skips the plans it rules out
+    and is said in the report's notes."""
+    note = progress or (lambda _stage: None)
+    started = time.monotonic() if started is None else started
+    retries: list[Retry] = []
+    for planned in plans:
+        if any(r.skips(planned) for r in retries):
+            continue
+        planned = replace(
+            planned,
+            snapshot_note=join_notes(
+                *(r.reason for r in retries if r.note == "snapshot"), planned.snapshot_note
+            ),
+            sweep_note=join_notes(
+                *(r.reason for r in retries if r.note == "sweep"), planned.sweep_note
+            ),
         )
-    in_child = options.sweep != "scanner" and graph is None
-    try:
-        return _scan(target, options, note, started, in_child, "", graph=graph)
-    except _ChildGone as e:
-        if options.sweep == "child":
-            raise TargetUnscannable(str(e)) from None
-        # A new snapshot, swept from outside.
-        return _scan(target, options, note, started, False, str(e), graph=graph)
-    except _KeptOutOfFork as e:
-        if options.snapshot == "fork" or options.sweep == "child":
-            raise TargetUnscannable(f"{e}; scan it with --snapshot stopped or copy") from None
-        # Once more without a child: a copy, or stopped.
-        return _scan(target, options, note, started, False, "", no_fork=str(e), graph=graph)
+        if planned.allocations == "glibc heap":
+            from unreachable.scan_glibc import scan_without_shim
+
+            return scan_without_shim(facts.pid, options, note, started)
+        got = run_plan(facts, planned, options, note, started, graph)
+        if isinstance(got, ScanReport):
+            return got
+        retries.append(got)
+    last = retries[-1] if retries else Retry("no plan", "fork", "snapshot")
+    raise TargetUnscannable(last.reason + last.refusal)
 
 
-def _scan(
-    target: Target,
+@dataclass(slots=True)
+class _Swept:
+    mappings: list[Mapping]
+    allocations: Allocations
+    roots: RootSet
+    result: SweepResult
+    sweep_note: str
+
+
+def run_plan(
+    facts: Facts,
+    planned: Plan,
     options: ScanOptions,
     note: Progress,
     started: float,
-    in_child: bool,
-    fallback: str,
-    no_fork: str = "",
     graph: GraphCollector | None = None,
-) -> ScanReport:
-    pid = target.pid
+) -> ScanReport | Retry:
+    """Capture, allocations, roots, mark, fold, symbolize, report: one plan."""
+    target = facts.target
+    assert target is not None
     addr = target.shim.descriptor_addr
+    room = facts.scanner_room
+    source = SOURCES[planned.allocations](facts)
     forked = False
-    room_at_start = memory_headroom(os.getpid())
-    own = _ScannerRoom(room_at_start, scanner_cache_budget(room_at_start))
-    _native.set_cache_budget(own.cache_budget)
     try:
-        # Only a fork snapshot has a child to sweep in: "auto" then never copies.
-        # Once a fork had too much kept out of it, a copy of any size beats
-        # a stopped scan.
-        needs_fork = options.sweep == "child"
-        copy_from = NEVER_COPY if needs_fork else 0 if no_fork else COPY_FROM_BYTES
-        with stop_world(
-            target, options.snapshot, copy_from, no_fork, needs_fork=needs_fork
-        ) as capture:
+        with capture(target, facts, planned) as held:
+            if isinstance(held, Retry):
+                return held
             note("captured")
-            forked = capture.snapshot == "fork"
-            mem_pid = capture.mem_pid
-            memory = capture.memory
-            # A child's maps were read before it ran a single instruction: its
-            # own memory (stack, inbox, scratch) never becomes a root.
-            mappings = capture.mappings or read_maps(mem_pid)
-            if forked and capture.kept_out.too_big:
-                raise _KeptOutOfFork(capture.kept_out.too_big)
-            # Memory the child lacks, read from the target while it was stopped,
-            # and of it the words that may point into the heap (roots/heap_words.py).
-            kept_out = capture.kept_out.words if forked else b""
-            kept_out_words = words_in(kept_out, anonymous_spans(mappings)) if kept_out else b""
-            kept_out_code = capture.kept_out.code if forked else b""
-            child: ChildSweeper | None = None
-            if in_child and forked:
-                if not target.header.child_box:
-                    fallback = "the shim in the target has no in-child sweep"
-                elif options.sweep != "child" and (
-                    no_room := _child_room(pid, memory, addr, capture.headroom, len(kept_out_words))
-                ):
-                    fallback = no_room
-                else:
-                    try:
-                        child = ChildSweeper(capture.session, target.header.child_box)
-                    except ChildSweepFailed as e:
-                        if not e.frozen:  # nothing left to sweep from outside either
-                            raise _ChildGone(str(e)) from None
-                        fallback = str(e)
-            elif in_child and options.sweep == "child":
-                raise TargetUnscannable(
-                    f"no in-child sweep without a snapshot child: {capture.snapshot_error}"
-                )
-            if child is None:
-                own.check_outside_sweep(memory, addr, capture.snapshot == "copy", fallback)
-            registry = read_registry(memory, addr, entries=child is None)
-            present = partial(present_ranges, memory)
-            sps = {t.tid: t.sp for t in capture.threads}
-            arena = find_main_arena(memory, mappings)
-            # Words that are roots wherever they lie: registers, memory the
-            # child lacks, pointers the kernel holds.
-            held = capture.kernel_held
-            epoll = held.epoll_words() if held else b""
-            timers = held.timer_words() if held else b""
-            signals = held.signal_words() if held else b""
-            # Bytes in pipes and sockets: only values within the heap's bounds.
-            anonymous = anonymous_spans(mappings)
-            pipes = held.in_flight.pipe_words(anonymous) if held else b""
-            sockets = held.in_flight.socket_words(anonymous) if held else b""
-            header = target.header
-            altstacks = altstack_words(
-                memory, header.altstacks, header.num_altstacks, {t.tid for t in capture.threads}
-            )
-            # Where each value root came from, in order (a graph names them).
-            value_sources = [
-                ("epoll data", epoll),
-                ("timer values", timers),
-                ("signal values", signals),
-                ("pipe data", pipes),
-                ("socket data", sockets),
-                ("signal stacks", altstacks),
-                *((f"registers {t.tid}", register_words([t.regs])) for t in capture.threads),
-                *(
-                    (f"vector registers {t.tid}", register_words([t.xstate]))
-                    for t in capture.threads
-                ),
-            ]
-            values = b"".join(words for _, words in value_sources)
-            regs = values
-
-            def roots_in(
-                where: Memory, heap: dict[Mapping, list[Span]]
-            ) -> tuple[Roots, bytes, bytes]:
-                """The roots, and two kinds of words that are roots wherever
-                they lie, found with the heap's spans: the JIT code's
-                immediates, and the words of the memory the child lacks that
-                point into the heap (roots/heap_words.py)."""
-                found = classify(
-                    mappings,
-                    sps,
-                    registry,
-                    target.shim.path,
-                    [arena] if arena else [],
-                    heap,
-                    present,
-                )
-                spans = heap_spans(mappings, heap)
-                jit = code_words(where, mappings, spans, kept_out_code)
-                return found, jit, words_in(kept_out_words, spans)
-
-            result: SweepResult | None = None
-            if child is not None:
-                try:
-                    heap = heap_parts(mem_pid, mappings, partial(child.blocks_in, cap=MAX_LISTED))
-                    note("allocations")
-                    roots, jit, kept = roots_in(mem_pid, heap)
-                    regs += dtv_words(mem_pid, roots.dead_stacks) + jit + kept
-                    threads = options.mark_threads or default_mark_threads()
-                    result = sweep_in_child(child, registry, roots, regs, mappings, threads)
-                except ChildSweepFailed as e:
-                    if not e.frozen:
-                        raise _ChildGone(str(e)) from None
-                    if options.sweep == "child":
-                        raise TargetUnscannable(str(e)) from None
-                    fallback = str(e)
-                    # Frozen with its memory intact: sweep it from here.
-                    own.check_outside_sweep(mem_pid, addr, False, fallback)
-                    registry = read_registry(mem_pid, addr)
-                    regs = values
-            if result is None:
-                note("allocations")
-                roots, jit, kept = roots_in(
-                    memory, heap_parts(memory, mappings, registry_blocks_in(registry))
-                )
-                dtv = dtv_words(memory, roots.dead_stacks)
-                regs += dtv + jit + kept
-                # Stopped in place: let it go once the walk's memory is read.
-                # A frozen child: read first all the same, for a marking team.
-                stopped = capture.snapshot == "stopped"
-                result = sweep(
-                    memory,
-                    registry,
-                    roots,
-                    regs,
-                    capture.session if stopped else None,
-                    options.mark_threads or default_mark_threads(),
-                    mappings,
-                    frozen=forked,
-                    graph=graph.arguments(
-                        roots,
-                        registry,
-                        mappings,
-                        capture.threads,
-                        [
-                            *value_sources,
-                            ("exited threads' control blocks", dtv),
-                            ("code immediates", jit),
-                            ("kept out of fork", kept),
-                        ],
-                        memory,
-                        held,
-                    )
-                    if graph
-                    else None,
-                )
-                if graph and result.graph is not None:
-                    graph.collect(result.graph, registry, memory, addr, mappings, target.tgid)
+            forked = held.snapshot == "fork"
+            swept = _sweep(facts, planned, held, source, options, note, room, graph)
+            if isinstance(swept, Retry):
+                return swept
+            memory, mappings = held.memory, swept.mappings
+            if graph and swept.result.graph is not None:
+                registry = swept.allocations.registry
+                graph.collect(swept.result.graph, registry, memory, addr, mappings, target.tgid)
             note("marked")
-            leaks, types = fold_leaks(
-                result.leaks, options.limit, memory, pid, mappings, not options.contents
-            )
+            folded = fold(swept.result, options, memory, mappings, target.pid)
             note("folded")
-            contents = {
-                leak.begin: _read_contents(memory, leak.begin, leak.size)
-                for i, leak in enumerate(leaks)
-                if options.contents or (i < options.sample_contents and not leak.stack_id)
-            }
-            stack_ids = {leak.stack_id for leak in leaks if leak.stack_id}
-            stacks = read_stacks(memory, addr, stack_ids)
-            loaded = read_loaded_objects(memory, addr) if stacks else []
-            snapshot_kind = capture.snapshot
-            # Said when the scan fell back from what was asked (or from auto's
-            # first choice); an explicit "stopped" needs no reason.
-            snapshot_note = capture.snapshot_error if options.snapshot != "stopped" else ""
-            threads = len(capture.threads)
+            backtraces = read_backtraces(memory, addr, folded.leaks)
     except (ProcessLookupError, TargetNotFound):
-        # The target (or its frozen copy) vanished between two reads. A copy
-        # killed under a running target: once more, with a new snapshot. A
+        # The target (or its frozen copy) vanished between two reads. A child
+        # killed under a running target: the next plan, a new snapshot. A
         # target paused in place that vanished is dying, however /proc shows
         # it in this instant: no second try.
-        if in_child and forked and still_running(pid):
-            raise _ChildGone("the snapshot child vanished") from None
+        if planned.in_child and forked and still_running(target.pid):
+            return Retry("the snapshot child vanished", "child", "sweep")
         raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
-    pause_ms = capture.pause_ms
-
-    if not still_running(pid):
+    if not still_running(target.pid):
         raise TargetNotFound(f"process {target.tgid} exited during the scan")
-    symbolizer = Symbolizer(pid, mappings, unloaded=loaded, budget=options.symbol_budget)
-    frames = symbolizer.symbolize(stacks)
-    entries = [
-        LeakEntry(
-            address=leak.begin,
-            **leak_counts(leak),
-            contents=contents.get(leak.begin),
-            backtrace=frames.get(leak.stack_id, []),
-            type=types.get(leak.begin, ""),
-        )
-        for leak in leaks
-    ]
+    symbolized = symbolize(target.pid, mappings, backtraces, options.symbol_budget)
     note("done")
-    return ScanReport(
-        pid=target.tgid,
-        command=target.command,
-        leak_count=result.unreachable_count,
-        leak_bytes=result.unreachable_bytes,
-        allocation_count=result.allocation_count,
-        allocation_bytes=result.allocation_bytes,
-        pause_ms=pause_ms,
-        scan_ms=(time.monotonic() - started) * 1000,
-        snapshot=snapshot_kind,
-        threads=threads,
-        leaks=entries,
-        roots=dict(roots.kinds)
-        | ({"kept out of fork": len(kept_out)} if kept_out else {})
-        | ({"epoll data": len(epoll)} if epoll else {})
-        | ({"timer values": len(timers)} if timers else {})
-        | ({"signal values": len(signals)} if signals else {})
-        | ({"pipe data": len(pipes)} if pipes else {})
-        | ({"socket data": len(sockets)} if sockets else {})
-        | ({"signal stacks": len(altstacks)} if altstacks else {})
-        | ({"code immediates": len(jit)} if jit else {}),
-        pages_skipped=result.pages_skipped,
-        bytes_scanned=result.bytes_scanned,
-        sweep=result.place,
-        sweep_note=fallback,
-        mark_threads=result.mark_threads,
-        snapshot_note=snapshot_note,
-        symbol_note=symbolizer.note,
+    scanned = Scanned(
+        target.tgid,
+        target.command,
+        held.snapshot,
+        len(held.threads),
+        held.pause_ms,
+        started,
+        join_notes(planned.snapshot_note, held.snapshot_error),
+        swept.sweep_note,
     )
+    return build_report(
+        scanned, swept.result, folded, symbolized, swept.roots.counts(), source.name
+    )
+
+
+def _sweep(
+    facts: Facts,
+    planned: Plan,
+    held: Capture,
+    source: AllocationSource,
+    options: ScanOptions,
+    note: Progress,
+    room: ScannerRoom,
+    graph: GraphCollector | None,
+) -> _Swept | Retry:
+    """Allocations, roots and mark at each place the plan lets the sweep
+    run, until one finishes: a child that fails but stays frozen is swept
+    from here; one that died needs a new snapshot (Retry)."""
+    target = facts.target
+    assert target is not None
+    addr = target.shim.descriptor_addr
+    # A child's maps were read before it ran a single instruction: its own
+    # memory (stack, inbox, scratch) never becomes a root.
+    mappings = held.mappings or read_maps(held.mem_pid)
+    candidates = sources.kept_out_candidates(held.kept_out, mappings)
+    places, sweep_note = sweep_places(planned, facts, held, addr, len(candidates))
+    arena = find_main_arena(held.memory, mappings)
+    inputs = RootInputs(
+        target.shim.path,
+        [arena] if arena else [],
+        held.kernel_held,
+        held.kept_out,
+        candidates,
+        (target.header.altstacks, target.header.num_altstacks),
+    )
+    for place in places:
+        try:
+            child = (
+                ChildSweeper(held.session, target.header.child_box) if place == "child" else None
+            )
+            if child is None:
+                room.check_outside_sweep(held.memory, addr, held.snapshot == "copy", sweep_note)
+            allocations = find_allocations(source, held.memory, mappings, held.threads, child)
+            note("allocations")
+            roots = find_roots(held.memory, mappings, held.threads, allocations, inputs)
+            over = MarkOver.of(held, mappings)
+            result = mark(over, allocations, roots, child, options.mark_threads, graph)
+            return _Swept(mappings, allocations, roots, result, sweep_note)
+        except ChildSweepFailed as e:
+            if not e.frozen:  # nothing left to sweep from outside either
+                return Retry(str(e), "child", "sweep")
+            sweep_note = str(e)
+    raise TargetUnscannable(sweep_note)
