@@ -13,7 +13,7 @@ from unreachable.capture.kept_out_of_fork import KEPT_OUT_PREFER_COPY_BYTES, For
 from unreachable.errors import TargetNotShimmed, TargetUnscannable
 from unreachable.scan.facts import Facts
 from unreachable.scan.options import ScanOptions
-from unreachable.scan.plan import NO_CHILD_BOX, Plan, Retry, plan
+from unreachable.scan.plan import NO_CHILD_BOX, Plan, Retry, expected_pause_ms, plan
 
 MIB = 1 << 20
 SMALL = Facts(1, anonymous_bytes=10 * MIB)  # too small for the registry to be read
@@ -169,3 +169,53 @@ def test_a_fork_that_lacks_too_much_is_followed_by_a_copy_or_a_stopped_scan():
 def test_a_copy_that_cannot_be_had_is_followed_by_a_fork():
     untracked = Retry("no copy snapshot: another scan is copying", "copy", "snapshot")
     assert _shape(_next(_plan(BIG), [untracked]))[0] == ("fork", ("child", "scanner"))
+
+
+def _budget(facts: Facts, max_ms: float, snapshot: str = "auto", sweep: str = "auto"):
+    options = ScanOptions(snapshot=snapshot, sweep=sweep, max_pause_ms=max_ms)  # type: ignore[arg-type]
+    return plan(facts, options)
+
+
+def test_expected_pauses_follow_the_memory_held():
+    facts = replace(SMALL, anonymous_bytes=1 << 30, kept_out=_kept_out(1 << 30))
+    assert expected_pause_ms(facts, "copy") < expected_pause_ms(facts, "stopped")
+    assert expected_pause_ms(facts, "fork") > expected_pause_ms(
+        replace(facts, kept_out=ForkFlags()), "fork"
+    )
+
+
+def test_a_budget_every_plan_meets_changes_nothing():
+    assert _budget(SMALL, 1000) == _plan(SMALL)
+    assert _budget(BIG, 1000) == _plan(BIG)
+
+
+def test_auto_under_a_budget_takes_the_shorter_pause():
+    # Millions of allocations: auto forks for the whole scan's sake, but a
+    # 4 GiB heap's page-table copy is expected to pause ~120 ms.
+    facts = replace(BIG, anonymous_bytes=4 << 30, allocations=COPY_MAX_ALLOCATIONS + 1)
+    assert _plan(facts)[0].snapshot == "fork"
+    plans = _budget(facts, 50)
+    assert plans[0].snapshot == "copy" and plans[0].snapshot_note == ""
+    # The fallbacks over the budget say so, shortest pause first.
+    assert [p.snapshot for p in plans[1:]] == ["fork", "fork", "stopped"]
+    assert all("more than --max-pause 50 ms" in p.snapshot_note for p in plans[1:])
+    # Unknown allocations (a heap too small to read them for): the copy is planned all the same.
+    assert _budget(replace(facts, allocations=None), 50)[0].snapshot == "copy"
+
+
+def test_a_budget_nothing_meets_is_said():
+    facts = replace(BIG, anonymous_bytes=64 << 30)  # a copy's walk alone ~320 ms
+    first = _budget(facts, 1)[0]
+    assert first.snapshot == "copy"
+    assert "a copy snapshot is expected to pause the target about 320 ms" in first.snapshot_note
+    # An explicit strategy is kept, and says so too.
+    stopped = _budget(facts, 1, "stopped")[0]
+    assert stopped.snapshot == "stopped" and "more than --max-pause 1 ms" in stopped.snapshot_note
+    # An in-child sweep needs its fork: the budget only notes.
+    assert [p.snapshot for p in _budget(facts, 1, "auto", "child")] == ["fork"]
+
+
+def test_a_budget_without_the_shim_is_noted_on_the_whole_copy():
+    facts = Facts(1, shim=False, glibc_heap=True, anonymous_bytes=1 << 30)
+    [whole] = _budget(facts, 10)
+    assert "a stopped scan is expected to pause the target about 350 ms" in whole.snapshot_note

@@ -96,7 +96,9 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     try:
         target = open_target(pid)
     except TargetNotShimmed as e:
-        return Facts(pid, shim=False, no_shim=str(e), glibc_heap=runs_without_shim(pid))
+        glibc = runs_without_shim(pid)
+        anonymous = resident_anonymous_bytes(pid) if glibc else 0
+        return Facts(pid, shim=False, no_shim=str(e), glibc_heap=glibc, anonymous_bytes=anonymous)
     pid = target.pid
     # First: what a fork may read of the memory it lacks is bounded by it.
     scanner_room = ScannerRoom.now()
@@ -111,9 +113,11 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         else None
     )
     kept_out = ForkFlags()
-    # smaps walks every page table: not read when a copy is taken anyway.
+    # smaps walks every page table: not read when a copy is taken anyway
+    # (unless a fork's pause is to be weighed against a budget).
     if options.snapshot in ("auto", "fork"):
-        if not (auto and copy_pays_off(anonymous, allocations)):
+        budget = options.max_pause_ms is not None
+        if budget or not (auto and copy_pays_off(anonymous, allocations)):
             kept_out = fork_flags(pid)
     if auto and allocations is None and kept_out.prefers_copy:
         allocations = expected_allocations(target.pid, target.shim.descriptor_addr)

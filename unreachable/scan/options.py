@@ -30,3 +30,7 @@ class ScanOptions:
     mark_threads: int = 0  # the child's, or a frozen copy's in here; 0: default_mark_threads()
     # seconds symbolization may take (None: no limit; True: UNREACHABLE_SYMBOL_BUDGET or 30)
     symbol_budget: float | None | bool = True
+    # The pause the target may feel, in ms (None: no budget): auto prefers
+    # the snapshots expected to stay under it, and a scan that is expected
+    # not to says so in snapshot_note (scan/plan.py).
+    max_pause_ms: float | None = None

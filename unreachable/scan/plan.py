@@ -45,6 +45,15 @@ SweepPlace = Literal["child", "scanner"]
 # or "glibc heap" (walked by scan_glibc.py's own capture).
 Allocations = str
 
+# Expected pause per GiB of resident anonymous memory on 4 KiB pages
+# (docs/pause.md): a fork's page-table copy (20-40 ms), a copy's page-table
+# walk with few pages written (1.3-4.5 ms), a stopped read of the heap at
+# ~3 GB/s (300-400 ms), and a fork's read of what it lacks (~2.5 GB/s).
+FORK_MS_PER_GIB = 30.0
+COPY_MS_PER_GIB = 5.0
+STOPPED_MS_PER_GIB = 350.0
+KEPT_OUT_MS_PER_GIB = 400.0
+
 NO_CHILD_BOX = "the shim in the target has no in-child sweep"
 RETRY_ELSEWHERE = "; scan it with --snapshot stopped or copy"
 NO_CHILD = "no in-child sweep without a snapshot child: "
@@ -98,6 +107,64 @@ def plan(facts: Facts, options: ScanOptions, graph: bool = False) -> list[Plan]:
     """The plans to try, best first. graph: the scan keeps the mark's
     reference graph (retention/), which only a sweep from here can.
     Raises what no plan could get past, before anything is stopped."""
+    plans = _plans(facts, options, graph)
+    if options.max_pause_ms is None:
+        return plans
+    auto = facts.shim and options.snapshot == "auto" and options.sweep == "auto" and not graph
+    return _within_pause(plans, facts, options.max_pause_ms, auto)
+
+
+def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
+    """What the target is expected to feel of a snapshot, from the memory it
+    holds: a fork's page-table copy and its read of what the child lacks, a
+    copy's page-table walk, or a read of the whole heap while stopped."""
+    gib = facts.anonymous_bytes / (1 << 30)
+    if snapshot == "fork":
+        return gib * FORK_MS_PER_GIB + facts.kept_out.resident / (1 << 30) * KEPT_OUT_MS_PER_GIB
+    if snapshot == "copy":
+        return gib * COPY_MS_PER_GIB
+    return gib * STOPPED_MS_PER_GIB
+
+
+def _within_pause(plans: list[Plan], facts: Facts, max_ms: float, auto: bool) -> list[Plan]:
+    """--max-pause: auto keeps its order among the plans expected to pause
+    less than max_ms, and puts the others after them, shortest pause first;
+    when one is over, a copy is among them whatever the heap's size and the
+    number of allocations. A plan expected to pause longer says so in its
+    snapshot_note."""
+
+    def over(p: Plan) -> bool:
+        return expected_pause_ms(facts, p.snapshot) > max_ms
+
+    if auto:
+        if any(map(over, plans)) and not any(p.snapshot == "copy" for p in plans):
+            plans = [*plans, Plan("copy")]
+        longer = sorted(
+            (p for p in plans if over(p)), key=lambda p: expected_pause_ms(facts, p.snapshot)
+        )
+        plans = [p for p in plans if not over(p)] + longer
+    return [
+        replace(p, snapshot_note=_join(p.snapshot_note, _over_budget(facts, p, max_ms)))
+        if over(p)
+        else p
+        for p in plans
+    ]
+
+
+def _over_budget(facts: Facts, p: Plan, max_ms: float) -> str:
+    ms = expected_pause_ms(facts, p.snapshot)
+    kind = {"fork": "a fork snapshot", "copy": "a copy snapshot"}.get(p.snapshot, "a stopped scan")
+    return (
+        f"{kind} is expected to pause the target about {ms:.0f} ms,"
+        f" more than --max-pause {max_ms:g} ms"
+    )
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
+def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
     if not facts.shim:
         return [_without_shim(facts, options, graph)]
     in_child = options.sweep != "scanner" and not graph
