@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 
 from unreachable import _native
-from unreachable.allocations.descriptor import SHIM_PREFIX
 from unreachable.allocations.glibc_heap import (
     LIBC,
     UNDER_SHIM,
@@ -43,7 +42,6 @@ from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import command_line, still_running
 from unreachable.errors import (
-    ScanError,
     ScannerOutOfMemory,
     TargetNotFound,
     TargetNotShimmed,
@@ -51,7 +49,6 @@ from unreachable.errors import (
 )
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import check_scannable
 from unreachable.report.model import ScanReport
 from unreachable.scan.allocations import find_allocations
@@ -166,17 +163,6 @@ def _allocations(pid: int, libc: GlibcLibc) -> tuple[_Copied, bytes, dict[str, i
             " scan again, or run it under the shim"
         )
     raise TargetUnscannable(f"glibc heap walk failed: {last}; no leaks are reported from it")
-
-
-def runs_without_shim(pid: int) -> bool:
-    """No shim mapped at all, and not for want of LD_PRELOAD in a
-    secure-execution process (its line says why: the user meant a shim)."""
-    try:
-        mappings = read_maps(check_scannable(pid).proc)
-    except ScanError:
-        return False  # the refusal already raised says what is wrong
-    names = (os.path.basename(mapped_path(m)) for m in mappings if m.path.startswith("/"))
-    return not any(n.startswith(SHIM_PREFIX) for n in names) and not runs_secure(pid)
 
 
 def scan_without_shim(pid: int, options: ScanOptions, note: Progress, started: float) -> ScanReport:

@@ -69,7 +69,23 @@ def _max_pause(text: str) -> float:
     return value
 
 
-def add_max_pause(p: argparse.ArgumentParser) -> None:
+def add_sweep_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--sweep",
+        choices=("auto", "child", "scanner"),
+        default="auto",
+        help="with a fork snapshot, where to mark: child: the snapshot child sweeps its own "
+        "memory; scanner: this process reads it through /proc; auto: child, falling back "
+        "to scanner",
+    )
+    p.add_argument(
+        "--mark-threads",
+        type=_mark_threads,
+        default=0,
+        metavar="N",
+        help="threads the snapshot child marks with (1-16; default: this machine's CPUs, "
+        "at most 4)",
+    )
     p.add_argument(
         "--max-pause",
         type=_max_pause,
@@ -150,23 +166,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "what it wrote (Linux 6.7+); stopped: copy it all while paused; auto: copy for a "
         "big heap, else fork, when possible (docs/pause.md)",
     )
-    p.add_argument(
-        "--sweep",
-        choices=("auto", "child", "scanner"),
-        default="auto",
-        help="with a fork snapshot, where to mark: child: the snapshot child sweeps its own "
-        "memory; scanner: this process reads it through /proc; auto: child, falling back "
-        "to scanner",
-    )
-    p.add_argument(
-        "--mark-threads",
-        type=_mark_threads,
-        default=0,
-        metavar="N",
-        help="threads the snapshot child marks with (1-16; default: this machine's CPUs, "
-        "at most 4)",
-    )
-    add_max_pause(p)
+    add_sweep_options(p)
     add_symbol_budget(p)
     p.add_argument(
         "--progress-json",

@@ -1,10 +1,10 @@
 """What is known about a target before any of its threads stops, read once.
 
 The plan (plan.py) is chosen from these facts alone; nothing here decides.
-What can only be known in or after the pause (whether the helper's clone()
-gets past a seccomp filter, how much a fork really lacks, whether a snapshot
-child survives its sweep) is found by the stage that meets it, which then
-asks for the next plan (plan.Retry).
+What can only be known in or after the pause is found by the stage that
+meets it: a helper whose clone() a seccomp filter may stop leaves the
+target stopped, swept in place; a fork that lacks more than the scanner may
+hold, or a snapshot child that died, asks for the next plan (plan.Retry).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from unreachable import _native
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
 from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
-from unreachable.capture.target import Target, open_target
+from unreachable.capture.target import Target, open_target, runs_without_shim
 from unreachable.errors import ScannerOutOfMemory, TargetNotShimmed
 from unreachable.process.cgroup_memory import (
     memory_headroom,
@@ -91,8 +91,6 @@ class Facts:
 
 def gather_facts(pid: int, options: ScanOptions) -> Facts:
     """The facts the plan may need for these options, each read once."""
-    from unreachable.scan_glibc import runs_without_shim
-
     try:
         target = open_target(pid)
     except TargetNotShimmed as e:
