@@ -32,7 +32,8 @@ sys.path.insert(0, str(REPO))
 from bench import results  # noqa: E402
 from tests.support.targets import TargetFactory  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
-from unreachable.capture.stop_world import stop_world  # noqa: E402
+from unreachable.capture.stop_world import CaptureRequest  # noqa: E402
+from unreachable.capture.strategies import take_snapshot  # noqa: E402
 from unreachable.capture.target import open_target  # noqa: E402
 from unreachable.shim_env import huge_pages_unavailable, shim_environment  # noqa: E402
 
@@ -90,7 +91,7 @@ def measure(
         for mode in modes:
             pauses = []
             for _ in range(repeat):
-                with stop_world(open_target(pid), mode) as capture:
+                with take_snapshot(open_target(pid), CaptureRequest(mode)) as capture:
                     if capture.snapshot != mode:
                         raise SystemExit(f"{mode} snapshot failed: {capture.snapshot_error}")
                 pauses.append(capture.pause_ms)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from functools import partial
 
 from unreachable.allocations.descriptor import (
     DESCRIPTOR_SIZE,
@@ -22,28 +21,21 @@ from unreachable.allocations.descriptor import (
     disabled_reason,
     parse_descriptor_header,
 )
-from unreachable.allocations.registry import read_registry
+from unreachable.allocations.source import ShimRegistry
 from unreachable.capture.core_file import CoreFile, open_core
 from unreachable.errors import InvalidArgument, TargetNotShimmed
-from unreachable.fold.dedup import dedup
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping
-from unreachable.process.memory import present_ranges
-from unreachable.report.model import LeakEntry, ScanReport, leak_counts
-from unreachable.roots.classify import classify, register_words
-from unreachable.roots.exited_threads import dtv_words
+from unreachable.report.model import ScanReport
 from unreachable.roots.glibc_arena import find_main_arena
-from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
-from unreachable.roots.heap_words import heap_spans
-from unreachable.roots.jit_code import code_words
-from unreachable.roots.signal_stacks import altstack_words
-from unreachable.scan import CONTENTS_BYTES, Progress, ScanOptions
+from unreachable.scan.allocations import find_allocations
+from unreachable.scan.fold import fold
+from unreachable.scan.mark import MarkOver, mark
+from unreachable.scan.options import Progress, ScanOptions
+from unreachable.scan.report import Scanned, build_report
+from unreachable.scan.roots import RootInputs, find_roots
+from unreachable.scan.symbolize import read_backtraces, symbolize
 from unreachable.scan_glibc import sweep_glibc_core
-from unreachable.sweep.child import default_mark_threads
-from unreachable.sweep.mark import sweep
-from unreachable.symbolize.frames import Symbolizer
-from unreachable.symbolize.stacks import read_stacks
-from unreachable.symbolize.unloaded import read_loaded_objects
 
 
 def _locate_shim(core: CoreFile) -> ShimLocation | None:
@@ -88,13 +80,6 @@ def _symbol_mappings(core: CoreFile) -> list[Mapping]:
     ]
 
 
-def _contents(core: CoreFile, addr: int, size: int) -> bytes:
-    try:
-        return core.memory.read(addr, min(size, CONTENTS_BYTES))
-    except OSError:
-        return b""
-
-
 def scan_core(
     path: str,
     exe: str | None = None,
@@ -102,7 +87,8 @@ def scan_core(
     options: ScanOptions | None = None,
     progress: Progress | None = None,
 ) -> ScanReport:
-    options = options or ScanOptions()
+    # A core's report shows contents only when asked for.
+    options = replace(options or ScanOptions(), sample_contents=0)
     if options.limit < 0:
         raise InvalidArgument("--limit must be >= 0")
     note = progress or (lambda _stage: None)
@@ -112,9 +98,7 @@ def scan_core(
         note("captured")
         shim = _locate_shim(core)
         if shim is None:
-            return sweep_glibc_core(
-                core, options.limit, options.contents, options.mark_threads, note, started
-            )
+            return sweep_glibc_core(core, options, note, started)
         return _scan_shim_core(core, shim, options, note, started)
     finally:
         core.close()
@@ -134,73 +118,22 @@ def _scan_shim_core(
     if not header.enabled:
         why = disabled_reason(header.disabled, header.disabled_errno)
         raise TargetNotShimmed(f"the shim in {core.path} was inert: {why}")
-    registry = read_registry(memory, addr)
+    allocations = find_allocations(ShimRegistry(addr), memory, mappings, core.threads)
     note("allocations")
-    tids = {t.tid for t in core.threads}
-    altstacks = altstack_words(memory, header.altstacks, header.num_altstacks, tids)
     arena = find_main_arena(memory, mappings)
-    heap = heap_parts(memory, mappings, registry_blocks_in(registry))
-    roots = classify(
-        mappings,
-        {t.tid: t.sp for t in core.threads},
-        registry,
-        shim.path,
-        [arena] if arena else [],
-        heap,
-        partial(present_ranges, memory),
-    )
-    jit = code_words(memory, mappings, heap_spans(mappings, heap))
-    dtv = dtv_words(memory, roots.dead_stacks)
-    regs = register_words([t.regs for t in core.threads] + [t.xstate for t in core.threads])
-    result = sweep(
-        memory,
-        registry,
-        roots,
-        altstacks + regs + dtv + jit,
-        None,
-        options.mark_threads or default_mark_threads(),
-        mappings,
+    altstacks = (header.altstacks, header.num_altstacks)
+    inputs = RootInputs(shim.path, [arena] if arena else [], altstacks=altstacks)
+    roots = find_roots(memory, mappings, core.threads, allocations, inputs)
+    result = mark(
+        MarkOver(memory, mappings, core.threads), allocations, roots, None, options.mark_threads
     )
     note("marked")
-    leaks = dedup(result.leaks, options.limit)
+    # Types are not looked for: the files may not be the process's.
+    folded = fold(result, options, memory, mappings, typed=False)
     note("folded")
-    contents = {leak.begin: _contents(core, leak.begin, leak.size) for leak in leaks}
-    stacks = read_stacks(memory, addr, {leak.stack_id for leak in leaks if leak.stack_id})
-    loaded = read_loaded_objects(memory, addr) if stacks else []
-    symbolizer = Symbolizer(
-        None, _symbol_mappings(core), unloaded=loaded, root="", budget=options.symbol_budget
-    )
-    frames = symbolizer.symbolize(stacks)
-    entries = [
-        LeakEntry(
-            address=leak.begin,
-            **leak_counts(leak),
-            contents=contents[leak.begin] if options.contents else None,
-            backtrace=frames.get(leak.stack_id, []),
-            type="",
-        )
-        for leak in leaks
-    ]
+    backtraces = read_backtraces(memory, addr, folded.leaks)
+    symbolized = symbolize(None, _symbol_mappings(core), backtraces, options.symbol_budget, "")
     note("done")
-    return ScanReport(
-        pid=core.pid,
-        command=core.command,
-        leak_count=result.unreachable_count,
-        leak_bytes=result.unreachable_bytes,
-        allocation_count=result.allocation_count,
-        allocation_bytes=result.allocation_bytes,
-        pause_ms=0.0,
-        scan_ms=(time.monotonic() - started) * 1000,
-        snapshot="core",
-        threads=len(core.threads),
-        leaks=entries,
-        roots=dict(roots.kinds)
-        | ({"signal stacks": len(altstacks)} if altstacks else {})
-        | ({"code immediates": len(jit)} if jit else {}),
-        pages_skipped=result.pages_skipped,
-        bytes_scanned=result.bytes_scanned,
-        sweep=result.place,
-        mark_threads=result.mark_threads,
-        snapshot_note="; ".join(core.notes),
-        symbol_note=symbolizer.note,
-    )
+    notes = "; ".join(core.notes)
+    scanned = Scanned(core.pid, core.command, "core", len(core.threads), 0.0, started, notes)
+    return build_report(scanned, result, folded, symbolized, roots.counts(), allocations.source)

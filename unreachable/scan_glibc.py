@@ -16,14 +16,10 @@ no backtraces.
 from __future__ import annotations
 
 import os
-import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 from unreachable import _native
-from unreachable.allocations.descriptor import SHIM_PREFIX
 from unreachable.allocations.glibc_heap import (
     LIBC,
     UNDER_SHIM,
@@ -39,39 +35,35 @@ from unreachable.allocations.glibc_heap import (
     walk,
 )
 from unreachable.allocations.glibc_libc import LibcUnsupported, libc_facts
-from unreachable.allocations.registry import THREAD_EXITED, Registry, ThreadSlot
+from unreachable.allocations.glibc_source import GlibcHeap
 from unreachable.capture.copy_snapshot import sync_ranges
 from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import command_line, still_running
 from unreachable.errors import (
-    ScanError,
     ScannerOutOfMemory,
     TargetNotFound,
     TargetNotShimmed,
     TargetUnscannable,
 )
-from unreachable.fold.types import fold_leaks
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.process.memory import present_ranges
-from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import check_scannable
-from unreachable.report.model import LeakEntry, ScanReport, leak_counts
-from unreachable.roots.classify import Roots, classify, register_words
-from unreachable.roots.exited_threads import SEARCH_TOP, dtv_words
-from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
-from unreachable.roots.heap_words import anonymous_spans, heap_spans
-from unreachable.roots.jit_code import code_words
-from unreachable.sweep.child import default_mark_threads
-from unreachable.sweep.mark import SweepResult, sweep
+from unreachable.report.model import ScanReport
+from unreachable.scan.allocations import find_allocations
+from unreachable.scan.fold import Folded, fold
+from unreachable.scan.mark import MarkOver, mark
+from unreachable.scan.options import Progress, ScanOptions
+from unreachable.scan.report import Scanned, build_report
+from unreachable.scan.roots import RootInputs, RootSet, find_roots
+from unreachable.scan.symbolize import Symbolized
+from unreachable.sweep.mark import SweepResult
 
 RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped again
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
 RETRY_DELAY_S = 0.02  # times the attempt: the moment a thread needs to leave malloc
 ARENA_SIZE = 0x898
-CONTENTS_BYTES = 32
 ALLOCATIONS = "glibc heap"
 NO_SHIM_PATH = "\0"  # a path no mapping has ("" would name every anonymous one)
 
@@ -173,73 +165,9 @@ def _allocations(pid: int, libc: GlibcLibc) -> tuple[_Copied, bytes, dict[str, i
     raise TargetUnscannable(f"glibc heap walk failed: {last}; no leaks are reported from it")
 
 
-def _cached_stacks(
-    memory: _native.MemoryCopy,
-    mappings: list[Mapping],
-    threads: list[CapturedThread],
-    guards: bool = True,
-) -> list[ThreadSlot]:
-    """Stacks glibc keeps for reuse after their threads exited (the shim
-    records them; here they are recognised): an anonymous mapping right
-    above a guard, with no live thread's SP in it and a thread control
-    block at its top (tcbhead_t's tcb and self pointing at it) that is no
-    live thread's thread pointer. Not roots: a dead thread's frames and TLS
-    would keep its leaks alive. guards: False where the mappings do not list
-    PROT_NONE ones (gdb's cores): the control block decides alone."""
-    sps = [t.sp for t in threads]
-    tps = {thread_pointer(t.regs) for t in threads}
-    out = []
-    for below, m in zip(mappings, mappings[1:], strict=False):
-        if not (m.anonymous and m.readable and m.writable and m.private):
-            continue
-        if guards and (below.end != m.start or below.perms[:3] != "---"):
-            continue
-        if any(m.start <= sp < m.end for sp in sps):
-            continue
-        begin = max(m.start, m.end - SEARCH_TOP)
-        try:
-            raw = memory.read(begin, m.end - begin)
-        except OSError:
-            continue
-        words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
-        for i in range(len(words) - 2):
-            addr = begin + 8 * i
-            if words[i] == addr and words[i + 2] == addr:
-                if addr not in tps:
-                    out.append(ThreadSlot(0, THREAD_EXITED, 0, 0, 0, 0, 0, m.start, m.end))
-                break
-    return out
-
-
-def _contents(copy: _native.MemoryCopy, addr: int, size: int) -> bytes:
-    try:
-        return copy.read(addr, min(size, CONTENTS_BYTES))
-    except OSError:
-        return b""
-
-
-def runs_without_shim(pid: int) -> bool:
-    """No shim mapped at all, and not for want of LD_PRELOAD in a
-    secure-execution process (its line says why: the user meant a shim)."""
-    try:
-        mappings = read_maps(check_scannable(pid).proc)
-    except ScanError:
-        return False  # the refusal already raised says what is wrong
-    names = (os.path.basename(mapped_path(m)) for m in mappings if m.path.startswith("/"))
-    return not any(n.startswith(SHIM_PREFIX) for n in names) and not runs_secure(pid)
-
-
-def scan_without_shim(
-    pid: int,
-    limit: int,
-    contents: bool,
-    mark_threads: int,
-    note: Callable[[str], None],
-    started: float,
-    sample: int = 0,
-) -> ScanReport:
-    """sample: the contents of the first `sample` entries are read even
-    without contents (no entry here has a backtrace)."""
+def scan_without_shim(pid: int, options: ScanOptions, note: Progress, started: float) -> ScanReport:
+    """The whole copy's plan (scan/plan.py): capture and the heap's walk
+    here, then the stages every scan runs."""
     status = check_scannable(pid)
     proc = status.proc
     libc = find_libc(proc, read_maps(proc))
@@ -254,155 +182,39 @@ def scan_without_shim(
         )
     try:
         note("captured")
-        held = got.held
-        anonymous = anonymous_spans(got.mappings)
-        kernel = [
-            ("epoll data", held.epoll_words()),
-            ("timer values", held.timer_words()),
-            ("signal values", held.signal_words()),
-            ("pipe data", held.in_flight.pipe_words(anonymous)),
-            ("socket data", held.in_flight.socket_words(anonymous)),
-        ]
-        result, roots, entries = _sweep_copy(
-            got.copy,
-            got.mappings,
-            got.threads,
-            kernel,
-            libc,
-            allocs,
-            limit,
-            contents,
-            mark_threads,
-            note,
-            pid=proc,
-            sample=sample,
-        )
+        over = MarkOver(got.copy, got.mappings, got.threads, kernel_held=got.held)
+        result, roots, folded = sweep_walked(over, libc, GlibcHeap(allocs), options, note, proc)
     finally:
         got.close()
     if not still_running(proc):
         raise TargetNotFound(f"process {pid} exited during the scan")
     note("done")
-    return _report(
-        pid,
-        command_line(proc),
-        result,
-        roots,
-        entries,
-        got.pause_ms,
-        started,
-        "stopped",
-        len(got.threads),
-    )
+    scanned = Scanned(pid, command_line(proc), "stopped", len(got.threads), got.pause_ms, started)
+    return build_report(scanned, result, folded, Symbolized({}, ""), roots.counts(), ALLOCATIONS)
 
 
-def _sweep_copy(
-    memory: _native.MemoryCopy,
-    mappings: list[Mapping],
-    threads: list[CapturedThread],
-    kernel: list[tuple[str, bytes]],
+def sweep_walked(
+    over: MarkOver,
     libc: GlibcLibc,
-    allocs: bytes,
-    limit: int,
-    contents: bool,
-    mark_threads: int,
-    note: Callable[[str], None],
-    guards: bool = True,
+    source: GlibcHeap,
+    options: ScanOptions,
+    note: Progress,
     pid: int = 0,
-    sample: int = 0,
-) -> tuple[SweepResult, Roots, list[LeakEntry]]:
-    """roots, mark and fold over a copy (or a core) whose heap was walked;
-    kernel: the value roots the kernel held, by kind. pid: the live process
-    whose files name the leaks' types (0: the files the mappings name);
-    sample: the contents of the first `sample` entries are read even without
-    contents."""
-    n = len(allocs) // 16
-    registry = Registry(
-        allocs=memoryview(allocs).cast("Q"),
-        stack_ids=memoryview(bytes(4 * n)).cast("I"),
-        threads=_cached_stacks(memory, mappings, threads, guards),
-        locked_shards=[],
-        helper_tid=0,
-        helper_cmd=0,
-        regions=[],
-        options="",
-        max_frames=0,
-    )
+) -> tuple[SweepResult, RootSet, Folded]:
+    """allocations, roots, mark and fold over a copy (or a core) whose heap
+    was walked. pid: the live process whose files name the leaks' types (0:
+    the files the mappings name)."""
+    memory, mappings = over.memory, over.mappings
+    allocations = find_allocations(source, memory, mappings, over.threads)
     note("allocations")
-    heap = heap_parts(memory, mappings, registry_blocks_in(registry))
     arena = libc.bias + libc.facts.main_arena
-    roots = classify(
-        mappings,
-        {t.tid: t.sp for t in threads},
-        registry,
-        NO_SHIM_PATH,
-        [(arena, arena + ARENA_SIZE)],
-        heap,
-        partial(present_ranges, memory),
-    )
-    jit = code_words(memory, mappings, heap_spans(mappings, heap))
-    roots.kinds.update({kind: len(words) for kind, words in kernel if words})
-    if jit:
-        roots.kinds["code immediates"] = len(jit)
-    regs = [t.regs for t in threads] + [t.xstate for t in threads]
-    dtvs = dtv_words(memory, roots.dead_stacks)
-    values = b"".join([*(w for _, w in kernel), register_words(regs), jit, dtvs])
-    result = sweep(
-        memory,
-        registry,
-        roots,
-        values,
-        None,
-        mark_threads or default_mark_threads(),
-        mappings,
-    )
+    inputs = RootInputs(NO_SHIM_PATH, [(arena, arena + ARENA_SIZE)], over.kernel_held)
+    roots = find_roots(memory, mappings, over.threads, allocations, inputs)
+    result = mark(over, allocations, roots, mark_threads=options.mark_threads)
     note("marked")
-    leaks, types = fold_leaks(result.leaks, limit, memory, pid, mappings, not contents)
+    folded = fold(result, options, memory, mappings, pid)
     note("folded")
-    entries = [
-        LeakEntry(
-            address=leak.begin,
-            **leak_counts(leak),
-            contents=_contents(memory, leak.begin, leak.size) if contents or i < sample else None,
-            backtrace=[],
-            type=types.get(leak.begin, ""),
-        )
-        for i, leak in enumerate(leaks)
-    ]
-    return result, roots, entries
-
-
-def _report(
-    pid: int,
-    command: str,
-    result: SweepResult,
-    roots: Roots,
-    entries: list[LeakEntry],
-    pause_ms: float,
-    started: float,
-    snapshot: str,
-    threads: int,
-    snapshot_note: str = "",
-) -> ScanReport:
-    return ScanReport(
-        pid=pid,
-        command=command,
-        leak_count=result.unreachable_count,
-        leak_bytes=result.unreachable_bytes,
-        allocation_count=result.allocation_count,
-        allocation_bytes=result.allocation_bytes,
-        pause_ms=pause_ms,
-        scan_ms=(time.monotonic() - started) * 1000,
-        snapshot=snapshot,
-        threads=threads,
-        leaks=entries,
-        roots=dict(roots.kinds),
-        pages_skipped=result.pages_skipped,
-        bytes_scanned=result.bytes_scanned,
-        sweep=result.place,
-        mark_threads=result.mark_threads,
-        allocations=ALLOCATIONS,
-        snapshot_note=snapshot_note,
-    )
+    return result, roots, folded
 
 
 def _core_libc(core: CoreFile) -> GlibcLibc:
@@ -436,12 +248,7 @@ def _core_libc(core: CoreFile) -> GlibcLibc:
 
 
 def sweep_glibc_core(
-    core: CoreFile,
-    limit: int,
-    contents: bool,
-    mark_threads: int,
-    note: Callable[[str], None],
-    started: float,
+    core: CoreFile, options: ScanOptions, note: Progress, started: float
 ) -> ScanReport:
     """A core of a process without the shim: glibc's heap walked over it.
     It cannot be stopped again: a heap mid-update (a thread was inside
@@ -471,29 +278,10 @@ def sweep_glibc_core(
             f"{core.path}: {libc.describe()}'s malloc holds nothing in this process: it"
             f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
         )
-    result, roots, entries = _sweep_copy(
-        memory,
-        core.mappings,
-        core.threads,
-        [],
-        libc,
-        allocs,
-        limit,
-        contents,
-        mark_threads,
-        note,
-        core.guards_listed,
-    )
+    over = MarkOver(memory, core.mappings, core.threads)
+    source = GlibcHeap(allocs, core.guards_listed)
+    result, roots, folded = sweep_walked(over, libc, source, options, note)
     note("done")
-    return _report(
-        core.pid,
-        core.command,
-        result,
-        roots,
-        entries,
-        0.0,
-        started,
-        "core",
-        len(core.threads),
-        "; ".join(core.notes),
-    )
+    notes = "; ".join(core.notes)
+    scanned = Scanned(core.pid, core.command, "core", len(core.threads), 0.0, started, notes)
+    return build_report(scanned, result, folded, Symbolized({}, ""), roots.counts(), ALLOCATIONS)

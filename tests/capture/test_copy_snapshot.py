@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.plans import first_capture
 from tests.support.targets import wait_state
 from tests.support.tracking import (
     copy_unsupported,
@@ -24,11 +25,16 @@ from tests.support.tracking import (
     write_protected,
 )
 from unreachable import _native
-from unreachable.capture.copy_snapshot import COPY_MAX_ALLOCATIONS, copy_while_running, refresh
-from unreachable.capture.stop_world import stop_world
+from unreachable.capture.copy_snapshot import (
+    COPY_FROM_BYTES,
+    COPY_MAX_ALLOCATIONS,
+    copy_while_running,
+    refresh,
+)
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import IDLE, TrackingUnavailable, tracked_writes
 from unreachable.scan import ScanOptions, scan
+from unreachable.scan.facts import expected_allocations
 
 HERE = Path(__file__).parent
 PROGRAMS = HERE.parent / "scan" / "programs"
@@ -59,7 +65,7 @@ def test_threads_writing_during_the_copy_invent_no_leak(targets):
 
 def test_the_stop_reads_again_only_what_was_written(targets):
     target = targets.start(PROGRAMS / "churn.c")
-    with stop_world(open_target(target.pid), "copy") as capture:
+    with first_capture(target.pid, "copy") as (capture, _):
         assert capture.snapshot == "copy" and capture.copy is not None
         stats = capture.copy.stats
         mappings = capture.mappings
@@ -155,12 +161,20 @@ def test_a_sparse_reservation_costs_no_page_tables(targets):
     assert _page_tables_kib(target.pid) - before < 1024
 
 
+def _past_the_threshold(pid: int) -> dict[str, int | None]:
+    """Facts that put the target's heap past the size a copy pays off at."""
+    return {
+        "anonymous_bytes": COPY_FROM_BYTES,
+        "allocations": expected_allocations(pid, open_target(pid).shim.descriptor_addr),
+    }
+
+
 def test_auto_copies_a_heap_above_the_threshold(targets):
     target = targets.start(PROGRAMS / "many.c", "20000", "10000")
-    with stop_world(open_target(target.pid), "auto") as capture:
+    with first_capture(target.pid) as (capture, _):
         assert capture.snapshot == "fork"  # a small heap: the page-table copy is cheap
-    with stop_world(open_target(target.pid), "auto", copy_from=1) as capture:
-        assert capture.snapshot == "copy", capture.snapshot_error
+    with first_capture(target.pid, **_past_the_threshold(target.pid)) as (capture, why):
+        assert capture.snapshot == "copy", why
     wait_untracked(target.pid)
 
 
@@ -168,8 +182,8 @@ def test_auto_forks_for_millions_of_allocations(targets):
     # The scanner's own registry and index work on a copy would make the
     # whole scan much longer than the in-child sweep of a fork.
     target = targets.start(PROGRAMS / "many.c", str(COPY_MAX_ALLOCATIONS), "100000")
-    with stop_world(open_target(target.pid), "auto", copy_from=1) as capture:
-        assert capture.snapshot == "fork" and capture.snapshot_error == ""
+    with first_capture(target.pid, **_past_the_threshold(target.pid)) as (capture, why):
+        assert capture.snapshot == "fork" and why == ""
 
 
 def test_auto_falls_back_to_fork_and_says_why(targets):
@@ -180,9 +194,9 @@ def test_auto_falls_back_to_fork_and_says_why(targets):
         with pytest.raises(TrackingUnavailable, match="another scan"):
             with tracked_writes(open_target(target.pid)):
                 pass
-        with stop_world(open_target(target.pid), "auto", copy_from=1) as capture:
+        with first_capture(target.pid, **_past_the_threshold(target.pid)) as (capture, why):
             assert capture.snapshot == "fork"
-            assert "another scan is copying" in capture.snapshot_error
+            assert "another scan is copying" in why
     wait_untracked(target.pid)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.plans import first_capture
 from tests.support.targets import wait_state
 from tests.support.tracking import copy_unsupported
-from unreachable.capture.stop_world import stop_world
 from unreachable.capture.target import open_target
 from unreachable.errors import TargetUnscannable
 from unreachable.scan import ScanOptions, scan
@@ -45,8 +45,8 @@ def test_a_helper_replaced_since_the_descriptor_was_read(targets):
     _helper_tid(target.pid, not_this=stale.header.helper_tid)
     modes = ["auto", "fork"] + ([] if copy_unsupported() else ["copy"])
     for mode in modes:
-        with stop_world(stale, mode) as capture:
-            snapshot, why = capture.snapshot, capture.snapshot_error
+        with first_capture(target.pid, mode, target=stale) as (capture, why):
+            snapshot = capture.snapshot
         assert snapshot == ("copy" if mode == "copy" else "fork"), why
     assert target.alive() and target.tracer() == 0
 

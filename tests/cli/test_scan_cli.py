@@ -118,6 +118,28 @@ def test_bad_mark_threads(targets, value):
     assert target.alive() and target.tracer() == 0
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "ten", "inf"])
+def test_bad_max_pause(targets, value):
+    target = targets.start(PROGRAMS / "many.c", "1000", "10")
+    res = cli("scan", str(target.pid), f"--max-pause={value}")
+    assert res.returncode == 2 and "--max-pause" in res.stderr, res
+    assert "Traceback" not in res.stderr
+    assert target.alive() and target.tracer() == 0
+
+
+def test_a_max_pause_no_snapshot_meets_is_said(targets):
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    res = cli("scan", str(target.pid), "--json", "--max-pause", "0.000001")
+    assert res.returncode == 1, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["leak_count"] == 5000
+    assert "more than --max-pause 1e-06 ms" in doc["snapshot_note"], doc["snapshot_note"]
+    res = cli("scan", str(target.pid), "--json", "--max-pause", "10000")
+    doc = json.loads(res.stdout)
+    assert (doc["leak_count"], doc["snapshot"], doc["snapshot_note"]) == (5000, "fork", "")
+    assert target.alive() and target.tracer() == 0
+
+
 def test_mark_threads(targets):
     target = targets.start(PROGRAMS / "many.c", "20000", "5000")
     res = cli("scan", str(target.pid), "--json", "--mark-threads", "3")

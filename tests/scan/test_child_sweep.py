@@ -84,7 +84,7 @@ def test_child_failure_falls_back_to_sweeping_the_same_child(targets, monkeypatc
     def failing(*_args: object, **_kw: object) -> None:
         raise ChildSweepFailed("injected failure", frozen=True)
 
-    monkeypatch.setattr("unreachable.scan.sweep_in_child", failing)
+    monkeypatch.setattr("unreachable.scan.mark.sweep_in_child", failing)
     target = targets.start(PROGRAMS / "many.c", "20000", "5000")
     report = scan(target.pid, ScanOptions())
     _exact(target, report)

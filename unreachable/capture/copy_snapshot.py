@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from unreachable import _native
+from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
+from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.process.status import resident_anonymous_bytes
 from unreachable.roots.classify import SPECIAL
 
 SYNC_ANON = 1  # page_sync.h UR_SYNC_ANON
@@ -29,7 +29,6 @@ MAX_THREADS = 4
 # From here on a fork snapshot's page-table copy (~30 ms per GB on 4 KiB
 # pages) pauses longer than a copy snapshot's stop (docs/pause.md).
 COPY_FROM_BYTES = 256 << 20
-NEVER_COPY = sys.maxsize  # a copy_from for callers that must not copy
 # Beyond this many live allocations the scanner's own work on the copy (the
 # registry, the index, ~0.4 us each, where a snapshot child does it beside
 # the scanner) makes the whole scan 2x slower and more: auto forks.
@@ -50,17 +49,16 @@ def sync_ranges(mappings: Sequence[Mapping]) -> bytes:
     return bytes(out)
 
 
-def copy_pays_off(target: Target, copy_from: int) -> bool:
+def copy_pays_off(
+    anonymous_bytes: int, allocations: int | None, copy_from: int = COPY_FROM_BYTES
+) -> bool:
     """Whether "auto" should try a copy snapshot: a heap big enough for the
     fork's pause to pass the copy's, with few enough allocations for the
-    scan not to take much longer (docs/pause.md)."""
-    if resident_anonymous_bytes(target.pid) < copy_from:
+    scan not to take much longer (docs/pause.md). allocations None: the
+    registry could not be read (stopping the target reports why)."""
+    if anonymous_bytes < copy_from or allocations is None:
         return False
-    try:
-        registry = _native.read_registry(target.pid, target.shim.descriptor_addr, False)
-    except (OSError, ValueError):
-        return False  # stopping it reports why
-    return registry["expected"] <= COPY_MAX_ALLOCATIONS
+    return allocations <= COPY_MAX_ALLOCATIONS
 
 
 def _threads() -> int:
@@ -102,3 +100,29 @@ def refresh(copy: _native.MemoryCopy, pid: int) -> list[Mapping]:
     copy.sync(sync_ranges(mappings), refresh=True, threads=_threads())
     copy.finish()
     return mappings
+
+
+@contextmanager
+def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
+    """The copy, made while the target runs, then brought up to date in the
+    pause. A copy that cannot be made is refused (request.must) or raises
+    TrackingUnavailable; one that cannot be brought up to date leaves the
+    target stopped, swept so (it is stopped already)."""
+    with ExitStack() as cleanup:
+        tracking = cleanup.enter_context(ExitStack())
+        try:
+            copy = tracking.enter_context(copy_while_running(target))
+        except TrackingUnavailable as e:
+            if request.must:
+                raise TargetUnscannable(f"{request.must}{e}") from None
+            raise
+        cleanup.callback(copy.close)
+        capture = stop_world(target, request.roots, cleanup)
+        try:
+            capture.mappings = refresh(copy, target.pid)
+            capture.session.release()
+            capture.snapshot, capture.copy = "copy", copy
+        except (OSError, MemoryError) as e:
+            capture.snapshot_error = f"the copy could not be brought up to date: {e}"
+        tracking.close()  # writes are not tracked a moment longer
+        yield capture

@@ -73,7 +73,7 @@ _COPIES_HELD = 2
 def read_limit() -> int:
     """The most a fork's pause reads of such memory: what the scanner's
     copies of target memory may take (half of what is available, or of the
-    room its own memory cgroup leaves, scan.py), shared by the copies the
+    room its own memory cgroup leaves, scan/facts.py ScannerRoom), shared by the copies the
     scan holds of it."""
     return _native.cache_bound() // _COPIES_HELD
 

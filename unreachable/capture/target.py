@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 from unreachable.allocations.descriptor import (
+    SHIM_PREFIX,
     DescriptorHeader,
     ShimLocation,
     disabled_reason,
     locate_shim,
     read_descriptor_header,
 )
-from unreachable.errors import TargetNotShimmed
+from unreachable.errors import ScanError, TargetNotShimmed
+from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import read_maps
+from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import ProcessStatus, check_scannable, host_tid
 
 
@@ -51,6 +55,17 @@ def open_target(pid: int) -> Target:
         why = disabled_reason(header.disabled, header.disabled_errno)
         raise TargetNotShimmed(f"the shim in pid {pid} is inert: {why}")
     return Target(pid, status, shim, header, command_line(pid), tgid)
+
+
+def runs_without_shim(pid: int) -> bool:
+    """No shim mapped at all, and not for want of LD_PRELOAD in a
+    secure-execution process (its line says why: the user meant a shim)."""
+    try:
+        mappings = read_maps(check_scannable(pid).proc)
+    except ScanError:
+        return False  # the refusal already raised says what is wrong
+    names = (os.path.basename(mapped_path(m)) for m in mappings if m.path.startswith("/"))
+    return not any(n.startswith(SHIM_PREFIX) for n in names) and not runs_secure(pid)
 
 
 def current_helper_tid(target: Target) -> int:

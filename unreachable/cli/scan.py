@@ -58,6 +58,43 @@ def _symbol_budget(text: str) -> float | None:
         raise argparse.ArgumentTypeError("must be seconds (> 0), or 0 for no limit") from None
 
 
+def _max_pause(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be milliseconds (> 0)")
+    return value
+
+
+def add_sweep_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--sweep",
+        choices=("auto", "child", "scanner"),
+        default="auto",
+        help="with a fork snapshot, where to mark: child: the snapshot child sweeps its own "
+        "memory; scanner: this process reads it through /proc; auto: child, falling back "
+        "to scanner",
+    )
+    p.add_argument(
+        "--mark-threads",
+        type=_mark_threads,
+        default=0,
+        metavar="N",
+        help="threads the snapshot child marks with (1-16; default: this machine's CPUs, "
+        "at most 4)",
+    )
+    p.add_argument(
+        "--max-pause",
+        type=_max_pause,
+        default=None,
+        metavar="MS",
+        help="the pause the target may feel: auto prefers the snapshots expected to stay "
+        "under it, and the report's note says when none is (docs/scan-stages.md)",
+    )
+
+
 def add_symbol_budget(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--symbol-budget",
@@ -128,22 +165,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "what it wrote (Linux 6.7+); stopped: copy it all while paused; auto: copy for a "
         "big heap, else fork, when possible (docs/pause.md)",
     )
-    p.add_argument(
-        "--sweep",
-        choices=("auto", "child", "scanner"),
-        default="auto",
-        help="with a fork snapshot, where to mark: child: the snapshot child sweeps its own "
-        "memory; scanner: this process reads it through /proc; auto: child, falling back "
-        "to scanner",
-    )
-    p.add_argument(
-        "--mark-threads",
-        type=_mark_threads,
-        default=0,
-        metavar="N",
-        help="threads the snapshot child marks with (1-16; default: this machine's CPUs, "
-        "at most 4)",
-    )
+    add_sweep_options(p)
     add_symbol_budget(p)
     triage.add_options(p)
     add_remote_options(p)
@@ -203,6 +225,8 @@ def _check_target(args: argparse.Namespace) -> None:
         raise InvalidArgument("--exe and --sysroot go with --core FILE")
     if args.core and args.remote:
         raise InvalidArgument("--core is scanned here: it does not go with --remote")
+    if args.max_pause is not None and (args.core or args.remote):
+        raise InvalidArgument("--max-pause goes with a scan of a pid here, not --core or --remote")
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -218,6 +242,7 @@ def handle(args: argparse.Namespace) -> int:
         sweep=args.sweep,
         mark_threads=args.mark_threads,
         symbol_budget=args.symbol_budget,
+        max_pause_ms=args.max_pause,
     )
     if args.remote:
         from unreachable.rpc.scan_client import remote_scan

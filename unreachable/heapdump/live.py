@@ -1,6 +1,6 @@
 """Capture a target briefly and group its live allocations by (size, backtrace).
 
-The same capture as a scan (stop_world, then the shim's registry), without
+The same capture as a scan (capture/strategies.py, then the shim's registry), without
 the sweep: the target is released as soon as the registry and the stacks
 are copied (at once in fork mode), and symbolization runs afterwards.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 
 from unreachable.allocations.registry import read_registry
-from unreachable.capture.copy_snapshot import NEVER_COPY
-from unreachable.capture.stop_world import SnapshotMode, stop_world
+from unreachable.capture.stop_world import CaptureRequest, SnapshotMode
+from unreachable.capture.strategies import take_snapshot
 from unreachable.capture.target import open_target, still_running
 from unreachable.errors import TargetNotFound
 from unreachable.heapdump.dump_format import system_fingerprint
@@ -26,8 +26,15 @@ def heap_dump(
     pid: int, snapshot: SnapshotMode = "auto", symbol_budget: float | None | bool = True
 ) -> HeapDump:
     target = open_target(pid)
-    # Only the registry is read: "auto" never copies the whole heap for it.
-    with stop_world(target, snapshot, copy_from=NEVER_COPY, roots=False) as capture:
+    # Only the registry is read: "auto" never copies the whole heap for it,
+    # and stays stopped when no fork can be had.
+    request = CaptureRequest(
+        "fork" if snapshot == "auto" else snapshot,
+        must={"fork": "snapshot failed: ", "copy": "no copy snapshot: "}.get(snapshot, ""),
+        unread_filter_ok=snapshot == "fork",
+        roots=False,
+    )
+    with take_snapshot(target, request) as capture:
         memory = capture.memory
         mappings = capture.mappings or read_maps(capture.mem_pid)
         maps_text = _read_maps_text(target.pid)

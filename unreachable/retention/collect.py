@@ -1,7 +1,7 @@
 """What a scan hands the reference graph's questions (who holds a block, who
 retains the heap), and what it gets back.
 
-The scan (unreachable/scan.py) runs as always, with its sweep from outside
+The scan (unreachable/scan/) runs as always, with its sweep from outside
 (native/scanner/sweep.c) in graph mode: the mark keeps its reference graph,
 records every root word that points into the heap, and answers while the
 memory it read is still open. Each root word belongs to a root region,

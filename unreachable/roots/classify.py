@@ -37,6 +37,8 @@ RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
 # The parts of sorted (begin, end) ranges that hold pages (process/memory.py).
 Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
 SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
+# Kinds of mapping that are never roots.
+NOT_ROOTS = ("shim", "heap", "exited-thread stack", "read-only file")
 
 
 @dataclass(slots=True)
@@ -87,53 +89,122 @@ def classify(
     # A piece of the shim's memory the kernel merged with a neighbour of the
     # same protection is cut out of it, as the allocator's state is.
     roots = Roots(holes=sorted([*allocator_state, *registry.regions]))
-    anonymous: list[Span] = []  # private: only the pages that exist hold data
-    live_stacks: dict[Mapping, int] = {}
+    stacks = live_stacks(mappings, thread_sps, heap)
+    exited = exited_stack_bounds(registry, thread_sps)
+    kinds = {
+        m: _kind(m, registry, shim_path, stacks, heap, exited)
+        for m in mappings
+        if m.readable and m.path not in SPECIAL
+    }
+    for m, kind in kinds.items():
+        if kind in NOT_ROOTS:
+            roots.skip(kind, m)
+        if kind == "exited-thread stack":
+            roots.dead_stacks.append(m)
+
+    def of(kind: str) -> list[Mapping]:
+        return [m for m, k in kinds.items() if k == kind]
+
+    thread_stacks(roots, of("stack"), stacks, heap)
+    elf_segments(roots, of("globals"))
+    anonymous_maps(roots, of("anonymous"), heap, present)
+    return roots
+
+
+def live_stacks(
+    mappings: list[Mapping], thread_sps: dict[int, int], heap: dict[Mapping, list[Span]]
+) -> dict[Mapping, int]:
+    """Each live thread's stack mapping and the lowest SP (less the red
+    zone) in it; not a thread running on a stack it allocated."""
+    lowest: dict[Mapping, int] = {}
     for sp in thread_sps.values():
         m = find_mapping(mappings, sp - RED_ZONE) or find_mapping(mappings, sp)
         if m is not None and not _in_heap(m, sp, heap):
-            live_stacks[m] = min(sp - RED_ZONE, live_stacks.get(m, m.end))
-    dead_stacks = {
+            lowest[m] = min(sp - RED_ZONE, lowest.get(m, m.end))
+    return lowest
+
+
+def exited_stack_bounds(registry: Registry, thread_sps: dict[int, int]) -> set[tuple[int, int]]:
+    """The stacks the shim recorded for threads that exited (glibc caches
+    them for reuse) and that no live thread runs on."""
+    return {
         (t.stack_lo, t.stack_hi)
         for t in registry.threads
         if t.state == THREAD_EXITED and t.stack_hi and t.tid not in thread_sps
     }
 
+
+def _kind(
+    m: Mapping,
+    registry: Registry,
+    shim_path: str,
+    stacks: dict[Mapping, int],
+    heap: dict[Mapping, list[Span]],
+    exited: set[tuple[int, int]],
+) -> str:
+    """What a readable mapping holds, first match wins."""
+    if any(begin <= m.start and m.end <= end for begin, end in registry.regions):
+        return "shim"
+    if m.path == shim_path:
+        return "shim"
+    if m in stacks:
+        return "stack"
+    if m.path == "[heap]" or heap.get(m) == [(m.start, m.end)]:
+        return "heap"
+    if m.anonymous and _is_dead_stack(m, exited):
+        return "exited-thread stack"
+    if m.anonymous or m.path.startswith("[stack"):
+        return "anonymous"
+    if m.writable:
+        return "globals"
+    return "read-only file"
+
+
+def thread_stacks(
+    roots: Roots,
+    mappings: list[Mapping],
+    lowest: dict[Mapping, int],
+    heap: dict[Mapping, list[Span]],
+) -> None:
+    """Live threads' stacks, from SP (less the red zone) to the top of the
+    mapping: their frames, and glibc's static TLS and struct pthread at the
+    top. The part below SP is dead frames. Before Linux 6.7 a thread's stack
+    can merge with a chunk glibc maps right above it: that part is heap."""
     for m in mappings:
-        if not m.readable or m.path in SPECIAL:
-            continue
-        if any(begin <= m.start and m.end <= end for begin, end in registry.regions):
-            roots.skip("shim", m)
-        elif m.path == shim_path:
-            roots.skip("shim", m)
-        elif m in live_stacks:
-            # Before Linux 6.7 a thread's stack can merge with a chunk glibc
-            # maps right above it.
-            at = max(live_stacks[m], m.start)
-            for begin, end in heap.get(m, []):
-                if end > at:
-                    roots.add("stack", at, begin)
-                    roots.kinds["heap"] += end - max(begin, at)
-                    at = end
-            roots.add("stack", at, m.end)
-        elif m.path == "[heap]" or heap.get(m) == [(m.start, m.end)]:
-            roots.skip("heap", m)
-        elif m.anonymous and _is_dead_stack(m, dead_stacks):
-            roots.skip("exited-thread stack", m)
-            roots.dead_stacks.append(m)
-        elif m.anonymous or m.path.startswith("[stack"):
-            at = m.start
-            for begin, end in heap.get(m, []):
-                roots.kinds["heap"] += end - begin
-                _program_memory(m, at, begin, roots, anonymous)
+        at = max(lowest[m], m.start)
+        for begin, end in heap.get(m, []):
+            if end > at:
+                roots.add("stack", at, begin)
+                roots.kinds["heap"] += end - max(begin, at)
                 at = end
-            _program_memory(m, at, m.end, roots, anonymous)
-        elif m.writable:
-            roots.add("globals", m.start, m.end)
-        else:
-            roots.skip("read-only file", m)
-    # One query for all of them: a sparse reservation (64 GiB reserved, a few
-    # pages used) is then as cheap to scan as the pages it uses.
+        roots.add("stack", at, m.end)
+
+
+def elf_segments(roots: Roots, mappings: list[Mapping]) -> None:
+    """Writable file mappings: .data, .bss and the GOT of every object."""
+    for m in mappings:
+        roots.add("globals", m.start, m.end)
+
+
+def anonymous_maps(
+    roots: Roots,
+    mappings: list[Mapping],
+    heap: dict[Mapping, list[Span]],
+    present: Present | None,
+) -> None:
+    """Anonymous memory that is not heap: user pools, ld.so's memory, the
+    main thread's TLS, the parts of a mapping the kernel merged with the
+    heap. Of private memory only the pages that exist are read: one query
+    for all of them, so a sparse reservation (64 GiB reserved, a few pages
+    used) is as cheap to scan as the pages it uses."""
+    anonymous: list[Span] = []
+    for m in mappings:
+        at = m.start
+        for begin, end in heap.get(m, []):
+            roots.kinds["heap"] += end - begin
+            _program_memory(m, at, begin, roots, anonymous)
+            at = end
+        _program_memory(m, at, m.end, roots, anonymous)
     spans = sorted(anonymous)
     used = present(spans) if present and spans else spans
     for begin, end in used:
@@ -141,7 +212,6 @@ def classify(
     untouched = sum(e - b for b, e in spans) - sum(e - b for b, e in used)
     if untouched > 0:
         roots.kinds["untouched"] += untouched
-    return roots
 
 
 def _program_memory(m: Mapping, begin: int, end: int, roots: Roots, private: list[Span]) -> None:

@@ -1,0 +1,221 @@
+"""The scan's plan (unreachable/scan/plan.py) chosen from facts alone: no
+process is started, nothing is stopped."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import product
+
+import pytest
+
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, COPY_MAX_ALLOCATIONS
+from unreachable.capture.kept_out_of_fork import KEPT_OUT_PREFER_COPY_BYTES, ForkFlags
+from unreachable.errors import TargetNotShimmed, TargetUnscannable
+from unreachable.scan.facts import Facts
+from unreachable.scan.options import ScanOptions
+from unreachable.scan.plan import NO_CHILD_BOX, Plan, Retry, expected_pause_ms, plan
+
+MIB = 1 << 20
+SMALL = Facts(1, anonymous_bytes=10 * MIB)  # too small for the registry to be read
+BIG = replace(SMALL, anonymous_bytes=COPY_FROM_BYTES, allocations=1000)
+SNAPSHOTS = ("auto", "fork", "copy", "stopped")
+SWEEPS = ("auto", "child", "scanner")
+
+
+def _kept_out(resident: int, limit: int = 1 << 30) -> ForkFlags:
+    return ForkFlags(resident=resident, limit=limit)
+
+
+def _shape(plans: list[Plan]) -> list[tuple[str, tuple[str, ...]]]:
+    return [(p.snapshot, p.sweeps) for p in plans]
+
+
+def _plan(facts: Facts, snapshot: str = "auto", sweep: str = "auto", graph: bool = False):
+    return plan(facts, ScanOptions(snapshot=snapshot, sweep=sweep), graph)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("snapshot", "sweep"), list(product(SNAPSHOTS, SWEEPS)))
+def test_every_combination_plans_or_refuses_before_the_stop(snapshot, sweep):
+    try:
+        plans = _plan(SMALL, snapshot, sweep)
+    except TargetUnscannable as e:
+        # Only an in-child sweep without a snapshot child is refused here.
+        assert sweep == "child" and snapshot in ("copy", "stopped"), e
+        assert "no in-child sweep without a snapshot child" in str(e)
+        return
+    assert plans
+    first = plans[0]
+    if snapshot != "auto":
+        assert first.snapshot == snapshot
+    if first.snapshot != "fork" or sweep == "scanner":
+        assert first.sweeps == ("scanner",)
+    else:
+        assert first.sweeps == {"auto": ("child", "scanner"), "child": ("child",)}[sweep]
+    # An explicit strategy is refused when it cannot be had; auto never is.
+    assert bool(first.must) == (snapshot in ("fork", "copy") or sweep == "child")
+
+
+def test_auto_on_a_small_heap_forks_and_sweeps_in_the_child():
+    assert _shape(_plan(SMALL)) == [
+        ("fork", ("child", "scanner")),
+        ("fork", ("scanner",)),
+        ("stopped", ("scanner",)),
+    ]
+
+
+def test_auto_copies_a_big_heap_and_forks_when_the_copy_cannot_be_had():
+    assert _shape(_plan(BIG))[:2] == [("copy", ("scanner",)), ("fork", ("child", "scanner"))]
+
+
+def test_auto_forks_for_millions_of_allocations():
+    facts = replace(BIG, allocations=COPY_MAX_ALLOCATIONS + 1)
+    assert _plan(facts)[0].snapshot == "fork"
+
+
+def test_auto_does_not_copy_when_the_registry_cannot_be_read():
+    assert _plan(replace(BIG, allocations=None))[0].snapshot == "fork"
+
+
+def test_much_kept_out_of_forks_takes_a_copy_whatever_the_heap_size():
+    facts = replace(SMALL, kept_out=_kept_out(KEPT_OUT_PREFER_COPY_BYTES + 1), allocations=1000)
+    assert _shape(_plan(facts))[:2] == [("copy", ("scanner",)), ("fork", ("child", "scanner"))]
+
+
+def test_kept_out_of_forks_past_what_the_scanner_holds():
+    facts = replace(SMALL, kept_out=_kept_out(200 * MIB, limit=100 * MIB), allocations=None)
+    [stopped] = _plan(facts)
+    assert stopped.snapshot == "stopped"
+    assert "keeps 200 MiB out of forks" in stopped.snapshot_note
+    # With a copy to try first, the stopped plan is its fallback.
+    facts = replace(facts, allocations=1000)
+    assert _shape(_plan(facts)) == [("copy", ("scanner",)), ("stopped", ("scanner",))]
+    with pytest.raises(TargetUnscannable, match="out of forks.*--snapshot stopped or copy"):
+        _plan(facts, "fork")
+    with pytest.raises(TargetUnscannable, match="no in-child sweep.*out of forks"):
+        _plan(facts, "auto", "child")
+    assert _plan(facts, "stopped")[0].snapshot_note == ""
+
+
+def test_no_room_for_a_child_in_the_targets_cgroup():
+    why = "the target's memory cgroup has 1 MiB left"
+    facts = replace(SMALL, fork_room=why)
+    [stopped] = _plan(facts)
+    assert (stopped.snapshot, stopped.snapshot_note) == ("stopped", why)
+    # An explicit fork is tried all the same: its own failure says why.
+    assert _plan(facts, "fork")[0].snapshot == "fork"
+    with pytest.raises(TargetUnscannable, match="no in-child sweep.*1 MiB left"):
+        _plan(facts, "auto", "child")
+
+
+def test_a_shim_without_a_child_box_sweeps_from_here_and_says_why():
+    facts = replace(SMALL, child_box=False)
+    for sweep in ("auto", "child"):
+        first = _plan(facts, "auto", sweep)[0]
+        assert (first.snapshot, first.sweeps) == ("fork", ("scanner",))
+        assert first.sweep_note == NO_CHILD_BOX
+    assert _plan(facts, "auto", "scanner")[0].sweep_note == ""
+
+
+def test_the_reference_graph_is_swept_from_here():
+    for snapshot in ("auto", "fork"):
+        assert all(p.sweeps == ("scanner",) for p in _plan(SMALL, snapshot, graph=True))
+
+
+def test_without_the_shim_glibcs_heap_is_walked_from_a_copy():
+    facts = Facts(1, shim=False, no_shim="no shim in pid 1", glibc_heap=True)
+    [whole] = _plan(facts)
+    assert (whole.snapshot, whole.allocations) == ("whole copy", "glibc heap")
+    assert _plan(facts, "stopped")[0].allocations == "glibc heap"
+    for snapshot, sweep, graph in (
+        ("fork", "auto", False),
+        ("copy", "auto", False),
+        ("auto", "child", False),
+        ("auto", "auto", True),
+    ):
+        with pytest.raises(TargetNotShimmed, match="no shim in pid 1"):
+            _plan(facts, snapshot, sweep, graph)
+    # A shim that is there but inert, or a secure-execution process: no walk.
+    with pytest.raises(TargetNotShimmed, match="inert"):
+        _plan(Facts(1, shim=False, no_shim="the shim is inert", glibc_heap=False))
+
+
+def _next(plans: list[Plan], retries: list[Retry]) -> list[Plan]:
+    """What the scan runs after these retries, as scan/run.py walks the list."""
+    left = plans[1:]
+    for retry in retries:
+        left = [p for p in left if not retry.skips(p)]
+    return left
+
+
+def test_a_child_that_died_is_followed_by_a_new_fork_swept_from_here():
+    gone = Retry("the snapshot child vanished", "child", "sweep")
+    assert _shape(_next(_plan(SMALL), [gone]))[0] == ("fork", ("scanner",))
+    # Asked to sweep in the child only: nothing is left to move to.
+    assert _next(_plan(SMALL, "auto", "child"), [gone]) == []
+    assert _next(_plan(SMALL, "fork", "child"), [gone]) == []
+
+
+def test_a_fork_that_lacks_too_much_is_followed_by_a_copy_or_a_stopped_scan():
+    kept = Retry("the target keeps 2 mapping(s) out of forks", "fork", "snapshot")
+    assert _shape(_next(_plan(SMALL), [kept])) == [("stopped", ("scanner",))]
+    facts = replace(SMALL, allocations=1000)
+    assert _shape(_next(_plan(facts), [kept])) == [
+        ("copy", ("scanner",)),
+        ("stopped", ("scanner",)),
+    ]
+    assert _next(_plan(SMALL, "fork"), [kept]) == []
+
+
+def test_a_copy_that_cannot_be_had_is_followed_by_a_fork():
+    untracked = Retry("no copy snapshot: another scan is copying", "copy", "snapshot")
+    assert _shape(_next(_plan(BIG), [untracked]))[0] == ("fork", ("child", "scanner"))
+
+
+def _budget(facts: Facts, max_ms: float, snapshot: str = "auto", sweep: str = "auto"):
+    options = ScanOptions(snapshot=snapshot, sweep=sweep, max_pause_ms=max_ms)  # type: ignore[arg-type]
+    return plan(facts, options)
+
+
+def test_expected_pauses_follow_the_memory_held():
+    facts = replace(SMALL, anonymous_bytes=1 << 30, kept_out=_kept_out(1 << 30))
+    assert expected_pause_ms(facts, "copy") < expected_pause_ms(facts, "stopped")
+    assert expected_pause_ms(facts, "fork") > expected_pause_ms(
+        replace(facts, kept_out=ForkFlags()), "fork"
+    )
+
+
+def test_a_budget_every_plan_meets_changes_nothing():
+    assert _budget(SMALL, 1000) == _plan(SMALL)
+    assert _budget(BIG, 1000) == _plan(BIG)
+
+
+def test_auto_under_a_budget_takes_the_shorter_pause():
+    # Millions of allocations: auto forks for the whole scan's sake, but a
+    # 4 GiB heap's page-table copy is expected to pause ~120 ms.
+    facts = replace(BIG, anonymous_bytes=4 << 30, allocations=COPY_MAX_ALLOCATIONS + 1)
+    assert _plan(facts)[0].snapshot == "fork"
+    plans = _budget(facts, 50)
+    assert plans[0].snapshot == "copy" and plans[0].snapshot_note == ""
+    # The fallbacks over the budget say so, shortest pause first.
+    assert [p.snapshot for p in plans[1:]] == ["fork", "fork", "stopped"]
+    assert all("more than --max-pause 50 ms" in p.snapshot_note for p in plans[1:])
+    # Unknown allocations (a heap too small to read them for): the copy is planned all the same.
+    assert _budget(replace(facts, allocations=None), 50)[0].snapshot == "copy"
+
+
+def test_a_budget_nothing_meets_is_said():
+    facts = replace(BIG, anonymous_bytes=64 << 30)  # a copy's walk alone ~320 ms
+    first = _budget(facts, 1)[0]
+    assert first.snapshot == "copy"
+    assert "a copy snapshot is expected to pause the target about 320 ms" in first.snapshot_note
+    # An explicit strategy is kept, and says so too.
+    stopped = _budget(facts, 1, "stopped")[0]
+    assert stopped.snapshot == "stopped" and "more than --max-pause 1 ms" in stopped.snapshot_note
+    # An in-child sweep needs its fork: the budget only notes.
+    assert [p.snapshot for p in _budget(facts, 1, "auto", "child")] == ["fork"]
+
+
+def test_a_budget_without_the_shim_is_noted_on_the_whole_copy():
+    facts = Facts(1, shim=False, glibc_heap=True, anonymous_bytes=1 << 30)
+    [whole] = _budget(facts, 10)
+    assert "a stopped scan is expected to pause the target about 350 ms" in whole.snapshot_note

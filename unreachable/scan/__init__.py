@@ -1,0 +1,7 @@
+"""One scan of a live process: facts, a plan, then the pipeline's stages
+(docs/scan-stages.md)."""
+
+from unreachable.scan.options import CONTENTS_BYTES, Progress, ScanOptions, SweepMode
+from unreachable.scan.run import scan
+
+__all__ = ["CONTENTS_BYTES", "Progress", "ScanOptions", "SweepMode", "scan"]

@@ -1,0 +1,132 @@
+"""What is known about a target before any of its threads stops, read once.
+
+The plan (plan.py) is chosen from these facts alone; nothing here decides.
+What can only be known in or after the pause is found by the stage that
+meets it: a helper whose clone() a seccomp filter may stop leaves the
+target stopped, swept in place; a fork that lacks more than the scanner may
+hold, or a snapshot child that died, asks for the next plan (plan.Retry).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from unreachable import _native
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
+from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
+from unreachable.capture.target import Target, open_target, runs_without_shim
+from unreachable.errors import ScannerOutOfMemory, TargetNotShimmed
+from unreachable.process.cgroup_memory import (
+    memory_headroom,
+    no_room_for_fork,
+    no_room_for_outside_sweep,
+    scanner_cache_budget,
+)
+from unreachable.process.memory import Memory
+from unreachable.process.status import resident_anonymous_bytes
+from unreachable.scan.options import ScanOptions
+
+
+def expected_allocations(memory: Memory, addr: int) -> int | None:
+    """The registry's count of live allocations: its shards' counts and its
+    size maps' entries (a read of every map)."""
+    try:
+        return int(_native.read_registry(memory, addr, False)["expected"])
+    except (OSError, ValueError):
+        return None  # reading the registry again says what is wrong
+
+
+@dataclass(frozen=True, slots=True)
+class ScannerRoom:
+    """This process's memory cgroup room when the scan began (None: no
+    limit) and the part of it its copies of target memory may take."""
+
+    at_start: int | None
+    cache_budget: int
+
+    @classmethod
+    def now(cls) -> ScannerRoom:
+        room = memory_headroom(os.getpid())
+        own = cls(room, scanner_cache_budget(room))
+        _native.set_cache_budget(own.cache_budget)
+        return own
+
+    def check_outside_sweep(self, memory: Memory, addr: int, copied: bool, fallback: str) -> None:
+        """Refuse, before it allocates, a sweep from outside that would push
+        this process over its limit: the kernel would OOM-kill it mid-sweep
+        (and under systemd's default OOMPolicy= stop the daemon it runs in).
+        A copy already made is charged; otherwise its budget is kept free."""
+        if self.at_start is None:
+            return
+        room = memory_headroom(os.getpid())
+        expected = expected_allocations(memory, addr)
+        if room is None or expected is None:
+            return
+        free = room - (0 if copied else self.cache_budget)
+        if why := no_room_for_outside_sweep(free, expected):
+            also = f" (the snapshot child did not sweep itself: {fallback})" if fallback else ""
+            raise ScannerOutOfMemory(f"{why}; give the scanner more memory{also}")
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    pid: int
+    # The shim's registry was found (open_target); target is None otherwise.
+    shim: bool = True
+    target: Target | None = None
+    no_shim: str = ""  # why the shim's registry cannot be read (no shim, or an inert one)
+    glibc_heap: bool = False  # no shim mapped at all: glibc's heap can be walked from outside
+    child_box: bool = True  # the shim can sweep inside its snapshot child
+    anonymous_bytes: int = 0  # resident anonymous memory (what a copy holds)
+    allocations: int | None = None  # the registry's live count (None: not read, or unreadable)
+    # What a fork would lack (smaps, read while the target runs): empty when
+    # not looked at (no fork possible, or a copy chosen without it).
+    kept_out: ForkFlags = field(default_factory=ForkFlags)
+    fork_room: str = ""  # why the target's memory cgroup has no room for a snapshot child
+    headroom: int | None = None  # what the target's memory cgroup could still be charged
+    # This scanner's own memory cgroup room (bounds its copies and its sweep).
+    scanner_room: ScannerRoom = field(default_factory=lambda: ScannerRoom(None, 0))
+
+
+def gather_facts(pid: int, options: ScanOptions) -> Facts:
+    """The facts the plan may need for these options, each read once."""
+    try:
+        target = open_target(pid)
+    except TargetNotShimmed as e:
+        glibc = runs_without_shim(pid)
+        anonymous = resident_anonymous_bytes(pid) if glibc else 0
+        return Facts(pid, shim=False, no_shim=str(e), glibc_heap=glibc, anonymous_bytes=anonymous)
+    pid = target.pid
+    # First: what a fork may read of the memory it lacks is bounded by it.
+    scanner_room = ScannerRoom.now()
+    headroom = memory_headroom(pid)
+    anonymous = resident_anonymous_bytes(pid)
+    # The registry's count decides only between a copy and a fork, and
+    # matters only for a heap a copy may pay off for.
+    auto = options.snapshot == "auto" and options.sweep != "child"
+    allocations = (
+        expected_allocations(target.pid, target.shim.descriptor_addr)
+        if auto and anonymous >= COPY_FROM_BYTES
+        else None
+    )
+    kept_out = ForkFlags()
+    # smaps walks every page table: not read when a copy is taken anyway
+    # (unless a fork's pause is to be weighed against a budget).
+    if options.snapshot in ("auto", "fork"):
+        budget = options.max_pause_ms is not None
+        if budget or not (auto and copy_pays_off(anonymous, allocations)):
+            kept_out = fork_flags(pid)
+    if auto and allocations is None and kept_out.prefers_copy:
+        allocations = expected_allocations(target.pid, target.shim.descriptor_addr)
+    return Facts(
+        pid,
+        target=target,
+        child_box=bool(target.header.child_box),
+        anonymous_bytes=anonymous,
+        allocations=allocations,
+        kept_out=kept_out,
+        fork_room=no_room_for_fork(headroom, anonymous),
+        headroom=headroom,
+        scanner_room=scanner_room,
+    )

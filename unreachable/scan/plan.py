@@ -1,0 +1,220 @@
+"""How a scan will go: chosen from the facts (facts.py) and the options alone.
+
+A plan names the snapshot strategy (capture/), where the sweep runs and
+the source of the allocations. plan() returns them in order of preference:
+the scan runs the first, and moves to the next only when a stage returns
+Retry (something only the pause could show: a fork lacks more than the
+scanner may hold, the snapshot child died). Whatever made it move is said
+in the report's snapshot_note or sweep_note.
+
+The rules, for a target under the shim:
+- "stopped", "copy", "fork": that strategy; a fork or copy that cannot be
+  had is refused, except that a copy that cannot be brought up to date in
+  the pause is swept stopped (it is stopped already).
+- "auto": a copy when the heap is big enough for a fork's page-table copy
+  to pause longer (COPY_FROM_BYTES) with few enough allocations for the
+  scan not to take much longer, or whatever the heap's size when a fork
+  would read much that it lacks (KEPT_OUT_PREFER_COPY_BYTES); else a fork;
+  a stopped target when no fork can be had (it lacks more than the
+  scanner may hold, or the target's memory cgroup has no room for the
+  child). A fork the helper cannot take in the pause (no helper, a seccomp
+  filter in the way) leaves the target stopped and swept so.
+- the sweep: in the snapshot child, the outside sweep of that child as its
+  fallback ("auto"), never outside ("child"), always outside ("scanner",
+  and every scan that keeps the reference graph).
+Without the shim, glibc's heap is walked from a copy made in the pause
+(scan_glibc.py); nothing that needs the shim is possible then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
+from unreachable.errors import TargetNotShimmed, TargetUnscannable
+from unreachable.scan.facts import Facts
+from unreachable.scan.options import ScanOptions
+
+# Capture strategies (capture/): a frozen snapshot child, a copy made while
+# the target runs, the target itself paused, a copy of the whole process
+# made in the pause (no shim).
+Snapshot = Literal["fork", "copy", "stopped", "whole copy"]
+SweepPlace = Literal["child", "scanner"]
+# Where the allocations come from: a name in allocations/source.SOURCES,
+# or "glibc heap" (walked by scan_glibc.py's own capture).
+Allocations = str
+
+# Expected pause per GiB of resident anonymous memory on 4 KiB pages
+# (docs/pause.md): a fork's page-table copy (20-40 ms), a copy's page-table
+# walk with few pages written (1.3-4.5 ms), a stopped read of the heap at
+# ~3 GB/s (300-400 ms), and a fork's read of what it lacks (~2.5 GB/s).
+FORK_MS_PER_GIB = 30.0
+COPY_MS_PER_GIB = 5.0
+STOPPED_MS_PER_GIB = 350.0
+KEPT_OUT_MS_PER_GIB = 400.0
+
+NO_CHILD_BOX = "the shim in the target has no in-child sweep"
+RETRY_ELSEWHERE = "; scan it with --snapshot stopped or copy"
+NO_CHILD = "no in-child sweep without a snapshot child: "
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    snapshot: Snapshot
+    # Where the sweep runs, in order: the next when the one before fails
+    # (a child that fails but stays frozen is swept from outside).
+    sweeps: tuple[SweepPlace, ...] = ("scanner",)
+    allocations: Allocations = "shim registry"
+    # Set: a fork that cannot be had in the pause is refused with this
+    # prefix. Empty: the target, stopped already, is swept in place.
+    must: str = ""
+    snapshot_note: str = ""  # why not the snapshot asked for, or auto's first choice
+    sweep_note: str = ""  # why a snapshot child does not sweep itself
+    # An explicit fork asks the helper even when its seccomp filter cannot
+    # be read (one that would kill it never is asked).
+    unread_filter_ok: bool = False
+
+    @property
+    def in_child(self) -> bool:
+        return self.sweeps[0] == "child"
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """What a stage returns when the plan it runs cannot finish: the scan
+    moves on to the next plan that rules_out leaves."""
+
+    reason: str
+    rules_out: Literal["fork", "copy", "child"]  # plans with that snapshot or first sweep
+    note: Literal["snapshot", "sweep"]  # which of the report's notes says why
+    refusal: str = ""  # added to reason when no plan is left to move to
+
+    def skips(self, plan: Plan) -> bool:
+        return self.rules_out in (plan.snapshot, plan.sweeps[0])
+
+
+def _kept_out_too_big(facts: Facts) -> str:
+    if not facts.kept_out.too_big:
+        return ""
+    return (
+        f"the target keeps {facts.kept_out.resident >> 20} MiB out of forks"
+        " (MADV_DONTFORK or MADV_WIPEONFORK), more than this scanner may hold"
+    )
+
+
+def plan(facts: Facts, options: ScanOptions, graph: bool = False) -> list[Plan]:
+    """The plans to try, best first. graph: the scan keeps the mark's
+    reference graph (retention/), which only a sweep from here can.
+    Raises what no plan could get past, before anything is stopped."""
+    plans = _plans(facts, options, graph)
+    if options.max_pause_ms is None:
+        return plans
+    auto = facts.shim and options.snapshot == "auto" and options.sweep == "auto" and not graph
+    return _within_pause(plans, facts, options.max_pause_ms, auto)
+
+
+def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
+    """What the target is expected to feel of a snapshot, from the memory it
+    holds: a fork's page-table copy and its read of what the child lacks, a
+    copy's page-table walk, or a read of the whole heap while stopped."""
+    gib = facts.anonymous_bytes / (1 << 30)
+    if snapshot == "fork":
+        return gib * FORK_MS_PER_GIB + facts.kept_out.resident / (1 << 30) * KEPT_OUT_MS_PER_GIB
+    if snapshot == "copy":
+        return gib * COPY_MS_PER_GIB
+    return gib * STOPPED_MS_PER_GIB
+
+
+def _within_pause(plans: list[Plan], facts: Facts, max_ms: float, auto: bool) -> list[Plan]:
+    """--max-pause: auto keeps its order among the plans expected to pause
+    less than max_ms, and puts the others after them, shortest pause first;
+    when one is over, a copy is among them whatever the heap's size and the
+    number of allocations. A plan expected to pause longer says so in its
+    snapshot_note."""
+
+    def over(p: Plan) -> bool:
+        return expected_pause_ms(facts, p.snapshot) > max_ms
+
+    if auto:
+        if any(map(over, plans)) and not any(p.snapshot == "copy" for p in plans):
+            plans = [*plans, Plan("copy")]
+        longer = sorted(
+            (p for p in plans if over(p)), key=lambda p: expected_pause_ms(facts, p.snapshot)
+        )
+        plans = [p for p in plans if not over(p)] + longer
+    return [
+        replace(p, snapshot_note=_join(p.snapshot_note, _over_budget(facts, p, max_ms)))
+        if over(p)
+        else p
+        for p in plans
+    ]
+
+
+def _over_budget(facts: Facts, p: Plan, max_ms: float) -> str:
+    ms = expected_pause_ms(facts, p.snapshot)
+    kind = {"fork": "a fork snapshot", "copy": "a copy snapshot"}.get(p.snapshot, "a stopped scan")
+    return (
+        f"{kind} is expected to pause the target about {ms:.0f} ms,"
+        f" more than --max-pause {max_ms:g} ms"
+    )
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
+def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
+    if not facts.shim:
+        return [_without_shim(facts, options, graph)]
+    in_child = options.sweep != "scanner" and not graph
+    sweeps: tuple[SweepPlace, ...] = ("scanner",)
+    sweep_note = ""
+    if in_child and not facts.child_box:
+        sweep_note = NO_CHILD_BOX
+    elif in_child:
+        sweeps = ("child",) if options.sweep == "child" else ("child", "scanner")
+    fork = Plan("fork", sweeps, sweep_note=sweep_note)
+    # After a child that died: a new snapshot, swept from here.
+    refork = [Plan("fork", ("scanner",))] if sweeps == ("child", "scanner") else []
+    if options.snapshot == "stopped" or options.snapshot == "copy":
+        if options.sweep == "child":
+            raise TargetUnscannable(f"{NO_CHILD}--snapshot {options.snapshot} takes none")
+        return [
+            Plan(options.snapshot, must="no copy snapshot: " if options.snapshot == "copy" else "")
+        ]
+    too_big = _kept_out_too_big(facts)
+    if options.snapshot == "fork":
+        if too_big:
+            raise TargetUnscannable(too_big + RETRY_ELSEWHERE)
+        # Asked for: refused when it cannot be had.
+        return [
+            replace(p, must="snapshot failed: ", unread_filter_ok=True) for p in (fork, *refork)
+        ]
+    if options.sweep == "child":
+        if why := too_big or facts.fork_room:
+            raise TargetUnscannable(NO_CHILD + why)
+        return [Plan("fork", sweeps, must=NO_CHILD, sweep_note=sweep_note)]
+    return _auto(facts, fork, refork, too_big)
+
+
+def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Plan]:
+    copy_now = copy_pays_off(facts.anonymous_bytes, facts.allocations, COPY_FROM_BYTES) or (
+        facts.kept_out.prefers_copy and copy_pays_off(facts.anonymous_bytes, facts.allocations, 0)
+    )
+    # Once a fork had too much kept out of it, a copy of any size beats a
+    # stopped scan.
+    copy_later = copy_pays_off(facts.anonymous_bytes, facts.allocations, 0)
+    first = [Plan("copy")] if copy_now else []
+    if no_fork := too_big or facts.fork_room:
+        return [*first, Plan("stopped", snapshot_note=no_fork)]
+    later = [Plan("copy")] if copy_later and not copy_now else []
+    return [*first, fork, *refork, *later, Plan("stopped")]
+
+
+def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> Plan:
+    # why and retainers read the shim's registry; so do the helper's snapshots.
+    needs_shim = options.snapshot in ("fork", "copy") or options.sweep == "child"
+    if needs_shim or graph or not facts.glibc_heap:
+        raise TargetNotShimmed(facts.no_shim)
+    return Plan("whole copy", allocations="glibc heap")

@@ -1,0 +1,215 @@
+"""One scan: the facts, a plan, then the stages, plan after plan until one
+finishes (docs/scan-stages.md).
+
+capture -> allocations -> roots -> mark -> fold -> symbolize -> report.
+The target is paused only inside capture (in "stopped" mode, until the
+memory the sweep needs is read); symbolization runs after it has been
+released. In "copy" mode every stage reads the copy made in capture, the
+target running on. In fork mode the snapshot child sweeps itself
+(sweep/child.py); if that fails with the child frozen, the same child is
+swept from outside, and if the child died, the next plan takes a new
+snapshot: a scan never gets worse than the outside sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from unreachable.allocations.source import SOURCES, AllocationSource
+from unreachable.capture.stop_world import Capture
+from unreachable.capture.target import still_running
+from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
+from unreachable.process.maps import Mapping, read_maps
+from unreachable.report.model import ScanReport
+from unreachable.roots import sources
+from unreachable.roots.glibc_arena import find_main_arena
+from unreachable.scan.allocations import Allocations, find_allocations
+from unreachable.scan.capture import capture
+from unreachable.scan.facts import Facts, ScannerRoom, gather_facts
+from unreachable.scan.fold import fold
+from unreachable.scan.mark import MarkOver, mark, sweep_places
+from unreachable.scan.options import Progress, ScanOptions
+from unreachable.scan.plan import Plan, Retry, plan
+from unreachable.scan.report import Scanned, build_report, join_notes
+from unreachable.scan.roots import RootInputs, RootSet, find_roots
+from unreachable.scan.symbolize import read_backtraces, symbolize
+from unreachable.sweep.child import ChildSweeper, ChildSweepFailed
+from unreachable.sweep.mark import SweepResult
+
+if TYPE_CHECKING:
+    from unreachable.retention.collect import GraphCollector
+
+
+def scan(
+    pid: int,
+    options: ScanOptions | None = None,
+    progress: Progress | None = None,
+    graph: GraphCollector | None = None,
+) -> ScanReport:
+    """graph: the scan also keeps the mark's reference graph and hands it to
+    this collector (unreachable/retention: why, retainers); the sweep then
+    runs here, never in the snapshot child, which has no way to send it."""
+    options = options or ScanOptions()
+    if options.limit < 0:
+        raise InvalidArgument("--limit must be >= 0")
+    started = time.monotonic()
+    facts = gather_facts(pid, options)
+    plans = plan(facts, options, graph is not None)
+    return run_plans(facts, plans, options, progress, started, graph)
+
+
+def run_plans(
+    facts: Facts,
+    plans: list[Plan],
+    options: ScanOptions,
+    progress: Progress | None = None,
+    started: float | None = None,
+    graph: GraphCollector | None = None,
+) -> ScanReport:
+    """The first plan that finishes; each Retry skips the plans it rules out
+    and is said in the report's notes."""
+    note = progress or (lambda _stage: None)
+    started = time.monotonic() if started is None else started
+    retries: list[Retry] = []
+    for planned in plans:
+        if any(r.skips(planned) for r in retries):
+            continue
+        planned = replace(
+            planned,
+            snapshot_note=join_notes(
+                *(r.reason for r in retries if r.note == "snapshot"), planned.snapshot_note
+            ),
+            sweep_note=join_notes(
+                *(r.reason for r in retries if r.note == "sweep"), planned.sweep_note
+            ),
+        )
+        if planned.allocations == "glibc heap":
+            from unreachable.scan_glibc import scan_without_shim
+
+            return scan_without_shim(facts.pid, options, note, started)
+        got = run_plan(facts, planned, options, note, started, graph)
+        if isinstance(got, ScanReport):
+            return got
+        retries.append(got)
+    last = retries[-1] if retries else Retry("no plan", "fork", "snapshot")
+    raise TargetUnscannable(last.reason + last.refusal)
+
+
+@dataclass(slots=True)
+class _Swept:
+    mappings: list[Mapping]
+    allocations: Allocations
+    roots: RootSet
+    result: SweepResult
+    sweep_note: str
+
+
+def run_plan(
+    facts: Facts,
+    planned: Plan,
+    options: ScanOptions,
+    note: Progress,
+    started: float,
+    graph: GraphCollector | None = None,
+) -> ScanReport | Retry:
+    """Capture, allocations, roots, mark, fold, symbolize, report: one plan."""
+    target = facts.target
+    assert target is not None
+    addr = target.shim.descriptor_addr
+    room = facts.scanner_room
+    source = SOURCES[planned.allocations](facts)
+    forked = False
+    try:
+        with capture(target, facts, planned) as held:
+            if isinstance(held, Retry):
+                return held
+            note("captured")
+            forked = held.snapshot == "fork"
+            swept = _sweep(facts, planned, held, source, options, note, room, graph)
+            if isinstance(swept, Retry):
+                return swept
+            memory, mappings = held.memory, swept.mappings
+            if graph and swept.result.graph is not None:
+                registry = swept.allocations.registry
+                graph.collect(swept.result.graph, registry, memory, addr, mappings, target.tgid)
+            note("marked")
+            folded = fold(swept.result, options, memory, mappings, target.pid)
+            note("folded")
+            backtraces = read_backtraces(memory, addr, folded.leaks)
+    except (ProcessLookupError, TargetNotFound):
+        # The target (or its frozen copy) vanished between two reads. A child
+        # killed under a running target: the next plan, a new snapshot. A
+        # target paused in place that vanished is dying, however /proc shows
+        # it in this instant: no second try.
+        if planned.in_child and forked and still_running(target.pid):
+            return Retry("the snapshot child vanished", "child", "sweep")
+        raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
+    if not still_running(target.pid):
+        raise TargetNotFound(f"process {target.tgid} exited during the scan")
+    symbolized = symbolize(target.pid, mappings, backtraces, options.symbol_budget)
+    note("done")
+    scanned = Scanned(
+        target.tgid,
+        target.command,
+        held.snapshot,
+        len(held.threads),
+        held.pause_ms,
+        started,
+        join_notes(planned.snapshot_note, held.snapshot_error),
+        swept.sweep_note,
+    )
+    return build_report(
+        scanned, swept.result, folded, symbolized, swept.roots.counts(), source.name
+    )
+
+
+def _sweep(
+    facts: Facts,
+    planned: Plan,
+    held: Capture,
+    source: AllocationSource,
+    options: ScanOptions,
+    note: Progress,
+    room: ScannerRoom,
+    graph: GraphCollector | None,
+) -> _Swept | Retry:
+    """Allocations, roots and mark at each place the plan lets the sweep
+    run, until one finishes: a child that fails but stays frozen is swept
+    from here; one that died needs a new snapshot (Retry)."""
+    target = facts.target
+    assert target is not None
+    addr = target.shim.descriptor_addr
+    # A child's maps were read before it ran a single instruction: its own
+    # memory (stack, inbox, scratch) never becomes a root.
+    mappings = held.mappings or read_maps(held.mem_pid)
+    candidates = sources.kept_out_candidates(held.kept_out, mappings)
+    places, sweep_note = sweep_places(planned, facts, held, addr, len(candidates))
+    arena = find_main_arena(held.memory, mappings)
+    inputs = RootInputs(
+        target.shim.path,
+        [arena] if arena else [],
+        held.kernel_held,
+        held.kept_out,
+        candidates,
+        (target.header.altstacks, target.header.num_altstacks),
+    )
+    for place in places:
+        try:
+            child = (
+                ChildSweeper(held.session, target.header.child_box) if place == "child" else None
+            )
+            if child is None:
+                room.check_outside_sweep(held.memory, addr, held.snapshot == "copy", sweep_note)
+            allocations = find_allocations(source, held.memory, mappings, held.threads, child)
+            note("allocations")
+            roots = find_roots(held.memory, mappings, held.threads, allocations, inputs)
+            over = MarkOver.of(held, mappings)
+            result = mark(over, allocations, roots, child, options.mark_threads, graph)
+            return _Swept(mappings, allocations, roots, result, sweep_note)
+        except ChildSweepFailed as e:
+            if not e.frozen:  # nothing left to sweep from outside either
+                return Retry(str(e), "child", "sweep")
+            sweep_note = str(e)
+    raise TargetUnscannable(sweep_note)

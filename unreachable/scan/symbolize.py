@@ -1,0 +1,51 @@
+"""Stage symbolize: the leaks' backtraces, read from the shim's stack
+depot while the capture is held, then named from the mapped files once the
+target runs again (symbolize/)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from unreachable.fold.dedup import Leak
+from unreachable.process.maps import Mapping
+from unreachable.process.memory import Memory
+from unreachable.symbolize.frames import Frame, Symbolizer
+from unreachable.symbolize.stacks import read_stacks
+from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
+
+
+@dataclass(slots=True)
+class Backtraces:
+    stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # return addresses by id
+    loaded: list[LoadedObject] = field(default_factory=list)  # every object ever loaded
+
+
+def read_backtraces(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak]) -> Backtraces:
+    """The raw stacks of the leaks that have one (in the capture)."""
+    stacks = read_stacks(
+        memory, descriptor_addr, {leak.stack_id for leak in leaks if leak.stack_id}
+    )
+    loaded = read_loaded_objects(memory, descriptor_addr) if stacks else []
+    return Backtraces(stacks, loaded)
+
+
+@dataclass(slots=True)
+class Symbolized:
+    frames: dict[int, list[Frame]]  # by stack id
+    note: str  # what was left unsymbolized, and why
+
+
+def symbolize(
+    pid: int | None,
+    mappings: list[Mapping],
+    backtraces: Backtraces,
+    budget: float | None | bool,
+    root: str | None = None,
+) -> Symbolized:
+    """pid None: no live process (a core): the mappings' paths are read as given."""
+    if not backtraces.stacks:
+        return Symbolized({}, "")
+    symbolizer = Symbolizer(pid, mappings, unloaded=backtraces.loaded, root=root, budget=budget)
+    frames = symbolizer.symbolize(backtraces.stacks)
+    return Symbolized(frames, symbolizer.note)
