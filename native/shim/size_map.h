@@ -107,6 +107,45 @@ static inline void ur_size_map_clear(uint8_t *map, uint64_t addr, int level) {
   else __atomic_store_n(ur_size_map_l2(map, addr), 0, __ATOMIC_RELEASE);
 }
 
+/* free's removal of the block at addr, registered in map or not (whether
+ * it was). Free does not know the size, and looking at the levels in turn
+ * mispredicts a branch on most frees of a heap of mixed sizes; glibc's
+ * chunk header, the word before addr that __libc_free reads next, names
+ * the level instead (its chunk size: at most 256 bytes for level 0, 4096
+ * for level 1), decided as soon as that load returns. The entry it names
+ * must still hold the block; when it does not (a pointer not at a chunk of
+ * that size: memalign, a realloc that kept a larger chunk, mmapped chunks
+ * under a lowered threshold), the levels are looked at in turn. */
+static inline int ur_size_map_take(uint8_t *map, uint64_t addr) {
+  uint64_t chunk = *(const volatile uint64_t *)(uintptr_t)(addr - 8) & ~UINT64_C(7);
+  uint32_t off = (uint32_t)(addr >> 4);
+  if (chunk <= 256) {
+    uint8_t *e = ur_size_map_l0(map, addr);
+    if (UR_LIKELY(__atomic_load_n(e, __ATOMIC_RELAXED) != 0)) {
+      __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
+  } else if (chunk <= 4096) {
+    uint16_t *e = ur_size_map_l1(map, addr);
+    uint16_t v = __atomic_load_n(e, __ATOMIC_RELAXED);
+    if (UR_LIKELY(v != 0 && (uint32_t)(v >> 12) == (off & 15))) {
+      __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
+  } else {
+    uint32_t *e = ur_size_map_l2(map, addr);
+    uint32_t v = __atomic_load_n(e, __ATOMIC_RELAXED);
+    if (UR_LIKELY(v != 0 && (v >> 24) == (off & 255))) {
+      __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
+  }
+  uint64_t size;
+  int level = ur_size_map_find_in(map, addr, &size);
+  if (level >= 0) ur_size_map_clear(map, addr, level);
+  return level >= 0;
+}
+
 /* The map holding the block at addr if it is registered in one (then it is
  * in no shard), with its level and size, else NULL. */
 static inline uint8_t *ur_size_map_registered(uint64_t addr, int *level, uint64_t *size) {

@@ -175,14 +175,16 @@ struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte
  * requested size alone:
  *
  *   level  granule  entry     requested sizes   entry value
- *   0      16 B     uint8_t   0 .. 254          size + 1
- *   1      256 B    uint16_t  255 .. 4095       offset << 12 | size
- *   2      4 KiB    uint32_t  4096 .. 2^24 - 1  offset << 24 | size
+ *   0      16 B     uint8_t   0 .. 248          size + 1
+ *   1      256 B    uint16_t  249 .. 4088       offset << 12 | size
+ *   2      4 KiB    uint32_t  4089 .. 2^24 - 1  offset << 24 | size
  *
  * where offset is the block's distance from the start of its granule in
  * 16-byte units. 0 is an empty entry (no value above is 0). Two disjoint
  * 16-aligned blocks of at least granule - 15 bytes never begin in the same
- * granule, so a level's entry holds at most one block. The coarse levels
+ * granule, so a level's entry holds at most one block. The limits are
+ * those of glibc's chunk sizes (256 and 4096 bytes), so the shim can tell
+ * a block's level at free from glibc's chunk header. The coarse levels
  * keep the maps' cost near the heap's: at most 1 byte per 16 of the
  * address space a map covers for small blocks, 2 per 256 and 4 per 4096
  * for larger ones, and a page of a level that no block of its sizes reaches
@@ -208,8 +210,8 @@ struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte
 #define UR_SIZE_MAP_L1_OFFSET (UR_SIZE_MAP_L0_ENTRIES * 1u)
 #define UR_SIZE_MAP_L2_OFFSET (UR_SIZE_MAP_L1_OFFSET + UR_SIZE_MAP_L1_ENTRIES * 2u)
 #define UR_SIZE_MAP_BYTES (UR_SIZE_MAP_L2_OFFSET + UR_SIZE_MAP_L2_ENTRIES * 4u)
-#define UR_SIZE_MAP_L0_MAX_SIZE UINT32_C(254)
-#define UR_SIZE_MAP_L1_MAX_SIZE UINT32_C(4095)
+#define UR_SIZE_MAP_L0_MAX_SIZE UINT32_C(248)
+#define UR_SIZE_MAP_L1_MAX_SIZE UINT32_C(4088)
 #define UR_SIZE_MAP_MAX_SIZE ((UINT32_C(1) << 24) - 1)
 /* The most entries a map can hold (a reader's room for one map). */
 #define UR_SIZE_MAP_MAX_LIVE (UR_SIZE_MAP_L0_ENTRIES + UR_SIZE_MAP_L1_ENTRIES + UR_SIZE_MAP_L2_ENTRIES)
