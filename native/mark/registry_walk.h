@@ -8,7 +8,7 @@
  *
  * Consistency (abi.h): a shard's table and capacity are published together,
  * an entry's meta (size and stack id) before its key; empty and tombstone
- * keys are "no entry".
+ * keys are "no entry"; a size map entry is one store of its width.
  */
 #ifndef UR_MARK_REGISTRY_WALK_H
 #define UR_MARK_REGISTRY_WALK_H
@@ -52,39 +52,99 @@ static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uin
   return k;
 }
 
-/* ---- size maps (abi.h v3) ---- */
+/* ---- size maps (abi.h v5: three levels) ---- */
 
 #define UR_SIZE_MAP_MAX_REFS (UINT64_C(1) << 24)
 
-/* The live entries of one map (uint16_t[UR_SIZE_MAP_ENTRIES] covering
- * [base, base + 1 MiB)). Most of a map is zero, so it is read four entries
- * a load and a zero word costs one test. */
-static inline size_t ur_size_map_live(const uint16_t *map) {
-  const uint64_t *w = (const uint64_t *)(const void *)map;
+/* The nonzero bytes of a word. */
+static inline unsigned ur_nonzero_bytes(uint64_t w) {
+  const uint64_t low7 = UINT64_C(0x7f7f7f7f7f7f7f7f);
+  return (unsigned)__builtin_popcountll((((w & low7) + low7) | w) & ~low7);
+}
+
+/* The live entries of one map (UR_SIZE_MAP_BYTES covering [base, base +
+ * 1 MiB)). Most of a map is zero, so it is read eight bytes a load. */
+static inline size_t ur_size_map_live(const void *map) {
+  const uint64_t *w = (const uint64_t *)map;
   size_t n = 0;
-  for (uint32_t i = 0; i < UR_SIZE_MAP_ENTRIES / 4; i++)
-    for (uint64_t four = w[i]; four; four >>= 16) n += (uint16_t)four != 0;
+  for (uint32_t i = 0; i < UR_SIZE_MAP_BYTES / 8; i++) {
+    uint64_t v = w[i];
+    if (!v) continue;
+    if (i < UR_SIZE_MAP_L1_OFFSET / 8) {
+      n += ur_nonzero_bytes(v);
+    } else {
+      unsigned width = i < UR_SIZE_MAP_L2_OFFSET / 8 ? 16 : 32;
+      for (; v; v >>= width) n += (v & (width == 16 ? 0xffffu : 0xffffffffu)) != 0;
+    }
+  }
   return n;
 }
 
-/* Appends one map's live entries as (begin, size) pairs in address order,
+/* Appends the blocks of one map as (begin, size) pairs in address order,
  * with stack id 0 (ids may be NULL); room for ur_size_map_live(map) is the
- * caller's. Returns how many. */
-static inline size_t ur_size_map_collect(const uint16_t *map, uint64_t base, uint64_t *pairs,
+ * caller's. Returns how many. The three levels are merged granule by
+ * granule: a level-2 block waits (next2) until the walk passes its address,
+ * a level-1 block (next1) likewise within its 256 bytes. */
+static inline size_t ur_size_map_collect(const void *map, uint64_t base, uint64_t *pairs,
                                          uint32_t *ids) {
-  const uint64_t *w = (const uint64_t *)(const void *)map;
+  const uint8_t *m = (const uint8_t *)map;
+  const uint64_t *l0 = (const uint64_t *)map;
+  const uint16_t *l1 = (const uint16_t *)(const void *)(m + UR_SIZE_MAP_L1_OFFSET);
+  const uint32_t *l2 = (const uint32_t *)(const void *)(m + UR_SIZE_MAP_L2_OFFSET);
   size_t k = 0;
-  for (uint32_t i = 0; i < UR_SIZE_MAP_ENTRIES / 4; i++) {
-    uint64_t four = w[i];
-    for (uint32_t j = 0; four; j++, four >>= 16) {
-      uint16_t v = (uint16_t)four;
-      if (!v) continue;
-      pairs[2 * k] = ur_size_map_block(base, 4 * i + j);
-      pairs[2 * k + 1] = ur_size_map_size(v);
-      if (ids) ids[k] = 0;
-      k++;
+#define UR_EMIT_(addr, size)           \
+  do {                                 \
+    pairs[2 * k] = (addr);             \
+    pairs[2 * k + 1] = (size);         \
+    if (ids) ids[k] = 0;               \
+    k++;                               \
+  } while (0)
+  /* Emit the waiting blocks that begin before `at`, lowest first. */
+#define UR_FLUSH_(at)                                              \
+  do {                                                             \
+    if (next2 < (at) && next2 < next1) {                           \
+      UR_EMIT_(next2, size2);                                      \
+      next2 = UINT64_MAX;                                          \
+    }                                                              \
+    if (next1 < (at)) {                                            \
+      UR_EMIT_(next1, size1);                                      \
+      next1 = UINT64_MAX;                                          \
+    }                                                              \
+    if (next2 < (at)) {                                            \
+      UR_EMIT_(next2, size2);                                      \
+      next2 = UINT64_MAX;                                          \
+    }                                                              \
+  } while (0)
+  uint64_t next1 = UINT64_MAX, size1 = 0, next2 = UINT64_MAX, size2 = 0;
+  const uint32_t l1_per_l2 = UR_SIZE_MAP_L1_ENTRIES / UR_SIZE_MAP_L2_ENTRIES;
+  const uint32_t words_per_l1 = (UR_SIZE_MAP_L0_ENTRIES / UR_SIZE_MAP_L1_ENTRIES) / 8;
+  for (uint32_t g2 = 0; g2 < UR_SIZE_MAP_L2_ENTRIES; g2++) {
+    uint32_t v2 = l2[g2];
+    if (v2) {
+      next2 = ur_size_map_l2_block(base, g2, v2);
+      size2 = ur_size_map_l2_size(v2);
+    }
+    for (uint32_t g1 = g2 * l1_per_l2; g1 < (g2 + 1) * l1_per_l2; g1++) {
+      uint16_t v1 = l1[g1];
+      if (v1) {
+        next1 = ur_size_map_l1_block(base, g1, v1);
+        size1 = ur_size_map_l1_size(v1);
+      }
+      for (uint32_t w = g1 * words_per_l1; w < (g1 + 1) * words_per_l1; w++) {
+        uint64_t eight = l0[w];
+        for (uint32_t j = 0; eight; j++, eight >>= 8) {
+          uint8_t v = (uint8_t)eight;
+          if (!v) continue;
+          uint64_t addr = ur_size_map_l0_block(base, 8 * w + j);
+          UR_FLUSH_(addr);
+          UR_EMIT_(addr, ur_size_map_l0_size(v));
+        }
+      }
+      UR_FLUSH_(base + ((uint64_t)(g1 + 1) << UR_SIZE_MAP_L1_SHIFT));
     }
   }
+#undef UR_FLUSH_
+#undef UR_EMIT_
   return k;
 }
 

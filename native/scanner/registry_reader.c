@@ -91,7 +91,7 @@ static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint3
   return 0;
 }
 
-/* The size maps' entries (abi.h v3): appended to e, or with e NULL only
+/* The size maps' entries (abi.h v5): appended to e, or with e NULL only
  * counted. Returns the live entries seen, or -ENOMEM. */
 static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entries *e) {
   struct ur_size_maps h = {0};
@@ -100,7 +100,7 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
   uint64_t nrefs = h.refs && h.count <= h.capacity && h.count <= UR_SIZE_MAP_MAX_REFS ? h.count : 0;
   if (!nrefs) return 0;
   struct ur_size_map_ref *refs = malloc(nrefs * sizeof(*refs));
-  uint16_t *map = malloc((size_t)UR_SIZE_MAP_ENTRIES * sizeof(*map));
+  uint64_t *map = malloc(UR_SIZE_MAP_BYTES); /* words: read a word at a time */
   uint32_t *order = NULL;
   int64_t total = -ENOMEM;
   if (!refs || !map) goto out;
@@ -112,7 +112,7 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
     const struct ur_size_map_ref *ref = &refs[order[k]];
     if (!ref->map) continue;
     /* Unreadable pages read as zero: no entries. */
-    ur_reader_read_anon(r, ref->map, map, (size_t)UR_SIZE_MAP_ENTRIES * sizeof(*map));
+    ur_reader_read_anon(r, ref->map, map, UR_SIZE_MAP_BYTES);
     size_t live = ur_size_map_live(map);
     total += (int64_t)live;
     if (!e || !live) continue;

@@ -134,11 +134,11 @@ static int build_index(void) {
   int rc = 0;
   for (uint64_t k = 0; k < nrefs; k++) {
     const struct ur_size_map_ref *ref = &refs[order[k]];
-    if (!in_region(ref->map, UR_SIZE_MAP_ENTRIES * sizeof(uint16_t))) continue;
+    if (!in_region(ref->map, UR_SIZE_MAP_BYTES)) continue;
     /* Room for a whole map, grown as the maps are read (mremap: nothing is
      * copied) rather than counted by reading every map once more first. */
-    if ((rc = reserve_entries(&room, n + UR_SIZE_MAP_ENTRIES)) != 0) break;
-    n += ur_size_map_collect((const uint16_t *)(uintptr_t)ref->map, ref->base, st.pairs + 2 * n,
+    if ((rc = reserve_entries(&room, n + UR_SIZE_MAP_MAX_LIVE)) != 0) break;
+    n += ur_size_map_collect((const void *)(uintptr_t)ref->map, ref->base, st.pairs + 2 * n,
                              st.ids + n);
   }
   ur_big_free(order);

@@ -1,13 +1,14 @@
 /*
  * Giving the size maps' pages back when the heap shrinks. A map page (4 KiB:
- * 2,048 entries, 32 KiB of heap) that holds no entry covers no live block;
+ * 64 KiB of heap in level 0, 512 KiB in level 1) that holds no entry covers
+ * no live block;
  * once glibc has returned that heap to the kernel, nothing will be
  * registered there for a while, and the page is only memory kept for
  * nothing, as is one whose blocks were freed into glibc's bins. The helper
  * thread looks every UR_GIVE_BACK_PERIOD_NS (a read of /proc/self/statm, a
  * sample of 64 map pages) and makes a pass over the maps when they may be
- * a fifth of the process's resident memory (in a live heap they are an
- * eighth of its span at most), when the process shrank by an eighth since
+ * a fifth of the process's resident memory (in a live heap they are 7% of
+ * its span at most), when the process shrank by an eighth since
  * the last pass, or when a quarter of the sample is empty; a pass gives
  * back every resident map page that holds no entry. Passes that give back
  * little make the next wait longer.
@@ -62,7 +63,7 @@ static int sample_empty(uint64_t listed) {
   unsigned resident = 0, empty = 0;
   for (unsigned i = 0; i < SAMPLES; i++) {
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-    int e = ur_size_map_page_empty(seed % listed, (unsigned)(seed >> 32) % 32u);
+    int e = ur_size_map_page_empty(seed % listed, (unsigned)(seed >> 32) % UR_SIZE_MAP_PAGES);
     if (e < 0) continue;
     resident++;
     empty += (unsigned)e;
@@ -177,12 +178,12 @@ void ur_give_back_step(void) {
   uint64_t rss = resident(), now = now_ns();
   if (!rss || now < next_pass) return;
   if (rss > peak) peak = rss;
-  /* A pass when the maps may be a fifth of what is resident (an eighth of
-   * a live heap's span is their most), when the process shrank by an
+  /* A pass when the maps may be a fifth of what is resident (7% of a live
+   * heap's span is their most), when the process shrank by an
    * eighth since the last one, or when a sample finds many empty pages. */
-  uint64_t maps = seen_resident + (listed - seen_maps) * UR_SIZE_MAP_ENTRIES * sizeof(uint16_t);
+  uint64_t maps = seen_resident + (listed - seen_maps) * UR_SIZE_MAP_ALLOC;
   int shrank = rss + (peak / 8 > MIN_DROP ? peak / 8 : MIN_DROP) <= peak;
-  if (listed * UR_SIZE_MAP_ENTRIES * sizeof(uint16_t) < MIN_MAPS) return; /* too few to matter */
+  if (listed * UR_SIZE_MAP_ALLOC < MIN_MAPS) return; /* too few to matter */
   if (!shrank && maps * 5 < rss && !sample_empty(listed)) return;
   uint64_t left;
   size_t given = ur_give_back_now(&left);

@@ -31,10 +31,10 @@ int ur_registry_init(void) {
   return ur_g.shards && ur_size_maps_init() == 0 ? 0 : -1;
 }
 
-/* A map entry for a block that fits one, made if need be; NULL: use a shard. */
-static uint16_t *map_for(const void *p, uint64_t size, uint32_t stack_id) {
+/* The map for a block that fits one, made if need be; NULL: use a shard. */
+static uint8_t *map_for(const void *p, uint64_t size, uint32_t stack_id) {
   uint64_t addr = (uint64_t)(uintptr_t)p;
-  return ur_size_map_fits(addr, size, stack_id) ? ur_size_map_slot_make(addr) : NULL;
+  return ur_size_map_fits(addr, size, stack_id) ? ur_size_map_make(addr) : NULL;
 }
 
 /* Publish table and capacity with one 16-byte store: a stopped thread is
@@ -252,9 +252,9 @@ void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, ui
 }
 
 void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
-  uint16_t *m = map_for(p, size, stack_id);
+  uint8_t *m = map_for(p, size, stack_id);
   if (m) {
-    ur_size_map_put(m, size);
+    ur_size_map_put(m, (uint64_t)(uintptr_t)p, size);
     return;
   }
   if (size > UR_META_MAX_SIZE) return; /* 16 TiB: not registered (abi.h) */
@@ -270,13 +270,16 @@ void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
 /* The block moves between a map and a shard with its new home written first:
  * its thread is in flight (realloc) while a reader could see it in both. */
 void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
-  uint16_t *old = ur_size_map_registered((uint64_t)(uintptr_t)p);
+  uint64_t addr = (uint64_t)(uintptr_t)p, was;
+  int level;
+  uint8_t *old = ur_size_map_registered(addr, &level, &was);
   if (old) {
-    if (ur_size_map_fits((uint64_t)(uintptr_t)p, size, stack_id)) {
-      ur_size_map_put(old, size); /* same block, new size: one store */
+    if (ur_size_map_fits(addr, size, stack_id)) {
+      ur_size_map_put(old, addr, size); /* same level: one store */
+      if (ur_size_map_level(size) != level) ur_size_map_clear(old, addr, level);
     } else {
       ur_registry_insert(p, size, stack_id);
-      ur_size_map_clear(old);
+      ur_size_map_clear(old, addr, level);
     }
     return;
   }
@@ -285,16 +288,16 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
   if (UR_UNLIKELY(ur_tls.resizing == s) && deferred.n + 2 <= DEFER_MAX) {
     defer(s, key, DEFER_REMOVE);
-    uint16_t *m = map_for(p, size, stack_id);
-    if (m) ur_size_map_put(m, size);
+    uint8_t *m = map_for(p, size, stack_id);
+    if (m) ur_size_map_put(m, addr, size);
     else if (size <= UR_META_MAX_SIZE) defer(s, key, UR_META(size, stack_id));
     return;
   }
   int how = hold(s, idx, ur_single());
   struct ur_entry *e = lookup_held(s, key, hash);
-  uint16_t *m = map_for(p, size, stack_id);
+  uint8_t *m = map_for(p, size, stack_id);
   if (m) {
-    ur_size_map_put(m, size);
+    ur_size_map_put(m, addr, size);
     if (e) ur_registry_kill_held(s, e);
   } else if (size > UR_META_MAX_SIZE) { /* not registered (abi.h) */
     if (e) ur_registry_kill_held(s, e);
@@ -309,11 +312,11 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
 /* Look p up under the shard's hold; report its size and stack id, and
  * remove it when `kill`. Returns 1 if p was registered. */
 static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
-  uint16_t *m = ur_size_map_registered((uint64_t)(uintptr_t)p);
+  int level;
+  uint8_t *m = ur_size_map_registered((uint64_t)(uintptr_t)p, &level, size);
   if (m) {
-    *size = ur_size_map_size(__atomic_load_n(m, __ATOMIC_RELAXED));
     *stack_id = 0;
-    if (kill) ur_size_map_clear(m);
+    if (kill) ur_size_map_clear(m, (uint64_t)(uintptr_t)p, level);
     return 1;
   }
   uint64_t key = UR_MANGLE(p), hash;

@@ -182,9 +182,9 @@ static inline __attribute__((always_inline)) int ur_registry_try_insert(const vo
                                                                         uint32_t stack_id,
                                                                         int single) {
   if (UR_LIKELY(ur_size_map_fits((uint64_t)(uintptr_t)p, size, stack_id))) {
-    uint16_t *m = ur_size_map_slot((uint64_t)(uintptr_t)p);
+    uint8_t *m = ur_size_map_of((uint64_t)(uintptr_t)p);
     if (UR_UNLIKELY(m == NULL)) return 0; /* the out-of-line insert makes the map */
-    ur_size_map_put(m, size);
+    ur_size_map_put(m, (uint64_t)(uintptr_t)p, size);
     return 1;
   }
   uint64_t key = UR_MANGLE(p), hash, meta = UR_META(size, stack_id);
@@ -216,12 +216,12 @@ static inline __attribute__((always_inline)) int ur_registry_try_insert(const vo
   return 0;
 }
 
+/* p is on its way to __libc_free, which reads the word before it (glibc's
+ * chunk header): so may ur_size_map_take. */
 static inline __attribute__((always_inline)) int ur_registry_try_remove(const void *p, int single) {
-  uint16_t *m = ur_size_map_registered((uint64_t)(uintptr_t)p);
-  if (UR_LIKELY(m != NULL)) {
-    ur_size_map_clear(m);
-    return 1;
-  }
+  uint64_t addr = (uint64_t)(uintptr_t)p;
+  uint8_t *m = ur_size_map_fits(addr, 0, 0) ? ur_size_map_of(addr) : NULL;
+  if (UR_LIKELY(m != NULL) && UR_LIKELY(ur_size_map_take(m, addr))) return 1;
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);

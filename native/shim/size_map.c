@@ -7,10 +7,10 @@
 #include "region.h"
 
 /* One map per 1 MiB of address space a process ever allocates in: 2^16 of
- * them (8 GiB of maps for 64 GiB of heap) in a list of 1 MiB. Past that,
- * blocks go to the shards. */
+ * them (64 GiB of heap) in a list of 1 MiB. Past that, blocks go to the
+ * shards. */
 #define MAX_REFS (UINT64_C(1) << 16)
-#define MAP_BYTES ((size_t)UR_SIZE_MAP_ENTRIES * sizeof(uint16_t))
+#define MAP_BYTES UR_SIZE_MAP_ALLOC
 
 ur_size_map_mid **ur_size_dir;
 
@@ -27,7 +27,7 @@ int ur_size_maps_init(void) {
 struct ur_size_maps *ur_size_maps_header(void) { return header; }
 
 /* Under make_lock: the map for addr, made and published if missing. */
-static uint16_t *make_map(uint64_t addr) {
+static uint8_t *make_map(uint64_t addr) {
   ur_size_map_mid **top = &ur_size_dir[addr >> 30];
   ur_size_map_mid *mid = *top;
   if (!mid) {
@@ -35,7 +35,7 @@ static uint16_t *make_map(uint64_t addr) {
     if (!mid) return NULL;
     __atomic_store_n(top, mid, __ATOMIC_RELEASE);
   }
-  uint16_t **slot = &(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)];
+  uint8_t **slot = &(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)];
   if (*slot) return *slot;
   if (!header->refs) {
     void *refs = ur_region_alloc(MAX_REFS * sizeof(struct ur_size_map_ref));
@@ -44,7 +44,7 @@ static uint16_t *make_map(uint64_t addr) {
     __atomic_store_n(&header->refs, (uint64_t)(uintptr_t)refs, __ATOMIC_RELEASE);
   }
   if (header->count >= header->capacity) return NULL;
-  uint16_t *map = ur_region_alloc(MAP_BYTES); /* page aligned: its pages can be given back */
+  uint8_t *map = ur_region_alloc(MAP_BYTES); /* page aligned: its pages can be given back */
   if (!map) return NULL;
   /* Listed before the shim can put an entry in it, so a reader that has the
    * list has every entry. */
@@ -56,15 +56,15 @@ static uint16_t *make_map(uint64_t addr) {
   return map;
 }
 
-uint16_t *ur_size_map_slot_make(uint64_t addr) {
-  uint16_t *e = ur_size_map_slot(addr);
-  if (e) return e;
+uint8_t *ur_size_map_make(uint64_t addr) {
+  uint8_t *m = ur_size_map_of(addr);
+  if (m) return m;
   /* ur_lock_hard: the thread holding every lock (malloc_disable, fork) may
    * allocate, and this lock is never held across anything that allocates. */
   ur_lock_hard(&make_lock, &make_owner, ur_self_tid());
-  uint16_t *map = make_map(addr);
+  uint8_t *map = make_map(addr);
   ur_unlock(&make_lock, &make_owner, 1);
-  return map ? ur_size_map_entry_in(map, addr) : NULL;
+  return map;
 }
 
 size_t ur_size_maps_foreach(uint64_t lo, uint64_t hi, ur_size_map_fn fn, void *arg) {
@@ -75,18 +75,33 @@ size_t ur_size_maps_foreach(uint64_t lo, uint64_t hi, ur_size_map_fn fn, void *a
   for (uint64_t r = 0; r < n; r++) {
     uint64_t base = refs[r].base, end = base + (UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT);
     if (end <= lo || base >= hi) continue;
-    const uint64_t *words = (const uint64_t *)(uintptr_t)refs[r].map;
-    /* Four entries a load: most of a map is zero. */
-    for (uint32_t w = 0; w < UR_SIZE_MAP_ENTRIES / 4; w++) {
-      uint64_t four = __atomic_load_n(&words[w], __ATOMIC_RELAXED);
-      for (uint32_t k = 0; four; k++, four >>= 16) {
-        uint16_t v = (uint16_t)four;
-        if (!v) continue;
-        uint64_t addr = ur_size_map_block(base, 4 * w + k);
-        if (addr < lo || addr >= hi) continue;
-        fn(UR_MANGLE(addr), ur_size_map_size(v), 0, arg);
+    const uint8_t *map = (const uint8_t *)(uintptr_t)refs[r].map;
+    const uint64_t *words = (const uint64_t *)(const void *)map;
+    for (uint32_t w = 0; w < UR_SIZE_MAP_L0_ENTRIES / 8; w++) {
+      uint64_t eight = __atomic_load_n(&words[w], __ATOMIC_RELAXED);
+      for (uint32_t k = 0; eight; k++, eight >>= 8) {
+        uint8_t v = (uint8_t)eight;
+        uint64_t addr = ur_size_map_l0_block(base, 8 * w + k);
+        if (!v || addr < lo || addr >= hi) continue;
+        fn(UR_MANGLE(addr), ur_size_map_l0_size(v), 0, arg);
         seen++;
       }
+    }
+    const uint16_t *l1 = (const uint16_t *)(const void *)(map + UR_SIZE_MAP_L1_OFFSET);
+    for (uint32_t i = 0; i < UR_SIZE_MAP_L1_ENTRIES; i++) {
+      uint16_t v = __atomic_load_n(&l1[i], __ATOMIC_RELAXED);
+      uint64_t addr = ur_size_map_l1_block(base, i, v);
+      if (!v || addr < lo || addr >= hi) continue;
+      fn(UR_MANGLE(addr), ur_size_map_l1_size(v), 0, arg);
+      seen++;
+    }
+    const uint32_t *l2 = (const uint32_t *)(const void *)(map + UR_SIZE_MAP_L2_OFFSET);
+    for (uint32_t i = 0; i < UR_SIZE_MAP_L2_ENTRIES; i++) {
+      uint32_t v = __atomic_load_n(&l2[i], __ATOMIC_RELAXED);
+      uint64_t addr = ur_size_map_l2_block(base, i, v);
+      if (!v || addr < lo || addr >= hi) continue;
+      fn(UR_MANGLE(addr), ur_size_map_l2_size(v), 0, arg);
+      seen++;
     }
   }
   return seen;
@@ -115,12 +130,12 @@ uint64_t ur_size_maps_listed(void) {
   return header ? __atomic_load_n(&header->count, __ATOMIC_ACQUIRE) : 0;
 }
 
-static uint16_t *map_of(uint64_t r) {
+static uint8_t *map_of(uint64_t r) {
   const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)header->refs;
-  return (uint16_t *)(uintptr_t)refs[r].map;
+  return (uint8_t *)(uintptr_t)refs[r].map;
 }
 
-static int page_empty(const uint16_t *page) {
+static int page_empty(const uint8_t *page) {
   const uint64_t *w = (const uint64_t *)page;
   for (unsigned i = 0; i < PAGE / 8; i += 4)
     if (__atomic_load_n(&w[i], __ATOMIC_RELAXED) | __atomic_load_n(&w[i + 1], __ATOMIC_RELAXED) |
@@ -132,7 +147,7 @@ static int page_empty(const uint16_t *page) {
 uint32_t ur_size_map_empty_pages(uint64_t r, size_t *resident) {
   *resident = 0;
   if ((size_t)sysconf(_SC_PAGESIZE) != PAGE || r >= ur_size_maps_listed()) return 0;
-  uint16_t *map = map_of(r);
+  uint8_t *map = map_of(r);
   /* Only resident pages: reading one that is not would map the zero page. */
   unsigned char vec[MAP_PAGES];
   if (mincore(map, MAP_BYTES, vec) != 0) return 0;
@@ -140,7 +155,7 @@ uint32_t ur_size_map_empty_pages(uint64_t r, size_t *resident) {
   for (unsigned i = 0; i < MAP_PAGES; i++) {
     if (!(vec[i] & 1)) continue;
     *resident += PAGE;
-    if (page_empty(map + i * (PAGE / sizeof *map))) mask |= UINT32_C(1) << i;
+    if (page_empty(map + i * PAGE)) mask |= UINT32_C(1) << i;
   }
   return mask;
 }
@@ -148,21 +163,21 @@ uint32_t ur_size_map_empty_pages(uint64_t r, size_t *resident) {
 int ur_size_map_page_empty(uint64_t r, unsigned page) {
   if ((size_t)sysconf(_SC_PAGESIZE) != PAGE || r >= ur_size_maps_listed() || page >= MAP_PAGES)
     return -1;
-  uint16_t *p = map_of(r) + page * (PAGE / sizeof(uint16_t));
+  uint8_t *p = map_of(r) + page * PAGE;
   unsigned char in;
   if (mincore(p, PAGE, &in) != 0 || !(in & 1)) return -1;
   return page_empty(p);
 }
 
 size_t ur_size_map_release_pages(uint64_t r, uint32_t pages) {
-  uint16_t *map = map_of(r);
+  uint8_t *map = map_of(r);
   size_t given = 0;
   for (unsigned i = 0; i < MAP_PAGES;) {
     unsigned j = i;
-    while (j < MAP_PAGES && (pages >> j & 1) && page_empty(map + j * (PAGE / sizeof *map))) j++;
+    while (j < MAP_PAGES && (pages >> j & 1) && page_empty(map + j * PAGE)) j++;
     if (j > i) {
       /* The page reads as zero again and is charged nothing until written. */
-      if (madvise(map + i * (PAGE / sizeof *map), (size_t)(j - i) * PAGE, MADV_DONTNEED) == 0)
+      if (madvise(map + i * PAGE, (size_t)(j - i) * PAGE, MADV_DONTNEED) == 0)
         given += (size_t)(j - i) * PAGE;
       i = j;
     } else {

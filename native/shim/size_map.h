@@ -1,10 +1,11 @@
 /*
  * Size maps (abi.h): the registry's home for most blocks. A block's entry is
- * the uint16_t at an address computed from its own, so registering it is one
- * store and unregistering it a load and a store, with no hashing, probing,
- * counters or shard ownership: an aligned 2-byte store is whole for a stopped
- * reader, and no two blocks begin in the same 16 bytes, so threads never
- * contend for an entry. The hash shards (registry.c) keep what a map cannot
+ * at an address computed from its own and its size's level, so registering
+ * it is one store and unregistering it a load or up to three (the levels in
+ * turn: free does not know the size) and a store, with no hashing, probing,
+ * counters or shard ownership: an aligned store is whole for a stopped
+ * reader, and no two blocks share an entry (abi.h), so threads never
+ * contend for one. The hash shards (registry.c) keep what a map cannot
  * hold: blocks with a stack id, sizes over UR_SIZE_MAP_MAX_SIZE, addresses
  * that are not 16-aligned or lie above 2^47.
  *
@@ -22,7 +23,7 @@
 #define UR_SIZE_DIR_TOP_BITS 17u /* address bits 30..46 */
 #define UR_SIZE_DIR_MID_BITS 10u /* address bits 20..29 */
 
-typedef uint16_t *ur_size_map_mid[1u << UR_SIZE_DIR_MID_BITS];
+typedef uint8_t *ur_size_map_mid[1u << UR_SIZE_DIR_MID_BITS];
 
 /* The top level, from the shim's region; NULL until ur_size_maps_init. */
 extern ur_size_map_mid **ur_size_dir;
@@ -37,38 +38,127 @@ static inline int ur_size_map_fits(uint64_t addr, uint64_t size, uint32_t stack_
   return ((addr & 15) | (addr >> 47) | stack_id) == 0 && size <= UR_SIZE_MAP_MAX_SIZE;
 }
 
-/* addr's entry in map, the map of addr's 1 MiB. */
-static inline uint16_t *ur_size_map_entry_in(uint16_t *map, uint64_t addr) {
-  return map + ((addr >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
-}
-
-/* The entry for addr, or NULL while its map does not exist (addr fits). */
-static inline uint16_t *ur_size_map_slot(uint64_t addr) {
+/* The map of addr's 1 MiB, or NULL while it does not exist (addr fits). */
+static inline uint8_t *ur_size_map_of(uint64_t addr) {
   ur_size_map_mid *mid = __atomic_load_n(&ur_size_dir[addr >> 30], __ATOMIC_ACQUIRE);
   if (UR_UNLIKELY(mid == NULL)) return NULL;
-  uint16_t *map = __atomic_load_n(&(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)],
-                                  __ATOMIC_ACQUIRE);
-  if (UR_UNLIKELY(map == NULL)) return NULL;
-  return ur_size_map_entry_in(map, addr);
+  return __atomic_load_n(&(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)],
+                         __ATOMIC_ACQUIRE);
 }
 
-/* The block at addr's entry if it is registered in a map (then it is in no
- * shard), else NULL. */
-static inline uint16_t *ur_size_map_registered(uint64_t addr) {
+/* addr's entry in each level of map, the map of addr's 1 MiB. */
+static inline uint8_t *ur_size_map_l0(uint8_t *map, uint64_t addr) {
+  return map + ((addr >> UR_SIZE_MAP_L0_SHIFT) & (UR_SIZE_MAP_L0_ENTRIES - 1));
+}
+static inline uint16_t *ur_size_map_l1(uint8_t *map, uint64_t addr) {
+  return (uint16_t *)(void *)(map + UR_SIZE_MAP_L1_OFFSET) +
+         ((addr >> UR_SIZE_MAP_L1_SHIFT) & (UR_SIZE_MAP_L1_ENTRIES - 1));
+}
+static inline uint32_t *ur_size_map_l2(uint8_t *map, uint64_t addr) {
+  return (uint32_t *)(void *)(map + UR_SIZE_MAP_L2_OFFSET) +
+         ((addr >> UR_SIZE_MAP_L2_SHIFT) & (UR_SIZE_MAP_L2_ENTRIES - 1));
+}
+
+/* The level of a size that fits a map. */
+static inline int ur_size_map_level(uint64_t size) {
+  return size <= UR_SIZE_MAP_L0_MAX_SIZE ? 0 : size <= UR_SIZE_MAP_L1_MAX_SIZE ? 1 : 2;
+}
+
+/* Register the block (addr, size) that fits a map in map: one store. */
+static inline void ur_size_map_put(uint8_t *map, uint64_t addr, uint64_t size) {
+  uint32_t off = (uint32_t)(addr >> 4);
+  if (UR_LIKELY(size <= UR_SIZE_MAP_L0_MAX_SIZE))
+    __atomic_store_n(ur_size_map_l0(map, addr), (uint8_t)(size + 1), __ATOMIC_RELEASE);
+  else if (size <= UR_SIZE_MAP_L1_MAX_SIZE)
+    __atomic_store_n(ur_size_map_l1(map, addr), (uint16_t)((off & 15) << 12 | size),
+                     __ATOMIC_RELEASE);
+  else
+    __atomic_store_n(ur_size_map_l2(map, addr), (off & 255) << 24 | (uint32_t)size,
+                     __ATOMIC_RELEASE);
+}
+
+/* The level (0-2) of the block registered at addr in map, with its size, or
+ * -1: none begins there. A level-1 or -2 entry is the block at addr when
+ * its offset is addr's in the granule. */
+static inline int ur_size_map_find_in(uint8_t *map, uint64_t addr, uint64_t *size) {
+  uint8_t v0 = __atomic_load_n(ur_size_map_l0(map, addr), __ATOMIC_RELAXED);
+  if (UR_LIKELY(v0 != 0)) {
+    *size = ur_size_map_l0_size(v0);
+    return 0;
+  }
+  uint32_t off = (uint32_t)(addr >> 4);
+  uint16_t v1 = __atomic_load_n(ur_size_map_l1(map, addr), __ATOMIC_RELAXED);
+  if (v1 != 0 && (uint32_t)(v1 >> 12) == (off & 15)) {
+    *size = ur_size_map_l1_size(v1);
+    return 1;
+  }
+  uint32_t v2 = __atomic_load_n(ur_size_map_l2(map, addr), __ATOMIC_RELAXED);
+  if (v2 != 0 && (v2 >> 24) == (off & 255)) {
+    *size = ur_size_map_l2_size(v2);
+    return 2;
+  }
+  return -1;
+}
+
+/* Empty addr's entry of a level find_in returned. */
+static inline void ur_size_map_clear(uint8_t *map, uint64_t addr, int level) {
+  if (level == 0) __atomic_store_n(ur_size_map_l0(map, addr), 0, __ATOMIC_RELEASE);
+  else if (level == 1) __atomic_store_n(ur_size_map_l1(map, addr), 0, __ATOMIC_RELEASE);
+  else __atomic_store_n(ur_size_map_l2(map, addr), 0, __ATOMIC_RELEASE);
+}
+
+/* free's removal of the block at addr, registered in map or not (whether
+ * it was). Free does not know the size, and looking at the levels in turn
+ * mispredicts a branch on most frees of a heap of mixed sizes; glibc's
+ * chunk header, the word before addr that __libc_free reads next, names
+ * the level instead (its chunk size: at most 256 bytes for level 0, 4096
+ * for level 1), decided as soon as that load returns. The entry it names
+ * must still hold the block; when it does not (a pointer not at a chunk of
+ * that size: memalign, a realloc that kept a larger chunk, mmapped chunks
+ * under a lowered threshold), the levels are looked at in turn. */
+static inline int ur_size_map_take(uint8_t *map, uint64_t addr) {
+  uint64_t chunk = *(const volatile uint64_t *)(uintptr_t)(addr - 8) & ~UINT64_C(7);
+  uint32_t off = (uint32_t)(addr >> 4);
+  if (chunk <= 256) {
+    uint8_t *e = ur_size_map_l0(map, addr);
+    if (UR_LIKELY(__atomic_load_n(e, __ATOMIC_RELAXED) != 0)) {
+      __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
+  } else if (chunk <= 4096) {
+    uint16_t *e = ur_size_map_l1(map, addr);
+    uint16_t v = __atomic_load_n(e, __ATOMIC_RELAXED);
+    if (UR_LIKELY(v != 0 && (uint32_t)(v >> 12) == (off & 15))) {
+      __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
+  } else {
+    uint32_t *e = ur_size_map_l2(map, addr);
+    uint32_t v = __atomic_load_n(e, __ATOMIC_RELAXED);
+    if (UR_LIKELY(v != 0 && (v >> 24) == (off & 255))) {
+      __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
+  }
+  uint64_t size;
+  int level = ur_size_map_find_in(map, addr, &size);
+  if (level >= 0) ur_size_map_clear(map, addr, level);
+  return level >= 0;
+}
+
+/* The map holding the block at addr if it is registered in one (then it is
+ * in no shard), with its level and size, else NULL. */
+static inline uint8_t *ur_size_map_registered(uint64_t addr, int *level, uint64_t *size) {
   if (!ur_size_map_fits(addr, 0, 0)) return NULL;
-  uint16_t *m = ur_size_map_slot(addr);
-  return UR_LIKELY(m != NULL) && UR_LIKELY(__atomic_load_n(m, __ATOMIC_RELAXED) != 0) ? m : NULL;
+  uint8_t *m = ur_size_map_of(addr);
+  if (UR_UNLIKELY(m == NULL)) return NULL;
+  *level = ur_size_map_find_in(m, addr, size);
+  return *level >= 0 ? m : NULL;
 }
 
-/* The entry for addr, making its map if need be; NULL when the shim's region
- * or the ref list is full (the block then goes to a shard). */
-uint16_t *ur_size_map_slot_make(uint64_t addr);
-
-static inline void ur_size_map_put(uint16_t *e, uint64_t size) {
-  __atomic_store_n(e, (uint16_t)(size + 1), __ATOMIC_RELEASE);
-}
-
-static inline void ur_size_map_clear(uint16_t *e) { __atomic_store_n(e, 0, __ATOMIC_RELEASE); }
+/* The map for addr, making it if need be; NULL when the shim's region or
+ * the ref list is full (the block then goes to a shard). */
+uint8_t *ur_size_map_make(uint64_t addr);
 
 /* Walk the live entries of every map whose piece of address space meets
  * [lo, hi): fn gets (mangled key, size, stack id 0) for blocks beginning in
@@ -92,6 +182,8 @@ void ur_size_maps_after_fork_child(void);
  * held): a page found empty could otherwise get an entry just before it is
  * dropped. */
 uint64_t ur_size_maps_listed(void);
+#define UR_SIZE_MAP_PAGES ((UR_SIZE_MAP_BYTES + 4095u) / 4096u) /* of 4 KiB */
+#define UR_SIZE_MAP_ALLOC ((size_t)UR_SIZE_MAP_PAGES * 4096u)    /* a map's bytes in the region */
 uint32_t ur_size_map_empty_pages(uint64_t r, size_t *resident);
 /* One page of map r: 1 resident and empty, 0 resident with entries, -1 not resident. */
 int ur_size_map_page_empty(uint64_t r, unsigned page);

@@ -187,14 +187,19 @@ def test_read_registry() -> None:
             (0x2000, 0),
             (0x3000, 8),
             (0x4000, 0),
-            (0x4010, 65534),
+            (0x4010, 248),
+            (0x8000, 249),
+            (0x8010, 4089),
+            (0x8020, 1),
+            (0xFF100, (1 << 24) - 1),
+            (0xFFF80, 4088),
             (0xFFFF0, 24),
             (0x40000020, 100),
         ]
-        assert struct.unpack("<7I", reg["stack_ids"]) == (1, 2, 0, 0, 0, 0, 0)
+        assert struct.unpack("<12I", reg["stack_ids"]) == (1, 2) + (0,) * 10
         # The count before the stop: the shards' counts and every map entry.
-        assert reg["expected"] == 4 + 5
-        assert _native.read_registry(proc.pid, f["descriptor"], False)["expected"] == 9
+        assert reg["expected"] == 4 + 10
+        assert _native.read_registry(proc.pid, f["descriptor"], False)["expected"] == 14
         assert _native.read_registry(proc.pid, f["descriptor"], False, False)["expected"] == 4
         assert reg["threads"] == [
             (111, 1, 1, 0, 0, 0x5000, 7, 0x100, 0x200),

@@ -10,8 +10,8 @@
  * Consistency without locks, as seen by a reader that stops the target at an
  * arbitrary instruction:
  *   - a size map entry (most blocks; see struct ur_size_map_ref) is written
- *     with one aligned 2-byte store, and a map is listed before its first
- *     entry is written;
+ *     with one aligned store of its width (1, 2 or 4 bytes), and a map is
+ *     listed before its first entry is written;
  *   - a shard entry's meta (size and stack id, one 8-byte store) is written
  *     before its key, and the key is published with a release store; a reader
  *     treats key==UR_KEY_EMPTY or UR_KEY_TOMBSTONE as "no entry", so it never
@@ -96,8 +96,9 @@
 #include <stdint.h>
 
 #define UR_ABI_MAGIC UINT64_C(0x3142484341455255) /* "UREACHB1" little endian */
-#define UR_ABI_VERSION 4u /* 2: 16-byte entries (size and stack id packed in meta); 3: size maps;
-                             4: the shim's memory in several regions, why it is disabled */
+#define UR_ABI_VERSION 5u /* 2: 16-byte entries (size and stack id packed in meta); 3: size maps;
+                             4: the shim's memory in several regions, why it is disabled;
+                             5: size maps of three levels */
 
 /* The exported symbol the scanner looks up in the shim's ELF dynsym. */
 #define UR_DESCRIPTOR_SYMBOL "unreachable_descriptor"
@@ -168,32 +169,71 @@ struct ur_entry {          /* 16 bytes: four to a cache line (tables are 64-byte
 
 /*
  * Size maps: most blocks are registered here instead of in a shard. A map
- * covers one 1 MiB-aligned piece of address space with one uint16_t per 16
- * bytes: 0 where no registered block begins, else the requested size + 1 of
- * the block that begins there. A block is in a map when its address is
- * 16-aligned, its size at most UR_SIZE_MAP_MAX_SIZE and it has no stack id;
- * every other block is in a shard, and no block is in both except for the
- * instant a realloc in place moves it (its thread is in flight then).
- * Maps are never freed or moved; pages of a map that hold no entry may be
- * given back to the kernel (they read as zero, unreadable pages as empty
- * too). A reader takes refs [0, count): each ref is
- * written before count is raised past it with a release store.
+ * covers one 1 MiB-aligned piece of address space (its ref's base) and is
+ * UR_SIZE_MAP_BYTES long: three levels, one after the other, each an array
+ * with one entry per granule of the piece. A block's level follows from its
+ * requested size alone:
+ *
+ *   level  granule  entry     requested sizes   entry value
+ *   0      16 B     uint8_t   0 .. 248          size + 1
+ *   1      256 B    uint16_t  249 .. 4088       offset << 12 | size
+ *   2      4 KiB    uint32_t  4089 .. 2^24 - 1  offset << 24 | size
+ *
+ * where offset is the block's distance from the start of its granule in
+ * 16-byte units. 0 is an empty entry (no value above is 0). Two disjoint
+ * 16-aligned blocks of at least granule - 15 bytes never begin in the same
+ * granule, so a level's entry holds at most one block. The limits are
+ * those of glibc's chunk sizes (256 and 4096 bytes), so the shim can tell
+ * a block's level at free from glibc's chunk header. The coarse levels
+ * keep the maps' cost near the heap's: at most 1 byte per 16 of the
+ * address space a map covers for small blocks, 2 per 256 and 4 per 4096
+ * for larger ones, and a page of a level that no block of its sizes reaches
+ * is never written.
+ *
+ * A block is in a map when its address is 16-aligned and below 2^47, its
+ * size at most UR_SIZE_MAP_MAX_SIZE and it has no stack id; every other
+ * block is in a shard, and no block is in two places except for the
+ * instant a realloc in place moves it between levels or between a map and
+ * a shard (its thread is in flight then). Each entry is written with one
+ * aligned store of its width. Maps are never freed or moved; pages of a map
+ * that hold no entry may be given back to the kernel (they read as zero,
+ * unreadable pages as empty too). A reader takes refs [0, count): each ref
+ * is written before count is raised past it with a release store.
  */
 #define UR_SIZE_MAP_SPAN_SHIFT 20
-#define UR_SIZE_MAP_GRANULE_SHIFT 4
-#define UR_SIZE_MAP_ENTRIES (UINT32_C(1) << (UR_SIZE_MAP_SPAN_SHIFT - UR_SIZE_MAP_GRANULE_SHIFT))
-#define UR_SIZE_MAP_MAX_SIZE UINT32_C(65534)
+#define UR_SIZE_MAP_L0_SHIFT 4
+#define UR_SIZE_MAP_L1_SHIFT 8
+#define UR_SIZE_MAP_L2_SHIFT 12
+#define UR_SIZE_MAP_L0_ENTRIES (UINT32_C(1) << (UR_SIZE_MAP_SPAN_SHIFT - UR_SIZE_MAP_L0_SHIFT))
+#define UR_SIZE_MAP_L1_ENTRIES (UINT32_C(1) << (UR_SIZE_MAP_SPAN_SHIFT - UR_SIZE_MAP_L1_SHIFT))
+#define UR_SIZE_MAP_L2_ENTRIES (UINT32_C(1) << (UR_SIZE_MAP_SPAN_SHIFT - UR_SIZE_MAP_L2_SHIFT))
+#define UR_SIZE_MAP_L1_OFFSET (UR_SIZE_MAP_L0_ENTRIES * 1u)
+#define UR_SIZE_MAP_L2_OFFSET (UR_SIZE_MAP_L1_OFFSET + UR_SIZE_MAP_L1_ENTRIES * 2u)
+#define UR_SIZE_MAP_BYTES (UR_SIZE_MAP_L2_OFFSET + UR_SIZE_MAP_L2_ENTRIES * 4u)
+#define UR_SIZE_MAP_L0_MAX_SIZE UINT32_C(248)
+#define UR_SIZE_MAP_L1_MAX_SIZE UINT32_C(4088)
+#define UR_SIZE_MAP_MAX_SIZE ((UINT32_C(1) << 24) - 1)
+/* The most entries a map can hold (a reader's room for one map). */
+#define UR_SIZE_MAP_MAX_LIVE (UR_SIZE_MAP_L0_ENTRIES + UR_SIZE_MAP_L1_ENTRIES + UR_SIZE_MAP_L2_ENTRIES)
 
-/* Entry `index` of the map at `base`, nonzero `value`: the block's address
- * and requested size (the shim and both readers decode entries alike). */
-static inline uint64_t ur_size_map_block(uint64_t base, uint32_t index) {
-  return base + ((uint64_t)index << UR_SIZE_MAP_GRANULE_SHIFT);
+/* The block of a nonzero entry (index: its place in its level), as the shim
+ * and every reader decode it. */
+static inline uint64_t ur_size_map_l0_block(uint64_t base, uint32_t index) {
+  return base + ((uint64_t)index << UR_SIZE_MAP_L0_SHIFT);
 }
-static inline uint64_t ur_size_map_size(uint16_t value) { return (uint64_t)value - 1; }
+static inline uint64_t ur_size_map_l0_size(uint8_t value) { return (uint64_t)value - 1; }
+static inline uint64_t ur_size_map_l1_block(uint64_t base, uint32_t index, uint16_t value) {
+  return base + ((uint64_t)index << UR_SIZE_MAP_L1_SHIFT) + ((uint64_t)(value >> 12) << 4);
+}
+static inline uint64_t ur_size_map_l1_size(uint16_t value) { return value & 0xfffu; }
+static inline uint64_t ur_size_map_l2_block(uint64_t base, uint32_t index, uint32_t value) {
+  return base + ((uint64_t)index << UR_SIZE_MAP_L2_SHIFT) + ((uint64_t)(value >> 24) << 4);
+}
+static inline uint64_t ur_size_map_l2_size(uint32_t value) { return value & 0xffffffu; }
 
 struct ur_size_map_ref {   /* 16 bytes */
   uint64_t base;           /* the 1 MiB-aligned address the map covers */
-  uint64_t map;            /* address of uint16_t[UR_SIZE_MAP_ENTRIES] */
+  uint64_t map;            /* address of its UR_SIZE_MAP_BYTES (levels 0, 1, 2) */
 };
 
 struct ur_size_maps {      /* 32 bytes, in shim memory */

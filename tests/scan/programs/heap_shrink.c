@@ -1,16 +1,17 @@
 /* A heap that shrinks and grows again, for the shim giving back its size
  * maps' pages (native/shim/give_back.c). Phases, each ended by a READY line,
  * each begun by a line on stdin:
- *   full:   BLOCKS blocks of 4000 bytes (64 MiB), every 256th dropped (leaked);
- *   shrunk: all freed but every 64th, malloc_trim(0);
- *   grown:  4096 blocks more in the heap given back, every 16th dropped. */
+ *   full:   BLOCKS blocks of 200 bytes (64 MiB), every 8192nd dropped (leaked);
+ *   shrunk: all freed but every 1024th, malloc_trim(0);
+ *   grown:  65536 blocks more in the heap given back, every 16th dropped.
+ * Blocks this small have the maps' densest level (a byte per 16 of heap). */
 #include <malloc.h>
 
 #include "scenario.h"
 
-#define BLOCKS 16384
-#define SIZE 4000
-#define MORE 4096
+#define BLOCKS 320000
+#define SIZE 200
+#define MORE 65536
 
 static void *keep[BLOCKS + MORE];
 static long leaked, leak_bytes;
@@ -25,7 +26,7 @@ int main(void) {
   for (long i = 0; i < BLOCKS; i++) {
     char *p = malloc(SIZE);
     p[0] = 1;
-    if (i % 256 == 255) {
+    if (i % 8192 == 8191) {
       KEEP(p);
       leaked++;
       leak_bytes += SIZE;
@@ -37,7 +38,7 @@ int main(void) {
   ready("phase=full leak_count=%ld leak_bytes=%ld", leaked, leak_bytes);
   next_phase();
   for (long i = 0; i < BLOCKS; i++)
-    if (i % 64 != 0) {
+    if (i % 1024 != 0) {
       free(keep[i]);
       keep[i] = NULL;
     }

@@ -19,10 +19,24 @@ static uint16_t frame_counts[8];
 static struct ur_stack_table stacks;
 static uint32_t cmd;
 static const char options[] = "backtrace=4 helper=1";
-static uint16_t map_low[UR_SIZE_MAP_ENTRIES], map_high[UR_SIZE_MAP_ENTRIES];
+static uint64_t map_low[UR_SIZE_MAP_BYTES / 8], map_high[UR_SIZE_MAP_BYTES / 8];
 static struct ur_size_map_ref refs[4];
 static struct ur_size_maps maps;
 struct ur_descriptor unreachable_descriptor;
+
+/* Entries as abi.h encodes them, at their level's place for addr (in the
+ * map over [0, 1 MiB) or [1 GiB, 1 GiB + 1 MiB)). */
+static void put0(uint64_t *map, uint64_t addr, uint8_t size) {
+  ((uint8_t *)map)[(addr & 0xfffff) >> UR_SIZE_MAP_L0_SHIFT] = (uint8_t)(size + 1);
+}
+static void put1(uint64_t *map, uint64_t addr, uint16_t size) {
+  uint16_t *l1 = (uint16_t *)(void *)((uint8_t *)map + UR_SIZE_MAP_L1_OFFSET);
+  l1[(addr & 0xfffff) >> UR_SIZE_MAP_L1_SHIFT] = (uint16_t)(((addr >> 4) & 15) << 12 | size);
+}
+static void put2(uint64_t *map, uint64_t addr, uint32_t size) {
+  uint32_t *l2 = (uint32_t *)(void *)((uint8_t *)map + UR_SIZE_MAP_L2_OFFSET);
+  l2[(addr & 0xfffff) >> UR_SIZE_MAP_L2_SHIFT] = (uint32_t)((addr >> 4) & 255) << 24 | size;
+}
 
 int main(void) {
   table0[1] = (struct ur_entry){UR_MANGLE(0x1000), UR_META(16, 1)};
@@ -46,13 +60,20 @@ int main(void) {
   frame_counts[3] = 1; /* id 3 >= count: not yet published */
   stacks = (struct ur_stack_table){(uint64_t)(uintptr_t)frames, (uint64_t)(uintptr_t)frame_counts,
                                    8, 4, 3, 0};
-  /* Maps over [0, 1 MiB) and [1 GiB, 1 GiB + 1 MiB); entries hold size + 1.
-   * 0x3000 is also in shard 1, which the reader reads first: its 8 stays. */
-  map_low[0x3000 >> 4] = 77 + 1;
-  map_low[0x4000 >> 4] = 0 + 1;
-  map_low[(0x4010 >> 4)] = UR_SIZE_MAP_MAX_SIZE + 1;
-  map_low[UR_SIZE_MAP_ENTRIES - 1] = 24 + 1; /* 0xffff0, the map's last entry */
-  map_high[2] = 100 + 1;                     /* 0x40000020 */
+  /* Maps over [0, 1 MiB) and [1 GiB, 1 GiB + 1 MiB), every level's
+   * smallest and largest size, interleaved: the reader merges the levels in
+   * address order. 0x3000 is also in shard 1, which the reader reads first:
+   * its 8 stays. */
+  put0(map_low, 0x3000, 77);
+  put0(map_low, 0x4000, 0);
+  put0(map_low, 0x4010, UR_SIZE_MAP_L0_MAX_SIZE);
+  put1(map_low, 0x8000, UR_SIZE_MAP_L0_MAX_SIZE + 1);
+  put2(map_low, 0x8010, UR_SIZE_MAP_L1_MAX_SIZE + 1);
+  put0(map_low, 0x8020, 1);
+  put2(map_low, 0xff100, UR_SIZE_MAP_MAX_SIZE); /* the last entry of level 2 */
+  put1(map_low, 0xfff80, UR_SIZE_MAP_L1_MAX_SIZE); /* ... of level 1 */
+  put0(map_low, 0xffff0, 24);                   /* ... of level 0 */
+  put0(map_high, 0x40000020, 100);
   refs[0] = (struct ur_size_map_ref){0x40000000, (uint64_t)(uintptr_t)map_high};
   refs[1] = (struct ur_size_map_ref){0, (uint64_t)(uintptr_t)map_low};
   refs[2] = (struct ur_size_map_ref){0x80000000, 0}; /* past count: not read */

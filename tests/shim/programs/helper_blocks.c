@@ -26,9 +26,16 @@ static void walk_registry(void) {
   if (m && m->refs) {
     const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)m->refs;
     for (uint64_t i = 0; i < m->count; i++) {
-      const uint16_t *e = (const uint16_t *)(uintptr_t)refs[i].map;
-      for (uint32_t j = 0; j < UR_SIZE_MAP_ENTRIES; j++)
-        if (e[j] && nreg < MAX) reg[nreg++] = refs[i].base + ((uint64_t)j << UR_SIZE_MAP_GRANULE_SHIFT);
+      uint64_t base = refs[i].base;
+      const uint8_t *map = (const uint8_t *)(uintptr_t)refs[i].map;
+      const uint16_t *l1 = (const uint16_t *)(const void *)(map + UR_SIZE_MAP_L1_OFFSET);
+      const uint32_t *l2 = (const uint32_t *)(const void *)(map + UR_SIZE_MAP_L2_OFFSET);
+      for (uint32_t j = 0; j < UR_SIZE_MAP_L0_ENTRIES; j++)
+        if (map[j] && nreg < MAX) reg[nreg++] = ur_size_map_l0_block(base, j);
+      for (uint32_t j = 0; j < UR_SIZE_MAP_L1_ENTRIES; j++)
+        if (l1[j] && nreg < MAX) reg[nreg++] = ur_size_map_l1_block(base, j, l1[j]);
+      for (uint32_t j = 0; j < UR_SIZE_MAP_L2_ENTRIES; j++)
+        if (l2[j] && nreg < MAX) reg[nreg++] = ur_size_map_l2_block(base, j, l2[j]);
     }
   }
   struct ur_shard *shards = (struct ur_shard *)(uintptr_t)d->shards;

@@ -60,14 +60,16 @@ static void check_tables(size_t want_live) {
 
 static uint32_t id_of(int i) { return i % 3 ? (uint32_t)i : 0; }
 
-/* A block is in a map exactly when it fits one, and then in no shard. */
+/* A block is in a map exactly when it fits one, at its size's level, and
+ * then in no shard. */
 static void check_homes(const uintptr_t *ptrs, const uint64_t *sizes, const int *live, int n) {
   for (int i = 0; i < n; i++) {
-    uint16_t *m = ur_size_map_slot(ptrs[i]);
-    int in_map = m && *m;
+    uint8_t *m = ur_size_map_of(ptrs[i]);
+    uint64_t size = 0;
+    int level = m ? ur_size_map_find_in(m, ptrs[i], &size) : -1;
     int fits = live[i] && ur_size_map_fits(ptrs[i], sizes[i], id_of(i));
-    CHECK(in_map == fits);
-    if (in_map) CHECK(*m == sizes[i] + 1);
+    CHECK((level >= 0) == fits);
+    if (level >= 0) CHECK(size == sizes[i] && level == ur_size_map_level(sizes[i]));
   }
 }
 
@@ -94,7 +96,9 @@ int main(void) {
   static int live[N];
   size_t nlive = 0;
   unsigned seed = 1;
-  for (int i = 0; i < N; i++) ptrs[i] = 0x10000 + (uintptr_t)i * 48 + (uintptr_t)(i % 7) * 16;
+  /* Each block in a 4 KiB of its own (the maps' levels hold one block per
+   * granule: blocks are disjoint), most 16-aligned. */
+  for (int i = 0; i < N; i++) ptrs[i] = 0x10000 + (uintptr_t)i * 4096 + (uintptr_t)(i % 7) * 24;
   for (int round = 0; round < 200000; round++) {
     int i = rand_r(&seed) % N;
     if (live[i] && rand_r(&seed) % 2) {
@@ -102,10 +106,14 @@ int main(void) {
       live[i] = 0;
       nlive--;
     } else {
-      /* Half the sizes around the maps' limit, so reallocs move blocks
-       * between a map and a shard both ways; half up to 43 bits. */
-      if (rand_r(&seed) % 2)
-        sizes[i] = UR_SIZE_MAP_MAX_SIZE - 8 + (uint64_t)(rand_r(&seed) % 16);
+      /* Three quarters of the sizes around the limits of the maps' levels
+       * and of the maps, so reallocs move blocks between levels and between
+       * a map and a shard both ways; a quarter up to 43 bits. */
+      static const uint64_t limits[3] = {UR_SIZE_MAP_L0_MAX_SIZE, UR_SIZE_MAP_L1_MAX_SIZE,
+                                         UR_SIZE_MAP_MAX_SIZE};
+      int kind = rand_r(&seed) % 4;
+      if (kind < 3)
+        sizes[i] = limits[kind] - 8 + (uint64_t)(rand_r(&seed) % 16);
       else
         sizes[i] = (uint64_t)rand_r(&seed) >> (rand_r(&seed) % 31) << (rand_r(&seed) % 13);
       /* insert is for fresh blocks; set updates (realloc in place) or inserts */
@@ -136,7 +144,7 @@ int main(void) {
   uint64_t sz;
   uint32_t sid;
   ur_registry_insert((void *)0x9000008, 8, 0);
-  CHECK(ur_size_map_slot(0x9000008) == NULL && shard_has(0x9000008));
+  CHECK(shard_has(0x9000008));
   CHECK(ur_registry_find((void *)0x9000008, &sz, &sid) == 1 && sz == 8 && sid == 0);
   CHECK(ur_registry_remove((void *)0x9000008) == 1 && !shard_has(0x9000008));
   ur_registry_insert((void *)(UINT64_C(1) << 47), 16, 0);

@@ -45,11 +45,24 @@ static inline int size_map_entry(uint64_t a, uint64_t *size) {
   if (!m || !m->refs || (a & 15)) return 0;
   const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)m->refs;
   for (uint64_t i = 0; i < m->count; i++) {
-    if (refs[i].base != (a & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1))) continue;
-    const uint16_t *e = (const uint16_t *)(uintptr_t)refs[i].map +
-                        ((a >> UR_SIZE_MAP_GRANULE_SHIFT) & (UR_SIZE_MAP_ENTRIES - 1));
-    if (*e) {
-      if (size) *size = *e - 1u;
+    uint64_t base = refs[i].base;
+    if (base != (a & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1))) continue;
+    const uint8_t *map = (const uint8_t *)(uintptr_t)refs[i].map;
+    uint32_t i0 = (uint32_t)((a - base) >> UR_SIZE_MAP_L0_SHIFT);
+    uint32_t i1 = (uint32_t)((a - base) >> UR_SIZE_MAP_L1_SHIFT);
+    uint32_t i2 = (uint32_t)((a - base) >> UR_SIZE_MAP_L2_SHIFT);
+    uint16_t v1 = ((const uint16_t *)(const void *)(map + UR_SIZE_MAP_L1_OFFSET))[i1];
+    uint32_t v2 = ((const uint32_t *)(const void *)(map + UR_SIZE_MAP_L2_OFFSET))[i2];
+    if (map[i0]) {
+      if (size) *size = ur_size_map_l0_size(map[i0]);
+      return 1;
+    }
+    if (v1 && ur_size_map_l1_block(base, i1, v1) == a) {
+      if (size) *size = ur_size_map_l1_size(v1);
+      return 1;
+    }
+    if (v2 && ur_size_map_l2_block(base, i2, v2) == a) {
+      if (size) *size = ur_size_map_l2_size(v2);
       return 1;
     }
   }
