@@ -31,7 +31,9 @@
 #include "modules.h"
 #include "region.h"
 #include "registry.h"
+#include "shim.h"
 #include "stacks.h"
+#include "syms.h"
 #include "unreachable/malloc_debug.h"
 #include "unwind.h"
 

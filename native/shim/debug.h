@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "options.h"
-#include "shim.h"
+#include "state.h"
 
 /* ur_init, once options parsed: sets ur_g.debug (0 when no per-call option),
  * reserves the FIFO and record arrays from the region. Returns -1 if the

@@ -18,7 +18,7 @@
 #include "give_back.h"
 #include "huge_arenas.h"
 #include "self_maps.h"
-#include "shim.h"
+#include "state.h"
 #include "single_thread.h"
 #include "write_tracking.h"
 

@@ -39,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "state.h"
 
 extern char **environ;
 
