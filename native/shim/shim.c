@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "altstack.h"
-#include "debug.h"
+#include "debug_setup.h"
 #include "helper.h"
 #include "huge_arenas.h"
 #include "lock.h"
