@@ -26,6 +26,7 @@ CORE = [
         MARK / name
         for name in (
             "alloc.c",
+            "alloc_index.c",
             "radix_sort.c",
             "heap_walker.c",
             "leak_folding.c",
