@@ -37,10 +37,10 @@ SOURCES = [
         "page_index.c",
         "alloc.c",
         "radix_sort.c",
-        "mem_direct.c",
-        "raw_thread.c",
+        "alloc_index.c",
         "work_pool.c",
     ),
+    *native_sources("mark_child", "mem_direct.c", "raw_thread.c"),
 ]
 CONFIGS = [
     (100_000, 1024, "tree"),

@@ -7,70 +7,6 @@
 #include "radix_sort.h"
 #include "work_pool.h"
 
-/* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
- * end of one allocation and the start of the next counts once), leaving out
- * the blocks the page index answers for (skip). */
-static uint64_t count_buckets(const struct ur_walker *w, unsigned shift, const uint8_t *skip) {
-  uint64_t total = 0, last = UINT64_MAX;
-  for (size_t i = 0; i < w->n; i++) {
-    if (skip[i]) continue;
-    uint64_t first = w->begin[i] >> shift, final = (w->end[i] - 1) >> shift;
-    total += final - first + (first != last);
-    last = final;
-  }
-  return total;
-}
-
-/* The page index's budget: 8 bytes per allocation (a heap of 64-byte blocks
- * needs about 5) and a fixed megabyte. */
-#define PAGE_INDEX_BYTES_PER_ALLOC 8
-#define PAGE_INDEX_FIXED_BYTES (UINT64_C(1) << 20)
-
-/* The buckets, for the blocks the page index does not answer for: a lookup
- * there never reaches them. Most blocks of a heap of small ones are left out
- * so, which spares the build its hashed writes (10M blocks: ~0.25 s). */
-static void build_buckets(struct ur_walker *w) {
-  uint8_t *skip = ur_big_calloc(w->n, 1);
-  if (!skip) return; /* binary search still works */
-  ur_page_index_answered(&w->pages, w->begin, w->end, w->n, skip);
-  /* The smallest buckets (from 256 bytes) that keep the index within about
-   * two entries per allocation: then the search inside a bucket is a step or
-   * two, where each step is a cache miss on a large heap. Huge allocations
-   * push the buckets up (one entry per bucket they span). */
-  unsigned shift = 8;
-  uint64_t limit = 2 * (uint64_t)w->n + 4096;
-  uint64_t count = count_buckets(w, shift, skip);
-  while (count > limit && shift < 40) count = count_buckets(w, ++shift, skip);
-  uint64_t size = 1;
-  while (count <= limit && size < 2 * count) size <<= 1;
-  struct ur_bucket *t = count <= limit ? ur_big_calloc(size, sizeof(*t)) : NULL;
-  if (!t) goto out; /* binary search still works */
-  uint64_t mask = size - 1;
-  struct ur_bucket *cur = NULL;
-  /* A bucket's run of indices may span blocks left out: a search only
-   * steps over them. */
-  for (size_t i = 0; i < w->n; i++) {
-    if (skip[i]) continue;
-    uint64_t first = w->begin[i] >> shift, final = (w->end[i] - 1) >> shift;
-    for (uint64_t b = first;; b++) {
-      if (cur && cur->key == b + 1) {
-        cur->hi = (uint32_t)i + 1;
-      } else {
-        uint64_t j = ur_bucket_hash(b + 1) & mask;
-        while (t[j].key) j = (j + 1) & mask;
-        cur = &t[j];
-        *cur = (struct ur_bucket){b + 1, (uint32_t)i, (uint32_t)i + 1};
-      }
-      if (b == final) break;
-    }
-  }
-  w->buckets = t;
-  w->bucket_mask = mask;
-  w->bucket_shift = shift;
-out:
-  ur_big_free(skip);
-}
-
 int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n) {
   memset(w, 0, sizeof(*w));
   w->mem = mem;
@@ -110,13 +46,7 @@ int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allo
   }
   w->n = k;
   w->max_edges = UR_GRAPH_EDGES_PER_ALLOC * (uint64_t)k + UR_GRAPH_EDGES_FIXED;
-  if (k) {
-    w->lo = w->begin[0];
-    w->hi = prev_end;
-    uint64_t page_bytes = PAGE_INDEX_BYTES_PER_ALLOC * (uint64_t)k + PAGE_INDEX_FIXED_BYTES;
-    if (ur_page_index_build(&w->pages, w->begin, w->end, k, page_bytes) < 0) goto nomem;
-    build_buckets(w); /* for the blocks the page index does not answer for */
-  }
+  if (ur_alloc_index_build(&w->index, w->begin, w->end, k) < 0) goto nomem;
   return 0;
 nomem:
   ur_walker_free(w);
@@ -128,8 +58,7 @@ void ur_walker_free(struct ur_walker *w) {
   ur_big_free(w->end);
   ur_big_free(w->orig);
   ur_big_free(w->marked);
-  ur_big_free(w->buckets);
-  ur_page_index_free(&w->pages);
+  ur_alloc_index_free(&w->index);
   ur_ref_graph_free(&w->graph);
   memset(w, 0, sizeof(*w));
 }
@@ -140,7 +69,7 @@ static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *s
                       uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
   if (begin > UINT64_MAX - 7) return 0;
   uint64_t a = (begin + 7) & ~UINT64_C(7);
-  const uint64_t lo = w->lo, span = w->hi - w->lo;
+  const uint64_t lo = w->index.lo, span = w->index.hi - w->index.lo;
   while (a < end) {
     uint64_t avail;
     const uint8_t *p = ur_mem_view(mem, a, end, &avail);
@@ -252,11 +181,11 @@ static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
   ssize_t found[MAX_CANDIDATES];
   for (size_t i = 0; i < nc; i++) {
     hi[i] = lo[i] = 0;
-    if ((found[i] = ur_page_find(&w->pages, w->end, cand[i])) != UR_PAGE_UNKNOWN) {
+    if ((found[i] = ur_page_find(&w->index.pages, w->end, cand[i])) != UR_PAGE_UNKNOWN) {
       if (found[i] >= 0) __builtin_prefetch(&w->marked[found[i]]);
       continue;
     }
-    if (!ur_walker_range(w, cand[i], &lo[i], &hi[i])) continue;
+    if (!ur_alloc_index_range(&w->index, cand[i], &lo[i], &hi[i])) continue;
     __builtin_prefetch(&w->begin[lo[i]]);
     __builtin_prefetch(&w->end[lo[i]]);
     __builtin_prefetch(&w->marked[lo[i]]);
@@ -264,7 +193,7 @@ static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
   for (size_t i = 0; i < nc; i++) {
     ssize_t idx = found[i];
     if (idx == UR_PAGE_UNKNOWN)
-      idx = hi[i] == lo[i] ? -1 : ur_walker_search(w, cand[i], lo[i], hi[i]);
+      idx = hi[i] == lo[i] ? -1 : ur_alloc_index_search(&w->index, cand[i], lo[i], hi[i]);
     if (idx >= 0) {
       int r = mark_hit(m, (size_t)idx);
       if (r) return r;
@@ -335,7 +264,7 @@ static int scan_oldest(struct marker *m, struct pipeline *pl) {
   struct view *it = &pl->ring[pl->head];
   pl->head = (pl->head + 1) % DEPTH;
   pl->count--;
-  const uint64_t lo = w->lo, span = w->hi - w->lo;
+  const uint64_t lo = w->index.lo, span = w->index.hi - w->index.lo;
   size_t nwords = (size_t)((it->avail + 7) / 8);
   for (size_t i = 0; i < nwords; i++) {
     uint64_t v;
@@ -346,7 +275,7 @@ static int scan_oldest(struct marker *m, struct pipeline *pl) {
       if (r) return r;
     }
     pl->cand[pl->nc++] = v;
-    __builtin_prefetch(ur_walker_lookup_line(w, v));
+    __builtin_prefetch(ur_alloc_index_lookup_line(&w->index, v));
   }
   m->bytes_scanned += it->avail;
   it->addr += 8 * (uint64_t)nwords;
@@ -477,9 +406,11 @@ int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigne
   if (w->max_edges) {
     /* A heap denser in pointers than the budget is marked by walking, as
      * is one whose graph finds no memory (the walk needs less). */
-    int rc = ur_ref_graph_build(w, mems, n, ops, w->max_edges);
+    w->has_graph = 0;
+    int rc = ur_ref_graph_build(&w->graph, &w->index, mems, n, ops, w->max_edges,
+                                &w->bytes_scanned, &w->marked_by);
     if (rc != 0 && rc != -E2BIG && rc != -ENOMEM) return rc;
-    graph = rc == 0;
+    graph = w->has_graph = rc == 0;
   }
   if (n > UR_WALKER_MAX_TEAM) n = UR_WALKER_MAX_TEAM;
   if (!ops || n < 1) n = 1;

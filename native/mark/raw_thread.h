@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "heap_walker.h"
+#include "team.h"
 
 struct ur_raw_thread {
   int32_t tid;  /* nonzero while the thread lives; the kernel clears it and wakes */

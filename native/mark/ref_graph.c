@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "heap_walker.h"
 #include "mem.h"
 
 /* Candidates (words that pass the range reject) collected before they are
@@ -15,7 +14,7 @@
 #define BATCH 64
 
 struct build_shared {
-  const struct ur_walker *w;
+  const struct ur_alloc_index *ix;
   struct ur_ref_graph *g;
   uint64_t max_edges;
   size_t next_chunk; /* atomic: the next chunk to claim */
@@ -41,20 +40,20 @@ static void open_blocks_up_to(struct builder *b, size_t block) {
 }
 
 static int flush(struct builder *b) {
-  const struct ur_walker *w = b->s->w;
+  const struct ur_alloc_index *ix = b->s->ix;
   size_t lo[BATCH], hi[BATCH];
   ssize_t found[BATCH];
   for (size_t i = 0; i < b->nc; i++) {
     hi[i] = lo[i] = 0;
-    if ((found[i] = ur_page_find(&w->pages, w->end, b->cand[i])) != UR_PAGE_UNKNOWN) continue;
-    if (!ur_walker_range(w, b->cand[i], &lo[i], &hi[i])) continue;
-    __builtin_prefetch(&w->begin[lo[i]]);
-    __builtin_prefetch(&w->end[lo[i]]);
+    if ((found[i] = ur_page_find(&ix->pages, ix->end, b->cand[i])) != UR_PAGE_UNKNOWN) continue;
+    if (!ur_alloc_index_range(ix, b->cand[i], &lo[i], &hi[i])) continue;
+    __builtin_prefetch(&ix->begin[lo[i]]);
+    __builtin_prefetch(&ix->end[lo[i]]);
   }
   for (size_t i = 0; i < b->nc; i++) {
     ssize_t t = found[i];
     if (t == UR_PAGE_UNKNOWN)
-      t = hi[i] == lo[i] ? -1 : ur_walker_search(w, b->cand[i], lo[i], hi[i]);
+      t = hi[i] == lo[i] ? -1 : ur_alloc_index_search(ix, b->cand[i], lo[i], hi[i]);
     uint32_t src = b->src[i];
     if (t < 0 || (size_t)t == src) continue;
     /* Every block of the batch before src is done: its edges end here. */
@@ -68,12 +67,12 @@ static int flush(struct builder *b) {
 }
 
 static int scan_block(struct builder *b, size_t i) {
-  const struct ur_walker *w = b->s->w;
+  const struct ur_alloc_index *ix = b->s->ix;
   /* Locals: the compiler cannot tell the candidate stores from the walker. */
-  const uint64_t lo = w->lo, span = w->hi - w->lo;
-  const struct ur_page_index pages = w->pages;
-  if (w->begin[i] > UINT64_MAX - 7) return 0;
-  uint64_t a = (w->begin[i] + 7) & ~UINT64_C(7), end = w->end[i];
+  const uint64_t lo = ix->lo, span = ix->hi - ix->lo;
+  const struct ur_page_index pages = ix->pages;
+  if (ix->begin[i] > UINT64_MAX - 7) return 0;
+  uint64_t a = (ix->begin[i] + 7) & ~UINT64_C(7), end = ix->end[i];
   size_t nc = b->nc;
   while (a < end) {
     uint64_t avail;
@@ -94,7 +93,7 @@ static int scan_block(struct builder *b, size_t i) {
       }
       b->cand[nc] = v;
       b->src[nc++] = (uint32_t)i;
-      __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v) : ur_walker_lookup_line(w, v));
+      __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v) : ur_alloc_index_lookup_line(ix, v));
     }
     b->bytes_scanned += avail;
     uint64_t next = a + 8 * (uint64_t)nwords;
@@ -150,18 +149,17 @@ void ur_ref_graph_free(struct ur_ref_graph *g) {
   memset(g, 0, sizeof(*g));
 }
 
-int ur_ref_graph_build(struct ur_walker *w, struct ur_mem *const *mems, unsigned n,
-                       const struct ur_team_ops *ops, uint64_t max_edges) {
-  struct ur_ref_graph *g = &w->graph;
+int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
+                       struct ur_mem *const *mems, unsigned n, const struct ur_team_ops *ops,
+                       uint64_t max_edges, uint64_t *bytes_scanned, unsigned *threads) {
   ur_ref_graph_free(g);
-  w->has_graph = 0;
   if (max_edges > UINT32_MAX - 1) max_edges = UINT32_MAX - 1;
   if (!ops || n < 1) n = 1;
   if (n > UR_WALKER_MAX_TEAM) n = UR_WALKER_MAX_TEAM;
-  g->n = w->n;
-  g->nchunks = (w->n + ((size_t)1 << UR_GRAPH_CHUNK_SHIFT) - 1) >> UR_GRAPH_CHUNK_SHIFT;
+  g->n = ix->n;
+  g->nchunks = (ix->n + ((size_t)1 << UR_GRAPH_CHUNK_SHIFT) - 1) >> UR_GRAPH_CHUNK_SHIFT;
   g->narrays = n;
-  g->first = ur_big_calloc(w->n ? w->n : 1, sizeof(*g->first));
+  g->first = ur_big_calloc(ix->n ? ix->n : 1, sizeof(*g->first));
   g->chunk_end = ur_big_calloc(g->nchunks ? g->nchunks : 1, sizeof(*g->chunk_end));
   g->chunk_array = ur_big_calloc(g->nchunks ? g->nchunks : 1, 1);
   g->arrays = ur_big_calloc(n, sizeof(*g->arrays));
@@ -172,7 +170,7 @@ int ur_ref_graph_build(struct ur_walker *w, struct ur_mem *const *mems, unsigned
    * appear as edges are written. */
   for (unsigned k = 0; k < n; k++)
     if (!(g->arrays[k] = ur_big_calloc(max_edges ? max_edges : 1, sizeof(uint32_t)))) goto out;
-  struct build_shared s = {.w = w, .g = g, .max_edges = max_edges};
+  struct build_shared s = {.ix = ix, .g = g, .max_edges = max_edges};
   unsigned started = 0;
   for (unsigned k = 0; k < n; k++)
     bs[k] = (struct builder){.s = &s, .mem = mems[k], .id = k, .to = g->arrays[k]};
@@ -182,10 +180,9 @@ int ur_ref_graph_build(struct ur_walker *w, struct ur_mem *const *mems, unsigned
   if (started) ops->join(ops->ctx);
   rc = s.failed;
   if (!rc) {
-    for (unsigned k = 0; k < n; k++) w->bytes_scanned += bs[k].bytes_scanned;
+    for (unsigned k = 0; k < n; k++) *bytes_scanned += bs[k].bytes_scanned;
     g->edges = s.edges;
-    w->has_graph = 1;
-    w->marked_by = 1 + started;
+    *threads = 1 + started;
   }
 out:
   ur_big_free(bs);

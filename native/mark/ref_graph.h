@@ -21,6 +21,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "alloc_index.h"
+#include "mem.h"
+#include "team.h"
+
 #define UR_GRAPH_EDGES_PER_ALLOC 3
 #define UR_GRAPH_EDGES_FIXED (UINT64_C(1) << 20)
 #define UR_GRAPH_CHUNK_SHIFT 12 /* blocks a builder claims at once: 4096 */
@@ -39,17 +43,14 @@ struct ur_ref_graph {
   uint64_t edges;
 };
 
-struct ur_walker;
-struct ur_mem;
-struct ur_team_ops;
-
-/* Build w's graph reading memory through mems[0..n) (thread k reads
- * through mems[k]; threads beyond the first started through ops, as
- * ur_walker_mark_team does). Adds the bytes read to w->bytes_scanned and
- * sets w->graph and w->has_graph. Returns 0, -ENOMEM, or -E2BIG: more
- * edges than max_edges (nothing is kept then). */
-int ur_ref_graph_build(struct ur_walker *w, struct ur_mem *const *mems, unsigned n,
-                       const struct ur_team_ops *ops, uint64_t max_edges);
+/* Build g over the index's allocations, reading memory through mems[0..n)
+ * (thread k reads through mems[k]; threads beyond the first started through
+ * ops, as ur_walker_mark_team does). Adds the bytes read to *bytes_scanned
+ * and sets *threads to the threads that took part. Returns 0, -ENOMEM, or
+ * -E2BIG: more edges than max_edges (nothing is kept then). */
+int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
+                       struct ur_mem *const *mems, unsigned n, const struct ur_team_ops *ops,
+                       uint64_t max_edges, uint64_t *bytes_scanned, unsigned *threads);
 void ur_ref_graph_free(struct ur_ref_graph *g);
 
 /* The targets of sorted block i. */

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "region.h"
-#include "shim.h"
+#include "state.h"
 
 #define ALTSTACKS 1024u /* threads with an alternate stack at once */
 

@@ -35,7 +35,7 @@
 #include "raw_thread.h"
 #include "region.h"
 #include "registry_walk.h"
-#include "shim.h"
+#include "state.h"
 #include "sweep_core.h"
 
 #define CHILD_STACK ((size_t)1 << 20)

@@ -17,7 +17,7 @@
 
 #include <malloc.h>
 
-#include "shim.h"
+#include "state.h"
 
 typedef void (*new_handler_t)(void);
 

@@ -1,16 +1,20 @@
 /*
  * The entry-point protocol shared by malloc_api.c (the plain path) and
  * debug.c (malloc_debug's options): announce the operation in the thread's
- * slot, or learn that the call must go straight to glibc.
+ * slot, or learn that the call must go straight to glibc (entry.c).
  */
 #ifndef UR_ENTRY_H
 #define UR_ENTRY_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shim.h"
+#include "helper.h"
+#include "stacks.h"
+#include "state.h"
 #include "threads.h"
+#include "unwind.h"
 
 enum { UR_PROCEED, UR_PASS_THROUGH };
 
@@ -32,7 +36,23 @@ static inline __attribute__((always_inline)) struct ur_thread_slot *ur_begin(uin
   return ur_slow_begin(&s, op, in, in_size) == UR_PROCEED ? s : NULL;
 }
 
-/* The allocation-site backtrace for a block of this size (0: none). */
+/* The allocation-site backtrace for a block of this size (0: none), taken
+ * inline (malloc_api.c's hot path tail-calls its slow part, which takes the
+ * backtrace with one shim frame on the stack). */
+static inline __attribute__((always_inline)) uint32_t ur_capture_here(size_t size) {
+  if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
+  if (ur_tls.busy) return 0; /* the shim's own call: not the program's site, and no re-entry */
+  uintptr_t frames[UR_MAX_FRAMES];
+  int saved = errno; /* libunwind's probes of memory set it (EAGAIN) */
+  ur_tls.busy++;
+  size_t n = ur_unwind_here(frames, ur_g.bt_frames);
+  uint32_t id = ur_stacks_intern(frames, (uint32_t)n);
+  ur_tls.busy--;
+  errno = saved;
+  return id;
+}
+
+/* The same, out of line. */
 uint32_t ur_capture(size_t size);
 
 static inline int ur_backtraces_on(void) {
@@ -45,12 +65,8 @@ static inline uint32_t ur_maybe_capture(size_t size) {
 }
 
 /* A block glibc allocated while starting the helper is the shim's (helper.h). */
-void ur_helper_note_own(const void *p);
 static inline void ur_note_own(const void *p) {
   if (UR_UNLIKELY(ur_tls.own_alloc)) ur_helper_note_own(p);
 }
-
-/* glibc's malloc_usable_size (0 while it is still being resolved). */
-size_t ur_real_usable_size(void *p);
 
 #endif

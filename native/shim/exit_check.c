@@ -34,6 +34,7 @@
 
 #include "options.h"
 #include "shim.h"
+#include "state.h"
 #include "unreachable/memunreachable.h"
 
 #define REPORT_LIMIT 100 /* entries printed; the totals count every leak */

@@ -14,12 +14,11 @@
 #include <unistd.h>
 
 #include "child.h"
-#include "debug.h"
 #include "give_back.h"
 #include "huge_arenas.h"
 #include "self_maps.h"
-#include "shim.h"
 #include "single_thread.h"
+#include "state.h"
 #include "write_tracking.h"
 
 /* Returns the child's pid, or 0 if the clone failed. */
@@ -140,6 +139,12 @@ void ur_helper_request(uint32_t bits) {
   errno = saved;
 }
 
+static void (*request_work)(uint32_t);
+
+void ur_helper_on_requests(void (*work)(uint32_t requests)) {
+  __atomic_store_n(&request_work, work, __ATOMIC_RELEASE);
+}
+
 /* Stepping aside (ur_helper_step_aside): the asker's word and the thread. */
 enum { ASIDE_NONE, ASIDE_ASKED, ASIDE_GONE, ASIDE_REFUSED };
 static uint32_t g_aside;
@@ -204,7 +209,8 @@ static void *helper_main(void *arg) {
        * glibc allocates for it is registered as a nested call (busy). */
       ur_single_end(); /* dumps and stats enter glibc's allocator and its locks */
       ur_tls.busy++;
-      ur_debug_helper_work(req & ~UR_REQ_STEP_ASIDE);
+      void (*work)(uint32_t) = __atomic_load_n(&request_work, __ATOMIC_ACQUIRE);
+      if (work) work(req & ~UR_REQ_STEP_ASIDE);
       ur_tls.busy--;
     }
     if (req & UR_REQ_STEP_ASIDE) {

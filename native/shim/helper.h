@@ -17,6 +17,10 @@
 /* Async-signal-safe: post requests and wake the helper. */
 void ur_helper_request(uint32_t bits);
 
+/* What the requests above ask for (malloc_debug's work: debug_setup.c),
+ * run on the helper thread. Set before the helper starts. */
+void ur_helper_on_requests(void (*work)(uint32_t requests));
+
 /* Start the helper unless one runs or is starting; safe to call from the
  * constructor or an allocation path. */
 void ur_helper_start(void);

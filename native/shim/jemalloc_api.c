@@ -13,7 +13,7 @@
 
 #include <malloc.h>
 
-#include "shim.h"
+#include "state.h"
 
 /* The flag bits of jemalloc's mallocx(3) that change what comes back;
  * MALLOCX_TCACHE and MALLOCX_ARENA only pick jemalloc's caches. */

@@ -14,7 +14,9 @@
 #include "helper.h"
 #include "lock.h"
 #include "registry.h"
+#include "shim.h"
 #include "stacks.h"
+#include "state.h"
 #include "threads.h"
 #include "unreachable/malloc_debug.h"
 

@@ -15,7 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "state.h"
 
 static inline long ur_futex(uint32_t *word, int op, uint32_t val) {
   return syscall(SYS_futex, word, op, val, NULL, NULL, 0);

@@ -20,100 +20,6 @@
 #include "threads.h"
 #include "unwind.h"
 
-/* A call made while the thread does the shim's own work (ur_tls.busy):
- * glibc allocating for pthread_create or pthread_getattr_np, a signal
- * handler interrupting the shim. It is registered like any other call, or
- * the registry would disagree with glibc once the block changed hands, but
- * it is announced in the thread's spare slot (its real slot may name the
- * operation this one is nested in), starts no helper, attaches no slot and
- * takes no backtrace. Only before the registry exists does it go straight
- * to glibc. */
-static int nested_begin(struct ur_thread_slot **out) {
-  for (;;) {
-    uint32_t f = ur_load32(&ur_g.slow);
-    if (f & (UR_SLOW_UNINIT | UR_SLOW_INERT)) return UR_PASS_THROUGH;
-    if (!ur_tls.slot && (pid_t)ur_self_tid() == getpid()) {
-      /* The main thread before its first own call (the constructor starting
-       * the helper): attaching it calls nothing that allocates, and keeps a
-       * single-threaded program in single-thread mode. */
-      ur_thread_attach();
-      continue;
-    }
-    /* Not attached (the helper thread, a thread attaching): never the
-     * single thread, which updates the registry without locks. */
-    if ((f & UR_SLOW_SINGLE) && !ur_tls.slot) {
-      ur_go_multi();
-      continue;
-    }
-    if ((f & UR_SLOW_GATE) && ur_load32(&ur_g.excl_tid) != ur_self_tid()) {
-      int saved = errno;
-      syscall(SYS_futex, &ur_g.slow, FUTEX_WAIT_PRIVATE, f, NULL, NULL, 0);
-      errno = saved;
-      continue;
-    }
-    *out = &ur_tls.dummy;
-    return UR_PROCEED;
-  }
-}
-
-/* Deal with whatever ur_g.slow flags. */
-__attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_t op,
-                                            const void *in, size_t in_size) {
-  for (;;) {
-    if (ur_tls.busy) return nested_begin(out);
-    uint32_t f = ur_load32(&ur_g.slow);
-    if (f & UR_SLOW_UNINIT) {
-      ur_init();
-      f = ur_load32(&ur_g.slow);
-      if (f & UR_SLOW_UNINIT) return UR_PASS_THROUGH; /* our own init is allocating */
-    }
-    if (f & UR_SLOW_INERT) return UR_PASS_THROUGH;
-    if (!ur_tls.slot) ur_thread_attach();
-    if (f & UR_SLOW_HELPER) {
-      /* Forked child: whoever clears the flag starts the replacement helper;
-       * its own allocations find the flag clear and cannot recurse. */
-      if (__atomic_fetch_and(&ur_g.slow, ~UR_SLOW_HELPER, __ATOMIC_ACQ_REL) & UR_SLOW_HELPER) {
-        ur_tls.busy++;
-        ur_helper_start();
-        ur_tls.busy--;
-      }
-      continue;
-    }
-    struct ur_thread_slot *s = ur_tls.slot;
-    ur_announce(s, op, in, in_size);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier in malloc_disable */
-    f = ur_load32(&ur_g.slow);
-    if (!(f & UR_SLOW_GATE) || ur_load32(&ur_g.excl_tid) == ur_tls.tid) {
-      if (f & ~(UR_SLOW_GATE | UR_SLOW_SINGLE)) {
-        ur_leave(s);
-        continue;
-      }
-      *out = s;
-      return UR_PROCEED;
-    }
-    /* malloc_disable() is in force: step out of the slot and sleep on the gate. */
-    ur_leave(s);
-    int saved = errno;
-    syscall(SYS_futex, &ur_g.slow, FUTEX_WAIT_PRIVATE, f, NULL, NULL, 0);
-    errno = saved;
-  }
-}
-
-static inline __attribute__((always_inline)) uint32_t capture_here(size_t size) {
-  if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
-  if (ur_tls.busy) return 0; /* the shim's own call: not the program's site, and no re-entry */
-  uintptr_t frames[UR_MAX_FRAMES];
-  int saved = errno; /* libunwind's probes of memory set it (EAGAIN) */
-  ur_tls.busy++;
-  size_t n = ur_unwind_here(frames, ur_g.bt_frames);
-  uint32_t id = ur_stacks_intern(frames, (uint32_t)n);
-  ur_tls.busy--;
-  errno = saved;
-  return id;
-}
-
-__attribute__((noinline)) uint32_t ur_capture(size_t size) { return capture_here(size); }
-
 /* glibc returned p: name it in the slot, register it, leave. */
 static inline __attribute__((always_inline)) void *finish(struct ur_thread_slot *s, void *p,
                                                           size_t size) {
@@ -141,7 +47,7 @@ __attribute__((noinline)) static void *malloc_finish_slow(struct ur_thread_slot 
                                                           size_t n) {
   if (p) {
     ur_announce_out(s, p, n);
-    uint32_t id = ur_backtraces_on() ? capture_here(n) : 0;
+    uint32_t id = ur_backtraces_on() ? ur_capture_here(n) : 0;
     if (!ur_registry_try_insert(p, n, id, ur_single())) ur_registry_insert(p, n, id);
   }
   ur_leave(s);
@@ -226,21 +132,6 @@ UR_EXPORT void *calloc(size_t n, size_t m) {
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_calloc(n, m);
   return finish(s, __libc_calloc(n, m), total);
-}
-
-/* glibc 2.36 exports malloc_usable_size only as a weak symbol with no
- * __libc_ twin, so it is looked up in libc itself (syms.c), never through
- * dlsym: the next definition after ours is not always glibc's (a program
- * linked with jemalloc finds jemalloc's first, which crashes on glibc's
- * blocks), and dlsym allocates and rewrites the thread's dlerror state. */
-size_t ur_real_usable_size(void *p) {
-  size_t (*f)(void *) = __atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE);
-  if (UR_UNLIKELY(!f)) {
-    ur_syms_init();
-    f = __atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE);
-    if (!f) return 0;
-  }
-  return f(p);
 }
 
 /* A block that must move is moved here, not by glibc: glibc's realloc frees

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "memunreachable_parts.h"
-#include "shim.h"
+#include "state.h"
 
 #define LOG_PREFIX "libmemunreachable: "
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "region.h"
-#include "shim.h"
+#include "state.h"
 
 /* A process loads tens of objects; plugin hosts that load and unload the
  * same ones again reuse their entries. */

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "helper.h"
-#include "shim.h"
+#include "state.h"
 #include "syms.h"
 
 /* unshare: CLONE_NEWUSER implies CLONE_THREAD; these three need one thread. */

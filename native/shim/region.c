@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 
 #include "lock.h"
-#include "shim.h"
+#include "state.h"
 
 /* Pieces are reserved as the shim needs them: the first small, each later
  * one as large as all before it (so few pieces, and at most as much address

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shim.h"
+#include "state.h"
 #include "size_map.h"
 
 _Static_assert(UR_NUM_SHARDS == 256, "ur_shard_of takes the shard from the top 8 hash bits");

@@ -1,8 +1,11 @@
 /*
- * Start-up and process lifecycle: the exported descriptor, lazy
- * initialisation on the first allocation (before any constructor runs), the
- * constructor that finishes what needs a running libc, and fork handling.
+ * Start-up and process lifecycle: lazy initialisation on the first
+ * allocation (before any constructor runs), filling in the exported
+ * descriptor, the constructor that finishes what needs a running libc, the
+ * destructor's at-exit work, and fork handling.
  */
+#include "shim.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/membarrier.h>
@@ -14,7 +17,7 @@
 #include <unistd.h>
 
 #include "altstack.h"
-#include "debug.h"
+#include "debug_setup.h"
 #include "helper.h"
 #include "huge_arenas.h"
 #include "lock.h"
@@ -23,18 +26,10 @@
 #include "region.h"
 #include "registry.h"
 #include "stacks.h"
+#include "state.h"
 #include "syms.h"
 #include "threads.h"
 #include "unwind.h"
-
-UR_EXPORT struct ur_descriptor unreachable_descriptor = {
-    .magic = UR_ABI_MAGIC,
-    .version = UR_ABI_VERSION,
-    .size = sizeof(struct ur_descriptor),
-};
-
-struct ur_globals ur_g = {.slow = UR_SLOW_UNINIT, .debug = UR_DBG_UNINIT};
-__thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
 
 static struct ur_options opts;
 static int options_ok;
@@ -47,22 +42,6 @@ static __thread uint32_t fork_reentered __attribute__((tls_model("initial-exec")
 static int membarrier_ok; /* needed for the lock-free single-thread mode */
 extern char **__environ;
 extern char *program_invocation_name;
-
-uint32_t ur_self_tid(void) {
-  uint32_t t = ur_tls.tid;
-  if (UR_UNLIKELY(!t)) ur_tls.tid = t = (uint32_t)syscall(SYS_gettid);
-  return t;
-}
-
-void ur_write_stderr(const char *buf, size_t len) {
-  while (len) {
-    ssize_t n = write(STDERR_FILENO, buf, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    buf += n;
-    len -= (size_t)n;
-  }
-}
 
 /* The environment may not be set up yet when the first allocation arrives
  * (the loader allocates before libc's initialiser runs), so fall back to

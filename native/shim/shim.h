@@ -1,102 +1,12 @@
 /*
- * State shared by the shim's translation units. Nothing here is part of the
- * scanner ABI (that is unreachable/abi.h); this is the shim's private view.
+ * Start-up (shim.c): what an entry point calls when it finds the shim not
+ * yet initialised. shim.c includes every feature it sets up, so only the
+ * entry points include this header.
  */
 #ifndef UR_SHIM_H
 #define UR_SHIM_H
 
-#include <stddef.h>
-#include <stdint.h>
-
-#include "unreachable/abi.h"
-
-#define UR_EXPORT __attribute__((visibility("default")))
-#define UR_LIKELY(x) __builtin_expect(!!(x), 1)
-#define UR_UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-#define UR_NUM_SHARDS 256u
-#define UR_MAX_THREADS 8192u
-#define UR_STACK_CAPACITY (1u << 20)
-#define UR_MAX_FRAMES 256u
-
-/* glibc's real allocator, exported under these names so an interposer can
- * reach it without dlsym (dlsym itself allocates). */
-void *__libc_malloc(size_t n);
-void __libc_free(void *p);
-void *__libc_calloc(size_t n, size_t m);
-void *__libc_realloc(void *p, size_t n);
-void *__libc_memalign(size_t align, size_t n);
-void *__libc_valloc(size_t n);
-void *__libc_pvalloc(size_t n);
-
-/* ur_g.slow bits: any bit set sends entry points down the slow path, so the
- * hot path pays one relaxed load for all of these conditions. */
-#define UR_SLOW_UNINIT 1u /* registry not initialised yet */
-#define UR_SLOW_INERT 2u  /* bad options or no memory: pass everything to glibc */
-#define UR_SLOW_GATE 4u   /* malloc_disable() in force */
-#define UR_SLOW_HELPER 8u /* forked child: start a snapshot helper */
-/* Not a slow-path reason: only one thread has ever used the registry, so it
- * runs without locks. Cleared (ur_go_multi) before a second thread touches it. */
-#define UR_SLOW_SINGLE 16u
-
-/* ur_g.debug: malloc_debug's per-call options (debug.c). Non-zero sends every
- * entry point to the debug path; UR_DBG_UNINIT until ur_init has decided. */
-#define UR_DBG_UNINIT 1u
-#define UR_DBG_ON 2u
-
-struct ur_globals {
-  uint32_t slow;
-  uint32_t debug;
-  uint32_t pending;      /* signal requests for the helper (helper.h UR_REQ_*) */
-  uint32_t excl_tid;     /* thread holding every lock (malloc_disable or fork), 0 if none */
-  uint32_t init_tid;     /* thread running ur_init, 0 when none */
-  uint32_t bt_frames;    /* backtrace=N (0: no backtrace option) */
-  uint32_t bt_active;    /* capture currently on (toggled by signal) */
-  uint32_t disable_depth;
-  uint32_t disable_lock; /* serialises malloc_disable callers */
-  uint32_t disable_owner;
-  size_t bt_min_size, bt_max_size;
-  uintptr_t text_lo, text_hi; /* the shim's own code, skipped in backtraces */
-  struct ur_shard *shards;
-  struct ur_thread_slot *threads;
-  struct ur_thread_slot *single_slot; /* the one thread while UR_SLOW_SINGLE */
-  uint32_t multi_lock, multi_owner;
-  uint32_t bias_ok; /* membarrier works: threads may own registry shards (registry.c) */
-  struct ur_stack_table *stacks;
-  uint32_t *helper_cmd;
-  char *options;
-};
-
-extern struct ur_globals ur_g;
-extern struct ur_descriptor unreachable_descriptor;
-
-/* Per-thread state. initial-exec so the hot path is one %fs-relative load. */
-struct ur_tls {
-  struct ur_thread_slot *slot; /* NULL until the thread's first tracked call */
-  uint32_t tid;
-  uint32_t busy;               /* >0: inside the shim's own work (malloc_api.c nested_begin) */
-  uint32_t shard_token;        /* slot index + 1 (0: no shared slot): owner id in registry.c */
-  uint32_t in_getattr;         /* >0: inside pthread_getattr_np (threads.c) */
-  uint32_t own_alloc;          /* >0: starting the helper; its blocks are the shim's (helper.h) */
-  struct ur_shard *resizing;   /* the shard whose table this thread rebuilds (registry.c) */
-  struct ur_thread_slot dummy; /* used when every shared slot is taken */
-};
-
-extern __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
-
-static inline uint32_t ur_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-
-/* Leave single-thread mode before the calling thread touches the registry
- * (no-op if already left, or if the caller is the single thread). */
-void ur_go_multi(void);
-
 /* First call from any thread: set up the registry (idempotent). */
 void ur_init(void);
-
-/* Return the thread's tid, cached in TLS. */
-uint32_t ur_self_tid(void);
-
-/* write(2) a whole buffer to stderr, retrying short writes; never allocates. */
-void ur_write_stderr(const char *buf, size_t len);
 
 #endif

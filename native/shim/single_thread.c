@@ -9,7 +9,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "state.h"
 #include "syms.h"
 #include "threads.h"
 

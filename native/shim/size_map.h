@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shim.h"
+#include "state.h"
 
 #define UR_SIZE_DIR_TOP_BITS 17u /* address bits 30..46 */
 #define UR_SIZE_DIR_MID_BITS 10u /* address bits 20..29 */

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shim.h"
+#include "state.h"
 
 /* max_frames 0: no backtraces; the table exists but stays empty. */
 int ur_stacks_init(uint32_t capacity, uint32_t max_frames);

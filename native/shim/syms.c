@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "shim.h"
+#include "state.h"
 
 struct ur_syms ur_syms;
 

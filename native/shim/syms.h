@@ -31,4 +31,21 @@ struct ur_syms {
 };
 extern struct ur_syms ur_syms;
 
+/* glibc's malloc_usable_size (0 while it is still being resolved).
+ * glibc 2.36 exports malloc_usable_size only as a weak symbol with no
+ * __libc_ twin, so it is looked up in libc itself (ur_syms_init), never
+ * through dlsym: the next definition after ours is not always glibc's (a
+ * program linked with jemalloc finds jemalloc's first, which crashes on
+ * glibc's blocks), and dlsym allocates and rewrites the thread's dlerror
+ * state. */
+static inline size_t ur_real_usable_size(void *p) {
+  size_t (*f)(void *) = __atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(!f, 0)) {
+    ur_syms_init();
+    f = __atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE);
+    if (!f) return 0;
+  }
+  return f(p);
+}
+
 #endif

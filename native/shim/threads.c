@@ -8,7 +8,7 @@
 
 #include <linux/membarrier.h>
 
-#include "debug.h"
+#include "debug_record.h"
 #include "lock.h"
 #include "region.h"
 #include "syms.h"

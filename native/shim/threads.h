@@ -8,12 +8,16 @@
 
 #include <emmintrin.h>
 
-#include "shim.h"
+#include "state.h"
 
 int ur_threads_init(void);
 
 /* Give the calling thread its slot (ur_tls.slot is never NULL afterwards). */
 void ur_thread_attach(void);
+
+/* Leave single-thread mode before the calling thread touches the registry
+ * (no-op if already left, or if the caller is the single thread). */
+void ur_go_multi(void);
 
 /* fork child: only the calling thread survives. */
 void ur_threads_after_fork_child(uint32_t new_tid);

@@ -2,7 +2,7 @@
 
 #include <link.h>
 
-#include "shim.h"
+#include "state.h"
 
 /* Find the shim's executable segment so its frames can be dropped. */
 static int find_self(struct dl_phdr_info *info, size_t size, void *data) {

@@ -11,7 +11,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
-#include "shim.h"
+#include "state.h"
 
 void ur_unwind_init(void);
 

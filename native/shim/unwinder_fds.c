@@ -20,7 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "state.h"
 #include "unwind.h"
 
 #ifndef SYS_close_range

@@ -19,9 +19,14 @@ from tests.support.cbuild import NATIVE_DIR, UNIT_TEST_INCLUDE, build, cmake_sou
 SCANNER = NATIVE_DIR / "scanner"
 MARK = NATIVE_DIR / "mark"
 HARNESS = Path(__file__).parent / "c" / "walker_test.c"
-# The whole mark core as CMake lists it, over the scanner's /proc reader and
-# the pthread team the scanner marks with.
-CORE = [*native_sources("scanner", "memory.c", "pthread_team.c"), *cmake_sources("mark")]
+# The whole mark core as CMake lists it, the snapshot child's direct loads
+# and raw clones included, over the scanner's /proc reader and the pthread
+# team the scanner marks with.
+CORE = [
+    *native_sources("scanner", "memory.c", "pthread_team.c"),
+    *cmake_sources("mark"),
+    *cmake_sources("mark_child"),
+]
 
 
 # (build, marking threads, how it marks): TSan only checks the teams.

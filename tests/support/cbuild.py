@@ -92,7 +92,12 @@ def run_unit_test(exe: Path, timeout: float = 120) -> str:
 
 # Which CMake list holds each native component's sources: the mark core is a
 # list variable compiled into both libraries; the others are the libraries.
-_CMAKE_LISTS = {"mark": "UR_MARK_SOURCES", "scanner": "_native", "shim": "unreachable_shim"}
+_CMAKE_LISTS = {
+    "mark": "UR_MARK_SOURCES",
+    "mark_child": "UR_MARK_CHILD_SOURCES",
+    "scanner": "_native",
+    "shim": "unreachable_shim",
+}
 _CMAKE_KEYWORDS = {"SHARED", "STATIC", "MODULE", "OBJECT", "WITH_SOABI"}
 
 

@@ -60,7 +60,7 @@ _BT_INFO = re.compile(
 
 def system_fingerprint() -> str:
     """The "Build fingerprint" of this system, as the shim's signal and exit
-    dumps write it (native/shim/debug.c): uname's sysname/release/machine."""
+    dumps write it (native/shim/debug_dump.c): uname's sysname/release/machine."""
     u = os.uname()
     return f"{u.sysname}/{u.release}/{u.machine}"
 

@@ -982,21 +982,22 @@ static void t_page_index(void) {
   struct ur_mem m = {0};
   struct ur_walker w;
   CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
-  CHECK(w.pages.slots != NULL);
-  CHECK(w.pages.pages > 10);
+  CHECK(w.index.pages.slots != NULL);
+  CHECK(w.index.pages.pages > 10);
   size_t irregular = 0;
-  for (uint64_t i = 0; i <= w.pages.mask; i++) irregular += w.pages.slots[i].irregular;
+  for (uint64_t i = 0; i <= w.index.pages.mask; i++)
+    irregular += w.index.pages.slots[i].irregular;
   CHECK(irregular > 0);
   /* The blocks left out of the buckets are those whose every page has an
    * entry that answers (asked page by page here): some, not all. */
   static uint8_t answered[3000];
-  ur_page_index_answered(&w.pages, w.begin, w.end, w.n, answered);
+  ur_page_index_answered(&w.index.pages, w.begin, w.end, w.n, answered);
   size_t left_out = 0;
   for (size_t i = 0; i < w.n; i++) {
     int want = 1;
     for (uint64_t p = w.begin[i] >> UR_PAGE_INDEX_SHIFT; p <= (w.end[i] - 1) >> UR_PAGE_INDEX_SHIFT;
          p++)
-      if (!ur_page_entry_of(&w.pages, p)) want = 0;
+      if (!ur_page_entry_of(&w.index.pages, p)) want = 0;
     CHECK_EQ(answered[i], want);
     left_out += want;
   }

@@ -19,7 +19,6 @@ __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
 struct ur_descriptor unreachable_descriptor;
 uint32_t ur_self_tid(void) { return ur_tls.tid ? ur_tls.tid : (ur_tls.tid = (uint32_t)syscall(SYS_gettid)); }
 void ur_write_stderr(const char *buf, size_t len) { (void)!write(2, buf, len); }
-void ur_init(void) {}
 
 #define CHECK(c)                                                      \
   do {                                                                \
