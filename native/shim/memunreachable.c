@@ -18,7 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "memunreachable_parts.h"
+#include "memunreachable_read.h"
+#include "memunreachable_spawn.h"
 #include "state.h"
 
 #define LOG_PREFIX "libmemunreachable: "

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "memunreachable_parts.h"
+#include "memunreachable_read.h"
 #include "unreachable/abi.h"
 
 /* The stream's records are the public struct, byte for byte. */

@@ -1,6 +1,6 @@
 /*
  * Starting the scanner for the libmemunreachable interface and collecting
- * what it writes (memunreachable_parts.h):
+ * what it writes (memunreachable_spawn.h):
  *
  *   1. posix_spawn (not fork: other threads may hold locks we know nothing
  *      about) /bin/sh, which waits for a go byte on its stdin, then execs
@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "memunreachable_parts.h"
+#include "memunreachable_spawn.h"
 
 extern char **environ;
 

@@ -1,14 +1,11 @@
 /*
- * The two halves of the shim's libmemunreachable interface, between the
- * entry points (memunreachable.c) and:
- *   memunreachable_spawn.c  start the scanner on this process and collect
- *                           what it writes, or say why it failed;
- *   memunreachable_read.c   turn its report (abi.h's ur_lmu stream) into
- *                           the caller's struct unreachable_lmu_result.
+ * The first half of the shim's libmemunreachable interface behind its entry
+ * points (memunreachable.c): start the scanner on this process and collect
+ * what it writes, or say why it failed (memunreachable_read.h reads it).
  * Nothing here goes through malloc: buffers are mmap'ed.
  */
-#ifndef UR_MEMUNREACHABLE_PARTS_H
-#define UR_MEMUNREACHABLE_PARTS_H
+#ifndef UR_MEMUNREACHABLE_SPAWN_H
+#define UR_MEMUNREACHABLE_SPAWN_H
 
 #include <stddef.h>
 
@@ -33,10 +30,5 @@ struct lmu_output {
 int lmu_run_scanner(unsigned flags, size_t limit, struct lmu_output *out, char *error,
                     size_t error_size);
 void lmu_output_free(struct lmu_output *out);
-
-/* The scanner's report into *r, in place: on success r owns out->data
- * (r->priv_, released by unreachable_lmu_release) and out->data is NULL.
- * -1 if the stream is not a whole report (out untouched). */
-int lmu_read_report(struct lmu_output *out, struct unreachable_lmu_result *r);
 
 #endif
