@@ -34,7 +34,7 @@ from unreachable.process.maps import Mapping, find_mapping
 from unreachable.process.memory import Memory, read_anonymous
 from unreachable.retention.unwind import frame_of, stack_reader, unwind
 from unreachable.roots.classify import RED_ZONE, Roots
-from unreachable.retention.data_symbols import DataSymbols, load_data_symbols
+from unreachable.symbolize.data_symbols import DataSymbols, load_data_symbols
 from unreachable.symbolize.elf_file import NotElf, read_elf
 from unreachable.symbolize.frames import Frame, Symbolizer
 from unreachable.symbolize.stacks import read_stacks
