@@ -34,7 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve leak scans of shimmed processes over gRPC (docs/daemon.md).",
     )
     p.add_argument("--config", metavar="FILE", help="TOML settings (the options below win)")
-    # Unset options stay out of the namespace so that the TOML file's values survive.
+    # Every option below defaults to SUPPRESS: one not given stays out of the
+    # namespace, so the TOML file's value survives (load_config). Config's
+    # defaults only name themselves in the help.
     defaults = Config()
     _add_unix_socket_options(p, defaults)
     _add_tcp_options(p)
