@@ -45,7 +45,7 @@ from bench import results  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from unreachable import _native  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
-from unreachable.allocations.descriptor import (  # noqa: E402
+from unreachable.capture.descriptor import (  # noqa: E402
     DescriptorHeader,
     locate_shim,
     read_descriptor_header,

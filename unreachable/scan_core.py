@@ -13,7 +13,9 @@ import os
 import time
 from dataclasses import replace
 
-from unreachable.allocations.descriptor import (
+from unreachable.allocations.source import ShimRegistry
+from unreachable.capture.core_file import CoreFile, open_core
+from unreachable.capture.descriptor import (
     DESCRIPTOR_SIZE,
     SHIM_PREFIX,
     ShimLocation,
@@ -21,8 +23,6 @@ from unreachable.allocations.descriptor import (
     disabled_reason,
     parse_descriptor_header,
 )
-from unreachable.allocations.source import ShimRegistry
-from unreachable.capture.core_file import CoreFile, open_core
 from unreachable.errors import InvalidArgument, TargetNotShimmed
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping

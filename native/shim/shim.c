@@ -238,7 +238,7 @@ static void log_line(void *ctx, const char *msg) {
 }
 
 /* Why the shim is off, in the words the scanner uses too
- * (unreachable/allocations/descriptor.py: disabled_reason). */
+ * (unreachable/capture/descriptor.py: disabled_reason). */
 static void log_no_memory(void) {
   char msg[512];
   int err = unreachable_descriptor.disabled_errno;

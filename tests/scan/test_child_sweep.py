@@ -17,7 +17,7 @@ import pytest
 
 from tests.scanner.procs import children, exists, read_u32, state, wait_until
 from tests.support.cbuild import REPO_DIR
-from unreachable.allocations.descriptor import locate_shim, read_descriptor_header
+from unreachable.capture.descriptor import locate_shim, read_descriptor_header
 from unreachable.process.maps import read_maps
 from unreachable.report.json_report import format_json
 from unreachable.scan import ScanOptions, scan

@@ -207,8 +207,8 @@ def test_limit_and_contents(targets):
 
 
 def test_registry_comes_in_address_order(targets):
-    from unreachable.allocations.descriptor import locate_shim
     from unreachable.allocations.registry import read_registry
+    from unreachable.capture.descriptor import locate_shim
     from unreachable.process.maps import read_maps
 
     target = targets.start(PROGRAMS / "many.c", "5000", "5000")
@@ -224,8 +224,8 @@ def test_registry_of_a_process_that_exited_is_not_found_not_unshimmed(targets):
     it reads as zeros), is gone (a scan takes a new snapshot, or says it
     exited), not one without the shim. The zombie is the case a test can
     hold still; both take the same path."""
-    from unreachable.allocations.descriptor import locate_shim
     from unreachable.allocations.registry import read_registry
+    from unreachable.capture.descriptor import locate_shim
     from unreachable.errors import TargetNotFound
     from unreachable.process.maps import read_maps
 

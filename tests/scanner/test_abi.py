@@ -8,7 +8,7 @@ import pytest
 
 from tests.scanner.procs import fields, program, spawn
 from unreachable import _native
-from unreachable.allocations.descriptor import read_descriptor_header
+from unreachable.capture.descriptor import read_descriptor_header
 
 
 def test_layouts_are_abi_h_s():

@@ -36,6 +36,9 @@ OTHER_ALLOCATORS = {
 UNDER_SHIM = "run it under the shim: 'unreachable-cli run -- CMD ...'"
 FS_BASE = 21  # user_regs_struct: the word holding fs_base, the thread pointer
 RIP = 16
+# How far below its stack mapping's end a thread's struct pthread and static
+# TLS may lie: they sit in the top pages.
+SEARCH_TOP = 64 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

@@ -7,12 +7,11 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from unreachable.allocations.glibc_heap import thread_pointer
+from unreachable.allocations.glibc_heap import SEARCH_TOP, thread_pointer
 from unreachable.allocations.registry import THREAD_EXITED, Registry, ThreadSlot
 from unreachable.capture.stop_world import CapturedThread
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
-from unreachable.roots.exited_threads import SEARCH_TOP
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unreachable import _native
-from unreachable.allocations.descriptor import disabled_reason
+from unreachable.capture.descriptor import disabled_reason
 from unreachable.capture.target import still_running
 from unreachable.errors import TargetNotFound, TargetNotShimmed
 from unreachable.process.memory import Memory

@@ -44,7 +44,7 @@ class AllocationSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ShimRegistry:
-    """The shim's registry, found at its descriptor (allocations/descriptor.py)."""
+    """The shim's registry, found at its descriptor (capture/descriptor.py)."""
 
     descriptor_addr: int
     name: str = "shim registry"

@@ -21,8 +21,7 @@ from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
 from unreachable.errors import TargetUnscannable
-from unreachable.process.maps import Mapping, read_maps
-from unreachable.roots.classify import SPECIAL
+from unreachable.process.maps import SPECIAL, Mapping, read_maps
 
 SYNC_ANON = 1  # page_sync.h UR_SYNC_ANON
 MAX_THREADS = 4

@@ -30,7 +30,8 @@ its words are read at offsets aligned from the message's start, as memory's
 are. A byte stream's read position says nothing of where the writer's
 records began (a reader that took a 9-byte record leaves every later
 pointer off by one), so a stream's 8-byte values are taken at every byte
-offset, as for JIT code; only those inside the heap's bounds are kept.
+offset, as for JIT code; only those inside the heap's bounds are kept
+(roots/heap_words.py).
 
 In the pause each queue costs one FIONREAD (most are empty), a non-empty
 one a tee or a few peeks (~10 us). At most QUEUED_MAX_BYTES are read per
@@ -50,10 +51,7 @@ import termios
 import threading
 from dataclasses import dataclass, field
 
-from unreachable import _native
 from unreachable.process.status import thread_seccomp
-from unreachable.roots.glibc_heaps import Span
-from unreachable.roots.heap_words import words_in
 
 QUEUED_MAX_BYTES = 64 << 20
 PEEK_CHUNK = 256 << 10  # a unix datagram is at most the sender's sndbuf (~208 KiB)
@@ -170,30 +168,6 @@ class InFlight:
         for q in self.queues:
             os.close(q.fd)
         self.queues.clear()
-
-    def pipe_words(self, spans: list[Span]) -> bytes:
-        return _stream_words(self.pipe_streams, spans)
-
-    def socket_words(self, spans: list[Span]) -> bytes:
-        return _stream_words(self.socket_streams, spans) + b"".join(
-            words_in(_aligned(m), spans) for m in self.socket_messages
-        )
-
-
-def _aligned(data: bytes) -> bytes:
-    return data[: len(data) // 8 * 8]
-
-
-def _stream_words(streams: list[bytes], spans: list[Span]) -> bytes:
-    """A stream's 8-byte values at every offset that lie in the heap's bounds."""
-    if not spans:
-        return b""
-    lo, hi = spans[0][0], spans[-1][1]
-    out = []
-    for data in streams:
-        out.append(words_in(_aligned(data), spans))
-        out.append(words_in(_native.code_words(data, lo, hi), spans))
-    return b"".join(out)
 
 
 def _unix_socket_inodes(pid: int) -> set[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from unreachable.allocations.descriptor import (
+from unreachable.capture.descriptor import (
     SHIM_PREFIX,
     DescriptorHeader,
     ShimLocation,

@@ -6,12 +6,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from unreachable.cli.output import add_output_options, chosen_format, write_chunks, write_output
+from unreachable.cli.output import add_output_options, chosen_format
 from unreachable.cli.scan import _pid, add_symbol_budget
 from unreachable.errors import InvalidArgument
 from unreachable.report.collapsed import heapdump_to_collapsed
 from unreachable.report.pprof import heapdump_to_pprof
 from unreachable.rpc.options import add_remote_options
+from unreachable.writing import write_chunks, write_output
 
 if TYPE_CHECKING:  # imported lazily at run time: grpc loads slowly
     from unreachable.heapdump.model import HeapDump

@@ -1,10 +1,9 @@
-"""Write a command's result to stdout or to -o FILE, text or binary alike."""
+"""The output options every command shares: --format and -o FILE
+(unreachable/writing.py writes there)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Iterable
 
 from unreachable.errors import InvalidArgument
 
@@ -23,36 +22,3 @@ def chosen_format(args: argparse.Namespace) -> str:
     if args.format and getattr(args, "json", False) and args.format != "json":
         raise InvalidArgument(f"--json and --format {args.format} contradict each other")
     return args.format or ("json" if getattr(args, "json", False) else "text")
-
-
-def write_output(data: str | bytes, path: str | None) -> None:
-    if path:
-        try:
-            with open(path, "wb") as f:
-                f.write(data.encode() if isinstance(data, str) else data)
-        except OSError as e:
-            raise InvalidArgument(f"cannot write {path}: {e.strerror or e}") from None
-        return
-    if isinstance(data, bytes):
-        if sys.stdout.isatty():
-            raise InvalidArgument("pprof and lmu-records output is binary: use -o FILE or a pipe")
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return
-    sys.stdout.write(data)
-    sys.stdout.flush()
-
-
-def write_chunks(chunks: Iterable[str], path: str | None) -> None:
-    """Text written as it is produced (a big heap dump's view never sits in memory)."""
-    if not path:
-        for chunk in chunks:
-            sys.stdout.write(chunk)
-        sys.stdout.flush()
-        return
-    try:
-        with open(path, "w") as f:
-            for chunk in chunks:
-                f.write(chunk)
-    except OSError as e:
-        raise InvalidArgument(f"cannot write {path}: {e.strerror or e}") from None

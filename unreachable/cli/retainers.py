@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from unreachable.cli.output import write_output
 from unreachable.cli.scan import _limit, _pid
 from unreachable.cli.why import add_common_options, report
 from unreachable.errors import EXIT_NO_LEAKS, InvalidArgument
 from unreachable.scan import ScanOptions
+from unreachable.writing import write_output
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from unreachable.cli.output import add_output_options, chosen_format, write_output
+from unreachable.cli.output import add_output_options, chosen_format
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument
 from unreachable.report.collapsed import report_to_collapsed
 from unreachable.report.json_report import format_json
@@ -20,6 +20,7 @@ from unreachable.rpc.progress import StageBar
 from unreachable.scan import ScanOptions, scan
 from unreachable.sweep.child import MAX_MARK_THREADS
 from unreachable.triage import apply as triage
+from unreachable.writing import write_output
 
 
 def _pid(text: str) -> int:

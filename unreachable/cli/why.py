@@ -7,11 +7,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from unreachable.cli.output import write_output
 from unreachable.cli.scan import _pid
 from unreachable.errors import EXIT_NO_LEAKS
 from unreachable.rpc.options import add_remote_options
 from unreachable.scan import ScanOptions
+from unreachable.writing import write_output
 
 SNAPSHOTS = ("auto", "fork", "copy", "stopped")
 

@@ -29,12 +29,23 @@ def _mode(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = Config()
     p = argparse.ArgumentParser(
         prog="unreachabled",
         description="Serve leak scans of shimmed processes over gRPC (docs/daemon.md).",
     )
     p.add_argument("--config", metavar="FILE", help="TOML settings (the options below win)")
+    # Every option below defaults to SUPPRESS: one not given stays out of the
+    # namespace, so the TOML file's value survives (load_config). Config's
+    # defaults only name themselves in the help.
+    defaults = Config()
+    _add_unix_socket_options(p, defaults)
+    _add_tcp_options(p)
+    _add_scan_options(p, defaults)
+    _add_state_options(p, defaults)
+    return p
+
+
+def _add_unix_socket_options(p: argparse.ArgumentParser, d: Config) -> None:
     s = argparse.SUPPRESS
     p.add_argument("--socket", default=s, help=f"gRPC unix socket ('' = none; {d.socket})")
     p.add_argument("--socket-mode", type=_mode, default=s, help="its file mode (0660)")
@@ -45,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"socket shims ask for scans on ('' = none; {d.notify_socket})",
     )
     p.add_argument("--notify-mode", type=_mode, default=s, help="its file mode (0666)")
+
+
+def _add_tcp_options(p: argparse.ArgumentParser) -> None:
+    s = argparse.SUPPRESS
     p.add_argument("--tcp", default=s, metavar="HOST:PORT", help="also listen on TCP (mTLS)")
     p.add_argument("--tls-cert", default=s, metavar="PEM", help="server certificate chain")
     p.add_argument("--tls-key", default=s, metavar="PEM", help="server private key")
@@ -66,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=s,
         help="TLS without --tls-client-ca: anyone who reaches the port may scan every process",
     )
+
+
+def _add_scan_options(p: argparse.ArgumentParser, d: Config) -> None:
+    s = argparse.SUPPRESS
     p.add_argument(
         "--allow-contents",
         action="store_true",
@@ -100,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="threads a scan's snapshot child marks with, unless a request says (0 = CPUs, <= 4)",
     )
+
+
+def _add_state_options(p: argparse.ArgumentParser, d: Config) -> None:
+    """Where the daemon keeps and reports what it did: history, metrics, logs."""
+    s = argparse.SUPPRESS
     p.add_argument(
         "--history",
         default=s,
@@ -124,7 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help=f"least severe messages logged ({d.log_level})",
     )
-    return p
 
 
 def load_config(argv: list[str] | None = None) -> Config:

@@ -74,54 +74,8 @@ class Monitor:
         summary = format_summary(report_to_model(proto))
         leak_bytes = int(report.get("leak_bytes", 0))
         leak_count = int(report.get("leak_count", 0))
-        over = 0 < self.config.leak_bytes_threshold < leak_bytes
-        log.log(
-            logging.WARNING if over else logging.INFO,
-            "%s scan: %s%s",
-            how,
-            summary,
-            f" [{info.label()}: over the threshold of {self.config.leak_bytes_threshold} bytes]"
-            if over
-            else "",
-            extra=self._fields(info, report),
-        )
-        events = []
-        for g in growth:
-            frames = self.history.frames(g.site)
-            log.warning(
-                "leak growing in %s: call site %s at %s: %d -> %d bytes over %d scans "
-                "(%.0f s), %.0f bytes/hour",
-                info.label(),
-                g.site,
-                describe_frames(frames),
-                g.first_bytes,
-                g.bytes,
-                g.scans,
-                g.seconds,
-                g.bytes_per_hour,
-                extra=self._fields(
-                    info,
-                    report,
-                    LEAK_SITE=g.site,
-                    LEAK_SITE_BYTES=g.bytes,
-                    LEAK_SITE_COUNT=g.count,
-                    LEAK_GROWTH_BYTES_PER_HOUR=round(g.bytes_per_hour, 1),
-                ),
-            )
-            events.append(
-                pb.LeakGrowth(
-                    site=g.site,
-                    bytes=g.bytes,
-                    count=g.count,
-                    first_bytes=g.first_bytes,
-                    scans=g.scans,
-                    seconds=g.seconds,
-                    bytes_per_hour=g.bytes_per_hour,
-                    backtrace=[
-                        pb.Frame(**{k: v for k, v in f.items() if v is not None}) for f in frames
-                    ],
-                )
-            )
+        self._log_scan(info, how, summary, report, leak_bytes)
+        events = [self._growing_site(info, report, g) for g in growth]
         if self.metrics is not None:
             self.metrics.scanned(
                 info.key,
@@ -144,6 +98,55 @@ class Monitor:
             f"{leak_bytes} bytes in {leak_count} leaks"
         )
         return growth
+
+    def _log_scan(
+        self, info: ProcessInfo, how: str, summary: str, report: dict[str, Any], leak_bytes: int
+    ) -> None:
+        over = 0 < self.config.leak_bytes_threshold < leak_bytes
+        log.log(
+            logging.WARNING if over else logging.INFO,
+            "%s scan: %s%s",
+            how,
+            summary,
+            f" [{info.label()}: over the threshold of {self.config.leak_bytes_threshold} bytes]"
+            if over
+            else "",
+            extra=self._fields(info, report),
+        )
+
+    def _growing_site(self, info: ProcessInfo, report: dict[str, Any], g: Growth) -> pb.LeakGrowth:
+        """Logs a call site whose leaks grow and returns it as a Watch event's entry."""
+        frames = self.history.frames(g.site)
+        log.warning(
+            "leak growing in %s: call site %s at %s: %d -> %d bytes over %d scans "
+            "(%.0f s), %.0f bytes/hour",
+            info.label(),
+            g.site,
+            describe_frames(frames),
+            g.first_bytes,
+            g.bytes,
+            g.scans,
+            g.seconds,
+            g.bytes_per_hour,
+            extra=self._fields(
+                info,
+                report,
+                LEAK_SITE=g.site,
+                LEAK_SITE_BYTES=g.bytes,
+                LEAK_SITE_COUNT=g.count,
+                LEAK_GROWTH_BYTES_PER_HOUR=round(g.bytes_per_hour, 1),
+            ),
+        )
+        return pb.LeakGrowth(
+            site=g.site,
+            bytes=g.bytes,
+            count=g.count,
+            first_bytes=g.first_bytes,
+            scans=g.scans,
+            seconds=g.seconds,
+            bytes_per_hour=g.bytes_per_hour,
+            backtrace=[pb.Frame(**{k: v for k, v in f.items() if v is not None}) for f in frames],
+        )
 
     def failed(self, info: ProcessInfo, trigger: pb.Trigger, message: str) -> None:
         self.history.record_failure(info, trigger=TRIGGER_NAMES.get(trigger, "?"), error=message)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from unreachable.allocations.descriptor import SHIM_PREFIX
+from unreachable.capture.descriptor import SHIM_PREFIX
 from unreachable.daemon.config import Config, TargetSpec
 from unreachable.daemon.journal import fields
 from unreachable.daemon.matching import (

@@ -17,7 +17,7 @@ import os
 import signal
 import sqlite3
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -372,13 +372,7 @@ def _start_metrics(config: Config) -> Metrics | None:
 
 
 async def serve(config: Config) -> int:
-    server = grpc.aio.server(
-        interceptors=[RefuseMalformed()],
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
+    server = _grpc_server()
     hub = WatchHub()
     runner = ScanRunner(
         timeout=config.scan_timeout,
@@ -394,12 +388,58 @@ async def serve(config: Config) -> int:
     pb_grpc.add_UnreachableServicer_to_server(
         UnreachableService(config, runner, hub, producer), server
     )
+    health_servicer = _add_health_and_reflection(server)
+    unix_path, notify = await _start_listening(server, config, producer)
+    tasks = _start_background_tasks(config, producer, monitor)
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    await _until_stop_signal(status)
+
+    log.info("stopping")
+    sd_notify("STOPPING=1")
+    await health_servicer.enter_graceful_shutdown()
+    for task in tasks:
+        task.cancel()
+    if notify is not None:
+        await notify.close()
+    runner.kill_all()
+    await producer.close()
+    await server.stop(grace=2.0)
+    if metrics is not None:
+        metrics.close()
+    history.close()
+    if unix_path:
+        with contextlib.suppress(OSError):
+            os.unlink(unix_path)
+    return 0
+
+
+def _grpc_server() -> grpc.aio.Server:
+    return grpc.aio.server(
+        interceptors=[RefuseMalformed()],
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+
+
+def _add_health_and_reflection(server: grpc.aio.Server) -> Any:
     # grpc_health binds `aio` by a relative import its stubs do not declare.
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
+    return health_servicer
+
+
+async def _start_listening(
+    server: grpc.aio.Server, config: Config, producer: ReportProducer
+) -> tuple[str, NotifyListener | None]:
+    """Opens the unix socket, TCP and the notify socket; returns the unix
+    socket's path ('' when none) and the notify listener."""
     unix_path = ""
     notify = None
     try:
@@ -423,6 +463,13 @@ async def serve(config: Config) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(unix_path)
         raise
+    return unix_path, notify
+
+
+def _start_background_tasks(
+    config: Config, producer: ReportProducer, monitor: Monitor
+) -> list[asyncio.Task[None]]:
+    """The scan schedule and the systemd watchdog, when configured."""
     tasks = []
     if config.scan_interval > 0:
         tasks.append(asyncio.create_task(Scheduler(config, producer, monitor).run()))
@@ -436,9 +483,11 @@ async def serve(config: Config) -> int:
     watchdog = watchdog_interval()
     if watchdog is not None:
         tasks.append(asyncio.create_task(run_watchdog(watchdog)))
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return tasks
 
+
+async def _until_stop_signal(status: Status) -> None:
+    """Tells systemd the daemon is ready, then waits for SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -446,21 +495,3 @@ async def serve(config: Config) -> int:
     sd_notify(f"READY=1\nSTATUS={status.text()}")
     log.info("ready (pid %d)", os.getpid())
     await stop.wait()
-
-    log.info("stopping")
-    sd_notify("STOPPING=1")
-    await health_servicer.enter_graceful_shutdown()
-    for task in tasks:
-        task.cancel()
-    if notify is not None:
-        await notify.close()
-    runner.kill_all()
-    await producer.close()
-    await server.stop(grace=2.0)
-    if metrics is not None:
-        metrics.close()
-    history.close()
-    if unix_path:
-        with contextlib.suppress(OSError):
-            os.unlink(unix_path)
-    return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from unreachable.allocations.descriptor import (
+from unreachable.capture.descriptor import (
     SHIM_PREFIX,
     disabled_reason,
     locate_shim,

@@ -29,7 +29,7 @@ from unreachable.fold.dedup import Leak, dedup
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
-from unreachable.retention.data_symbols import load_data_symbols
+from unreachable.symbolize.data_symbols import load_data_symbols
 from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.elf_file import NotElf, read_elf
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from unreachable.errors import TargetNotFound, TargetPermissionDenied
 from unreachable.process.access import why_denied
 
+# The kernel's own mappings: no program data lies there, and some cannot be read.
+SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
+
 
 @dataclass(frozen=True, slots=True)
 class Mapping:

@@ -78,6 +78,53 @@ class _Strings:
         return i
 
 
+class _Tables:
+    """What samples refer to by id: locations (encoded as first met), the
+    mappings and functions they lie in, and the string table."""
+
+    def __init__(self) -> None:
+        self.strings = _Strings()
+        self.functions: dict[tuple[str, str], int] = {}
+        self.locations: dict[tuple[int, str], int] = {}
+        self.mappings: dict[str, dict[str, int]] = {}
+        self.location_msgs: list[bytes] = []
+
+    def location(self, f: Frame) -> int:
+        key = (f.pc, f.map)
+        loc_id = self.locations.get(key)
+        if loc_id is not None:
+            return loc_id
+        loc_id = self.locations[key] = len(self.locations) + 1
+        loc = _field_varint(1, loc_id) + _field_varint(2, self._mapping(f))
+        loc += _field_varint(3, f.pc)
+        if f.function:
+            line = _field_varint(1, self._function(f)) + _field_varint(2, f.line)
+            loc += _field_bytes(4, line)
+        self.location_msgs.append(_field_bytes(4, loc))
+        return loc_id
+
+    def _mapping(self, f: Frame) -> int:
+        """The id of the frame's file (0: none); its span grows to hold the frame."""
+        if not f.map:
+            return 0
+        m = self.mappings.setdefault(
+            f.map,
+            {"id": len(self.mappings) + 1, "lo": f.pc, "hi": f.pc + 1,
+             "bias": f.pc - f.rel_pc, "fn": 0, "file": 0},
+        )  # fmt: skip
+        m["lo"], m["hi"] = min(m["lo"], f.pc), max(m["hi"], f.pc + 1)
+        m["fn"] |= bool(f.function)
+        m["file"] |= bool(f.file)
+        return m["id"]
+
+    def _function(self, f: Frame) -> int:
+        key = (f.function, f.file)
+        fn_id = self.functions.get(key)
+        if fn_id is None:
+            fn_id = self.functions[key] = len(self.functions) + 1
+        return fn_id
+
+
 # -- profile ----------------------------------------------------------------------------
 def samples_to_pprof(
     samples: Iterable[Sample | tuple[Sequence[Frame], int, int, int]],
@@ -91,59 +138,53 @@ def samples_to_pprof(
 ) -> bytes:
     """samples: (frames innermost first, count, bytes[, allocation size for the label]).
     segments: each mapped file's PT_LOADs, for its mapping's real bounds."""
-    strings = _Strings()
-    build_ids = build_ids if build_ids is not None else {}
-    functions: dict[tuple[str, str], int] = {}
-    locations: dict[tuple[int, str], int] = {}
-    mappings: dict[str, dict[str, int]] = {}
+    # The string table is written last but filled in field order, so the
+    # same input always gives the same bytes.
+    tables = _Tables()
     body = bytearray()
-
     for st_type, st_unit in sample_types:
-        vt = _field_varint(1, strings(st_type)) + _field_varint(2, strings(st_unit))
-        body += _field_bytes(1, vt)
-
-    loc_msgs: list[bytes] = []
+        body += _field_bytes(1, _value_type(tables.strings, st_type, st_unit))
     for sample in samples:
-        frames, count, size = sample[0], sample[1], sample[2]
-        loc_ids = []
-        for f in frames:
-            key = (f.pc, f.map)
-            loc_id = locations.get(key)
-            if loc_id is None:
-                loc_id = locations[key] = len(locations) + 1
-                mapping_id = 0
-                if f.map:
-                    m = mappings.setdefault(
-                        f.map,
-                        {"id": len(mappings) + 1, "lo": f.pc, "hi": f.pc + 1,
-                         "bias": f.pc - f.rel_pc, "fn": 0, "file": 0},
-                    )  # fmt: skip
-                    m["lo"], m["hi"] = min(m["lo"], f.pc), max(m["hi"], f.pc + 1)
-                    m["fn"] |= bool(f.function)
-                    m["file"] |= bool(f.file)
-                    mapping_id = m["id"]
-                loc = _field_varint(1, loc_id) + _field_varint(2, mapping_id)
-                loc += _field_varint(3, f.pc)
-                if f.function:
-                    fkey = (f.function, f.file)
-                    fn_id = functions.get(fkey)
-                    if fn_id is None:
-                        fn_id = functions[fkey] = len(functions) + 1
-                    line = _field_varint(1, fn_id) + _field_varint(2, f.line)
-                    loc += _field_bytes(4, line)
-                loc_msgs.append(_field_bytes(4, loc))
-            loc_ids.append(loc_id)
-        values = [count, size][: len(sample_types)]
-        msg = _field_packed(1, loc_ids) + _field_packed(2, values)
-        alloc_size = sample[3] if len(sample) > 3 else (size // count if count else 0)
-        if alloc_size and (len(sample) > 3 or count == 1):
-            label = _field_varint(1, strings("bytes")) + _field_varint(3, alloc_size)
-            label += _field_varint(4, strings("bytes"))
-            msg += _field_bytes(3, label)
-        body += _field_bytes(2, msg)
+        body += _field_bytes(2, _sample_msg(tables, sample, len(sample_types)))
+    body += _mapping_msgs(tables, build_ids or {}, segments or {})
+    for loc in tables.location_msgs:
+        body += loc
+    body += _function_msgs(tables)
+    tail = _profile_fields(tables.strings, sample_types, comments, time_nanos)
+    for s in tables.strings.table:
+        body += _field_bytes(6, s.encode())
+    body += tail
+    data = bytes(body)
+    return gzip.compress(data, mtime=0) if compress else data
 
-    for path, m in mappings.items():
-        lo, hi, offset = _bounds(m, (segments or {}).get(path, ()))
+
+def _value_type(strings: _Strings, type_: str, unit: str) -> bytes:
+    return _field_varint(1, strings(type_)) + _field_varint(2, strings(unit))
+
+
+def _sample_msg(
+    tables: _Tables, sample: Sample | tuple[Sequence[Frame], int, int, int], n_types: int
+) -> bytes:
+    frames, count, size = sample[0], sample[1], sample[2]
+    loc_ids = [tables.location(f) for f in frames]
+    values = [count, size][:n_types]
+    msg = _field_packed(1, loc_ids) + _field_packed(2, values)
+    alloc_size = sample[3] if len(sample) > 3 else (size // count if count else 0)
+    if alloc_size and (len(sample) > 3 or count == 1):
+        strings = tables.strings
+        label = _field_varint(1, strings("bytes")) + _field_varint(3, alloc_size)
+        label += _field_varint(4, strings("bytes"))
+        msg += _field_bytes(3, label)
+    return msg
+
+
+def _mapping_msgs(
+    tables: _Tables, build_ids: dict[str, str], segments: Mapping[str, Sequence[Load]]
+) -> bytes:
+    strings = tables.strings
+    out = bytearray()
+    for path, m in tables.mappings.items():
+        lo, hi, offset = _bounds(m, segments.get(path, ()))
         msg = _field_varint(1, m["id"]) + _field_varint(2, lo) + _field_varint(3, hi)
         msg += _field_varint(4, offset)
         msg += _field_varint(5, strings(path))
@@ -151,27 +192,34 @@ def samples_to_pprof(
             msg += _field_varint(6, strings(build_ids[path]))
         msg += _field_varint(7, m["fn"]) + _field_varint(8, m["file"])
         msg += _field_varint(9, m["file"])
-        body += _field_bytes(3, msg)
-    for loc in loc_msgs:
-        body += loc
-    for (name, file), fn_id in functions.items():
+        out += _field_bytes(3, msg)
+    return bytes(out)
+
+
+def _function_msgs(tables: _Tables) -> bytes:
+    strings = tables.strings
+    out = bytearray()
+    for (name, file), fn_id in tables.functions.items():
         msg = _field_varint(1, fn_id) + _field_varint(2, strings(name))
         msg += _field_varint(3, strings(name)) + _field_varint(4, strings(file))
-        body += _field_bytes(5, msg)
+        out += _field_bytes(5, msg)
+    return bytes(out)
 
+
+def _profile_fields(
+    strings: _Strings,
+    sample_types: Sequence[tuple[str, str]],
+    comments: Sequence[str],
+    time_nanos: int | None,
+) -> bytes:
+    """time_nanos, period type and period, comments, default sample type."""
     comment_ids = [strings(c) for c in comments]
-    period_type = _field_varint(1, strings(sample_types[-1][0])) + _field_varint(
-        2, strings(sample_types[-1][1])
-    )
+    period_type = _value_type(strings, *sample_types[-1])
     tail = _field_varint(9, time_nanos if time_nanos is not None else time.time_ns())
     tail += _field_bytes(11, period_type) + _field_varint(12, 1)
     tail += _field_packed(13, comment_ids)
     tail += _field_varint(14, strings(sample_types[-1][0]))
-    for s in strings.table:
-        body += _field_bytes(6, s.encode())
-    body += tail
-    data = bytes(body)
-    return gzip.compress(data, mtime=0) if compress else data
+    return tail
 
 
 def _bounds(m: dict[str, int], loads: Sequence[Load]) -> tuple[int, int, int]:

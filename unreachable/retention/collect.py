@@ -32,9 +32,9 @@ from unreachable.errors import ScannerOutOfMemory, TargetUnscannable
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.process.memory import Memory, read_anonymous
-from unreachable.retention.data_symbols import DataSymbols, load_data_symbols
 from unreachable.retention.unwind import frame_of, stack_reader, unwind
 from unreachable.roots.classify import RED_ZONE, Roots
+from unreachable.symbolize.data_symbols import DataSymbols, load_data_symbols
 from unreachable.symbolize.elf_file import NotElf, read_elf
 from unreachable.symbolize.frames import Frame, Symbolizer
 from unreachable.symbolize.stacks import read_stacks
@@ -171,73 +171,46 @@ class GraphCollector:
             if kernel_held is not None:
                 self.epoll_owners = _epoll_owners(kernel_held)
         specials = _special_intervals(labels, mappings, threads, self.pid, self.root)
-        starts = [s for s, _, _ in specials]
-        intervals: list[tuple[int, int, int]] = []
-        stacks = _stack_mappings(mappings, threads)
-        for (begin, end), kind in zip(roots.ranges, roots.range_kinds, strict=True):
-            m = find_mapping(mappings, begin)
-            base = _base_region(labels, kind, m, begin, stacks)
-            at = begin
-            i = max(bisect.bisect_right(starts, begin) - 1, 0)
-            while i < len(specials) and specials[i][0] < end:
-                s, e, rid = specials[i]
-                i += 1
-                if e <= at:
-                    continue
-                if s > at:
-                    intervals.append((at, s, base))
-                intervals.append((max(s, at), min(e, end), rid))
-                at = min(e, end)
-            if at < end:
-                intervals.append((at, end, base))
-        for t in registry.threads:
-            for p, size in t.inflight_blocks():
-                rid = labels.region(
-                    ("in-flight", t.tid),
-                    RootRegion(
-                        "in-flight",
-                        f"a block thread {t.tid} was inside malloc/free for",
-                        thread=t.tid,
-                    ),
-                )
-                intervals.append((p, p + max(size, 1), rid))
-        value_regions = bytearray()
-        index = 0
-        for source, words in values:
-            count = len(words) // 8
-            if not count:
-                continue
-            self.value_sources.append((source, index))
-            index += count
-            rid = labels.region(("value", source), _value_region(source))
-            value_regions += struct.pack("<I", rid) * count
+        intervals = _root_range_intervals(labels, roots, mappings, threads, specials)
+        intervals += _in_flight_intervals(labels, registry)
+        value_regions = self._value_regions(labels, values)
         default = labels.region(("other",), RootRegion("other", "other root memory"))
-        # Ids in order of preference: the C side prefers lower ids.
-        order = sorted(
-            range(len(labels.regions)),
-            key=lambda r: (KINDS.index(labels.regions[r].kind), labels.regions[r].start, r),
-        )
-        new_id = {old: new for new, old in enumerate(order)}
-        self.regions = [labels.regions[old] for old in order]
-        for new, region in enumerate(self.regions):
-            region.id = new
-        intervals.sort()
-        packed = bytearray()
-        last_end = 0
-        for b, e, rid in intervals:
-            if e <= b or b < last_end:
-                continue
-            packed += struct.pack("<QQQ", b, e, new_id[rid])
-            last_end = e
-        value_ids = struct.unpack(f"<{len(value_regions) // 4}I", value_regions)
+        new_id = self._number_regions(labels)
         return {
-            "regions": bytes(packed),
-            "value_regions": struct.pack(f"<{len(value_ids)}I", *(new_id[r] for r in value_ids)),
+            "regions": _packed_intervals(intervals, new_id),
+            "value_regions": struct.pack(
+                f"<{len(value_regions)}I", *(new_id[r] for r in value_regions)
+            ),
             "default_region": new_id[default],
             "region_ids": len(self.regions),
             "why": self.why_address,
             "dominators": self.dominators,
         }
+
+    def _value_regions(self, labels: _Labels, values: Sequence[tuple[str, bytes]]) -> list[int]:
+        """The region of each value root word, in the order the sweep reads
+        them; each source's first index goes to value_sources."""
+        value_regions: list[int] = []
+        for source, words in values:
+            count = len(words) // 8
+            if not count:
+                continue
+            self.value_sources.append((source, len(value_regions)))
+            rid = labels.region(("value", source), _value_region(source))
+            value_regions += [rid] * count
+        return value_regions
+
+    def _number_regions(self, labels: _Labels) -> dict[int, int]:
+        """Renumbers the regions in order of preference (the C side prefers
+        lower ids) into self.regions; returns old id -> new id."""
+        order = sorted(
+            range(len(labels.regions)),
+            key=lambda r: (KINDS.index(labels.regions[r].kind), labels.regions[r].start, r),
+        )
+        self.regions = [labels.regions[old] for old in order]
+        for new, region in enumerate(self.regions):
+            region.id = new
+        return {old: new for new, old in enumerate(order)}
 
     def _copy_stacks(self, mappings: list[Mapping], memory: Memory) -> None:
         for t in self.threads.values():
@@ -511,6 +484,66 @@ def _special_intervals(
             continue  # an alias or a variable inside another: the first wins
         disjoint.append((s, e, rid))
     return disjoint
+
+
+def _root_range_intervals(
+    labels: _Labels,
+    roots: Roots,
+    mappings: list[Mapping],
+    threads: Sequence[CapturedThread],
+    specials: list[tuple[int, int, int]],
+) -> list[tuple[int, int, int]]:
+    """Each root range labelled: by the special intervals (variables, TLS)
+    where they lie in it, by its mapping's region elsewhere."""
+    starts = [s for s, _, _ in specials]
+    intervals: list[tuple[int, int, int]] = []
+    stacks = _stack_mappings(mappings, threads)
+    for (begin, end), kind in zip(roots.ranges, roots.range_kinds, strict=True):
+        m = find_mapping(mappings, begin)
+        base = _base_region(labels, kind, m, begin, stacks)
+        at = begin
+        i = max(bisect.bisect_right(starts, begin) - 1, 0)
+        while i < len(specials) and specials[i][0] < end:
+            s, e, rid = specials[i]
+            i += 1
+            if e <= at:
+                continue
+            if s > at:
+                intervals.append((at, s, base))
+            intervals.append((max(s, at), min(e, end), rid))
+            at = min(e, end)
+        if at < end:
+            intervals.append((at, end, base))
+    return intervals
+
+
+def _in_flight_intervals(labels: _Labels, registry: Registry) -> list[tuple[int, int, int]]:
+    """The blocks threads were inside malloc or free for, one region per thread."""
+    intervals = []
+    for t in registry.threads:
+        for p, size in t.inflight_blocks():
+            rid = labels.region(
+                ("in-flight", t.tid),
+                RootRegion(
+                    "in-flight",
+                    f"a block thread {t.tid} was inside malloc/free for",
+                    thread=t.tid,
+                ),
+            )
+            intervals.append((p, p + max(size, 1), rid))
+    return intervals
+
+
+def _packed_intervals(intervals: list[tuple[int, int, int]], new_id: dict[int, int]) -> bytes:
+    """Sorted, overlaps dropped, as the sweep's (begin, end, region) triples."""
+    packed = bytearray()
+    last_end = 0
+    for b, e, rid in sorted(intervals):
+        if e <= b or b < last_end:
+            continue
+        packed += struct.pack("<QQQ", b, e, new_id[rid])
+        last_end = e
+    return bytes(packed)
 
 
 def _stack_mappings(mappings: list[Mapping], threads: Sequence[CapturedThread]) -> dict[int, int]:

@@ -16,6 +16,7 @@ import re
 import struct
 from array import array
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from unreachable.report.model import ScanReport
@@ -55,70 +56,111 @@ SITE_HOLDER = struct.Struct("<qqQQ")  # struct ur_site_holder
 
 def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -> dict[str, Any]:
     tree = c.tree or {}
-    region_bytes = array("Q", tree.get("region_bytes", b""))
-    region_count = array("Q", tree.get("region_count", b""))
-    root_sites = list(ROOT_SITE.iter_unpack(tree.get("root_sites", b"")))
-    totals = list(SITE_TOTAL.iter_unpack(tree.get("sites", b"")))
-    holders = list(SITE_HOLDER.iter_unpack(tree.get("holders", b"")))
     frames = c.frames()
     rule = site_matcher(site) if site else None
 
     def wanted(key: int) -> bool:
         return rule is None or (key > 0 and _matches(frames.get(key, []), rule))
 
-    per_root: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
-    shared_bytes = shared_count = reachable_bytes = reachable_count = 0
-    for top, key, nbytes, count in root_sites:
-        reachable_bytes += nbytes
-        reachable_count += count
-        if top == SHARED:
-            shared_bytes += nbytes
-            shared_count += count
-        per_root[top][key] = (nbytes, count)
-    held_by: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for key, top, nbytes, _count in holders:
-        held_by[key].append((top, nbytes))
+    reach = _RootReach(list(ROOT_SITE.iter_unpack(tree.get("root_sites", b""))))
+    roots = _region_entries(c, tree, reach, frames, wanted, filtered=rule is not None)
+    # What several regions reach and none retains alone, as one pseudo-root.
+    mine = {k: v for k, v in reach.per_root[SHARED].items() if wanted(k)}
+    if mine:
+        entry: dict[str, Any] = {"kind": "shared", "name": "several roots, none alone"}
+        entry["retained_bytes"] = reach.shared_bytes
+        entry["retained_count"] = reach.shared_count
+        roots.append(_with_sites(entry, mine, frames, filtered=rule is not None))
+    weight = "site_bytes" if rule is not None else "retained_bytes"
+    roots.sort(key=lambda e: (-e[weight], e["name"]))
+    return {
+        "pid": report.pid,
+        "command": report.command,
+        "snapshot": report.snapshot,
+        "pause_ms": round(report.pause_ms, 3),
+        "allocation_count": report.allocation_count,
+        "allocation_bytes": report.allocation_bytes,
+        "reachable_count": reach.reachable_count,
+        "reachable_bytes": reach.reachable_bytes,
+        "shared_count": reach.shared_count,
+        "shared_bytes": reach.shared_bytes,
+        "site_filter": site,
+        "roots": roots[:limit],
+        "sites": _site_entries(c, tree, frames, wanted, limit),
+    }
 
-    def site_entry(key: int, nbytes: int, count: int) -> dict[str, Any]:
-        entry: dict[str, Any] = {"bytes": nbytes, "count": count}
-        if key > 0:
-            entry["backtrace"] = [frame_to_dict(f) for f in frames.get(key, [])]
-        else:
-            entry["backtrace"] = []
-            entry["size"] = -1 - key
-        return entry
 
+class _RootReach:
+    """The dominator tree's (top region, site, bytes, count) rows, per top
+    region, with the totals of what is reachable and what is shared."""
+
+    def __init__(self, root_sites: list[tuple[int, int, int, int]]) -> None:
+        self.per_root: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
+        self.shared_bytes = self.shared_count = self.reachable_bytes = self.reachable_count = 0
+        for top, key, nbytes, count in root_sites:
+            self.reachable_bytes += nbytes
+            self.reachable_count += count
+            if top == SHARED:
+                self.shared_bytes += nbytes
+                self.shared_count += count
+            self.per_root[top][key] = (nbytes, count)
+
+
+def _region_entries(
+    c: GraphCollector,
+    tree: dict[str, Any],
+    reach: _RootReach,
+    frames: dict[int, list[Frame]],
+    wanted: Callable[[int], bool],
+    *,
+    filtered: bool,
+) -> list[dict[str, Any]]:
+    """Each root region that retains something (of the wanted sites, when filtered)."""
+    region_bytes = array("Q", tree.get("region_bytes", b""))
+    region_count = array("Q", tree.get("region_count", b""))
     roots = []
     for region in c.regions:
         r = region.id
         if not region_count[r]:
             continue
-        mine = {k: v for k, v in per_root[r].items() if wanted(k)}
-        if rule is not None and not mine:
+        mine = {k: v for k, v in reach.per_root[r].items() if wanted(k)}
+        if filtered and not mine:
             continue
         entry = _region_dict(region)
         entry["retained_bytes"] = region_bytes[r]
         entry["retained_count"] = region_count[r]
-        if rule is not None:
-            entry["site_bytes"] = sum(b for b, _ in mine.values())
-            entry["site_count"] = sum(n for _, n in mine.values())
-        best = sorted(mine.items(), key=lambda kv: (-kv[1][0], kv[0]))[:SITES_PER_ROOT]
-        entry["sites"] = [site_entry(k, b, n) for k, (b, n) in best]
-        roots.append(entry)
-    # What several regions reach and none retains alone, as one pseudo-root.
-    mine = {k: v for k, v in per_root[SHARED].items() if wanted(k)}
-    if mine:
-        entry = {"kind": "shared", "name": "several roots, none alone"}
-        entry["retained_bytes"] = shared_bytes
-        entry["retained_count"] = shared_count
-        if rule is not None:
-            entry["site_bytes"] = sum(b for b, _ in mine.values())
-            entry["site_count"] = sum(n for _, n in mine.values())
-        best = sorted(mine.items(), key=lambda kv: (-kv[1][0], kv[0]))[:SITES_PER_ROOT]
-        entry["sites"] = [site_entry(k, b, n) for k, (b, n) in best]
-        roots.append(entry)
-    weight = "site_bytes" if rule is not None else "retained_bytes"
-    roots.sort(key=lambda e: (-e[weight], e["name"]))
+        roots.append(_with_sites(entry, mine, frames, filtered=filtered))
+    return roots
+
+
+def _with_sites(
+    entry: dict[str, Any],
+    mine: dict[int, tuple[int, int]],
+    frames: dict[int, list[Frame]],
+    *,
+    filtered: bool,
+) -> dict[str, Any]:
+    """A root's entry with its largest sites (and, when filtered, the wanted sites' sums)."""
+    if filtered:
+        entry["site_bytes"] = sum(b for b, _ in mine.values())
+        entry["site_count"] = sum(n for _, n in mine.values())
+    best = sorted(mine.items(), key=lambda kv: (-kv[1][0], kv[0]))[:SITES_PER_ROOT]
+    entry["sites"] = [_site_entry(frames, k, b, n) for k, (b, n) in best]
+    return entry
+
+
+def _site_entries(
+    c: GraphCollector,
+    tree: dict[str, Any],
+    frames: dict[int, list[Frame]],
+    wanted: Callable[[int], bool],
+    limit: int,
+) -> list[dict[str, Any]]:
+    """The sites that retain most, each with the root regions that hold the most of it."""
+    totals = list(SITE_TOTAL.iter_unpack(tree.get("sites", b"")))
+    held_by: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for key, top, nbytes, _count in SITE_HOLDER.iter_unpack(tree.get("holders", b"")):
+        held_by[key].append((top, nbytes))
     sites: list[dict[str, Any]] = []
     for key, nbytes, count, kept, kept_count, largest in sorted(
         totals, key=lambda t: (-t[3], t[0])
@@ -127,7 +169,7 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
             break
         if not wanted(key):
             continue
-        entry = site_entry(key, nbytes, count)
+        entry = _site_entry(frames, key, nbytes, count)
         entry["retained_bytes"] = kept
         entry["retained_count"] = kept_count
         entry["largest"] = largest
@@ -136,21 +178,20 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
             {"root": c.regions[t].name if t >= 0 else "several roots", "bytes": b} for t, b in top
         ]
         sites.append(entry)
-    return {
-        "pid": report.pid,
-        "command": report.command,
-        "snapshot": report.snapshot,
-        "pause_ms": round(report.pause_ms, 3),
-        "allocation_count": report.allocation_count,
-        "allocation_bytes": report.allocation_bytes,
-        "reachable_count": reachable_count,
-        "reachable_bytes": reachable_bytes,
-        "shared_count": shared_count,
-        "shared_bytes": shared_bytes,
-        "site_filter": site,
-        "roots": roots[:limit],
-        "sites": sites,
-    }
+    return sites
+
+
+def _site_entry(
+    frames: dict[int, list[Frame]], key: int, nbytes: int, count: int
+) -> dict[str, Any]:
+    """A site: its backtrace, or for blocks without one (key <= 0) their size."""
+    entry: dict[str, Any] = {"bytes": nbytes, "count": count}
+    if key > 0:
+        entry["backtrace"] = [frame_to_dict(f) for f in frames.get(key, [])]
+    else:
+        entry["backtrace"] = []
+        entry["size"] = -1 - key
+    return entry
 
 
 def _region_dict(region: RootRegion) -> dict[str, Any]:

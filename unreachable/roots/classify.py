@@ -30,13 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from unreachable.allocations.registry import THREAD_EXITED, Registry
-from unreachable.process.maps import Mapping, find_mapping
+from unreachable.process.maps import SPECIAL, Mapping, find_mapping
 from unreachable.roots.glibc_heaps import Span, registry_blocks_in, whole_mappings
 
 RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
 # The parts of sorted (begin, end) ranges that hold pages (process/memory.py).
 Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
-SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 # Kinds of mapping that are never roots.
 NOT_ROOTS = ("shim", "heap", "exited-thread stack", "read-only file")
 

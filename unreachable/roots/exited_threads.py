@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import struct
 
+from unreachable.allocations.glibc_heap import SEARCH_TOP
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, read_anonymous
-
-SEARCH_TOP = 64 * 1024  # struct pthread and static TLS sit in the top pages
 
 
 def dtv_words(memory: Memory, dead_stacks: list[Mapping]) -> bytes:

@@ -53,3 +53,25 @@ def words_in(words: bytes | bytearray, spans: list[Span]) -> bytes:
     if not words or not spans:
         return b""
     return _native.heap_words(words, b"".join(struct.pack("<QQ", b, e) for b, e in spans))
+
+
+def stream_words(streams: Sequence[bytes], spans: list[Span]) -> bytes:
+    """A stream's 8-byte values at every offset that lie in the spans: a
+    stream's bytes carry no alignment (a pipe, a stream socket)."""
+    if not spans:
+        return b""
+    lo, hi = spans[0][0], spans[-1][1]
+    out = []
+    for data in streams:
+        out.append(words_in(_aligned(data), spans))
+        out.append(words_in(_native.code_words(data, lo, hi), spans))
+    return b"".join(out)
+
+
+def message_words(messages: Sequence[bytes], spans: list[Span]) -> bytes:
+    """The aligned 8-byte values of each datagram that lie in the spans."""
+    return b"".join(words_in(_aligned(m), spans) for m in messages)
+
+
+def _aligned(data: bytes) -> bytes:
+    return data[: len(data) // 8 * 8]

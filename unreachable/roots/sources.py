@@ -20,7 +20,7 @@ from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
 from unreachable.roots.classify import register_words
 from unreachable.roots.exited_threads import dtv_words
-from unreachable.roots.heap_words import anonymous_spans, words_in
+from unreachable.roots.heap_words import anonymous_spans, message_words, stream_words, words_in
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
 
@@ -57,13 +57,18 @@ def signal_values(held: KernelHeld | None) -> RootValues:
 
 def pipe_data(held: KernelHeld | None, mappings: Sequence[Mapping]) -> RootValues:
     """Bytes in flight in pipes: only values within the heap's bounds."""
-    words = held.in_flight.pipe_words(anonymous_spans(mappings)) if held else b""
+    words = stream_words(held.in_flight.pipe_streams, anonymous_spans(mappings)) if held else b""
     return _counted("pipe data", words)
 
 
 def socket_data(held: KernelHeld | None, mappings: Sequence[Mapping]) -> RootValues:
     """Bytes queued on Unix sockets: only values within the heap's bounds."""
-    words = held.in_flight.socket_words(anonymous_spans(mappings)) if held else b""
+    if held is None:
+        return _counted("socket data", b"")
+    spans = anonymous_spans(mappings)
+    flight = held.in_flight
+    words = stream_words(flight.socket_streams, spans)
+    words += message_words(flight.socket_messages, spans)
     return _counted("socket data", words)
 
 

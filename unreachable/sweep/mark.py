@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry
-from unreachable.process.maps import Mapping
+from unreachable.process.maps import SPECIAL, Mapping
 from unreachable.process.memory import Memory
-from unreachable.roots.classify import SPECIAL, Roots
+from unreachable.roots.classify import Roots
 from unreachable.sweep.child import LEAK_RECORD_SIZE, ChildSweeper
 
 SweepPlace = Literal["child", "scanner"]

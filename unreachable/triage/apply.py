@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from unreachable.cli.output import write_output
 from unreachable.errors import InvalidArgument
 from unreachable.report.model import ScanReport
 from unreachable.triage import baseline as baselines
 from unreachable.triage import suppressions
+from unreachable.writing import write_output
 
 ALL_ENTRIES = 0xFFFF_FFFF  # the most a ScanRequest's uint32 limit holds
 

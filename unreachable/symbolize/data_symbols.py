@@ -1,7 +1,7 @@
 """Data symbols of an ELF file (variables, for naming a root word), and its
 thread-local segment (for naming a word of a thread's TLS).
 
-The symbolizer keeps function symbols only (unreachable.symbolize); a root
+The symbolizer (elf_symbols.py) keeps function symbols only; a root
 word in .data or .bss is named by the object symbol that covers it:
 .symtab when the file has one, else .dynsym (exported variables only).
 """
