@@ -175,6 +175,10 @@ def scan(
             started,
             sample=options.sample_contents,
         )
+    if options.snapshot == "concurrent" and graph is None:
+        from unreachable.capture.concurrent_scan import scan_concurrent
+
+        return scan_concurrent(target, options, note, started)
     in_child = options.sweep != "scanner" and graph is None
     try:
         return _scan(target, options, note, started, in_child, "", graph=graph)

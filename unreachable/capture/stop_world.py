@@ -46,7 +46,7 @@ from unreachable.process.maps import Mapping, parse_maps, read_maps_text
 from unreachable.process.memory import Memory
 from unreachable.process.status import resident_anonymous_bytes, thread_seccomp
 
-SnapshotMode = Literal["auto", "fork", "copy", "stopped"]
+SnapshotMode = Literal["auto", "fork", "copy", "stopped", "concurrent"]
 
 
 @dataclass(frozen=True, slots=True)
