@@ -34,13 +34,16 @@ enum { CAND = 0, RESCUED = 1, GONE = 2, GONE_PENDING = 3 };
  * last protected, or that nothing protects (mappings born since, untracked
  * ones). clear: protect again the written ones (PM_SCAN_WP_MATCHING), so
  * that the next call lists only what is written after this one. */
-static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_t **out,
-                        size_t *n, size_t *cap) {
+static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_t required,
+                        uint64_t **out, size_t *n, size_t *cap) {
   struct page_region vec[VEC];
   uint64_t pos = begin;
   while (pos < end) {
-    /* Inverted WPALLOWED and PRESENT: a page matches when it is written,
-     * untracked or absent; absent ones are dropped below (they hold zeros). */
+    /* Inverted WPALLOWED: a page matches when it is written or untracked;
+     * absent ones are dropped below (they hold zeros). `required` keeps the
+     * protecting walk to present pages: given a hole, the kernel protects
+     * all of it, a marker in each page (page tables for all of a sparse
+     * reservation, and a marker reads as swapped). */
     struct pm_scan_arg a = {
         .size = sizeof(a),
         .flags = clear ? PM_SCAN_WP_MATCHING : 0,
@@ -48,8 +51,9 @@ static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_
         .end = end,
         .vec = (uint64_t)(uintptr_t)vec,
         .vec_len = VEC,
-        .category_inverted = PAGE_IS_WPALLOWED | PAGE_IS_PRESENT,
-        .category_anyof_mask = PAGE_IS_WPALLOWED | PAGE_IS_WRITTEN | PAGE_IS_PRESENT,
+        .category_inverted = PAGE_IS_WPALLOWED,
+        .category_mask = required,
+        .category_anyof_mask = PAGE_IS_WPALLOWED | PAGE_IS_WRITTEN,
         .return_mask = PAGE_IS_WPALLOWED | PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
     };
     long r = ioctl(pm, PAGEMAP_SCAN, &a);
@@ -96,7 +100,16 @@ PyObject *ur_py_written_pages(PyObject *Py_UNUSED(self), PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   int pm = open(path, O_RDONLY | O_CLOEXEC);
   if (pm < 0) rc = -errno;
-  for (size_t i = 0; i < nr && rc == 0; i++) rc = written_runs(pm, r[2 * i], r[2 * i + 1], clear, &out, &n, &cap);
+  for (size_t i = 0; i < nr && rc == 0; i++) {
+    if (!clear) {
+      rc = written_runs(pm, r[2 * i], r[2 * i + 1], 0, 0, &out, &n, &cap);
+      continue;
+    }
+    /* Present pages protected again; swapped ones only listed (they stay
+     * listed until read in: never fewer than were written). */
+    rc = written_runs(pm, r[2 * i], r[2 * i + 1], 1, PAGE_IS_PRESENT, &out, &n, &cap);
+    if (rc == 0) rc = written_runs(pm, r[2 * i], r[2 * i + 1], 0, PAGE_IS_SWAPPED, &out, &n, &cap);
+  }
   if (pm >= 0) close(pm);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&ranges);

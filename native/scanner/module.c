@@ -36,7 +36,7 @@ static PyMethodDef methods[] = {
      "as they were. Returns the bytes read; OSError when the process cannot be read at all."},
     {"written_pages", ur_py_written_pages, METH_VARARGS,
      "written_pages(pid, ranges, clear) -> bytes\n\n"
-     "(begin, end) runs (packed u64) of the sorted ranges whose pages are present and were "
+     "(begin, end) runs (packed u64, not sorted) of the ranges whose pages hold data and were "
      "written since they were write-protected, or are not protected at all (PAGEMAP_SCAN). "
      "clear: protect the written ones again. OSError from the pagemap."},
     {"remark", ur_py_remark, METH_VARARGS,

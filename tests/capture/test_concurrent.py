@@ -95,3 +95,35 @@ def test_pairs_in_matches_begin_and_size():
     cands = _pairs((0x1000, 16), (0x2000, 32), (0x3000, 48))
     allocs = _pairs((0x3000, 48), (0x2000, 33), (0x9000, 16))
     assert _native.pairs_in(cands, allocs) == bytes([0, 0, 1])
+
+
+def _vm_pte_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmPTE:"):
+                return int(line.split()[1])
+    return 0
+
+
+@needs_tracking
+def test_a_round_protects_again_only_pages_that_hold_data(targets):
+    """A round clears the write marks of the pages it lists; absent pages of
+    a sparse reservation must neither be listed nor protected: protecting
+    them leaves a marker in each, page tables for all of it, and the next
+    round (or the stop) would list them all as written."""
+    from unreachable.capture.concurrent import _tracked
+    from unreachable.capture.target import open_target
+    from unreachable.capture.write_tracking import tracked_writes
+    from unreachable.process.maps import read_maps
+
+    target = targets.start(SCAN_PROGRAMS / "sparse.c")
+    pid = target.pid
+    before = _vm_pte_kib(pid)
+    with tracked_writes(open_target(pid)):
+        ranges = _tracked(read_maps(pid), [])
+        _native.written_pages(pid, ranges, True)
+        again = _native.written_pages(pid, ranges, False)
+        listed = sum(e - b for b, e in struct.iter_unpack("<QQ", again))
+        assert listed < 1 << 20, listed
+        assert _vm_pte_kib(pid) - before < 1024
+    wait_untracked(pid)
