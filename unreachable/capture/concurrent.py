@@ -39,6 +39,7 @@ from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
 from unreachable.errors import TargetUnscannable
+from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.memory import present_ranges
 from unreachable.roots.classify import SPECIAL, Roots, classify, register_words
@@ -76,7 +77,9 @@ class ConcurrentSweep:
     rounds: list[int] = field(default_factory=list)  # bytes read per round, then at the stop
     rescued: int = 0  # candidates the re-mark found reachable after all
     gone: int = 0  # candidates freed or reallocated between the stops
-    stop2_ms: dict[str, float] = field(default_factory=dict)  # the second stop, step by step
+    # Each stop, step by step (ms): what its pause went to.
+    stop1_ms: dict[str, float] = field(default_factory=dict)
+    stop2_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def pause_ms(self) -> float:
@@ -105,7 +108,8 @@ def _registry_mappings(pid: int, addr: int, mappings: list[Mapping]) -> list[Map
         "ur_descriptor", os.pread(_mem_fd(pid), _native.abi_sizeof("ur_descriptor"), addr)
     )
     points = [addr, *(int(raw[name]) for name in _POINTERS if raw.get(name))]  # type: ignore[literal-required]
-    regions = read_registry(pid, addr, entries=False).regions
+    # Not read_registry(): that counts every size map's entries.
+    regions = _native.read_registry(pid, addr, False, False)["regions"]
     out = []
     for m in mappings:
         if not m.readable:
@@ -166,17 +170,23 @@ def _values(
     }
 
 
-def _stop(pid: int) -> tuple[_native.Session, list[CapturedThread], KernelHeld]:
+def _stop(
+    pid: int, steps: dict[str, float]
+) -> tuple[_native.Session, list[CapturedThread], KernelHeld]:
     held = KernelHeld.before_stop(pid)
     session = _native.Session(pid)
+    t0 = time.monotonic()
     try:
         threads = [CapturedThread(*t) for t in session.stop()]
     except OSError as e:
         session.close()
         held.close()
         raise stop_error(pid, e) from None
+    t1 = time.monotonic()
     held.read_in_pause()
     held.signals = session.pending_signal_values()
+    steps["stop threads"] = (t1 - t0) * 1000
+    steps["kernel-held"] = (time.monotonic() - t1) * 1000
     return session, threads, held
 
 
@@ -214,20 +224,26 @@ def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
     copy = _registry_copy(pid, _registry_mappings(pid, addr, read_maps(pid)))
     try:
         # First stop: the allocation set of this moment, and the registers.
-        session, threads1, held1 = _stop(pid)
+        stop1: dict[str, float] = {}
+        session, threads1, held1 = _stop(pid, stop1)
         try:
+            t0 = time.monotonic()
             maps1 = read_maps(pid)
             reg_maps = _registry_mappings(pid, addr, maps1)
+            t1 = time.monotonic()
             copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
             copy.finish()
+            t2 = time.monotonic()
             session.release()
+            stop1["maps"] = (t1 - t0) * 1000
+            stop1["registry"] = (t2 - t1) * 1000
             pause1 = session.pause_ns / 1e6
         finally:
             session.close()
         registry = read_registry(copy, addr)
     finally:
         copy.close()
-    return _mark(target, pid, addr, registry, maps1, threads1, held1, pause1)
+    return _mark(target, pid, addr, registry, maps1, threads1, held1, pause1, stop1)
 
 
 def _mark(
@@ -239,6 +255,7 @@ def _mark(
     threads1: list[CapturedThread],
     held1: KernelHeld,
     pause1: float,
+    stop1: dict[str, float],
 ) -> ConcurrentSweep:
     # The first mark, over the live memory.
     arena = find_main_arena(pid, maps1)
@@ -261,20 +278,24 @@ def _mark(
     values1["code immediates"] = code_words(pid, maps1, spans, b"")
     inflight = _inflight(registry)
     ranges = list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
-    _native.set_cache_budget(CACHE_BYTES)
     allocs = registry.allocs.cast("B")
-    raw = _native.sweep(
-        pid,
-        allocs,
-        _pack(ranges),
-        b"".join(values1.values()),
-        stack_ids=registry.stack_ids.cast("B"),
-        excluded=b"".join(struct.pack("<Q", p) for p in inflight),
-        threads=1,
-        layout=b"".join(
-            struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps1 if m.readable
-        ),
-    )
+    _native.set_cache_budget(CACHE_BYTES)
+    try:
+        raw = _native.sweep(
+            pid,
+            allocs,
+            _pack(ranges),
+            b"".join(values1.values()),
+            stack_ids=registry.stack_ids.cast("B"),
+            excluded=b"".join(struct.pack("<Q", p) for p in inflight),
+            threads=1,
+            layout=b"".join(
+                struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps1 if m.readable
+            ),
+        )
+    finally:
+        # The registry copies are bounded by the scanner's own room only.
+        _native.set_cache_budget(scanner_cache_budget(memory_headroom(os.getpid())))
     # Candidates: every block the first mark left unmarked, sorted.
     pairs = registry.allocs
     ids = registry.stack_ids
@@ -289,7 +310,55 @@ def _mark(
         pid,
         b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx),
     )
-    reg_maps = _registry_mappings(pid, addr, maps1)
+    # The registry copy for the second stop, made before the last rounds:
+    # whatever the target writes meanwhile is then read by a round, not in
+    # the pause.
+    maps_now = read_maps(pid)
+    reg_maps = _registry_mappings(pid, addr, maps_now)
+    copy = _registry_copy(pid, reg_maps)
+    try:
+        return _finish(
+            target,
+            pid,
+            addr,
+            registry,
+            roots,
+            spans,
+            raw,
+            values1,
+            cands,
+            cand_ids,
+            state,
+            store,
+            copy,
+            reg_maps,
+            pause1,
+            stop1,
+        )
+    finally:
+        copy.close()
+
+
+def _finish(
+    target: Target,
+    pid: int,
+    addr: int,
+    registry: Registry,
+    roots: Roots,
+    spans: list[tuple[int, int]],
+    raw: _native.SweepResult,
+    values1: dict[str, bytes],
+    cands: bytes,
+    cand_ids: list[int],
+    state: bytearray,
+    store: bytearray,
+    copy: _native.MemoryCopy,
+    reg_maps: list[Mapping],
+    pause1: float,
+    stop1: dict[str, float],
+) -> ConcurrentSweep:
+    header = target.header
+    n = len(state)
     rounds: list[int] = []
     rescued = 0
     for _ in range(MAX_ROUNDS):
@@ -305,44 +374,41 @@ def _mark(
         if len(page_bytes) <= SMALL_ROUND:
             break
     # Second stop: the pages written since, the registers, the registry.
-    copy = _registry_copy(pid, _registry_mappings(pid, addr, read_maps(pid)))
+    stop2: dict[str, float] = {}
+    session, threads2, held2 = _stop(pid, stop2)
     try:
-        session, threads2, held2 = _stop(pid)
-        try:
-            t = [time.monotonic()]
-            maps2 = read_maps(pid)
-            reg_maps = _registry_mappings(pid, addr, maps2)
-            t.append(time.monotonic())
-            runs = _native.written_pages(pid, _tracked(maps2, reg_maps), False)
-            t.append(time.monotonic())
-            page_bytes = _read_runs(pid, runs)
-            t.append(time.monotonic())
-            copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
-            copy.finish()
-            t.append(time.monotonic())
-            tids2 = {th.tid for th in threads2}
-            altstacks = altstack_words(pid, header.altstacks, header.num_altstacks, tids2)
-            t.append(time.monotonic())
-            session.release()
-            stop2 = {
-                k: (b - a) * 1000
-                for k, a, b in zip(
-                    ("maps", "written", "read", "registry", "altstacks"), t, t[1:], strict=False
-                )
-            }
-            pause2 = session.pause_ns / 1e6
-        finally:
-            session.close()
-        final = read_registry(copy, addr)
+        t = [time.monotonic()]
+        maps2 = read_maps(pid)
+        reg_maps = _registry_mappings(pid, addr, maps2)
+        t.append(time.monotonic())
+        runs = _native.written_pages(pid, _tracked(maps2, reg_maps), False)
+        t.append(time.monotonic())
+        page_bytes = _read_runs(pid, runs)
+        t.append(time.monotonic())
+        copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
+        copy.finish()
+        t.append(time.monotonic())
+        tids2 = {th.tid for th in threads2}
+        altstacks = altstack_words(pid, header.altstacks, header.num_altstacks, tids2)
+        t.append(time.monotonic())
+        session.release()
+        stop2 |= {
+            k: (b - a) * 1000
+            for k, a, b in zip(
+                ("maps", "written", "read", "registry", "altstacks"), t, t[1:], strict=False
+            )
+        }
+        pause2 = session.pause_ns / 1e6
     finally:
-        copy.close()
+        session.close()
+    final = read_registry(copy, addr)
     rounds.append(len(page_bytes))
     values2 = _values(threads2, held2, spans)
     values2["signal stacks"] = altstacks
     same = _native.pairs_in(cands, final.allocs.cast("B"))
     inflight2 = _inflight(final)
     gone = 0
-    for i in range(len(idx)):
+    for i in range(n):
         begin = struct.unpack_from("<Q", cands, 16 * i)[0]
         if not same[i] or begin in inflight2:
             if state[i] == 0:
@@ -351,14 +417,14 @@ def _mark(
     rescued += _native.remark(
         cands, state, store, runs, page_bytes, b"".join(values2.values()), True
     )
-    keep = [i for i in range(len(idx)) if state[i] == 0]
+    keep = [i for i in range(n) if state[i] == 0]
     leaks = b"".join(cands[16 * i : 16 * i + 16] for i in keep)
     # The first mark's fold stands when no candidate changed; otherwise fold
     # again what is left (blocks no one can reach: the target no longer
     # writes them, so reading them live is sound).
     fold = (
         raw
-        if len(keep) == len(idx)
+        if len(keep) == n
         else _native.sweep(
             pid,
             leaks,
@@ -386,5 +452,15 @@ def _mark(
     )
     counts = {k: len(v) for k, v in values1.items() if v and k != "registers"}
     return ConcurrentSweep(
-        result, maps2, roots, threads2, (pause1, pause2), counts, rounds, rescued, gone, stop2
+        result,
+        maps2,
+        roots,
+        threads2,
+        (pause1, pause2),
+        counts,
+        rounds,
+        rescued,
+        gone,
+        stop1,
+        stop2,
     )
