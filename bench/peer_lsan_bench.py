@@ -24,6 +24,7 @@ import ctypes
 import json
 import os
 import platform
+import re
 import resource
 import select
 import subprocess
@@ -129,15 +130,18 @@ def scan(heap: Heap, mode: str) -> Scan:
     if code not in (0, 1):
         return Scan(note=(errs.strip().splitlines() or ["?"])[-1][:80])
     report = json.loads(out)
+    note = report.get("snapshot_note", "")
+    if mode == "concurrent" and (
+        stops := re.search(r"two stops, ([\d.]+) ms and ([\d.]+) ms", note)
+    ):
+        note = f"stops {stops[1]} + {stops[2]} ms"
     return Scan(
         pause_ms=report["pause_ms"],
         scan_s=wall,
         stall_ms=stall,
         rss_mb=usage.ru_maxrss / 1024,
         leaks=report["leak_count"],
-        note=report.get("snapshot_note", "")
-        if report.get("snapshot") == mode
-        else f"ran as {report.get('snapshot')}",
+        note=note if report.get("snapshot") == mode else f"ran as {report.get('snapshot')}",
     )
 
 

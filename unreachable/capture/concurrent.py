@@ -53,7 +53,7 @@ from unreachable.sweep.mark import SweepResult
 
 # The mark reads the live heap through a chunk cache: this bounds it (the
 # scanner's memory is the allocation index, the candidates' bytes and this).
-CACHE_BYTES = 32 << 20
+CACHE_BYTES = 8 << 20
 # Concurrent rounds before the final stop: each reads the pages written
 # since the previous one, so the stop reads only what was written during
 # the last. Stop early once a round reads this little.
@@ -190,6 +190,10 @@ def _stop(
     return session, threads, held
 
 
+def _begin_of(pairs: memoryview, i: int) -> int:
+    return int(pairs[2 * i])
+
+
 def _inflight(registry: Registry) -> dict[int, int]:
     return {p: s for t in registry.threads for p, s in t.inflight_blocks()}
 
@@ -240,17 +244,20 @@ def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
             pause1 = session.pause_ns / 1e6
         finally:
             session.close()
-        registry = read_registry(copy, addr)
+        holder = [read_registry(copy, addr)]
     finally:
         copy.close()
-    return _mark(target, pid, addr, registry, maps1, threads1, held1, pause1, stop1)
+    # Handed over in a list the callee empties: the decoded registry (16-20
+    # bytes per allocation) is let go once the candidates are known, before
+    # the second registry copy is made.
+    return _mark(target, pid, addr, holder, maps1, threads1, held1, pause1, stop1)
 
 
 def _mark(
     target: Target,
     pid: int,
     addr: int,
-    registry: Registry,
+    holder: list[Registry],
     maps1: list[Mapping],
     threads1: list[CapturedThread],
     held1: KernelHeld,
@@ -258,6 +265,7 @@ def _mark(
     stop1: dict[str, float],
 ) -> ConcurrentSweep:
     # The first mark, over the live memory.
+    registry = holder.pop()
     arena = find_main_arena(pid, maps1)
     heap = heap_parts(pid, maps1, registry_blocks_in(registry))
     roots = classify(
@@ -301,7 +309,7 @@ def _mark(
     ids = registry.stack_ids
     idx = sorted(
         struct.unpack(f"<{len(raw['unreachable']) // 4}I", raw["unreachable"]),
-        key=lambda i: pairs[2 * i],
+        key=partial(_begin_of, pairs),
     )
     cands = b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i + 1]) for i in idx)
     cand_ids = [ids[i] for i in idx]
@@ -310,6 +318,7 @@ def _mark(
         pid,
         b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx),
     )
+    del pairs, ids, idx, allocs, registry
     # The registry copy for the second stop, made before the last rounds:
     # whatever the target writes meanwhile is then read by a round, not in
     # the pause.
@@ -321,7 +330,6 @@ def _mark(
             target,
             pid,
             addr,
-            registry,
             roots,
             spans,
             raw,
@@ -343,7 +351,6 @@ def _finish(
     target: Target,
     pid: int,
     addr: int,
-    registry: Registry,
     roots: Roots,
     spans: list[tuple[int, int]],
     raw: _native.SweepResult,
