@@ -127,3 +127,19 @@ def test_a_round_protects_again_only_pages_that_hold_data(targets):
         assert listed < 1 << 20, listed
         assert _vm_pte_kib(pid) - before < 1024
     wait_untracked(pid)
+
+
+def test_a_region_merged_with_its_neighbour_leaves_the_neighbour_tracked():
+    """/proc/PID/maps shows one anonymous mapping where a shim region and
+    the heap next to it have the same flags. The rounds must skip exactly
+    the region (its write marks are the registry copy's) and keep reading
+    the heap's part: skipping the whole mapping would leave writes to it
+    unread, and a block moved there would look leaked."""
+    from unreachable.capture.concurrent import _tracked
+    from unreachable.process.maps import Mapping
+
+    merged = Mapping(0x10000, 0x30000, "rw-p", 0, 0, "")
+    data = Mapping(0x40000, 0x41000, "rw-p", 0, 7, "/lib/shim.so")
+    region = (0x10000, 0x20000, 1)
+    tracked = list(struct.iter_unpack("<QQ", _tracked([merged, data], [region])))
+    assert tracked == [(0x20000, 0x30000), (0x40000, 0x41000)]

@@ -101,24 +101,33 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _registry_mappings(pid: int, addr: int, mappings: list[Mapping]) -> list[Mapping]:
-    """The mappings the registry reader reads: the shim's regions and the
-    ones holding the descriptor and what it points to."""
+Span3 = tuple[int, int, int]  # begin, end, page_sync flags
+
+
+def _registry_spans(pid: int, addr: int, mappings: list[Mapping]) -> list[Span3]:
+    """What the registry reader reads: the shim's regions, exactly (an
+    anonymous mapping in /proc/PID/maps may merge a region with its
+    neighbours, the heap's among them), and the mappings that hold the
+    descriptor and what it points to outside them; readable parts only."""
     raw = _native.abi_decode(
         "ur_descriptor", os.pread(_mem_fd(pid), _native.abi_sizeof("ur_descriptor"), addr)
     )
     points = [addr, *(int(raw[name]) for name in _POINTERS if raw.get(name))]  # type: ignore[literal-required]
     # Not read_registry(): that counts every size map's entries.
-    regions = _native.read_registry(pid, addr, False, False)["regions"]
-    out = []
+    regions: list[tuple[int, int]] = _native.read_registry(pid, addr, False, False)["regions"]
+    want = list(regions)
+    for m in mappings:
+        if any(m.start <= p < m.end and not any(b <= p < e for b, e in regions) for p in points):
+            want.append((m.start, m.end))
+    out: list[Span3] = []
     for m in mappings:
         if not m.readable:
             continue
-        if any(m.start <= p < m.end for p in points) or any(
-            b < m.end and m.start < e for b, e in regions
-        ):
-            out.append(m)
-    return out
+        for b, e in _merge(want):
+            lo, hi = max(b, m.start), min(e, m.end)
+            if lo < hi:
+                out.append((lo, hi, SYNC_ANON if m.demand_zero else 0))
+    return sorted(out)
 
 
 _fds: dict[int, int] = {}
@@ -130,22 +139,35 @@ def _mem_fd(pid: int) -> int:
     return _fds[pid]
 
 
-def _sync_ranges(mappings: Sequence[Mapping]) -> bytes:
-    return b"".join(
-        struct.pack("<QQQ", m.start, m.end, SYNC_ANON if m.demand_zero else 0) for m in mappings
-    )
+def _sync_ranges(spans: Sequence[Span3]) -> bytes:
+    return b"".join(struct.pack("<QQQ", b, e, f) for b, e, f in spans)
 
 
-def _tracked(mappings: Sequence[Mapping], skip: Sequence[Mapping]) -> bytes:
+def _subtract(ranges: list[tuple[int, int]], holes: Sequence[Span3]) -> list[tuple[int, int]]:
+    out = []
+    for b, e in ranges:
+        pos = b
+        for hb, he, _ in sorted(holes):
+            if he <= pos or hb >= e:
+                continue
+            if hb > pos:
+                out.append((pos, hb))
+            pos = max(pos, he)
+        if pos < e:
+            out.append((pos, e))
+    return out
+
+
+def _tracked(mappings: Sequence[Mapping], skip: Sequence[Span3]) -> bytes:
     """Where words may be roots or candidates: writable or anonymous readable
     memory, the registry's own left out (never a root, and its write marks
-    are the registry copy's)."""
+    are the registry copy's: a round must not clear them)."""
     out = [
         (m.start, m.end)
         for m in mappings
-        if m.readable and m.path not in SPECIAL and (m.writable or m.inode == 0) and m not in skip
+        if m.readable and m.path not in SPECIAL and (m.writable or m.inode == 0)
     ]
-    return _pack(_merge(out))
+    return _pack(_subtract(_merge(out), skip))
 
 
 def _read_runs(pid: int, runs: bytes) -> bytearray:
@@ -212,7 +234,7 @@ def concurrent_sweep(target: Target, note: object = None) -> ConcurrentSweep:
             os.close(fd)
 
 
-def _registry_copy(pid: int, reg_maps: Sequence[Mapping]) -> _native.MemoryCopy:
+def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
     """The registry's memory copied while the target runs (brought up to
     date at the next stop)."""
     copy = _native.MemoryCopy(pid)
@@ -225,7 +247,7 @@ def _registry_copy(pid: int, reg_maps: Sequence[Mapping]) -> _native.MemoryCopy:
 
 
 def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
-    copy = _registry_copy(pid, _registry_mappings(pid, addr, read_maps(pid)))
+    copy = _registry_copy(pid, _registry_spans(pid, addr, read_maps(pid)))
     try:
         # First stop: the allocation set of this moment, and the registers.
         stop1: dict[str, float] = {}
@@ -233,7 +255,7 @@ def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
         try:
             t0 = time.monotonic()
             maps1 = read_maps(pid)
-            reg_maps = _registry_mappings(pid, addr, maps1)
+            reg_maps = _registry_spans(pid, addr, maps1)
             t1 = time.monotonic()
             copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
             copy.finish()
@@ -323,7 +345,7 @@ def _mark(
     # whatever the target writes meanwhile is then read by a round, not in
     # the pause.
     maps_now = read_maps(pid)
-    reg_maps = _registry_mappings(pid, addr, maps_now)
+    reg_maps = _registry_spans(pid, addr, maps_now)
     copy = _registry_copy(pid, reg_maps)
     try:
         return _finish(
@@ -360,7 +382,7 @@ def _finish(
     state: bytearray,
     store: bytearray,
     copy: _native.MemoryCopy,
-    reg_maps: list[Mapping],
+    reg_maps: list[Span3],
     pause1: float,
     stop1: dict[str, float],
 ) -> ConcurrentSweep:
@@ -386,7 +408,7 @@ def _finish(
     try:
         t = [time.monotonic()]
         maps2 = read_maps(pid)
-        reg_maps = _registry_mappings(pid, addr, maps2)
+        reg_maps = _registry_spans(pid, addr, maps2)
         t.append(time.monotonic())
         runs = _native.written_pages(pid, _tracked(maps2, reg_maps), False)
         t.append(time.monotonic())
