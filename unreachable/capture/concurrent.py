@@ -434,6 +434,11 @@ def _finish(
     rounds.append(len(page_bytes))
     values2 = _values(threads2, held2, spans)
     values2["signal stacks"] = altstacks
+    # Words found in memory the rounds do not read (code pages that are not
+    # writable at the stop, exited threads' control blocks): those of the
+    # first stop and those read now, after the release, both count.
+    values2["code immediates"] = values1["code immediates"] + code_words(pid, maps2, spans, b"")
+    values2["exited threads' control blocks"] = values1["exited threads' control blocks"]
     same = _native.pairs_in(cands, final.allocs.cast("B"))
     inflight2 = _inflight(final)
     gone = 0
