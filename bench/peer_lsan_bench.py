@@ -230,7 +230,8 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
                 f"| {r.leaks if r.leaks >= 0 else '-'}{tail} |"
             )
             print(lines[-1], flush=True)
-    lines.append("")
+    load = os.getloadavg()[0]
+    lines += ["", f"Load average at the end {load:.1f}.", ""]
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from unreachable.capture.concurrent import concurrent_sweep
 from unreachable.capture.target import Target, still_running
-from unreachable.errors import TargetNotFound
+from unreachable.errors import TargetNotFound, TargetUnscannable
 from unreachable.fold.types import fold_leaks
 from unreachable.process.memory import memory_reader
 from unreachable.report.model import LeakEntry, ScanReport, leak_counts
@@ -34,6 +34,10 @@ def scan_concurrent(
         done = concurrent_sweep(target)
     except (ProcessLookupError, FileNotFoundError):
         raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
+    except OSError as e:
+        if not still_running(pid):
+            raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
+        raise TargetUnscannable(f"the concurrent snapshot failed: {e}") from None
     note("marked")
     result, mappings = done.result, done.mappings
     leaks, types = fold_leaks(result.leaks, options.limit, pid, pid, mappings, not options.contents)
