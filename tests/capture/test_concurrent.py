@@ -143,3 +143,24 @@ def test_a_region_merged_with_its_neighbour_leaves_the_neighbour_tracked():
     region = (0x10000, 0x20000, 1)
     tracked = list(struct.iter_unpack("<QQ", _tracked([merged, data], [region])))
     assert tracked == [(0x20000, 0x30000), (0x40000, 0x41000)]
+
+
+def test_concurrent_under_a_seccomp_filter_is_refused(targets):
+    """As for a copy snapshot: a filter could kill the process on the
+    helper's userfaultfd(). Exit 2, one line, the target left as it was."""
+    from tests.support.tracking import tracker_cmd, write_protected
+    from unreachable.capture.write_tracking import IDLE
+
+    target = targets.start(SCAN_PROGRAMS / "seccomp_filter.c", "errno-uname")
+    res = subprocess.run(
+        [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid)]
+        + ["--snapshot", "concurrent"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res
+    assert "no concurrent snapshot: the target has a seccomp filter" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+    assert target.alive() and target.tracer() == 0
+    assert tracker_cmd(target.pid) == IDLE and not write_protected(target.pid)
