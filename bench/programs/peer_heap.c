@@ -14,7 +14,7 @@
  *
  * Commands on stdin, one per line, answers on stdout:
  *   r   reset the longest gap          -> "ok"
- *   g   the longest gap since r, in us -> "gap US"
+ *   g   the longest gap since r, in us -> "gap US AT" (AT: CLOCK_MONOTONIC ns at its end)
  *   l   LSan's recoverable leak check  -> "lsan US LEAKED" (or "lsan none")
  * Prints "READY N" once the heap is made. */
 #include <pthread.h>
@@ -35,6 +35,7 @@ static size_t g_cap;
 static atomic_size_t g_count;
 static atomic_int g_made;
 static atomic_llong g_gap_ns;
+static atomic_llong g_gap_at; /* CLOCK_MONOTONIC ns at the end of the longest gap */
 static atomic_int g_reset;
 
 static uint64_t now_ns(void) {
@@ -107,6 +108,7 @@ static void *heartbeat(void *arg) {
       atomic_store(&g_gap_ns, 0);
     } else if ((long long)(t - last) > atomic_load(&g_gap_ns)) {
       atomic_store(&g_gap_ns, (long long)(t - last));
+      atomic_store(&g_gap_at, (long long)t);
     }
     last = t;
   }
@@ -142,7 +144,7 @@ int main(int argc, char **argv) {
       while (atomic_load(&g_reset)) usleep(100);
       printf("ok\n");
     } else if (line[0] == 'g') {
-      printf("gap %lld\n", atomic_load(&g_gap_ns) / 1000);
+      printf("gap %lld %lld\n", atomic_load(&g_gap_ns) / 1000, atomic_load(&g_gap_at));
     } else if (line[0] == 'l') {
       if (!__lsan_do_recoverable_leak_check) {
         printf("lsan none\n");

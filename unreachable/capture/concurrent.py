@@ -80,6 +80,7 @@ class ConcurrentSweep:
     # Each stop, step by step (ms): what its pause went to.
     stop1_ms: dict[str, float] = field(default_factory=dict)
     stop2_ms: dict[str, float] = field(default_factory=dict)
+    released_at: list[float] = field(default_factory=list)  # time.monotonic() at each release
 
     @property
     def pause_ms(self) -> float:
@@ -247,6 +248,7 @@ def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
 
 
 def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
+    released: list[float] = []
     copy = _registry_copy(pid, _registry_spans(pid, addr, read_maps(pid)))
     try:
         # First stop: the allocation set of this moment, and the registers.
@@ -261,6 +263,7 @@ def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
             copy.finish()
             t2 = time.monotonic()
             session.release()
+            released.append(time.monotonic())
             stop1["maps"] = (t1 - t0) * 1000
             stop1["registry"] = (t2 - t1) * 1000
             pause1 = session.pause_ns / 1e6
@@ -272,7 +275,7 @@ def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
     # Handed over in a list the callee empties: the decoded registry (16-20
     # bytes per allocation) is let go once the candidates are known, before
     # the second registry copy is made.
-    return _mark(target, pid, addr, holder, maps1, threads1, held1, pause1, stop1)
+    return _mark(target, pid, addr, holder, maps1, threads1, held1, pause1, stop1, released)
 
 
 def _mark(
@@ -285,6 +288,7 @@ def _mark(
     held1: KernelHeld,
     pause1: float,
     stop1: dict[str, float],
+    released: list[float],
 ) -> ConcurrentSweep:
     # The first mark, over the live memory.
     registry = holder.pop()
@@ -364,6 +368,7 @@ def _mark(
             reg_maps,
             pause1,
             stop1,
+            released,
         )
     finally:
         copy.close()
@@ -385,6 +390,7 @@ def _finish(
     reg_maps: list[Span3],
     pause1: float,
     stop1: dict[str, float],
+    released: list[float],
 ) -> ConcurrentSweep:
     header = target.header
     n = len(state)
@@ -421,6 +427,7 @@ def _finish(
         altstacks = altstack_words(pid, header.altstacks, header.num_altstacks, tids2)
         t.append(time.monotonic())
         session.release()
+        released.append(time.monotonic())
         stop2 |= {
             k: (b - a) * 1000
             for k, a, b in zip(
@@ -497,4 +504,5 @@ def _finish(
         gone,
         stop1,
         stop2,
+        released,
     )
