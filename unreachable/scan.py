@@ -162,7 +162,7 @@ def scan(
         target = open_target(pid)
     except TargetNotShimmed:
         # why and retainers read the shim's registry; so do the helper's snapshots.
-        needs_shim = options.snapshot in ("fork", "copy") or options.sweep == "child"
+        needs_shim = options.snapshot in ("fork", "copy", "concurrent") or options.sweep == "child"
         if needs_shim or graph is not None or not runs_without_shim(pid):
             raise
         # No shim: glibc's own heap, walked from a copy (scan_glibc.py).
@@ -175,7 +175,9 @@ def scan(
             started,
             sample=options.sample_contents,
         )
-    if options.snapshot == "concurrent" and graph is None:
+    if options.snapshot == "concurrent":
+        if graph is not None:
+            raise InvalidArgument("the concurrent snapshot keeps no reference graph")
         from unreachable.capture.concurrent_scan import scan_concurrent
 
         return scan_concurrent(target, options, note, started)

@@ -164,3 +164,13 @@ def test_concurrent_under_a_seccomp_filter_is_refused(targets):
     assert "Traceback" not in res.stderr
     assert target.alive() and target.tracer() == 0
     assert tracker_cmd(target.pid) == IDLE and not write_protected(target.pid)
+
+
+def test_concurrent_needs_the_shim(targets):
+    """Without the shim there is no registry and no helper to track writes:
+    refused, rather than a glibc heap walk under another name."""
+    from unreachable.errors import TargetNotShimmed
+
+    target = targets.start(SCAN_PROGRAMS / "globals.c", preload=False, wait_helper=False)
+    with pytest.raises(TargetNotShimmed):
+        scan(target.pid, ScanOptions(snapshot="concurrent"))
