@@ -91,6 +91,30 @@ def test_remark_rescues_through_pages_values_and_rescued_blocks():
     assert list(state) == [1, 2, 1, 1]
 
 
+def test_remark_reads_words_by_address_after_a_candidate_of_odd_size():
+    """A candidate of 501 bytes ends 5 bytes into a word. The words after it
+    on a written page, up to the next candidate, are roots at their own
+    8-aligned addresses: read on from the candidate's end they were all 5
+    bytes off, and a block that only such a word points to (a chain node
+    allocated during the mark, next to a freed odd-sized block) was
+    reported as leaked."""
+    a, c = 0x10000, 0x20000
+    cands = _pairs((a, 501), (c, 32))
+    state = bytearray(2)
+    store = bytearray(501 + 32)
+    page = bytearray(4096)
+    # After a's end (0x101f5): a new block's word at 0x10200 points to c.
+    page[0x200:0x208] = struct.pack("<Q", c + 8)
+    runs = _pairs((0x10000, 0x11000))
+    assert _native.remark(cands, state, store, runs, page, b"", True) == 1
+    assert list(state) == [0, 1]
+    # The word that straddles a's end is a root as well (conservative).
+    state = bytearray(2)
+    page[0x200:0x208] = bytes(8)
+    page[0x1F0:0x1F8] = struct.pack("<Q", c)
+    assert _native.remark(cands, state, store, runs, page, b"", True) == 1
+
+
 def test_pairs_in_matches_begin_and_size():
     cands = _pairs((0x1000, 16), (0x2000, 32), (0x3000, 48))
     allocs = _pairs((0x3000, 48), (0x2000, 33), (0x9000, 16))
