@@ -34,6 +34,19 @@ static PyMethodDef methods[] = {
      "Read the (begin, end) spans (packed u64) of a process into the writable buffer out, "
      "end to end, with up to `threads` threads (process_vm_readv); unreadable pages are left "
      "as they were. Returns the bytes read; OSError when the process cannot be read at all."},
+    {"written_pages", ur_py_written_pages, METH_VARARGS,
+     "written_pages(pid, ranges, clear) -> bytes\n\n"
+     "(begin, end) runs (packed u64, not sorted) of the ranges whose pages hold data and were "
+     "written since they were write-protected, or are not protected at all (PAGEMAP_SCAN). "
+     "clear: protect the written ones again. OSError from the pagemap."},
+    {"remark", ur_py_remark, METH_VARARGS,
+     "remark(candidates, state, store, runs, page_bytes, values, roots) -> int\n\n"
+     "The concurrent snapshot's re-mark (concurrent_mark.c): store the runs' bytes that lie "
+     "in candidates, scan gone candidates' stores, and (roots) the runs' other words and the "
+     "values; rescue the candidates hit, transitively. Returns how many were rescued."},
+    {"pairs_in", ur_py_pairs_in, METH_VARARGS,
+     "pairs_in(candidates, allocs) -> bytes\n\n"
+     "One byte per sorted (begin, size) candidate: 1 if allocs holds the same pair."},
     {"set_cache_budget", ur_py_set_cache_budget, METH_VARARGS,
      "set_cache_budget(bytes)\n\n"
      "The most the caches of memory copies (a copy snapshot, stopped mode's copy) may take "

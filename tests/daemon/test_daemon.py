@@ -417,6 +417,18 @@ def test_copy_snapshot(daemon, targets):
 
 
 @pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
+def test_concurrent_snapshot(daemon, targets):
+    """SNAPSHOT_CONCURRENT reaches the scan: marked while running, both
+    stops in the note."""
+    target = targets.start(PROGRAMS / "globals.c")
+    report = scan_report(stub(daemon.address), pid=target.pid, snapshot=pb.SNAPSHOT_CONCURRENT)
+    assert report.snapshot == "concurrent" and report.snapshot_note.startswith("two stops")
+    assert report.leak_count == target.int("leak_count")
+    wait_untracked(target.pid)
+    assert target.tracer() == 0
+
+
+@pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
 def test_cancel_during_the_copy_ends_the_tracking(daemon, targets):
     # Cancelled while the memory is copied, the target running and its
     # writes tracked: the scanner is gone and the helper stops tracking.

@@ -53,6 +53,36 @@ def test_why_and_retainers_remote_equal_local(daemon, targets):
     assert t.tracer() == 0
 
 
+def test_concurrent_snapshot_is_refused_without_a_reference_graph(daemon, targets):
+    """--snapshot concurrent keeps no reference graph: why and retainers
+    refuse it in one line, exit 2, locally and over the daemon, and the
+    daemon refuses the request's SNAPSHOT_CONCURRENT itself; the target is
+    never stopped."""
+    t = targets.start(PROGRAM)
+    pid = str(t.pid)
+    for remote in ([], ["--remote", daemon.address]):
+        for args in (["why", pid, t.info["leaked"]], ["retainers", pid]):
+            res = cli(*args, "--snapshot", "concurrent", *remote)
+            assert res.returncode == 2, res
+            assert res.stderr.count("\n") == 1 and "keeps no reference graph" in res.stderr
+    stub = pb_grpc.UnreachableStub(grpc.insecure_channel(daemon.address))
+    leaked = int(t.info["leaked"], 16)
+    for call in (
+        lambda: stub.Why(
+            pb.WhyRequest(pid=t.pid, address=leaked, snapshot=pb.SNAPSHOT_CONCURRENT),
+            timeout=RPC_TIMEOUT,
+        ),
+        lambda: stub.Retainers(
+            pb.RetainersRequest(pid=t.pid, snapshot=pb.SNAPSHOT_CONCURRENT), timeout=RPC_TIMEOUT
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            call()
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "keeps no reference graph" in info.value.details()
+    assert t.alive() and t.tracer() == 0
+
+
 def test_why_bad_address_over_the_daemon(daemon, targets):
     t = targets.start(PROGRAM)
     stub = pb_grpc.UnreachableStub(grpc.insecure_channel(daemon.address))

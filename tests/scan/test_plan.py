@@ -10,7 +10,7 @@ import pytest
 
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, COPY_MAX_ALLOCATIONS
 from unreachable.capture.kept_out_of_fork import KEPT_OUT_PREFER_COPY_BYTES, ForkFlags
-from unreachable.errors import TargetNotShimmed, TargetUnscannable
+from unreachable.errors import InvalidArgument, TargetNotShimmed, TargetUnscannable
 from unreachable.scan.facts import Facts
 from unreachable.scan.options import ScanOptions
 from unreachable.scan.plan import NO_CHILD_BOX, Plan, Retry, expected_pause_ms, plan
@@ -18,7 +18,7 @@ from unreachable.scan.plan import NO_CHILD_BOX, Plan, Retry, expected_pause_ms, 
 MIB = 1 << 20
 SMALL = Facts(1, anonymous_bytes=10 * MIB)  # too small for the registry to be read
 BIG = replace(SMALL, anonymous_bytes=COPY_FROM_BYTES, allocations=1000)
-SNAPSHOTS = ("auto", "fork", "copy", "stopped")
+SNAPSHOTS = ("auto", "fork", "copy", "stopped", "concurrent")
 SWEEPS = ("auto", "child", "scanner")
 
 
@@ -40,7 +40,7 @@ def test_every_combination_plans_or_refuses_before_the_stop(snapshot, sweep):
         plans = _plan(SMALL, snapshot, sweep)
     except TargetUnscannable as e:
         # Only an in-child sweep without a snapshot child is refused here.
-        assert sweep == "child" and snapshot in ("copy", "stopped"), e
+        assert sweep == "child" and snapshot in ("copy", "stopped", "concurrent"), e
         assert "no in-child sweep without a snapshot child" in str(e)
         return
     assert plans
@@ -129,6 +129,7 @@ def test_without_the_shim_glibcs_heap_is_walked_from_a_copy():
     for snapshot, sweep, graph in (
         ("fork", "auto", False),
         ("copy", "auto", False),
+        ("concurrent", "auto", False),
         ("auto", "child", False),
         ("auto", "auto", True),
     ):
@@ -137,6 +138,41 @@ def test_without_the_shim_glibcs_heap_is_walked_from_a_copy():
     # A shim that is there but inert, or a secure-execution process: no walk.
     with pytest.raises(TargetNotShimmed, match="inert"):
         _plan(Facts(1, shim=False, no_shim="the shim is inert", glibc_heap=False))
+
+
+def test_concurrent_is_planned_only_when_asked_for():
+    """Its own plan kind (the mark runs inside its capture), with no
+    fallback; auto never takes it, however big the heap or tight the budget."""
+    [only] = _plan(BIG, "concurrent")
+    assert (only.snapshot, only.sweeps, only.allocations) == (
+        "concurrent",
+        ("scanner",),
+        "shim registry",
+    )
+    huge = replace(BIG, anonymous_bytes=64 << 30)
+    for facts in (SMALL, BIG, huge):
+        assert all(p.snapshot != "concurrent" for p in _plan(facts))
+        assert all(p.snapshot != "concurrent" for p in _budget(facts, 1))
+
+
+def test_concurrent_keeps_no_reference_graph():
+    """why and retainers: refused before anything is read of the target,
+    shim or none."""
+    for facts in (SMALL, Facts(1, shim=False, no_shim="no shim", glibc_heap=True)):
+        with pytest.raises(InvalidArgument, match="keeps no reference graph"):
+            _plan(facts, "concurrent", graph=True)
+
+
+def test_concurrent_under_a_budget():
+    facts = replace(SMALL, anonymous_bytes=4 << 30)
+    assert expected_pause_ms(facts, "copy") < expected_pause_ms(facts, "concurrent")
+    assert expected_pause_ms(facts, "concurrent") < expected_pause_ms(facts, "fork")
+    assert _budget(facts, 1000, "concurrent") == [Plan("concurrent")]
+    [over] = _budget(facts, 10, "concurrent")
+    assert over.snapshot == "concurrent"
+    assert "a concurrent snapshot is expected to pause the target about 48 ms" in (
+        over.snapshot_note
+    )
 
 
 def _next(plans: list[Plan], retries: list[Retry]) -> list[Plan]:

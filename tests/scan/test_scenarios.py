@@ -74,6 +74,11 @@ SCENARIOS = [
             marks=pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported()),
         ),
         ("stopped", "auto"),
+        pytest.param(
+            "concurrent",
+            "auto",
+            marks=pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported()),
+        ),
     ],
 )
 def test_scenario(targets, program, snapshot, sweep):

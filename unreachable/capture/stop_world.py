@@ -30,7 +30,7 @@ from unreachable.process.access import why_denied
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
 
-SnapshotMode = Literal["auto", "fork", "copy", "stopped"]
+SnapshotMode = Literal["auto", "fork", "copy", "stopped", "concurrent"]
 Strategy = Literal["fork", "copy", "stopped"]
 
 

@@ -159,12 +159,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--snapshot",
-        choices=("auto", "fork", "copy", "stopped"),
+        choices=("auto", "fork", "copy", "stopped", "concurrent"),
         default="auto",
         help="fork: sweep a frozen copy-on-write copy and release the target at once; "
         "copy: copy the memory while the target runs, then pause it only to read again "
-        "what it wrote (Linux 6.7+); stopped: copy it all while paused; auto: copy for a "
-        "big heap, else fork, when possible (docs/pause.md)",
+        "what it wrote (Linux 6.7+); stopped: copy it all while paused; concurrent: mark "
+        "the running target, stopping it twice briefly, no copy of its heap (Linux 6.7+); "
+        "auto: copy for a big heap, else fork, when possible (docs/pause.md)",
     )
     add_sweep_options(p)
     add_symbol_budget(p)
@@ -269,7 +270,9 @@ def handle(args: argparse.Namespace) -> int:
     elif report.snapshot == "core" and report.snapshot_note and tty:
         print(f"unreachable-cli: note: core {args.core}: {report.snapshot_note}", file=sys.stderr)
     elif (report.snapshot_note or report.sweep_note) and sys.stderr.isatty():
-        how = {"fork": "forked", "copy": "copied"}.get(report.snapshot, "swept in place")
+        how = {"fork": "forked", "copy": "copied", "concurrent": "marked running"}.get(
+            report.snapshot, "swept in place"
+        )
         why = "; ".join(n for n in (report.snapshot_note, report.sweep_note) if n)
         print(
             f"unreachable-cli: note: pid {report.pid} was {how}, paused "

@@ -8,12 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 from unreachable.cli.scan import _pid
-from unreachable.errors import EXIT_NO_LEAKS
+from unreachable.errors import EXIT_NO_LEAKS, InvalidArgument
 from unreachable.rpc.options import add_remote_options
 from unreachable.scan import ScanOptions
+from unreachable.scan.plan import NO_GRAPH
 from unreachable.writing import write_output
 
-SNAPSHOTS = ("auto", "fork", "copy", "stopped")
+# "concurrent" is among them to be refused in one line (report()), not by
+# argparse's usage message: it keeps no reference graph.
+SNAPSHOTS = ("auto", "fork", "copy", "stopped", "concurrent")
 
 
 def address(text: str) -> int:
@@ -36,7 +39,8 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
         choices=SNAPSHOTS,
         default="auto",
         help="how to capture the target, as for scan (the graph is always read by the "
-        "scanner, never swept inside a snapshot child)",
+        "scanner, never swept inside a snapshot child; concurrent is refused: it keeps "
+        "no reference graph)",
     )
     add_remote_options(p)
 
@@ -44,6 +48,8 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
 def report(args: argparse.Namespace, local: Callable[[], dict[str, Any]], rpc: str,
            request: object) -> dict[str, Any]:  # fmt: skip
     """The report, made here or asked of the daemon (--remote)."""
+    if args.snapshot == "concurrent":
+        raise InvalidArgument(NO_GRAPH)
     if args.remote:
         import grpc
 

@@ -8,9 +8,10 @@ are copied (at once in fork mode), and symbolization runs afterwards.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
 
 from unreachable.allocations.registry import read_registry
-from unreachable.capture.stop_world import CaptureRequest, SnapshotMode
+from unreachable.capture.stop_world import CaptureRequest, Strategy
 from unreachable.capture.strategies import take_snapshot
 from unreachable.capture.target import open_target, still_running
 from unreachable.errors import TargetNotFound
@@ -23,7 +24,10 @@ from unreachable.symbolize.unloaded import read_loaded_objects
 
 
 def heap_dump(
-    pid: int, snapshot: SnapshotMode = "auto", symbol_budget: float | None | bool = True
+    pid: int,
+    # Not "concurrent": a dump reads the registry only, which any stop holds.
+    snapshot: Strategy | Literal["auto"] = "auto",
+    symbol_budget: float | None | bool = True,
 ) -> HeapDump:
     target = open_target(pid)
     # Only the registry is read: "auto" never copies the whole heap for it,

@@ -59,7 +59,8 @@ class ScanReport:
     pause_ms: float = field(metadata=wire(json_digits=3))
     scan_ms: float = field(metadata=wire(json_digits=3))
     # "fork": frozen copy-on-write child; "copy": copied while running, then
-    # brought up to date while paused; "stopped": swept while paused
+    # brought up to date while paused; "stopped": swept while paused;
+    # "concurrent": marked while running, between two short stops
     snapshot: str
     threads: int
     leaks: list[LeakEntry]

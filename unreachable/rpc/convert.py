@@ -36,6 +36,7 @@ SNAPSHOTS = {
     pb.SNAPSHOT_FORK: "fork",
     pb.SNAPSHOT_STOPPED: "stopped",
     pb.SNAPSHOT_COPY: "copy",
+    pb.SNAPSHOT_CONCURRENT: "concurrent",
 }
 SNAPSHOT_ENUM = {v: k for k, v in SNAPSHOTS.items()}
 SWEEPS = {pb.SWEEP_AUTO: "auto", pb.SWEEP_CHILD: "child", pb.SWEEP_SCANNER: "scanner"}

@@ -22,6 +22,8 @@ The rules, for a target under the shim:
 - the sweep: in the snapshot child, the outside sweep of that child as its
   fallback ("auto"), never outside ("child"), always outside ("scanner",
   and every scan that keeps the reference graph).
+- "concurrent": only when asked for (auto never takes it), never with a
+  reference graph (it keeps none) nor an in-child sweep; no fallback.
 Without the shim, glibc's heap is walked from a copy made in the pause
 (scan_glibc.py); nothing that needs the shim is possible then.
 """
@@ -32,14 +34,18 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
-from unreachable.errors import TargetNotShimmed, TargetUnscannable
+from unreachable.errors import InvalidArgument, TargetNotShimmed, TargetUnscannable
 from unreachable.scan.facts import Facts
 from unreachable.scan.options import ScanOptions
 
 # Capture strategies (capture/): a frozen snapshot child, a copy made while
 # the target runs, the target itself paused, a copy of the whole process
-# made in the pause (no shim).
-Snapshot = Literal["fork", "copy", "stopped", "whole copy"]
+# made in the pause (no shim). "concurrent" is a plan kind of its own, not
+# one of capture/strategies.py: its mark runs inside the capture, over the
+# live target between two stops (capture/concurrent.py), so it yields no
+# still memory for the allocations, roots and mark stages to read; the
+# run takes its sweep straight to fold, symbolize and report.
+Snapshot = Literal["fork", "copy", "stopped", "whole copy", "concurrent"]
 SweepPlace = Literal["child", "scanner"]
 # Where the allocations come from: a name in allocations/source.SOURCES,
 # or "glibc heap" (walked by scan_glibc.py's own capture).
@@ -48,15 +54,19 @@ Allocations = str
 # Expected pause per GiB of resident anonymous memory on 4 KiB pages
 # (docs/pause.md): a fork's page-table copy (20-40 ms), a copy's page-table
 # walk with few pages written (1.3-4.5 ms), a stopped read of the heap at
-# ~3 GB/s (300-400 ms), and a fork's read of what it lacks (~2.5 GB/s).
+# ~3 GB/s (300-400 ms), a fork's read of what it lacks (~2.5 GB/s), and the
+# longer of the concurrent mark's two stops, beyond stopping the threads
+# (5-7 ms at 1 GB, 47 ms at 4 GB: the written-page walk and the registry).
 FORK_MS_PER_GIB = 30.0
 COPY_MS_PER_GIB = 5.0
 STOPPED_MS_PER_GIB = 350.0
 KEPT_OUT_MS_PER_GIB = 400.0
+CONCURRENT_MS_PER_GIB = 12.0
 
 NO_CHILD_BOX = "the shim in the target has no in-child sweep"
 RETRY_ELSEWHERE = "; scan it with --snapshot stopped or copy"
 NO_CHILD = "no in-child sweep without a snapshot child: "
+NO_GRAPH = "--snapshot concurrent keeps no reference graph; use auto, fork, copy or stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +127,11 @@ def plan(facts: Facts, options: ScanOptions, graph: bool = False) -> list[Plan]:
 def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
     """What the target is expected to feel of a snapshot, from the memory it
     holds: a fork's page-table copy and its read of what the child lacks, a
-    copy's page-table walk, or a read of the whole heap while stopped."""
+    copy's page-table walk, the concurrent mark's longer stop, or a read of
+    the whole heap while stopped."""
     gib = facts.anonymous_bytes / (1 << 30)
+    if snapshot == "concurrent":
+        return gib * CONCURRENT_MS_PER_GIB
     if snapshot == "fork":
         return gib * FORK_MS_PER_GIB + facts.kept_out.resident / (1 << 30) * KEPT_OUT_MS_PER_GIB
     if snapshot == "copy":
@@ -153,7 +166,11 @@ def _within_pause(plans: list[Plan], facts: Facts, max_ms: float, auto: bool) ->
 
 def _over_budget(facts: Facts, p: Plan, max_ms: float) -> str:
     ms = expected_pause_ms(facts, p.snapshot)
-    kind = {"fork": "a fork snapshot", "copy": "a copy snapshot"}.get(p.snapshot, "a stopped scan")
+    kind = {
+        "fork": "a fork snapshot",
+        "copy": "a copy snapshot",
+        "concurrent": "a concurrent snapshot",
+    }.get(p.snapshot, "a stopped scan")
     return (
         f"{kind} is expected to pause the target about {ms:.0f} ms,"
         f" more than --max-pause {max_ms:g} ms"
@@ -165,8 +182,14 @@ def _join(*notes: str) -> str:
 
 
 def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
+    if options.snapshot == "concurrent" and graph:
+        raise InvalidArgument(NO_GRAPH)
     if not facts.shim:
         return [_without_shim(facts, options, graph)]
+    if options.snapshot == "concurrent":
+        if options.sweep == "child":
+            raise TargetUnscannable(f"{NO_CHILD}--snapshot concurrent takes none")
+        return [Plan("concurrent")]
     in_child = options.sweep != "scanner" and not graph
     sweeps: tuple[SweepPlace, ...] = ("scanner",)
     sweep_note = ""
@@ -214,7 +237,7 @@ def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Pl
 
 def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> Plan:
     # why and retainers read the shim's registry; so do the helper's snapshots.
-    needs_shim = options.snapshot in ("fork", "copy") or options.sweep == "child"
+    needs_shim = options.snapshot in ("fork", "copy", "concurrent") or options.sweep == "child"
     if needs_shim or graph or not facts.glibc_heap:
         raise TargetNotShimmed(facts.no_shim)
     return Plan("whole copy", allocations="glibc heap")

@@ -18,7 +18,7 @@ class Scanned:
 
     pid: int  # the process's id, as reports name it
     command: str
-    snapshot: str  # "fork", "copy", "stopped" or "core"
+    snapshot: str  # "fork", "copy", "stopped", "concurrent" or "core"
     threads: int
     pause_ms: float
     started: float  # time.monotonic() when the scan began

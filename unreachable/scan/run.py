@@ -8,7 +8,9 @@ released. In "copy" mode every stage reads the copy made in capture, the
 target running on. In fork mode the snapshot child sweeps itself
 (sweep/child.py); if that fails with the child frozen, the same child is
 swept from outside, and if the child died, the next plan takes a new
-snapshot: a scan never gets worse than the outside sweep.
+snapshot: a scan never gets worse than the outside sweep. A concurrent
+plan marks inside its capture (run_concurrent), then folds, symbolizes and
+reports as the others.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unreachable.allocations.source import SOURCES, AllocationSource
+from unreachable.capture.concurrent import concurrent_sweep
 from unreachable.capture.stop_world import Capture
 from unreachable.capture.target import still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
@@ -85,6 +88,8 @@ def run_plans(
                 *(r.reason for r in retries if r.note == "sweep"), planned.sweep_note
             ),
         )
+        if planned.snapshot == "concurrent":
+            return run_concurrent(facts, planned, options, note, started)
         if planned.allocations == "glibc heap":
             from unreachable.scan_glibc import scan_without_shim
 
@@ -163,6 +168,50 @@ def run_plan(
     return build_report(
         scanned, swept.result, folded, symbolized, swept.roots.counts(), source.name
     )
+
+
+def run_concurrent(
+    facts: Facts, planned: Plan, options: ScanOptions, note: Progress, started: float
+) -> ScanReport:
+    """The concurrent plan: its capture is its mark (capture/concurrent.py),
+    then fold, symbolize and report as every plan, reading the live target.
+    That is sound: nothing can reach a leaked block, so the target no
+    longer writes it, and the shim never rewrites a stack-depot entry."""
+    target = facts.target
+    assert target is not None
+    pid = target.pid
+    try:
+        done = concurrent_sweep(target)
+        note("marked")
+        folded = fold(done.result, options, pid, done.mappings, pid)
+        note("folded")
+        backtraces = read_backtraces(pid, target.shim.descriptor_addr, folded.leaks)
+    except (ProcessLookupError, FileNotFoundError, TargetNotFound):
+        raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
+    except OSError as e:
+        if not still_running(pid):
+            raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
+        raise TargetUnscannable(f"the concurrent snapshot failed: {e}") from None
+    if not still_running(pid):
+        raise TargetNotFound(f"process {target.tgid} exited during the scan")
+    symbolized = symbolize(pid, done.mappings, backtraces, options.symbol_budget)
+    note("done")
+    p1, p2 = done.pauses_ms
+    stops = (
+        f"two stops, {p1:.1f} ms and {p2:.1f} ms; {done.rescued} candidates rescued,"
+        f" {done.gone} freed or reallocated during the mark"
+    )
+    scanned = Scanned(
+        target.tgid,
+        target.command,
+        "concurrent",
+        len(done.threads),
+        done.pause_ms,
+        started,
+        join_notes(planned.snapshot_note, stops),
+    )
+    roots = dict(done.roots.kinds) | done.value_counts
+    return build_report(scanned, done.result, folded, symbolized, roots, planned.allocations)
 
 
 def _sweep(

@@ -16,6 +16,7 @@ class Snapshot(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SNAPSHOT_FORK: _ClassVar[Snapshot]
     SNAPSHOT_STOPPED: _ClassVar[Snapshot]
     SNAPSHOT_COPY: _ClassVar[Snapshot]
+    SNAPSHOT_CONCURRENT: _ClassVar[Snapshot]
 
 class Sweep(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -43,6 +44,7 @@ SNAPSHOT_AUTO: Snapshot
 SNAPSHOT_FORK: Snapshot
 SNAPSHOT_STOPPED: Snapshot
 SNAPSHOT_COPY: Snapshot
+SNAPSHOT_CONCURRENT: Snapshot
 SWEEP_AUTO: Sweep
 SWEEP_CHILD: Sweep
 SWEEP_SCANNER: Sweep

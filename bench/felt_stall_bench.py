@@ -1,0 +1,97 @@
+"""Where the stall a target feels lies against the pauses we report (not a test).
+
+bench/programs/peer_heap.c's heartbeat thread records its longest gap and
+when it ended (CLOCK_MONOTONIC, the clock of time.monotonic()). For a copy
+snapshot and a concurrent one of the same heap, this prints the reported
+pause(s), the longest gap, and where it ended relative to the release(s):
+inside a pause, or while the scanner copied, marked or tore the tracking
+down with the target running.
+
+    python bench/felt_stall_bench.py [BYTES MIN MAX THREADS] [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from unreachable._paths import shim_path  # noqa: E402
+from unreachable.capture.concurrent import concurrent_sweep  # noqa: E402
+from unreachable.capture.stop_world import stop_world  # noqa: E402
+from unreachable.capture.target import open_target  # noqa: E402
+
+PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
+SETTLE_S = 0.3  # after the scan: a gap caused by the tracking's teardown is seen too
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shape", nargs="*", default=["300000000", "16", "1040", "1"])
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    exe = Path(tempfile.mkdtemp()) / "peer_heap"
+    subprocess.run(["cc", "-O2", "-pthread", "-o", str(exe), str(PROGRAM)], check=True)
+    p = subprocess.Popen(
+        [str(exe), *args.shape],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "LD_PRELOAD": str(shim_path())},
+    )
+    assert p.stdin is not None and p.stdout is not None
+    print(p.stdout.readline().strip(), f"load average {os.getloadavg()[0]:.1f}", flush=True)
+
+    def ask(cmd: str) -> str:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write(cmd + "\n")
+        p.stdin.flush()
+        return p.stdout.readline().strip()
+
+    def gap() -> tuple[float, float]:
+        _, us, at = ask("g").split()
+        return int(us) / 1000, int(at) / 1e9
+
+    try:
+        for _ in range(args.repeat):
+            ask("r")
+            time.sleep(1.0)
+            print(f"idle: longest gap {gap()[0]:.1f} ms")
+            ask("r")
+            t0 = time.monotonic()
+            with stop_world(open_target(p.pid), "copy") as cap:
+                rel, pause = time.monotonic(), cap.pause_ms
+            time.sleep(SETTLE_S)
+            g, at = gap()
+            print(
+                f"copy: pause {pause:.1f} ms; longest gap {g:.1f} ms, ending"
+                f" {1000 * (at - rel):+.1f} ms from the release (the copy took"
+                f" {1000 * (rel - t0) - pause:.0f} ms before the stop)"
+            )
+            ask("r")
+            t0 = time.monotonic()
+            done = concurrent_sweep(open_target(p.pid))
+            time.sleep(SETTLE_S)
+            g, at = gap()
+            r1, r2 = done.released_at
+            print(
+                f"concurrent: stops {done.pauses_ms[0]:.1f} / {done.pauses_ms[1]:.1f} ms;"
+                f" longest gap {g:.1f} ms, ending {1000 * (at - r1):+.1f} ms from the first"
+                f" release, {1000 * (at - r2):+.1f} ms from the second"
+                f" (scan {1000 * (r2 - t0):.0f} ms)",
+                flush=True,
+            )
+    finally:
+        p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

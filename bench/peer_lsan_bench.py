@@ -1,0 +1,272 @@
+"""Side by side with LeakSanitizer on the same heap (not a test).
+
+bench/programs/peer_heap.c is built twice: plain, run under the shim and
+scanned by `unreachable-cli scan` in every snapshot mode; and with
+`-fsanitize=leak`, where LSan's own `__lsan_do_recoverable_leak_check` runs
+inside it (LSan stops the whole process for its whole check). For each heap
+shape it prints, in one run: LSan's check time; for each of our modes the
+pause we report, the whole scan (the CLI's wall time, Python start-up
+included), the stall the target itself felt (its heartbeat thread's longest
+gap during the scan, against an idle baseline measured the same way), the
+scanner's peak RSS; and the time memcpy takes to read as many bytes as the
+heap holds, the limit for anything that reads the heap.
+
+    python bench/peer_lsan_bench.py [--quick] [--big] [--results] [--modes fork,copy,...]
+
+Default shapes stay within 1 GB (the machine is shared); --big adds 4 GB.
+--results replaces this bench's section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import re
+import resource
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from unreachable._paths import shim_path  # noqa: E402
+
+PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
+RESULTS = REPO / "bench" / "RESULTS.md"
+MARK = "<!-- peer_lsan_bench -->"
+CLI = "import sys; from unreachable.cli.main import main; sys.exit(main())"
+MODES = ("fork", "copy", "stopped", "concurrent")
+# (heap bytes, smallest block, largest block, threads)
+QUICK = [(100_000_000, 16, 1040, 1)]
+DEFAULT = [
+    (100_000_000, 16, 1040, 1),
+    (100_000_000, 16, 65536, 8),
+    (1_000_000_000, 240, 240, 8),
+    (1_000_000_000, 16, 1040, 1),
+]
+BIG = [(4_000_000_000, 16, 1040, 8)]
+
+
+def build(out: Path, sanitize: bool) -> Path:
+    exe = out / ("peer_heap_lsan" if sanitize else "peer_heap")
+    cmd = ["cc", "-O2", "-g", "-pthread", "-Wall", "-Wextra", "-o", str(exe), str(PROGRAM)]
+    if sanitize:
+        cmd.insert(1, "-fsanitize=leak")
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+class Heap:
+    """One peer_heap process, spoken to over its stdin/stdout."""
+
+    def __init__(self, exe: Path, shape: tuple[int, int, int, int], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [str(exe), *(str(a) for a in shape)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            text=True,
+        )
+        ready = self.line(600)
+        if not ready.startswith("READY"):
+            raise SystemExit(f"peer_heap did not start: {ready!r}")
+        self.blocks = int(ready.split()[1])
+
+    def line(self, timeout: float = 120) -> str:
+        assert self.proc.stdout is not None
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise SystemExit("peer_heap did not answer")
+        return self.proc.stdout.readline().strip()
+
+    def ask(self, cmd: str, timeout: float = 120) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self.line(timeout)
+
+    def gap_ms(self) -> float:
+        return int(self.ask("g").split()[1]) / 1000
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@dataclass
+class Scan:
+    pause_ms: float = float("nan")
+    scan_s: float = float("nan")
+    stall_ms: float = float("nan")
+    rss_mb: float = float("nan")
+    leaks: int = -1
+    note: str = ""
+
+
+def scan(heap: Heap, mode: str) -> Scan:
+    heap.ask("r")
+    cli = [sys.executable, "-c", CLI, "scan", str(heap.proc.pid), "--json"]
+    cli += ["--snapshot", mode, "--symbol-budget", "5"]
+    t0 = time.monotonic()
+    # Popen and wait4 (not communicate): the scanner's own peak RSS.
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert p.stdout is not None
+        out = p.stdout.read()
+        _, status, usage = os.wait4(p.pid, 0)
+        err.seek(0)
+        errs = err.read()
+    wall = time.monotonic() - t0
+    stall = heap.gap_ms()
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        return Scan(note=(errs.strip().splitlines() or ["?"])[-1][:80])
+    report = json.loads(out)
+    note = report.get("snapshot_note", "")
+    if mode == "concurrent" and (
+        stops := re.search(r"two stops, ([\d.]+) ms and ([\d.]+) ms", note)
+    ):
+        note = f"stops {stops[1]} + {stops[2]} ms"
+    return Scan(
+        pause_ms=report["pause_ms"],
+        scan_s=wall,
+        stall_ms=stall,
+        rss_mb=usage.ru_maxrss / 1024,
+        leaks=report["leak_count"],
+        note=note if report.get("snapshot") == mode else f"ran as {report.get('snapshot')}",
+    )
+
+
+def memcpy_s(nbytes: int) -> float:
+    """Seconds memcpy takes to copy nbytes, in 64 MiB copies (best of 3)."""
+    chunk = 64 << 20
+    src = ctypes.create_string_buffer(chunk)
+    dst = ctypes.create_string_buffer(chunk)
+    ctypes.memmove(dst, src, chunk)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(4):
+            ctypes.memmove(dst, src, chunk)
+        best = min(best, time.perf_counter() - t0)
+    return best / (4 * chunk) * nbytes
+
+
+def idle_stall(heap: Heap, seconds: float = 1.0) -> float:
+    heap.ask("r")
+    time.sleep(seconds)
+    return heap.gap_ms()
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{platform.machine()}, {os.cpu_count()} CPUs ({model}), {mem:.0f} GiB, "
+        f"Linux {platform.release()}; load average at the start {load[0]:.1f}"
+    )
+
+
+def fmt(v: float, spec: str) -> str:
+    return "-" if v != v else format(v, spec)
+
+
+def run(shapes: list, modes: list[str], out: Path) -> str:
+    plain, lsan = build(out, False), build(out, True)
+    shim = str(shim_path())
+    lines = [
+        f"Machine: {machine()}.",
+        "",
+        "| heap | blocks | threads | memcpy of it | LSan check (stall) | idle stall | mode "
+        "| pause | target's stall | whole scan | scanner RSS | leaks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for shape in shapes:
+        size, lo, hi, threads = shape
+        heap = Heap(lsan, shape, {"LSAN_OPTIONS": "leak_check_at_exit=0:report_objects=0"})
+        try:
+            heap.ask("r")
+            answer = heap.ask("l", timeout=600).split()
+            lsan_ms = int(answer[1]) / 1000
+            lsan_stall = heap.gap_ms()
+        finally:
+            heap.close()
+        heap = Heap(plain, shape, {"LD_PRELOAD": shim})
+        try:
+            idle = idle_stall(heap)
+            results = [(mode, scan(heap, mode)) for mode in modes]
+            blocks = heap.blocks
+        finally:
+            heap.close()
+        copy_ms = memcpy_s(size) * 1000
+        what = f"{size / 1e9:g} GB of {lo}-{hi} B" if lo != hi else f"{size / 1e9:g} GB of {lo} B"
+        for i, (mode, r) in enumerate(results):
+            head = (
+                f"| {what} | {blocks:,} | {threads} | {copy_ms:.0f} ms "
+                f"| {lsan_ms:.0f} ms ({lsan_stall:.0f} ms) | {idle:.1f} ms "
+                if i == 0
+                else "| | | | | | "
+            )
+            tail = f" ({r.note})" if r.note else ""
+            lines.append(
+                f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms | {fmt(r.stall_ms, '.1f')} ms "
+                f"| {fmt(r.scan_s, '.2f')} s | {fmt(r.rss_mb, '.0f')} MB "
+                f"| {r.leaks if r.leaks >= 0 else '-'}{tail} |"
+            )
+            print(lines[-1], flush=True)
+    load = os.getloadavg()[0]
+    lines += ["", f"Load average at the end {load:.1f}.", ""]
+    return "\n".join(lines)
+
+
+def write_results(text: str) -> None:
+    """Replace this bench's section of bench/RESULTS.md (or add it)."""
+    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    section = (
+        f"{MARK}\n## Side by side with LeakSanitizer (bench/peer_lsan_bench.py)\n\n{text}{MARK}\n"
+    )
+    if MARK in old:
+        head, _, rest = old.partition(MARK)
+        _, _, tail = rest.partition(MARK + "\n")
+        new = head + section + tail
+    else:
+        new = old.rstrip("\n") + "\n\n" + section
+    RESULTS.write_text(new)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one 100 MB heap")
+    ap.add_argument("--big", action="store_true", help="also a 4 GB heap (needs ~10 GB free)")
+    ap.add_argument("--modes", default=",".join(MODES), help="snapshot modes to scan with")
+    ap.add_argument("--results", action="store_true", help="write bench/RESULTS.md")
+    args = ap.parse_args()
+    shapes = QUICK if args.quick else DEFAULT + (BIG if args.big else [])
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"peer_lsan_bench.{os.getpid()}"
+    out.mkdir(exist_ok=True)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    text = run(shapes, args.modes.split(","), out)
+    print(text)
+    if args.results:
+        write_results(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+/*
+ * The "concurrent" snapshot's re-mark (capture/concurrent.py, docs/pause.md
+ * "The concurrent mark"). The first mark runs over the live, running
+ * target; what it leaves unmarked are candidates. Their bytes are kept in a
+ * store (read once after that mark, then updated from every set of pages the
+ * target wrote since). These functions find the written pages, and rescue
+ * the candidates that words of written pages, registers and rescued
+ * candidates point into.
+ *
+ * Candidates: sorted (begin, size) pairs, one state byte each:
+ *   0 candidate: its words are not roots (kept in the store only);
+ *   1 rescued: reachable after all, its store scanned once;
+ *   2 gone: no longer the same block (freed or reallocated): its words are
+ *     roots, never reported;
+ *   3 gone, its store not yet scanned (set by the caller; becomes 2).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include "unreachable/linux_compat.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "native.h"
+
+#define WORD 8u
+#define VEC 512
+
+enum { CAND = 0, RESCUED = 1, GONE = 2, GONE_PENDING = 3 };
+
+/* Pages a run of the target's memory holds that it wrote since they were
+ * last protected, or that nothing protects (mappings born since, untracked
+ * ones). clear: protect again the written ones (PM_SCAN_WP_MATCHING), so
+ * that the next call lists only what is written after this one. */
+static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_t required,
+                        uint64_t **out, size_t *n, size_t *cap) {
+  struct page_region vec[VEC];
+  uint64_t pos = begin;
+  while (pos < end) {
+    /* Inverted WPALLOWED: a page matches when it is written or untracked;
+     * absent ones are dropped below (they hold zeros). `required` keeps the
+     * protecting walk to present pages: given a hole, the kernel protects
+     * all of it, a marker in each page (page tables for all of a sparse
+     * reservation, and a marker reads as swapped). */
+    struct pm_scan_arg a = {
+        .size = sizeof(a),
+        .flags = clear ? PM_SCAN_WP_MATCHING : 0,
+        .start = pos,
+        .end = end,
+        .vec = (uint64_t)(uintptr_t)vec,
+        .vec_len = VEC,
+        .category_inverted = PAGE_IS_WPALLOWED,
+        .category_mask = required,
+        .category_anyof_mask = PAGE_IS_WPALLOWED | PAGE_IS_WRITTEN,
+        .return_mask = PAGE_IS_WPALLOWED | PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+    };
+    long r = ioctl(pm, PAGEMAP_SCAN, &a);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    for (long i = 0; i < r; i++) {
+      uint64_t c = vec[i].categories;
+      if (!(c & (PAGE_IS_PRESENT | PAGE_IS_SWAPPED))) continue;
+      if (*n && (*out)[2 * *n - 1] == vec[i].start) {
+        (*out)[2 * *n - 1] = vec[i].end;
+        continue;
+      }
+      if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        uint64_t *p = realloc(*out, nc * 2 * sizeof(uint64_t));
+        if (!p) return -ENOMEM;
+        *out = p;
+        *cap = nc;
+      }
+      (*out)[2 * *n] = vec[i].start;
+      (*out)[2 * *n + 1] = vec[i].end;
+      (*n)++;
+    }
+    uint64_t walked = a.walk_end > end ? end : a.walk_end;
+    if (walked <= pos) return -EIO;
+    pos = walked;
+  }
+  return 0;
+}
+
+PyObject *ur_py_written_pages(PyObject *Py_UNUSED(self), PyObject *args) {
+  int pid, clear;
+  Py_buffer ranges;
+  if (!PyArg_ParseTuple(args, "iy*p", &pid, &ranges, &clear)) return NULL;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/pagemap", pid);
+  uint64_t *out = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  const uint64_t *r = ranges.buf;
+  size_t nr = (size_t)ranges.len / 16;
+  Py_BEGIN_ALLOW_THREADS
+  int pm = open(path, O_RDONLY | O_CLOEXEC);
+  if (pm < 0) rc = -errno;
+  for (size_t i = 0; i < nr && rc == 0; i++) {
+    if (!clear) {
+      rc = written_runs(pm, r[2 * i], r[2 * i + 1], 0, 0, &out, &n, &cap);
+      continue;
+    }
+    /* Present pages protected again; swapped ones only listed (they stay
+     * listed until read in: never fewer than were written). */
+    rc = written_runs(pm, r[2 * i], r[2 * i + 1], 1, PAGE_IS_PRESENT, &out, &n, &cap);
+    if (rc == 0) rc = written_runs(pm, r[2 * i], r[2 * i + 1], 0, PAGE_IS_SWAPPED, &out, &n, &cap);
+  }
+  if (pm >= 0) close(pm);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&ranges);
+  if (rc < 0) {
+    free(out);
+    errno = -rc;
+    return PyErr_SetFromErrno(PyExc_OSError);
+  }
+  PyObject *res = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(n * 16));
+  free(out);
+  return res;
+}
+
+struct remark {
+  const uint64_t *cand; /* (begin, size) */
+  size_t n;
+  uint8_t *state;
+  uint8_t *store;
+  uint64_t *off; /* store offset of each candidate, n + 1 */
+  size_t *stack;
+  size_t top;
+  uint64_t rescued;
+  uint64_t lo, hi; /* [lowest begin, highest end) */
+  uint64_t *pages; /* a bit per hashed 4 KiB page that a candidate overlaps */
+};
+
+#define PAGE_BITS 20
+
+static inline uint64_t page_slot(uint64_t v) {
+  return ((v >> 12) * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - PAGE_BITS);
+}
+
+/* The candidate whose block holds v, or n. */
+static size_t find(const struct remark *m, uint64_t v) {
+  size_t lo = 0, hi = m->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->cand[2 * mid] <= v)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == 0) return m->n;
+  size_t i = lo - 1;
+  uint64_t b = m->cand[2 * i], s = m->cand[2 * i + 1];
+  return v - b < (s ? s : 1) ? i : m->n;
+}
+
+static void hit(struct remark *m, uint64_t v) {
+  /* Most words point nowhere near a candidate: two tests, no search. */
+  if (v - m->lo >= m->hi - m->lo) return;
+  uint64_t slot = page_slot(v);
+  if (!(m->pages[slot / 64] & ((uint64_t)1 << (slot % 64)))) return;
+  size_t i = find(m, v);
+  if (i < m->n && m->state[i] == CAND) {
+    m->state[i] = RESCUED;
+    m->rescued++;
+    m->stack[m->top++] = i;
+  }
+}
+
+static void scan_words(struct remark *m, const uint8_t *p, uint64_t len) {
+  for (uint64_t k = 0; k + WORD <= len; k += WORD) {
+    uint64_t v;
+    memcpy(&v, p + k, WORD);
+    hit(m, v);
+  }
+}
+
+static void scan_store(struct remark *m, size_t i) {
+  scan_words(m, m->store + m->off[i], m->off[i + 1] - m->off[i]);
+}
+
+static void drain(struct remark *m) {
+  while (m->top) scan_store(m, m->stack[--m->top]);
+}
+
+/* The words of [lo, hi) in a run that begins at b (page aligned) and is
+ * held at p: every 8-aligned word that overlaps it. A word lies where its
+ * address says, not where the last candidate ended: a candidate of 501
+ * bytes ends 5 bytes into a word, and reading on from there would read
+ * every word up to the next candidate 5 bytes off (each pointer in them
+ * missed, the blocks it reaches reported as leaks). */
+static void scan_span(struct remark *m, const uint8_t *p, uint64_t b, uint64_t lo, uint64_t hi) {
+  uint64_t from = lo & ~(uint64_t)(WORD - 1), to = (hi + WORD - 1) & ~(uint64_t)(WORD - 1);
+  if (to > from) scan_words(m, p + (from - b), to - from);
+}
+
+/* Words of the page runs: the parts inside candidates go to the store, the
+ * rest (and the parts inside rescued or gone candidates) are roots. A word
+ * that straddles a candidate's end is a root too: the candidate's stored
+ * words stop before it, and a root too many hides no leak it should not. */
+static void pages(struct remark *m, const uint64_t *runs, size_t nruns, const uint8_t *bytes,
+                  int roots) {
+  uint64_t at = 0;
+  for (size_t r = 0; r < nruns; r++) {
+    uint64_t b = runs[2 * r], e = runs[2 * r + 1];
+    const uint8_t *p = bytes + at;
+    at += e - b;
+    /* The first candidate ending after b. */
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      uint64_t cs = m->cand[2 * mid + 1];
+      if (m->cand[2 * mid] + (cs ? cs : 1) <= b)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    uint64_t pos = b;
+    for (size_t i = lo; pos < e; i++) {
+      uint64_t cb = i < m->n ? m->cand[2 * i] : e, cs = i < m->n ? m->cand[2 * i + 1] : 0;
+      uint64_t ce = cb + cs;
+      if (cb > e) cb = e;
+      /* [pos, cb): outside every candidate. */
+      if (cb > pos) {
+        if (roots) scan_span(m, p, b, pos, cb);
+        pos = cb;
+      }
+      if (i >= m->n || pos >= e) break;
+      uint64_t from = pos > cb ? pos : cb, to = ce < e ? ce : e;
+      if (to > from) {
+        memcpy(m->store + m->off[i] + (from - m->cand[2 * i]), p + (from - b), to - from);
+        if (roots && m->state[i] != CAND) scan_span(m, p, b, from, to);
+        pos = to;
+      }
+    }
+  }
+}
+
+PyObject *ur_py_remark(PyObject *Py_UNUSED(self), PyObject *args) {
+  Py_buffer cand, state, store, runs, bytes, values;
+  int roots;
+  if (!PyArg_ParseTuple(args, "y*w*w*y*y*y*p", &cand, &state, &store, &runs, &bytes, &values,
+                        &roots))
+    return NULL;
+  PyObject *res = NULL;
+  struct remark m = {.cand = cand.buf, .n = (size_t)cand.len / 16, .state = state.buf,
+                     .store = store.buf};
+  size_t nruns = (size_t)runs.len / 16;
+  uint64_t total = 0;
+  for (size_t r = 0; r < nruns; r++) {
+    const uint64_t *rr = runs.buf;
+    total += rr[2 * r + 1] - rr[2 * r];
+  }
+  if ((size_t)state.len < m.n || (uint64_t)bytes.len < total) {
+    PyErr_SetString(PyExc_ValueError, "remark: state or page bytes too short");
+    goto done;
+  }
+  m.off = malloc((m.n + 1) * sizeof(uint64_t));
+  m.stack = malloc((m.n + 1) * sizeof(size_t));
+  if (!m.off || !m.stack) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  m.pages = calloc(((size_t)1 << PAGE_BITS) / 64, sizeof(uint64_t));
+  if (!m.pages) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  m.off[0] = 0;
+  m.lo = UINT64_MAX;
+  for (size_t i = 0; i < m.n; i++) {
+    uint64_t b = m.cand[2 * i], s = m.cand[2 * i + 1], e = b + (s ? s : 1);
+    m.off[i + 1] = m.off[i] + s;
+    if (b < m.lo) m.lo = b;
+    if (e > m.hi) m.hi = e;
+    for (uint64_t p = b >> 12; p <= (e - 1) >> 12; p++) {
+      uint64_t slot = page_slot(p << 12);
+      m.pages[slot / 64] |= (uint64_t)1 << (slot % 64);
+    }
+  }
+  if (m.lo > m.hi) m.lo = m.hi = 0;
+  if ((uint64_t)store.len < m.off[m.n]) {
+    PyErr_SetString(PyExc_ValueError, "remark: store smaller than the candidates");
+    goto done;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  /* The store first: a candidate rescued below is scanned as it is now. */
+  pages(&m, runs.buf, nruns, bytes.buf, 0);
+  for (size_t i = 0; i < m.n; i++) {
+    if (m.state[i] == GONE_PENDING) {
+      m.state[i] = GONE;
+      scan_store(&m, i);
+    }
+  }
+  if (roots) pages(&m, runs.buf, nruns, bytes.buf, 1);
+  scan_words(&m, values.buf, ((uint64_t)values.len / WORD) * WORD);
+  drain(&m);
+  Py_END_ALLOW_THREADS
+  res = PyLong_FromUnsignedLongLong(m.rescued);
+done:
+  free(m.off);
+  free(m.stack);
+  free(m.pages);
+  PyBuffer_Release(&cand);
+  PyBuffer_Release(&state);
+  PyBuffer_Release(&store);
+  PyBuffer_Release(&runs);
+  PyBuffer_Release(&bytes);
+  PyBuffer_Release(&values);
+  return res;
+}
+
+/* For each candidate (sorted (begin, size)), 1 if allocs (any order)
+ * holds the same pair. */
+PyObject *ur_py_pairs_in(PyObject *Py_UNUSED(self), PyObject *args) {
+  Py_buffer cand, allocs;
+  if (!PyArg_ParseTuple(args, "y*y*", &cand, &allocs)) return NULL;
+  size_t n = (size_t)cand.len / 16, na = (size_t)allocs.len / 16;
+  PyObject *res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+  if (res) {
+    uint8_t *mask = (uint8_t *)PyBytes_AS_STRING(res);
+    const uint64_t *c = cand.buf, *a = allocs.buf;
+    memset(mask, 0, n);
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t k = 0; k < na && n; k++) {
+      uint64_t b = a[2 * k];
+      size_t lo = 0, hi = n;
+      while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c[2 * mid] < b)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      if (lo < n && c[2 * lo] == b && c[2 * lo + 1] == a[2 * k + 1]) mask[lo] = 1;
+    }
+    Py_END_ALLOW_THREADS
+  }
+  PyBuffer_Release(&cand);
+  PyBuffer_Release(&allocs);
+  return res;
+}

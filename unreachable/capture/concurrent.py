@@ -1,0 +1,508 @@
+"""The concurrent snapshot: a mostly-concurrent mark (Boehm, Demers and
+Shenker) over the live target, with two short stops and no copy of its heap.
+
+1. Writes tracked (write_tracking.py); the shim's registry copied while the
+   target runs (only its own memory: the descriptor, shards, size maps).
+2. Stop: bring that copy up to date (the registry pages written since), read
+   the registers, release. The allocation set is the registry of this moment.
+3. Running: mark from the roots, reading the live memory (no copy): the
+   blocks left unmarked are candidates. Their bytes are read into a store.
+   Rounds: ask which pages were written since (clearing the marks, so the
+   next round sees only newer writes), read those, keep the bytes that lie
+   in candidates in the store, and rescue the candidates the other words
+   point into (native/scanner/concurrent_mark.c).
+4. Stop: read the pages written since the last round and the registers,
+   bring the registry copy up to date, release.
+5. A candidate is reported only if the registry at the second stop holds
+   the same block (begin and size), no thread is inside malloc or free
+   for it, and no word of the written pages, the registers or a rescued
+   candidate points into it. Blocks allocated between the stops are not in
+   the set: never reported (the next scan finds their leaks).
+
+docs/pause.md ("The concurrent mark") argues why no leak can be invented.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from unreachable import _native
+from unreachable.allocations.registry import Registry, read_registry
+from unreachable.capture.copy_snapshot import SYNC_ANON
+from unreachable.capture.kernel_held import KernelHeld
+from unreachable.capture.stop_world import CapturedThread, stop_error
+from unreachable.capture.target import Target
+from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
+from unreachable.errors import TargetUnscannable
+from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
+from unreachable.process.maps import Mapping, read_maps
+from unreachable.process.memory import present_ranges
+from unreachable.roots.classify import SPECIAL, Roots, classify, register_words
+from unreachable.roots.exited_threads import dtv_words
+from unreachable.roots.glibc_arena import find_main_arena
+from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
+from unreachable.roots.heap_words import heap_spans
+from unreachable.roots.jit_code import code_words
+from unreachable.roots.signal_stacks import altstack_words
+from unreachable.sweep.mark import SweepResult
+
+# The mark reads the live heap through a chunk cache: this bounds it (the
+# scanner's memory is the allocation index, the candidates' bytes and this).
+CACHE_BYTES = 8 << 20
+# Concurrent rounds before the final stop: each reads the pages written
+# since the previous one, so the stop reads only what was written during
+# the last. Stop early once a round reads this little.
+MAX_ROUNDS = 3
+SMALL_ROUND = 1 << 20
+READ_THREADS = 2
+# The descriptor fields that point into shim memory the registry reader reads.
+_POINTERS = ("shards", "threads", "stacks", "size_maps", "regions", "options", "modules")
+
+
+@dataclass(slots=True)
+class ConcurrentSweep:
+    """What the stages after the sweep need (scan/run.py, run_concurrent)."""
+
+    result: SweepResult
+    mappings: list[Mapping]  # as at the second stop
+    roots: Roots
+    threads: list[CapturedThread]  # as at the second stop
+    pauses_ms: tuple[float, float]
+    value_counts: dict[str, int] = field(default_factory=dict)  # root words by kind
+    rounds: list[int] = field(default_factory=list)  # bytes read per round, then at the stop
+    rescued: int = 0  # candidates the re-mark found reachable after all
+    gone: int = 0  # candidates freed or reallocated between the stops
+    # Each stop, step by step (ms): what its pause went to.
+    stop1_ms: dict[str, float] = field(default_factory=dict)
+    stop2_ms: dict[str, float] = field(default_factory=dict)
+    released_at: list[float] = field(default_factory=list)  # time.monotonic() at each release
+
+    @property
+    def pause_ms(self) -> float:
+        """The longer of the two stops: what the target felt at once."""
+        return max(self.pauses_ms)
+
+
+def _pack(ranges: Sequence[tuple[int, int]]) -> bytes:
+    return b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for b, e in sorted(ranges):
+        if out and b <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((b, e))
+    return out
+
+
+Span3 = tuple[int, int, int]  # begin, end, page_sync flags
+
+
+def _registry_spans(pid: int, addr: int, mappings: list[Mapping]) -> list[Span3]:
+    """What the registry reader reads: the shim's regions, exactly (an
+    anonymous mapping in /proc/PID/maps may merge a region with its
+    neighbours, the heap's among them), and the mappings that hold the
+    descriptor and what it points to outside them; readable parts only."""
+    raw = _native.abi_decode(
+        "ur_descriptor", os.pread(_mem_fd(pid), _native.abi_sizeof("ur_descriptor"), addr)
+    )
+    points = [addr, *(int(raw[name]) for name in _POINTERS if raw.get(name))]  # type: ignore[literal-required]
+    # Not read_registry(): that counts every size map's entries.
+    regions: list[tuple[int, int]] = _native.read_registry(pid, addr, False, False)["regions"]
+    want = list(regions)
+    for m in mappings:
+        if any(m.start <= p < m.end and not any(b <= p < e for b, e in regions) for p in points):
+            want.append((m.start, m.end))
+    out: list[Span3] = []
+    for m in mappings:
+        if not m.readable:
+            continue
+        for b, e in _merge(want):
+            lo, hi = max(b, m.start), min(e, m.end)
+            if lo < hi:
+                out.append((lo, hi, SYNC_ANON if m.demand_zero else 0))
+    return sorted(out)
+
+
+_fds: dict[int, int] = {}
+
+
+def _mem_fd(pid: int) -> int:
+    if pid not in _fds:
+        _fds[pid] = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    return _fds[pid]
+
+
+def _sync_ranges(spans: Sequence[Span3]) -> bytes:
+    return b"".join(struct.pack("<QQQ", b, e, f) for b, e, f in spans)
+
+
+def _subtract(ranges: list[tuple[int, int]], holes: Sequence[Span3]) -> list[tuple[int, int]]:
+    out = []
+    for b, e in ranges:
+        pos = b
+        for hb, he, _ in sorted(holes):
+            if he <= pos or hb >= e:
+                continue
+            if hb > pos:
+                out.append((pos, hb))
+            pos = max(pos, he)
+        if pos < e:
+            out.append((pos, e))
+    return out
+
+
+def _tracked(mappings: Sequence[Mapping], skip: Sequence[Span3]) -> bytes:
+    """Where words may be roots or candidates: writable or anonymous readable
+    memory, the registry's own left out (never a root, and its write marks
+    are the registry copy's: a round must not clear them)."""
+    out = [
+        (m.start, m.end)
+        for m in mappings
+        if m.readable and m.path not in SPECIAL and (m.writable or m.inode == 0)
+    ]
+    return _pack(_subtract(_merge(out), skip))
+
+
+def _read_runs(pid: int, runs: bytes) -> bytearray:
+    n = len(runs) // 16
+    total = sum(e - b for b, e in struct.iter_unpack("<QQ", runs)) if n else 0
+    out = bytearray(total)
+    if total:
+        _native.read_spans(pid, runs, out, READ_THREADS)
+    return out
+
+
+def _values(
+    threads: Sequence[CapturedThread], held: KernelHeld | None, spans: list[tuple[int, int]]
+) -> dict[str, bytes]:
+    return {
+        "registers": register_words([t.regs for t in threads] + [t.xstate for t in threads]),
+        "epoll data": held.epoll_words() if held else b"",
+        "timer values": held.timer_words() if held else b"",
+        "signal values": held.signal_words() if held else b"",
+        "pipe data": held.in_flight.pipe_words(spans) if held else b"",
+        "socket data": held.in_flight.socket_words(spans) if held else b"",
+    }
+
+
+def _stop(
+    pid: int, steps: dict[str, float]
+) -> tuple[_native.Session, list[CapturedThread], KernelHeld]:
+    held = KernelHeld.before_stop(pid)
+    session = _native.Session(pid)
+    t0 = time.monotonic()
+    try:
+        threads = [CapturedThread(*t) for t in session.stop()]
+    except OSError as e:
+        session.close()
+        held.close()
+        raise stop_error(pid, e) from None
+    t1 = time.monotonic()
+    held.read_in_pause()
+    held.signals = session.pending_signal_values()
+    steps["stop threads"] = (t1 - t0) * 1000
+    steps["kernel-held"] = (time.monotonic() - t1) * 1000
+    return session, threads, held
+
+
+def _begin_of(pairs: memoryview, i: int) -> int:
+    return int(pairs[2 * i])
+
+
+def _inflight(registry: Registry) -> dict[int, int]:
+    return {p: s for t in registry.threads for p, s in t.inflight_blocks()}
+
+
+def concurrent_sweep(target: Target) -> ConcurrentSweep:
+    """The whole concurrent mark (module docstring). Raises TargetUnscannable
+    when writes cannot be tracked."""
+    pid, addr = target.pid, target.shim.descriptor_addr
+    try:
+        with tracked_writes(target):
+            return _sweep(target, pid, addr)
+    except TrackingUnavailable as e:
+        raise TargetUnscannable(f"no concurrent snapshot: {e}") from None
+    finally:
+        if (fd := _fds.pop(pid, None)) is not None:
+            os.close(fd)
+
+
+def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
+    """The registry's memory copied while the target runs (brought up to
+    date at the next stop)."""
+    copy = _native.MemoryCopy(pid)
+    try:
+        copy.sync(_sync_ranges(reg_maps), threads=READ_THREADS)
+    except (OSError, MemoryError) as e:
+        copy.close()
+        raise TrackingUnavailable(f"copying the shim's registry failed: {e}") from None
+    return copy
+
+
+def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
+    released: list[float] = []
+    copy = _registry_copy(pid, _registry_spans(pid, addr, read_maps(pid)))
+    try:
+        # First stop: the allocation set of this moment, and the registers.
+        stop1: dict[str, float] = {}
+        session, threads1, held1 = _stop(pid, stop1)
+        try:
+            t0 = time.monotonic()
+            maps1 = read_maps(pid)
+            reg_maps = _registry_spans(pid, addr, maps1)
+            t1 = time.monotonic()
+            copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
+            copy.finish()
+            t2 = time.monotonic()
+            session.release()
+            released.append(time.monotonic())
+            stop1["maps"] = (t1 - t0) * 1000
+            stop1["registry"] = (t2 - t1) * 1000
+            pause1 = session.pause_ns / 1e6
+        finally:
+            session.close()
+        holder = [read_registry(copy, addr)]
+    finally:
+        copy.close()
+    # Handed over in a list the callee empties: the decoded registry (16-20
+    # bytes per allocation) is let go once the candidates are known, before
+    # the second registry copy is made.
+    return _mark(target, pid, addr, holder, maps1, threads1, held1, pause1, stop1, released)
+
+
+def _mark(
+    target: Target,
+    pid: int,
+    addr: int,
+    holder: list[Registry],
+    maps1: list[Mapping],
+    threads1: list[CapturedThread],
+    held1: KernelHeld,
+    pause1: float,
+    stop1: dict[str, float],
+    released: list[float],
+) -> ConcurrentSweep:
+    # The first mark, over the live memory.
+    registry = holder.pop()
+    arena = find_main_arena(pid, maps1)
+    heap = heap_parts(pid, maps1, registry_blocks_in(registry))
+    roots = classify(
+        maps1,
+        {t.tid: t.sp for t in threads1},
+        registry,
+        target.shim.path,
+        [arena] if arena else [],
+        heap,
+        partial(present_ranges, pid),
+    )
+    spans = heap_spans(maps1, heap)
+    header = target.header
+    tids = {t.tid for t in threads1}
+    values1 = _values(threads1, held1, spans)
+    values1["signal stacks"] = altstack_words(pid, header.altstacks, header.num_altstacks, tids)
+    values1["exited threads' control blocks"] = dtv_words(pid, roots.dead_stacks)
+    values1["code immediates"] = code_words(pid, maps1, spans, b"")
+    inflight = _inflight(registry)
+    ranges = list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
+    allocs = registry.allocs.cast("B")
+    _native.set_cache_budget(CACHE_BYTES)
+    try:
+        raw = _native.sweep(
+            pid,
+            allocs,
+            _pack(ranges),
+            b"".join(values1.values()),
+            stack_ids=registry.stack_ids.cast("B"),
+            excluded=b"".join(struct.pack("<Q", p) for p in inflight),
+            threads=1,
+            layout=b"".join(
+                struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps1 if m.readable
+            ),
+        )
+    finally:
+        # The registry copies are bounded by the scanner's own room only.
+        _native.set_cache_budget(scanner_cache_budget(memory_headroom(os.getpid())))
+    # Candidates: every block the first mark left unmarked, sorted.
+    pairs = registry.allocs
+    ids = registry.stack_ids
+    idx = sorted(
+        struct.unpack(f"<{len(raw['unreachable']) // 4}I", raw["unreachable"]),
+        key=partial(_begin_of, pairs),
+    )
+    cands = b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i + 1]) for i in idx)
+    cand_ids = [ids[i] for i in idx]
+    state = bytearray(len(idx))
+    store = _read_runs(
+        pid,
+        b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx),
+    )
+    del pairs, ids, idx, allocs, registry
+    # The registry copy for the second stop, made before the last rounds:
+    # whatever the target writes meanwhile is then read by a round, not in
+    # the pause.
+    maps_now = read_maps(pid)
+    reg_maps = _registry_spans(pid, addr, maps_now)
+    copy = _registry_copy(pid, reg_maps)
+    try:
+        return _finish(
+            target,
+            pid,
+            addr,
+            roots,
+            spans,
+            raw,
+            values1,
+            cands,
+            cand_ids,
+            state,
+            store,
+            copy,
+            reg_maps,
+            pause1,
+            stop1,
+            released,
+        )
+    finally:
+        copy.close()
+
+
+def _finish(
+    target: Target,
+    pid: int,
+    addr: int,
+    roots: Roots,
+    spans: list[tuple[int, int]],
+    raw: _native.SweepResult,
+    values1: dict[str, bytes],
+    cands: bytes,
+    cand_ids: list[int],
+    state: bytearray,
+    store: bytearray,
+    copy: _native.MemoryCopy,
+    reg_maps: list[Span3],
+    pause1: float,
+    stop1: dict[str, float],
+    released: list[float],
+) -> ConcurrentSweep:
+    header = target.header
+    n = len(state)
+    rounds: list[int] = []
+    rescued = 0
+    for _ in range(MAX_ROUNDS):
+        tracked = _tracked(read_maps(pid), reg_maps)
+        try:
+            runs = _native.written_pages(pid, tracked, True)
+        except OSError:
+            # Marks cannot be cleared: the stop reads all written since the start.
+            break
+        page_bytes = _read_runs(pid, runs)
+        rounds.append(len(page_bytes))
+        rescued += _native.remark(cands, state, store, runs, page_bytes, b"", True)
+        if len(page_bytes) <= SMALL_ROUND:
+            break
+    # Second stop: the pages written since, the registers, the registry.
+    stop2: dict[str, float] = {}
+    session, threads2, held2 = _stop(pid, stop2)
+    try:
+        t = [time.monotonic()]
+        maps2 = read_maps(pid)
+        reg_maps = _registry_spans(pid, addr, maps2)
+        t.append(time.monotonic())
+        runs = _native.written_pages(pid, _tracked(maps2, reg_maps), False)
+        t.append(time.monotonic())
+        page_bytes = _read_runs(pid, runs)
+        t.append(time.monotonic())
+        copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
+        copy.finish()
+        t.append(time.monotonic())
+        tids2 = {th.tid for th in threads2}
+        altstacks = altstack_words(pid, header.altstacks, header.num_altstacks, tids2)
+        t.append(time.monotonic())
+        session.release()
+        released.append(time.monotonic())
+        stop2 |= {
+            k: (b - a) * 1000
+            for k, a, b in zip(
+                ("maps", "written", "read", "registry", "altstacks"), t, t[1:], strict=False
+            )
+        }
+        pause2 = session.pause_ns / 1e6
+    finally:
+        session.close()
+    final = read_registry(copy, addr)
+    rounds.append(len(page_bytes))
+    values2 = _values(threads2, held2, spans)
+    values2["signal stacks"] = altstacks
+    # Words found in memory the rounds do not read (code pages that are not
+    # writable at the stop, exited threads' control blocks): those of the
+    # first stop and those read now, after the release, both count.
+    values2["code immediates"] = values1["code immediates"] + code_words(pid, maps2, spans, b"")
+    values2["exited threads' control blocks"] = values1["exited threads' control blocks"]
+    same = _native.pairs_in(cands, final.allocs.cast("B"))
+    inflight2 = _inflight(final)
+    gone = 0
+    for i in range(n):
+        begin = struct.unpack_from("<Q", cands, 16 * i)[0]
+        if not same[i] or begin in inflight2:
+            if state[i] == 0:
+                gone += 1
+            state[i] = 3
+    rescued += _native.remark(
+        cands, state, store, runs, page_bytes, b"".join(values2.values()), True
+    )
+    keep = [i for i in range(n) if state[i] == 0]
+    leaks = b"".join(cands[16 * i : 16 * i + 16] for i in keep)
+    # The first mark's fold stands when no candidate changed; otherwise fold
+    # again what is left (blocks no one can reach: the target no longer
+    # writes them, so reading them live is sound).
+    fold = (
+        raw
+        if len(keep) == n
+        else _native.sweep(
+            pid,
+            leaks,
+            b"",
+            b"",
+            stack_ids=b"".join(struct.pack("<I", cand_ids[i]) for i in keep),
+            threads=1,
+            layout=b"".join(
+                struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps2 if m.readable
+            ),
+        )
+    )
+    result = SweepResult(
+        unreachable_count=fold["unreachable_count"],
+        unreachable_bytes=fold["unreachable_bytes"],
+        allocation_count=raw["allocation_count"],
+        allocation_bytes=raw["allocation_bytes"],
+        leaks=fold["leaks"],
+        bytes_scanned=raw["bytes_scanned"] + sum(rounds),
+        pages_skipped=raw["pages_skipped"],
+        mark_ms=raw["mark_ns"] / 1e6,
+        fold_ms=fold["fold_ns"] / 1e6,
+        place="scanner",
+        mark_threads=1,
+    )
+    counts = {k: len(v) for k, v in values1.items() if v and k != "registers"}
+    return ConcurrentSweep(
+        result,
+        maps2,
+        roots,
+        threads2,
+        (pause1, pause2),
+        counts,
+        rounds,
+        rescued,
+        gone,
+        stop1,
+        stop2,
+        released,
+    )
