@@ -1,4 +1,4 @@
-"""The concurrent snapshot (capture/concurrent.py): a mark over the running
+"""The concurrent snapshot (scan/concurrent.py): a mark over the running
 target, two short stops, no copy of its heap. No leak may be invented while
 threads move, free and allocate blocks all through the mark, and none lost."""
 
@@ -135,7 +135,7 @@ def test_a_round_protects_again_only_pages_that_hold_data(targets):
     a sparse reservation must neither be listed nor protected: protecting
     them leaves a marker in each, page tables for all of it, and the next
     round (or the stop) would list them all as written."""
-    from unreachable.capture.concurrent import _tracked
+    from unreachable.scan.concurrent import _tracked
     from unreachable.capture.target import open_target
     from unreachable.capture.write_tracking import tracked_writes
     from unreachable.process.maps import read_maps
@@ -159,7 +159,7 @@ def test_a_region_merged_with_its_neighbour_leaves_the_neighbour_tracked():
     the region (its write marks are the registry copy's) and keep reading
     the heap's part: skipping the whole mapping would leave writes to it
     unread, and a block moved there would look leaked."""
-    from unreachable.capture.concurrent import _tracked
+    from unreachable.scan.concurrent import _tracked
     from unreachable.process.maps import Mapping
 
     merged = Mapping(0x10000, 0x30000, "rw-p", 0, 0, "")

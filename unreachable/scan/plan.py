@@ -42,7 +42,7 @@ from unreachable.scan.options import ScanOptions
 # the target runs, the target itself paused, a copy of the whole process
 # made in the pause (no shim). "concurrent" is a plan kind of its own, not
 # one of capture/strategies.py: its mark runs inside the capture, over the
-# live target between two stops (capture/concurrent.py), so it yields no
+# live target between two stops (scan/concurrent.py), so it yields no
 # still memory for the allocations, roots and mark stages to read; the
 # run takes its sweep straight to fold, symbolize and report.
 Snapshot = Literal["fork", "copy", "stopped", "whole copy", "concurrent"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unreachable.allocations.source import SOURCES, AllocationSource
-from unreachable.capture.concurrent import concurrent_sweep
+from unreachable.scan.concurrent import concurrent_sweep
 from unreachable.capture.stop_world import Capture
 from unreachable.capture.target import still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
@@ -173,7 +173,7 @@ def run_plan(
 def run_concurrent(
     facts: Facts, planned: Plan, options: ScanOptions, note: Progress, started: float
 ) -> ScanReport:
-    """The concurrent plan: its capture is its mark (capture/concurrent.py),
+    """The concurrent plan: its capture is its mark (scan/concurrent.py),
     then fold, symbolize and report as every plan, reading the live target.
     That is sound: nothing can reach a leaked block, so the target no
     longer writes it, and the shim never rewrites a stack-depot entry."""

@@ -40,13 +40,13 @@ from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
-from unreachable.process.maps import Mapping, read_maps
+from unreachable.process.maps import SPECIAL, Mapping, read_maps
 from unreachable.process.memory import present_ranges
-from unreachable.roots.classify import SPECIAL, Roots, classify, register_words
+from unreachable.roots.classify import Roots, classify, register_words
 from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
-from unreachable.roots.heap_words import heap_spans
+from unreachable.roots.heap_words import heap_spans, message_words, stream_words
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
 from unreachable.sweep.mark import SweepResult
@@ -188,9 +188,16 @@ def _values(
         "epoll data": held.epoll_words() if held else b"",
         "timer values": held.timer_words() if held else b"",
         "signal values": held.signal_words() if held else b"",
-        "pipe data": held.in_flight.pipe_words(spans) if held else b"",
-        "socket data": held.in_flight.socket_words(spans) if held else b"",
+        "pipe data": stream_words(held.in_flight.pipe_streams, spans) if held else b"",
+        "socket data": _socket_words(held, spans),
     }
+
+
+def _socket_words(held: KernelHeld | None, spans: list[tuple[int, int]]) -> bytes:
+    if held is None:
+        return b""
+    flight = held.in_flight
+    return stream_words(flight.socket_streams, spans) + message_words(flight.socket_messages, spans)
 
 
 def _stop(
@@ -278,20 +285,16 @@ def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
     return _mark(target, pid, addr, holder, maps1, threads1, held1, pause1, stop1, released)
 
 
-def _mark(
+def _first_roots(
     target: Target,
     pid: int,
-    addr: int,
-    holder: list[Registry],
+    registry: Registry,
     maps1: list[Mapping],
     threads1: list[CapturedThread],
     held1: KernelHeld,
-    pause1: float,
-    stop1: dict[str, float],
-    released: list[float],
-) -> ConcurrentSweep:
-    # The first mark, over the live memory.
-    registry = holder.pop()
+) -> tuple[Roots, list[tuple[int, int]], dict[str, bytes]]:
+    """The roots of the first stop: ranges, the heap's spans, and the
+    values that are roots wherever they lie."""
     arena = find_main_arena(pid, maps1)
     heap = heap_parts(pid, maps1, registry_blocks_in(registry))
     roots = classify(
@@ -310,6 +313,44 @@ def _mark(
     values1["signal stacks"] = altstack_words(pid, header.altstacks, header.num_altstacks, tids)
     values1["exited threads' control blocks"] = dtv_words(pid, roots.dead_stacks)
     values1["code immediates"] = code_words(pid, maps1, spans, b"")
+    return roots, spans, values1
+
+
+def _candidates(
+    pid: int, registry: Registry, raw: _native.SweepResult
+) -> tuple[bytes, list[int], bytearray, bytearray]:
+    """Every block the first mark left unmarked, sorted by address: their
+    (begin, size) pairs, stack ids, re-mark states and stored bytes."""
+    pairs = registry.allocs
+    ids = registry.stack_ids
+    idx = sorted(
+        struct.unpack(f"<{len(raw['unreachable']) // 4}I", raw["unreachable"]),
+        key=partial(_begin_of, pairs),
+    )
+    cands = b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i + 1]) for i in idx)
+    cand_ids = [ids[i] for i in idx]
+    store = _read_runs(
+        pid,
+        b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx),
+    )
+    return cands, cand_ids, bytearray(len(idx)), store
+
+
+def _mark(
+    target: Target,
+    pid: int,
+    addr: int,
+    holder: list[Registry],
+    maps1: list[Mapping],
+    threads1: list[CapturedThread],
+    held1: KernelHeld,
+    pause1: float,
+    stop1: dict[str, float],
+    released: list[float],
+) -> ConcurrentSweep:
+    # The first mark, over the live memory.
+    registry = holder.pop()
+    roots, spans, values1 = _first_roots(target, pid, registry, maps1, threads1, held1)
     inflight = _inflight(registry)
     ranges = list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
     allocs = registry.allocs.cast("B")
@@ -330,21 +371,8 @@ def _mark(
     finally:
         # The registry copies are bounded by the scanner's own room only.
         _native.set_cache_budget(scanner_cache_budget(memory_headroom(os.getpid())))
-    # Candidates: every block the first mark left unmarked, sorted.
-    pairs = registry.allocs
-    ids = registry.stack_ids
-    idx = sorted(
-        struct.unpack(f"<{len(raw['unreachable']) // 4}I", raw["unreachable"]),
-        key=partial(_begin_of, pairs),
-    )
-    cands = b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i + 1]) for i in idx)
-    cand_ids = [ids[i] for i in idx]
-    state = bytearray(len(idx))
-    store = _read_runs(
-        pid,
-        b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx),
-    )
-    del pairs, ids, idx, allocs, registry
+    cands, cand_ids, state, store = _candidates(pid, registry, raw)
+    del allocs, registry
     # The registry copy for the second stop, made before the last rounds:
     # whatever the target writes meanwhile is then read by a round, not in
     # the pause.
@@ -374,26 +402,12 @@ def _mark(
         copy.close()
 
 
-def _finish(
-    target: Target,
-    pid: int,
-    addr: int,
-    roots: Roots,
-    spans: list[tuple[int, int]],
-    raw: _native.SweepResult,
-    values1: dict[str, bytes],
-    cands: bytes,
-    cand_ids: list[int],
-    state: bytearray,
-    store: bytearray,
-    copy: _native.MemoryCopy,
-    reg_maps: list[Span3],
-    pause1: float,
-    stop1: dict[str, float],
-    released: list[float],
-) -> ConcurrentSweep:
-    header = target.header
-    n = len(state)
+def _rounds(
+    pid: int, reg_maps: list[Span3], cands: bytes, state: bytearray, store: bytearray
+) -> tuple[list[int], int]:
+    """Re-mark from the pages written meanwhile, the target running, until
+    a round reads little: the bytes each round read, and the candidates
+    rescued."""
     rounds: list[int] = []
     rescued = 0
     for _ in range(MAX_ROUNDS):
@@ -408,7 +422,27 @@ def _finish(
         rescued += _native.remark(cands, state, store, runs, page_bytes, b"", True)
         if len(page_bytes) <= SMALL_ROUND:
             break
-    # Second stop: the pages written since, the registers, the registry.
+    return rounds, rescued
+
+
+_SecondStop = tuple[
+    list[CapturedThread],
+    KernelHeld,
+    list[Mapping],
+    bytes,
+    bytearray,
+    bytes,
+    float,
+    dict[str, float],
+]
+
+
+def _second_stop(
+    target: Target, pid: int, addr: int, copy: _native.MemoryCopy, released: list[float]
+) -> _SecondStop:
+    """Second stop: the pages written since the last round, the registers,
+    the registry, the signal stacks; and how long each step held it."""
+    header = target.header
     stop2: dict[str, float] = {}
     session, threads2, held2 = _stop(pid, stop2)
     try:
@@ -428,15 +462,78 @@ def _finish(
         t.append(time.monotonic())
         session.release()
         released.append(time.monotonic())
-        stop2 |= {
-            k: (b - a) * 1000
-            for k, a, b in zip(
-                ("maps", "written", "read", "registry", "altstacks"), t, t[1:], strict=False
-            )
-        }
+        steps = ("maps", "written", "read", "registry", "altstacks")
+        stop2 |= {k: (b - a) * 1000 for k, a, b in zip(steps, t, t[1:], strict=False)}
         pause2 = session.pause_ns / 1e6
     finally:
         session.close()
+    return threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2
+
+
+def _drop_changed(cands: bytes, state: bytearray, final: Registry) -> int:
+    """Candidates the registry no longer holds as they were, or that a
+    thread is inside malloc/free for, are no leaks (state 3): how many of
+    them the mark had not rescued."""
+    same = _native.pairs_in(cands, final.allocs.cast("B"))
+    inflight2 = _inflight(final)
+    gone = 0
+    for i in range(len(state)):
+        begin = struct.unpack_from("<Q", cands, 16 * i)[0]
+        if not same[i] or begin in inflight2:
+            if state[i] == 0:
+                gone += 1
+            state[i] = 3
+    return gone
+
+
+def _fold_left(
+    pid: int,
+    raw: _native.SweepResult,
+    cands: bytes,
+    cand_ids: list[int],
+    state: bytearray,
+    maps2: list[Mapping],
+) -> _native.SweepResult:
+    """The first mark's fold stands when no candidate changed; otherwise
+    fold again what is left (blocks no one can reach: the target no longer
+    writes them, so reading them live is sound)."""
+    keep = [i for i in range(len(state)) if state[i] == 0]
+    if len(keep) == len(state):
+        return raw
+    return _native.sweep(
+        pid,
+        b"".join(cands[16 * i : 16 * i + 16] for i in keep),
+        b"",
+        b"",
+        stack_ids=b"".join(struct.pack("<I", cand_ids[i]) for i in keep),
+        threads=1,
+        layout=b"".join(
+            struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps2 if m.readable
+        ),
+    )
+
+
+def _finish(
+    target: Target,
+    pid: int,
+    addr: int,
+    roots: Roots,
+    spans: list[tuple[int, int]],
+    raw: _native.SweepResult,
+    values1: dict[str, bytes],
+    cands: bytes,
+    cand_ids: list[int],
+    state: bytearray,
+    store: bytearray,
+    copy: _native.MemoryCopy,
+    reg_maps: list[Span3],
+    pause1: float,
+    stop1: dict[str, float],
+    released: list[float],
+) -> ConcurrentSweep:
+    rounds, rescued = _rounds(pid, reg_maps, cands, state, store)
+    second = _second_stop(target, pid, addr, copy, released)
+    threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = second
     final = read_registry(copy, addr)
     rounds.append(len(page_bytes))
     values2 = _values(threads2, held2, spans)
@@ -446,38 +543,11 @@ def _finish(
     # first stop and those read now, after the release, both count.
     values2["code immediates"] = values1["code immediates"] + code_words(pid, maps2, spans, b"")
     values2["exited threads' control blocks"] = values1["exited threads' control blocks"]
-    same = _native.pairs_in(cands, final.allocs.cast("B"))
-    inflight2 = _inflight(final)
-    gone = 0
-    for i in range(n):
-        begin = struct.unpack_from("<Q", cands, 16 * i)[0]
-        if not same[i] or begin in inflight2:
-            if state[i] == 0:
-                gone += 1
-            state[i] = 3
+    gone = _drop_changed(cands, state, final)
     rescued += _native.remark(
         cands, state, store, runs, page_bytes, b"".join(values2.values()), True
     )
-    keep = [i for i in range(n) if state[i] == 0]
-    leaks = b"".join(cands[16 * i : 16 * i + 16] for i in keep)
-    # The first mark's fold stands when no candidate changed; otherwise fold
-    # again what is left (blocks no one can reach: the target no longer
-    # writes them, so reading them live is sound).
-    fold = (
-        raw
-        if len(keep) == n
-        else _native.sweep(
-            pid,
-            leaks,
-            b"",
-            b"",
-            stack_ids=b"".join(struct.pack("<I", cand_ids[i]) for i in keep),
-            threads=1,
-            layout=b"".join(
-                struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps2 if m.readable
-            ),
-        )
-    )
+    fold = _fold_left(pid, raw, cands, cand_ids, state, maps2)
     result = SweepResult(
         unreachable_count=fold["unreachable_count"],
         unreachable_bytes=fold["unreachable_bytes"],
