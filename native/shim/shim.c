@@ -182,12 +182,16 @@ static void fork_parent(void) {
     fork_reentered--;
     return;
   }
+  if (!fork_nested) {
+    __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
+    ur_stacks_unlock();
+    ur_registry_unlock_all();
+    _IO_list_unlock();
+  }
+  /* Only once every lock is given back: a handler's fork meanwhile would
+   * wait on the locks its own thread still holds. */
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   fork_depth = 0;
-  if (fork_nested) return;
-  __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
-  ur_stacks_unlock();
-  ur_registry_unlock_all();
-  _IO_list_unlock();
 }
 
 static void fork_child(void) {
@@ -195,7 +199,7 @@ static void fork_child(void) {
   /* Forked from a handler inside our own prepare: the one thread left holds
    * some of the locks, in no update of what they guard; all are free here. */
   if (fork_reentered) fork_nested = 0;
-  fork_reentered = fork_depth = 0;
+  fork_reentered = 0; /* fork_depth stays set until the locks are reset */
   uint32_t tid = (uint32_t)syscall(SYS_gettid);
   ur_altstacks_after_fork_child(ur_tls.tid, tid);
   ur_tls.tid = tid;
@@ -226,6 +230,8 @@ static void fork_child(void) {
   ur_threads_after_fork_child(tid);
   unreachable_descriptor.pid = (uint64_t)getpid();
   ur_helper_after_fork_child();
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  fork_depth = 0;
 }
 
 /* ---- constructor --------------------------------------------------------- */
