@@ -3,9 +3,10 @@
  * tighter loop, so the handler's fork lands inside the shim's own fork
  * handlers (prepare, parent, child) often. glibc's fork is
  * async-signal-safe while the process has one thread.
- * argv[1]: forks by the main loop. argv[2] "stdio": the main loop also opens
- * and closes a FILE (stdio's list lock, which fork handlers may take).
- * Prints OK, or exits 1 on a failed fork or child. */
+ * argv[1]: rounds of the main loop. argv[2] "stdio": each round opens and
+ * closes a FILE instead of forking (fclose holds stdio's list lock, which
+ * a fork's handlers may take). Prints OK, or exits 1 on a failed fork or
+ * child. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,7 +37,7 @@ static void on_alarm(int sig) {
 }
 
 int main(int argc, char **argv) {
-  long forks = argc > 1 ? atol(argv[1]) : 2000;
+  long rounds = argc > 1 ? atol(argv[1]) : 2000;
   int stdio = argc > 2 && strcmp(argv[2], "stdio") == 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -49,7 +50,12 @@ int main(int argc, char **argv) {
   struct itimerval it = {{0, 700}, {0, 700}};
   setitimer(ITIMER_REAL, &it, NULL);
   void *ring[64] = {0};
-  for (long i = 0; i < forks && !failed; i++) {
+  for (long i = 0; i < rounds && !failed; i++) {
+    if (stdio) {
+      FILE *f = fopen("/dev/null", "r");
+      if (f) fclose(f);
+      continue;
+    }
     pid_t pid = fork();
     if (pid == 0) _exit(0);
     if (pid < 0) {
@@ -59,10 +65,6 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 64; k++) {
       free(ring[k]);
       ring[k] = malloc((size_t)(i * 64 + k) % 3000 + 1);
-    }
-    if (stdio) {
-      FILE *f = fopen("/dev/null", "r");
-      if (f) fclose(f);
     }
     reap(pid);
   }
