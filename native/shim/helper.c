@@ -262,6 +262,9 @@ static void *helper_main(void *arg) {
 #define OWN_MAX 16
 static uint64_t g_own[OWN_MAX]; /* mangled */
 static uint32_t g_own_n, g_own_mark;
+/* Forked child: the parent helper's blocks, g_own[g_own_mark..g_own_n), wait
+ * for the child's own helper to start (ur_helper_after_fork_child). */
+static int g_own_stale;
 static void *g_stack; /* the helper's stack, made once and reused */
 #define HELPER_STACK (256 * 1024 + 64 * 1024) /* room for static TLS above it */
 
@@ -313,6 +316,16 @@ void ur_helper_start(void) {
   if (!ur_g.helper_cmd || !__atomic_compare_exchange_n(&g_running, &none, HELPER_STARTING, 0,
                                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return;
+  if (g_own_stale) {
+    /* Inside the child's first allocator call: glibc's heap is whole. Before
+     * the new helper reuses the stack and its DTV takes the same entries. */
+    g_own_stale = 0;
+    uint32_t n = g_own_n;
+    g_own_n = g_own_mark;
+    ur_tls.busy++; /* the program's free path (malloc_debug's header), not recorded */
+    for (uint32_t i = g_own_mark; i < n; i++) free((void *)UR_UNMANGLE(g_own[i]));
+    ur_tls.busy--;
+  }
   /* The environment is read here, by the thread starting the helper, never
    * by the helper: a program may be rebuilding it (redis's setproctitle
    * clears and refills it as main starts), and the helper's getenv walked
@@ -375,14 +388,11 @@ void ur_helper_after_fork_child(void) {
   /* The parent's helper did not come along, and glibc forgets a thread on
    * a stack of the caller's without freeing its DTV: give it back, through
    * the registry (nothing here points at it once a new helper reuses the
-   * stack). On a glibc stack it stays, in the stack cache glibc keeps. */
-  if (g_running == HELPER_RUNNING && g_own_mark < OWN_MAX) {
-    uint32_t n = g_own_n;
-    g_own_n = g_own_mark;
-    ur_tls.busy++; /* the program's free path (malloc_debug's header), not recorded */
-    for (uint32_t i = g_own_mark; i < n; i++) free((void *)UR_UNMANGLE(g_own[i]));
-    ur_tls.busy--;
-  }
+   * stack). On a glibc stack it stays, in the stack cache glibc keeps. Not
+   * here but as the child's own helper starts: a fork from a signal handler
+   * may have interrupted glibc's allocator, whose heap is mid-update in the
+   * child, and a free now would corrupt it. */
+  if (g_running == HELPER_RUNNING && g_own_mark < OWN_MAX) g_own_stale = 1;
   g_running = HELPER_NONE;
   g_aside = ASIDE_NONE;
   unreachable_descriptor.helper_tid = 0;

@@ -25,6 +25,7 @@
 #include "options.h"
 #include "region.h"
 #include "registry.h"
+#include "single_thread.h"
 #include "stacks.h"
 #include "state.h"
 #include "syms.h"
@@ -34,6 +35,7 @@
 static struct ur_options opts;
 static int options_ok;
 static int fork_nested; /* fork() called by the thread that holds malloc_disable */
+static int fork_io_locked; /* fork_prepare took stdio's list lock */
 /* A signal handler may fork while its thread is inside these handlers (glibc
  * allows it in a single-threaded process): the inner fork must not wait for
  * locks its own thread is taking, nor undo what the outer one set. */
@@ -169,8 +171,12 @@ static void fork_prepare(void) {
    * 19431): a thread may hold a FILE lock while it allocates (getline),
    * and fflush(NULL) holds the list lock while it waits for FILE locks. The
    * registry's locks are malloc locks, so they come after it too. The lock
-   * is recursive: glibc's fork takes it again after this handler. */
-  _IO_list_lock();
+   * is recursive: glibc's fork takes it again after this handler. Only when
+   * glibc sees threads: with one, glibc's fork takes no lock, so that it
+   * works from a signal handler, and the code the handler interrupted may
+   * hold this one (fclose) with no other thread to wait for. */
+  fork_io_locked = !ur_single_glibc_sees_one();
+  if (fork_io_locked) _IO_list_lock();
   ur_registry_lock_all(tid);
   ur_stacks_lock(tid);
   __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_RELEASE);
@@ -182,12 +188,16 @@ static void fork_parent(void) {
     fork_reentered--;
     return;
   }
+  if (!fork_nested) {
+    __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
+    ur_stacks_unlock();
+    ur_registry_unlock_all();
+    if (fork_io_locked) _IO_list_unlock();
+  }
+  /* Only once every lock is given back: a handler's fork meanwhile would
+   * wait on the locks its own thread still holds. */
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   fork_depth = 0;
-  if (fork_nested) return;
-  __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
-  ur_stacks_unlock();
-  ur_registry_unlock_all();
-  _IO_list_unlock();
 }
 
 static void fork_child(void) {
@@ -195,7 +205,7 @@ static void fork_child(void) {
   /* Forked from a handler inside our own prepare: the one thread left holds
    * some of the locks, in no update of what they guard; all are free here. */
   if (fork_reentered) fork_nested = 0;
-  fork_reentered = fork_depth = 0;
+  fork_reentered = 0; /* fork_depth stays set until the locks are reset */
   uint32_t tid = (uint32_t)syscall(SYS_gettid);
   ur_altstacks_after_fork_child(ur_tls.tid, tid);
   ur_tls.tid = tid;
@@ -203,7 +213,7 @@ static void fork_child(void) {
   uint32_t owner = fork_nested ? tid : 0;
   /* Held once by fork_prepare, once more by glibc's fork unless it saw a
    * single thread (then it does not reset it either): reset it here. */
-  if (!fork_nested) _IO_list_resetlock();
+  if (!fork_nested && fork_io_locked) _IO_list_resetlock();
   ur_registry_reset_locks(owner);
   ur_stacks_reset_lock(owner);
   ur_region_after_fork_child();
@@ -226,6 +236,8 @@ static void fork_child(void) {
   ur_threads_after_fork_child(tid);
   unreachable_descriptor.pid = (uint64_t)getpid();
   ur_helper_after_fork_child();
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  fork_depth = 0;
 }
 
 /* ---- constructor --------------------------------------------------------- */

@@ -33,6 +33,8 @@ static void flag_set(char v) {
 
 int ur_single_before_helper(void) { return flag(); }
 
+int ur_single_glibc_sees_one(void) { return flag(); }
+
 void ur_single_after_helper(int was_single) {
   /* Without membarrier, ur_single_end could not make the program thread
    * see the flag cleared before the helper goes on. */

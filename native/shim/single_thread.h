@@ -21,4 +21,7 @@ void ur_single_after_helper(int was_single);
  * program thread is still inside a call that read the old flag. */
 void ur_single_end(void);
 
+/* Whether glibc sees one thread (the flag glibc's own fork reads). */
+int ur_single_glibc_sees_one(void);
+
 #endif
