@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from unreachable._paths import shim_path  # noqa: E402
-from unreachable.scan.concurrent import concurrent_sweep  # noqa: E402
 from unreachable.capture.stop_world import stop_world  # noqa: E402
 from unreachable.capture.target import open_target  # noqa: E402
+from unreachable.scan.concurrent import concurrent_sweep  # noqa: E402
 
 PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
 SETTLE_S = 0.3  # after the scan: a gap caused by the tracking's teardown is seen too

@@ -135,10 +135,10 @@ def test_a_round_protects_again_only_pages_that_hold_data(targets):
     a sparse reservation must neither be listed nor protected: protecting
     them leaves a marker in each, page tables for all of it, and the next
     round (or the stop) would list them all as written."""
-    from unreachable.scan.concurrent import _tracked
     from unreachable.capture.target import open_target
     from unreachable.capture.write_tracking import tracked_writes
     from unreachable.process.maps import read_maps
+    from unreachable.scan.concurrent import _tracked
 
     target = targets.start(SCAN_PROGRAMS / "sparse.c")
     pid = target.pid
@@ -159,8 +159,8 @@ def test_a_region_merged_with_its_neighbour_leaves_the_neighbour_tracked():
     the region (its write marks are the registry copy's) and keep reading
     the heap's part: skipping the whole mapping would leave writes to it
     unread, and a block moved there would look leaked."""
-    from unreachable.scan.concurrent import _tracked
     from unreachable.process.maps import Mapping
+    from unreachable.scan.concurrent import _tracked
 
     merged = Mapping(0x10000, 0x30000, "rw-p", 0, 0, "")
     data = Mapping(0x40000, 0x41000, "rw-p", 0, 7, "/lib/shim.so")

@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unreachable.allocations.source import SOURCES, AllocationSource
-from unreachable.scan.concurrent import concurrent_sweep
 from unreachable.capture.stop_world import Capture
 from unreachable.capture.target import still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
@@ -30,6 +29,7 @@ from unreachable.roots import sources
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan.allocations import Allocations, find_allocations
 from unreachable.scan.capture import capture
+from unreachable.scan.concurrent import concurrent_sweep
 from unreachable.scan.facts import Facts, ScannerRoom, gather_facts
 from unreachable.scan.fold import fold
 from unreachable.scan.mark import MarkOver, mark, sweep_places
