@@ -212,7 +212,12 @@ def test_no_permission(targets):
         pytest.skip("needs root to drop to another user")
     target = targets.start(PROGRAMS / "globals.c")
     # The interpreter may live where another user cannot exec it, so drop
-    # privileges in a forked child that already runs Python, modules loaded.
+    # privileges in a forked child that already runs Python, modules loaded
+    # (the CLI imports a command's modules only once it is given: load them
+    # here, as that user may not read the standard library either).
+    import unreachable.cli.scan
+    import unreachable.report.pprof
+    import unreachable.scan.run  # noqa: F401
     from unreachable.cli.main import main
 
     read_end, write_end = os.pipe()
