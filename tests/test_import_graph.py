@@ -5,7 +5,7 @@ The graph is read from the source, not from sys.modules: every import
 statement, at module level or inside a function (a lazy import is still a
 dependency), except those under `if TYPE_CHECKING:`, which name types only.
 A package's unit is its first component below unreachable/ (capture,
-report, ...); a top-level module (scan_glibc.py) is a unit of its own, so a
+report, ...); a top-level module (writing.py) is a unit of its own, so a
 cycle that passes through one still counts.
 """
 
@@ -41,10 +41,6 @@ KNOWN_CYCLES: dict[tuple[str, str], str] = {
     # package of their own), a move that rewrites the model's importers,
     # scan/run.py among them.
     ("triage", "unreachable.report.model"): "the model lives in report/, above triage",
-    # A scan without the shim runs scan_glibc.py, which runs the scan's own
-    # stages; it belongs inside scan/ as the glibc heap's pipeline, a move
-    # that changes scan/run.py's import of it.
-    ("scan", "unreachable.scan_glibc"): "scan_glibc.py sits outside scan/",
 }
 
 Graph = dict[str, dict[str, list[str]]]  # module -> imported module -> ["path:line"]

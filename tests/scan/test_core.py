@@ -1,4 +1,4 @@
-"""Scans of core files (unreachable/scan_core.py, capture/core_file.py):
+"""Scans of core files (unreachable/scan/core.py, capture/core_file.py):
 gdb's gcore of a scenario program gives the live scan's answer, under the
 shim (its registry and backtraces) and without it (glibc's heap walked over
 the core); what is not a readable core gets one line and exit status 2."""
@@ -21,7 +21,7 @@ from tests.support.cbuild import build
 from tests.support.targets import Target, wait_for_helper
 from unreachable.capture.core_file import open_core
 from unreachable.scan import ScanOptions, scan
-from unreachable.scan_core import scan_core
+from unreachable.scan.core import scan_core
 
 PROGRAMS = Path(__file__).parent / "programs"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]

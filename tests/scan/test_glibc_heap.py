@@ -1,5 +1,5 @@
 """Scans of processes that run without the shim: glibc's heap walked from a
-copy of their memory (unreachable/scan_glibc.py, docs/glibc-heap.md).
+copy of their memory (unreachable/scan/glibc.py, docs/glibc-heap.md).
 
 Each scenario program gives the shim's leak count, with sizes between the
 bytes requested and the chunks' usable bytes; threads churning malloc,

@@ -18,7 +18,7 @@ from unreachable.allocations.glibc_heap import (
 )
 from unreachable.allocations.glibc_libc import libc_facts
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.scan_glibc import _stop_and_copy
+from unreachable.scan.glibc import _stop_and_copy
 
 PROGRAMS = Path(__file__).parent / "programs"
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"

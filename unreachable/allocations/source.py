@@ -4,7 +4,7 @@ rest of the pipeline.
 An allocation source reads, from the memory a capture holds, the
 registry the mark sweeps against (blocks in address order, their stack
 ids, the threads' slots). The shim's registry is one (registry.py); the
-glibc heap walked from outside (scan_glibc.py) and a core file's are
+glibc heap walked from outside (scan/glibc.py) and a core file's are
 others. A new source is a module defining one, plus its line in SOURCES.
 """
 
@@ -66,7 +66,7 @@ def _shim_registry(facts: Facts) -> AllocationSource:
 
 # The sources a plan may name (plan.Plan.allocations), each made from the
 # target's facts. The glibc heap is walked by its own capture
-# (scan_glibc.py) and handed over made.
+# (scan/glibc.py) and handed over made.
 SOURCES: dict[str, Callable[[Facts], AllocationSource]] = {
     "shim registry": _shim_registry,
 }

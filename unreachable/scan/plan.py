@@ -25,7 +25,7 @@ The rules, for a target under the shim:
 - "concurrent": only when asked for (auto never takes it), never with a
   reference graph (it keeps none) nor an in-child sweep; no fallback.
 Without the shim, glibc's heap is walked from a copy made in the pause
-(scan_glibc.py); nothing that needs the shim is possible then.
+(scan/glibc.py); nothing that needs the shim is possible then.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from unreachable.scan.options import ScanOptions
 Snapshot = Literal["fork", "copy", "stopped", "whole copy", "concurrent"]
 SweepPlace = Literal["child", "scanner"]
 # Where the allocations come from: a name in allocations/source.SOURCES,
-# or "glibc heap" (walked by scan_glibc.py's own capture).
+# or "glibc heap" (walked by scan/glibc.py's own capture).
 Allocations = str
 
 # Expected pause per GiB of resident anonymous memory on 4 KiB pages

@@ -32,6 +32,7 @@ from unreachable.scan.capture import capture
 from unreachable.scan.concurrent import concurrent_sweep
 from unreachable.scan.facts import Facts, ScannerRoom, gather_facts
 from unreachable.scan.fold import fold
+from unreachable.scan.glibc import scan_without_shim
 from unreachable.scan.mark import MarkOver, mark, sweep_places
 from unreachable.scan.options import Progress, ScanOptions
 from unreachable.scan.plan import Plan, Retry, plan
@@ -91,8 +92,6 @@ def run_plans(
         if planned.snapshot == "concurrent":
             return run_concurrent(facts, planned, options, note, started)
         if planned.allocations == "glibc heap":
-            from unreachable.scan_glibc import scan_without_shim
-
             return scan_without_shim(facts.pid, options, note, started)
         got = run_plan(facts, planned, options, note, started, graph)
         if isinstance(got, ScanReport):

@@ -2,7 +2,7 @@
 snapshot, its threads' registers the register roots. A core of a process
 that ran under the shim is swept against the shim's registry, with its
 backtraces; one without is swept against glibc's heap, walked over the
-core (scan_glibc.py). Nothing runs, so nothing is paused: what the kernel
+core (scan/glibc.py). Nothing runs, so nothing is paused: what the kernel
 held for the process (epoll data, timers, pipes) is not in a core and is no
 root here.
 """
@@ -30,12 +30,12 @@ from unreachable.report.model import ScanReport
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan.allocations import find_allocations
 from unreachable.scan.fold import fold
+from unreachable.scan.glibc import sweep_glibc_core
 from unreachable.scan.mark import MarkOver, mark
 from unreachable.scan.options import Progress, ScanOptions
 from unreachable.scan.report import Scanned, build_report
 from unreachable.scan.roots import RootInputs, find_roots
 from unreachable.scan.symbolize import read_backtraces, symbolize
-from unreachable.scan_glibc import sweep_glibc_core
 
 
 def _locate_shim(core: CoreFile) -> ShimLocation | None:
