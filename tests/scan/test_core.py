@@ -168,6 +168,10 @@ def _dumps_into(directory: Path) -> Callable[[], None]:
     def setup() -> None:
         os.chdir(directory)
         resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,) * 2)
+        # A shell that starts the tests in the background ignores SIGQUIT,
+        # and an ignored signal stays ignored across exec: the dump's SIGQUIT
+        # would then not end the target.
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
     return setup
 
