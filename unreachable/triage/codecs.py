@@ -60,15 +60,21 @@ def suppressed_from_json(
         suppressions.RuleUse(_rule(u["pattern"], u["file"], u["line"]), u["count"], u["bytes"])
         for u in d.get("suppressions", [])
     ]
-    rules = {}
-    for u in reversed(used):  # the first rule of a pattern is the one that matched
-        rules[u.rule.pattern] = u.rule
-    leaks = []
-    for leak in d.get("suppressed_leaks", []):
-        pattern = leak["suppression"]
-        rule = rules.get(pattern) or _rule(pattern, "", 0)
-        leaks.append((leak_from_json(leak), rule))
+    rule_of = _rule_of(used)
+    leaks = [
+        (leak_from_json(leak), rule_of(leak["suppression"]))
+        for leak in d.get("suppressed_leaks", [])
+    ]
     return suppressions.Suppressed(d["suppressed_count"], d["suppressed_bytes"], used, leaks)
+
+
+def _rule_of(used: list[suppressions.RuleUse]) -> Callable[[str], suppressions.Rule]:
+    """The rule a suppressed entry names by its pattern: the first used rule
+    of that pattern (the one that matched), else one parsed from it."""
+    rules: dict[str, suppressions.Rule] = {}
+    for u in reversed(used):
+        rules[u.rule.pattern] = u.rule
+    return lambda pattern: rules.get(pattern) or _rule(pattern, "", 0)
 
 
 def _rule(pattern: str, source: str, line: int) -> suppressions.Rule:
@@ -150,13 +156,8 @@ def suppressed_from_proto(
     used = [
         suppressions.RuleUse(_rule(u.pattern, u.file, u.line), u.count, u.bytes) for u in s.used
     ]
-    rules: dict[str, suppressions.Rule] = {}
-    for u in reversed(used):  # the first rule of a pattern is the one that matched
-        rules[u.rule.pattern] = u.rule
-    leaks = [
-        (leak_from_proto(x.leak), rules.get(x.suppression) or _rule(x.suppression, "", 0))
-        for x in s.leaks
-    ]
+    rule_of = _rule_of(used)
+    leaks = [(leak_from_proto(x.leak), rule_of(x.suppression)) for x in s.leaks]
     return suppressions.Suppressed(s.count, s.bytes, used, leaks)
 
 
