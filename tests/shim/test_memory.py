@@ -11,8 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.shim.support import program
+from tests.support.cbuild import REPO_DIR, build
 from tests.support.shim_memory import shim_resident_bytes
+
+# The heap bench/shim_memory_bench.py weighs: START, then READY n=N once the
+# heap is live (closing stdin after that ends it).
+PROGRAM = REPO_DIR / "bench" / "programs" / "memory_shape.c"
 
 HEAP_MIB = 64
 
@@ -20,7 +24,7 @@ HEAP_MIB = 64
 def _shim_bytes_per_allocation(shim: Path, threads: int, size: int) -> tuple[float, int]:
     env = {k: v for k, v in os.environ.items() if k != "UNREACHABLE_MALLOC_OPTIONS"}
     env["LD_PRELOAD"] = str(shim)
-    exe = program("memory_shape.c")
+    exe = build(PROGRAM, cflags=["-O2"])
     with subprocess.Popen(
         [str(exe), str(threads), str(size), str(HEAP_MIB)],
         stdin=subprocess.PIPE,
@@ -36,7 +40,7 @@ def _shim_bytes_per_allocation(shim: Path, threads: int, size: int) -> tuple[flo
             proc.stdin.flush()
             ready = proc.stdout.readline()
             assert ready.startswith("READY n="), ready
-            n = int(ready.split("=")[1])
+            n = int(ready.split()[1].removeprefix("n="))
             return (shim_resident_bytes(proc.pid) - base) / n, n
         finally:
             proc.kill()
