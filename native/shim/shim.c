@@ -156,17 +156,7 @@ extern void _IO_list_lock(void);
 extern void _IO_list_unlock(void);
 extern void _IO_list_resetlock(void);
 
-static void fork_prepare(void) {
-  if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
-  if (fork_depth) {
-    fork_reentered++;
-    return;
-  }
-  fork_depth = 1;
-  ur_go_multi(); /* a thread that never allocated may fork */
-  uint32_t tid = ur_self_tid();
-  fork_nested = ur_load32(&ur_g.excl_tid) == tid;
-  if (fork_nested) return; /* malloc_disable already holds everything */
+static void lock_for_fork(uint32_t tid) {
   /* glibc's fork takes stdio's list lock before its malloc locks (glibc bug
    * 19431): a thread may hold a FILE lock while it allocates (getline),
    * and fflush(NULL) holds the list lock while it waits for FILE locks. The
@@ -182,6 +172,20 @@ static void fork_prepare(void) {
   __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_RELEASE);
 }
 
+static void fork_prepare(void) {
+  if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
+  if (fork_depth) {
+    fork_reentered++;
+    return;
+  }
+  fork_depth = 1;
+  ur_go_multi(); /* a thread that never allocated may fork */
+  uint32_t tid = ur_self_tid();
+  fork_nested = ur_load32(&ur_g.excl_tid) == tid;
+  if (!fork_nested) lock_for_fork(tid); /* else malloc_disable already holds everything */
+  ur_unwind_gate_close(tid); /* last: threads kept waiting there hold none of the above */
+}
+
 static void fork_parent(void) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
   if (fork_reentered) {
@@ -194,6 +198,7 @@ static void fork_parent(void) {
     ur_registry_unlock_all();
     if (fork_io_locked) _IO_list_unlock();
   }
+  ur_unwind_gate_open();
   /* Only once every lock is given back: a handler's fork meanwhile would
    * wait on the locks its own thread still holds. */
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -209,6 +214,7 @@ static void fork_child(void) {
   uint32_t tid = (uint32_t)syscall(SYS_gettid);
   ur_altstacks_after_fork_child(ur_tls.tid, tid);
   ur_tls.tid = tid;
+  ur_unwind_gate_after_fork_child();
   /* Still disabled if the disabling thread forked: it keeps every lock. */
   uint32_t owner = fork_nested ? tid : 0;
   /* Held once by fork_prepare, once more by glibc's fork unless it saw a

@@ -63,6 +63,8 @@ struct ur_globals {
   struct ur_thread_slot *threads;
   struct ur_thread_slot *single_slot; /* the one thread while UR_SLOW_SINGLE */
   uint32_t multi_lock, multi_owner;
+  uint32_t unwind_gate; /* tid of a forking thread keeping others out of libunwind, 0 open */
+  uint32_t unwinders;   /* threads inside libunwind (unwind.h) */
   uint32_t bias_ok; /* membarrier works: threads may own registry shards (registry.c) */
   struct ur_stack_table *stacks;
   uint32_t *helper_cmd;
@@ -80,6 +82,7 @@ struct ur_tls {
   uint32_t shard_token;        /* slot index + 1 (0: no shared slot): owner id in registry.c */
   uint32_t in_getattr;         /* >0: inside pthread_getattr_np (threads.c) */
   uint32_t own_alloc;          /* >0: starting the helper; its blocks are the shim's (helper.h) */
+  uint32_t unwinding;          /* >0: inside libunwind (a signal handler may nest) */
   struct ur_shard *resizing;   /* the shard whose table this thread rebuilds (registry.c) */
   struct ur_thread_slot dummy; /* used when every shared slot is taken */
 };

@@ -1,6 +1,9 @@
 #include "unwind.h"
 
+#include <limits.h>
 #include <link.h>
+
+#include "lock.h"
 
 #include "state.h"
 
@@ -28,3 +31,50 @@ void ur_unwind_init(void) {
 }
 
 size_t ur_unwind(uintptr_t *out, size_t max) { return ur_unwind_here(out, max); }
+
+/* Arrived while a fork holds the gate: step out, let the forker see the count
+ * fall, and come back once it has opened. The forker itself goes through
+ * (its other fork handlers, or a handler's malloc, may take a backtrace). */
+void ur_unwind_wait_gate(void) {
+  uint32_t gate, self = ur_self_tid();
+  while ((gate = __atomic_load_n(&ur_g.unwind_gate, __ATOMIC_SEQ_CST)) != 0 && gate != self) {
+    __atomic_fetch_sub(&ur_g.unwinders, 1, __ATOMIC_SEQ_CST);
+    ur_unwind_wake_gate();
+    int saved = errno;
+    ur_futex(&ur_g.unwind_gate, FUTEX_WAIT_PRIVATE, gate);
+    errno = saved;
+    __atomic_fetch_add(&ur_g.unwinders, 1, __ATOMIC_SEQ_CST);
+  }
+}
+
+void ur_unwind_wake_gate(void) {
+  int saved = errno;
+  ur_futex(&ur_g.unwinders, FUTEX_WAKE_PRIVATE, INT_MAX);
+  errno = saved;
+}
+
+/* Called last in fork's prepare handler, with every other lock held: a thread
+ * waiting at the gate then holds none that the fork still needs. The forker's
+ * own count stays (a signal handler's fork that interrupted its own unwind). */
+void ur_unwind_gate_close(uint32_t tid) {
+  __atomic_store_n(&ur_g.unwind_gate, tid, __ATOMIC_SEQ_CST);
+  uint32_t n;
+  while ((n = __atomic_load_n(&ur_g.unwinders, __ATOMIC_SEQ_CST)) > ur_tls.unwinding) {
+    int saved = errno;
+    ur_futex(&ur_g.unwinders, FUTEX_WAIT_PRIVATE, n);
+    errno = saved;
+  }
+}
+
+void ur_unwind_gate_open(void) {
+  __atomic_store_n(&ur_g.unwind_gate, 0, __ATOMIC_SEQ_CST);
+  int saved = errno;
+  ur_futex(&ur_g.unwind_gate, FUTEX_WAKE_PRIVATE, INT_MAX);
+  errno = saved;
+}
+
+/* Only the forking thread is left, with whatever unwind it was inside. */
+void ur_unwind_gate_after_fork_child(void) {
+  ur_g.unwinders = ur_tls.unwinding;
+  ur_g.unwind_gate = 0;
+}

@@ -61,3 +61,12 @@ def test_a_program_that_closes_every_descriptor_keeps_its_own(shim: Path, how: s
     assert run_ok(exe, how, shim=shim, options="backtrace=16").strip() == "ok"
     # Without the shim the program checks itself the same way.
     assert run_ok(exe, how, shim=None).strip() == "ok"
+
+
+@pytest.mark.parametrize("options", ["backtrace=16", "free_track=10"])
+def test_a_child_forked_while_other_threads_unwind_can_unwind(shim: Path, options: str) -> None:
+    """A fork copies libunwind's locks as they are; one held by another
+    thread's backtrace at that moment left the child's first backtrace
+    waiting forever (a forked child's malloc under backtrace=N, or its free
+    under free_track=N)."""
+    assert run_ok(program("fork_unwind.c"), shim=shim, options=options) == "OK\n"
