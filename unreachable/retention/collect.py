@@ -41,7 +41,7 @@ from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
 
 if TYPE_CHECKING:
-    from unreachable.report.model import ScanReport
+    from unreachable.model.report import ScanReport
     from unreachable.scan import ScanOptions
 
 # user_regs_struct, in NT_PRSTATUS order

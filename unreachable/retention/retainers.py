@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from unreachable.report.model import ScanReport
+from unreachable.model.report import ScanReport
 from unreachable.report.text import format_frame
 from unreachable.retention.collect import GraphCollector, RootRegion, graph_scan
 from unreachable.scan import ScanOptions

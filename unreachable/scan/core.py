@@ -24,9 +24,9 @@ from unreachable.capture.descriptor import (
     parse_descriptor_header,
 )
 from unreachable.errors import InvalidArgument, TargetNotShimmed
+from unreachable.model.report import ScanReport
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping
-from unreachable.report.model import ScanReport
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan.allocations import find_allocations
 from unreachable.scan.fold import fold

@@ -47,10 +47,10 @@ from unreachable.errors import (
     TargetNotShimmed,
     TargetUnscannable,
 )
+from unreachable.model.report import ScanReport
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.status import check_scannable
-from unreachable.report.model import ScanReport
 from unreachable.scan.allocations import find_allocations
 from unreachable.scan.fold import Folded, fold
 from unreachable.scan.mark import MarkOver, mark

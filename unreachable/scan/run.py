@@ -23,8 +23,8 @@ from unreachable.allocations.source import SOURCES, AllocationSource
 from unreachable.capture.stop_world import Capture
 from unreachable.capture.target import still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
+from unreachable.model.report import ScanReport
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.report.model import ScanReport
 from unreachable.roots import sources
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan.allocations import Allocations, find_allocations
