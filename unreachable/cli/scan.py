@@ -211,7 +211,7 @@ def _scan(
     args: argparse.Namespace, options: ScanOptions, note: Callable[[str], None] | None
 ) -> ScanReport:
     if args.core:
-        from unreachable.scan.core import scan_core
+        from unreachable.scan.run import scan_core
 
         return scan_core(args.core, args.exe, args.sysroot, options, note)
     return scan(args.pid, options, note)
