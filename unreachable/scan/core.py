@@ -89,8 +89,9 @@ class CoreProcess:
     main_arena: tuple[int, int] | None
     altstacks: tuple[int, int] | None
     descriptor_addr: int | None
-    # Types are looked for in a glibc heap's core only: a shim's core has
-    # backtraces, and its files may not be the process's.
+    # A shim's core looks for no C++ types: the files may not be the
+    # process's. A glibc heap's core, without backtraces, names its leaks
+    # by the types read from the files the mappings name.
     typed: bool
     child_box: int = 0
     live: bool = False
