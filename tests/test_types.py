@@ -43,8 +43,8 @@ def test_stub_names_every_export() -> None:
 
 
 def test_stub_decodes_as_the_extension_does() -> None:
-    """abi_decode's overloads name each struct's TypedDict; its keys are the
-    fields abi_py.c decodes."""
+    """abi_decode's and abi_decode_array's overloads name each struct's
+    TypedDict; its keys are the fields abi_py.c decodes, in abi_fields' order."""
     tree = ast.parse((ROOT / "unreachable" / "_native.pyi").read_text())
     fields = {
         node.name: [
@@ -57,12 +57,16 @@ def test_stub_decodes_as_the_extension_does() -> None:
     }
     checked = 0
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "abi_decode":
+        if isinstance(node, ast.FunctionDef) and node.name in ("abi_decode", "abi_decode_array"):
             literal = node.args.posonlyargs[0].annotation
             assert isinstance(literal, ast.Subscript) and isinstance(literal.slice, ast.Constant)
-            assert isinstance(node.returns, ast.Name)
+            returns = node.returns
+            if isinstance(returns, ast.Subscript):  # list[X]
+                returns = returns.slice
+            assert isinstance(returns, ast.Name)
             struct = literal.slice.value
             raw = bytes(_native.abi_sizeof(struct))
-            assert list(_native.abi_decode(struct, raw)) == fields[node.returns.id], struct
+            assert list(_native.abi_decode(struct, raw)) == fields[returns.id], struct
+            assert [f for f, _, _ in _native.abi_fields(struct)] == fields[returns.id], struct
             checked += 1
-    assert checked == 10
+    assert checked == 22

@@ -4,6 +4,7 @@ Dicts the extension returns are typed as TypedDicts; at run time they are plain 
 abi_* take a struct's name from native/include/unreachable/abi.h (abi_py.c's table).
 """
 
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, TypedDict, overload
 
@@ -131,6 +132,81 @@ class ModuleTable(TypedDict):
     strings_size: int
     lost: int
 
+class Range(TypedDict):
+    begin: int
+    end: int
+
+class Block(TypedDict):
+    begin: int
+    size: int
+
+class LayoutSpan(TypedDict):
+    begin: int
+    end: int
+    demand_zero: int
+
+# native/mark/retention.h: graph mode's records.
+class RootHit(TypedDict):
+    where: int
+    value: int
+    region: int
+    block: int
+
+class RootRegion(TypedDict):
+    begin: int
+    end: int
+    region: int
+
+class RootSite(TypedDict):
+    top: int
+    key: int
+    bytes: int
+    count: int
+
+class SiteTotal(TypedDict):
+    key: int
+    bytes: int
+    count: int
+    retained_bytes: int
+    retained_count: int
+    largest: int
+
+class SiteHolder(TypedDict):
+    key: int
+    top: int
+    bytes: int
+    count: int
+
+# <sys/user.h>: a thread's general registers (NT_PRSTATUS).
+class UserRegs(TypedDict):
+    r15: int
+    r14: int
+    r13: int
+    r12: int
+    rbp: int
+    rbx: int
+    r11: int
+    r10: int
+    r9: int
+    r8: int
+    rax: int
+    rcx: int
+    rdx: int
+    rsi: int
+    rdi: int
+    orig_rax: int
+    rip: int
+    cs: int
+    eflags: int
+    rsp: int
+    ss: int
+    fs_base: int
+    gs_base: int
+    ds: int
+    es: int
+    fs: int
+    gs: int
+
 StructName = Literal[
     "ur_descriptor",
     "ur_write_tracker",
@@ -144,6 +220,15 @@ StructName = Literal[
     "ur_module_table",
     "ur_lmu_header",
     "ur_lmu_leak",
+    "ur_range",
+    "ur_block",
+    "ur_layout_span",
+    "ur_root_hit",
+    "ur_root_region",
+    "ur_root_site",
+    "ur_site_total",
+    "ur_site_holder",
+    "user_regs_struct",
 ]
 
 @overload
@@ -167,12 +252,32 @@ def abi_decode(struct: Literal["ur_module"], raw: Buffer, /) -> Module: ...
 @overload
 def abi_decode(struct: Literal["ur_module_table"], raw: Buffer, /) -> ModuleTable: ...
 @overload
+def abi_decode(struct: Literal["user_regs_struct"], raw: Buffer, /) -> UserRegs: ...
+@overload
 def abi_decode_array(struct: Literal["ur_leak_record"], raw: Buffer, /) -> list[LeakRecord]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_range"], raw: Buffer, /) -> list[Range]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_block"], raw: Buffer, /) -> list[Block]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_layout_span"], raw: Buffer, /) -> list[LayoutSpan]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_root_hit"], raw: Buffer, /) -> list[RootHit]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_root_region"], raw: Buffer, /) -> list[RootRegion]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_root_site"], raw: Buffer, /) -> list[RootSite]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_site_total"], raw: Buffer, /) -> list[SiteTotal]: ...
+@overload
+def abi_decode_array(struct: Literal["ur_site_holder"], raw: Buffer, /) -> list[SiteHolder]: ...
 @overload
 def abi_decode_array(struct: Literal["ur_altstack"], raw: Buffer, /) -> list[Altstack]: ...
 @overload
 def abi_decode_array(struct: Literal["ur_module"], raw: Buffer, /) -> list[Module]: ...
 def abi_encode(struct: StructName, fields: dict[str, int | bytes | list[int]], /) -> bytes: ...
+def abi_encode_array(struct: StructName, rows: Sequence[Sequence[int]], /) -> bytes: ...
+def abi_fields(struct: StructName, /) -> list[tuple[str, int, int]]: ...
 def abi_field(struct: StructName, field: str, /) -> tuple[int, int]: ...
 def abi_sizeof(struct: StructName, /) -> int: ...
 

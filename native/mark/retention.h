@@ -30,6 +30,14 @@ struct ur_root_hit {
 };
 _Static_assert(sizeof(struct ur_root_hit) == 24, "wire format");
 
+/* A labelled root range (_native.sweep's graph-mode regions): sorted and
+ * disjoint; region is the caller's id, as in ur_root_hit. */
+struct ur_root_region {
+  uint64_t begin, end;
+  uint64_t region;
+};
+_Static_assert(sizeof(struct ur_root_region) == 24, "wire format");
+
 /* Every root word of ranges (begin, end pairs) and values that points into
  * a block. A range word's region is the id of the (begin, end, id) triple
  * of `regions` (sorted, disjoint) that holds it, else default_region; a

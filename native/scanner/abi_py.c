@@ -1,13 +1,17 @@
 /* _native's view of abi.h: the structures Python reads or writes, decoded and
  * encoded by name with offsetof/sizeof, and the constants it needs. Python
  * holds no layout of its own: a field added to abi.h is added to a table
- * here, and nothing in unreachable/ mirrors an offset or a struct format. */
+ * here, and nothing in unreachable/ mirrors an offset or a struct format.
+ * The mark's graph-mode records (native/mark/retention.h) and the kernel's
+ * user_regs_struct (<sys/user.h>) are here too, for the same reason. */
 #include <string.h>
+#include <sys/user.h>
 
 #include "native.h"
+#include "retention.h"
 #include "unreachable/abi.h"
 
-enum abi_kind { ABI_U32, ABI_I32, ABI_U64, ABI_BYTES, ABI_U64S /* uint64_t[N], a list */ };
+enum abi_kind { ABI_U32, ABI_I32, ABI_U64, ABI_I64, ABI_BYTES, ABI_U64S /* uint64_t[N], a list */ };
 
 struct abi_field {
   const char *name;
@@ -146,6 +150,76 @@ static const struct abi_field module_table_fields[] = {
     FIELD(ur_module_table, lost, ABI_U32),
 };
 
+static const struct abi_field range_fields[] = {
+    FIELD(ur_range, begin, ABI_U64),
+    FIELD(ur_range, end, ABI_U64),
+};
+
+static const struct abi_field block_fields[] = {
+    FIELD(ur_block, begin, ABI_U64),
+    FIELD(ur_block, size, ABI_U64),
+};
+
+static const struct abi_field layout_span_fields[] = {
+    FIELD(ur_layout_span, begin, ABI_U64),
+    FIELD(ur_layout_span, end, ABI_U64),
+    FIELD(ur_layout_span, demand_zero, ABI_U64),
+};
+
+static const struct abi_field root_hit_fields[] = {
+    FIELD(ur_root_hit, where, ABI_U64),
+    FIELD(ur_root_hit, value, ABI_U64),
+    FIELD(ur_root_hit, region, ABI_U32),
+    FIELD(ur_root_hit, block, ABI_U32),
+};
+
+static const struct abi_field root_region_fields[] = {
+    FIELD(ur_root_region, begin, ABI_U64),
+    FIELD(ur_root_region, end, ABI_U64),
+    FIELD(ur_root_region, region, ABI_U64),
+};
+
+static const struct abi_field root_site_fields[] = {
+    FIELD(ur_root_site, top, ABI_I64),
+    FIELD(ur_root_site, key, ABI_I64),
+    FIELD(ur_root_site, bytes, ABI_U64),
+    FIELD(ur_root_site, count, ABI_U64),
+};
+
+static const struct abi_field site_total_fields[] = {
+    FIELD(ur_site_total, key, ABI_I64),
+    FIELD(ur_site_total, bytes, ABI_U64),
+    FIELD(ur_site_total, count, ABI_U64),
+    FIELD(ur_site_total, retained_bytes, ABI_U64),
+    FIELD(ur_site_total, retained_count, ABI_U64),
+    FIELD(ur_site_total, largest, ABI_U64),
+};
+
+static const struct abi_field site_holder_fields[] = {
+    FIELD(ur_site_holder, key, ABI_I64),
+    FIELD(ur_site_holder, top, ABI_I64),
+    FIELD(ur_site_holder, bytes, ABI_U64),
+    FIELD(ur_site_holder, count, ABI_U64),
+};
+
+/* NT_PRSTATUS's registers, in the kernel's order (x86-64). */
+static const struct abi_field user_regs_fields[] = {
+    FIELD(user_regs_struct, r15, ABI_U64),     FIELD(user_regs_struct, r14, ABI_U64),
+    FIELD(user_regs_struct, r13, ABI_U64),     FIELD(user_regs_struct, r12, ABI_U64),
+    FIELD(user_regs_struct, rbp, ABI_U64),     FIELD(user_regs_struct, rbx, ABI_U64),
+    FIELD(user_regs_struct, r11, ABI_U64),     FIELD(user_regs_struct, r10, ABI_U64),
+    FIELD(user_regs_struct, r9, ABI_U64),      FIELD(user_regs_struct, r8, ABI_U64),
+    FIELD(user_regs_struct, rax, ABI_U64),     FIELD(user_regs_struct, rcx, ABI_U64),
+    FIELD(user_regs_struct, rdx, ABI_U64),     FIELD(user_regs_struct, rsi, ABI_U64),
+    FIELD(user_regs_struct, rdi, ABI_U64),     FIELD(user_regs_struct, orig_rax, ABI_U64),
+    FIELD(user_regs_struct, rip, ABI_U64),     FIELD(user_regs_struct, cs, ABI_U64),
+    FIELD(user_regs_struct, eflags, ABI_U64),  FIELD(user_regs_struct, rsp, ABI_U64),
+    FIELD(user_regs_struct, ss, ABI_U64),      FIELD(user_regs_struct, fs_base, ABI_U64),
+    FIELD(user_regs_struct, gs_base, ABI_U64), FIELD(user_regs_struct, ds, ABI_U64),
+    FIELD(user_regs_struct, es, ABI_U64),      FIELD(user_regs_struct, fs, ABI_U64),
+    FIELD(user_regs_struct, gs, ABI_U64),
+};
+
 struct abi_struct {
   const char *name;
   size_t size;
@@ -168,6 +242,15 @@ static const struct abi_struct structs[] = {
     STRUCT(ur_module_table, module_table_fields),
     STRUCT(ur_lmu_header, lmu_header_fields),
     STRUCT(ur_lmu_leak, lmu_leak_fields),
+    STRUCT(ur_range, range_fields),
+    STRUCT(ur_block, block_fields),
+    STRUCT(ur_layout_span, layout_span_fields),
+    STRUCT(ur_root_hit, root_hit_fields),
+    STRUCT(ur_root_region, root_region_fields),
+    STRUCT(ur_root_site, root_site_fields),
+    STRUCT(ur_site_total, site_total_fields),
+    STRUCT(ur_site_holder, site_holder_fields),
+    STRUCT(user_regs_struct, user_regs_fields),
 };
 
 static const struct abi_struct *find_struct(const char *name) {
@@ -204,6 +287,10 @@ static PyObject *decode_one(const struct abi_struct *s, const unsigned char *p) 
       uint64_t x;
       memcpy(&x, at, sizeof(x));
       v = PyLong_FromUnsignedLongLong(x);
+    } else if (f->kind == ABI_I64) {
+      int64_t x;
+      memcpy(&x, at, sizeof(x));
+      v = PyLong_FromLongLong(x);
     } else if (f->kind == ABI_U64S) {
       v = PyList_New((Py_ssize_t)(f->size / sizeof(uint64_t)));
       for (size_t k = 0; v && k < f->size / sizeof(uint64_t); k++) {
@@ -256,6 +343,13 @@ static int encode_field(const struct abi_field *f, PyObject *value, unsigned cha
     PyBuffer_Release(&b);
     if (!ok) PyErr_Format(PyExc_ValueError, "%s: at most %zu bytes", f->name, f->size);
     return ok ? 0 : -1;
+  }
+  if (f->kind == ABI_I64) {
+    long long x = PyLong_AsLongLong(value);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    int64_t v = x;
+    memcpy(p + f->offset, &v, sizeof(v));
+    return 0;
   }
   if (f->kind == ABI_I32) {
     long x = PyLong_AsLong(value);
@@ -341,6 +435,58 @@ static PyObject *abi_encode(PyObject *Py_UNUSED(self), PyObject *args) {
   return out;
 }
 
+/* One row (a sequence of the struct's fields in order) into p. */
+static int encode_row(const struct abi_struct *s, PyObject *row, unsigned char *p) {
+  PyObject *seq = PySequence_Fast(row, "each row is a sequence of the struct's fields");
+  if (!seq) return -1;
+  int rc = 0;
+  if ((size_t)PySequence_Fast_GET_SIZE(seq) != s->nfields) {
+    PyErr_Format(PyExc_ValueError, "a row of struct %s has %zu fields, got %zd", s->name,
+                 s->nfields, PySequence_Fast_GET_SIZE(seq));
+    rc = -1;
+  }
+  for (size_t i = 0; rc == 0 && i < s->nfields; i++)
+    rc = encode_field(&s->fields[i], PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i), p);
+  Py_DECREF(seq);
+  return rc;
+}
+
+static PyObject *abi_encode_array(PyObject *Py_UNUSED(self), PyObject *args) {
+  const char *name;
+  PyObject *rows;
+  if (!PyArg_ParseTuple(args, "sO", &name, &rows)) return NULL;
+  const struct abi_struct *s = find_struct(name);
+  PyObject *seq = s ? PySequence_Fast(rows, "rows must be iterable") : NULL;
+  if (!seq) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)s->size);
+  if (out) {
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    memset(p, 0, (size_t)n * s->size); /* reserved words and padding are 0 */
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (encode_row(s, PySequence_Fast_GET_ITEM(seq, i), p + (size_t)i * s->size) < 0) {
+        Py_CLEAR(out);
+        break;
+      }
+  }
+  Py_DECREF(seq);
+  return out;
+}
+
+static PyObject *abi_fields(PyObject *Py_UNUSED(self), PyObject *args) {
+  const char *name;
+  if (!PyArg_ParseTuple(args, "s", &name)) return NULL;
+  const struct abi_struct *s = find_struct(name);
+  PyObject *out = s ? PyList_New((Py_ssize_t)s->nfields) : NULL;
+  for (size_t i = 0; out && i < s->nfields; i++) {
+    const struct abi_field *f = &s->fields[i];
+    PyObject *t = Py_BuildValue("(snn)", f->name, (Py_ssize_t)f->offset, (Py_ssize_t)f->size);
+    if (!t) Py_CLEAR(out);
+    else PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+  }
+  return out;
+}
+
 static PyObject *abi_field(PyObject *Py_UNUSED(self), PyObject *args) {
   const char *name, *fname;
   if (!PyArg_ParseTuple(args, "ss", &name, &fname)) return NULL;
@@ -368,6 +514,11 @@ PyMethodDef ur_abi_methods[] = {
     {"abi_encode", abi_encode, METH_VARARGS,
      "abi_encode(struct, fields) -> bytes\n\n"
      "One `struct` with the fields given by name, every other byte 0."},
+    {"abi_encode_array", abi_encode_array, METH_VARARGS,
+     "abi_encode_array(struct, rows) -> bytes\n\n"
+     "`struct`s packed back to back, each from a row of its fields' values in order."},
+    {"abi_fields", abi_fields, METH_VARARGS,
+     "abi_fields(struct) -> list[(field, offset, size)]\n\nThe decoded fields, in order."},
     {"abi_field", abi_field, METH_VARARGS,
      "abi_field(struct, field) -> (offset, size)\n\nWhere a field lies in its struct."},
     {"abi_sizeof", abi_sizeof, METH_VARARGS, "abi_sizeof(struct) -> int"},

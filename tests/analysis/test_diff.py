@@ -15,8 +15,8 @@ from unreachable.analysis.diff import (
 )
 from unreachable.cli.main import main
 from unreachable.heapdump.dump_format import write_dump
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.report.json_report import report_to_dict
-from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.symbolize.frames import Frame
 
 

@@ -7,8 +7,8 @@ from tests.support.reports import make_report
 from tests.symbolize import program
 from unreachable.heapdump.dump_format import write_dump
 from unreachable.heapdump.viewer import render_dump
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.report.collapsed import report_to_collapsed
-from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.report.pprof import report_to_pprof
 from unreachable.symbolize.frames import Frame
 

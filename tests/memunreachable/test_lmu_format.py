@@ -6,8 +6,8 @@ from __future__ import annotations
 from tests.support.reports import folded_leak, make_report
 from unreachable import _native
 from unreachable.cli.scan import FORMATS, render
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.report.lmu import format_lmu, format_records
-from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.report.text import format_report
 from unreachable.symbolize.frames import Frame
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.heapdump.profile_proto import decode
-from unreachable.report.model import export_weights
+from unreachable.model.report import export_weights
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]

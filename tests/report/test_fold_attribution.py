@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.heapdump.profile_proto import decode
-from unreachable.report.model import export_weights
+from unreachable.model.report import export_weights
 
 PROGRAM = Path(__file__).parent / "programs" / "shared_roots.c"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]

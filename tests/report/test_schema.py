@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.report import schema
 from unreachable.report.json_report import format_json
-from unreachable.report.model import LeakEntry, ScanReport
 from unreachable.rpc.convert import report_from_dict, report_to_model, report_to_proto
 from unreachable.symbolize.frames import Frame
 from unreachable.triage import baseline as baselines

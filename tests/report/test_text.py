@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from tests.support.reports import folded_leak, make_report
-from unreachable.report.model import LeakEntry
+from unreachable.model.report import LeakEntry
 from unreachable.report.text import format_report, format_summary
 from unreachable.symbolize.frames import Frame
 

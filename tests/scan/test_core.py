@@ -21,7 +21,7 @@ from tests.support.cbuild import build
 from tests.support.targets import Target, wait_for_helper
 from unreachable.capture.core_file import open_core
 from unreachable.scan import ScanOptions, scan
-from unreachable.scan.core import scan_core
+from unreachable.scan.run import scan_core
 
 PROGRAMS = Path(__file__).parent / "programs"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]

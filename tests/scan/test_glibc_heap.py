@@ -299,6 +299,13 @@ def test_program_with_its_own_malloc_gets_one_line(targets):
     assert target.alive() and target.tracer() == 0
 
 
+def test_a_pause_budget_the_whole_copy_passes_is_said_in_the_report(targets):
+    target = targets.start(PROGRAMS / "globals.c", preload=False, wait_helper=False)
+    report = scan(target.pid, ScanOptions(max_pause_ms=0.001))
+    assert report.allocations == "glibc heap" and report.leak_count == 1
+    assert "more than --max-pause 0.001 ms" in report.snapshot_note, report.snapshot_note
+
+
 def test_memaligned_chunks_are_named_by_their_moved_header(targets):
     """A block memalign placed inside a chunk it mapped alone is reported at
     its own (aligned) address, not at the stale header left at the

@@ -140,6 +140,13 @@ def test_without_the_shim_glibcs_heap_is_walked_from_a_copy():
         _plan(Facts(1, shim=False, no_shim="the shim is inert", glibc_heap=False))
 
 
+def test_a_core_file_is_its_own_snapshot():
+    # What allocator its process used, the core says: the plan only names it.
+    core = Facts(1, core=object())  # type: ignore[arg-type]
+    assert _shape(_plan(core)) == [("core", ("scanner",))]
+    assert _shape(plan(core, ScanOptions(max_pause_ms=1))) == [("core", ("scanner",))]
+
+
 def test_concurrent_is_planned_only_when_asked_for():
     """Its own plan kind (the mark runs inside its capture), with no
     fallback; auto never takes it, however big the heap or tight the budget."""

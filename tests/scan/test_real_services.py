@@ -31,8 +31,8 @@ import pytest
 
 from unreachable.capture.kept_out_of_fork import fork_flags
 from unreachable.capture.stop_world import SnapshotMode
+from unreachable.model.report import ScanReport
 from unreachable.process.status import read_status
-from unreachable.report.model import ScanReport
 from unreachable.scan import ScanOptions, scan
 
 CLI = [sys.executable, "-m", "unreachable.cli.main", "run", "--"]

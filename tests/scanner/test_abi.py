@@ -40,6 +40,38 @@ def test_encode_then_decode_keeps_every_field():
     assert [e["tid"] for e in _native.abi_decode_array("ur_altstack", two)] == [7, 7]
 
 
+def test_arrays_of_rows_encode_in_field_order():
+    """The sweep's inputs and the mark's graph records: rows packed back to
+    back, signed fields kept signed, a row of the wrong width refused."""
+    ranges = _native.abi_encode_array("ur_range", [(0x1000, 0x2000), (0x3000, 0x3008)])
+    assert len(ranges) == 2 * _native.abi_sizeof("ur_range") == 32
+    assert _native.abi_decode_array("ur_range", ranges) == [
+        {"begin": 0x1000, "end": 0x2000},
+        {"begin": 0x3000, "end": 0x3008},
+    ]
+    spans = _native.abi_encode_array("ur_layout_span", [(1, 2, True)])
+    assert _native.abi_decode_array("ur_layout_span", spans) == [
+        {"begin": 1, "end": 2, "demand_zero": 1}
+    ]
+    sites = _native.abi_encode_array("ur_root_site", [(-1, -17, 64, 2)])
+    assert _native.abi_decode_array("ur_root_site", sites)[0]["key"] == -17
+    assert _native.abi_encode_array("ur_block", []) == b""
+    with pytest.raises(ValueError, match="has 2 fields, got 3"):
+        _native.abi_encode_array("ur_range", [(1, 2, 3)])
+    with pytest.raises(OverflowError):
+        _native.abi_encode_array("ur_root_hit", [(0, 0, 1 << 32, 0)])
+
+
+def test_registers_decode_by_the_kernels_layout():
+    names = [name for name, _, _ in _native.abi_fields("user_regs_struct")]
+    assert names[0] == "r15" and names[16] == "rip" and names[21] == "fs_base"
+    assert [off for _, off, _ in _native.abi_fields("user_regs_struct")] == [
+        8 * i for i in range(len(names))
+    ]
+    raw = b"".join(i.to_bytes(8, "little") for i in range(len(names)))
+    assert _native.abi_decode("user_regs_struct", raw)["rsp"] == names.index("rsp")
+
+
 def test_bad_requests_are_refused():
     with pytest.raises(ValueError, match="no struct"):
         _native.abi_sizeof("ur_nothing")

@@ -4,8 +4,8 @@ sweep()/read_registry() against real processes."""
 from __future__ import annotations
 
 import os
-import struct
 import time
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,20 +117,20 @@ def test_snapshot_bad_arguments(target) -> None:
 
 
 def _sweep_blocks(mem_pid: int, f: dict[str, int]) -> dict:
-    allocs = b"".join(struct.pack("<QQ", f[f"b{i}"], f[f"s{i}"]) for i in range(7))
-    roots = struct.pack("<QQ", f["g_root"], f["g_root"] + 8)
+    allocs = _native.abi_encode_array("ur_block", [(f[f"b{i}"], f[f"s{i}"]) for i in range(7)])
+    roots = _native.abi_encode_array("ur_range", [(f["g_root"], f["g_root"] + 8)])
     return _native.sweep(mem_pid, allocs, roots, b"")
 
 
 def _indices(result: dict) -> set[int]:
-    return {i for (i,) in struct.iter_unpack("<I", result["unreachable"])}
+    return set(array("I", result["unreachable"]))
 
 
 def _check_blocks(result: dict, f: dict[str, int]) -> None:
     assert _indices(result) == {2, 3, 4, 5, 6}
     leaks = {
-        begin: (count, size)
-        for begin, _, count, size, _, _ in struct.iter_unpack("<QQQQII", result["leaks"])
+        r["begin"]: (r["referenced_count"], r["referenced_size"])
+        for r in _native.abi_decode_array("ur_leak_record", result["leaks"])
     }
     # C alone; D <-> E (a cycle of leaks: each counts only itself, every
     # block is counted under one leak); F -> G.
@@ -160,9 +160,9 @@ def test_sweep_register_roots(target) -> None:
     pid, f = target
     with _native.Session(pid) as s:
         s.stop()
-        allocs = b"".join(struct.pack("<QQ", f[f"b{i}"], f[f"s{i}"]) for i in range(7))
+        allocs = _native.abi_encode_array("ur_block", [(f[f"b{i}"], f[f"s{i}"]) for i in range(7)])
         # A register holding an interior pointer into F keeps F and G alive.
-        result = _native.sweep(s.mem_pid, allocs, b"", struct.pack("<Q", f["b5"] + 5))
+        result = _native.sweep(s.mem_pid, allocs, b"", array("Q", [f["b5"] + 5]).tobytes())
         assert _indices(result) == {0, 1, 2, 3, 4}
 
 
@@ -180,7 +180,9 @@ def test_read_registry() -> None:
     with spawn([str(program("registry"))]) as (proc, line):
         f = fields(line)
         reg = _native.read_registry(proc.pid, f["descriptor"])
-        allocs = list(struct.iter_unpack("<QQ", reg["allocs"]))
+        allocs = [
+            (b["begin"], b["size"]) for b in _native.abi_decode_array("ur_block", reg["allocs"])
+        ]
         # Shards and size maps merged in address order, duplicates dropped
         # (0x3000 is in a shard with size 8 and in a map with 77).
         assert allocs == [
@@ -197,7 +199,7 @@ def test_read_registry() -> None:
             (0xFFFF0, 24),
             (0x40000020, 100),
         ]
-        assert struct.unpack("<12I", reg["stack_ids"]) == (1, 2) + (0,) * 10
+        assert list(array("I", reg["stack_ids"])) == [1, 2] + [0] * 10
         # The count before the stop: the shards' counts and every map entry.
         assert reg["expected"] == 4 + 10
         assert _native.read_registry(proc.pid, f["descriptor"], False)["expected"] == 14
@@ -217,7 +219,8 @@ def test_read_registry() -> None:
         assert reg["max_frames"] == 4
         assert reg["stack_count"] == 3
 
-        stacks = _native.read_stacks(proc.pid, f["descriptor"], struct.pack("<5I", 1, 2, 0, 3, 1))
+        ids = array("I", [1, 2, 0, 3, 1]).tobytes()
+        stacks = _native.read_stacks(proc.pid, f["descriptor"], ids)
         assert stacks == {1: (0xAAA, 0xBBB), 2: (1, 2, 3, 4), 0: (), 3: ()}
 
         with pytest.raises(ValueError, match="magic/version"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.symbolize.frames import Frame
 
 

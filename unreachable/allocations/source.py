@@ -65,8 +65,8 @@ def _shim_registry(facts: Facts) -> AllocationSource:
 
 
 # The sources a plan may name (plan.Plan.allocations), each made from the
-# target's facts. The glibc heap is walked by its own capture
-# (scan/glibc.py) and handed over made.
+# target's facts. The glibc heap is walked by the captures that take one
+# (scan/glibc.py, scan/core.py) and handed over made.
 SOURCES: dict[str, Callable[[Facts], AllocationSource]] = {
     "shim registry": _shim_registry,
 }

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from unreachable.model.report import LEAK_COUNTS, export_weights
 from unreachable.report.collapsed import UNLISTED_FRAME
-from unreachable.report.model import LEAK_COUNTS, export_weights
 from unreachable.symbolize.frames import Frame, frame_to_dict
 
 FrameKey = tuple[str, int]

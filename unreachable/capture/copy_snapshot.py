@@ -119,7 +119,7 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
         capture = stop_world(target, request.roots, cleanup)
         try:
             capture.mappings = refresh(copy, target.pid)
-            capture.session.release()
+            capture.tracer.release()
             capture.snapshot, capture.copy = "copy", copy
         except (OSError, MemoryError) as e:
             capture.snapshot_error = f"the copy could not be brought up to date: {e}"

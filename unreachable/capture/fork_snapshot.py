@@ -48,7 +48,7 @@ def _why_no_fork(capture: Capture, pid: int, helper_tid: int, unread_filter_ok: 
         return "the shim's snapshot helper thread is not running"
     if helper_tid not in {t.tid for t in capture.threads}:
         return "the shim's snapshot helper thread ended before the stop"
-    clone_ok = _clone_verdict(capture.session, pid, helper_tid)
+    clone_ok = _clone_verdict(capture.tracer, pid, helper_tid)
     if clone_ok is False:
         return "the target's seccomp filter does not provably allow the helper's clone()"
     if clone_ok is None and not unread_filter_ok:
@@ -68,7 +68,7 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
             helper_tid = current_helper_tid(target)  # replaced since it was read
         capture.snapshot_error = _why_no_fork(capture, pid, helper_tid, request.unread_filter_ok)
         if not capture.snapshot_error:
-            session = capture.session
+            session = capture.tracer
             try:
                 child = session.snapshot(helper_tid, helper_cmd)
                 child_maps = read_maps_text(child)

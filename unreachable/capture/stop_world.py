@@ -63,9 +63,9 @@ class CapturedThread:
 
 @dataclass(slots=True)
 class Capture:
-    session: _native.Session
+    session: _native.Session | None  # None: nothing was stopped (a core file)
     threads: list[CapturedThread]
-    snapshot: str  # "fork", "copy" or "stopped"
+    snapshot: str  # "fork", "copy", "stopped" or "core"
     snapshot_error: str = ""  # why it is not the snapshot asked for
     copy: _native.MemoryCopy | None = None  # "copy": the memory as it was when stopped
     # "copy": the maps of that moment; "fork": the frozen child's
@@ -76,17 +76,23 @@ class Capture:
     kernel_held: KernelHeld | None = None
 
     @property
+    def tracer(self) -> _native.Session:
+        """The session that stopped a live process (every capture but a core's)."""
+        assert self.session is not None
+        return self.session
+
+    @property
     def mem_pid(self) -> int:
-        return self.session.mem_pid
+        return self.tracer.mem_pid
 
     @property
     def memory(self) -> Memory:
-        """Where the scan reads: the copy, or the stopped target / frozen child."""
-        return self.copy if self.copy is not None else self.session.mem_pid
+        """Where the scan reads: the copy (or core), or the stopped target / frozen child."""
+        return self.copy if self.copy is not None else self.tracer.mem_pid
 
     @property
     def pause_ms(self) -> float:
-        return self.session.pause_ns / 1e6
+        return self.session.pause_ns / 1e6 if self.session is not None else 0.0
 
 
 def stop_error(pid: int, e: OSError) -> Exception:

@@ -1,6 +1,7 @@
-"""The snapshot strategies, by name: each a module whose capture(target,
-request) holds the target's memory still and yields the Capture the later
-stages read. A new strategy is one module and one line here."""
+"""The shim's snapshot strategies, by name: each a module whose
+capture(target, request) holds the target's memory still and yields the
+Capture the later stages read. scan/capture.py's CAPTURES lists them with
+the strategies of processes without the shim and of core files."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from unreachable.capture.descriptor import (
 )
 from unreachable.errors import ScanError, TargetNotShimmed
 from unreachable.process.mapped_file import mapped_path
-from unreachable.process.maps import read_maps
+from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import ProcessStatus, check_scannable, host_tid
 
@@ -30,6 +30,38 @@ class Target:
     header: DescriptorHeader
     command: str
     tgid: int  # the process's id, as reports name it
+
+    # What the stages after capture read of any process (scan/captured.py Subject).
+    @property
+    def own_path(self) -> str:
+        return self.shim.path
+
+    @property
+    def main_arena(self) -> tuple[int, int] | None:
+        return None  # looked for in libc's data by the roots stage
+
+    @property
+    def altstacks(self) -> tuple[int, int] | None:
+        return (self.header.altstacks, self.header.num_altstacks)
+
+    @property
+    def descriptor_addr(self) -> int | None:
+        return self.shim.descriptor_addr
+
+    @property
+    def child_box(self) -> int:
+        return self.header.child_box
+
+    @property
+    def live(self) -> bool:
+        return True
+
+    @property
+    def typed(self) -> bool:
+        return True
+
+    def symbol_files(self, mappings: list[Mapping]) -> list[Mapping]:
+        return mappings
 
 
 def command_line(pid: int) -> str:

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from unreachable.cli.output import add_output_options, chosen_format
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument
+from unreachable.model.report import ScanReport
 from unreachable.report.collapsed import report_to_collapsed
 from unreachable.report.json_report import format_json
 from unreachable.report.lmu import format_lmu, format_records
-from unreachable.report.model import ScanReport
 from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
 from unreachable.rpc.options import add_remote_options
@@ -211,7 +211,7 @@ def _scan(
     args: argparse.Namespace, options: ScanOptions, note: Callable[[str], None] | None
 ) -> ScanReport:
     if args.core:
-        from unreachable.scan.core import scan_core
+        from unreachable.scan.run import scan_core
 
         return scan_core(args.core, args.exe, args.sysroot, options, note)
     return scan(args.pid, options, note)

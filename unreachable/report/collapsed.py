@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from unreachable.report.model import UNLISTED, report_weights
+from unreachable.model.report import UNLISTED, report_weights
 from unreachable.symbolize.frames import Frame
 
 Weight = Literal["bytes", "count"]
@@ -45,7 +45,7 @@ def samples_to_collapsed(samples: Iterable[Sample], weight: Weight = "bytes") ->
 def report_samples(report: Any) -> list[Sample]:
     """A ScanReport's leak entries as samples, each under its root's stack with
     its similar leaks and the blocks they reference; they add up to the
-    report's totals (report.model.export_weights), what no entry lists under
+    report's totals (model.report.export_weights), what no entry lists under
     a stack of its own (UNLISTED)."""
     weights = report_weights(report)
     samples: list[Sample] = [
@@ -63,7 +63,7 @@ def heap_samples(records: Iterable[Any]) -> list[Sample]:
 
 
 def report_to_collapsed(report: Any, weight: Weight = "bytes") -> str:
-    """A ScanReport (unreachable.report.model) as folded stacks."""
+    """A ScanReport (unreachable.model.report) as folded stacks."""
     return samples_to_collapsed(report_samples(report), weight)
 
 

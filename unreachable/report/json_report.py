@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.report.schema import SCHEMA_VERSION, report_to_json, to_json
 
 __all__ = ["SCHEMA_VERSION", "format_json", "leak_to_dict", "report_to_dict"]

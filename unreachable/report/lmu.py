@@ -23,7 +23,7 @@ Leak::Backtrace::max_frames).
 from __future__ import annotations
 
 from unreachable import _native
-from unreachable.report.model import LeakEntry, ScanReport, leak_counts
+from unreachable.model.report import LeakEntry, ScanReport, leak_counts
 from unreachable.report.text import format_report
 
 MAGIC = "unreachable-lmu 1"

@@ -259,7 +259,7 @@ def _elf_facts(frames: Iterable[Frame]) -> tuple[dict[str, str], dict[str, list[
 
 
 def report_to_pprof(report: Any) -> bytes:
-    """A ScanReport (unreachable.report.model) as a gzip'ed pprof profile."""
+    """A ScanReport (unreachable.model.report) as a gzip'ed pprof profile."""
     samples = report_samples(report)
     build_ids, segments = _elf_facts(f for s in samples for f in s[0])
     return samples_to_pprof(

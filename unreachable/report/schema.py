@@ -1,9 +1,9 @@
 """The JSON report and the proto messages, derived from the report model.
 
-report/model.py is the one definition of a scan report: these functions walk
+model/report.py is the one definition of a scan report: these functions walk
 its dataclass fields (dataclasses.fields and their type hints), so a field
 added there is written to JSON and proto without being listed again. A field
-goes by its own name and type; report/wire.py's `wire()` metadata says where
+goes by its own name and type; model/wire.py's `wire()` metadata says where
 it does not (a JSON key, float rounding, a dict sent as repeated pairs, a
 structure with its own codec). The JSON keys are the model's field names,
 which is the documented schema (docs/report-schema.md); the proto's fields
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.symbolize.frames import Frame
 from unreachable.triage import codecs as triage_codecs
 from unreachable.triage.baseline import Comparison

@@ -6,7 +6,7 @@ line precedes the contents, and bytes >= 0x80 print as two hex digits.
 
 from __future__ import annotations
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.symbolize.frames import Frame
 from unreachable.triage import output as triage
 

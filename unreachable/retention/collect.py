@@ -20,11 +20,12 @@ import bisect
 import errno
 import os
 import re
-import struct
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from unreachable import _native
 from unreachable.allocations.registry import Registry
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread
@@ -41,20 +42,16 @@ from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
 
 if TYPE_CHECKING:
-    from unreachable.report.model import ScanReport
+    from unreachable.model.report import ScanReport
     from unreachable.scan import ScanOptions
 
-# user_regs_struct, in NT_PRSTATUS order
-REGISTERS = (
-    "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp "
-    "ss fs_base gs_base ds es fs gs"
-).split()
-FS_BASE = REGISTERS.index("fs_base")
+# user_regs_struct's fields, word by word (NT_PRSTATUS order)
+REGISTERS = [name for name, _, _ in _native.abi_fields("user_regs_struct")]
+REGISTERS_SIZE = _native.abi_sizeof("user_regs_struct")
 # glibc's struct pthread above the thread pointer: its pthread_setspecific
 # values are thread-local too (2,304 bytes in glibc 2.36; rounded up).
 THREAD_DESCRIPTOR = 0x1000
 STACK_COPY = 8 << 20  # of each thread's stack, from SP up, kept for unwinding
-HIT = struct.Struct("<QQII")  # native/mark/retention.h struct ur_root_hit
 
 # Root kinds, in order of preference for naming a chain's root.
 KINDS = (
@@ -178,9 +175,8 @@ class GraphCollector:
         new_id = self._number_regions(labels)
         return {
             "regions": _packed_intervals(intervals, new_id),
-            "value_regions": struct.pack(
-                f"<{len(value_regions)}I", *(new_id[r] for r in value_regions)
-            ),
+            # one uint32_t region id per root value
+            "value_regions": array("I", (new_id[r] for r in value_regions)).tobytes(),
             "default_region": new_id[default],
             "region_ids": len(self.regions),
             "why": self.why_address,
@@ -240,8 +236,10 @@ class GraphCollector:
         self.stack_ids = registry.stack_ids
         self.mappings = mappings
         self.pid = pid  # the thread group's, should the scan have read a thread's /proc
-        self.hits = [RootHit(*HIT.unpack_from(graph["hits"], o))
-                     for o in range(0, len(graph["hits"]), HIT.size)]  # fmt: skip
+        self.hits = [
+            RootHit(h["where"], h["value"], h["region"], h["block"])
+            for h in _native.abi_decode_array("ur_root_hit", graph["hits"])
+        ]
         self.why = graph.get("why")
         self.tree = graph.get("dominators")
         wanted: set[int] = set()
@@ -328,9 +326,7 @@ class GraphCollector:
         if copy is None:
             return None
         t = self.threads[tid]
-        count = min(len(t.regs) // 8, len(REGISTERS))
-        regs = dict(zip(REGISTERS, struct.unpack_from(f"<{count}Q", t.regs), strict=False))
-        frames = unwind(regs, stack_reader(*copy), self.mappings, self.pid, self.root)
+        frames = unwind(_registers(t.regs), stack_reader(*copy), self.mappings, self.pid, self.root)
         frame = frame_of(frames, where)
         if frame is None:
             return None
@@ -401,15 +397,18 @@ def _round_up(n: int, align: int) -> int:
     return (n + align - 1) // align * align
 
 
+def _registers(raw: bytes) -> dict[str, int]:
+    """A thread's user_regs_struct by name; registers a short one lacks read as 0."""
+    regs = _native.abi_decode("user_regs_struct", bytes(raw).ljust(REGISTERS_SIZE, b"\0"))
+    return cast(dict[str, int], regs)  # every field is a word
+
+
 def _sp(t: CapturedThread) -> int:
-    regs = t.regs
-    at = 8 * REGISTERS.index("rsp")
-    return struct.unpack_from("<Q", regs, at)[0] if len(regs) >= at + 8 else 0
+    return _registers(t.regs)["rsp"]
 
 
 def _tp(t: CapturedThread) -> int:
-    at = 8 * FS_BASE
-    return struct.unpack_from("<Q", t.regs, at)[0] if len(t.regs) >= at + 8 else 0
+    return _registers(t.regs)["fs_base"]
 
 
 def _exe(pid: int) -> str:
@@ -535,15 +534,15 @@ def _in_flight_intervals(labels: _Labels, registry: Registry) -> list[tuple[int,
 
 
 def _packed_intervals(intervals: list[tuple[int, int, int]], new_id: dict[int, int]) -> bytes:
-    """Sorted, overlaps dropped, as the sweep's (begin, end, region) triples."""
-    packed = bytearray()
+    """Sorted, overlaps dropped, as the sweep's ur_root_regions."""
+    rows: list[tuple[int, int, int]] = []
     last_end = 0
     for b, e, rid in sorted(intervals):
         if e <= b or b < last_end:
             continue
-        packed += struct.pack("<QQQ", b, e, new_id[rid])
+        rows.append((b, e, new_id[rid]))
         last_end = e
-    return bytes(packed)
+    return _native.abi_encode_array("ur_root_region", rows)
 
 
 def _stack_mappings(mappings: list[Mapping], threads: Sequence[CapturedThread]) -> dict[int, int]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from unreachable.report.model import ScanReport
+from unreachable import _native
+from unreachable.model.report import ScanReport
 from unreachable.report.text import format_frame
 from unreachable.retention.collect import GraphCollector, RootRegion, graph_scan
 from unreachable.scan import ScanOptions
@@ -49,11 +49,6 @@ def _matches(frames: list[Frame], rule: re.Pattern[str]) -> bool:
     return any(rule.search(text) for f in frames for text in (f.function, f.map, f.file) if text)
 
 
-ROOT_SITE = struct.Struct("<qqQQ")  # native/mark/retention.h struct ur_root_site
-SITE_TOTAL = struct.Struct("<qQQQQQ")  # struct ur_site_total
-SITE_HOLDER = struct.Struct("<qqQQ")  # struct ur_site_holder
-
-
 def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -> dict[str, Any]:
     tree = c.tree or {}
     frames = c.frames()
@@ -62,7 +57,7 @@ def build(c: GraphCollector, report: ScanReport, site: str | None, limit: int) -
     def wanted(key: int) -> bool:
         return rule is None or (key > 0 and _matches(frames.get(key, []), rule))
 
-    reach = _RootReach(list(ROOT_SITE.iter_unpack(tree.get("root_sites", b""))))
+    reach = _RootReach(_native.abi_decode_array("ur_root_site", tree.get("root_sites", b"")))
     roots = _region_entries(c, tree, reach, frames, wanted, filtered=rule is not None)
     # What several regions reach and none retains alone, as one pseudo-root.
     mine = {k: v for k, v in reach.per_root[SHARED].items() if wanted(k)}
@@ -94,10 +89,11 @@ class _RootReach:
     """The dominator tree's (top region, site, bytes, count) rows, per top
     region, with the totals of what is reachable and what is shared."""
 
-    def __init__(self, root_sites: list[tuple[int, int, int, int]]) -> None:
+    def __init__(self, root_sites: list[_native.RootSite]) -> None:
         self.per_root: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
         self.shared_bytes = self.shared_count = self.reachable_bytes = self.reachable_count = 0
-        for top, key, nbytes, count in root_sites:
+        for row in root_sites:
+            top, key, nbytes, count = row["top"], row["key"], row["bytes"], row["count"]
             self.reachable_bytes += nbytes
             self.reachable_count += count
             if top == SHARED:
@@ -157,22 +153,21 @@ def _site_entries(
     limit: int,
 ) -> list[dict[str, Any]]:
     """The sites that retain most, each with the root regions that hold the most of it."""
-    totals = list(SITE_TOTAL.iter_unpack(tree.get("sites", b"")))
+    totals = _native.abi_decode_array("ur_site_total", tree.get("sites", b""))
     held_by: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for key, top, nbytes, _count in SITE_HOLDER.iter_unpack(tree.get("holders", b"")):
-        held_by[key].append((top, nbytes))
+    for holder in _native.abi_decode_array("ur_site_holder", tree.get("holders", b"")):
+        held_by[holder["key"]].append((holder["top"], holder["bytes"]))
     sites: list[dict[str, Any]] = []
-    for key, nbytes, count, kept, kept_count, largest in sorted(
-        totals, key=lambda t: (-t[3], t[0])
-    ):
+    for total in sorted(totals, key=lambda t: (-t["retained_bytes"], t["key"])):
         if len(sites) >= limit:
             break
+        key = total["key"]
         if not wanted(key):
             continue
-        entry = _site_entry(frames, key, nbytes, count)
-        entry["retained_bytes"] = kept
-        entry["retained_count"] = kept_count
-        entry["largest"] = largest
+        entry = _site_entry(frames, key, total["bytes"], total["count"])
+        entry["retained_bytes"] = total["retained_bytes"]
+        entry["retained_count"] = total["retained_count"]
+        entry["largest"] = total["largest"]
         top = sorted(held_by[key], key=lambda tb: (-tb[1], tb[0]))[:HOLDERS_PER_SITE]
         entry["held_by"] = [
             {"root": c.regions[t].name if t >= 0 else "several roots", "bytes": b} for t, b in top

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from unreachable.errors import InvalidArgument
-from unreachable.report.model import ScanReport
+from unreachable.model.report import ScanReport
 from unreachable.report.text import format_frame
 from unreachable.retention.collect import GraphCollector, graph_scan
 from unreachable.scan import ScanOptions

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from unreachable.heapdump.model import HeapDump, HeapRecord
-from unreachable.report.model import ScanReport
+from unreachable.model.report import ScanReport
 from unreachable.report.schema import (
     SCHEMA_VERSION,
     from_proto,

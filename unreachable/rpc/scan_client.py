@@ -7,7 +7,7 @@ import argparse
 import grpc
 
 from unreachable.errors import ScanError
-from unreachable.report.model import ScanReport
+from unreachable.model.report import ScanReport
 from unreachable.rpc.client import open_channel, rpc_error, stub
 from unreachable.rpc.convert import SNAPSHOT_ENUM, SWEEP_ENUM, report_to_model
 from unreachable.rpc.progress import StageBar

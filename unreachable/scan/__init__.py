@@ -2,6 +2,6 @@
 (docs/scan-stages.md)."""
 
 from unreachable.scan.options import CONTENTS_BYTES, Progress, ScanOptions, SweepMode
-from unreachable.scan.run import scan
+from unreachable.scan.run import scan, scan_core
 
-__all__ = ["CONTENTS_BYTES", "Progress", "ScanOptions", "SweepMode", "scan"]
+__all__ = ["CONTENTS_BYTES", "Progress", "ScanOptions", "SweepMode", "scan", "scan_core"]

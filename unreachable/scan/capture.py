@@ -1,22 +1,35 @@
 """Stage capture: hold the target's memory still by the plan's snapshot
-strategy (capture/strategies.py), or say why the next plan must be tried."""
+strategy, or say why the next plan must be tried.
+
+Each strategy hands the later stages a Captured (scan/captured.py): the
+memory, the process it is of, and the source of its allocations. The
+shim's (capture/strategies.py: fork, copy, stopped) read the shim's
+registry; the whole copy of a process without the shim (scan/glibc.py)
+walks glibc's heap in its pause; a core file (scan/core.py) is its own
+snapshot, with either source. A new strategy is a module and its line in
+CAPTURES."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 
+from unreachable.allocations.source import SOURCES
 from unreachable.capture.stop_world import Capture, CaptureRequest
 from unreachable.capture.strategies import take_snapshot
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable
+from unreachable.scan import core, glibc
+from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
 from unreachable.scan.plan import RETRY_ELSEWHERE, Plan, Retry
+
+CaptureStage = Callable[[Facts, Plan], AbstractContextManager[Captured | Retry]]
 
 
 @contextmanager
 def capture(target: Target, facts: Facts, plan: Plan) -> Iterator[Capture | Retry]:
-    """The capture the later stages read, released when the block ends; or
+    """A shim strategy's capture, released when the block ends; or
     Retry: a copy that could not be made, a fork that lacks more than this
     scanner may hold (known only once the child exists)."""
     assert plan.snapshot in ("fork", "copy", "stopped")
@@ -31,3 +44,29 @@ def capture(target: Target, facts: Facts, plan: Plan) -> Iterator[Capture | Retr
             yield Retry(got.kept_out.too_big, "fork", "snapshot", RETRY_ELSEWHERE)
             return
         yield got
+
+
+@contextmanager
+def _under_shim(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
+    target = facts.target
+    assert target is not None
+    source = SOURCES[plan.allocations](facts)
+    with capture(target, facts, plan) as held:
+        yield held if isinstance(held, Retry) else Captured(held, target, source)
+
+
+# The snapshot strategies a plan may name (plan.Snapshot), each with what
+# it needs of the facts. "concurrent" is none: its mark runs inside its
+# capture (scan/run.py run_concurrent).
+CAPTURES: dict[str, CaptureStage] = {
+    "fork": _under_shim,
+    "copy": _under_shim,
+    "stopped": _under_shim,
+    "whole copy": glibc.whole_copy,
+    "core": core.capture_core,
+}
+
+
+def capture_for(facts: Facts, plan: Plan) -> AbstractContextManager[Captured | Retry]:
+    """The plan's capture, released when the block ends."""
+    return CAPTURES[plan.snapshot](facts, plan)

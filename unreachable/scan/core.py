@@ -1,41 +1,39 @@
-"""A scan of a core file (capture/core_file.py): the core's memory is the
-snapshot, its threads' registers the register roots. A core of a process
-that ran under the shim is swept against the shim's registry, with its
-backtraces; one without is swept against glibc's heap, walked over the
-core (scan/glibc.py). Nothing runs, so nothing is paused: what the kernel
-held for the process (epoll data, timers, pipes) is not in a core and is no
-root here.
+"""The core file's snapshot strategy (capture/core_file.py): the core's
+memory is the snapshot, its threads' registers the register roots. A core
+of a process that ran under the shim is swept against the shim's registry,
+with its backtraces; one without is swept against glibc's heap, walked over
+the core (scan/glibc.py). The stages after it are every scan's
+(scan/run.py scan_core). Nothing runs, so nothing is paused: what the
+kernel held for the process (epoll data, timers, pipes) is not in a core
+and is no root here.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 from unreachable.allocations.source import ShimRegistry
-from unreachable.capture.core_file import CoreFile, open_core
+from unreachable.capture.core_file import CoreFile
 from unreachable.capture.descriptor import (
     DESCRIPTOR_SIZE,
     SHIM_PREFIX,
+    DescriptorHeader,
     ShimLocation,
     _symbol_and_first_vaddr,
     disabled_reason,
     parse_descriptor_header,
 )
-from unreachable.errors import InvalidArgument, TargetNotShimmed
+from unreachable.capture.stop_world import Capture
+from unreachable.errors import TargetNotShimmed
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping
-from unreachable.report.model import ScanReport
-from unreachable.roots.glibc_arena import find_main_arena
-from unreachable.scan.allocations import find_allocations
-from unreachable.scan.fold import fold
-from unreachable.scan.glibc import sweep_glibc_core
-from unreachable.scan.mark import MarkOver, mark
-from unreachable.scan.options import Progress, ScanOptions
-from unreachable.scan.report import Scanned, build_report
-from unreachable.scan.roots import RootInputs, find_roots
-from unreachable.scan.symbolize import read_backtraces, symbolize
+from unreachable.scan.captured import Captured
+from unreachable.scan.facts import Facts
+from unreachable.scan.glibc import NO_SHIM_PATH, walk_core
+from unreachable.scan.plan import Plan, Retry
 
 
 def _locate_shim(core: CoreFile) -> ShimLocation | None:
@@ -80,60 +78,77 @@ def _symbol_mappings(core: CoreFile) -> list[Mapping]:
     ]
 
 
-def scan_core(
-    path: str,
-    exe: str | None = None,
-    sysroot: str | None = None,
-    options: ScanOptions | None = None,
-    progress: Progress | None = None,
-) -> ScanReport:
-    # A core's report shows contents only when asked for.
-    options = replace(options or ScanOptions(), sample_contents=0)
-    if options.limit < 0:
-        raise InvalidArgument("--limit must be >= 0")
-    note = progress or (lambda _stage: None)
-    started = time.monotonic()
-    core = open_core(path, exe, sysroot)
-    try:
-        note("captured")
-        shim = _locate_shim(core)
-        if shim is None:
-            return sweep_glibc_core(core, options, note, started)
-        return _scan_shim_core(core, shim, options, note, started)
-    finally:
-        core.close()
+@dataclass(frozen=True, slots=True)
+class CoreProcess:
+    """The process a core is of, as the stages after capture see it
+    (scan/captured.py Subject): nothing runs, and its files are read where
+    --exe and --sysroot say."""
+
+    core: CoreFile
+    own_path: str
+    main_arena: tuple[int, int] | None
+    altstacks: tuple[int, int] | None
+    descriptor_addr: int | None
+    # A shim's core looks for no C++ types: the files may not be the
+    # process's. A glibc heap's core, without backtraces, names its leaks
+    # by the types read from the files the mappings name.
+    typed: bool
+    child_box: int = 0
+    live: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.core.pid
+
+    @property
+    def tgid(self) -> int:
+        return self.core.pid
+
+    @property
+    def command(self) -> str:
+        return self.core.command
+
+    def symbol_files(self, mappings: list[Mapping]) -> list[Mapping]:
+        return _symbol_mappings(self.core)
 
 
-def _scan_shim_core(
-    core: CoreFile, shim: ShimLocation, options: ScanOptions, note: Progress, started: float
-) -> ScanReport:
-    memory, mappings = core.memory, core.mappings
+@contextmanager
+def capture_core(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
+    """The core plan's capture: the core's memory is the snapshot, its
+    threads' registers the register roots; its allocations are the shim's
+    registry in it, or else glibc's heap walked over it."""
+    core = facts.core
+    assert core is not None
+    held = Capture(
+        None,
+        core.threads,
+        "core",
+        "; ".join(core.notes),
+        copy=core.memory,
+        mappings=core.mappings,
+    )
+    shim = _locate_shim(core)
+    if shim is None:
+        heap, arena = walk_core(core)
+        yield Captured(held, CoreProcess(core, NO_SHIM_PATH, arena, None, None, True), heap)
+        return
+    header = _shim_header(core, shim)
+    altstacks = (header.altstacks, header.num_altstacks)
+    addr = shim.descriptor_addr
+    subject = CoreProcess(core, shim.path, None, altstacks, addr, False)
+    yield Captured(held, subject, ShimRegistry(addr))
+
+
+def _shim_header(core: CoreFile, shim: ShimLocation) -> DescriptorHeader:
+    """The shim's descriptor in the core; refused if it was inert."""
     addr = shim.descriptor_addr
     core.lacks(addr, "the shim's registry descriptor")
     try:
-        raw = memory.read(addr, DESCRIPTOR_SIZE)
+        raw = core.memory.read(addr, DESCRIPTOR_SIZE)
     except OSError:
         raw = b""
     header = parse_descriptor_header(raw, core.path)
     if not header.enabled:
         why = disabled_reason(header.disabled, header.disabled_errno)
         raise TargetNotShimmed(f"the shim in {core.path} was inert: {why}")
-    allocations = find_allocations(ShimRegistry(addr), memory, mappings, core.threads)
-    note("allocations")
-    arena = find_main_arena(memory, mappings)
-    altstacks = (header.altstacks, header.num_altstacks)
-    inputs = RootInputs(shim.path, [arena] if arena else [], altstacks=altstacks)
-    roots = find_roots(memory, mappings, core.threads, allocations, inputs)
-    result = mark(
-        MarkOver(memory, mappings, core.threads), allocations, roots, None, options.mark_threads
-    )
-    note("marked")
-    # Types are not looked for: the files may not be the process's.
-    folded = fold(result, options, memory, mappings, typed=False)
-    note("folded")
-    backtraces = read_backtraces(memory, addr, folded.leaks)
-    symbolized = symbolize(None, _symbol_mappings(core), backtraces, options.symbol_budget, "")
-    note("done")
-    notes = "; ".join(core.notes)
-    scanned = Scanned(core.pid, core.command, "core", len(core.threads), 0.0, started, notes)
-    return build_report(scanned, result, folded, symbolized, roots.counts(), allocations.source)
+    return header

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from unreachable import _native
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
+from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
 from unreachable.capture.target import Target, open_target, runs_without_shim
 from unreachable.errors import ScannerOutOfMemory, TargetNotShimmed
@@ -87,6 +88,7 @@ class Facts:
     headroom: int | None = None  # what the target's memory cgroup could still be charged
     # This scanner's own memory cgroup room (bounds its copies and its sweep).
     scanner_room: ScannerRoom = field(default_factory=lambda: ScannerRoom(None, 0))
+    core: CoreFile | None = None  # a core file scanned instead of a process
 
 
 def gather_facts(pid: int, options: ScanOptions) -> Facts:

@@ -1,5 +1,7 @@
-"""A scan of a process that runs without the shim: its allocations are
-glibc's live chunks, walked from a copy of its memory (docs/glibc-heap.md).
+"""The snapshot strategy of a process that runs without the shim (the
+"whole copy" plan): its allocations are glibc's live chunks, walked from a
+copy of its memory (docs/glibc-heap.md). Also the walk over a core of such
+a process (scan/core.py).
 
 capture: every thread stopped, registers read; threads inside malloc.c's
 code are let run alone and stopped again until none is (one that stays
@@ -8,15 +10,19 @@ then the pointers the kernel holds are read, the writable memory is copied
 whole (native MemoryCopy) and the process is let go. The pause is that
 copy. allocations: the walk over the copy (allocations/glibc_heap.py);
 a walk that finds an arena locked, or fails a check, is tried again from a
-new stop, a bounded number of times, and never becomes leaks. roots, mark,
-fold and report: as for any scan, over the copy, with chunk usable sizes and
-no backtraces.
+new stop, a bounded number of times, and never becomes leaks. Both are
+done here, as the walk needs what only the pause shows (libc's TLS
+offsets); the strategy hands the walked heap over as its allocation
+source. roots, mark, fold and report: every scan's (scan/run.py), over the
+copy, with chunk usable sizes and no backtraces.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from unreachable import _native
@@ -39,26 +45,19 @@ from unreachable.allocations.glibc_source import GlibcHeap
 from unreachable.capture.copy_snapshot import sync_ranges
 from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kernel_held import KernelHeld
-from unreachable.capture.stop_world import CapturedThread, stop_error
-from unreachable.capture.target import command_line, still_running
+from unreachable.capture.stop_world import Capture, CapturedThread, stop_error
+from unreachable.capture.target import command_line
 from unreachable.errors import (
     ScannerOutOfMemory,
-    TargetNotFound,
     TargetNotShimmed,
     TargetUnscannable,
 )
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.status import check_scannable
-from unreachable.report.model import ScanReport
-from unreachable.scan.allocations import find_allocations
-from unreachable.scan.fold import Folded, fold
-from unreachable.scan.mark import MarkOver, mark
-from unreachable.scan.options import Progress, ScanOptions
-from unreachable.scan.report import Scanned, build_report
-from unreachable.scan.roots import RootInputs, RootSet, find_roots
-from unreachable.scan.symbolize import Symbolized
-from unreachable.sweep.mark import SweepResult
+from unreachable.scan.captured import Captured
+from unreachable.scan.facts import Facts
+from unreachable.scan.plan import Plan, Retry
 
 RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped again
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
@@ -70,12 +69,12 @@ NO_SHIM_PATH = "\0"  # a path no mapping has ("" would name every anonymous one)
 
 @dataclass(slots=True)
 class _Copied:
+    session: _native.Session  # closed: the process runs again; its pause_ns stays
     threads: list[CapturedThread]
     copy: _native.MemoryCopy
     mappings: list[Mapping]
     held: KernelHeld
     tls: list[tuple[int, int]]
-    pause_ms: float
 
     def close(self) -> None:
         self.copy.close()
@@ -125,7 +124,7 @@ def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
         except OSError as e:
             raise stop_error(pid, e) from None
         session.release()
-        done = _Copied(threads, copy, mappings, held, tls, session.pause_ns / 1e6)
+        done = _Copied(session, threads, copy, mappings, held, tls)
         return done
     finally:
         session.close()
@@ -165,56 +164,53 @@ def _allocations(pid: int, libc: GlibcLibc) -> tuple[_Copied, bytes, dict[str, i
     raise TargetUnscannable(f"glibc heap walk failed: {last}; no leaks are reported from it")
 
 
-def scan_without_shim(pid: int, options: ScanOptions, note: Progress, started: float) -> ScanReport:
-    """The whole copy's plan (scan/plan.py): capture and the heap's walk
-    here, then the stages every scan runs."""
-    status = check_scannable(pid)
-    proc = status.proc
+@dataclass(frozen=True, slots=True)
+class NoShim:
+    """A process without the shim, as the stages after capture see it
+    (scan/captured.py Subject)."""
+
+    pid: int
+    tgid: int
+    command: str
+    main_arena: tuple[int, int] | None
+    own_path: str = NO_SHIM_PATH
+    altstacks: tuple[int, int] | None = None
+    descriptor_addr: int | None = None
+    child_box: int = 0
+    live: bool = True
+    typed: bool = True
+
+    def symbol_files(self, mappings: list[Mapping]) -> list[Mapping]:
+        return mappings
+
+
+@contextmanager
+def whole_copy(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
+    """The whole copy's capture (scan/plan.py): the copy and the heap walked
+    over it, then the stages every scan runs."""
+    pid = facts.pid
+    proc = check_scannable(pid).proc
     libc = find_libc(proc, read_maps(proc))
     got, allocs, stats = _allocations(proc, libc)
-    if not stats["chunks"]:
-        got.close()
-        # A malloc of the program's own (linked into it) leaves glibc's
-        # arenas untouched: "nothing leaked" would be a guess.
-        raise TargetNotShimmed(
-            f"pid {pid}: {libc.describe()}'s malloc holds nothing in this process: it allocates"
-            f" with something else (a malloc linked into the program?); {UNDER_SHIM}"
-        )
     try:
-        note("captured")
-        over = MarkOver(got.copy, got.mappings, got.threads, kernel_held=got.held)
-        result, roots, folded = sweep_walked(over, libc, GlibcHeap(allocs), options, note, proc)
+        if not stats["chunks"]:
+            # A malloc of the program's own (linked into it) leaves glibc's
+            # arenas untouched: "nothing leaked" would be a guess.
+            raise TargetNotShimmed(
+                f"pid {pid}: {libc.describe()}'s malloc holds nothing in this process: it"
+                f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
+            )
+        # Made in the pause and let go: the stages read the copy, as a
+        # stopped scan's would read the target.
+        held = Capture(
+            got.session, got.threads, "stopped", copy=got.copy, mappings=got.mappings,
+            kernel_held=got.held,
+        )  # fmt: skip
+        arena = libc.bias + libc.facts.main_arena
+        subject = NoShim(proc, pid, command_line(proc), (arena, arena + ARENA_SIZE))
+        yield Captured(held, subject, GlibcHeap(allocs))
     finally:
         got.close()
-    if not still_running(proc):
-        raise TargetNotFound(f"process {pid} exited during the scan")
-    note("done")
-    scanned = Scanned(pid, command_line(proc), "stopped", len(got.threads), got.pause_ms, started)
-    return build_report(scanned, result, folded, Symbolized({}, ""), roots.counts(), ALLOCATIONS)
-
-
-def sweep_walked(
-    over: MarkOver,
-    libc: GlibcLibc,
-    source: GlibcHeap,
-    options: ScanOptions,
-    note: Progress,
-    pid: int = 0,
-) -> tuple[SweepResult, RootSet, Folded]:
-    """allocations, roots, mark and fold over a copy (or a core) whose heap
-    was walked. pid: the live process whose files name the leaks' types (0:
-    the files the mappings name)."""
-    memory, mappings = over.memory, over.mappings
-    allocations = find_allocations(source, memory, mappings, over.threads)
-    note("allocations")
-    arena = libc.bias + libc.facts.main_arena
-    inputs = RootInputs(NO_SHIM_PATH, [(arena, arena + ARENA_SIZE)], over.kernel_held)
-    roots = find_roots(memory, mappings, over.threads, allocations, inputs)
-    result = mark(over, allocations, roots, mark_threads=options.mark_threads)
-    note("marked")
-    folded = fold(result, options, memory, mappings, pid)
-    note("folded")
-    return result, roots, folded
 
 
 def _core_libc(core: CoreFile) -> GlibcLibc:
@@ -247,12 +243,11 @@ def _core_libc(core: CoreFile) -> GlibcLibc:
     return GlibcLibc(first, first.start, facts)
 
 
-def sweep_glibc_core(
-    core: CoreFile, options: ScanOptions, note: Progress, started: float
-) -> ScanReport:
-    """A core of a process without the shim: glibc's heap walked over it.
-    It cannot be stopped again: a heap mid-update (a thread was inside
-    malloc when it was dumped) or a failed check ends the scan."""
+def walk_core(core: CoreFile) -> tuple[GlibcHeap, tuple[int, int]]:
+    """A core of a process without the shim: glibc's heap walked over it,
+    and where its main_arena lies. It cannot be stopped again: a heap
+    mid-update (a thread was inside malloc when it was dumped) or a failed
+    check ends the scan."""
     libc = _core_libc(core)
     memory = core.memory
     core.lacks(libc.bias + libc.facts.main_arena, "glibc's main_arena")
@@ -278,10 +273,5 @@ def sweep_glibc_core(
             f"{core.path}: {libc.describe()}'s malloc holds nothing in this process: it"
             f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
         )
-    over = MarkOver(memory, core.mappings, core.threads)
-    source = GlibcHeap(allocs, core.guards_listed)
-    result, roots, folded = sweep_walked(over, libc, source, options, note)
-    note("done")
-    notes = "; ".join(core.notes)
-    scanned = Scanned(core.pid, core.command, "core", len(core.threads), 0.0, started, notes)
-    return build_report(scanned, result, folded, Symbolized({}, ""), roots.counts(), ALLOCATIONS)
+    arena = libc.bias + libc.facts.main_arena
+    return GlibcHeap(allocs, core.guards_listed), (arena, arena + ARENA_SIZE)

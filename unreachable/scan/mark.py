@@ -59,7 +59,9 @@ class MarkOver:
 
     @classmethod
     def of(cls, capture: Capture, mappings: list[Mapping]) -> MarkOver:
-        stopped = capture.snapshot == "stopped"
+        # A target stopped in place is let go by the walk; a whole copy
+        # (scan/glibc.py), made while stopped, has let it go already.
+        stopped = capture.snapshot == "stopped" and capture.copy is None
         return cls(
             capture.memory,
             mappings,

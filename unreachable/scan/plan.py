@@ -25,7 +25,8 @@ The rules, for a target under the shim:
 - "concurrent": only when asked for (auto never takes it), never with a
   reference graph (it keeps none) nor an in-child sweep; no fallback.
 Without the shim, glibc's heap is walked from a copy made in the pause
-(scan/glibc.py); nothing that needs the shim is possible then.
+(scan/glibc.py); nothing that needs the shim is possible then. A core file
+is its own snapshot ("core", scan/core.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from unreachable.scan.options import ScanOptions
 # live target between two stops (scan/concurrent.py), so it yields no
 # still memory for the allocations, roots and mark stages to read; the
 # run takes its sweep straight to fold, symbolize and report.
-Snapshot = Literal["fork", "copy", "stopped", "whole copy", "concurrent"]
+Snapshot = Literal["fork", "copy", "stopped", "whole copy", "concurrent", "core"]
 SweepPlace = Literal["child", "scanner"]
 # Where the allocations come from: a name in allocations/source.SOURCES,
 # or "glibc heap" (walked by scan/glibc.py's own capture).
@@ -117,6 +118,10 @@ def plan(facts: Facts, options: ScanOptions, graph: bool = False) -> list[Plan]:
     """The plans to try, best first. graph: the scan keeps the mark's
     reference graph (retention/), which only a sweep from here can.
     Raises what no plan could get past, before anything is stopped."""
+    if facts.core is not None:
+        # Its memory is the snapshot; what allocator the process used, the
+        # core says (scan/core.py).
+        return [Plan("core")]
     plans = _plans(facts, options, graph)
     if options.max_pause_ms is None:
         return plans

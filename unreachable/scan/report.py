@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from unreachable.report.model import LeakEntry, ScanReport, leak_counts
+from unreachable.model.report import LeakEntry, ScanReport, leak_counts
 from unreachable.scan.fold import Folded
 from unreachable.scan.symbolize import Symbolized
 from unreachable.sweep.mark import SweepResult

@@ -19,26 +19,25 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from unreachable.allocations.source import SOURCES, AllocationSource
-from unreachable.capture.stop_world import Capture
+from unreachable.capture.core_file import open_core
 from unreachable.capture.target import still_running
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
+from unreachable.model.report import ScanReport
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.report.model import ScanReport
 from unreachable.roots import sources
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan.allocations import Allocations, find_allocations
-from unreachable.scan.capture import capture
+from unreachable.scan.capture import capture_for
+from unreachable.scan.captured import Captured
 from unreachable.scan.concurrent import concurrent_sweep
-from unreachable.scan.facts import Facts, ScannerRoom, gather_facts
+from unreachable.scan.facts import Facts, gather_facts
 from unreachable.scan.fold import fold
-from unreachable.scan.glibc import scan_without_shim
 from unreachable.scan.mark import MarkOver, mark, sweep_places
 from unreachable.scan.options import Progress, ScanOptions
 from unreachable.scan.plan import Plan, Retry, plan
 from unreachable.scan.report import Scanned, build_report, join_notes
 from unreachable.scan.roots import RootInputs, RootSet, find_roots
-from unreachable.scan.symbolize import read_backtraces, symbolize
+from unreachable.scan.symbolize import Backtraces, read_backtraces, symbolize
 from unreachable.sweep.child import ChildSweeper, ChildSweepFailed
 from unreachable.sweep.mark import SweepResult
 
@@ -62,6 +61,29 @@ def scan(
     facts = gather_facts(pid, options)
     plans = plan(facts, options, graph is not None)
     return run_plans(facts, plans, options, progress, started, graph)
+
+
+def scan_core(
+    path: str,
+    exe: str | None = None,
+    sysroot: str | None = None,
+    options: ScanOptions | None = None,
+    progress: Progress | None = None,
+) -> ScanReport:
+    """A core file (capture/core_file.py), through the same plan and
+    stages: its memory is the snapshot (scan/core.py). exe, sysroot: where
+    the files it names are."""
+    # A core's report shows contents only when asked for.
+    options = replace(options or ScanOptions(), sample_contents=0)
+    if options.limit < 0:
+        raise InvalidArgument("--limit must be >= 0")
+    started = time.monotonic()
+    core = open_core(path, exe, sysroot)
+    try:
+        facts = Facts(core.pid, core=core)
+        return run_plans(facts, plan(facts, options), options, progress, started)
+    finally:
+        core.close()
 
 
 def run_plans(
@@ -91,8 +113,6 @@ def run_plans(
         )
         if planned.snapshot == "concurrent":
             return run_concurrent(facts, planned, options, note, started)
-        if planned.allocations == "glibc heap":
-            return scan_without_shim(facts.pid, options, note, started)
         got = run_plan(facts, planned, options, note, started, graph)
         if isinstance(got, ScanReport):
             return got
@@ -118,45 +138,54 @@ def run_plan(
     started: float,
     graph: GraphCollector | None = None,
 ) -> ScanReport | Retry:
-    """Capture, allocations, roots, mark, fold, symbolize, report: one plan."""
-    target = facts.target
-    assert target is not None
-    addr = target.shim.descriptor_addr
-    room = facts.scanner_room
-    source = SOURCES[planned.allocations](facts)
+    """Capture, allocations, roots, mark, fold, symbolize, report: one plan,
+    whatever its snapshot strategy and allocation source."""
+    # Until the capture names the process: the shim's target, or the pid asked for.
+    pid = tgid = facts.pid
+    if facts.target is not None:
+        pid, tgid = facts.target.pid, facts.target.tgid
     forked = False
     try:
-        with capture(target, facts, planned) as held:
-            if isinstance(held, Retry):
-                return held
+        with capture_for(facts, planned) as got:
+            if isinstance(got, Retry):
+                return got
             note("captured")
+            held, subject = got.held, got.subject
+            pid, tgid, addr = subject.pid, subject.tgid, subject.descriptor_addr
             forked = held.snapshot == "fork"
-            swept = _sweep(facts, planned, held, source, options, note, room, graph)
+            swept = _sweep(facts, planned, got, options, note, graph)
             if isinstance(swept, Retry):
                 return swept
             memory, mappings = held.memory, swept.mappings
-            if graph and swept.result.graph is not None:
+            if graph and swept.result.graph is not None and addr is not None:
                 registry = swept.allocations.registry
-                graph.collect(swept.result.graph, registry, memory, addr, mappings, target.tgid)
+                graph.collect(swept.result.graph, registry, memory, addr, mappings, tgid)
             note("marked")
-            folded = fold(swept.result, options, memory, mappings, target.pid)
+            live = subject.live
+            folded = fold(
+                swept.result, options, memory, mappings, pid if live else 0, subject.typed
+            )
             note("folded")
-            backtraces = read_backtraces(memory, addr, folded.leaks)
+            # Only the shim's registry keeps backtraces (its stack depot).
+            backtraces = read_backtraces(memory, addr, folded.leaks) if addr else Backtraces()
     except (ProcessLookupError, TargetNotFound):
         # The target (or its frozen copy) vanished between two reads. A child
         # killed under a running target: the next plan, a new snapshot. A
         # target paused in place that vanished is dying, however /proc shows
         # it in this instant: no second try.
-        if planned.in_child and forked and still_running(target.pid):
+        if planned.in_child and forked and still_running(pid):
             return Retry("the snapshot child vanished", "child", "sweep")
-        raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
-    if not still_running(target.pid):
-        raise TargetNotFound(f"process {target.tgid} exited during the scan")
-    symbolized = symbolize(target.pid, mappings, backtraces, options.symbol_budget)
+        raise TargetNotFound(f"process {tgid} exited during the scan") from None
+    if live and not still_running(pid):
+        raise TargetNotFound(f"process {tgid} exited during the scan")
+    files = subject.symbol_files(mappings)
+    symbolized = symbolize(
+        pid if live else None, files, backtraces, options.symbol_budget, None if live else ""
+    )
     note("done")
     scanned = Scanned(
-        target.tgid,
-        target.command,
+        tgid,
+        subject.command,
         held.snapshot,
         len(held.threads),
         held.pause_ms,
@@ -164,9 +193,8 @@ def run_plan(
         join_notes(planned.snapshot_note, held.snapshot_error),
         swept.sweep_note,
     )
-    return build_report(
-        scanned, swept.result, folded, symbolized, swept.roots.counts(), source.name
-    )
+    roots = swept.roots.counts()
+    return build_report(scanned, swept.result, folded, symbolized, roots, got.source.name)
 
 
 def run_concurrent(
@@ -216,41 +244,37 @@ def run_concurrent(
 def _sweep(
     facts: Facts,
     planned: Plan,
-    held: Capture,
-    source: AllocationSource,
+    got: Captured,
     options: ScanOptions,
     note: Progress,
-    room: ScannerRoom,
     graph: GraphCollector | None,
 ) -> _Swept | Retry:
     """Allocations, roots and mark at each place the plan lets the sweep
     run, until one finishes: a child that fails but stays frozen is swept
     from here; one that died needs a new snapshot (Retry)."""
-    target = facts.target
-    assert target is not None
-    addr = target.shim.descriptor_addr
+    held, subject, room = got.held, got.subject, facts.scanner_room
+    addr = subject.descriptor_addr
     # A child's maps were read before it ran a single instruction: its own
     # memory (stack, inbox, scratch) never becomes a root.
     mappings = held.mappings or read_maps(held.mem_pid)
     candidates = sources.kept_out_candidates(held.kept_out, mappings)
-    places, sweep_note = sweep_places(planned, facts, held, addr, len(candidates))
-    arena = find_main_arena(held.memory, mappings)
+    places, sweep_note = sweep_places(planned, facts, held, addr or 0, len(candidates))
+    arena = subject.main_arena or find_main_arena(held.memory, mappings)
     inputs = RootInputs(
-        target.shim.path,
+        subject.own_path,
         [arena] if arena else [],
         held.kernel_held,
         held.kept_out,
         candidates,
-        (target.header.altstacks, target.header.num_altstacks),
+        subject.altstacks,
     )
     for place in places:
         try:
-            child = (
-                ChildSweeper(held.session, target.header.child_box) if place == "child" else None
-            )
-            if child is None:
+            child = ChildSweeper(held.tracer, subject.child_box) if place == "child" else None
+            # Bounded by the registry's count: only the shim's can be had before the read.
+            if child is None and addr is not None:
                 room.check_outside_sweep(held.memory, addr, held.snapshot == "copy", sweep_note)
-            allocations = find_allocations(source, held.memory, mappings, held.threads, child)
+            allocations = find_allocations(got.source, held.memory, mappings, held.threads, child)
             note("allocations")
             roots = find_roots(held.memory, mappings, held.threads, allocations, inputs)
             over = MarkOver.of(held, mappings)

@@ -15,8 +15,8 @@ or gone (then the caller takes a new snapshot).
 from __future__ import annotations
 
 import os
-import struct
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from unreachable import _native
@@ -67,7 +67,12 @@ class ChildSweepReply:
 
 
 def _pairs(ranges: Sequence[tuple[int, int]]) -> bytes:
-    return b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
+    return _native.abi_encode_array("ur_range", ranges)
+
+
+def words(values: Iterable[int]) -> bytes:
+    """uint64_t words, packed (root values, in-flight addresses, a cap)."""
+    return array("Q", values).tobytes()
 
 
 class ChildSweeper:
@@ -126,12 +131,12 @@ class ChildSweeper:
             return [None if held else [] for held in self.holds(ranges)]
         try:
             raw = self.session.child_request(
-                _native.CHILD_REQ_BLOCKS, struct.pack("<Q", cap) + _pairs(ranges), self.timeout_s
+                _native.CHILD_REQ_BLOCKS, words([cap]) + _pairs(ranges), self.timeout_s
             )
         except OSError as e:
             raise self._fail("blocks", e) from None
-        words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
-        counts, addrs = words[: len(ranges)], words[len(ranges) :]
+        reply = array("Q", raw[: len(raw) // 8 * 8])
+        counts, addrs = reply[: len(ranges)], reply[len(ranges) :]
         out: list[list[int] | None] = []
         at = 0
         for count in counts:
@@ -173,7 +178,7 @@ class ChildSweeper:
             ),
             _pairs(ranges),
             values[:usable],
-            b"".join(struct.pack("<Q", a) for a in excluded),
+            words(excluded),
             _pairs(readable),
         ]
         threads = max(1, min(threads, MAX_MARK_THREADS))

@@ -3,7 +3,6 @@ can (sweep/child.py), else over /proc/PID/mem from here."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -13,7 +12,7 @@ from unreachable.allocations.registry import Registry
 from unreachable.process.maps import SPECIAL, Mapping
 from unreachable.process.memory import Memory
 from unreachable.roots.classify import Roots
-from unreachable.sweep.child import LEAK_RECORD_SIZE, ChildSweeper
+from unreachable.sweep.child import LEAK_RECORD_SIZE, ChildSweeper, words
 
 SweepPlace = Literal["child", "scanner"]
 
@@ -77,19 +76,19 @@ def sweep(
     default_region, region_ids, why, dominators): the mark keeps its
     reference graph and answers them while the memory is still open."""
     inflight = _inflight(registry)
-    packed_ranges = b"".join(struct.pack("<QQ", b, e) for b, e in _root_ranges(roots, inflight))
+    packed_ranges = _native.abi_encode_array("ur_range", _root_ranges(roots, inflight))
     raw = _native.sweep(
         memory,
         registry.allocs.cast("B"),
         packed_ranges,
         register_words,
         stack_ids=registry.stack_ids.cast("B"),
-        excluded=b"".join(struct.pack("<Q", p) for p in inflight),
+        excluded=words(inflight),
         release=release,
         threads=threads,
         frozen=frozen,
-        layout=b"".join(
-            struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in mappings if m.readable
+        layout=_native.abi_encode_array(
+            "ur_layout_span", [(m.start, m.end, m.demand_zero) for m in mappings if m.readable]
         ),
         **(graph or {}),
     )

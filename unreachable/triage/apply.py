@@ -11,7 +11,7 @@ import argparse
 from dataclasses import dataclass
 
 from unreachable.errors import InvalidArgument
-from unreachable.report.model import ScanReport
+from unreachable.model.report import ScanReport
 from unreachable.triage import baseline as baselines
 from unreachable.triage import suppressions
 from unreachable.writing import write_output

@@ -8,7 +8,7 @@ base name and its pc relative to that module (stable across ASLR, not
 across a rebuild); a pc in no module to the pc itself. Leaks without a
 backtrace are one site per block size.
 
-Each entry weighs what the exports give it (report.model.export_weights:
+Each entry weighs what the exports give it (model.report.export_weights:
 its blocks, its similar leaks and what they reference), so the sites of a
 report add up to its totals; a site's count and bytes are the sums over its
 entries. A site is new when the baseline has no entry of it, grown when it
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unreachable.errors import InvalidArgument
-from unreachable.report.model import LEAK_COUNTS, LeakEntry, ScanReport, export_weights
+from unreachable.model.report import LEAK_COUNTS, LeakEntry, ScanReport, export_weights
 from unreachable.symbolize.frames import Frame
 from unreachable.triage.suppressions import weighted
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.triage import suppressions
 from unreachable.triage.baseline import (
     Baseline,

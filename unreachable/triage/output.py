@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from unreachable.report.model import LeakEntry, ScanReport
+from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.triage.baseline import describe_site, summary_line
 from unreachable.triage.suppressions import format_used
 

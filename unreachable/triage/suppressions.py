@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from unreachable.errors import InvalidArgument
-from unreachable.report.model import LeakEntry, ScanReport, export_weights, leak_counts
+from unreachable.model.report import LeakEntry, ScanReport, export_weights, leak_counts
 from unreachable.symbolize.frames import Frame
 
 ENV = "UNREACHABLE_SUPPRESSIONS"
@@ -190,7 +190,7 @@ class Suppressed:
 
 def weighted(report: ScanReport) -> list[tuple[LeakEntry, int, int]]:
     """Every entry with what it weighs (its blocks, its similar leaks and the
-    blocks they reference: report.model.export_weights, which adds up to
+    blocks they reference: model.report.export_weights, which adds up to
     the totals)."""
     weights = export_weights(
         [leak_counts(leak) for leak in report.leaks], report.leak_count, report.leak_bytes

@@ -53,15 +53,15 @@
  * into the inbox, sets in_len and request, resumes it; the child answers at
  * (out, out_len), sets state = UR_CHILD_REPLIED or UR_CHILD_FAILED, stops.
  * Requests:
- *   UR_CHILD_REQ_HOLDS: in = n (begin, end) u64 pairs; reply = n bytes, 1 if a
+ *   UR_CHILD_REQ_HOLDS: in = n struct ur_range; reply = n bytes, 1 if a
  *     registered block begins in [begin, end);
  *   UR_CHILD_REQ_BLOCKS (UR_CHILD_FEATURE_BLOCKS): in = one uint64_t cap,
- *     then n (begin, end) u64 pairs; reply = n uint64_t counts of the blocks
+ *     then n struct ur_range; reply = n uint64_t counts of the blocks
  *     beginning in each range, then for each range the begin addresses of
  *     its first min(count, cap) blocks, ascending;
  *   UR_CHILD_REQ_SWEEP: in = struct ur_child_sweep_req, then nranges root
- *     (begin, end) pairs, nvalues root words, nexcluded in-flight block
- *     addresses, nreadable (begin, end) pairs the child may load directly,
+ *     struct ur_range, nvalues root words, nexcluded in-flight block
+ *     addresses, nreadable struct ur_range the child may load directly,
  *     then optionally struct ur_child_sweep_opts (marking threads);
  *     reply = struct ur_child_sweep_reply, then nleaks ur_leak_records,
  *     then (UR_CHILD_FEATURE_TEAM_SIZE) one uint64_t: the threads that marked;
@@ -364,6 +364,21 @@ struct ur_leak_record {
   uint32_t reserved;
 };
 
+/* Rows of the arrays the scanner hands the mark: _native.sweep's allocs,
+ * root_ranges and layout, and the child's HOLDS, BLOCKS and SWEEP requests
+ * above. Each array is its rows packed back to back; native/mark reads them
+ * as uint64_t words (2 or 3 a row). */
+struct ur_range {          /* 16 bytes: [begin, end) */
+  uint64_t begin, end;
+};
+struct ur_block {          /* 16 bytes: a registered block, as in a registry's allocs */
+  uint64_t begin, size;
+};
+struct ur_layout_span {    /* 24 bytes: a readable mapping of the process, sorted */
+  uint64_t begin, end;
+  uint64_t demand_zero;    /* 1: its absent pages are zeros, not read */
+};
+
 /*
  * The leak report the shim's libmemunreachable interface reads
  * (native/shim/memunreachable*.c), written by the CLI for it:
@@ -519,10 +534,16 @@ struct ur_descriptor {
 static_assert(sizeof(struct ur_entry) == 16, "abi");
 static_assert(sizeof(struct ur_shard) == 64, "abi");
 static_assert(sizeof(struct ur_thread_slot) == 64, "abi");
+static_assert(sizeof(struct ur_range) == 16, "abi");
+static_assert(sizeof(struct ur_block) == 16, "abi");
+static_assert(sizeof(struct ur_layout_span) == 24, "abi");
 #else
 _Static_assert(sizeof(struct ur_entry) == 16, "abi");
 _Static_assert(sizeof(struct ur_shard) == 64, "abi");
 _Static_assert(sizeof(struct ur_thread_slot) == 64, "abi");
+_Static_assert(sizeof(struct ur_range) == 16, "abi");
+_Static_assert(sizeof(struct ur_block) == 16, "abi");
+_Static_assert(sizeof(struct ur_layout_span) == 24, "abi");
 _Static_assert(sizeof(struct ur_stack_table) == 32, "abi");
 _Static_assert(sizeof(struct ur_descriptor) == 200, "abi");
 _Static_assert(sizeof(struct ur_region_span) == 16, "abi");

@@ -1,6 +1,6 @@
 """How a model field travels when its JSON or proto form is not the plain one.
 
-The report model (report/model.py) is the one definition of a scan report:
+The report model (model/report.py) is the one definition of a scan report:
 report/schema.py derives the JSON report and the proto messages from its
 fields. A field goes by its own name, as its own type, unless `wire()`
 says otherwise here, next to the field. Kept apart from schema.py so that

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from unreachable.report.wire import wire
+from unreachable.model.wire import wire
 from unreachable.symbolize.frames import Frame
 
 if TYPE_CHECKING:
