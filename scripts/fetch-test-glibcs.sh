@@ -5,7 +5,7 @@
 # fetched with apt (its own state kept under tests/.glibc, the system's
 # configuration and packages untouched) and unpacked, not installed, into
 # tests/.glibc/SUITE/root.
-#   bash scripts/fetch-test-glibcs.sh [SUITE ...]  # default: bullseye jammy noble trixie
+#   bash scripts/fetch-test-glibcs.sh [SUITE ...]  # default: bullseye jammy noble trixie questing
 # Debian suites come from the Debian mirror this system's apt already uses.
 # Ubuntu suites come from the mirror Debian's debootstrap names for them,
 # checked with the keyring of Debian's ubuntu-keyring package (both taken from
@@ -20,7 +20,7 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 PACKAGES=(libc6 libc6-dev libc6-dbg libgcc-s1)
 UBUNTU=" focal jammy noble plucky questing "
 suites=("$@")
-if [ ${#suites[@]} = 0 ]; then suites=(bullseye jammy noble trixie); fi
+if [ ${#suites[@]} = 0 ]; then suites=(bullseye jammy noble trixie questing); fi
 
 # The Debian mirror of this system's own release, as apt knows it.
 . /etc/os-release

@@ -21,9 +21,9 @@
 #define WINDOW (64u << 10)
 
 int ur_glibc_layout_for(unsigned minor, struct ur_glibc_layout *l) {
-  /* Supported: 2.31 (tcache counts are uint16_t from 2.30) to 2.41 (2.42
-   * changes the tcache: 76 bins counting down). */
-  if (minor < 31 || minor > 41) return -1;
+  /* Supported: 2.31 (tcache counts are uint16_t from 2.30) to 2.42 (2.43
+   * removes the fastbins from malloc_state). */
+  if (minor < 31 || minor > 42) return -1;
   memset(l, 0, sizeof(*l));
   l->minor = minor;
   l->arena_size = 0x898;
@@ -38,9 +38,19 @@ int ur_glibc_layout_for(unsigned minor, struct ur_glibc_layout *l) {
   l->mp_mmapped_mem = minor >= 35 ? 0x50 : 0x38;
   l->mp_sbrk_base = minor >= 35 ? 0x60 : 0x48;
   l->mp_hp_pagesize = minor >= 35 ? 0x30 : 0;
+  l->heap_max_from_hp = minor >= 35 && minor <= 41;
   l->tcache_bins = 64;
+  l->tcache_small_bins = 64;
   l->tcache_entries = 0x80;
   l->tcache_chunk = 0x290;
+  if (minor >= 42) {
+    /* uint16_t num_slots[76]; tcache_entry *entries[76]: 64 bins of one
+     * size, then 12 of sizes between two powers of two. */
+    l->tcache_bins = 76;
+    l->tcache_entries = 0x98;
+    l->tcache_chunk = 0x300;
+    l->mp_tcache_count = 0x78;
+  }
   l->safe_linking = minor >= 32;
   return 0;
 }
@@ -72,6 +82,7 @@ struct walk {
   uint64_t arenas[MAX_ARENAS];
   size_t narenas;
   uint64_t heap_max;
+  uint64_t tcache_count; /* mp_.tcache_count, when the counts count down */
 };
 
 __attribute__((format(printf, 2, 3))) static int fail(struct walk *w, const char *fmt, ...) {
@@ -347,6 +358,15 @@ static int find_mmapped(struct walk *w) {
   return 0;
 }
 
+/* Bin i of one size holds chunks of 0x20 + 16 i bytes; a larger bin (2.42)
+ * those whose highest bit is i - 54 (glibc's large_csize2tidx), above the
+ * one-size bins' sizes. */
+static int tcache_size_fits(const struct ur_glibc_layout *L, unsigned i, uint64_t size) {
+  if (i < L->tcache_small_bins) return size == MINSIZE + 16 * (uint64_t)i;
+  uint64_t top_small = MINSIZE + 16 * (uint64_t)(L->tcache_small_bins - 1);
+  return size > top_small && 63u - (unsigned)__builtin_clzll(size) == i - 54;
+}
+
 /* Each thread's tcache: its structure is glibc's, its lists are free. */
 static int subtract_tcaches(struct walk *w) {
   const struct ur_glibc_layout *L = w->L;
@@ -364,12 +384,20 @@ static int subtract_tcaches(struct walk *w) {
     if (rd(w, tc, counts, L->tcache_bins * 2) < 0 ||
         rd(w, tc + L->tcache_entries, entries, L->tcache_bins * 8) < 0)
       return fail(w, "tcache at %#lx unreadable", (unsigned long)tc);
+    if (L->mp_tcache_count) {
+      for (unsigned i = 0; i < L->tcache_bins; i++) {
+        if (counts[i] > w->tcache_count)
+          return fail(w, "tcache %#lx bin %u: %u slots left of %lu", (unsigned long)tc, i,
+                      counts[i], (unsigned long)w->tcache_count);
+        counts[i] = (uint16_t)(w->tcache_count - counts[i]);
+      }
+    }
     for (unsigned i = 0; i < L->tcache_bins; i++) {
       uint64_t e = entries[i];
       unsigned n = 0;
       for (; e; n++) {
         struct rec *c = (e & 15) || n >= counts[i] ? NULL : find(w, e - CHUNK_HDR);
-        if (!c || c->size != MINSIZE + 16 * (uint64_t)i || (c->flags & (R_LISTED | R_MMAPPED)) ||
+        if (!c || !tcache_size_fits(L, i, c->size) || (c->flags & (R_LISTED | R_MMAPPED)) ||
             !(c->flags & R_INUSE))
           return fail(w, "tcache %#lx bin %u: entry %u (%#lx) is not a chunk of its size",
                       (unsigned long)tc, i, n, (unsigned long)e);
@@ -449,7 +477,9 @@ static int run(struct walk *w, uint8_t **arena_bufs) {
   } while (a != w->in->main_arena);
   w->out->stats.arenas = w->narenas;
   w->heap_max = HEAP_MAX_DEFAULT;
-  if (L->mp_hp_pagesize) {
+  if (L->mp_tcache_count && rd64(w, w->in->mp + L->mp_tcache_count, &w->tcache_count) < 0)
+    return fail(w, "mp_ unreadable");
+  if (L->heap_max_from_hp) {
     uint64_t hp;
     if (rd64(w, w->in->mp + L->mp_hp_pagesize, &hp) < 0) return fail(w, "mp_ unreadable");
     if (hp) w->heap_max = 4 * hp;

@@ -36,6 +36,12 @@ struct ur_glibc_layout {
   uint64_t tcache_entries;   /* offset of entries[] in tcache_perthread_struct */
   uint64_t tcache_chunk;     /* the chunk size of that struct */
   unsigned tcache_bins;
+  unsigned tcache_small_bins; /* bins of one chunk size each; the rest hold ranges (2.42) */
+  /* 2.42+: the counts are num_slots, the room left: a bin holds
+   * mp_.tcache_count (at this offset in mp_) minus its count. */
+  uint64_t mp_tcache_count;
+  /* heaps are aligned to 4 huge pages with glibc.malloc.hugetlb >= 2 (2.35-2.41) */
+  int heap_max_from_hp;
   int safe_linking;          /* 2.32+: tcache and fastbin next pointers mangled */
 };
 

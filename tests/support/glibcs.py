@@ -20,7 +20,13 @@ from tests.support.cbuild import REPO_DIR
 GLIBC_DIR = REPO_DIR / "tests" / ".glibc"
 FETCH = REPO_DIR / "scripts" / "fetch-test-glibcs.sh"
 # Debian or Ubuntu suite -> its glibc
-SUITES = {"bullseye": "2.31", "jammy": "2.35", "noble": "2.39", "trixie": "2.41"}
+SUITES = {
+    "bullseye": "2.31",
+    "jammy": "2.35",
+    "noble": "2.39",
+    "trixie": "2.41",
+    "questing": "2.42",
+}
 
 
 @dataclass(frozen=True)

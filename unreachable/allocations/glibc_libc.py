@@ -9,7 +9,8 @@ are recognised in the file itself (docs/glibc-heap.md):
   a word to the address 0x870 bytes below itself, where the file's bytes are
   main_arena's static initialiser (all zero but `next` and
   attached_threads = 1).
-- mp_: its static initialiser's bytes, found once in .data.
+- mp_: its static initialiser's bytes (tcache_max_bytes any), found once
+  in .data.
 - tcache: one of libc's R_X86_64_TPOFF64 GOT slots; which one is decided in
   the target (glibc_heap.py: the slot whose value, added to each thread's
   thread pointer, names a tcache chunk or nothing in every thread).
@@ -153,17 +154,20 @@ def _find_main_arena(elf: ELFFile, data: bytes) -> int:
 
 
 def _mp_pattern(minor: int) -> bytes:
-    """mp_'s static initialiser (malloc.c), as the file holds it: trim,
-    top_pad and mmap thresholds 128 KiB, arena_test 8, n_mmaps_max 65536,
-    64 tcache bins of 7 up to 0x408 bytes, everything else 0. From 2.35 the
-    huge-page fields (two words and an int) come before n_mmaps, and the
-    four ints after them end 4 bytes short of the next word."""
+    """mp_'s static initialiser (malloc.c), as the file holds it, as a
+    regular expression: trim, top_pad and mmap thresholds 128 KiB,
+    arena_test 8, n_mmaps_max 65536, 64 tcache bins of 7, everything else 0.
+    From 2.35 the huge-page fields (two words and an int) come before
+    n_mmaps, and the four ints after them end 4 bytes short of the next
+    word. tcache_max_bytes is any word: 0x408 upstream up to 2.42, but
+    distributions' 2.42 carry the release branch's fixes of that bound
+    (Ubuntu's 2.42 holds 0x411)."""
     head = struct.pack("<QQQQQ", 0x20000, 0x20000, 0x20000, 8, 0)
     huge = bytes(0x14) if minor >= 35 else b""
     mmaps = struct.pack("<iiii", 0, 0x10000, 0, 0) + (bytes(4) if minor >= 35 else b"")
     rest = struct.pack("<QQQ", 0, 0, 0)  # mmapped_mem, max_mmapped_mem, sbrk_base
-    tcache = struct.pack("<QQQQ", 64, 0x408, 7, 0)
-    return head + huge + mmaps + rest + tcache
+    before = re.escape(head + huge + mmaps + rest + struct.pack("<Q", 64))
+    return before + b"[\\x00-\\xff]{8}" + re.escape(struct.pack("<QQ", 7, 0))
 
 
 def _find_mp(elf: ELFFile, data: bytes, minor: int) -> int:
@@ -171,8 +175,8 @@ def _find_mp(elf: ELFFile, data: bytes, minor: int) -> int:
     if sec is None:
         raise LibcUnsupported("libc has no .data")
     body = sec.data()
-    pattern = _mp_pattern(minor)
-    hits = [m.start() for m in re.finditer(re.escape(pattern), body) if m.start() % 8 == 0]
+    pattern = re.compile(_mp_pattern(minor))
+    hits = [m.start() for m in pattern.finditer(body) if m.start() % 8 == 0]
     if len(hits) != 1:
         raise LibcUnsupported(f"mp_ not recognised ({len(hits)} candidates)")
     return sec["sh_addr"] + hits[0]

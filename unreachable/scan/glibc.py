@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from unreachable import _native
 from unreachable.allocations.glibc_heap import (
+    KNOWN,
     LIBC,
+    MINORS,
     UNDER_SHIM,
     GlibcLibc,
     HeapBusy,
@@ -183,7 +185,8 @@ def scan_without_shim(pid: int, options: ScanOptions, note: Progress, started: f
     try:
         note("captured")
         over = MarkOver(got.copy, got.mappings, got.threads, kernel_held=got.held)
-        result, roots, folded = sweep_walked(over, libc, GlibcHeap(allocs), options, note, proc)
+        source = GlibcHeap(allocs, guards_listed(libc))
+        result, roots, folded = sweep_walked(over, libc, source, options, note, proc)
     finally:
         got.close()
     if not still_running(proc):
@@ -191,6 +194,14 @@ def scan_without_shim(pid: int, options: ScanOptions, note: Progress, started: f
     note("done")
     scanned = Scanned(pid, command_line(proc), "stopped", len(got.threads), got.pause_ms, started)
     return build_report(scanned, result, folded, Symbolized({}, ""), roots.counts(), ALLOCATIONS)
+
+
+def guards_listed(libc: GlibcLibc) -> bool:
+    """Whether a thread stack's guard is a mapping of its own. From 2.42
+    pthread_create installs it with madvise(MADV_GUARD_INSTALL) where the
+    kernel has it (6.13+): a guard inside the stack's mapping, which maps
+    does not show."""
+    return libc.facts.minor < 42
 
 
 def sweep_walked(
@@ -239,10 +250,10 @@ def _core_libc(core: CoreFile) -> GlibcLibc:
             f"{core.path}: glibc's heap cannot be walked ({core.file_for(first.path)}: {e});"
             " give the machine's files with --sysroot"
         ) from None
-    if not 31 <= facts.minor <= 41:
+    if facts.minor not in MINORS:
         raise TargetNotShimmed(
             f"{core.path} is of a process with glibc {facts.version}, whose heap layout is not"
-            " known here (2.31 to 2.41 are)"
+            f" known here ({KNOWN} are)"
         )
     return GlibcLibc(first, first.start, facts)
 
@@ -279,7 +290,7 @@ def sweep_glibc_core(
             f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
         )
     over = MarkOver(memory, core.mappings, core.threads)
-    source = GlibcHeap(allocs, core.guards_listed)
+    source = GlibcHeap(allocs, core.guards_listed and guards_listed(libc))
     result, roots, folded = sweep_walked(over, libc, source, options, note)
     note("done")
     notes = "; ".join(core.notes)
