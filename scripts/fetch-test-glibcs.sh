@@ -5,7 +5,7 @@
 # fetched with apt (its own state kept under tests/.glibc, the system's
 # configuration and packages untouched) and unpacked, not installed, into
 # tests/.glibc/SUITE/root.
-#   bash scripts/fetch-test-glibcs.sh [SUITE ...]  # default: bullseye jammy noble trixie questing
+#   bash scripts/fetch-test-glibcs.sh [SUITE ...]  # default: bullseye jammy noble trixie questing resolute
 # Debian suites come from the Debian mirror this system's apt already uses.
 # Ubuntu suites come from the mirror Debian's debootstrap names for them,
 # checked with the keyring of Debian's ubuntu-keyring package (both taken from
@@ -18,9 +18,9 @@ cd "$(dirname "$0")/.."
 OUT=$PWD/tests/.glibc
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 PACKAGES=(libc6 libc6-dev libc6-dbg libgcc-s1)
-UBUNTU=" focal jammy noble plucky questing "
+UBUNTU=" focal jammy noble plucky questing resolute "
 suites=("$@")
-if [ ${#suites[@]} = 0 ]; then suites=(bullseye jammy noble trixie questing); fi
+if [ ${#suites[@]} = 0 ]; then suites=(bullseye jammy noble trixie questing resolute); fi
 
 # The Debian mirror of this system's own release, as apt knows it.
 . /etc/os-release

@@ -26,6 +26,7 @@ SUITES = {
     "noble": "2.39",
     "trixie": "2.41",
     "questing": "2.42",
+    "resolute": "2.43",
 }
 
 

@@ -36,7 +36,7 @@ from unreachable.allocations.glibc_heap import (
     tls_offsets,
     walk,
 )
-from unreachable.allocations.glibc_libc import LibcUnsupported, libc_facts
+from unreachable.allocations.glibc_libc import LibcUnsupported, arena_layout, libc_facts
 from unreachable.allocations.glibc_source import GlibcHeap
 from unreachable.capture.copy_snapshot import sync_ranges
 from unreachable.capture.core_file import CoreFile
@@ -65,7 +65,6 @@ from unreachable.sweep.mark import SweepResult
 RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped again
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
 RETRY_DELAY_S = 0.02  # times the attempt: the moment a thread needs to leave malloc
-ARENA_SIZE = 0x898
 ALLOCATIONS = "glibc heap"
 NO_SHIM_PATH = "\0"  # a path no mapping has ("" would name every anonymous one)
 
@@ -219,7 +218,8 @@ def sweep_walked(
     allocations = find_allocations(source, memory, mappings, over.threads)
     note("allocations")
     arena = libc.bias + libc.facts.main_arena
-    inputs = RootInputs(NO_SHIM_PATH, [(arena, arena + ARENA_SIZE)], over.kernel_held)
+    size = arena_layout(libc.facts.minor)[0]
+    inputs = RootInputs(NO_SHIM_PATH, [(arena, arena + size)], over.kernel_held)
     roots = find_roots(memory, mappings, over.threads, allocations, inputs)
     result = mark(over, allocations, roots, mark_threads=options.mark_threads)
     note("marked")

@@ -239,7 +239,8 @@ static void expect_refused(int want, const char *needle) {
 
 int main(void) {
   CHECK(ur_glibc_layout_for(30, &layout) < 0);
-  CHECK(ur_glibc_layout_for(43, &layout) < 0);
+  CHECK(ur_glibc_layout_for(44, &layout) < 0);
+  CHECK(ur_glibc_layout_for(43, &layout) == 0 && layout.off_next == 0x818 && !layout.nfastbins);
   CHECK(ur_glibc_layout_for(42, &layout) == 0 && layout.tcache_chunk == 0x300);
   test_242();
   CHECK(ur_glibc_layout_for(36, &layout) == 0);
