@@ -33,7 +33,7 @@ if [ "${1:-}" = "--test" ]; then
   $SUDO apt-get install -y -qq --no-install-recommends \
     libjemalloc2 redis-server memcached nginx-light bind9 nodejs gdb libc6-dbg >/dev/null
   if [ -n "$made_policy" ]; then $SUDO rm -f "$policy"; trap - EXIT; fi
-  # glibc 2.31 and 2.41 beside this system's, unpacked under tests/.glibc for
+  # glibc 2.31, 2.35, 2.39, 2.41, 2.42 and 2.43 beside this system's, unpacked under tests/.glibc for
   # the glibc heap walk's tests (tests/scan/test_glibc_versions.py).
   bash scripts/fetch-test-glibcs.sh
 fi

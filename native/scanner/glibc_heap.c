@@ -21,13 +21,13 @@
 #define WINDOW (64u << 10)
 
 int ur_glibc_layout_for(unsigned minor, struct ur_glibc_layout *l) {
-  /* Supported: 2.31 (tcache counts are uint16_t from 2.30) to 2.41 (2.42
-   * changes the tcache: 76 bins counting down). */
-  if (minor < 31 || minor > 41) return -1;
+  /* Supported: 2.31 (tcache counts are uint16_t from 2.30) to 2.43. */
+  if (minor < 31 || minor > 43) return -1;
   memset(l, 0, sizeof(*l));
   l->minor = minor;
   l->arena_size = 0x898;
   l->off_fastbins = 0x10;
+  l->nfastbins = NFASTBINS;
   l->off_top = 0x60;
   l->off_bins = 0x70;
   l->off_next = 0x870;
@@ -38,9 +38,35 @@ int ur_glibc_layout_for(unsigned minor, struct ur_glibc_layout *l) {
   l->mp_mmapped_mem = minor >= 35 ? 0x50 : 0x38;
   l->mp_sbrk_base = minor >= 35 ? 0x60 : 0x48;
   l->mp_hp_pagesize = minor >= 35 ? 0x30 : 0;
+  l->heap_max_from_hp = minor >= 35 && minor <= 41;
   l->tcache_bins = 64;
+  l->tcache_small_bins = 64;
   l->tcache_entries = 0x80;
   l->tcache_chunk = 0x290;
+  if (minor >= 42) {
+    /* uint16_t num_slots[76]; tcache_entry *entries[76]: 64 bins of one
+     * size, then 12 of sizes between two powers of two. */
+    l->tcache_bins = 76;
+    l->tcache_entries = 0x98;
+    l->tcache_chunk = 0x300;
+    l->mp_tcache_count = 0x78;
+  }
+  if (minor >= 43) {
+    /* malloc_state without have_fastchunks and fastbinsY[10]; mp_ with
+     * thp_mode (an int and its padding) before thp_pagesize. */
+    l->arena_size = 0x840;
+    l->nfastbins = 0;
+    l->off_top = 0x8;
+    l->off_bins = 0x18;
+    l->off_next = 0x818;
+    l->off_system_mem = 0x830;
+    l->mp_n_mmaps = 0x44;
+    l->mp_mmapped_mem = 0x58;
+    l->mp_sbrk_base = 0x68;
+    l->mp_hp_pagesize = 0x38;
+    l->mp_tcache_count = 0x80;
+    l->mmap_trailer = 16;
+  }
   l->safe_linking = minor >= 32;
   return 0;
 }
@@ -72,6 +98,7 @@ struct walk {
   uint64_t arenas[MAX_ARENAS];
   size_t narenas;
   uint64_t heap_max;
+  uint64_t tcache_count; /* mp_.tcache_count, when the counts count down */
 };
 
 __attribute__((format(printf, 2, 3))) static int fail(struct walk *w, const char *fmt, ...) {
@@ -297,7 +324,7 @@ static uint64_t moved_header(struct walk *w, uint64_t a, uint64_t sz) {
   for (uint64_t o = 16; o <= end; o += 16) {
     uint64_t hdr[2];
     if (rd(w, a + o, hdr, 16) < 0) return 0;
-    if (hdr[0] == o && hdr[1] == ((sz - o) | IS_MMAPPED)) return o;
+    if (hdr[0] == o && hdr[1] == ((sz - o - w->L->mmap_trailer) | IS_MMAPPED)) return o;
   }
   return 0;
 }
@@ -321,7 +348,7 @@ static int find_mmapped(struct walk *w) {
       uint64_t hdr[2];
       if (w->in->read(w->in->ctx, a, hdr, 16) == 16 && hdr[0] == 0 &&
           (hdr[1] & SIZE_BITS) == IS_MMAPPED) {
-        uint64_t sz = hdr[1] & ~(uint64_t)SIZE_BITS;
+        uint64_t sz = (hdr[1] & ~(uint64_t)SIZE_BITS) + w->L->mmap_trailer; /* the mapping */
         if (sz >= page && sz % page == 0 && a + sz <= e && a + sz > a) {
           uint64_t lead = moved_header(w, a, sz);
           int rc = add_rec(w, a + lead, sz - lead, R_INUSE | R_MMAPPED, UINT32_MAX);
@@ -340,11 +367,26 @@ static int find_mmapped(struct walk *w) {
   if (rd(w, w->in->mp + w->L->mp_n_mmaps, &n_mmaps, 4) < 0 ||
       rd64(w, w->in->mp + w->L->mp_mmapped_mem, &mem) < 0)
     return fail(w, "mp_ unreadable");
-  if ((uint64_t)n_mmaps != w->out->stats.mmapped || mem != w->out->stats.mmapped_bytes)
+  /* 2.43's mremap_chunk adds new_size - chunksize - offset to mmapped_mem,
+   * and chunksize no longer counts the mapping's last 16 bytes: each remap
+   * leaves mmapped_mem 16 bytes high. There it may exceed the mappings'
+   * sum by a multiple of 16. */
+  uint64_t found = w->out->stats.mmapped_bytes;
+  int mem_ok = w->L->mmap_trailer ? mem >= found && (mem - found) % 16 == 0 : mem == found;
+  if ((uint64_t)n_mmaps != w->out->stats.mmapped || !mem_ok)
     return fail(w, "found %lu chunks mmap'ed alone (%lu bytes), mp_ counts %d (%lu bytes)",
                 (unsigned long)w->out->stats.mmapped, (unsigned long)w->out->stats.mmapped_bytes,
                 n_mmaps, (unsigned long)mem);
   return 0;
+}
+
+/* Bin i of one size holds chunks of 0x20 + 16 i bytes; a larger bin (2.42)
+ * those whose highest bit is i - 54 (glibc's large_csize2tidx), above the
+ * one-size bins' sizes. */
+static int tcache_size_fits(const struct ur_glibc_layout *L, unsigned i, uint64_t size) {
+  if (i < L->tcache_small_bins) return size == MINSIZE + 16 * (uint64_t)i;
+  uint64_t top_small = MINSIZE + 16 * (uint64_t)(L->tcache_small_bins - 1);
+  return size > top_small && 63u - (unsigned)__builtin_clzll(size) == i - 54;
 }
 
 /* Each thread's tcache: its structure is glibc's, its lists are free. */
@@ -364,12 +406,20 @@ static int subtract_tcaches(struct walk *w) {
     if (rd(w, tc, counts, L->tcache_bins * 2) < 0 ||
         rd(w, tc + L->tcache_entries, entries, L->tcache_bins * 8) < 0)
       return fail(w, "tcache at %#lx unreadable", (unsigned long)tc);
+    if (L->mp_tcache_count) {
+      for (unsigned i = 0; i < L->tcache_bins; i++) {
+        if (counts[i] > w->tcache_count)
+          return fail(w, "tcache %#lx bin %u: %u slots left of %lu", (unsigned long)tc, i,
+                      counts[i], (unsigned long)w->tcache_count);
+        counts[i] = (uint16_t)(w->tcache_count - counts[i]);
+      }
+    }
     for (unsigned i = 0; i < L->tcache_bins; i++) {
       uint64_t e = entries[i];
       unsigned n = 0;
       for (; e; n++) {
         struct rec *c = (e & 15) || n >= counts[i] ? NULL : find(w, e - CHUNK_HDR);
-        if (!c || c->size != MINSIZE + 16 * (uint64_t)i || (c->flags & (R_LISTED | R_MMAPPED)) ||
+        if (!c || !tcache_size_fits(L, i, c->size) || (c->flags & (R_LISTED | R_MMAPPED)) ||
             !(c->flags & R_INUSE))
           return fail(w, "tcache %#lx bin %u: entry %u (%#lx) is not a chunk of its size",
                       (unsigned long)tc, i, n, (unsigned long)e);
@@ -392,7 +442,7 @@ static int check_lists(struct walk *w, uint32_t idx, const uint8_t *a) {
   uint64_t addr = w->arenas[idx];
   uint64_t top = u64_at(a, L->off_top);
   if (idx == 0 && (!top || top == addr + L->off_bins - CHUNK_HDR)) return 0;
-  for (unsigned i = 0; i < NFASTBINS; i++) {
+  for (unsigned i = 0; i < L->nfastbins; i++) {
     uint64_t p = u64_at(a, L->off_fastbins + 8 * i);
     for (size_t n = 0; p; n++) {
       struct rec *c = (p & 15) || n > w->n ? NULL : find(w, p);
@@ -449,7 +499,9 @@ static int run(struct walk *w, uint8_t **arena_bufs) {
   } while (a != w->in->main_arena);
   w->out->stats.arenas = w->narenas;
   w->heap_max = HEAP_MAX_DEFAULT;
-  if (L->mp_hp_pagesize) {
+  if (L->mp_tcache_count && rd64(w, w->in->mp + L->mp_tcache_count, &w->tcache_count) < 0)
+    return fail(w, "mp_ unreadable");
+  if (L->heap_max_from_hp) {
     uint64_t hp;
     if (rd64(w, w->in->mp + L->mp_hp_pagesize, &hp) < 0) return fail(w, "mp_ unreadable");
     if (hp) w->heap_max = 4 * hp;
@@ -496,8 +548,11 @@ static int run(struct walk *w, uint8_t **arena_bufs) {
     const struct rec *r = &w->recs[k];
     if (!(r->flags & R_INUSE) || (r->flags & (R_LISTED | R_INTERNAL | R_TOP))) continue;
     /* Usable size (malloc_usable_size): a heap chunk's user part runs into
-     * the next chunk's prev_size; an mmapped one's does not. */
-    uint64_t usable = r->size - (r->flags & R_MMAPPED ? CHUNK_HDR : CHUNK_HDR / 2);
+     * the next chunk's prev_size; an mmapped one's does not (its record
+     * spans the rest of its mapping, from 2.43 16 bytes more than its
+     * chunk, whose last 8 bytes are then usable as any chunk's). */
+    uint64_t usable = r->size - (r->flags & R_MMAPPED ? CHUNK_HDR + L->mmap_trailer / 2
+                                                      : CHUNK_HDR / 2);
     allocs[2 * j] = r->p + CHUNK_HDR;
     allocs[2 * j + 1] = usable;
     w->out->stats.in_use_bytes += usable;

@@ -23,7 +23,8 @@
 struct ur_glibc_layout {
   unsigned minor;            /* 2.minor */
   uint64_t arena_size;       /* sizeof(struct malloc_state) */
-  uint64_t off_fastbins;     /* fastbinsY[NFASTBINS] */
+  uint64_t off_fastbins;     /* fastbinsY[nfastbins] */
+  unsigned nfastbins;        /* 10; 0 from 2.43, which has none */
   uint64_t off_top;
   uint64_t off_bins;         /* bins[NBINS * 2 - 2] */
   uint64_t off_next;
@@ -36,7 +37,16 @@ struct ur_glibc_layout {
   uint64_t tcache_entries;   /* offset of entries[] in tcache_perthread_struct */
   uint64_t tcache_chunk;     /* the chunk size of that struct */
   unsigned tcache_bins;
+  unsigned tcache_small_bins; /* bins of one chunk size each; the rest hold ranges (2.42) */
+  /* 2.42+: the counts are num_slots, the room left: a bin holds
+   * mp_.tcache_count (at this offset in mp_) minus its count. */
+  uint64_t mp_tcache_count;
+  /* heaps are aligned to 4 huge pages with glibc.malloc.hugetlb >= 2 (2.35-2.41) */
+  int heap_max_from_hp;
   int safe_linking;          /* 2.32+: tcache and fastbin next pointers mangled */
+  /* 2.43+: a chunk mmap'ed alone is 16 bytes shorter than its mapping (and
+   * its usable size 8 bytes shorter than its chunk, as any chunk's). */
+  uint64_t mmap_trailer;
 };
 
 /* The layout of glibc 2.minor; -1 when that release is not supported. */

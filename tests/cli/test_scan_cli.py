@@ -150,13 +150,21 @@ def test_mark_threads(targets):
 
 def test_target_without_shim(targets):
     """Its glibc heap is walked (docs/glibc-heap.md); what needs the shim's
-    helper thread is refused with one line."""
+    helper thread is refused with one line that says what to drop, exit 2,
+    the target left as found."""
     target = targets.start(PROGRAMS / "globals.c", preload=False)
     res = cli("scan", str(target.pid), "--json")
     assert res.returncode == 1, res.stderr
     assert json.loads(res.stdout)["allocations"] == "glibc heap"
-    fork = cli("scan", str(target.pid), "--snapshot", "fork")
-    assert_one_line_error(fork, r"not running under the unreachable shim")
+    for snapshot in ("fork", "copy"):
+        refused = cli("scan", str(target.pid), "--snapshot", snapshot)
+        assert_one_line_error(
+            refused,
+            rf"pid {target.pid} runs without the unreachable shim, and --snapshot {snapshot}"
+            r" needs the shim's helper thread: drop --snapshot \(without the shim the scan"
+            r" copies",
+        )
+    assert target.alive() and target.tracer() == 0
 
 
 def test_pid_1_and_kernel_thread():

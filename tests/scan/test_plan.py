@@ -126,14 +126,15 @@ def test_without_the_shim_glibcs_heap_is_walked_from_a_copy():
     [whole] = _plan(facts)
     assert (whole.snapshot, whole.allocations) == ("whole copy", "glibc heap")
     assert _plan(facts, "stopped")[0].allocations == "glibc heap"
-    for snapshot, sweep, graph in (
-        ("fork", "auto", False),
-        ("copy", "auto", False),
-        ("concurrent", "auto", False),
-        ("auto", "child", False),
-        ("auto", "auto", True),
+    # What needs the shim is refused with what to drop instead.
+    for snapshot, sweep, graph, drop in (
+        ("fork", "auto", False, "--snapshot fork needs the shim's helper thread: drop --snapshot"),
+        ("copy", "auto", False, "--snapshot copy needs the shim's helper thread: drop --snapshot"),
+        ("concurrent", "auto", False, "--snapshot concurrent needs"),
+        ("auto", "child", False, "--sweep child needs the shim's helper thread: drop --sweep"),
+        ("auto", "auto", True, "why and retainers needs the shim's allocation registry"),
     ):
-        with pytest.raises(TargetNotShimmed, match="no shim in pid 1"):
+        with pytest.raises(TargetNotShimmed, match=drop):
             _plan(facts, snapshot, sweep, graph)
     # A shim that is there but inert, or a secure-execution process: no walk.
     with pytest.raises(TargetNotShimmed, match="inert"):

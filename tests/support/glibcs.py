@@ -1,6 +1,6 @@
 """Other glibc releases than this machine's, for the glibc heap walk's tests:
-Debian's libc6, libc6-dev, libc6-dbg and libgcc-s1 unpacked under tests/.glibc/SUITE/root
-by scripts/fetch-test-glibcs.sh (scripts/install.sh --test runs it). A
+Debian's and Ubuntu's libc6, libc6-dev, libc6-dbg and libgcc-s1 unpacked under
+tests/.glibc/SUITE/root by scripts/fetch-test-glibcs.sh (scripts/install.sh --test runs it). A
 program is built against one (its crt files, libc.so and headers; the
 kernel's headers are this machine's) with that release's loader as its
 interpreter and its library directory as its run path, so it runs on that
@@ -19,8 +19,15 @@ from tests.support.cbuild import REPO_DIR
 
 GLIBC_DIR = REPO_DIR / "tests" / ".glibc"
 FETCH = REPO_DIR / "scripts" / "fetch-test-glibcs.sh"
-# Debian suite -> its glibc
-SUITES = {"bullseye": "2.31", "trixie": "2.41"}
+# Debian or Ubuntu suite -> its glibc
+SUITES = {
+    "bullseye": "2.31",
+    "jammy": "2.35",
+    "noble": "2.39",
+    "trixie": "2.41",
+    "questing": "2.42",
+    "resolute": "2.43",
+}
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ def _fetch(suite: str) -> None:
 
 def glibc(suite: str) -> Glibc:
     """The unpacked release, fetched now if it is not there; skips the test
-    when Debian's archive could not be reached (with the fetch's reason)."""
+    when its archive could not be reached (with the fetch's reason)."""
     _fetch(suite)
     d = GLIBC_DIR / suite
     if not (d / "version").exists():

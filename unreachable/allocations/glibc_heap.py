@@ -33,6 +33,9 @@ OTHER_ALLOCATORS = {
     "librpmalloc": "rpmalloc",
     "libsnmalloc": "snmalloc",
 }
+# glibc 2.minor releases whose layouts the walk knows (native/scanner/glibc_heap.c)
+MINORS = range(31, 44)
+KNOWN = f"2.{MINORS[0]} to 2.{MINORS[-1]}"
 UNDER_SHIM = "run it under the shim: 'unreachable-cli run -- CMD ...'"
 FS_BASE = 21  # user_regs_struct: the word holding fs_base, the thread pointer
 RIP = 16
@@ -104,10 +107,10 @@ def find_libc(pid: int, mappings: Sequence[Mapping]) -> GlibcLibc:
             f"pid {pid}: glibc's heap cannot be walked without the shim ({mapped_path(first)}:"
             f" {e}); {UNDER_SHIM}"
         ) from None
-    if not 31 <= facts.minor <= 41:
+    if facts.minor not in MINORS:
         raise TargetNotShimmed(
             f"pid {pid} uses glibc {facts.version}, whose heap layout is not known here"
-            f" (2.31 to 2.41 are); {UNDER_SHIM}"
+            f" ({KNOWN} are); {UNDER_SHIM}"
         )
     # The first PT_LOAD maps file offset 0 at the link-time address 0 (a
     # shared object): its start is the load bias.
@@ -148,10 +151,12 @@ def thread_tcaches(
 ) -> list[int]:
     """Each thread's `tcache` (0: none yet). With debug symbols the slot is
     the one they name; without, the one slot whose value in every thread is
-    0 or a tcache chunk's user address (its header says 0x290), in one
-    thread at least. Raises HeapWalkFailed when no slot, or more than one,
-    qualifies."""
-    chunk = 0x290
+    0 or a tcache chunk's user address (its header says 0x290; 0x300 from
+    2.42, whose tcache has 76 bins), in one thread at least. From 2.43 a
+    thread without a tcache points at a dummy in libc's own image: 0 too.
+    Raises HeapWalkFailed when no slot, or more than one, qualifies."""
+    chunk = 0x300 if libc.facts.minor >= 42 else 0x290
+    dummy = (libc.bias, libc.bias + libc.facts.image_end) if libc.facts.minor >= 43 else (0, 0)
     with memory_reader(memory) as read:
 
         def word(addr: int) -> int | None:
@@ -167,6 +172,8 @@ def thread_tcaches(
                 v = word((tp + tp_offset) % (1 << 64)) if tp else 0
                 if v is None:
                     return None
+                if dummy[0] <= v < dummy[1]:
+                    v = 0
                 if v:
                     header = word(v - 8) if v % 16 == 0 else None
                     if header is None or header & ~7 != chunk or header & 2:

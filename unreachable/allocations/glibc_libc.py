@@ -9,7 +9,8 @@ are recognised in the file itself (docs/glibc-heap.md):
   a word to the address 0x870 bytes below itself, where the file's bytes are
   main_arena's static initialiser (all zero but `next` and
   attached_threads = 1).
-- mp_: its static initialiser's bytes, found once in .data.
+- mp_: its static initialiser's bytes (tcache_max_bytes any), found once
+  in .data.
 - tcache: one of libc's R_X86_64_TPOFF64 GOT slots; which one is decided in
   the target (glibc_heap.py: the slot whose value, added to each thread's
   thread pointer, names a tcache chunk or nothing in every thread).
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
 
 R_X86_64_RELATIVE = 8
 R_X86_64_TPOFF64 = 18
-ARENA_SIZE = 0x898
-ARENA_NEXT = 0x870
-ARENA_ATTACHED = 0x880
 # The malloc family's exported entry points, all defined in malloc/malloc.c.
 MALLOC_ENTRIES = (
     "malloc",
@@ -63,6 +61,12 @@ MALLOC_ENTRIES = (
     "malloc_info",
     "mallopt",
 )
+
+
+def arena_layout(minor: int) -> tuple[int, int, int]:
+    """(sizeof, offset of next, offset of attached_threads) of struct
+    malloc_state: 2.43 took have_fastchunks and fastbinsY[10] out."""
+    return (0x840, 0x818, 0x828) if minor >= 43 else (0x898, 0x870, 0x880)
 
 
 class LibcUnsupported(Exception):
@@ -85,6 +89,7 @@ class LibcFacts:
     tcache_tls: int
     malloc_code: tuple[int, int]  # [lo, hi): malloc.c's code
     how: str  # "debug symbols" or "heuristics"
+    image_end: int = 0  # the end of its highest PT_LOAD: libc spans [0, image_end)
 
 
 def _version(data: bytes) -> tuple[str, int]:
@@ -130,22 +135,23 @@ def _file_offset(elf: ELFFile, vaddr: int, size: int) -> int | None:
     return None
 
 
-def _find_main_arena(elf: ELFFile, data: bytes) -> int:
+def _find_main_arena(elf: ELFFile, data: bytes, minor: int) -> int:
+    size, next_at, attached_at = arena_layout(minor)
     found = set()
     for target, addend in _relative_relocs(elf, data):
         off = _file_offset(elf, target, 8)
         if off is None:
             continue
         value = struct.unpack_from("<Q", data, off)[0] if addend < 0 else addend
-        base = target - ARENA_NEXT
+        base = target - next_at
         if value != base:
             continue
-        boff = _file_offset(elf, base, ARENA_SIZE)
+        boff = _file_offset(elf, base, size)
         if boff is None:
             continue
-        words = struct.unpack_from(f"<{ARENA_SIZE // 8}Q", data, boff)
-        rest = [w for i, w in enumerate(words) if i * 8 not in (ARENA_NEXT, ARENA_ATTACHED)]
-        if words[ARENA_ATTACHED // 8] == 1 and not any(rest):
+        words = struct.unpack_from(f"<{size // 8}Q", data, boff)
+        rest = [w for i, w in enumerate(words) if i * 8 not in (next_at, attached_at)]
+        if words[attached_at // 8] == 1 and not any(rest):
             found.add(base)
     if len(found) != 1:
         raise LibcUnsupported(f"main_arena not recognised ({len(found)} candidates)")
@@ -153,17 +159,23 @@ def _find_main_arena(elf: ELFFile, data: bytes) -> int:
 
 
 def _mp_pattern(minor: int) -> bytes:
-    """mp_'s static initialiser (malloc.c), as the file holds it: trim,
-    top_pad and mmap thresholds 128 KiB, arena_test 8, n_mmaps_max 65536,
-    64 tcache bins of 7 up to 0x408 bytes, everything else 0. From 2.35 the
-    huge-page fields (two words and an int) come before n_mmaps, and the
-    four ints after them end 4 bytes short of the next word."""
+    """mp_'s static initialiser (malloc.c), as the file holds it, as a
+    regular expression: trim, top_pad and mmap thresholds 128 KiB,
+    arena_test 8, n_mmaps_max 65536, 64 tcache bins of 7, everything else 0.
+    From 2.35 the huge-page fields (two words and an int) come before
+    n_mmaps, and the four ints after them end 4 bytes short of the next
+    word. tcache_max_bytes is any word: 0x408 upstream up to 2.42, but
+    distributions' 2.42 carry the release branch's fixes of that bound
+    (Ubuntu's 2.42 holds 0x411)."""
     head = struct.pack("<QQQQQ", 0x20000, 0x20000, 0x20000, 8, 0)
+    # 2.43: thp_mode = malloc_thp_mode_not_supported (3) and its padding.
+    thp = struct.pack("<ii", 3, 0) if minor >= 43 else b""
     huge = bytes(0x14) if minor >= 35 else b""
     mmaps = struct.pack("<iiii", 0, 0x10000, 0, 0) + (bytes(4) if minor >= 35 else b"")
     rest = struct.pack("<QQQ", 0, 0, 0)  # mmapped_mem, max_mmapped_mem, sbrk_base
-    tcache = struct.pack("<QQQQ", 64, 0x408, 7, 0)
-    return head + huge + mmaps + rest + tcache
+    before = re.escape(head + thp + huge + mmaps + rest + struct.pack("<Q", 64))
+    fill = 16 if minor >= 43 else 7  # TCACHE_FILL_COUNT
+    return before + b"[\\x00-\\xff]{8}" + re.escape(struct.pack("<QQ", fill, 0))
 
 
 def _find_mp(elf: ELFFile, data: bytes, minor: int) -> int:
@@ -171,8 +183,8 @@ def _find_mp(elf: ELFFile, data: bytes, minor: int) -> int:
     if sec is None:
         raise LibcUnsupported("libc has no .data")
     body = sec.data()
-    pattern = _mp_pattern(minor)
-    hits = [m.start() for m in re.finditer(re.escape(pattern), body) if m.start() % 8 == 0]
+    pattern = re.compile(_mp_pattern(minor))
+    hits = [m.start() for m in pattern.finditer(body) if m.start() % 8 == 0]
     if len(hits) != 1:
         raise LibcUnsupported(f"mp_ not recognised ({len(hits)} candidates)")
     return sec["sh_addr"] + hits[0]
@@ -277,6 +289,10 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
                     if note["n_type"] == "NT_GNU_BUILD_ID":
                         build_id = note["n_desc"]
         slots = _tpoff_slots(elf)
+        end = max(
+            (g["p_vaddr"] + g["p_memsz"] for g in elf.iter_segments() if g["p_type"] == "PT_LOAD"),
+            default=0,
+        )
         syms = _debug_symbols(path, root)
         if syms and "main_arena" in syms and "mp_" in syms:
             code = [v for n, v in syms.items() if n not in ("main_arena", "mp_", "tcache")]
@@ -292,18 +308,20 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
                 syms["tcache"][0] if "tcache" in syms else -1,
                 span,
                 "debug symbols",
+                end,
             )
         return LibcFacts(
             path,
             build_id,
             version,
             minor,
-            _find_main_arena(elf, data),
+            _find_main_arena(elf, data, minor),
             _find_mp(elf, data, minor),
             slots,
             -1,
             _dynsym_span(elf),
             "heuristics",
+            end,
         )
     finally:
         elf.stream.close()

@@ -54,7 +54,9 @@ def cached_stacks(
     block at its top (tcbhead_t's tcb and self pointing at it) that is no
     live thread's thread pointer. Not roots: a dead thread's frames and TLS
     would keep its leaks alive. guards: False where the mappings do not list
-    PROT_NONE ones (gdb's cores): the control block decides alone."""
+    PROT_NONE ones (gdb's cores; glibc 2.42+, whose guards may be madvise'd
+    into the stack's own mapping): the control block decides alone, when its
+    struct pthread names the mapping as its stack."""
     sps = [t.sp for t in threads]
     tps = {thread_pointer(t.regs) for t in threads}
     out = []
@@ -89,5 +91,17 @@ def _exited_thread_stack(
     for i in range(len(words) - 2):
         addr = begin + 8 * i
         if words[i] == addr and words[i + 2] == addr:
-            return addr not in tps
+            return addr not in tps and (guards or _owns_its_stack(words[i:], m))
     return False
+
+
+def _owns_its_stack(pthread: Sequence[int], m: Mapping) -> bool:
+    """Whether the struct pthread whose words follow says m is its stack:
+    its stackblock and stackblock_size (two words in a row) span up to m's
+    end from m's start or below (a guard mapped apart). Without a guard
+    mapping to go by, this tells a thread's stack from the block the loader
+    put the main thread's TLS and control block in."""
+    return any(
+        0 < size and block <= m.start and block + size == m.end
+        for block, size in zip(pthread, pthread[1:], strict=False)
+    )

@@ -12,7 +12,8 @@ arenas. So the heap inside a mapping is found from glibc's own records:
   read-write part. The first heap of an arena holds the arena right after
   its heap_info (32 bytes before glibc 2.35, 48 since).
 - a chunk mmap'ed for one block: the header before the block, (prev_size,
-  size | IS_MMAPPED), spans [chunk - prev_size, chunk + size).
+  size | IS_MMAPPED), spans [chunk - prev_size, chunk + size) (from glibc
+  2.43, 16 bytes more, and prev_size's low bit marks huge pages).
 
 A part that holds a block neither explains (main_arena's memory after brk
 failed, a block a malloc_debug option moved, more blocks than are listed)
@@ -147,7 +148,11 @@ def _mmapped_chunks(
         if len(raw) < 16:
             return [span]
         prev_size, size = struct.unpack("<2Q", raw)
-        begin, end = chunk - prev_size, chunk + (size & ~7)
+        # From glibc 2.43 the chunk ends 16 bytes short of its mapping and
+        # prev_size's low bit says the mapping is of huge pages.
+        begin, end = chunk - (prev_size & ~1), chunk + (size & ~7)
+        if end % PAGE:
+            end += 16
         if not (
             size & IS_MMAPPED
             and begin % PAGE == 0

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 from unreachable import _native
 from unreachable.allocations.glibc_heap import (
+    KNOWN,
     LIBC,
+    MINORS,
     UNDER_SHIM,
     GlibcLibc,
     HeapBusy,
@@ -40,7 +42,7 @@ from unreachable.allocations.glibc_heap import (
     tls_offsets,
     walk,
 )
-from unreachable.allocations.glibc_libc import LibcUnsupported, libc_facts
+from unreachable.allocations.glibc_libc import LibcUnsupported, arena_layout, libc_facts
 from unreachable.allocations.glibc_source import GlibcHeap
 from unreachable.capture.copy_snapshot import sync_ranges
 from unreachable.capture.core_file import CoreFile
@@ -62,7 +64,6 @@ from unreachable.scan.plan import Plan, Retry
 RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped again
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
 RETRY_DELAY_S = 0.02  # times the attempt: the moment a thread needs to leave malloc
-ARENA_SIZE = 0x898
 ALLOCATIONS = "glibc heap"
 NO_SHIM_PATH = "\0"  # a path no mapping has ("" would name every anonymous one)
 
@@ -206,11 +207,24 @@ def whole_copy(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
             got.session, got.threads, "stopped", copy=got.copy, mappings=got.mappings,
             kernel_held=got.held,
         )  # fmt: skip
-        arena = libc.bias + libc.facts.main_arena
-        subject = NoShim(proc, pid, command_line(proc), (arena, arena + ARENA_SIZE))
-        yield Captured(held, subject, GlibcHeap(allocs))
+        subject = NoShim(proc, pid, command_line(proc), _arena_span(libc))
+        yield Captured(held, subject, GlibcHeap(allocs, guards_listed(libc)))
     finally:
         got.close()
+
+
+def guards_listed(libc: GlibcLibc) -> bool:
+    """Whether a thread stack's guard is a mapping of its own. From 2.42
+    pthread_create installs it with madvise(MADV_GUARD_INSTALL) where the
+    kernel has it (6.13+): a guard inside the stack's mapping, which maps
+    does not show."""
+    return libc.facts.minor < 42
+
+
+def _arena_span(libc: GlibcLibc) -> tuple[int, int]:
+    """main_arena's bytes: a root, as the arena's bins are not the program's."""
+    arena = libc.bias + libc.facts.main_arena
+    return arena, arena + arena_layout(libc.facts.minor)[0]
 
 
 def _core_libc(core: CoreFile) -> GlibcLibc:
@@ -235,10 +249,10 @@ def _core_libc(core: CoreFile) -> GlibcLibc:
             f"{core.path}: glibc's heap cannot be walked ({core.file_for(first.path)}: {e});"
             " give the machine's files with --sysroot"
         ) from None
-    if not 31 <= facts.minor <= 41:
+    if facts.minor not in MINORS:
         raise TargetNotShimmed(
             f"{core.path} is of a process with glibc {facts.version}, whose heap layout is not"
-            " known here (2.31 to 2.41 are)"
+            f" known here ({KNOWN} are)"
         )
     return GlibcLibc(first, first.start, facts)
 
@@ -273,5 +287,4 @@ def walk_core(core: CoreFile) -> tuple[GlibcHeap, tuple[int, int]]:
             f"{core.path}: {libc.describe()}'s malloc holds nothing in this process: it"
             f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
         )
-    arena = libc.bias + libc.facts.main_arena
-    return GlibcHeap(allocs, core.guards_listed), (arena, arena + ARENA_SIZE)
+    return GlibcHeap(allocs, core.guards_listed and guards_listed(libc)), _arena_span(libc)

@@ -68,6 +68,7 @@ NO_CHILD_BOX = "the shim in the target has no in-child sweep"
 RETRY_ELSEWHERE = "; scan it with --snapshot stopped or copy"
 NO_CHILD = "no in-child sweep without a snapshot child: "
 NO_GRAPH = "--snapshot concurrent keeps no reference graph; use auto, fork, copy or stopped"
+UNDER_SHIM_CMD = "'unreachable-cli run -- CMD ...'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +242,31 @@ def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Pl
 
 
 def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> Plan:
-    # why and retainers read the shim's registry; so do the helper's snapshots.
-    needs_shim = options.snapshot in ("fork", "copy", "concurrent") or options.sweep == "child"
-    if needs_shim or graph or not facts.glibc_heap:
+    if not facts.glibc_heap:
         raise TargetNotShimmed(facts.no_shim)
+    # The helper thread makes the fork and copy snapshots and marks the
+    # concurrent one; why and retainers read the shim's registry. A scan
+    # without the shim does none of it: what to drop is said, as the scan
+    # without it works.
+    asked = (
+        f"--snapshot {options.snapshot}"
+        if options.snapshot in ("fork", "copy", "concurrent")
+        else "--sweep child"
+        if options.sweep == "child"
+        else ""
+    )
+    if asked:
+        raise TargetNotShimmed(
+            f"pid {facts.pid} runs without the unreachable shim, and {asked} needs the shim's"
+            f" helper thread: drop {asked.split()[0]} (without the shim the scan copies the"
+            " process's memory while it is stopped and walks glibc's heap in the copy), or"
+            f" start the process under the shim: {UNDER_SHIM_CMD}"
+        )
+    if graph:
+        raise TargetNotShimmed(
+            f"pid {facts.pid} runs without the unreachable shim: the reference graph of why"
+            " and retainers needs the shim's allocation registry; 'unreachable-cli scan"
+            f" {facts.pid}' reports its leaks without it, or start the process under the"
+            f" shim: {UNDER_SHIM_CMD}"
+        )
     return Plan("whole copy", allocations="glibc heap")

@@ -54,11 +54,12 @@ static void *in_thread(void *arg) {
   return block; /* the thread ends: its arena stays */
 }
 
-/* [begin, end) of the chunk glibc mmap'ed for a large block. */
+/* [begin, end) of the mapping glibc mmap'ed for a large block (rounded up
+ * to a page: from 2.43 the chunk ends 16 bytes short of it). */
 static uintptr_t chunk_end(void *block, uintptr_t *begin) {
   const volatile uintptr_t *header = (const volatile uintptr_t *)((uintptr_t)block - 16);
   *begin = (uintptr_t)header - header[0];
-  return (uintptr_t)header + (header[1] & ~(uintptr_t)7);
+  return ((uintptr_t)header + (header[1] & ~(uintptr_t)7) + PAGE - 1) & ~(uintptr_t)(PAGE - 1);
 }
 
 int main(void) {

@@ -1,6 +1,7 @@
 /* native/scanner/glibc_heap.c over a synthetic glibc 2.36 heap: a main
  * arena with a tcache, a fastbin, the unsorted bin; a second arena in a heap
- * of its own; a chunk mmap'ed alone. Then each check that must refuse a
+ * of its own; a chunk mmap'ed alone. A 2.42 tcache (bins counting the room
+ * left, a large bin) over a main heap of its own. Then each check that must refuse a
  * broken heap, and random corruption, which must be refused or walked,
  * never crash (ASan+UBSan). */
 #include <errno.h>
@@ -147,6 +148,85 @@ static int walk(struct ur_gh_out *out) {
   return ur_glibc_heap_walk(&in, out);
 }
 
+/* glibc 2.42's tcache: 76 bins of num_slots (the room left of
+ * mp_.tcache_count), a 0x300 structure. The main heap alone: the tcache,
+ * A in bin 0, B (0x430 bytes) in the first large bin (64), D in use, top. */
+enum { T42_A = 0x300, T42_B = 0x320, T42_D = 0x750, T42_TOP = 0x780 };
+
+static void build42(void) {
+  memset(segs, 0, sizeof(segs));
+  segs[0].base = LIBC;
+  segs[0].len = 0x2000;
+  segs[1].base = HEAP;
+  segs[1].len = HEAP_LEN;
+  chunk(HEAP, 0x300 | 1);
+  chunk(HEAP + T42_A, 0x20 | 1);
+  chunk(HEAP + T42_B, 0x430 | 1);
+  chunk(HEAP + T42_D, 0x30 | 1);
+  chunk(HEAP + T42_TOP, (HEAP_LEN - T42_TOP) | 1);
+  arena_init(ARENA, ARENA, HEAP + T42_TOP, HEAP_LEN);
+  put64(MP + 0x60, HEAP);
+  put64(MP + 0x78, 7); /* tcache_count */
+  uint64_t tc = HEAP + 16;
+  for (unsigned i = 0; i < 76; i++) put16(tc + 2 * i, 7);
+  put16(tc, 6);
+  put16(tc + 2 * 64, 6);
+  put64(tc + 0x98, HEAP + T42_A + 16);
+  put64(tc + 0x98 + 8 * 64, HEAP + T42_B + 16);
+  put64(HEAP + T42_A + 16, 0 ^ ((HEAP + T42_A + 16) >> 12));
+  put64(HEAP + T42_B + 16, 0 ^ ((HEAP + T42_B + 16) >> 12));
+}
+
+static int walk42(struct ur_gh_out *out) {
+  static const uint64_t tc42[1] = {HEAP + 16};
+  struct ur_gh_in in = {
+      .layout = &layout,
+      .read = read_fn,
+      .main_arena = ARENA,
+      .mp = MP,
+      .tcaches = tc42,
+      .ntcaches = 1,
+      .page_size = 0x1000,
+  };
+  return ur_glibc_heap_walk(&in, out);
+}
+
+static void expect_refused42(const char *needle) {
+  struct ur_gh_out out;
+  int rc = walk42(&out);
+  if (rc != -EPROTO || !strstr(out.error, needle)) {
+    printf("fail: 2.42: rc %d, error '%s' (want '%s')\n", rc, out.error, needle);
+    exit(1);
+  }
+  CHECK(out.allocs == NULL);
+}
+
+static void test_242(void) {
+  CHECK(ur_glibc_layout_for(42, &layout) == 0);
+  build42();
+  struct ur_gh_out out;
+  int rc = walk42(&out);
+  if (rc) printf("walk 2.42: %s\n", out.error);
+  CHECK(rc == 0);
+  const uint64_t want[] = {HEAP + T42_D + 16, 0x28};
+  CHECK(out.nallocs == 1 && memcmp(out.allocs, want, sizeof(want)) == 0);
+  CHECK(out.stats.free_tcache == 2 && out.stats.internal == 1);
+  free(out.allocs);
+  build42();
+  put16(HEAP + 16, 7); /* bin 0 has all its room, yet lists A */
+  expect_refused42("bin 0: entry 0");
+  build42();
+  put16(HEAP + 16, 9); /* more room than mp_.tcache_count gives */
+  expect_refused42("9 slots left of 7");
+  build42();
+  put64(HEAP + 16 + 0x98 + 8 * 65, HEAP + T42_B + 16); /* B in bin 65 (0x800-0xfff) too */
+  put64(HEAP + 16 + 0x98 + 8 * 64, 0);
+  put16(HEAP + 16 + 2 * 64, 7);
+  put16(HEAP + 16 + 2 * 65, 6);
+  expect_refused42("bin 65");
+  CHECK(ur_glibc_layout_for(36, &layout) == 0);
+}
+
 static void expect_refused(int want, const char *needle) {
   struct ur_gh_out out;
   int rc = walk(&out);
@@ -159,7 +239,10 @@ static void expect_refused(int want, const char *needle) {
 
 int main(void) {
   CHECK(ur_glibc_layout_for(30, &layout) < 0);
-  CHECK(ur_glibc_layout_for(42, &layout) < 0);
+  CHECK(ur_glibc_layout_for(44, &layout) < 0);
+  CHECK(ur_glibc_layout_for(43, &layout) == 0 && layout.off_next == 0x818 && !layout.nfastbins);
+  CHECK(ur_glibc_layout_for(42, &layout) == 0 && layout.tcache_chunk == 0x300);
+  test_242();
   CHECK(ur_glibc_layout_for(36, &layout) == 0);
 
   build();
