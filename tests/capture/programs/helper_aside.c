@@ -1,7 +1,7 @@
 /* Makes the shim's helper step aside on command ("aside": a setns() into
  * its own mount namespace; a new helper starts as the call returns), or
  * forks a child that never allocates, so starts no helper of its own
- * ("fork": prints its pid). Holds one leak, which the child inherits. */
+ * ("fork": the child prints its pid). Holds one leak, which the child inherits. */
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -24,14 +24,15 @@ int main(void) {
       if (write(1, ok ? "DONE\n" : "FAILED\n", ok ? 5 : 7) < 0) return 1;
     }
     if (!strncmp(cmd, "fork", 4)) {
-      pid_t child = fork();
-      if (child == 0) {
+      /* The child prints its own pid: fork() returns there only after the
+       * shim's child handler has cleared the parent's helper. */
+      if (fork() == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        char line[32];
+        int len = snprintf(line, sizeof line, "%d\n", (int)getpid());
+        if (write(1, line, (size_t)len) < 0) _exit(1);
         for (;;) pause();
       }
-      char line[32];
-      int len = snprintf(line, sizeof line, "%d\n", (int)child);
-      if (write(1, line, (size_t)len) < 0) return 1;
     }
   }
   return 0;
