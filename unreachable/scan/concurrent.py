@@ -60,6 +60,10 @@ CACHE_BYTES = 8 << 20
 MAX_ROUNDS = 3
 SMALL_ROUND = 1 << 20
 READ_THREADS = 2
+# The first mark's threads, each reading the live target through a chunk
+# cache of its own (CACHE_BYTES each): the scan's longest step, so it gets
+# a core each on a 2-core machine (docs/pause.md, "The concurrent mark").
+MARK_THREADS = 2
 # The descriptor fields that point into shim memory the registry reader reads.
 _POINTERS = ("shards", "threads", "stacks", "size_maps", "regions", "options", "modules")
 
@@ -363,10 +367,11 @@ def _mark(
             b"".join(values1.values()),
             stack_ids=registry.stack_ids.cast("B"),
             excluded=b"".join(struct.pack("<Q", p) for p in inflight),
-            threads=1,
+            threads=MARK_THREADS,
             layout=b"".join(
                 struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps1 if m.readable
             ),
+            live=True,
         )
     finally:
         # The registry copies are bounded by the scanner's own room only.
@@ -559,7 +564,7 @@ def _finish(
         mark_ms=raw["mark_ns"] / 1e6,
         fold_ms=fold["fold_ns"] / 1e6,
         place="scanner",
-        mark_threads=1,
+        mark_threads=raw["mark_threads"],
     )
     counts = {k: len(v) for k, v in values1.items() if v and k != "registers"}
     return ConcurrentSweep(
