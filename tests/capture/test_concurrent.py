@@ -44,6 +44,21 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
 
 
 @needs_tracking
+def test_pipe_words_are_the_roots_of_every_mode(targets):
+    """The concurrent mark reads the kernel-held values with roots/sources.py,
+    as every mode does: a pipe's word pointing into an anonymous page
+    without blocks counts as pipe data here too (filtered by the heap's
+    spans it was left out, and the modes disagreed on the same pipe)."""
+    target = targets.start(HERE / "programs" / "pipe_words.c")
+    stopped = scan(target.pid, ScanOptions(snapshot="stopped"))
+    concurrent = scan(target.pid, ScanOptions(snapshot="concurrent"))
+    for report in (stopped, concurrent):
+        exact(target, report)
+    assert stopped.roots["pipe data"] == 16
+    assert concurrent.roots["pipe data"] == stopped.roots["pipe data"]
+
+
+@needs_tracking
 def test_cli_concurrent_snapshot(targets):
     target = targets.start(SCAN_PROGRAMS / "globals.c")
     out = subprocess.run(
