@@ -39,7 +39,6 @@ from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
-from unreachable.errors import TargetUnscannable
 from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 from unreachable.process.memory import present_ranges
@@ -234,14 +233,13 @@ def _inflight(registry: Registry) -> dict[int, int]:
 
 
 def concurrent_sweep(target: Target) -> ConcurrentSweep:
-    """The whole concurrent mark (module docstring). Raises TargetUnscannable
-    when writes cannot be tracked."""
+    """The whole concurrent mark (module docstring). Raises
+    TrackingUnavailable, having reported nothing, when writes cannot be
+    tracked."""
     pid, addr = target.pid, target.shim.descriptor_addr
     try:
         with tracked_writes(target):
             return _sweep(target, pid, addr)
-    except TrackingUnavailable as e:
-        raise TargetUnscannable(f"no concurrent snapshot: {e}") from None
     finally:
         if (fd := _fds.pop(pid, None)) is not None:
             os.close(fd)

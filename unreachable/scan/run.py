@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from unreachable.allocations.source import SOURCES, AllocationSource
 from unreachable.capture.stop_world import Capture
 from unreachable.capture.target import still_running
+from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.report.model import ScanReport
@@ -89,11 +90,12 @@ def run_plans(
                 *(r.reason for r in retries if r.note == "sweep"), planned.sweep_note
             ),
         )
-        if planned.snapshot == "concurrent":
-            return run_concurrent(facts, planned, options, note, started)
         if planned.allocations == "glibc heap":
             return scan_without_shim(facts.pid, options, note, started)
-        got = run_plan(facts, planned, options, note, started, graph)
+        if planned.snapshot == "concurrent":
+            got = run_concurrent(facts, planned, options, note, started)
+        else:
+            got = run_plan(facts, planned, options, note, started, graph)
         if isinstance(got, ScanReport):
             return got
         retries.append(got)
@@ -161,7 +163,7 @@ def run_plan(
         len(held.threads),
         held.pause_ms,
         started,
-        join_notes(planned.snapshot_note, held.snapshot_error),
+        join_notes(planned.snapshot_note, held.snapshot_error, over_budget(options, held.pause_ms)),
         swept.sweep_note,
     )
     return build_report(
@@ -169,13 +171,24 @@ def run_plan(
     )
 
 
+def over_budget(options: ScanOptions, pause_ms: float) -> str:
+    """What the report says of a pause longer than --max-pause: the plan
+    expected less, or none could."""
+    budget = options.max_pause_ms
+    if budget is None or pause_ms <= budget:
+        return ""
+    return f"the target was paused {pause_ms:.1f} ms, more than --max-pause {budget:g} ms"
+
+
 def run_concurrent(
     facts: Facts, planned: Plan, options: ScanOptions, note: Progress, started: float
-) -> ScanReport:
+) -> ScanReport | Retry:
     """The concurrent plan: its capture is its mark (scan/concurrent.py),
     then fold, symbolize and report as every plan, reading the live target.
     That is sound: nothing can reach a leaked block, so the target no
-    longer writes it, and the shim never rewrites a stack-depot entry."""
+    longer writes it, and the shim never rewrites a stack-depot entry.
+    Writes that cannot be tracked: refused when asked for (planned.must),
+    else the next plan that needs no tracking."""
     target = facts.target
     assert target is not None
     pid = target.pid
@@ -185,6 +198,10 @@ def run_concurrent(
         folded = fold(done.result, options, pid, done.mappings, pid)
         note("folded")
         backtraces = read_backtraces(pid, target.shim.descriptor_addr, folded.leaks)
+    except TrackingUnavailable as e:
+        if planned.must:
+            raise TargetUnscannable(f"{planned.must}{e}") from None
+        return Retry(f"no concurrent snapshot: {e}", "copy", "snapshot")
     except (ProcessLookupError, FileNotFoundError, TargetNotFound):
         raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
     except OSError as e:
@@ -207,7 +224,7 @@ def run_concurrent(
         len(done.threads),
         done.pause_ms,
         started,
-        join_notes(planned.snapshot_note, stops),
+        join_notes(planned.snapshot_note, stops, over_budget(options, done.pause_ms)),
     )
     roots = dict(done.roots.kinds) | done.value_counts
     return build_report(scanned, done.result, folded, symbolized, roots, planned.allocations)
