@@ -204,7 +204,8 @@ int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
   /* Chunk numbers fit in 32 bits: at most 2^32 blocks, 2^12 a chunk. */
   for (unsigned k = 0; k < n; k++)
     shares[k] = ((uint64_t)(g->nchunks * k / n) << 32) | (uint64_t)(g->nchunks * (k + 1) / n);
-  struct build_shared s = {.ix = ix, .g = g, .max_edges = max_edges, .shares = shares, .nshares = n};
+  struct build_shared s = {
+      .ix = ix, .g = g, .max_edges = max_edges, .shares = shares, .nshares = n};
   unsigned started = 0;
   for (unsigned k = 0; k < n; k++)
     bs[k] = (struct builder){.s = &s, .mem = mems[k], .id = k, .to = g->arrays[k]};

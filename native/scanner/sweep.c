@@ -499,6 +499,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     in.team = &ops;
   }
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
+  /* Readers with caches of their own each count the bad pages they meet:
+   * one met by two (where their shares meet) counts twice. */
   for (unsigned k = 1; k < nreaders; k++) {
     mem->mem.pages_skipped += readers[k].mem.pages_skipped;
     mem->bytes_loaded += readers[k].bytes_loaded;
