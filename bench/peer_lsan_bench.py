@@ -6,15 +6,19 @@ scanned by `unreachable-cli scan` in every snapshot mode; and with
 inside it (LSan stops the whole process for its whole check). For each heap
 shape it prints, in one run: LSan's check time; for each of our modes the
 pause we report, the whole scan (the CLI's wall time, Python start-up
-included), the stall the target itself felt (its heartbeat thread's longest
-gap during the scan, against an idle baseline measured the same way), the
-scanner's peak RSS; and the time memcpy takes to read as many bytes as the
-heap holds, the limit for anything that reads the heap.
+included) and the CPU time it took, the stall the target itself felt (its
+heartbeat thread's longest gap during the scan, against an idle baseline
+measured the same way), the scanner's peak RSS; and the time memcpy takes
+to read as many bytes as the heap holds, the limit for anything that reads
+the heap. On a machine shared with other work the wall times follow the
+load; the CPU times (the scanner's, and the LSan process's during its
+check) are what the work costs.
 
     python bench/peer_lsan_bench.py [--quick] [--big] [--results] [--modes fork,copy,...]
 
 Default shapes stay within 1 GB (the machine is shared); --big adds 4 GB.
---results replaces this bench's section of bench/RESULTS.md.
+--results replaces this bench's section of bench/RESULTS.md and its table
+in README.md (the "Numbers" section's second table).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from unreachable._paths import shim_path  # noqa: E402
 
 PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
 RESULTS = REPO / "bench" / "RESULTS.md"
+README = REPO / "README.md"
 MARK = "<!-- peer_lsan_bench -->"
 CLI = "import sys; from unreachable.cli.main import main; sys.exit(main())"
 MODES = ("fork", "copy", "stopped", "concurrent")
@@ -105,6 +110,7 @@ class Heap:
 class Scan:
     pause_ms: float = float("nan")
     scan_s: float = float("nan")
+    cpu_s: float = float("nan")
     stall_ms: float = float("nan")
     rss_mb: float = float("nan")
     leaks: int = -1
@@ -138,11 +144,20 @@ def scan(heap: Heap, mode: str) -> Scan:
     return Scan(
         pause_ms=report["pause_ms"],
         scan_s=wall,
+        cpu_s=usage.ru_utime + usage.ru_stime,
         stall_ms=stall,
         rss_mb=usage.ru_maxrss / 1024,
         leaks=report["leak_count"],
         note=note if report.get("snapshot") == mode else f"ran as {report.get('snapshot')}",
     )
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds of a process, its reaped children included (LSan's
+    check runs in a task it clones and waits for)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def memcpy_s(nbytes: int) -> float:
@@ -193,8 +208,8 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
     lines = [
         f"Machine: {machine()}.",
         "",
-        "| heap | blocks | threads | memcpy of it | LSan check (stall) | idle stall | mode "
-        "| pause | target's stall | whole scan | scanner RSS | leaks |",
+        "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) | idle stall | mode "
+        "| pause | target's stall | whole scan (CPU) | scanner RSS | leaks |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for shape in shapes:
@@ -202,7 +217,9 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
         heap = Heap(lsan, shape, {"LSAN_OPTIONS": "leak_check_at_exit=0:report_objects=0"})
         try:
             heap.ask("r")
+            cpu0 = process_cpu_s(heap.proc.pid)
             answer = heap.ask("l", timeout=600).split()
+            lsan_cpu = process_cpu_s(heap.proc.pid) - cpu0
             lsan_ms = int(answer[1]) / 1000
             lsan_stall = heap.gap_ms()
         finally:
@@ -219,14 +236,14 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
         for i, (mode, r) in enumerate(results):
             head = (
                 f"| {what} | {blocks:,} | {threads} | {copy_ms:.0f} ms "
-                f"| {lsan_ms:.0f} ms ({lsan_stall:.0f} ms) | {idle:.1f} ms "
+                f"| {lsan_ms:.0f} ms ({lsan_stall:.0f} ms, {lsan_cpu:.2f} s) | {idle:.1f} ms "
                 if i == 0
                 else "| | | | | | "
             )
             tail = f" ({r.note})" if r.note else ""
             lines.append(
                 f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms | {fmt(r.stall_ms, '.1f')} ms "
-                f"| {fmt(r.scan_s, '.2f')} s | {fmt(r.rss_mb, '.0f')} MB "
+                f"| {fmt(r.scan_s, '.2f')} s ({fmt(r.cpu_s, '.2f')} s) | {fmt(r.rss_mb, '.0f')} MB "
                 f"| {r.leaks if r.leaks >= 0 else '-'}{tail} |"
             )
             print(lines[-1], flush=True)
@@ -250,6 +267,17 @@ def write_results(text: str) -> None:
     RESULTS.write_text(new)
 
 
+def write_readme(text: str) -> None:
+    """The table (its machine and load lines too) between this bench's marks
+    in README.md."""
+    old = README.read_text()
+    if old.count(MARK) != 2:
+        return
+    head, _, rest = old.partition(MARK)
+    _, _, tail = rest.partition(MARK)
+    README.write_text(f"{head}{MARK}\n{text}{MARK}{tail}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one 100 MB heap")
@@ -265,6 +293,7 @@ def main() -> int:
     print(text)
     if args.results:
         write_results(text)
+        write_readme(text)
     return 0
 
 

@@ -17,7 +17,14 @@ struct build_shared {
   const struct ur_alloc_index *ix;
   struct ur_ref_graph *g;
   uint64_t max_edges;
-  size_t next_chunk; /* atomic: the next chunk to claim */
+  /* Per builder, atomic: the chunks still to build of its share, (next <<
+   * 32) | end. Each builder takes its own from the front, in address order;
+   * one that is done takes another's from the back. Shares, not one counter
+   * dealing chunks in turn: a reader of live memory (native/scanner/
+   * memory.c) loads 1 MiB at a time, and chunks dealt in turn would have
+   * every builder load most of the others' 1 MiB pieces too. */
+  uint64_t *shares;
+  unsigned nshares;
   uint64_t edges;    /* atomic: edges of the finished chunks */
   int failed;        /* atomic: 0, or the first error */
 };
@@ -124,12 +131,35 @@ static int build_chunk(struct builder *b, size_t c) {
   return total > b->s->max_edges ? -E2BIG : 0;
 }
 
+/* The next chunk from share k: its front (own) or its back (taken). */
+static int take(struct build_shared *s, unsigned k, int front, size_t *c) {
+  uint64_t v = __atomic_load_n(&s->shares[k], __ATOMIC_RELAXED);
+  for (;;) {
+    uint64_t next = v >> 32, end = v & UINT32_MAX;
+    if (next >= end) return 0;
+    uint64_t nv = front ? ((next + 1) << 32) | end : (next << 32) | (end - 1);
+    if (__atomic_compare_exchange_n(&s->shares[k], &v, nv, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED)) {
+      *c = (size_t)(front ? next : end - 1);
+      return 1;
+    }
+  }
+}
+
+static int claim_chunk(struct builder *b, size_t *c) {
+  struct build_shared *s = b->s;
+  if (take(s, b->id, 1, c)) return 1;
+  for (unsigned k = 1; k < s->nshares; k++)
+    if (take(s, (b->id + k) % s->nshares, 0, c)) return 1;
+  return 0;
+}
+
 static void build(void *arg) {
   struct builder *b = arg;
   struct build_shared *s = b->s;
   while (!__atomic_load_n(&s->failed, __ATOMIC_RELAXED)) {
-    size_t c = __atomic_fetch_add(&s->next_chunk, 1, __ATOMIC_RELAXED);
-    if (c >= s->g->nchunks) break;
+    size_t c;
+    if (!claim_chunk(b, &c)) break;
     int rc = build_chunk(b, c);
     if (rc) {
       int none = 0;
@@ -164,13 +194,18 @@ int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
   g->chunk_array = ur_big_calloc(g->nchunks ? g->nchunks : 1, 1);
   g->arrays = ur_big_calloc(n, sizeof(*g->arrays));
   struct builder *bs = ur_big_calloc(n, sizeof(*bs));
+  uint64_t *shares = ur_big_calloc(n, sizeof(*shares));
   int rc = -ENOMEM;
-  if (!g->first || !g->chunk_end || !g->chunk_array || !g->arrays || !bs) goto out;
+  if (!g->first || !g->chunk_end || !g->chunk_array || !g->arrays || !bs || !shares) goto out;
   /* Each array could hold the whole budget: address space only, pages
    * appear as edges are written. */
   for (unsigned k = 0; k < n; k++)
     if (!(g->arrays[k] = ur_big_calloc(max_edges ? max_edges : 1, sizeof(uint32_t)))) goto out;
-  struct build_shared s = {.ix = ix, .g = g, .max_edges = max_edges};
+  /* Chunk numbers fit in 32 bits: at most 2^32 blocks, 2^12 a chunk. */
+  for (unsigned k = 0; k < n; k++)
+    shares[k] = ((uint64_t)(g->nchunks * k / n) << 32) | (uint64_t)(g->nchunks * (k + 1) / n);
+  struct build_shared s = {
+      .ix = ix, .g = g, .max_edges = max_edges, .shares = shares, .nshares = n};
   unsigned started = 0;
   for (unsigned k = 0; k < n; k++)
     bs[k] = (struct builder){.s = &s, .mem = mems[k], .id = k, .to = g->arrays[k]};
@@ -186,6 +221,7 @@ int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
   }
 out:
   ur_big_free(bs);
+  ur_big_free(shares);
   if (rc) ur_ref_graph_free(g);
   return rc;
 }

@@ -127,6 +127,19 @@ static void set_layout(struct ur_pread_mem *mem, const uint64_t *layout, size_t 
   free(zero);
 }
 
+/* Readers 1..threads-1 of a live process, each with a cache of its own
+ * (readers[0] is the caller's): how many there are with the caller's, at
+ * least 1. */
+static unsigned open_readers(struct ur_pread_mem *readers, unsigned threads, int pid,
+                             uint64_t cache_bytes, const uint64_t *layout, size_t nlayout) {
+  unsigned n = 1;
+  for (; n < threads; n++) {
+    if (ur_mem_open(&readers[n], pid, cache_bytes) != 0) break;
+    if (layout) set_layout(&readers[n], layout, nlayout);
+  }
+  return n;
+}
+
 /* Graph mode (_native.sweep(graph=...)): the mark's reference graph and the
  * root words that hit the heap, asked who holds one block (why=ADDRESS)
  * and for the dominator tree (dominators=True) while the memory the walk
@@ -337,20 +350,20 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   static char *kwlist[] = {"memory",   "allocs",  "root_ranges", "root_values", "stack_ids",
                            "excluded", "cache_mb", "release",    "threads",     "layout",
                            "frozen",   "regions", "value_regions", "default_region",
-                           "region_ids", "why",   "dominators", NULL};
+                           "region_ids", "why",   "dominators", "live", NULL};
   PyObject *source;
   int pid = -1;
   unsigned long long cache_mb = 0;
   unsigned threads = 1;
-  int frozen = 0;
+  int frozen = 0, live = 0;
   PyObject *release_obj = NULL;
   Py_buffer ab, rb, vb, sb = {0}, eb = {0}, zb = {0}, gb = {0}, gvb = {0};
   struct graph_query gq = {0};
   PyObject *why_obj = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*py*y*IIOp", kwlist, &source,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*py*y*IIOpp", kwlist, &source,
                                    &ab, &rb, &vb, &sb, &eb, &cache_mb, &release_obj, &threads,
                                    &zb, &frozen, &gb, &gvb, &gq.default_region, &gq.nregion_ids,
-                                   &why_obj, &gq.dominators))
+                                   &why_obj, &gq.dominators, &live))
     return NULL;
   gq.on = gb.buf != NULL;
   if (why_obj && why_obj != Py_None) {
@@ -432,6 +445,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   if (copy) copy->mem.pages_skipped = 0;
   uint64_t root_chunks = chunks_spanned(ranges, ranges + 1, 2, in.nranges, 0);
   struct ur_frozen_view views[UR_SWEEP_MAX_THREADS];
+  struct ur_pread_mem readers[UR_SWEEP_MAX_THREADS];
+  unsigned nreaders = 1;
   struct ur_mem *mems[UR_SWEEP_MAX_THREADS];
   /* The marking team's extra threads, over a frozen cache. */
   struct ur_pthread_team team = {.n = 0};
@@ -462,7 +477,18 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   /* Several marking threads only over a frozen cache: each reads it through
    * a view of its own, and nothing is loaded any more. */
   team_size = rc == 0 && mem->frozen ? threads : 1;
-  if (team_size > 1) {
+  if (rc == 0 && live && !copy && !mem->frozen && threads > 1) {
+    /* live=True (a process that runs on: the concurrent mark): each marking
+     * thread reads through a chunk cache of its own, as large as the first. */
+    nreaders = open_readers(readers, threads, pid, (uint64_t)mem->max_chunks << UR_CHUNK_SHIFT,
+                            zeros, (size_t)zb.len / 24);
+    team_size = nreaders;
+    mems[0] = &mem->mem;
+    for (unsigned k = 1; k < nreaders; k++) mems[k] = &readers[k].mem;
+    in.threads = team_size;
+    in.mems = mems;
+    in.team = &ops;
+  } else if (team_size > 1) {
     mems[0] = &mem->mem;
     for (unsigned k = 1; k < team_size; k++) {
       ur_frozen_view_init(&views[k], mem);
@@ -473,7 +499,14 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     in.team = &ops;
   }
   if (rc == 0) rc = ur_sweep_run(&w, &in, 1, now_ns, &res);
-  for (unsigned k = 1; k < team_size; k++) mem->mem.pages_skipped += views[k].mem.pages_skipped;
+  /* Readers with caches of their own each count the bad pages they meet:
+   * one met by two (where their shares meet) counts twice. */
+  for (unsigned k = 1; k < nreaders; k++) {
+    mem->mem.pages_skipped += readers[k].mem.pages_skipped;
+    mem->bytes_loaded += readers[k].bytes_loaded;
+  }
+  if (nreaders == 1)
+    for (unsigned k = 1; k < team_size; k++) mem->mem.pages_skipped += views[k].mem.pages_skipped;
   if (rc == -ENOMEM && mem->frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
   if (rc == 0 && gq.on) graph_run(&w, ranges, in.nranges, values, in.nvalues, ids, &gq, &res, &ga);
   Py_END_ALLOW_THREADS
@@ -502,6 +535,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   } else {
     ur_py_raise(rc, "sweep failed");
   }
+  for (unsigned k = 1; k < nreaders; k++) ur_mem_close(&readers[k]);
   graph_answer_free(&ga);
   ur_sweep_out_free(&res);
   ur_walker_free(&w);

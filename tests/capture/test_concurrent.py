@@ -7,13 +7,21 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.support.tracking import copy_unsupported, wait_untracked
 from unreachable import _native
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES
+from unreachable.capture.target import open_target
+from unreachable.capture.write_tracking import tracked_writes
+from unreachable.errors import TargetUnscannable
 from unreachable.scan import ScanOptions, scan
+from unreachable.scan.facts import gather_facts
+from unreachable.scan.plan import plan
+from unreachable.scan.run import run_plans
 
 HERE = Path(__file__).parent
 SCAN_PROGRAMS = HERE.parent / "scan" / "programs"
@@ -41,6 +49,64 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
         assert report.snapshot == "concurrent"
     wait_untracked(target.pid)
     assert target.alive() and target.tracer() == 0
+
+
+@needs_tracking
+def test_pipe_words_are_the_roots_of_every_mode(targets):
+    """The concurrent mark reads the kernel-held values with roots/sources.py,
+    as every mode does: a pipe's word pointing into an anonymous page
+    without blocks counts as pipe data here too (filtered by the heap's
+    spans it was left out, and the modes disagreed on the same pipe)."""
+    target = targets.start(HERE / "programs" / "pipe_words.c")
+    stopped = scan(target.pid, ScanOptions(snapshot="stopped"))
+    concurrent = scan(target.pid, ScanOptions(snapshot="concurrent"))
+    for report in (stopped, concurrent):
+        exact(target, report)
+    assert stopped.roots["pipe data"] == 16
+    assert concurrent.roots["pipe data"] == stopped.roots["pipe data"]
+
+
+def _auto_as_if_big(pid: int, options: ScanOptions):
+    """A scan by auto of a heap past the size from which a fork pauses
+    longer than a concurrent mark (the facts moved, the target small)."""
+    facts = replace(gather_facts(pid, options), anonymous_bytes=COPY_FROM_BYTES)
+    return run_plans(facts, plan(facts, options), options)
+
+
+@needs_tracking
+def test_auto_marks_a_big_heap_concurrently_and_forks_when_writes_cannot_be_tracked(targets):
+    target = targets.start(HERE / "programs" / "mover.c")
+    report = _auto_as_if_big(target.pid, ScanOptions())
+    exact(target, report)
+    assert report.snapshot == "concurrent"
+    wait_untracked(target.pid)
+    # Another scan holds the target's write tracking: the copy needs it too,
+    # so auto forks, and says why.
+    with tracked_writes(open_target(target.pid)):
+        report = _auto_as_if_big(target.pid, ScanOptions())
+    exact(target, report)
+    assert report.snapshot == "fork"
+    assert "no concurrent snapshot: another scan is copying" in report.snapshot_note
+    wait_untracked(target.pid)
+    # Asked for, it is refused instead.
+    with tracked_writes(open_target(target.pid)):
+        with pytest.raises(TargetUnscannable, match="no concurrent snapshot: another scan"):
+            scan(target.pid, ScanOptions(snapshot="concurrent"))
+    wait_untracked(target.pid)
+
+
+@needs_tracking
+def test_a_pause_past_the_budget_is_said(targets):
+    target = targets.start(SCAN_PROGRAMS / "globals.c")
+    for snapshot in ("concurrent", "fork"):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot, max_pause_ms=0.0001))
+        exact(target, report)
+        assert f"was paused {report.pause_ms:.1f} ms, more than --max-pause 0.0001 ms" in (
+            report.snapshot_note
+        ), report.snapshot_note
+    report = scan(target.pid, ScanOptions(snapshot="fork", max_pause_ms=60_000))
+    assert "more than --max-pause" not in report.snapshot_note
+    wait_untracked(target.pid)
 
 
 @needs_tracking
@@ -135,8 +201,6 @@ def test_a_round_protects_again_only_pages_that_hold_data(targets):
     a sparse reservation must neither be listed nor protected: protecting
     them leaves a marker in each, page tables for all of it, and the next
     round (or the stop) would list them all as written."""
-    from unreachable.capture.target import open_target
-    from unreachable.capture.write_tracking import tracked_writes
     from unreachable.process.maps import read_maps
     from unreachable.scan.concurrent import _tracked
 

@@ -52,7 +52,7 @@ def test_every_combination_plans_or_refuses_before_the_stop(snapshot, sweep):
     else:
         assert first.sweeps == {"auto": ("child", "scanner"), "child": ("child",)}[sweep]
     # An explicit strategy is refused when it cannot be had; auto never is.
-    assert bool(first.must) == (snapshot in ("fork", "copy") or sweep == "child")
+    assert bool(first.must) == (snapshot in ("fork", "copy", "concurrent") or sweep == "child")
 
 
 def test_auto_on_a_small_heap_forks_and_sweeps_in_the_child():
@@ -63,17 +63,28 @@ def test_auto_on_a_small_heap_forks_and_sweeps_in_the_child():
     ]
 
 
-def test_auto_copies_a_big_heap_and_forks_when_the_copy_cannot_be_had():
-    assert _shape(_plan(BIG))[:2] == [("copy", ("scanner",)), ("fork", ("child", "scanner"))]
+def test_auto_marks_a_big_heap_concurrently_then_copies_then_forks():
+    assert _shape(_plan(BIG))[:3] == [
+        ("concurrent", ("scanner",)),
+        ("copy", ("scanner",)),
+        ("fork", ("child", "scanner")),
+    ]
+    # Taken by auto, it has a fallback: nothing refuses.
+    assert _plan(BIG)[0].must == ""
 
 
-def test_auto_forks_for_millions_of_allocations():
+def test_auto_marks_millions_of_allocations_concurrently_and_forks_after():
+    """By pause, not by the whole scan's length: a fork of a big heap
+    pauses for its page-table copy however many blocks it holds."""
     facts = replace(BIG, allocations=COPY_MAX_ALLOCATIONS + 1)
-    assert _plan(facts)[0].snapshot == "fork"
+    assert [p.snapshot for p in _plan(facts)[:2]] == ["concurrent", "fork"]
 
 
 def test_auto_does_not_copy_when_the_registry_cannot_be_read():
-    assert _plan(replace(BIG, allocations=None))[0].snapshot == "fork"
+    assert [p.snapshot for p in _plan(replace(BIG, allocations=None))[:2]] == [
+        "concurrent",
+        "fork",
+    ]
 
 
 def test_much_kept_out_of_forks_takes_a_copy_whatever_the_heap_size():
@@ -148,19 +159,21 @@ def test_a_core_file_is_its_own_snapshot():
     assert _shape(plan(core, ScanOptions(max_pause_ms=1))) == [("core", ("scanner",))]
 
 
-def test_concurrent_is_planned_only_when_asked_for():
-    """Its own plan kind (the mark runs inside its capture), with no
-    fallback; auto never takes it, however big the heap or tight the budget."""
+def test_concurrent_asked_for_has_no_fallback_and_auto_takes_it_for_big_heaps():
+    """Its own plan kind (the mark runs inside its capture). Asked for, it
+    is refused when writes cannot be tracked; auto takes it from
+    COPY_FROM_BYTES, and on a small heap only under a budget a fork is
+    expected to break; never for a scan that keeps the reference graph."""
     [only] = _plan(BIG, "concurrent")
-    assert (only.snapshot, only.sweeps, only.allocations) == (
+    assert (only.snapshot, only.sweeps, only.allocations, only.must) == (
         "concurrent",
         ("scanner",),
         "shim registry",
+        "no concurrent snapshot: ",
     )
-    huge = replace(BIG, anonymous_bytes=64 << 30)
-    for facts in (SMALL, BIG, huge):
-        assert all(p.snapshot != "concurrent" for p in _plan(facts))
-        assert all(p.snapshot != "concurrent" for p in _budget(facts, 1))
+    assert all(p.snapshot != "concurrent" for p in _plan(SMALL))
+    assert all(p.snapshot != "concurrent" for p in _plan(BIG, graph=True))
+    assert any(p.snapshot == "concurrent" for p in _budget(SMALL, 0.01))
 
 
 def test_concurrent_keeps_no_reference_graph():
@@ -175,7 +188,9 @@ def test_concurrent_under_a_budget():
     facts = replace(SMALL, anonymous_bytes=4 << 30)
     assert expected_pause_ms(facts, "copy") < expected_pause_ms(facts, "concurrent")
     assert expected_pause_ms(facts, "concurrent") < expected_pause_ms(facts, "fork")
-    assert _budget(facts, 1000, "concurrent") == [Plan("concurrent")]
+    assert _budget(facts, 1000, "concurrent") == [
+        Plan("concurrent", must="no concurrent snapshot: ")
+    ]
     [over] = _budget(facts, 10, "concurrent")
     assert over.snapshot == "concurrent"
     assert "a concurrent snapshot is expected to pause the target about 48 ms" in (
@@ -215,6 +230,13 @@ def test_a_copy_that_cannot_be_had_is_followed_by_a_fork():
     assert _shape(_next(_plan(BIG), [untracked]))[0] == ("fork", ("child", "scanner"))
 
 
+def test_writes_that_cannot_be_tracked_rule_out_the_copy_after_a_concurrent_mark():
+    untracked = Retry("no concurrent snapshot: another scan is copying", "copy", "snapshot")
+    assert _plan(BIG)[0].snapshot == "concurrent"
+    assert _shape(_next(_plan(BIG), [untracked]))[0] == ("fork", ("child", "scanner"))
+    assert untracked.skips(Plan("concurrent"))
+
+
 def _budget(facts: Facts, max_ms: float, snapshot: str = "auto", sweep: str = "auto"):
     options = ScanOptions(snapshot=snapshot, sweep=sweep, max_pause_ms=max_ms)  # type: ignore[arg-type]
     return plan(facts, options)
@@ -237,14 +259,19 @@ def test_auto_under_a_budget_takes_the_shorter_pause():
     # Millions of allocations: auto forks for the whole scan's sake, but a
     # 4 GiB heap's page-table copy is expected to pause ~120 ms.
     facts = replace(BIG, anonymous_bytes=4 << 30, allocations=COPY_MAX_ALLOCATIONS + 1)
-    assert _plan(facts)[0].snapshot == "fork"
+    assert [p.snapshot for p in _plan(facts)[:2]] == ["concurrent", "fork"]
     plans = _budget(facts, 50)
-    assert plans[0].snapshot == "copy" and plans[0].snapshot_note == ""
+    assert [p.snapshot for p in plans[:2]] == ["concurrent", "copy"]
+    assert plans[0].snapshot_note == plans[1].snapshot_note == ""
     # The fallbacks over the budget say so, shortest pause first.
-    assert [p.snapshot for p in plans[1:]] == ["fork", "fork", "stopped"]
-    assert all("more than --max-pause 50 ms" in p.snapshot_note for p in plans[1:])
+    assert [p.snapshot for p in plans[2:]] == ["fork", "fork", "stopped"]
+    assert all("more than --max-pause 50 ms" in p.snapshot_note for p in plans[2:])
+    # Under a budget the concurrent mark is expected to break, the copy comes first.
+    plans = _budget(facts, 30)
+    assert [p.snapshot for p in plans[:2]] == ["copy", "concurrent"]
+    assert "more than --max-pause 30 ms" in plans[1].snapshot_note
     # Unknown allocations (a heap too small to read them for): the copy is planned all the same.
-    assert _budget(replace(facts, allocations=None), 50)[0].snapshot == "copy"
+    assert _budget(replace(facts, allocations=None), 30)[0].snapshot == "copy"
 
 
 def test_a_budget_nothing_meets_is_said():

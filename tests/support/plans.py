@@ -26,7 +26,9 @@ def first_capture(pid: int, snapshot: str = "auto", **facts: Any) -> Iterator[tu
     assert read.target is not None
     retries: list[Retry] = []
     for planned in plan(read, options):
-        if any(r.skips(planned) for r in retries):
+        # A concurrent mark has no capture of its own (its mark runs inside
+        # it): the capture is the next plan's.
+        if planned.snapshot == "concurrent" or any(r.skips(planned) for r in retries):
             continue
         with capture(read.target, read, planned) as held:
             if isinstance(held, Retry):

@@ -92,7 +92,8 @@ def add_sweep_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="MS",
         help="the pause the target may feel: auto prefers the snapshots expected to stay "
-        "under it, and the report's note says when none is (docs/scan-stages.md)",
+        "under it, and the report's note says when none is, or when the pause was longer "
+        "(docs/scan-stages.md)",
     )
 
 
@@ -165,7 +166,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "copy: copy the memory while the target runs, then pause it only to read again "
         "what it wrote (Linux 6.7+); stopped: copy it all while paused; concurrent: mark "
         "the running target, stopping it twice briefly, no copy of its heap (Linux 6.7+); "
-        "auto: copy for a big heap, else fork, when possible (docs/pause.md)",
+        "auto: concurrent, else copy, for a big heap, else fork, when possible "
+        "(docs/pause.md)",
     )
     add_sweep_options(p)
     add_symbol_budget(p)

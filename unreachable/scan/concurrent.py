@@ -34,21 +34,19 @@ from functools import partial
 from unreachable import _native
 from unreachable.allocations.registry import Registry, read_registry
 from unreachable.capture.copy_snapshot import SYNC_ANON
+from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
-from unreachable.errors import TargetUnscannable
 from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 from unreachable.process.memory import present_ranges
-from unreachable.roots.classify import Roots, classify, register_words
-from unreachable.roots.exited_threads import dtv_words
+from unreachable.roots import sources
+from unreachable.roots.classify import Roots, classify
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
-from unreachable.roots.heap_words import heap_spans, message_words, stream_words
-from unreachable.roots.jit_code import code_words
-from unreachable.roots.signal_stacks import altstack_words
+from unreachable.roots.heap_words import heap_spans
 from unreachable.sweep.mark import SweepResult
 
 # The mark reads the live heap through a chunk cache: this bounds it (the
@@ -60,6 +58,10 @@ CACHE_BYTES = 8 << 20
 MAX_ROUNDS = 3
 SMALL_ROUND = 1 << 20
 READ_THREADS = 2
+# The first mark's threads, each reading the live target through a chunk
+# cache of its own (CACHE_BYTES each): the scan's longest step, so it gets
+# a core each on a 2-core machine (docs/pause.md, "The concurrent mark").
+MARK_THREADS = 2
 # The descriptor fields that point into shim memory the registry reader reads.
 _POINTERS = ("shards", "threads", "stacks", "size_maps", "regions", "options", "modules")
 
@@ -181,23 +183,25 @@ def _read_runs(pid: int, runs: bytes) -> bytearray:
 
 
 def _values(
-    threads: Sequence[CapturedThread], held: KernelHeld | None, spans: list[tuple[int, int]]
+    threads: Sequence[CapturedThread], held: KernelHeld | None, mappings: Sequence[Mapping]
 ) -> dict[str, bytes]:
+    """The values only the kernel holds, and the registers: roots/sources.py's
+    own, pipe and socket bytes filtered by the same spans as in every mode
+    (every readable anonymous mapping at that stop: a superset of where the
+    candidates lie, as each is the same block at both stops)."""
     return {
-        "registers": register_words([t.regs for t in threads] + [t.xstate for t in threads]),
-        "epoll data": held.epoll_words() if held else b"",
-        "timer values": held.timer_words() if held else b"",
-        "signal values": held.signal_words() if held else b"",
-        "pipe data": stream_words(held.in_flight.pipe_streams, spans) if held else b"",
-        "socket data": _socket_words(held, spans),
+        "registers": b"".join(v.words for v in sources.registers(threads)),
+        **{
+            v.source: v.words
+            for v in (
+                sources.epoll_data(held),
+                sources.timer_values(held),
+                sources.signal_values(held),
+                sources.pipe_data(held, mappings),
+                sources.socket_data(held, mappings),
+            )
+        },
     }
-
-
-def _socket_words(held: KernelHeld | None, spans: list[tuple[int, int]]) -> bytes:
-    if held is None:
-        return b""
-    flight = held.in_flight
-    return stream_words(flight.socket_streams, spans) + message_words(flight.socket_messages, spans)
 
 
 def _stop(
@@ -229,14 +233,13 @@ def _inflight(registry: Registry) -> dict[int, int]:
 
 
 def concurrent_sweep(target: Target) -> ConcurrentSweep:
-    """The whole concurrent mark (module docstring). Raises TargetUnscannable
-    when writes cannot be tracked."""
+    """The whole concurrent mark (module docstring). Raises
+    TrackingUnavailable, having reported nothing, when writes cannot be
+    tracked."""
     pid, addr = target.pid, target.shim.descriptor_addr
     try:
         with tracked_writes(target):
             return _sweep(target, pid, addr)
-    except TrackingUnavailable as e:
-        raise TargetUnscannable(f"no concurrent snapshot: {e}") from None
     finally:
         if (fd := _fds.pop(pid, None)) is not None:
             os.close(fd)
@@ -307,13 +310,17 @@ def _first_roots(
         partial(present_ranges, pid),
     )
     spans = heap_spans(maps1, heap)
-    header = target.header
-    tids = {t.tid for t in threads1}
-    values1 = _values(threads1, held1, spans)
-    values1["signal stacks"] = altstack_words(pid, header.altstacks, header.num_altstacks, tids)
-    values1["exited threads' control blocks"] = dtv_words(pid, roots.dead_stacks)
-    values1["code immediates"] = code_words(pid, maps1, spans, b"")
+    values1 = _values(threads1, held1, maps1)
+    values1["signal stacks"] = sources.signal_stacks(pid, _altstacks(target), threads1).words
+    values1["exited threads' control blocks"] = sources.exited_threads_dtvs(
+        pid, roots.dead_stacks
+    ).words
+    values1["code immediates"] = sources.jit_code(pid, maps1, spans, KeptOut()).words
     return roots, spans, values1
+
+
+def _altstacks(target: Target) -> tuple[int, int]:
+    return target.header.altstacks, target.header.num_altstacks
 
 
 def _candidates(
@@ -363,10 +370,11 @@ def _mark(
             b"".join(values1.values()),
             stack_ids=registry.stack_ids.cast("B"),
             excluded=b"".join(struct.pack("<Q", p) for p in inflight),
-            threads=1,
+            threads=MARK_THREADS,
             layout=b"".join(
                 struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps1 if m.readable
             ),
+            live=True,
         )
     finally:
         # The registry copies are bounded by the scanner's own room only.
@@ -442,7 +450,6 @@ def _second_stop(
 ) -> _SecondStop:
     """Second stop: the pages written since the last round, the registers,
     the registry, the signal stacks; and how long each step held it."""
-    header = target.header
     stop2: dict[str, float] = {}
     session, threads2, held2 = _stop(pid, stop2)
     try:
@@ -457,8 +464,7 @@ def _second_stop(
         copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
         copy.finish()
         t.append(time.monotonic())
-        tids2 = {th.tid for th in threads2}
-        altstacks = altstack_words(pid, header.altstacks, header.num_altstacks, tids2)
+        altstacks = sources.signal_stacks(pid, _altstacks(target), threads2).words
         t.append(time.monotonic())
         session.release()
         released.append(time.monotonic())
@@ -536,12 +542,13 @@ def _finish(
     threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = second
     final = read_registry(copy, addr)
     rounds.append(len(page_bytes))
-    values2 = _values(threads2, held2, spans)
+    values2 = _values(threads2, held2, maps2)
     values2["signal stacks"] = altstacks
     # Words found in memory the rounds do not read (code pages that are not
     # writable at the stop, exited threads' control blocks): those of the
     # first stop and those read now, after the release, both count.
-    values2["code immediates"] = values1["code immediates"] + code_words(pid, maps2, spans, b"")
+    now = sources.jit_code(pid, maps2, spans, KeptOut()).words
+    values2["code immediates"] = values1["code immediates"] + now
     values2["exited threads' control blocks"] = values1["exited threads' control blocks"]
     gone = _drop_changed(cands, state, final)
     rescued += _native.remark(
@@ -559,7 +566,7 @@ def _finish(
         mark_ms=raw["mark_ns"] / 1e6,
         fold_ms=fold["fold_ns"] / 1e6,
         place="scanner",
-        mark_threads=1,
+        mark_threads=raw["mark_threads"],
     )
     counts = {k: len(v) for k, v in values1.items() if v and k != "registers"}
     return ConcurrentSweep(

@@ -11,10 +11,15 @@ The rules, for a target under the shim:
 - "stopped", "copy", "fork": that strategy; a fork or copy that cannot be
   had is refused, except that a copy that cannot be brought up to date in
   the pause is swept stopped (it is stopped already).
-- "auto": a copy when the heap is big enough for a fork's page-table copy
-  to pause longer (COPY_FROM_BYTES) with few enough allocations for the
-  scan not to take much longer, or whatever the heap's size when a fork
-  would read much that it lacks (KEPT_OUT_PREFER_COPY_BYTES); else a fork;
+- "auto": the shortest pause the target will feel. A concurrent mark when
+  the heap is big enough for a fork's page-table copy to pause longer
+  (COPY_FROM_BYTES), whatever the number of allocations: its stops are as
+  short as a copy's, and it holds no copy of the heap (docs/pause.md,
+  "Which snapshot auto takes"). Then, or without it (a scan that keeps the
+  reference graph), a copy when the heap is that big with few enough
+  allocations for the scan not to take much longer, or whatever the heap's
+  size when a fork would read much that it lacks
+  (KEPT_OUT_PREFER_COPY_BYTES); else a fork;
   a stopped target when no fork can be had (it lacks more than the
   scanner may hold, or the target's memory cgroup has no room for the
   child). A fork the helper cannot take in the pause (no helper, a seccomp
@@ -22,8 +27,10 @@ The rules, for a target under the shim:
 - the sweep: in the snapshot child, the outside sweep of that child as its
   fallback ("auto"), never outside ("child"), always outside ("scanner",
   and every scan that keeps the reference graph).
-- "concurrent": only when asked for (auto never takes it), never with a
-  reference graph (it keeps none) nor an in-child sweep; no fallback.
+- "concurrent": never with a reference graph (it keeps none) nor an
+  in-child sweep. Asked for, it has no fallback; taken by auto, one whose
+  writes cannot be tracked is followed by the next plan that needs no
+  tracking (a Retry that rules out "copy" rules it out too).
 Without the shim, glibc's heap is walked from a copy made in the pause
 (scan/glibc.py); nothing that needs the shim is possible then. A core file
 is its own snapshot ("core", scan/core.py).
@@ -69,6 +76,7 @@ RETRY_ELSEWHERE = "; scan it with --snapshot stopped or copy"
 NO_CHILD = "no in-child sweep without a snapshot child: "
 NO_GRAPH = "--snapshot concurrent keeps no reference graph; use auto, fork, copy or stopped"
 UNDER_SHIM_CMD = "'unreachable-cli run -- CMD ...'"
+NO_CONCURRENT = "no concurrent snapshot: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +111,9 @@ class Retry:
     refusal: str = ""  # added to reason when no plan is left to move to
 
     def skips(self, plan: Plan) -> bool:
-        return self.rules_out in (plan.snapshot, plan.sweeps[0])
+        # A copy and a concurrent mark both need the target's writes tracked.
+        tracked = self.rules_out == "copy" and plan.snapshot == "concurrent"
+        return tracked or self.rules_out in (plan.snapshot, plan.sweeps[0])
 
 
 def _kept_out_too_big(facts: Facts) -> str:
@@ -148,16 +158,16 @@ def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
 def _within_pause(plans: list[Plan], facts: Facts, max_ms: float, auto: bool) -> list[Plan]:
     """--max-pause: auto keeps its order among the plans expected to pause
     less than max_ms, and puts the others after them, shortest pause first;
-    when one is over, a copy is among them whatever the heap's size and the
-    number of allocations. A plan expected to pause longer says so in its
-    snapshot_note."""
+    when one is over, a copy and a concurrent mark are among them whatever
+    the heap's size and the number of allocations. A plan expected to pause
+    longer says so in its snapshot_note."""
 
     def over(p: Plan) -> bool:
         return expected_pause_ms(facts, p.snapshot) > max_ms
 
-    if auto:
-        if any(map(over, plans)) and not any(p.snapshot == "copy" for p in plans):
-            plans = [*plans, Plan("copy")]
+    if auto and any(map(over, plans)):
+        have = {p.snapshot for p in plans}
+        plans = [*plans, *(Plan(k) for k in ("copy", "concurrent") if k not in have)]
         longer = sorted(
             (p for p in plans if over(p)), key=lambda p: expected_pause_ms(facts, p.snapshot)
         )
@@ -195,7 +205,7 @@ def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
     if options.snapshot == "concurrent":
         if options.sweep == "child":
             raise TargetUnscannable(f"{NO_CHILD}--snapshot concurrent takes none")
-        return [Plan("concurrent")]
+        return [Plan("concurrent", must=NO_CONCURRENT)]
     in_child = options.sweep != "scanner" and not graph
     sweeps: tuple[SweepPlace, ...] = ("scanner",)
     sweep_note = ""
@@ -224,7 +234,10 @@ def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
         if why := too_big or facts.fork_room:
             raise TargetUnscannable(NO_CHILD + why)
         return [Plan("fork", sweeps, must=NO_CHILD, sweep_note=sweep_note)]
-    return _auto(facts, fork, refork, too_big)
+    plans = _auto(facts, fork, refork, too_big)
+    if graph or facts.anonymous_bytes < COPY_FROM_BYTES:
+        return plans
+    return [Plan("concurrent"), *plans]
 
 
 def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Plan]:

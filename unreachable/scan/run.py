@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from unreachable.capture.core_file import open_core
 from unreachable.capture.target import still_running
+from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.model.report import ScanReport
 from unreachable.process.maps import Mapping, read_maps
@@ -112,8 +113,9 @@ def run_plans(
             ),
         )
         if planned.snapshot == "concurrent":
-            return run_concurrent(facts, planned, options, note, started)
-        got = run_plan(facts, planned, options, note, started, graph)
+            got = run_concurrent(facts, planned, options, note, started)
+        else:
+            got = run_plan(facts, planned, options, note, started, graph)
         if isinstance(got, ScanReport):
             return got
         retries.append(got)
@@ -190,20 +192,31 @@ def run_plan(
         len(held.threads),
         held.pause_ms,
         started,
-        join_notes(planned.snapshot_note, held.snapshot_error),
+        join_notes(planned.snapshot_note, held.snapshot_error, over_budget(options, held.pause_ms)),
         swept.sweep_note,
     )
     roots = swept.roots.counts()
     return build_report(scanned, swept.result, folded, symbolized, roots, got.source.name)
 
 
+def over_budget(options: ScanOptions, pause_ms: float) -> str:
+    """What the report says of a pause longer than --max-pause: the plan
+    expected less, or none could."""
+    budget = options.max_pause_ms
+    if budget is None or pause_ms <= budget:
+        return ""
+    return f"the target was paused {pause_ms:.1f} ms, more than --max-pause {budget:g} ms"
+
+
 def run_concurrent(
     facts: Facts, planned: Plan, options: ScanOptions, note: Progress, started: float
-) -> ScanReport:
+) -> ScanReport | Retry:
     """The concurrent plan: its capture is its mark (scan/concurrent.py),
     then fold, symbolize and report as every plan, reading the live target.
     That is sound: nothing can reach a leaked block, so the target no
-    longer writes it, and the shim never rewrites a stack-depot entry."""
+    longer writes it, and the shim never rewrites a stack-depot entry.
+    Writes that cannot be tracked: refused when asked for (planned.must),
+    else the next plan that needs no tracking."""
     target = facts.target
     assert target is not None
     pid = target.pid
@@ -213,6 +226,10 @@ def run_concurrent(
         folded = fold(done.result, options, pid, done.mappings, pid)
         note("folded")
         backtraces = read_backtraces(pid, target.shim.descriptor_addr, folded.leaks)
+    except TrackingUnavailable as e:
+        if planned.must:
+            raise TargetUnscannable(f"{planned.must}{e}") from None
+        return Retry(f"no concurrent snapshot: {e}", "copy", "snapshot")
     except (ProcessLookupError, FileNotFoundError, TargetNotFound):
         raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
     except OSError as e:
@@ -235,7 +252,7 @@ def run_concurrent(
         len(done.threads),
         done.pause_ms,
         started,
-        join_notes(planned.snapshot_note, stops),
+        join_notes(planned.snapshot_note, stops, over_budget(options, done.pause_ms)),
     )
     roots = dict(done.roots.kinds) | done.value_counts
     return build_report(scanned, done.result, folded, symbolized, roots, planned.allocations)
