@@ -223,6 +223,7 @@ StructName = Literal[
     "ur_range",
     "ur_block",
     "ur_layout_span",
+    "ur_sync_range",
     "ur_root_hit",
     "ur_root_region",
     "ur_root_site",

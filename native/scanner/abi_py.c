@@ -8,6 +8,7 @@
 #include <sys/user.h>
 
 #include "native.h"
+#include "page_sync.h"
 #include "retention.h"
 #include "unreachable/abi.h"
 
@@ -166,6 +167,12 @@ static const struct abi_field layout_span_fields[] = {
     FIELD(ur_layout_span, demand_zero, ABI_U64),
 };
 
+static const struct abi_field sync_range_fields[] = {
+    FIELD(ur_sync_range, begin, ABI_U64),
+    FIELD(ur_sync_range, end, ABI_U64),
+    FIELD(ur_sync_range, flags, ABI_U64),
+};
+
 static const struct abi_field root_hit_fields[] = {
     FIELD(ur_root_hit, where, ABI_U64),
     FIELD(ur_root_hit, value, ABI_U64),
@@ -245,6 +252,7 @@ static const struct abi_struct structs[] = {
     STRUCT(ur_range, range_fields),
     STRUCT(ur_block, block_fields),
     STRUCT(ur_layout_span, layout_span_fields),
+    STRUCT(ur_sync_range, sync_range_fields),
     STRUCT(ur_root_hit, root_hit_fields),
     STRUCT(ur_root_region, root_region_fields),
     STRUCT(ur_root_site, root_site_fields),

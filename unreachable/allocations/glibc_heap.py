@@ -37,8 +37,6 @@ OTHER_ALLOCATORS = {
 MINORS = range(31, 44)
 KNOWN = f"2.{MINORS[0]} to 2.{MINORS[-1]}"
 UNDER_SHIM = "run it under the shim: 'unreachable-cli run -- CMD ...'"
-FS_BASE = 21  # user_regs_struct: the word holding fs_base, the thread pointer
-RIP = 16
 # How far below its stack mapping's end a thread's struct pthread and static
 # TLS may lie: they sit in the top pages.
 SEARCH_TOP = 64 * 1024
@@ -117,16 +115,20 @@ def find_libc(pid: int, mappings: Sequence[Mapping]) -> GlibcLibc:
     return GlibcLibc(first, first.start, facts)
 
 
-def _u64(b: bytes, i: int) -> int:
-    return int(struct.unpack_from("<Q", b, 8 * i)[0]) if len(b) >= 8 * (i + 1) else 0
+def _register(regs: bytes, name: str) -> int:
+    """One register of a user_regs_struct (0 if regs ends before it)."""
+    offset, size = _native.abi_field("user_regs_struct", name)
+    if len(regs) < offset + size:
+        return 0
+    return int.from_bytes(regs[offset : offset + size], "little")
 
 
 def thread_pointer(regs: bytes) -> int:
-    return _u64(regs, FS_BASE)
+    return _register(regs, "fs_base")
 
 
 def program_counter(regs: bytes) -> int:
-    return _u64(regs, RIP)
+    return _register(regs, "rip")
 
 
 def tls_offsets(memory: Memory, libc: GlibcLibc) -> list[tuple[int, int]]:

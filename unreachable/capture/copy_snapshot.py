@@ -12,7 +12,6 @@ while the copy is made).
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
@@ -41,11 +40,10 @@ def _copied(m: Mapping) -> bool:
 
 
 def sync_ranges(mappings: Sequence[Mapping]) -> bytes:
-    out = bytearray()
-    for m in mappings:
-        if _copied(m):
-            out += struct.pack("<QQQ", m.start, m.end, SYNC_ANON if m.demand_zero else 0)
-    return bytes(out)
+    return _native.abi_encode_array(
+        "ur_sync_range",
+        [(m.start, m.end, SYNC_ANON if m.demand_zero else 0) for m in mappings if _copied(m)],
+    )
 
 
 def copy_pays_off(

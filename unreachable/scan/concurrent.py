@@ -25,8 +25,8 @@ docs/pause.md ("The concurrent mark") argues why no leak can be invented.
 from __future__ import annotations
 
 import os
-import struct
 import time
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -47,7 +47,8 @@ from unreachable.roots.classify import Roots, classify
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
 from unreachable.roots.heap_words import heap_spans
-from unreachable.sweep.mark import SweepResult
+from unreachable.sweep.child import words
+from unreachable.sweep.mark import SweepResult, layout
 
 # The mark reads the live heap through a chunk cache: this bounds it (the
 # scanner's memory is the allocation index, the candidates' bytes and this).
@@ -91,7 +92,7 @@ class ConcurrentSweep:
 
 
 def _pack(ranges: Sequence[tuple[int, int]]) -> bytes:
-    return b"".join(struct.pack("<QQ", b, e) for b, e in ranges)
+    return _native.abi_encode_array("ur_range", ranges)
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -143,7 +144,7 @@ def _mem_fd(pid: int) -> int:
 
 
 def _sync_ranges(spans: Sequence[Span3]) -> bytes:
-    return b"".join(struct.pack("<QQQ", b, e, f) for b, e, f in spans)
+    return _native.abi_encode_array("ur_sync_range", spans)
 
 
 def _subtract(ranges: list[tuple[int, int]], holes: Sequence[Span3]) -> list[tuple[int, int]]:
@@ -174,8 +175,7 @@ def _tracked(mappings: Sequence[Mapping], skip: Sequence[Span3]) -> bytes:
 
 
 def _read_runs(pid: int, runs: bytes) -> bytearray:
-    n = len(runs) // 16
-    total = sum(e - b for b, e in struct.iter_unpack("<QQ", runs)) if n else 0
+    total = sum(r["end"] - r["begin"] for r in _native.abi_decode_array("ur_range", runs))
     out = bytearray(total)
     if total:
         _native.read_spans(pid, runs, out, READ_THREADS)
@@ -330,16 +330,10 @@ def _candidates(
     (begin, size) pairs, stack ids, re-mark states and stored bytes."""
     pairs = registry.allocs
     ids = registry.stack_ids
-    idx = sorted(
-        struct.unpack(f"<{len(raw['unreachable']) // 4}I", raw["unreachable"]),
-        key=partial(_begin_of, pairs),
-    )
-    cands = b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i + 1]) for i in idx)
+    idx = sorted(array("I", raw["unreachable"]), key=partial(_begin_of, pairs))
+    cands = _native.abi_encode_array("ur_block", [(pairs[2 * i], pairs[2 * i + 1]) for i in idx])
     cand_ids = [ids[i] for i in idx]
-    store = _read_runs(
-        pid,
-        b"".join(struct.pack("<QQ", pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx),
-    )
+    store = _read_runs(pid, _pack([(pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx]))
     return cands, cand_ids, bytearray(len(idx)), store
 
 
@@ -369,11 +363,9 @@ def _mark(
             _pack(ranges),
             b"".join(values1.values()),
             stack_ids=registry.stack_ids.cast("B"),
-            excluded=b"".join(struct.pack("<Q", p) for p in inflight),
+            excluded=words(inflight),
             threads=MARK_THREADS,
-            layout=b"".join(
-                struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps1 if m.readable
-            ),
+            layout=layout(maps1),
             live=True,
         )
     finally:
@@ -483,9 +475,9 @@ def _drop_changed(cands: bytes, state: bytearray, final: Registry) -> int:
     same = _native.pairs_in(cands, final.allocs.cast("B"))
     inflight2 = _inflight(final)
     gone = 0
+    begins = [b["begin"] for b in _native.abi_decode_array("ur_block", cands)]
     for i in range(len(state)):
-        begin = struct.unpack_from("<Q", cands, 16 * i)[0]
-        if not same[i] or begin in inflight2:
+        if not same[i] or begins[i] in inflight2:
             if state[i] == 0:
                 gone += 1
             state[i] = 3
@@ -511,11 +503,9 @@ def _fold_left(
         b"".join(cands[16 * i : 16 * i + 16] for i in keep),
         b"",
         b"",
-        stack_ids=b"".join(struct.pack("<I", cand_ids[i]) for i in keep),
+        stack_ids=array("I", [cand_ids[i] for i in keep]).tobytes(),
         threads=1,
-        layout=b"".join(
-            struct.pack("<QQQ", m.start, m.end, m.demand_zero) for m in maps2 if m.readable
-        ),
+        layout=layout(maps2),
     )
 
 

@@ -3,7 +3,7 @@ can (sweep/child.py), else over /proc/PID/mem from here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,6 +52,13 @@ def _root_ranges(roots: Roots, inflight: dict[int, int]) -> list[tuple[int, int]
     return list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
 
 
+def layout(mappings: Iterable[Mapping]) -> bytes:
+    """The readable mappings as the sweep's layout (struct ur_layout_span)."""
+    return _native.abi_encode_array(
+        "ur_layout_span", [(m.start, m.end, m.demand_zero) for m in mappings if m.readable]
+    )
+
+
 def sweep(
     memory: Memory,
     registry: Registry,
@@ -87,9 +94,7 @@ def sweep(
         release=release,
         threads=threads,
         frozen=frozen,
-        layout=_native.abi_encode_array(
-            "ur_layout_span", [(m.start, m.end, m.demand_zero) for m in mappings if m.readable]
-        ),
+        layout=layout(mappings),
         **(graph or {}),
     )
     return SweepResult(
