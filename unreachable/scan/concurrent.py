@@ -305,6 +305,7 @@ def _first_roots(
         [arena] if arena else [],
         heap,
         partial(present_ranges, pid),
+        pid,
     )
     spans = heap_spans(maps1, heap)
     header = target.header
