@@ -19,6 +19,8 @@ from tests.support.glibcs import SUITES, Glibc, glibc
 from tests.support.targets import Target, TargetFactory
 from unreachable.allocations import glibc_libc
 from unreachable.errors import TargetUnscannable
+from unreachable.process.maps import read_maps
+from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -133,3 +135,16 @@ def test_heuristics_agree_with_debug_symbols(monkeypatch, release):
     lo, hi = symbols.malloc_code
     assert guessed.malloc_code[0] <= lo < hi <= guessed.malloc_code[1]
     assert symbols.tcache_tls in {addend for _, addend in guessed.tpoff_slots}
+
+
+def test_main_arena_found_by_its_bins(targets, release):
+    """The roots stage's main_arena (found by its bins' fingerprint, for
+    shim scans and shim cores) is the one libc's relocations name, in the
+    release's layout, with the four threads' arenas in the list of them."""
+    target = start(targets, release, "arena_heap.c")
+    mappings = read_maps(target.pid)
+    facts = glibc_libc.libc_facts(str(release.libc))
+    bias = min(m.start for m in mappings if m.path == str(release.libc))
+    arena = bias + facts.main_arena
+    size = glibc_libc.arena_layout(facts.minor)[0]
+    assert find_main_arena(target.pid, mappings) == (arena, arena + size)
