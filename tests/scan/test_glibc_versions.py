@@ -104,6 +104,23 @@ def test_churning_threads_on_another_glibc(targets, release):
     assert target.alive() and target.tracer() == 0
 
 
+def test_churning_threads_under_the_shim_on_another_glibc(targets, release):
+    """The same threads under the shim, whose registry tracks the blocks a
+    thread is inside an operation for: every scan exact, in each snapshot
+    mode that runs the target on (the shim over that release's malloc)."""
+    if release.suite not in SHIM_RUNS:
+        pytest.skip(f"the shim does not run on glibc {release.suite}'s {SUITES[release.suite]}")
+    target = start(targets, release, "churn.c", shim=True)
+    for snapshot in ("auto", "concurrent") * 3:
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert report.allocations == "shim registry"
+        assert (report.leak_count, report.leak_bytes) == (
+            target.int("leak_count"),
+            target.int("leak_bytes"),
+        ), [(hex(e.address), e.size) for e in report.leaks]
+    assert target.alive()
+
+
 @pytest.mark.parametrize("program", ["arena_heap.c", "exited_thread.c"])
 def test_scan_with_the_releases_debug_symbols(targets, monkeypatch, release, program):
     """main_arena, mp_ and the tcache slot taken from libc6-dbg's symbols (by
