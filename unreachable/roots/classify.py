@@ -183,7 +183,8 @@ def split_at_stacks(
 ) -> tuple[list[Mapping], dict[Mapping, list[Span]]]:
     """Anonymous mappings cut at the thread stacks that lie strictly inside
     them, each stack a piece of its own (the guard regions between them are
-    pieces too, which hold no pages); heap spans go with their piece."""
+    pieces too, the program's memory as before: their reads fail, as an
+    unreadable page's do); heap spans go with their piece."""
     if not stacks:
         return mappings, heap
     out: list[Mapping] = []
@@ -316,7 +317,8 @@ def _in_heap(m: Mapping, sp: int, heap: dict[Mapping, list[Span]]) -> bool:
 
 def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]]) -> bool:
     # glibc's pthread_getattr_np reports the stack without its guard page, and
-    # the guard is its own PROT_NONE mapping, so the bounds match exactly.
+    # before 2.42 the guard is its own PROT_NONE mapping, so the bounds match
+    # exactly; a stack inside a larger mapping is a piece of its own by now.
     return (m.start, m.end) in dead or any(lo >= m.start and hi == m.end for lo, hi in dead)
 
 
