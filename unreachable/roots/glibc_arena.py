@@ -110,7 +110,7 @@ def _list_returns_to(read: Callable[[int, int], bytes], base: int, next_at: int)
     """Whether following `next` from the arena at base comes back to it:
     the list of arenas is a ring through main_arena (itself alone, with no
     other arena)."""
-    at, seen = base, set()
+    at, seen = base, set[int]()
     while len(seen) < MAX_ARENAS:
         try:
             (at,) = struct.unpack("<Q", read(at + next_at, 8))
