@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from tests.support.registry import make_registry
-from unreachable.allocations.registry import THREAD_EXITED, ThreadSlot
+from unreachable.allocations.registry import THREAD_EXITED, THREAD_LIVE, ThreadSlot
 from unreachable.process.maps import parse_maps
 from unreachable.roots.classify import RED_ZONE, classify, register_words
 
@@ -114,3 +114,26 @@ def test_only_glibcs_parts_of_a_merged_mapping_are_heap():
     assert roots.kinds["heap"] == 0x1000 + 0x10000 + 0x21000  # and [heap]
     # The arena mapping, which heap does not name, is a root.
     assert (0x7F0000000000, 0x7F0000021000) in ranges
+
+
+def test_a_live_threads_stack_merged_with_others_ends_at_its_own_top():
+    """glibc 2.42's stacks, their guards madvise'd inside, are one mapping:
+    a live thread's stack root runs from its SP to the top of its own stack,
+    not on over the stack above it; its dead frames below SP stay out. (The
+    rest of the mapping is left to what it holds: here, with no memory to
+    find exited threads' control blocks in, a root.)"""
+    maps = parse_maps(
+        "7f0000000000-7f0001803000 rw-p 00000000 00:00 0\n"
+        "7ffffffde000-7ffffffff000 rw-p 00000000 00:00 0 [stack]\n"
+    )
+    live_lo, live_hi = 0x7F0000802000, 0x7F0001002000
+    registry = make_registry(
+        [],
+        threads=[ThreadSlot(5, THREAD_LIVE, 0, 0, 0, 0, 0, live_lo, live_hi)],
+        region=(0x7F1000000000, 0x7F1000010000),
+    )
+    sp = 0x7F0000F00000
+    roots = classify(maps, {1: 0x7FFFFFFFE000, 5: sp}, registry, "/opt/shim.so")
+    stack = [r for r, k in zip(roots.ranges, roots.range_kinds, strict=True) if k == "stack"]
+    assert stack == [(sp - RED_ZONE, live_hi), (0x7FFFFFFFE000 - RED_ZONE, 0x7FFFFFFFF000)]
+    assert not any(b < sp - RED_ZONE and e > live_lo for b, e in roots.ranges)

@@ -2,9 +2,8 @@
 2.31 (bullseye) and 2.41 (trixie), Ubuntu's 2.35 (jammy), 2.39 (noble),
 2.42 (questing) and 2.43 (resolute), fetched by scripts/fetch-test-glibcs.sh
 (tests/support/glibcs.py). Each scenario program, built against that glibc
-and run on it without the shim, gets the shim's verdict; on 2.35 to 2.41,
-which the shim runs on too, the same executable is also scanned under the
-shim. The
+and run on it without the shim, gets the shim's verdict; from 2.35, which
+the shim runs on too, the same executable is also scanned under the shim. The
 heuristics that find main_arena, mp_ and the tcache slot give what that
 release's debug symbols give."""
 
@@ -20,6 +19,8 @@ from tests.support.glibcs import SUITES, Glibc, glibc
 from tests.support.targets import Target, TargetFactory
 from unreachable.allocations import glibc_libc
 from unreachable.errors import TargetUnscannable
+from unreachable.process.maps import read_maps
+from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -30,9 +31,10 @@ WITHOUT_SHIM = [p for p in SCENARIOS if p not in NOT_WITHOUT_SHIM] + [
 ]
 # The shim needs glibc 2.34's symbols: before that, the programs' READY
 # lines (the shim's verdicts on this machine) are the reference. On 2.42 and
-# 2.43 the shim itself reports arena_heap.c's exited threads' leftovers (1027
-# leaks for 1024), a matter of the shim: the READY lines are the reference there too.
-SHIM_RUNS = {"jammy", "noble", "trixie"}
+# 2.43 thread stacks merge into one mapping (guard regions, not guard
+# mappings): arena_heap.c and merged_stacks.c scanned under the shim there
+# prove the cached stacks are still told apart.
+SHIM_RUNS = {"jammy", "noble", "trixie", "questing", "resolute"}
 
 
 @pytest.fixture(scope="module", params=list(SUITES))
@@ -102,6 +104,23 @@ def test_churning_threads_on_another_glibc(targets, release):
     assert target.alive() and target.tracer() == 0
 
 
+def test_churning_threads_under_the_shim_on_another_glibc(targets, release):
+    """The same threads under the shim, whose registry tracks the blocks a
+    thread is inside an operation for: every scan exact, in each snapshot
+    mode that runs the target on (the shim over that release's malloc)."""
+    if release.suite not in SHIM_RUNS:
+        pytest.skip(f"the shim does not run on glibc {release.suite}'s {SUITES[release.suite]}")
+    target = start(targets, release, "churn.c", shim=True)
+    for snapshot in ("auto", "concurrent") * 3:
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert report.allocations == "shim registry"
+        assert (report.leak_count, report.leak_bytes) == (
+            target.int("leak_count"),
+            target.int("leak_bytes"),
+        ), [(hex(e.address), e.size) for e in report.leaks]
+    assert target.alive()
+
+
 @pytest.mark.parametrize("program", ["arena_heap.c", "exited_thread.c"])
 def test_scan_with_the_releases_debug_symbols(targets, monkeypatch, release, program):
     """main_arena, mp_ and the tcache slot taken from libc6-dbg's symbols (by
@@ -133,3 +152,16 @@ def test_heuristics_agree_with_debug_symbols(monkeypatch, release):
     lo, hi = symbols.malloc_code
     assert guessed.malloc_code[0] <= lo < hi <= guessed.malloc_code[1]
     assert symbols.tcache_tls in {addend for _, addend in guessed.tpoff_slots}
+
+
+def test_main_arena_found_by_its_bins(targets, release):
+    """The roots stage's main_arena (found by its bins' fingerprint, for
+    shim scans and shim cores) is the one libc's relocations name, in the
+    release's layout, with the four threads' arenas in the list of them."""
+    target = start(targets, release, "arena_heap.c")
+    mappings = read_maps(target.pid)
+    facts = glibc_libc.libc_facts(str(release.libc))
+    bias = min(m.start for m in mappings if m.path == str(release.libc))
+    arena = bias + facts.main_arena
+    size = glibc_libc.arena_layout(facts.minor)[0]
+    assert find_main_arena(target.pid, mappings) == (arena, arena + size)

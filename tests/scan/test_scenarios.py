@@ -56,6 +56,7 @@ SCENARIOS = [
     "queued_signal.c",
     "main_thread_exited.c",
     "in_flight.c",
+    "merged_stacks.c",
 ]
 
 

@@ -13,6 +13,10 @@ from unreachable.capture.stop_world import CapturedThread
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
 
+# struct pthread fits in this many words (about 2.3 KiB on x86-64); its
+# stackblock and stackblock_size lie in it.
+PTHREAD_WORDS = 512
+
 
 @dataclass(frozen=True, slots=True)
 class GlibcHeap:
@@ -62,46 +66,70 @@ def cached_stacks(
     out = []
     with memory_reader(memory) as read:
         for below, m in zip(mappings, mappings[1:], strict=False):
-            if _exited_thread_stack(read, below, m, sps, tps, guards):
-                out.append(ThreadSlot(0, THREAD_EXITED, 0, 0, 0, 0, 0, m.start, m.end))
+            for lo, hi in _exited_thread_stacks(read, below, m, sps, tps, guards):
+                out.append(ThreadSlot(0, THREAD_EXITED, 0, 0, 0, 0, 0, lo, hi))
     return out
 
 
-def _exited_thread_stack(
+def _exited_thread_stacks(
     read: Callable[[int, int], bytes],
     below: Mapping,
     m: Mapping,
     sps: list[int],
     tps: set[int],
     guards: bool,
-) -> bool:
-    """Whether m, above `below`, is a stack no live thread runs on."""
+) -> list[tuple[int, int]]:
+    """The stacks in m, above `below`, that no live thread runs on. Without
+    guard mappings, neighbouring stacks are one mapping: each control block
+    found at the top of what is left names its stack's block, and the
+    next stack down ends where that block begins (its guard is the
+    block's lowest page)."""
     if not (m.anonymous and m.readable and m.writable and m.private):
-        return False
+        return []
     if guards and (below.end != m.start or below.perms[:3] != "---"):
-        return False
-    if any(m.start <= sp < m.end for sp in sps):
-        return False
-    begin = max(m.start, m.end - SEARCH_TOP)
+        return []
+    out = []
+    end = m.end
+    while end > m.start:
+        found = _control_block(read, m, end, guards)
+        if found is None:
+            break
+        tcb, lo = found
+        if tcb not in tps and not any(lo <= sp < end for sp in sps):
+            out.append((lo, end))
+        end = lo
+    return out
+
+
+def _control_block(
+    read: Callable[[int, int], bytes], m: Mapping, end: int, guards: bool
+) -> tuple[int, int] | None:
+    """(address, stack bottom) of the thread control block at the top of
+    [m.start, end): tcbhead_t's tcb and self pointing at it."""
+    begin = max(m.start, end - SEARCH_TOP)
     try:
-        raw = read(begin, m.end - begin)
+        raw = read(begin, end - begin)
     except OSError:
-        return False
+        return None
     words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
     for i in range(len(words) - 2):
         addr = begin + 8 * i
         if words[i] == addr and words[i + 2] == addr:
-            return addr not in tps and (guards or _owns_its_stack(words[i:], m))
-    return False
+            if guards:
+                return (addr, m.start) if end == m.end else None
+            block = _stack_block(words[i : i + PTHREAD_WORDS], m, end)
+            if block is not None:
+                return addr, max(block, m.start)
+    return None
 
 
-def _owns_its_stack(pthread: Sequence[int], m: Mapping) -> bool:
-    """Whether the struct pthread whose words follow says m is its stack:
-    its stackblock and stackblock_size (two words in a row) span up to m's
-    end from m's start or below (a guard mapped apart). Without a guard
-    mapping to go by, this tells a thread's stack from the block the loader
-    put the main thread's TLS and control block in."""
-    return any(
-        0 < size and block <= m.start and block + size == m.end
-        for block, size in zip(pthread, pthread[1:], strict=False)
-    )
+def _stack_block(pthread: Sequence[int], m: Mapping, end: int) -> int | None:
+    """Where the stack block the struct pthread whose words follow names
+    begins, when it ends at `end`: its stackblock and stackblock_size (two
+    words in a row), in m or from below it (a guard mapped apart). Without a
+    guard mapping to go by, this tells a thread's stack from the block the
+    loader put the main thread's TLS and control block in."""
+    for block, size in zip(pthread, pthread[1:], strict=False):
+        if 0 < size and block + size == end and (block >= m.start or end == m.end):
+            return block
+    return None

@@ -16,6 +16,12 @@ captured threads decide instead:
   The part below SP is dead frames: not a root.
 - a stack glibc cached for an exited thread (the shim recorded its bounds and
   no live thread runs on it): not a root.
+- since glibc 2.42 a thread's guard page is a guard region inside its stack
+  mapping (MADV_GUARD_INSTALL), not a PROT_NONE mapping of its own, so
+  neighbouring thread stacks merge into one mapping. Such a mapping is cut
+  at the stacks the shim recorded: a live thread's own, and an exited
+  thread's whose top still holds a thread control block (bounds the shim
+  recorded for a stack glibc has since unmapped name nothing).
 - other readable private or shared memory that can hold data (writable ELF
   segments: .data, .bss, GOT; anonymous mappings: user pools, ld.so's memory,
   the main thread's TLS): a root. Read-only file mappings, [vvar], [vdso] and
@@ -27,10 +33,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from unreachable.allocations.registry import THREAD_EXITED, Registry
+from unreachable.allocations.registry import THREAD_EXITED, THREAD_LIVE, Registry
 from unreachable.process.maps import SPECIAL, Mapping, find_mapping
+from unreachable.process.memory import Memory
+from unreachable.roots.exited_threads import control_block
 from unreachable.roots.glibc_heaps import Span, registry_blocks_in, whole_mappings
 
 RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
@@ -72,6 +80,7 @@ def classify(
     allocator_state: Sequence[tuple[int, int]] = (),
     heap: dict[Mapping, list[Span]] | None = None,
     present: Present | None = None,
+    memory: Memory | None = None,
 ) -> Roots:
     """Root ranges of the target; thread_sps maps every captured tid to its SP.
 
@@ -82,9 +91,15 @@ def classify(
     begins in, whole.
     present: the parts of anonymous ranges that hold pages; the rest was never
     touched, is zero, and is left out (counted as "untouched").
+    memory: the target's, to tell an exited thread's stack inside a larger
+    mapping (glibc 2.42's merged stacks) from one glibc has unmapped; without
+    it such a stack is not cut out (only live threads' are).
     """
     if heap is None:
         heap = whole_mappings(mappings, registry_blocks_in(registry))
+    mappings, heap = split_at_stacks(
+        mappings, heap, recorded_stacks(mappings, registry, thread_sps, memory)
+    )
     # A piece of the shim's memory the kernel merged with a neighbour of the
     # same protection is cut out of it, as the allocator's state is.
     roots = Roots(holes=sorted([*allocator_state, *registry.regions]))
@@ -131,6 +146,75 @@ def exited_stack_bounds(registry: Registry, thread_sps: dict[int, int]) -> set[t
         for t in registry.threads
         if t.state == THREAD_EXITED and t.stack_hi and t.tid not in thread_sps
     }
+
+
+def recorded_stacks(
+    mappings: list[Mapping],
+    registry: Registry,
+    thread_sps: dict[int, int],
+    memory: Memory | None,
+) -> list[tuple[int, int]]:
+    """The stack bounds the shim recorded that lie strictly inside an
+    anonymous mapping and still name a thread's stack: live threads'
+    (captured now), and exited threads' whose top still holds a thread
+    control block. An exited one overlapping a live one is stale."""
+    live = {
+        (t.stack_lo, t.stack_hi)
+        for t in registry.threads
+        if t.state == THREAD_LIVE and t.stack_hi and t.tid in thread_sps
+    }
+    found = [b for b in live if _strictly_inside(mappings, b)]
+    if memory is not None:
+        for lo, hi in exited_stack_bounds(registry, thread_sps) - live:
+            if any(b < hi and e > lo for b, e in live) or not _strictly_inside(mappings, (lo, hi)):
+                continue
+            if control_block(memory, lo, hi) is not None:
+                found.append((lo, hi))
+    return sorted(found)
+
+
+def _strictly_inside(mappings: list[Mapping], bounds: tuple[int, int]) -> bool:
+    m = find_mapping(mappings, bounds[0])
+    return m is not None and m.anonymous and bounds[1] <= m.end and bounds != (m.start, m.end)
+
+
+def split_at_stacks(
+    mappings: list[Mapping], heap: dict[Mapping, list[Span]], stacks: list[tuple[int, int]]
+) -> tuple[list[Mapping], dict[Mapping, list[Span]]]:
+    """Anonymous mappings cut at the thread stacks that lie strictly inside
+    them, each stack a piece of its own (the guard regions between them are
+    pieces too, the program's memory as before: their reads fail, as an
+    unreadable page's do); heap spans go with their piece."""
+    if not stacks:
+        return mappings, heap
+    out: list[Mapping] = []
+    pieces_heap: dict[Mapping, list[Span]] = {}
+    for m in mappings:
+        inside = [(lo, hi) for lo, hi in stacks if m.start <= lo and hi <= m.end]
+        if not inside or heap.get(m) == [(m.start, m.end)]:
+            out.append(m)
+            if m in heap:
+                pieces_heap[m] = heap[m]
+            continue
+        cuts: list[Span] = []
+        at = m.start
+        for lo, hi in inside:
+            if lo < at:  # overlaps the previous one: stale bounds
+                continue
+            cuts += [(at, lo), (lo, hi)]
+            at = hi
+        cuts.append((at, m.end))
+        for begin, end in cuts:
+            if end <= begin:
+                continue
+            piece = replace(m, start=begin, end=end)
+            out.append(piece)
+            spans = [
+                (max(b, begin), min(e, end)) for b, e in heap.get(m, []) if b < end and e > begin
+            ]
+            if spans:
+                pieces_heap[piece] = spans
+    return out, pieces_heap
 
 
 def _kind(
@@ -233,7 +317,8 @@ def _in_heap(m: Mapping, sp: int, heap: dict[Mapping, list[Span]]) -> bool:
 
 def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]]) -> bool:
     # glibc's pthread_getattr_np reports the stack without its guard page, and
-    # the guard is its own PROT_NONE mapping, so the bounds match exactly.
+    # before 2.42 the guard is its own PROT_NONE mapping, so the bounds match
+    # exactly; a stack inside a larger mapping is a piece of its own by now.
     return (m.start, m.end) in dead or any(lo >= m.start and hi == m.end for lo, hi in dead)
 
 

@@ -17,17 +17,23 @@ from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, read_anonymous
 
 
+def control_block(memory: Memory, begin: int, end: int) -> tuple[int, int] | None:
+    """(address, dtv word) of the thread control block in the top of the
+    stack [begin, end), or None: no thread's stack ends there (any more)."""
+    low = max(begin, end - SEARCH_TOP)
+    raw = read_anonymous(memory, low, end)
+    words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
+    for i in range(len(words) - 2):
+        addr = low + 8 * i
+        if words[i] == addr and words[i + 2] == addr:
+            return addr, words[i + 1]
+    return None
+
+
 def dtv_words(memory: Memory, dead_stacks: list[Mapping]) -> bytes:
     out = bytearray()
-    if not dead_stacks:
-        return bytes(out)
     for m in dead_stacks:
-        begin = max(m.start, m.end - SEARCH_TOP)
-        raw = read_anonymous(memory, begin, m.end)
-        words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
-        for i in range(len(words) - 2):
-            addr = begin + 8 * i
-            if words[i] == addr and words[i + 2] == addr:
-                out += struct.pack("<Q", words[i + 1])
-                break
+        found = control_block(memory, m.start, m.end)
+        if found:
+            out += struct.pack("<Q", found[1])
     return bytes(out)

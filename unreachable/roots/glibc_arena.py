@@ -8,30 +8,45 @@ allocation alive. glibc exports no symbol for it, so it is found by its
 fingerprint: an empty bin's fd and bk both point at the bin itself, and most
 of the 127 bins of a running program are empty.
 
-Layout of struct malloc_state on x86-64, glibc 2.26 to 2.40 (unchanged):
-mutex, flags, have_fastchunks (3 ints + pad), fastbinsY[10] at 0x10, top at
-0x60, last_remainder 0x68, bins[254] at 0x70, binmap at 0x860, next 0x870,
+Layout of struct malloc_state on x86-64, glibc 2.26 to 2.42: mutex, flags,
+have_fastchunks (3 ints + pad), fastbinsY[10] at 0x10, top at 0x60,
+last_remainder 0x68, bins[254] at 0x70, binmap at 0x860, next 0x870,
 next_free 0x878, attached_threads, system_mem, max_system_mem; size 0x898.
+2.43 took have_fastchunks and fastbinsY out: bins at 0x18, next at 0x818,
+size 0x840 (glibc_libc.arena_layout). From the bins on, both are the same,
+so the fingerprint finds the bins whatever the release, and which layout
+holds is told by where the arenas' `next` list comes back to: main_arena's
+own address.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
+from unreachable.allocations.glibc_libc import arena_layout
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader, read_anonymous
 
-BINS_OFFSET = 0x70
 NBINS = 128
-ARENA_SIZE = 0x898
+# bins[254] and binmap[4] lie between the bins and `next` in every layout.
+NEXT_AFTER_BINS = (NBINS - 1) * 16 + 16
+# top and last_remainder lie just below the bins in every layout.
+BELOW_BINS = 16
+# (offset of the bins, sizeof) of every layout, the smallest arena first.
+LAYOUTS = sorted(
+    {(next_at - NEXT_AFTER_BINS, size) for size, next_at, _ in map(arena_layout, (42, 43))}
+)
+ABOVE_BINS = LAYOUTS[0][1] - LAYOUTS[0][0]  # the bins to the arena's end, in every layout
 MIN_EMPTY_BINS = 48  # of 127; a fresh process has ~125 empty
+MAX_ARENAS = 4096  # a list longer than this is no arena list
 
 
-def _empty_bins(words: tuple[int, ...], base_addr: int, start: int) -> int:
+def _empty_bins(words: tuple[int, ...], bins_addr: int, at: int) -> int:
     count = 0
     for i in range(1, NBINS):
-        slot = start + (BINS_OFFSET + (i - 1) * 16) // 8
-        self_addr = base_addr + BINS_OFFSET + (i - 1) * 16 - 16
+        slot = at + (i - 1) * 2
+        self_addr = bins_addr + (i - 1) * 16 - 16
         if words[slot] == self_addr and words[slot + 1] == self_addr:
             count += 1
     return count
@@ -56,21 +71,54 @@ def find_main_arena(memory: Memory, mappings: list[Mapping]) -> tuple[int, int] 
         return None
     raw += read_anonymous(memory, data_end, end)
     words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])
-    last = len(words) - ARENA_SIZE // 8
-    probe = BINS_OFFSET + (NBINS - 2) * 16  # the largest bin: empty in practice
-    # The fingerprint repeats: a base k bins (16k bytes) below the arena sees
-    # its bins i as the arena's bins i - k, so it matches wherever those are
+    probe = (NBINS - 2) * 16  # the largest bin: empty in practice
+    # The fingerprint repeats: bins k bins (16k bytes) below the arena's see
+    # their bin i as the arena's bin i - k, so it matches wherever those are
     # empty, and a program whose main-arena bins are all empty (a JVM) had
     # the first of them, 79 bins low, taken: the cut-out then hid libc data
     # below the arena (__exit_funcs: its atexit block reported leaked) and
     # left the arena scanned. The arena itself matches one bin more than any
-    # shifted base (its largest bin, the probe), so the most matches win.
+    # shifted copy (its largest bin, the probe), so the most matches win.
     best: tuple[int, int] | None = None
-    for start in range(0, max(last, 0)):
-        base_addr = begin + start * 8
-        if words[start + probe // 8] != base_addr + probe - 16:
+    for at in range(BELOW_BINS // 8, len(words) - ABOVE_BINS // 8):
+        bins_addr = begin + at * 8
+        if words[at + probe // 8] != bins_addr + probe - 16:
             continue
-        empty = _empty_bins(words, base_addr, start)
+        empty = _empty_bins(words, bins_addr, at)
         if empty >= MIN_EMPTY_BINS and (best is None or empty > best[0]):
-            best = (empty, base_addr)
-    return (best[1], best[1] + ARENA_SIZE) if best else None
+            best = (empty, bins_addr)
+    if best is None:
+        return None
+    with memory_reader(memory) as read:
+        return _arena(read, best[1])
+
+
+def _arena(read: Callable[[int, int], bytes], bins_addr: int) -> tuple[int, int]:
+    """[begin, end) of the arena whose bins lie at bins_addr: the layout
+    whose base the `next` list comes back to. Where none does (a list being
+    read mid-update), the smallest, which holds in every layout: cutting
+    out libc data that is not the arena could hide the roots it holds."""
+    for bins_at, size in LAYOUTS:
+        base = bins_addr - bins_at
+        if _list_returns_to(read, base, bins_at + NEXT_AFTER_BINS):
+            return base, base + size
+    bins_at, size = LAYOUTS[0]
+    return bins_addr - bins_at, bins_addr - bins_at + size
+
+
+def _list_returns_to(read: Callable[[int, int], bytes], base: int, next_at: int) -> bool:
+    """Whether following `next` from the arena at base comes back to it:
+    the list of arenas is a ring through main_arena (itself alone, with no
+    other arena)."""
+    at, seen = base, set[int]()
+    while len(seen) < MAX_ARENAS:
+        try:
+            (at,) = struct.unpack("<Q", read(at + next_at, 8))
+        except (OSError, struct.error):
+            return False
+        if at == base:
+            return True
+        if at == 0 or at in seen:  # the wrong layout's words lead elsewhere
+            return False
+        seen.add(at)
+    return False

@@ -308,6 +308,7 @@ def _first_roots(
         [arena] if arena else [],
         heap,
         partial(present_ranges, pid),
+        pid,
     )
     spans = heap_spans(maps1, heap)
     values1 = _values(threads1, held1, maps1)

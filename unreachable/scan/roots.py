@@ -66,6 +66,7 @@ def find_roots(
         inputs.allocator_state,
         allocations.heap,
         partial(present_ranges, memory),
+        memory,
     )
     held, spans = inputs.kernel_held, allocations.spans
     values = [
