@@ -34,7 +34,12 @@ int ur_registry_init(void) {
 /* The map for a block that fits one, made if need be; NULL: use a shard. */
 static uint8_t *map_for(const void *p, uint64_t size, uint32_t stack_id) {
   uint64_t addr = (uint64_t)(uintptr_t)p;
-  return ur_size_map_fits(addr, size, stack_id) ? ur_size_map_make(addr) : NULL;
+  uint8_t *m = ur_size_map_fits(addr, size, stack_id) ? ur_size_map_make(addr) : NULL;
+  /* Said before the block enters a shard: a thread freeing it got the
+   * pointer after that. */
+  if (UR_UNLIKELY(m == NULL) && size <= UR_SIZE_MAP_L0_MAX_SIZE)
+    __atomic_store_n(&ur_g.small_in_shards, 1, __ATOMIC_RELAXED);
+  return m;
 }
 
 /* Publish table and capacity with one 16-byte store: a stopped thread is

@@ -114,6 +114,7 @@ void ur_init(void) {
     ur_g.bt_max_size = opts.backtrace_max_size;
     /* With both options, capture starts on; with the signal option alone, off. */
     ur_g.bt_active = opts.backtrace;
+    ur_g.small_in_shards = frames != 0;
     ur_g.helper_cmd = ur_region_alloc(sizeof(uint32_t));
     if (ur_registry_init() || ur_threads_init() || ur_altstacks_init() ||
         ur_stacks_init(frames ? UR_STACK_CAPACITY : 0, frames) || !ur_g.helper_cmd ||
@@ -144,6 +145,7 @@ void ur_init(void) {
   ur_tls.busy--;
   /* Decided before anyone leaves ur_init: the first blocks already carry
    * the debug header if they need one. */
+  if (debug > 0) __atomic_store_n(&ur_g.small_in_shards, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&ur_g.debug, !(state & UR_SLOW_INERT) && debug > 0 ? UR_DBG_ON : 0,
                    __ATOMIC_RELEASE);
   __atomic_store_n(&ur_g.slow, state, __ATOMIC_RELEASE);

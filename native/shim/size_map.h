@@ -115,12 +115,24 @@ static inline void ur_size_map_clear(uint8_t *map, uint64_t addr, int level) {
  * for level 1), decided as soon as that load returns. The entry it names
  * must still hold the block; when it does not (a pointer not at a chunk of
  * that size: memalign, a realloc that kept a larger chunk, mmapped chunks
- * under a lowered threshold), the levels are looked at in turn. */
+ * under a lowered threshold), the levels are looked at in turn.
+ *
+ * A chunk of at most 256 bytes holds at most 248 requested: its block is
+ * in level 0 or in a shard, and while no block of that size is in a shard
+ * (ur_g.small_in_shards) its level-0 entry is emptied without being read
+ * first. That is safe whatever addr is: a level-0 entry belongs only to a
+ * block beginning at its granule, so it is addr's or already empty. The
+ * load it saves missed the cache on most frees of a large heap, and a store
+ * that misses does not hold up the instructions after it. */
 static inline int ur_size_map_take(uint8_t *map, uint64_t addr) {
   uint64_t chunk = *(const volatile uint64_t *)(uintptr_t)(addr - 8) & ~UINT64_C(7);
   uint32_t off = (uint32_t)(addr >> 4);
   if (chunk <= 256) {
     uint8_t *e = ur_size_map_l0(map, addr);
+    if (UR_LIKELY(!__atomic_load_n(&ur_g.small_in_shards, __ATOMIC_RELAXED))) {
+      __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+      return 1;
+    }
     if (UR_LIKELY(__atomic_load_n(e, __ATOMIC_RELAXED) != 0)) {
       __atomic_store_n(e, 0, __ATOMIC_RELEASE);
       return 1;

@@ -54,6 +54,10 @@ struct ur_globals {
   uint32_t init_tid;     /* thread running ur_init, 0 when none */
   uint32_t bt_frames;    /* backtrace=N (0: no backtrace option) */
   uint32_t bt_active;    /* capture currently on (toggled by signal) */
+  /* Some block of level-0 size may be in a shard (size_map.h
+   * ur_size_map_take): backtraces or malloc_debug on, or a map that could
+   * not be made. Never cleared. */
+  uint32_t small_in_shards;
   uint32_t disable_depth;
   uint32_t disable_lock; /* serialises malloc_disable callers */
   uint32_t disable_owner;

@@ -15,6 +15,8 @@ import hashlib
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,9 @@ CFLAGS = [
 # Longest a test may take here (glibc's own timeouts are 20 s, 50 s or 100 s
 # times TIMEOUTFACTOR; the driver enforces those inside).
 RUN_TIMEOUT = 240.0
+REAPER = Path(__file__).resolve().parent / "reaper.py"
+# What the reaper may take past the program's timeout to kill and reap.
+REAPER_MARGIN = 60.0
 
 
 @dataclass(frozen=True)
@@ -128,36 +133,56 @@ class Outcome:
 
 
 def run(name: str, shim: Path | None, options: str | None, tmp: Path) -> Outcome:
+    return run_program(binary(name), CASES[name].env, shim, options, tmp)
+
+
+def run_program(
+    exe: Path,
+    case_env: dict[str, str],
+    shim: Path | None,
+    options: str | None,
+    tmp: Path,
+    timeout: float = RUN_TIMEOUT,
+) -> Outcome:
+    """Run exe through reaper.py: once it has exited or run out of time, no
+    process it started is left, whatever group or session it moved to."""
     drop = ("LD_PRELOAD", "UNREACHABLE_MALLOC_OPTIONS")
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(CASES[name].env)
+    env.update(case_env)
     env["TMPDIR"] = str(tmp)
-    env["TIMEOUTFACTOR"] = "3"  # glibc's knob for slow or busy machines (CI has 2 cores)
+    env.setdefault("TIMEOUTFACTOR", "3")  # glibc's knob for slow or busy machines (CI has 2 cores)
+    preload = []
     if shim is not None:
-        env["LD_PRELOAD"] = str(shim)
+        preload += ["--set", f"LD_PRELOAD={shim}"]
         if options is not None:
-            env["UNREACHABLE_MALLOC_OPTIONS"] = options
-    # A session of its own: a hung test's children go with it.
-    proc = subprocess.Popen(
-        [str(binary(name))],
-        env=env,
-        cwd=tmp,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return Outcome(-signal.SIGKILL, out.decode(errors="replace") + "\n[killed: timeout]")
-    finally:
+            preload += ["--set", f"UNREACHABLE_MALLOC_OPTIONS={options}"]
+    with tempfile.NamedTemporaryFile(dir=tmp, prefix=f"{exe.name}.", suffix=".status") as f:
+        status_file = Path(f.name)
+        cmd = [sys.executable, str(REAPER), "--status", str(status_file)]
+        cmd += ["--timeout", str(timeout), *preload, "--", str(exe)]
+        # A session of its own, so that the reaper can be killed with its
+        # whole group if it ever outlives its own timeout.
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            os.killpg(proc.pid, signal.SIGKILL)  # leftover grandchildren
-        except ProcessLookupError:
-            pass
-    return Outcome(proc.returncode, out.decode(errors="replace"))
+            out, _ = proc.communicate(timeout=timeout + REAPER_MARGIN)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+        text = out.decode(errors="replace")
+        status = status_file.read_text().split()
+    if proc.returncode != 0 or not status:
+        raise RuntimeError(f"reaper.py failed (exit {proc.returncode}): {text[-2000:]}")
+    if status[0] == "timeout":
+        return Outcome(-signal.SIGKILL, text + "\n[killed: timeout]")
+    code = int(status[1])
+    return Outcome(-code if status[0] == "signal" else code, text)
 
 
 @functools.cache
@@ -190,3 +215,39 @@ def test_same_outcome_as_glibc(shim: Path, parity_tmp: Path, name: str, options:
     assert ref.code == 0, f"{name} fails without the shim: {ref}"
     got = run(name, shim, options, parity_tmp)
     assert got.code == ref.code, f"{name} under the shim ({options or 'default'}): {got}"
+
+
+def hang_binary() -> Path:
+    sources = [Path(__file__).resolve().parent / "programs" / "parity_fork_hang.c"]
+    sources.append(PARITY / "support" / "support.c")
+    return build(sources, cflags=[*CFLAGS, f"-DUR_PARITY_DRIVER={driver_digest()}"])
+
+
+def left_behind(output: str) -> list[str]:
+    """The processes parity_fork_hang printed that still exist (zombies too)."""
+    pids = [int(line.split()[1]) for line in output.splitlines() if "child " in line]
+    assert len(pids) == 2, output
+    left = []
+    for pid in pids:
+        try:
+            left.append(f"{pid}: {Path(f'/proc/{pid}/stat').read_text().strip()}")
+        except FileNotFoundError:
+            pass
+    return left
+
+
+@pytest.mark.parametrize(
+    ("factor", "timeout"),
+    [("1", RUN_TIMEOUT), ("100", 3.0)],
+    ids=["driver-timeout", "harness-timeout"],
+)
+def test_timeout_leaves_no_process(shim: Path, tmp_path: Path, factor: str, timeout: float) -> None:
+    """A test whose forked child and grandchild hang, in a process group of
+    their own: the driver's timeout (1 s, TIMEOUTFACTOR 1) or the harness's
+    (3 s, the driver's then 100 s) ends the run, and nothing is left behind."""
+    got = run_program(hang_binary(), {"TIMEOUTFACTOR": factor}, shim, "", tmp_path, timeout)
+    if factor == "1":
+        assert got.code == 1 and "Timed out" in got.output, got
+    else:
+        assert got.code == -signal.SIGKILL and "[killed: timeout]" in got.output, got
+    assert left_behind(got.output) == []

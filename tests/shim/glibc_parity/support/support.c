@@ -94,7 +94,11 @@ static pid_t test_pid;
 
 static void on_timeout(int sig) {
   (void)sig;
-  if (test_pid > 0) kill(test_pid, SIGKILL);
+  /* The test's whole group (its forked children too), as glibc's driver. */
+  if (test_pid > 0) {
+    kill(-test_pid, SIGKILL);
+    kill(test_pid, SIGKILL); /* in case its setpgid failed */
+  }
   static const char msg[] = "Timed out: killed the test process\n";
   ssize_t r = write(1, msg, sizeof msg - 1);
   (void)r;
@@ -112,8 +116,9 @@ static int adjust_exit_status(int status) {
 }
 
 /* As glibc's support_test_main: `--direct` (or WAIT_FOR_DEBUGGER) runs the
- * test in this process; otherwise a forked child runs it under a timeout
- * (TIMEOUT seconds times $TIMEOUTFACTOR) and its end is checked against
+ * test in this process; otherwise a forked child, in a process group of
+ * its own, runs it under a timeout (TIMEOUT seconds times $TIMEOUTFACTOR;
+ * then the group is killed) and its end is checked against
  * EXPECTED_STATUS or EXPECTED_SIGNAL. Exits 0 on success, 77 unsupported. */
 int support_test_main(int argc, char **argv, const struct test_config *config) {
   bool direct = getenv("WAIT_FOR_DEBUGGER") != NULL;
@@ -144,6 +149,7 @@ int support_test_main(int argc, char **argv, const struct test_config *config) {
 
   test_pid = fork();
   if (test_pid == 0) {
+    setpgid(0, 0);
     struct rlimit core = {0, 0};
     setrlimit(RLIMIT_CORE, &core);
     exit(run_test_function(argc, argv, config));
