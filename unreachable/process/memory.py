@@ -4,10 +4,12 @@ snapshot (capture/copy_snapshot.py) while the process runs on."""
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 from unreachable import _native
 
@@ -16,12 +18,20 @@ Memory = int | _native.MemoryCopy
 Read = Callable[[int, int], bytes]  # (addr, n) -> bytes, OSError where unreadable
 
 
+def _pread(fd: int, addr: int, n: int) -> bytes:
+    # A word followed as a pointer may be any value; past off_t's range
+    # (2**63) pread cannot even be asked, and no process maps it.
+    if not 0 <= addr < 1 << 63:
+        raise OSError(errno.EIO, f"address {addr:#x} is outside any process")
+    return os.pread(fd, n, addr)
+
+
 @contextmanager
 def memory_reader(memory: Memory) -> Iterator[Read]:
     if isinstance(memory, int):
         fd = os.open(f"/proc/{memory}/mem", os.O_RDONLY)
         try:
-            yield lambda addr, n: os.pread(fd, n, addr)
+            yield partial(_pread, fd)
         finally:
             os.close(fd)
     else:
