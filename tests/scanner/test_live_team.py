@@ -7,12 +7,11 @@ two readers do not both load the same 1 MiB pieces."""
 from __future__ import annotations
 
 import struct
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.holder import python_holder
 from unreachable import _native
 
 BLOCK = 64
@@ -39,15 +38,8 @@ sys.stdin.read()
 
 @pytest.fixture
 def holder() -> Iterator[tuple[int, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        yield proc.pid, int(proc.stdout.readline())
-    finally:
-        proc.kill()
-        proc.wait()
+    with python_holder(HOLDER) as held:
+        yield held
 
 
 def test_live_team_marks_as_one_thread_reading_each_piece_about_once(holder):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.holder import python_holder
 from unreachable import _native
 
 PAGE = 4096
@@ -36,15 +37,8 @@ def _expected(page: int) -> bytes:
 
 @pytest.fixture
 def holder() -> Iterator[tuple[int, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        yield proc.pid, int(proc.stdout.readline())
-    finally:
-        proc.kill()
-        proc.wait()
+    with python_holder(HOLDER) as held:
+        yield held
 
 
 def _pack(spans: list[tuple[int, int]]) -> bytes:
