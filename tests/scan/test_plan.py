@@ -63,28 +63,19 @@ def test_auto_on_a_small_heap_forks_and_sweeps_in_the_child():
     ]
 
 
-def test_auto_marks_a_big_heap_concurrently_then_copies_then_forks():
-    assert _shape(_plan(BIG))[:3] == [
-        ("concurrent", ("scanner",)),
-        ("copy", ("scanner",)),
-        ("fork", ("child", "scanner")),
-    ]
+def test_auto_copies_a_big_heap_then_forks():
+    assert _shape(_plan(BIG))[:2] == [("copy", ("scanner",)), ("fork", ("child", "scanner"))]
     # Taken by auto, it has a fallback: nothing refuses.
     assert _plan(BIG)[0].must == ""
 
 
-def test_auto_marks_millions_of_allocations_concurrently_and_forks_after():
-    """By pause, not by the whole scan's length: a fork of a big heap
-    pauses for its page-table copy however many blocks it holds."""
+def test_auto_forks_millions_of_allocations():
     facts = replace(BIG, allocations=COPY_MAX_ALLOCATIONS + 1)
-    assert [p.snapshot for p in _plan(facts)[:2]] == ["concurrent", "fork"]
+    assert _plan(facts)[0].snapshot == "fork"
 
 
 def test_auto_does_not_copy_when_the_registry_cannot_be_read():
-    assert [p.snapshot for p in _plan(replace(BIG, allocations=None))[:2]] == [
-        "concurrent",
-        "fork",
-    ]
+    assert _plan(replace(BIG, allocations=None))[0].snapshot == "fork"
 
 
 def test_much_kept_out_of_forks_takes_a_copy_whatever_the_heap_size():
@@ -159,11 +150,11 @@ def test_a_core_file_is_its_own_snapshot():
     assert _shape(plan(core, ScanOptions(max_pause_ms=1))) == [("core", ("scanner",))]
 
 
-def test_concurrent_asked_for_has_no_fallback_and_auto_takes_it_for_big_heaps():
+def test_concurrent_asked_for_has_no_fallback_and_auto_takes_it_under_a_budget():
     """Its own plan kind (the mark runs inside its capture). Asked for, it
-    is refused when writes cannot be tracked; auto takes it from
-    COPY_FROM_BYTES, and on a small heap only under a budget a fork is
-    expected to break; never for a scan that keeps the reference graph."""
+    is refused when writes cannot be tracked; auto takes it only under a
+    budget the other plans are expected to break, never for a scan that
+    keeps the reference graph."""
     [only] = _plan(BIG, "concurrent")
     assert (only.snapshot, only.sweeps, only.allocations, only.must) == (
         "concurrent",
@@ -172,6 +163,7 @@ def test_concurrent_asked_for_has_no_fallback_and_auto_takes_it_for_big_heaps():
         "no concurrent snapshot: ",
     )
     assert all(p.snapshot != "concurrent" for p in _plan(SMALL))
+    assert all(p.snapshot != "concurrent" for p in _plan(BIG))
     assert all(p.snapshot != "concurrent" for p in _plan(BIG, graph=True))
     assert any(p.snapshot == "concurrent" for p in _budget(SMALL, 0.01))
 
@@ -230,10 +222,11 @@ def test_a_copy_that_cannot_be_had_is_followed_by_a_fork():
     assert _shape(_next(_plan(BIG), [untracked]))[0] == ("fork", ("child", "scanner"))
 
 
-def test_writes_that_cannot_be_tracked_rule_out_the_copy_after_a_concurrent_mark():
-    untracked = Retry("no concurrent snapshot: another scan is copying", "copy", "snapshot")
-    assert _plan(BIG)[0].snapshot == "concurrent"
-    assert _shape(_next(_plan(BIG), [untracked]))[0] == ("fork", ("child", "scanner"))
+def test_writes_that_cannot_be_tracked_rule_out_the_concurrent_mark_too():
+    untracked = Retry("no copy snapshot: another scan is copying", "copy", "snapshot")
+    planned = _budget(BIG, 0.01)
+    assert {"copy", "concurrent"} <= {p.snapshot for p in planned}
+    assert {p.snapshot for p in _next(planned, [untracked])} == {"fork", "stopped"}
     assert untracked.skips(Plan("concurrent"))
 
 
@@ -259,9 +252,9 @@ def test_auto_under_a_budget_takes_the_shorter_pause():
     # Millions of allocations: auto forks for the whole scan's sake, but a
     # 4 GiB heap's page-table copy is expected to pause ~120 ms.
     facts = replace(BIG, anonymous_bytes=4 << 30, allocations=COPY_MAX_ALLOCATIONS + 1)
-    assert [p.snapshot for p in _plan(facts)[:2]] == ["concurrent", "fork"]
+    assert _plan(facts)[0].snapshot == "fork"
     plans = _budget(facts, 50)
-    assert [p.snapshot for p in plans[:2]] == ["concurrent", "copy"]
+    assert [p.snapshot for p in plans[:2]] == ["copy", "concurrent"]
     assert plans[0].snapshot_note == plans[1].snapshot_note == ""
     # The fallbacks over the budget say so, shortest pause first.
     assert [p.snapshot for p in plans[2:]] == ["fork", "fork", "stopped"]

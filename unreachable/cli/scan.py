@@ -166,7 +166,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "copy: copy the memory while the target runs, then pause it only to read again "
         "what it wrote (Linux 6.7+); stopped: copy it all while paused; concurrent: mark "
         "the running target, stopping it twice briefly, no copy of its heap (Linux 6.7+); "
-        "auto: concurrent, else copy, for a big heap, else fork, when possible "
+        "auto: copy for a big heap, else fork, when possible "
         "(docs/pause.md)",
     )
     add_sweep_options(p)

@@ -11,15 +11,10 @@ The rules, for a target under the shim:
 - "stopped", "copy", "fork": that strategy; a fork or copy that cannot be
   had is refused, except that a copy that cannot be brought up to date in
   the pause is swept stopped (it is stopped already).
-- "auto": the shortest pause the target will feel. A concurrent mark when
-  the heap is big enough for a fork's page-table copy to pause longer
-  (COPY_FROM_BYTES), whatever the number of allocations: its stops are as
-  short as a copy's, and it holds no copy of the heap (docs/pause.md,
-  "Which snapshot auto takes"). Then, or without it (a scan that keeps the
-  reference graph), a copy when the heap is that big with few enough
-  allocations for the scan not to take much longer, or whatever the heap's
-  size when a fork would read much that it lacks
-  (KEPT_OUT_PREFER_COPY_BYTES); else a fork;
+- "auto": a copy when the heap is big enough for a fork's page-table copy
+  to pause longer (COPY_FROM_BYTES) with few enough allocations for the
+  scan not to take much longer, or whatever the heap's size when a fork
+  would read much that it lacks (KEPT_OUT_PREFER_COPY_BYTES); else a fork;
   a stopped target when no fork can be had (it lacks more than the
   scanner may hold, or the target's memory cgroup has no room for the
   child). A fork the helper cannot take in the pause (no helper, a seccomp
@@ -28,9 +23,12 @@ The rules, for a target under the shim:
   fallback ("auto"), never outside ("child"), always outside ("scanner",
   and every scan that keeps the reference graph).
 - "concurrent": never with a reference graph (it keeps none) nor an
-  in-child sweep. Asked for, it has no fallback; taken by auto, one whose
-  writes cannot be tracked is followed by the next plan that needs no
-  tracking (a Retry that rules out "copy" rules it out too).
+  in-child sweep. Asked for, it has no fallback. auto plans it only under
+  --max-pause, when the other plans are expected to break the budget: a
+  program that allocates while it is marked makes its second stop re-read
+  what changed (docs/pause.md, "Which snapshot auto takes"). Taken so, one
+  whose writes cannot be tracked is followed by the next plan that needs
+  no tracking (a Retry that rules out "copy" rules it out too).
 Without the shim, glibc's heap is walked from a copy made in the pause
 (scan/glibc.py); nothing that needs the shim is possible then. A core file
 is its own snapshot ("core", scan/core.py).
@@ -234,10 +232,7 @@ def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
         if why := too_big or facts.fork_room:
             raise TargetUnscannable(NO_CHILD + why)
         return [Plan("fork", sweeps, must=NO_CHILD, sweep_note=sweep_note)]
-    plans = _auto(facts, fork, refork, too_big)
-    if graph or facts.anonymous_bytes < COPY_FROM_BYTES:
-        return plans
-    return [Plan("concurrent"), *plans]
+    return _auto(facts, fork, refork, too_big)
 
 
 def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Plan]:
