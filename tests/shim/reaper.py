@@ -39,11 +39,12 @@ def children() -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
         except OSError:  # gone meanwhile
             continue
-        # The command name may hold spaces and parentheses: fields follow the last ')'.
-        if int(stat.rpartition(")")[2].split()[1]) == me:
+        # The command name may hold spaces, parentheses and bytes that are no
+        # UTF-8 (another test's program names itself so): fields follow the last ')'.
+        if int(stat.rpartition(b")")[2].split()[1]) == me:
             found.append(int(entry))
     return found
 

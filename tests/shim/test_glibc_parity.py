@@ -251,3 +251,27 @@ def test_timeout_leaves_no_process(shim: Path, tmp_path: Path, factor: str, time
     else:
         assert got.code == -signal.SIGKILL and "[killed: timeout]" in got.output, got
     assert left_behind(got.output) == []
+
+
+def test_the_reaper_passes_processes_whose_names_are_not_utf8(shim: Path, tmp_path: Path) -> None:
+    """Any process of the machine may be named so (tests/scan/programs/
+    odd_names.c is); the reaper reads every process's stat to find its own
+    children and failed on one such name."""
+    odd = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import ctypes, sys; ctypes.CDLL(None).prctl(15, b'odd-\\xff\\xfe', 0, 0, 0);"
+            " print(flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert odd.stdout is not None and odd.stdout.readline() == b"\n"
+        assert Path(f"/proc/{odd.pid}/comm").read_bytes() == b"odd-\xff\xfe\n"
+        got = run_program(Path("/bin/true"), {}, shim, "", tmp_path)
+        assert got.code == 0, got
+    finally:
+        odd.kill()
+        odd.wait()
