@@ -58,15 +58,19 @@ static uint32_t *done_mask(uint64_t base) {
   return &heaps[nheaps++].done;
 }
 
-/* An arena heap: 64 MiB aligned, and its heap_info agrees with the mapping
- * (glibc keeps mprotect_size = the read-write part). Read through
+/* The end of the part of an arena heap glibc uses (heap_info.size), or 0
+ * when [lo, hi) is no arena heap: 64 MiB aligned, its heap_info agreeing
+ * with the mapping (glibc keeps mprotect_size = the read-write part). What
+ * lies past that end glibc has trimmed (MADV_DONTNEED leaves it read-write)
+ * or not used yet: collapsing it would fill it again. Read through
  * /proc/self/mem: glibc may unmap a heap after we read the maps, and a load
  * would then kill the process. */
-static int is_arena_heap(int mem, uint64_t lo, uint64_t hi) {
+static uint64_t arena_heap_end(int mem, uint64_t lo, uint64_t hi) {
   if (lo % HEAP_MAX || hi - lo > HEAP_MAX) return 0;
   struct heap_info h;
   if (pread(mem, &h, sizeof(h), (off_t)lo) != (ssize_t)sizeof(h)) return 0;
-  return h.ar_ptr != 0 && h.mprotect_size == hi - lo && h.size <= h.mprotect_size;
+  if (h.ar_ptr == 0 || h.mprotect_size != hi - lo || h.size > h.mprotect_size) return 0;
+  return lo + h.size;
 }
 
 /* "lo-hi rw-p offset dev inode [path]": a private read-write mapping with no
@@ -105,8 +109,9 @@ struct step {
 
 static int step_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
   struct step *st = arg;
-  if (anonymous_rw(rest) && is_arena_heap(st->mem, lo, hi)) {
-    int tried = collapse_heap(lo, hi, st->budget, st->stop, st->arg);
+  uint64_t end;
+  if (anonymous_rw(rest) && (end = arena_heap_end(st->mem, lo, hi)) != 0) {
+    int tried = collapse_heap(lo, end, st->budget, st->stop, st->arg);
     st->budget = tried < 0 ? 0 : st->budget - tried;
   }
   return st->budget <= 0;

@@ -94,6 +94,22 @@ def test_memory_glibc_returns_is_not_collapsed_back(targets):
     assert anon_kb(target.pid) <= trimmed + 2048, (full, trimmed)
 
 
+def test_what_glibc_trimmed_before_the_helper_looked_is_not_collapsed(targets):
+    """The helper collapses only the part of an arena heap glibc uses
+    (heap_info.size): the rest of the read-write mapping was trimmed with
+    MADV_DONTNEED or is not used yet, and a collapse would fill it."""
+    if why := huge_pages_unavailable():
+        pytest.skip(why)
+    if not _kernel_at_least(6, 1):
+        pytest.skip("MADV_COLLAPSE needs Linux 6.1")
+    target = targets.start(
+        PROGRAMS / "arena_trim.c", "at-once", env={"GLIBC_TUNABLES": HUGE_PAGE_TUNABLE}
+    )
+    trimmed = anon_kb(target.pid)
+    time.sleep(2.5)  # two of the helper's one-second looks
+    assert anon_kb(target.pid) <= trimmed + 2048, trimmed
+
+
 def _shim_region_huge(pid: int) -> tuple[int, bool]:
     """AnonHugePages (kB) of the shim's region, and whether it is advised so."""
     header = _native.read_registry(pid, open_target(pid).shim.descriptor_addr, False, False)
