@@ -49,8 +49,6 @@ from bench import results  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
-RESULTS = REPO / "bench" / "RESULTS.md"
-MARK = "<!-- exit_check_bench -->"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]
 CONFIGS: dict[str, tuple[bool, str | None]] = {
     "glibc": (False, None),
@@ -214,15 +212,7 @@ def suite(args: argparse.Namespace) -> str:
 
 def write_results(text: str) -> None:
     """Replace this bench's section of bench/RESULTS.md (or add it)."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    section = f"{MARK}\n## Leak check at exit\n\n{text}{MARK}\n"
-    if MARK in old:
-        head, _, rest = old.partition(MARK)
-        _, _, tail = rest.partition(MARK + "\n")
-        new = head + section + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(new)
+    results.put_section("exit_check_bench", f"## Leak check at exit\n\n{text}")
 
 
 def main() -> None:

@@ -41,10 +41,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import results  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
 PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
-RESULTS = REPO / "bench" / "RESULTS.md"
 README = REPO / "README.md"
 MARK = "<!-- peer_lsan_bench -->"
 CLI = "import sys; from unreachable.cli.main import main; sys.exit(main())"
@@ -254,17 +254,8 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
 
 def write_results(text: str) -> None:
     """Replace this bench's section of bench/RESULTS.md (or add it)."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    section = (
-        f"{MARK}\n## Side by side with LeakSanitizer (bench/peer_lsan_bench.py)\n\n{text}{MARK}\n"
-    )
-    if MARK in old:
-        head, _, rest = old.partition(MARK)
-        _, _, tail = rest.partition(MARK + "\n")
-        new = head + section + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    RESULTS.write_text(new)
+    title = "## Side by side with LeakSanitizer (bench/peer_lsan_bench.py)"
+    results.put_section("peer_lsan_bench", f"{title}\n\n{text}")
 
 
 def write_readme(text: str) -> None:

@@ -54,9 +54,15 @@ def machine() -> str:
 def write_section(name: str, title: str, text: str) -> None:
     """Replace bench `name`'s section of RESULTS.md (or add it) with `title`,
     the machine line and `text` (markdown, ending in a newline)."""
+    put_section(name, f"## {title}\n\nMachine: {machine()}.\n\n{text}")
+
+
+def put_section(name: str, body: str) -> None:
+    """Replace bench `name`'s section of RESULTS.md (or add it) with body,
+    as it is (a bench that writes its own machine line)."""
     mark = f"<!-- {name} -->"
     old = RESULTS.read_text() if RESULTS.exists() else HEADER
-    section = f"{mark}\n## {title}\n\nMachine: {machine()}.\n\n{text}{mark}\n"
+    section = f"{mark}\n{body}{mark}\n"
     if mark in old:
         head, _, rest = old.partition(mark)
         _, _, tail = rest.partition(mark + "\n")
