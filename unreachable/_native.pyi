@@ -68,6 +68,7 @@ class Descriptor(TypedDict):
     disabled: int
     disabled_errno: int
     unregistered: int
+    helper_frames: int
 
 class WriteTracker(TypedDict):
     cmd: int
@@ -364,6 +365,7 @@ class RegistryRead(TypedDict):
     disabled: int
     disabled_errno: int
     unregistered: int
+    helper_frames: int
 
 def read_registry(
     memory: Source, descriptor_addr: int, entries: bool = True, count_maps: bool = True, /

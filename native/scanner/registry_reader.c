@@ -184,7 +184,8 @@ static int add_regions(PyObject *result, const struct ur_descriptor *d,
   if (set_item(result, "regions", list) < 0) return -1;
   if (set_item(result, "disabled", PyLong_FromUnsignedLong(d->disabled)) < 0 ||
       set_item(result, "disabled_errno", PyLong_FromLong(d->disabled_errno)) < 0 ||
-      set_item(result, "unregistered", PyLong_FromUnsignedLongLong(d->unregistered)) < 0)
+      set_item(result, "unregistered", PyLong_FromUnsignedLongLong(d->unregistered)) < 0 ||
+      set_item(result, "helper_frames", PyLong_FromUnsignedLongLong(d->helper_frames)) < 0)
     return -1;
   return 0;
 fail:

@@ -166,11 +166,24 @@ static int answer_aside(uint32_t answer) {
   return 1;
 }
 
+/* The helper's frames hold the shim's values only: the arena ranges it
+ * collapses, size-map pages, and stale words of those below its SP. Taken as
+ * roots they would keep a leaked block whose address one of them happens to
+ * fall in, so a scan reads the helper's stack only above its frames (its
+ * start frame, TLS and thread control block, which holds its DTV) and not
+ * its registers. Not while it runs work the program asked for (dumps),
+ * whose glibc calls may hold the program's blocks: 0 then. */
+static void publish_frames(uint64_t top) {
+  __atomic_store_n(&unreachable_descriptor.helper_frames, top, __ATOMIC_RELEASE);
+}
+
 static void *helper_main(void *arg) {
   (void)arg;
   prctl(PR_SET_NAME, "ur-helper", 0, 0, 0);
   uint32_t *cmd = ur_g.helper_cmd;
   g_tid = (uint32_t)syscall(SYS_gettid);
+  uint64_t frames = (uint64_t)(uintptr_t)__builtin_frame_address(0);
+  publish_frames(frames);
   __atomic_store_n(&unreachable_descriptor.helper_tid, g_tid, __ATOMIC_RELEASE);
   pid_t child = 0; /* local: a forked process's new helper starts without one */
   long poll_ns = CHILD_POLL_MIN_NS;
@@ -210,7 +223,9 @@ static void *helper_main(void *arg) {
       ur_single_end(); /* dumps and stats enter glibc's allocator and its locks */
       ur_tls.busy++;
       void (*work)(uint32_t) = __atomic_load_n(&request_work, __ATOMIC_ACQUIRE);
+      publish_frames(0);
       if (work) work(req & ~UR_REQ_STEP_ASIDE);
+      publish_frames(frames);
       ur_tls.busy--;
     }
     if (req & UR_REQ_STEP_ASIDE) {
@@ -218,6 +233,7 @@ static void *helper_main(void *arg) {
       int busy = child || tracking_ns || __atomic_load_n(cmd, __ATOMIC_ACQUIRE) != UR_CMD_IDLE;
       if (answer_aside(busy ? ASIDE_REFUSED : ASIDE_GONE) && !busy) {
         __atomic_store_n(&unreachable_descriptor.helper_tid, 0, __ATOMIC_RELEASE);
+        publish_frames(0);
         ur_tls.busy++; /* what glibc frees as the thread ends: no slot, no record */
         return NULL;
       }
@@ -396,6 +412,7 @@ void ur_helper_after_fork_child(void) {
   g_running = HELPER_NONE;
   g_aside = ASIDE_NONE;
   unreachable_descriptor.helper_tid = 0;
+  unreachable_descriptor.helper_frames = 0;
   if (ur_g.helper_cmd) *ur_g.helper_cmd = UR_CMD_IDLE;
   ur_g.pending = 0; /* the parent's requests are the parent's */
   ur_write_tracking_after_fork_child();

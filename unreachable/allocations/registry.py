@@ -48,6 +48,7 @@ class Registry:
     options: str
     max_frames: int
     unregistered: int = 0  # blocks the shim had no memory to register
+    helper_frames: int = 0  # the helper's stack below holds the shim's values only; 0: none
 
     @property
     def total_bytes(self) -> int:
@@ -100,4 +101,5 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
         options=raw["options"],
         max_frames=raw["max_frames"],
         unregistered=raw["unregistered"],
+        helper_frames=raw["helper_frames"],
     )

@@ -13,7 +13,9 @@ captured threads decide instead:
   mappings: not roots.
 - a live thread's stack: a root from SP (minus the red zone) to the top of its
   mapping, which also covers glibc's static TLS and struct pthread at the top.
-  The part below SP is dead frames: not a root.
+  The part below SP is dead frames: not a root. The shim's helper thread's
+  frames and registers hold the shim's values only (arena ranges, size-map
+  pages): its stack is a root only above them, where the shim says.
 - a stack glibc cached for an exited thread (the shim recorded its bounds and
   no live thread runs on it): not a root.
 - since glibc 2.42 a thread's guard page is a guard region inside its stack
@@ -36,12 +38,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from unreachable.allocations.registry import THREAD_EXITED, THREAD_LIVE, Registry
+from unreachable.capture.stop_world import CapturedThread
 from unreachable.process.maps import SPECIAL, Mapping, find_mapping
 from unreachable.process.memory import Memory
 from unreachable.roots.exited_threads import control_block
 from unreachable.roots.glibc_heaps import Span, registry_blocks_in, whole_mappings
 
 RED_ZONE = 128  # x86-64 SysV ABI: leaf code may keep data below SP
+# A helper frame boundary further above its SP is not on its stack.
+HELPER_STACK_MAX = 1 << 24
 # The parts of sorted (begin, end) ranges that hold pages (process/memory.py).
 Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
 # Kinds of mapping that are never roots.
@@ -123,6 +128,17 @@ def classify(
     elf_segments(roots, of("globals"))
     anonymous_maps(roots, of("anonymous"), heap, present)
     return roots
+
+
+def stack_sps(threads: Sequence[CapturedThread], registry: Registry) -> dict[int, int]:
+    """Each captured thread's SP, where the roots of its stack begin (less the
+    red zone); the shim's helper's from above its frames while it publishes
+    them (they hold the shim's values only, native/shim/helper.c)."""
+    sps = {t.tid: t.sp for t in threads}
+    top, tid = registry.helper_frames, registry.helper_tid
+    if top and tid in sps and 0 <= top - sps[tid] < HELPER_STACK_MAX:
+        sps[tid] = top + RED_ZONE
+    return sps
 
 
 def live_stacks(

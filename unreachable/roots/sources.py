@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from unreachable.allocations.registry import Registry
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread
@@ -82,8 +83,12 @@ def signal_stacks(
     return _counted("signal stacks", altstack_words(memory, table, count, {t.tid for t in threads}))
 
 
-def registers(threads: Sequence[CapturedThread]) -> list[RootValues]:
-    """Each thread's general registers, then each thread's vector registers."""
+def registers(threads: Sequence[CapturedThread], registry: Registry) -> list[RootValues]:
+    """Each thread's general registers, then each thread's vector registers;
+    not the shim's helper's while it publishes its frames (they hold the
+    shim's values only, native/shim/helper.c)."""
+    if registry.helper_frames:
+        threads = [t for t in threads if t.tid != registry.helper_tid]
     return [
         *(RootValues(f"registers {t.tid}", register_words([t.regs])) for t in threads),
         *(RootValues(f"vector registers {t.tid}", register_words([t.xstate])) for t in threads),

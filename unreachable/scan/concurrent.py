@@ -43,7 +43,7 @@ from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_bud
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 from unreachable.process.memory import present_ranges
 from unreachable.roots import sources
-from unreachable.roots.classify import Roots, classify
+from unreachable.roots.classify import Roots, classify, stack_sps
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
 from unreachable.roots.heap_words import heap_spans
@@ -183,14 +183,17 @@ def _read_runs(pid: int, runs: bytes) -> bytearray:
 
 
 def _values(
-    threads: Sequence[CapturedThread], held: KernelHeld | None, mappings: Sequence[Mapping]
+    threads: Sequence[CapturedThread],
+    held: KernelHeld | None,
+    mappings: Sequence[Mapping],
+    registry: Registry,
 ) -> dict[str, bytes]:
     """The values only the kernel holds, and the registers: roots/sources.py's
     own, pipe and socket bytes filtered by the same spans as in every mode
     (every readable anonymous mapping at that stop: a superset of where the
     candidates lie, as each is the same block at both stops)."""
     return {
-        "registers": b"".join(v.words for v in sources.registers(threads)),
+        "registers": b"".join(v.words for v in sources.registers(threads, registry)),
         **{
             v.source: v.words
             for v in (
@@ -302,7 +305,7 @@ def _first_roots(
     heap = heap_parts(pid, maps1, registry_blocks_in(registry))
     roots = classify(
         maps1,
-        {t.tid: t.sp for t in threads1},
+        stack_sps(threads1, registry),
         registry,
         target.shim.path,
         [arena] if arena else [],
@@ -311,7 +314,7 @@ def _first_roots(
         pid,
     )
     spans = heap_spans(maps1, heap)
-    values1 = _values(threads1, held1, maps1)
+    values1 = _values(threads1, held1, maps1, registry)
     values1["signal stacks"] = sources.signal_stacks(pid, _altstacks(target), threads1).words
     values1["exited threads' control blocks"] = sources.exited_threads_dtvs(
         pid, roots.dead_stacks
@@ -533,7 +536,7 @@ def _finish(
     threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = second
     final = read_registry(copy, addr)
     rounds.append(len(page_bytes))
-    values2 = _values(threads2, held2, maps2)
+    values2 = _values(threads2, held2, maps2, final)
     values2["signal stacks"] = altstacks
     # Words found in memory the rounds do not read (code pages that are not
     # writable at the stop, exited threads' control blocks): those of the

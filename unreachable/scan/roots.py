@@ -16,7 +16,7 @@ from unreachable.capture.stop_world import CapturedThread
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, present_ranges
 from unreachable.roots import sources
-from unreachable.roots.classify import Roots, classify
+from unreachable.roots.classify import Roots, classify, stack_sps
 from unreachable.roots.sources import RootValues
 from unreachable.scan.allocations import Allocations
 
@@ -60,7 +60,7 @@ def find_roots(
 ) -> RootSet:
     ranges = classify(
         mappings,
-        {t.tid: t.sp for t in threads},
+        stack_sps(threads, allocations.registry),
         allocations.registry,
         inputs.shim_path,
         inputs.allocator_state,
@@ -76,7 +76,7 @@ def find_roots(
         sources.pipe_data(held, mappings),
         sources.socket_data(held, mappings),
         sources.signal_stacks(memory, inputs.altstacks, threads),
-        *sources.registers(threads),
+        *sources.registers(threads, allocations.registry),
         sources.exited_threads_dtvs(memory, ranges.dead_stacks),
         sources.jit_code(memory, mappings, spans, inputs.kept_out),
         sources.kept_out_of_fork(inputs.kept_out, inputs.kept_candidates, spans),

@@ -527,7 +527,9 @@ struct ur_descriptor {
   uint32_t disabled;       /* enum ur_disabled */
   int32_t disabled_errno;
   uint64_t unregistered;   /* blocks left out of the registry: no memory to hold them */
-  uint64_t reserved[3];
+  uint64_t helper_frames;  /* the helper's stack below this holds its frames, the shim's values
+                              only: no root, nor are its registers; 0: take its whole stack */
+  uint64_t reserved[2];
 };
 
 #ifdef __cplusplus
