@@ -57,6 +57,7 @@ SCENARIOS = [
     "main_thread_exited.c",
     "in_flight.c",
     "merged_stacks.c",
+    "unmapped_stack.c",
 ]
 
 

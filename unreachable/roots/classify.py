@@ -16,8 +16,10 @@ captured threads decide instead:
   The part below SP is dead frames: not a root. The shim's helper thread's
   frames and registers hold the shim's values only (arena ranges, size-map
   pages): its stack is a root only above them, where the shim says.
-- a stack glibc cached for an exited thread (the shim recorded its bounds and
-  no live thread runs on it): not a root.
+- a stack glibc cached for an exited thread (the shim recorded its bounds, no
+  live thread runs on it, and its top still holds the thread's control
+  block: glibc unmaps stacks its cache cannot hold, and the program may map
+  its own memory there): not a root.
 - since glibc 2.42 a thread's guard page is a guard region inside its stack
   mapping (MADV_GUARD_INSTALL), not a PROT_NONE mapping of its own, so
   neighbouring thread stacks merge into one mapping. Such a mapping is cut
@@ -111,7 +113,7 @@ def classify(
     stacks = live_stacks(mappings, thread_sps, heap)
     exited = exited_stack_bounds(registry, thread_sps)
     kinds = {
-        m: _kind(m, registry, shim_path, stacks, heap, exited)
+        m: _kind(m, registry, shim_path, stacks, heap, exited, memory)
         for m in mappings
         if m.readable and m.path not in SPECIAL
     }
@@ -240,6 +242,7 @@ def _kind(
     stacks: dict[Mapping, int],
     heap: dict[Mapping, list[Span]],
     exited: set[tuple[int, int]],
+    memory: Memory | None,
 ) -> str:
     """What a readable mapping holds, first match wins."""
     if any(begin <= m.start and m.end <= end for begin, end in registry.regions):
@@ -250,7 +253,7 @@ def _kind(
         return "stack"
     if m.path == "[heap]" or heap.get(m) == [(m.start, m.end)]:
         return "heap"
-    if m.anonymous and _is_dead_stack(m, exited):
+    if m.anonymous and _is_dead_stack(m, exited, memory):
         return "exited-thread stack"
     if m.anonymous or m.path.startswith("[stack"):
         return "anonymous"
@@ -331,11 +334,15 @@ def _in_heap(m: Mapping, sp: int, heap: dict[Mapping, list[Span]]) -> bool:
     return m.path == "[heap]" or any(b <= sp < e for b, e in heap.get(m, []))
 
 
-def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]]) -> bool:
+def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]], memory: Memory | None) -> bool:
     # glibc's pthread_getattr_np reports the stack without its guard page, and
     # before 2.42 the guard is its own PROT_NONE mapping, so the bounds match
     # exactly; a stack inside a larger mapping is a piece of its own by now.
-    return (m.start, m.end) in dead or any(lo >= m.start and hi == m.end for lo, hi in dead)
+    if not ((m.start, m.end) in dead or any(lo >= m.start and hi == m.end for lo, hi in dead)):
+        return False
+    # glibc unmaps a stack its cache cannot hold, and the program may map its
+    # own memory there: a cached stack still ends in its control block.
+    return memory is None or control_block(memory, m.start, m.end) is not None
 
 
 def register_words(regsets: list[bytes]) -> bytes:
