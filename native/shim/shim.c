@@ -34,8 +34,10 @@
 
 static struct ur_options opts;
 static int options_ok;
-static int fork_nested; /* fork() called by the thread that holds malloc_disable */
-static int fork_io_locked; /* fork_prepare took stdio's list lock */
+/* The forker's own: the next forker sets them in its prepare handler while
+ * this one may still be in its parent handler. */
+static __thread int fork_nested __attribute__((tls_model("initial-exec"))); /* holds malloc_disable */
+static __thread int fork_io_locked __attribute__((tls_model("initial-exec"))); /* took stdio's list lock */
 /* A signal handler may fork while its thread is inside these handlers (glibc
  * allows it in a single-threaded process): the inner fork must not wait for
  * locks its own thread is taking, nor undo what the outer one set. */
@@ -200,7 +202,7 @@ static void fork_parent(void) {
     ur_registry_unlock_all();
     if (fork_io_locked) _IO_list_unlock();
   }
-  ur_unwind_gate_open();
+  ur_unwind_gate_open(ur_self_tid());
   /* Only once every lock is given back: a handler's fork meanwhile would
    * wait on the locks its own thread still holds. */
   __atomic_signal_fence(__ATOMIC_SEQ_CST);

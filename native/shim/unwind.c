@@ -66,8 +66,13 @@ void ur_unwind_gate_close(uint32_t tid) {
   }
 }
 
-void ur_unwind_gate_open(void) {
-  __atomic_store_n(&ur_g.unwind_gate, 0, __ATOMIC_SEQ_CST);
+/* Only the forker's own gate: once it has given back its locks the next
+ * forker may already have closed the gate for itself, and opening that would
+ * let threads in that no longer wake it as they leave. */
+void ur_unwind_gate_open(uint32_t tid) {
+  uint32_t mine = tid;
+  __atomic_compare_exchange_n(&ur_g.unwind_gate, &mine, 0, 0, __ATOMIC_SEQ_CST,
+                              __ATOMIC_SEQ_CST);
   int saved = errno;
   ur_futex(&ur_g.unwind_gate, FUTEX_WAKE_PRIVATE, INT_MAX);
   errno = saved;

@@ -30,7 +30,7 @@ size_t ur_unwind(uintptr_t *out, size_t max);
 void ur_unwind_wait_gate(void);
 void ur_unwind_wake_gate(void);
 void ur_unwind_gate_close(uint32_t tid);
-void ur_unwind_gate_open(void);
+void ur_unwind_gate_open(uint32_t tid);
 void ur_unwind_gate_after_fork_child(void);
 
 static inline void ur_unwind_enter(void) {

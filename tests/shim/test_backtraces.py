@@ -70,3 +70,11 @@ def test_a_child_forked_while_other_threads_unwind_can_unwind(shim: Path, option
     waiting forever (a forked child's malloc under backtrace=N, or its free
     under free_track=N)."""
     assert run_ok(program("fork_unwind.c"), shim=shim, options=options) == "OK\n"
+
+
+def test_threads_that_fork_at_once_while_others_unwind_all_finish(shim: Path) -> None:
+    """Each forker closes the unwind gate for itself and opens only its own:
+    one that opened the next forker's gate left that forker waiting forever
+    for unwinding threads that no longer woke it (glibc's
+    tst-malloc-fork-deadlock under backtrace=16, about one run in a hundred)."""
+    assert run_ok(program("fork_gate.c"), shim=shim, options="backtrace=16") == "OK\n"
