@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +44,8 @@ for argv in json.load(open(sys.argv[1])):
     except BaseException as e:
         rc, err = -1, io.StringIO(f"Traceback: escaped main(): {type(e).__name__}: {e}")
     print(json.dumps({"argv": argv, "rc": rc, "err": err.getvalue()[:2000]}), flush=True)
+usage = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+print(json.dumps({"peak": max(u.ru_maxrss for u in usage) * 1024}), flush=True)
 """
 
 
@@ -158,7 +159,9 @@ def build_cases(tmp: Path) -> list[list[str]]:
     return cases
 
 
-def run_children(cases: list[list[str]], tmp: Path) -> list[dict]:
+def run_children(cases: list[list[str]], tmp: Path) -> tuple[list[dict], int]:
+    """Each case's outcome, and the highest peak RSS of a child (its own
+    count: the test process's other children are not its business)."""
     chunks = [cases[i::CHILDREN] for i in range(CHILDREN)]
     procs = []
     for i, chunk in enumerate(chunks):
@@ -173,20 +176,21 @@ def run_children(cases: list[list[str]], tmp: Path) -> list[dict]:
                 env=os.environ | {"UNREACHABLE_CACHE_DIR": str(tmp / "cache")},
             )
         )
-    results = []
+    results, peak = [], 0
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, f"fuzz child died ({p.returncode}):\n{err[-3000:]}"
-        results += [json.loads(line) for line in out.splitlines()]
-    return results
+        lines = [json.loads(line) for line in out.splitlines()]
+        peak = max(peak, lines[-1]["peak"])
+        results += lines[:-1]
+    return results, peak
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
 def test_fuzz_inputs_exit_cleanly_in_bounded_memory(tmp_path):
     cases = build_cases(tmp_path)
-    results = run_children(cases, tmp_path)
+    results, peak = run_children(cases, tmp_path)
     assert len(results) == len(cases)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     bad = [
         r
         for r in results
