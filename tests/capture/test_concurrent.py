@@ -299,9 +299,11 @@ def test_a_mark_whose_rounds_do_not_converge_gives_way_before_its_last_stop(targ
     with pytest.raises(GaveWay) as gave:
         concurrent_sweep(open_target(target.pid), give_way_ms=1.0)
     e = gave.value
-    # Rounds that never got down to what converges; given up after the
-    # second (it did not shrink) or the last.
-    assert 2 <= len(e.rounds) <= MAX_ROUNDS and all(n > SMALL_ROUND for n in e.rounds), e.rounds
+    # Rounds that never got down to what converges: given up after the
+    # second (it did not shrink) or the last, or before the first mark by
+    # the probe (the heap written faster than it is read).
+    assert all(n > SMALL_ROUND for n in e.rounds), e.rounds
+    assert (1 if e.probe_ms else 2) <= len(e.rounds) <= MAX_ROUNDS, (e.rounds, e.probe_ms)
     assert e.predicted_ms > e.bound_ms == 1.0
     assert "concurrent mark did not converge:" in str(e)
     _left_as_found(target)

@@ -36,7 +36,7 @@ import struct
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from unreachable import _native
@@ -47,7 +47,11 @@ from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import Target
-from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
+from unreachable.capture.write_tracking import (
+    TrackingUnavailable,
+    tracked_writes,
+    wait_untracked,
+)
 from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 from unreachable.process.memory import present_ranges
@@ -71,6 +75,10 @@ SMALL_ROUND = 1 << 20
 # shrunk: with a bound to keep, the mark gives way at once rather than
 # spend its last rounds.
 SHRINK = 0.5
+# The probe before the first mark: how long it lets the target write, and
+# how much of what it wrote it reads to time the reading.
+PROBE_S = 0.05
+PROBE_READ = 16 << 20
 READ_THREADS = 2
 # The first mark's threads, each reading the live target through a chunk
 # cache of its own (CACHE_BYTES each): the scan's longest step, so it gets
@@ -109,14 +117,20 @@ class GaveWay(Exception):
     """The rounds did not converge: the last stop, predicted from the bytes
     the last round read and the rate it read them at, would have paused
     the target longer than the bound. Raised before that stop; nothing is
-    reported, and the target was stopped once."""
+    reported, and the target was stopped once. probe_ms: raised by the
+    probe before the first mark, the target writing more in that time than
+    the scanner reads."""
 
-    def __init__(self, rounds: list[int], predicted_ms: float, bound_ms: float) -> None:
-        self.rounds = rounds  # bytes read per round
+    def __init__(
+        self, rounds: list[int], predicted_ms: float, bound_ms: float, probe_ms: float = 0.0
+    ) -> None:
+        self.rounds = rounds  # bytes read per round (the probe's: listed)
         self.predicted_ms = predicted_ms
         self.bound_ms = bound_ms
+        self.probe_ms = probe_ms
+        per = f"in {probe_ms:.0f} ms, more than it reads" if probe_ms else "per round"
         super().__init__(
-            f"concurrent mark did not converge: {rounds[-1] / 1e6:.0f} MB written per round"
+            f"concurrent mark did not converge: {rounds[-1] / 1e6:.0f} MB written {per}"
             f" (its last stop would have paused about {predicted_ms:.0f} ms,"
             f" the next plan about {bound_ms:.0f} ms)"
         )
@@ -273,6 +287,10 @@ def concurrent_sweep(target: Target, give_way_ms: float | None = None) -> Concur
     try:
         with tracked_writes(target):
             return _sweep(target, pid, addr, rearm, give_way_ms)
+    except GaveWay:
+        rearm.close()
+        wait_untracked(target)
+        raise
     finally:
         # After the helper's STOP: a mapping registered here after the
         # helper unregistered the others is unregistered as the last
@@ -489,6 +507,9 @@ def _mark(
     rearm: _Rearm,
     give_way_ms: float | None,
 ) -> ConcurrentSweep:
+    plan = _Rounds(pid, _registry_spans(pid, addr, maps1), rearm, pause1, give_way_ms)
+    if give_way_ms is not None:
+        plan.probe()
     # The first mark, over the live memory.
     registry = holder.pop()
     roots, spans, values1 = _first_roots(target, pid, registry, maps1, threads1, held1)
@@ -537,7 +558,7 @@ def _mark(
             pause1,
             stop1,
             released,
-            _Rounds(pid, reg_maps, rearm, pause1, give_way_ms),
+            replace(plan, reg_maps=reg_maps),
         )
     finally:
         copy.close()
@@ -563,6 +584,56 @@ class _Rounds:
         read_ms = nbytes / rate * 1000 if rate > 0 else 0.0
         return self.pause1_ms + walk_s * 1000 + read_ms
 
+    def _listed(self) -> tuple[bytes, float] | None:
+        """The pages written since the last call, protected again, and how
+        long the walk took; None when marks cannot be cleared."""
+        t0 = time.monotonic()
+        maps = read_maps(self.pid)
+        self.rearm.arm(maps, self.reg_maps)
+        try:
+            runs = _native.written_pages(self.pid, _tracked(maps, self.reg_maps), True)
+        except OSError:
+            return None
+        return runs, time.monotonic() - t0
+
+    def probe(self) -> None:
+        """Before the first mark (seconds of work on a big heap): what the
+        target writes in PROBE_S. Rounds cannot shrink below what it writes
+        in the time they take to read it: once a round reads W(t) bytes,
+        written in t, taking longer than t, the next reads at least as
+        much. So if W(PROBE_S) takes longer than PROBE_S to read, and that
+        read would make the last stop pass the bound, the mark gives way
+        now. Protecting the pages without reading them is sound: the mark
+        reads every page after this, and the rounds list what is written
+        after that."""
+        if self._listed() is None:
+            return
+        t0 = time.monotonic()
+        time.sleep(PROBE_S)
+        got = self._listed()
+        if got is None:
+            return
+        runs, walk_s = got
+        spans = _native.abi_decode_array("ur_range", runs)
+        written = sum(r["end"] - r["begin"] for r in spans)
+        if written <= SMALL_ROUND:
+            return
+        sample, n = [], 0
+        for r in spans:
+            if n >= PROBE_READ:
+                break
+            sample.append((r["begin"], min(r["end"], r["begin"] + PROBE_READ - n)))
+            n += sample[-1][1] - sample[-1][0]
+        interval = time.monotonic() - t0
+        t1 = time.monotonic()
+        _read_runs(self.pid, _pack(sample))
+        self.read_bytes += n
+        self.read_s += time.monotonic() - t1
+        predicted = self.predict_ms(walk_s, written)
+        assert self.give_way_ms is not None
+        if predicted - self.pause1_ms > interval * 1000 and predicted > self.give_way_ms:
+            raise GaveWay([written], predicted, self.give_way_ms, interval * 1000)
+
     def run(self, cands: bytes, state: bytearray, store: bytearray) -> tuple[list[int], int]:
         """Re-mark from the pages written meanwhile, the target running,
         until a round reads little: the bytes each round read, and the
@@ -571,15 +642,11 @@ class _Rounds:
         rounds: list[int] = []
         rescued = 0
         for i in range(MAX_ROUNDS):
-            t0 = time.monotonic()
-            maps = read_maps(self.pid)
-            self.rearm.arm(maps, self.reg_maps)
-            tracked = _tracked(maps, self.reg_maps)
-            try:
-                runs = _native.written_pages(self.pid, tracked, True)
-            except OSError:
+            got = self._listed()
+            if got is None:
                 # Marks cannot be cleared: the stop reads all written since the start.
                 break
+            runs, walk_s = got
             t1 = time.monotonic()
             page_bytes = _read_runs(self.pid, runs)
             t2 = time.monotonic()
@@ -592,7 +659,7 @@ class _Rounds:
                 break
             if self.give_way_ms is None:
                 continue
-            predicted = self.predict_ms(t1 - t0, n)
+            predicted = self.predict_ms(walk_s, n)
             shrunk = i == 0 or n <= rounds[-2] * SHRINK
             if predicted > self.give_way_ms and (not shrunk or i == MAX_ROUNDS - 1):
                 raise GaveWay(rounds, predicted, self.give_way_ms)
