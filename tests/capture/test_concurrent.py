@@ -21,7 +21,7 @@ from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.scan import ScanOptions, scan
 from unreachable.scan.facts import gather_facts
-from unreachable.scan.plan import plan
+from unreachable.scan.plan import Plan, plan
 from unreachable.scan.run import run_plans
 
 HERE = Path(__file__).parent
@@ -46,6 +46,15 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
     target = targets.start(program)
     for _ in range(5):
         report = scan(target.pid, ScanOptions(snapshot="concurrent"))
+        exact(target, report)
+        assert report.snapshot == "concurrent"
+    # As auto takes it, with a bound it never passes: the probe before the
+    # first mark protects the pages written so far without reading them.
+    options = ScanOptions()
+    facts = gather_facts(target.pid, options)
+    bounded = Plan("concurrent", give_way_ms=1e9, give_way_to="fork")
+    for _ in range(3):
+        report = run_plans(facts, [bounded], options)
         exact(target, report)
         assert report.snapshot == "concurrent"
     wait_untracked(target.pid)
@@ -306,6 +315,42 @@ def test_a_mark_whose_rounds_do_not_converge_gives_way_before_its_last_stop(targ
     assert (1 if e.probe_ms else 2) <= len(e.rounds) <= MAX_ROUNDS, (e.rounds, e.probe_ms)
     assert e.predicted_ms > e.bound_ms == 1.0
     assert "concurrent mark did not converge:" in str(e)
+    _left_as_found(target)
+
+
+@needs_tracking
+def test_rounds_that_do_not_shrink_give_way(targets):
+    """The rounds' own rule, without the probe before them: the first round
+    reads what was written since tracking began, the second about as much
+    again (not half of it), and the last stop predicted from it passes the
+    bound."""
+    from unreachable.process.maps import read_maps
+    from unreachable.scan.concurrent import (
+        MAX_ROUNDS,
+        SHRINK,
+        SMALL_ROUND,
+        GaveWay,
+        _Rearm,
+        _Rounds,
+    )
+
+    target = targets.start(HERE / "programs" / "refcounts.c")
+    rearm = _Rearm(target.pid)
+    try:
+        with tracked_writes(open_target(target.pid)):
+            rearm.start(read_maps(target.pid))
+            rounds = _Rounds(target.pid, [], rearm, 0.0, 1.0)
+            with pytest.raises(GaveWay) as gave:
+                rounds.run(b"", bytearray(), bytearray())
+    finally:
+        rearm.close()
+    e = gave.value
+    # Given up after the second round, which did not shrink to half the
+    # first, or (the writers starved of a core meanwhile) after the last.
+    assert e.probe_ms == 0 and 2 <= len(e.rounds) <= MAX_ROUNDS, e.rounds
+    assert all(n > SMALL_ROUND for n in e.rounds), e.rounds
+    assert len(e.rounds) == MAX_ROUNDS or e.rounds[1] > e.rounds[0] * SHRINK, e.rounds
+    assert "MB written per round" in str(e)
     _left_as_found(target)
 
 
