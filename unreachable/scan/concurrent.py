@@ -307,13 +307,14 @@ _UFFD_FEATURE_WP_ASYNC = 1 << 15
 
 class _Rearm:
     """Mappings born after the helper registered the target's (an arena,
-    the brk heap grown, a thread's stack) carry no write protection: every
-    round would list all of their pages again. The helper's userfaultfd,
-    duplicated here (pidfd_getfd), registers them: its ioctls act on the
-    target's memory whoever calls them. The round that follows protects
-    their present pages as it lists them, as it does the others'. Without
-    that descriptor (the call not allowed, no single userfaultfd of the
-    helper's kind in the target), they are read every round as before."""
+    the brk heap grown, a thread's stack) carry no write protection, and
+    the kernel's protecting walk passes over them: no round lists them,
+    and the last stop would read all their pages. The helper's
+    userfaultfd, duplicated here (pidfd_getfd), registers them: its ioctls
+    act on the target's memory whoever calls them. The round that follows
+    lists their present pages and protects them, as it does the others'.
+    Without that descriptor (the call not allowed, no single userfaultfd
+    of the helper's kind in the target), the last stop reads them."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -341,7 +342,7 @@ class _Rearm:
             try:
                 fcntl.ioctl(self.fd, _UFFDIO_REGISTER, arg)
             except OSError:
-                continue  # gone meanwhile, or another userfaultfd's: read every round
+                continue  # gone meanwhile, or another userfaultfd's: read by the stop
             self.registered += m.end - m.start
 
     def close(self) -> None:
