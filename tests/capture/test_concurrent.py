@@ -4,10 +4,12 @@ threads move, free and allocate blocks all through the mark, and none lost."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -318,6 +320,10 @@ def test_a_mark_whose_rounds_do_not_converge_gives_way_before_its_last_stop(targ
     _left_as_found(target)
 
 
+def _bytes(runs: bytes) -> int:
+    return sum(e - b for b, e in struct.iter_unpack("<QQ", runs))
+
+
 @needs_tracking
 def test_rounds_that_do_not_shrink_give_way(targets):
     """The rounds' own rule, without the probe before them: the first round
@@ -332,6 +338,7 @@ def test_rounds_that_do_not_shrink_give_way(targets):
         GaveWay,
         _Rearm,
         _Rounds,
+        _tracked,
     )
 
     target = targets.start(HERE / "programs" / "refcounts.c")
@@ -339,6 +346,13 @@ def test_rounds_that_do_not_shrink_give_way(targets):
     try:
         with tracked_writes(open_target(target.pid)):
             rearm.start(read_maps(target.pid))
+            # Until the writers have run since tracking began (a busy machine
+            # may keep them off a core for a while).
+            tracked = _tracked(read_maps(target.pid), [])
+            deadline = time.monotonic() + 60
+            while _bytes(_native.written_pages(target.pid, tracked, False)) < 16 << 20:
+                assert time.monotonic() < deadline, "the writers never ran"
+                time.sleep(0.01)
             rounds = _Rounds(target.pid, [], rearm, 0.0, 1.0)
             with pytest.raises(GaveWay) as gave:
                 rounds.run(b"", bytearray(), bytearray())
@@ -372,6 +386,25 @@ def test_auto_forks_a_target_writing_all_over_its_heap_and_says_why(targets):
     assert "concurrent mark did not converge:" in report.snapshot_note
     assert "; forked instead" in report.snapshot_note
     assert "two stops" not in report.snapshot_note
+    _left_as_found(target)
+
+
+@needs_tracking
+def test_cli_auto_says_why_it_forked(targets):
+    """The same through the CLI: exit 1 (leaks found), the fork's report,
+    and the note in its JSON."""
+    target = targets.start(HERE / "programs" / "refcounts.c")
+    out = subprocess.run(
+        [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["snapshot"] == "fork" and doc["leak_count"] == target.int("leak_count")
+    assert "concurrent mark did not converge" in doc["snapshot_note"]
+    assert "; forked instead" in doc["snapshot_note"], doc["snapshot_note"]
     _left_as_found(target)
 
 
