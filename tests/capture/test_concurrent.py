@@ -4,9 +4,12 @@ threads move, free and allocate blocks all through the mark, and none lost."""
 
 from __future__ import annotations
 
+import json
+import os
 import struct
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.scan import ScanOptions, scan
 from unreachable.scan.facts import gather_facts
-from unreachable.scan.plan import plan
+from unreachable.scan.plan import Plan, plan
 from unreachable.scan.run import run_plans
 
 HERE = Path(__file__).parent
@@ -45,6 +48,15 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
     target = targets.start(program)
     for _ in range(5):
         report = scan(target.pid, ScanOptions(snapshot="concurrent"))
+        exact(target, report)
+        assert report.snapshot == "concurrent"
+    # As auto takes it, with a bound it never passes: the probe before the
+    # first mark protects the pages written so far without reading them.
+    options = ScanOptions()
+    facts = gather_facts(target.pid, options)
+    bounded = Plan("concurrent", give_way_ms=1e9, give_way_to="fork")
+    for _ in range(3):
+        report = run_plans(facts, [bounded], options)
         exact(target, report)
         assert report.snapshot == "concurrent"
     wait_untracked(target.pid)
@@ -74,21 +86,19 @@ def _auto_as_if_big(pid: int, options: ScanOptions):
 
 
 @needs_tracking
-def test_auto_takes_no_concurrent_mark_and_forks_when_writes_cannot_be_tracked(targets):
+def test_auto_forks_when_writes_cannot_be_tracked(targets):
+    """On a big heap auto plans a concurrent mark and a copy first (and
+    under a budget only they might meet, on any heap). Another scan holds
+    the target's write tracking, which both need: auto forks, and says
+    why."""
     target = targets.start(HERE / "programs" / "mover.c")
-    report = _auto_as_if_big(target.pid, ScanOptions())
-    exact(target, report)
-    assert report.snapshot in ("copy", "fork")
-    wait_untracked(target.pid)
-    # Under a budget only they might meet, auto plans a copy and a concurrent
-    # mark first. Another scan holds the target's write tracking, which both
-    # need: auto forks, and says why.
-    with tracked_writes(open_target(target.pid)):
-        report = _auto_as_if_big(target.pid, ScanOptions(max_pause_ms=0.01))
-    exact(target, report)
-    assert report.snapshot == "fork"
-    assert "another scan is copying" in report.snapshot_note
-    wait_untracked(target.pid)
+    for options in (ScanOptions(), ScanOptions(max_pause_ms=0.01)):
+        with tracked_writes(open_target(target.pid)):
+            report = _auto_as_if_big(target.pid, options)
+        exact(target, report)
+        assert report.snapshot == "fork"
+        assert "snapshot: another scan is copying" in report.snapshot_note
+        wait_untracked(target.pid)
     # Asked for, it is refused instead.
     with tracked_writes(open_target(target.pid)):
         with pytest.raises(TargetUnscannable, match="no concurrent snapshot: another scan"):
@@ -263,3 +273,192 @@ def test_concurrent_needs_the_shim(targets):
     target = targets.start(SCAN_PROGRAMS / "globals.c", preload=False, wait_helper=False)
     with pytest.raises(TargetNotShimmed):
         scan(target.pid, ScanOptions(snapshot="concurrent"))
+
+
+def _userfaultfds(pid: int) -> list[str]:
+    out = []
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") == "anon_inode:[userfaultfd]":
+                out.append(name)
+        except OSError:
+            pass
+    return out
+
+
+def _left_as_found(target) -> None:
+    """No write tracking left behind: no mapping registered with a
+    userfaultfd, none open, the helper idle, no tracer."""
+    from tests.support.tracking import write_protected
+
+    wait_untracked(target.pid)
+    assert not write_protected(target.pid)
+    assert _userfaultfds(target.pid) == []
+    assert target.alive() and target.tracer() == 0
+
+
+@needs_tracking
+def test_a_mark_whose_rounds_do_not_converge_gives_way_before_its_last_stop(targets):
+    """refcounts.c's two threads write every block of its 77 MB heap all
+    the time: every round reads about all of it again. Bound by a pause
+    its last stop would break, the mark gives up before that stop (the
+    target was stopped once), and leaves the target as it found it: no
+    mapping registered, no userfaultfd, no tracer."""
+    from unreachable.scan.concurrent import MAX_ROUNDS, SMALL_ROUND, GaveWay, concurrent_sweep
+
+    target = targets.start(HERE / "programs" / "refcounts.c")
+    with pytest.raises(GaveWay) as gave:
+        concurrent_sweep(open_target(target.pid), give_way_ms=1.0)
+    e = gave.value
+    # Rounds that never got down to what converges: given up after the
+    # second (it did not shrink) or the last, or before the first mark by
+    # the probe (the heap written faster than it is read).
+    assert all(n > SMALL_ROUND for n in e.rounds), e.rounds
+    assert (1 if e.probe_ms else 2) <= len(e.rounds) <= MAX_ROUNDS, (e.rounds, e.probe_ms)
+    assert e.predicted_ms > e.bound_ms == 1.0
+    assert "concurrent mark did not converge:" in str(e)
+    _left_as_found(target)
+
+
+def _bytes(runs: bytes) -> int:
+    return sum(e - b for b, e in struct.iter_unpack("<QQ", runs))
+
+
+@needs_tracking
+def test_rounds_that_do_not_shrink_give_way(targets):
+    """The rounds' own rule, without the probe before them: the first round
+    reads what was written since tracking began, the second about as much
+    again (not half of it), and the last stop predicted from it passes the
+    bound."""
+    from unreachable.process.maps import read_maps
+    from unreachable.scan.concurrent import (
+        MAX_ROUNDS,
+        SHRINK,
+        SMALL_ROUND,
+        GaveWay,
+        _Rearm,
+        _Rounds,
+        _tracked,
+    )
+
+    target = targets.start(HERE / "programs" / "refcounts.c")
+    rearm = _Rearm(target.pid)
+    try:
+        with tracked_writes(open_target(target.pid)):
+            rearm.start(read_maps(target.pid))
+            # Until the writers have run since tracking began (a busy machine
+            # may keep them off a core for a while).
+            tracked = _tracked(read_maps(target.pid), [])
+            deadline = time.monotonic() + 60
+            while _bytes(_native.written_pages(target.pid, tracked, False)) < 16 << 20:
+                assert time.monotonic() < deadline, "the writers never ran"
+                time.sleep(0.01)
+            rounds = _Rounds(target.pid, [], rearm, 0.0, 1.0)
+            with pytest.raises(GaveWay) as gave:
+                rounds.run(b"", bytearray(), bytearray())
+    finally:
+        rearm.close()
+    e = gave.value
+    # Given up after the second round, which did not shrink to half the
+    # first, or (the writers starved of a core meanwhile) after the last.
+    assert e.probe_ms == 0 and 2 <= len(e.rounds) <= MAX_ROUNDS, e.rounds
+    assert all(n > SMALL_ROUND for n in e.rounds), e.rounds
+    assert len(e.rounds) == MAX_ROUNDS or e.rounds[1] > e.rounds[0] * SHRINK, e.rounds
+    assert "MB written per round" in str(e)
+    _left_as_found(target)
+
+
+@needs_tracking
+def test_auto_forks_a_target_writing_all_over_its_heap_and_says_why(targets):
+    """Under auto the same heap (past CONCURRENT_FROM_BYTES) is marked
+    concurrently first; its rounds do not converge, so the scan forks
+    instead, with exactly the dropped blocks, and the note says why. No
+    second stop was taken: the report's pause is the fork's alone."""
+    from unreachable.scan.plan import CONCURRENT_FROM_BYTES
+
+    target = targets.start(HERE / "programs" / "refcounts.c")
+    facts = gather_facts(target.pid, ScanOptions())
+    assert facts.anonymous_bytes >= CONCURRENT_FROM_BYTES
+    assert plan(facts, ScanOptions())[0].snapshot == "concurrent"
+    report = scan(target.pid, ScanOptions())
+    exact(target, report)
+    assert report.snapshot == "fork", report.snapshot_note
+    assert "concurrent mark did not converge:" in report.snapshot_note
+    assert "; forked instead" in report.snapshot_note
+    assert "two stops" not in report.snapshot_note
+    _left_as_found(target)
+
+
+@needs_tracking
+def test_cli_auto_says_why_it_forked(targets):
+    """The same through the CLI: exit 1 (leaks found), the fork's report,
+    and the note in its JSON."""
+    target = targets.start(HERE / "programs" / "refcounts.c")
+    out = subprocess.run(
+        [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["snapshot"] == "fork" and doc["leak_count"] == target.int("leak_count")
+    assert "concurrent mark did not converge" in doc["snapshot_note"]
+    assert "; forked instead" in doc["snapshot_note"], doc["snapshot_note"]
+    _left_as_found(target)
+
+
+@needs_tracking
+def test_auto_takes_the_concurrent_mark_of_an_idle_big_heap(targets):
+    """The same heap, nobody writing: the rounds converge, the mark stops
+    the target twice, and its last stop reads next to nothing."""
+    from unreachable.scan.concurrent import SMALL_ROUND, concurrent_sweep
+
+    target = targets.start(HERE / "programs" / "refcounts.c", "idle")
+    report = scan(target.pid, ScanOptions())
+    exact(target, report)
+    assert report.snapshot == "concurrent", report.snapshot_note
+    assert "two stops" in report.snapshot_note
+    done = concurrent_sweep(open_target(target.pid), give_way_ms=1e9)
+    assert done.rounds[-1] <= SMALL_ROUND, done.rounds
+    _left_as_found(target)
+
+
+@needs_tracking
+def test_a_mapping_born_during_the_mark_is_read_by_a_round_not_by_the_stop(targets):
+    """A mapping made after the helper registered the target's carries no
+    write protection: a round's protecting walk skips it (the kernel passes
+    over a mapping without it), so the last stop read all its pages. The
+    scanner registers it with the helper's userfaultfd: the next round
+    lists and protects it, and the stop lists only what is written again."""
+    from tests.support.tracking import write_protected
+    from unreachable.process.maps import read_maps
+    from unreachable.scan.concurrent import _Rearm, _tracked
+
+    target = targets.start(HERE / "programs" / "refcounts.c", "idle")
+    pid = target.pid
+    rearm = _Rearm(pid)
+
+    def listed(ranges: bytes, clear: bool) -> int:
+        runs = _native.written_pages(pid, ranges, clear)
+        return sum(e - b for b, e in struct.iter_unpack("<QQ", runs))
+
+    try:
+        with tracked_writes(open_target(pid)):
+            rearm.start(read_maps(pid))
+            assert rearm.fd >= 0
+            target.send("map")
+            addr = int(target.read_line().split()[1], 16)
+            span = struct.pack("<QQ", addr, addr + (32 << 20))
+            # Not registered: no round lists it, and the stop lists it whole.
+            assert listed(span, True) == 0
+            assert listed(span, False) == 32 << 20
+            maps = read_maps(pid)
+            rearm.arm(maps, [])
+            assert rearm.registered >= 32 << 20
+            assert any(addr == int(h.split("-")[0], 16) for h in write_protected(pid))
+            assert listed(_tracked(maps, []), True) >= 32 << 20
+            assert listed(span, False) < 1 << 20
+    finally:
+        rearm.close()
+    _left_as_found(target)

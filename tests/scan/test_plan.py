@@ -13,7 +13,14 @@ from unreachable.capture.kept_out_of_fork import KEPT_OUT_PREFER_COPY_BYTES, For
 from unreachable.errors import InvalidArgument, TargetNotShimmed, TargetUnscannable
 from unreachable.scan.facts import Facts
 from unreachable.scan.options import ScanOptions
-from unreachable.scan.plan import NO_CHILD_BOX, Plan, Retry, expected_pause_ms, plan
+from unreachable.scan.plan import (
+    CONCURRENT_FROM_BYTES,
+    NO_CHILD_BOX,
+    Plan,
+    Retry,
+    expected_pause_ms,
+    plan,
+)
 
 MIB = 1 << 20
 SMALL = Facts(1, anonymous_bytes=10 * MIB)  # too small for the registry to be read
@@ -63,19 +70,55 @@ def test_auto_on_a_small_heap_forks_and_sweeps_in_the_child():
     ]
 
 
-def test_auto_copies_a_big_heap_then_forks():
-    assert _shape(_plan(BIG))[:2] == [("copy", ("scanner",)), ("fork", ("child", "scanner"))]
+def _untracked(plans: list[Plan]) -> list[Plan]:
+    """The plans after a concurrent mark that gave way (or whose writes
+    cannot be tracked)."""
+    gave_way = Retry("concurrent mark did not converge", "copy", "snapshot")
+    return [p for p in plans if not gave_way.skips(p)]
+
+
+def test_auto_marks_a_big_heap_concurrently_then_copies_or_forks():
+    assert _shape(_plan(BIG))[:3] == [
+        ("concurrent", ("scanner",)),
+        ("copy", ("scanner",)),
+        ("fork", ("child", "scanner")),
+    ]
     # Taken by auto, it has a fallback: nothing refuses.
-    assert _plan(BIG)[0].must == ""
+    assert _plan(BIG)[0].must == "" == _plan(BIG)[1].must
+
+
+def test_a_concurrent_mark_gives_way_to_the_pause_of_the_plan_after_it():
+    """It gives way to the next plan that needs no tracking (a copy's
+    pause grows with the same writes): a fork here, a stopped scan when no
+    fork can be had. Asked for, it has nowhere to go."""
+    first = _plan(BIG)[0]
+    assert (first.give_way_to, first.give_way_ms) == ("fork", expected_pause_ms(BIG, "fork"))
+    assert _shape(_untracked(_plan(BIG)))[0] == ("fork", ("child", "scanner"))
+    no_room = _plan(replace(BIG, fork_room="the target's memory cgroup has 1 MiB left"))
+    assert (no_room[0].snapshot, no_room[0].give_way_to) == ("concurrent", "stopped")
+    assert no_room[0].give_way_ms == expected_pause_ms(BIG, "stopped")
+    [asked] = _plan(BIG, "concurrent")
+    assert asked.give_way_ms is None
+
+
+def test_auto_marks_concurrently_from_a_heap_where_its_stops_beat_a_fork():
+    assert all(p.snapshot != "concurrent" for p in _plan(SMALL))
+    big = replace(SMALL, anonymous_bytes=CONCURRENT_FROM_BYTES)
+    assert _plan(big)[0].snapshot == "concurrent"
+    # It sweeps from here and keeps no graph: not for those who ask otherwise.
+    assert _plan(big, sweep="child")[0].snapshot == "fork"
+    assert _plan(big, sweep="scanner")[0].snapshot == "fork"
+    assert all(p.snapshot != "concurrent" for p in _plan(big, graph=True))
 
 
 def test_auto_forks_millions_of_allocations():
     facts = replace(BIG, allocations=COPY_MAX_ALLOCATIONS + 1)
-    assert _plan(facts)[0].snapshot == "fork"
+    assert _untracked(_plan(facts))[0].snapshot == "fork"
+    assert _plan(replace(facts, anonymous_bytes=COPY_FROM_BYTES), graph=True)[0].snapshot == "fork"
 
 
 def test_auto_does_not_copy_when_the_registry_cannot_be_read():
-    assert _plan(replace(BIG, allocations=None))[0].snapshot == "fork"
+    assert all(p.snapshot != "copy" for p in _plan(replace(BIG, allocations=None)))
 
 
 def test_much_kept_out_of_forks_takes_a_copy_whatever_the_heap_size():
@@ -152,9 +195,9 @@ def test_a_core_file_is_its_own_snapshot():
 
 def test_concurrent_asked_for_has_no_fallback_and_auto_takes_it_under_a_budget():
     """Its own plan kind (the mark runs inside its capture). Asked for, it
-    is refused when writes cannot be tracked; auto takes it only under a
-    budget the other plans are expected to break, never for a scan that
-    keeps the reference graph."""
+    is refused when writes cannot be tracked; auto takes it on a big heap,
+    and on a small one under a budget the other plans are expected to
+    break, never for a scan that keeps the reference graph."""
     [only] = _plan(BIG, "concurrent")
     assert (only.snapshot, only.sweeps, only.allocations, only.must) == (
         "concurrent",
@@ -163,7 +206,7 @@ def test_concurrent_asked_for_has_no_fallback_and_auto_takes_it_under_a_budget()
         "no concurrent snapshot: ",
     )
     assert all(p.snapshot != "concurrent" for p in _plan(SMALL))
-    assert all(p.snapshot != "concurrent" for p in _plan(BIG))
+    assert _plan(BIG)[0].snapshot == "concurrent"
     assert all(p.snapshot != "concurrent" for p in _plan(BIG, graph=True))
     assert any(p.snapshot == "concurrent" for p in _budget(SMALL, 0.01))
 
@@ -252,9 +295,9 @@ def test_auto_under_a_budget_takes_the_shorter_pause():
     # Millions of allocations: auto forks for the whole scan's sake, but a
     # 4 GiB heap's page-table copy is expected to pause ~120 ms.
     facts = replace(BIG, anonymous_bytes=4 << 30, allocations=COPY_MAX_ALLOCATIONS + 1)
-    assert _plan(facts)[0].snapshot == "fork"
+    assert _untracked(_plan(facts))[0].snapshot == "fork"
     plans = _budget(facts, 50)
-    assert [p.snapshot for p in plans[:2]] == ["copy", "concurrent"]
+    assert [p.snapshot for p in plans[:2]] == ["concurrent", "copy"]
     assert plans[0].snapshot_note == plans[1].snapshot_note == ""
     # The fallbacks over the budget say so, shortest pause first.
     assert [p.snapshot for p in plans[2:]] == ["fork", "fork", "stopped"]

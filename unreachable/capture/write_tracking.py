@@ -140,6 +140,28 @@ def tracked_writes(target: Target) -> Iterator[int]:
         os.close(fd)
 
 
+def wait_untracked(target: Target, timeout_s: float = 2.0) -> bool:
+    """Until the helper has taken the tracking down after a STOP (every
+    mapping unregistered, its userfaultfd closed): a scan that goes on to
+    another snapshot stops the target once the helper is free again, not
+    while it still holds the target's mmap lock. False when it has not by
+    then (the next snapshot waits for it as before)."""
+    addr = target.header.write_tracker
+    deadline = time.monotonic() + timeout_s
+    try:
+        with open(f"/proc/{target.pid}/mem", "rb", buffering=0) as f:
+            while True:
+                f.seek(addr)
+                raw = _native.abi_decode("ur_write_tracker", f.read(_TRACKER_SIZE))
+                if raw["cmd"] in (IDLE, FAILED):
+                    return True
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.002)
+    except OSError:
+        return False  # the target is gone: the next step says so
+
+
 def _write_field(fd: int, addr: int, name: str, value: int) -> None:
     """One field of the tracker at addr, in one write (the helper reads it without a lock)."""
     at, size = _native.abi_field("ur_write_tracker", name)

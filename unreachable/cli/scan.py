@@ -166,7 +166,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "copy: copy the memory while the target runs, then pause it only to read again "
         "what it wrote (Linux 6.7+); stopped: copy it all while paused; concurrent: mark "
         "the running target, stopping it twice briefly, no copy of its heap (Linux 6.7+); "
-        "auto: copy for a big heap, else fork, when possible "
+        "auto: concurrent for a heap from 64 MiB, giving way to a fork when the target "
+        "writes too much for its last stop to stay short, else fork, when possible "
         "(docs/pause.md)",
     )
     add_sweep_options(p)

@@ -11,8 +11,14 @@ Shenker) over the live target, with two short stops and no copy of its heap.
    next round sees only newer writes), read those, keep the bytes that lie
    in candidates in the store, and rescue the candidates the other words
    point into (native/scanner/concurrent_mark.c).
+   A mapping born after the helper registered the target's is registered
+   too, with the helper's own userfaultfd (_Rearm), so that a round
+   protects its pages as it does the others'.
 4. Stop: read the pages written since the last round and the registers,
-   bring the registry copy up to date, release.
+   bring the registry copy up to date, release. Given a bound (auto's: the
+   pause of the plan it falls through to), rounds that do not converge,
+   the stop's read predicted to take longer, end the scan before this stop
+   instead (GaveWay): the target has been stopped once, briefly.
 5. A candidate is reported only if the registry at the second stop holds
    the same block (begin and size), no thread is inside malloc or free
    for it, and no word of the written pages, the registers or a rescued
@@ -24,21 +30,28 @@ docs/pause.md ("The concurrent mark") argues why no leak can be invented.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import struct
 import time
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry, read_registry
 from unreachable.capture.copy_snapshot import SYNC_ANON
+from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import Target
-from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
+from unreachable.capture.write_tracking import (
+    TrackingUnavailable,
+    tracked_writes,
+    wait_untracked,
+)
 from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 from unreachable.process.memory import present_ranges
@@ -58,6 +71,14 @@ CACHE_BYTES = 8 << 20
 # the last. Stop early once a round reads this little.
 MAX_ROUNDS = 3
 SMALL_ROUND = 1 << 20
+# A round that reads more than this share of the one before has not
+# shrunk: with a bound to keep, the mark gives way at once rather than
+# spend its last rounds.
+SHRINK = 0.5
+# The probe before the first mark: how long it lets the target write, and
+# how much of what it wrote it reads to time the reading.
+PROBE_S = 0.05
+PROBE_READ = 16 << 20
 READ_THREADS = 2
 # The first mark's threads, each reading the live target through a chunk
 # cache of its own (CACHE_BYTES each): the scan's longest step, so it gets
@@ -79,6 +100,7 @@ class ConcurrentSweep:
     value_counts: dict[str, int] = field(default_factory=dict)  # root words by kind
     rounds: list[int] = field(default_factory=list)  # bytes read per round, then at the stop
     rescued: int = 0  # candidates the re-mark found reachable after all
+    rearmed: int = 0  # bytes of mappings born during the mark, registered for tracking
     gone: int = 0  # candidates freed or reallocated between the stops
     # Each stop, step by step (ms): what its pause went to.
     stop1_ms: dict[str, float] = field(default_factory=dict)
@@ -89,6 +111,29 @@ class ConcurrentSweep:
     def pause_ms(self) -> float:
         """The longer of the two stops: what the target felt at once."""
         return max(self.pauses_ms)
+
+
+class GaveWay(Exception):
+    """The rounds did not converge: the last stop, predicted from the bytes
+    the last round read and the rate it read them at, would have paused
+    the target longer than the bound. Raised before that stop; nothing is
+    reported, and the target was stopped once. probe_ms: raised by the
+    probe before the first mark, the target writing more in that time than
+    the scanner reads."""
+
+    def __init__(
+        self, rounds: list[int], predicted_ms: float, bound_ms: float, probe_ms: float = 0.0
+    ) -> None:
+        self.rounds = rounds  # bytes read per round (the probe's: listed)
+        self.predicted_ms = predicted_ms
+        self.bound_ms = bound_ms
+        self.probe_ms = probe_ms
+        per = f"in {probe_ms:.0f} ms, more than it reads" if probe_ms else "per round"
+        super().__init__(
+            f"concurrent mark did not converge: {rounds[-1] / 1e6:.0f} MB written {per}"
+            f" (its last stop would have paused about {predicted_ms:.0f} ms,"
+            f" the next plan about {bound_ms:.0f} ms)"
+        )
 
 
 def _pack(ranges: Sequence[tuple[int, int]]) -> bytes:
@@ -235,17 +280,111 @@ def _inflight(registry: Registry) -> dict[int, int]:
     return {p: s for t in registry.threads for p, s in t.inflight_blocks()}
 
 
-def concurrent_sweep(target: Target) -> ConcurrentSweep:
+def concurrent_sweep(target: Target, give_way_ms: float | None = None) -> ConcurrentSweep:
     """The whole concurrent mark (module docstring). Raises
     TrackingUnavailable, having reported nothing, when writes cannot be
-    tracked."""
+    tracked; GaveWay, before its last stop, when that stop is predicted to
+    pause longer than give_way_ms."""
     pid, addr = target.pid, target.shim.descriptor_addr
+    rearm = _Rearm(pid)
     try:
         with tracked_writes(target):
-            return _sweep(target, pid, addr)
+            return _sweep(target, pid, addr, rearm, give_way_ms)
+    except GaveWay:
+        rearm.close()
+        wait_untracked(target)
+        raise
     finally:
+        # After the helper's STOP: a mapping registered here after the
+        # helper unregistered the others is unregistered as the last
+        # descriptor of that userfaultfd closes.
+        rearm.close()
         if (fd := _fds.pop(pid, None)) is not None:
             os.close(fd)
+
+
+_UFFDIO_REGISTER = 0xC020AA00  # _IOWR(0xAA, 0x00, struct uffdio_register)
+_UFFDIO_REGISTER_MODE_WP = 2
+_UFFD_FEATURE_WP_ASYNC = 1 << 15
+
+
+class _Rearm:
+    """Mappings born after the helper registered the target's (an arena,
+    the brk heap grown, a thread's stack) carry no write protection, and
+    the kernel's protecting walk passes over them: no round lists them,
+    and the last stop would read all their pages. The helper's
+    userfaultfd, duplicated here (pidfd_getfd), registers them: its ioctls
+    act on the target's memory whoever calls them. The round that follows
+    lists their present pages and protects them, as it does the others'.
+    Without that descriptor (the call not allowed, no single userfaultfd
+    of the helper's kind in the target), the last stop reads them."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.fd = -1
+        self.known: set[tuple[int, int]] = set()
+        self.registered = 0
+
+    def start(self, mappings: Sequence[Mapping]) -> None:
+        """Once tracking is on: the mappings there now are the helper's."""
+        self.known = {(m.start, m.end) for m in mappings if _armable(m)}
+        self.fd = _helper_uffd(self.pid)
+
+    def arm(self, mappings: Sequence[Mapping], skip: Sequence[Span3]) -> None:
+        if self.fd < 0:
+            return
+        for m in mappings:
+            if not _armable(m) or (m.start, m.end) in self.known:
+                continue
+            self.known.add((m.start, m.end))
+            if any(b < m.end and m.start < e for b, e, _ in skip):
+                continue  # the registry copy's own marks
+            arg = bytearray(
+                struct.pack("<QQQQ", m.start, m.end - m.start, _UFFDIO_REGISTER_MODE_WP, 0)
+            )
+            try:
+                fcntl.ioctl(self.fd, _UFFDIO_REGISTER, arg)
+            except OSError:
+                continue  # gone meanwhile, or another userfaultfd's: read by the stop
+            self.registered += m.end - m.start
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _armable(m: Mapping) -> bool:
+    """What the helper registers (write_tracking.c, track_mapping)."""
+    return m.readable and m.writable and m.private and m.path not in SPECIAL
+
+
+def _helper_uffd(pid: int) -> int:
+    """A duplicate of the helper's userfaultfd: the target's one userfaultfd
+    with asynchronous write protection; -1 when there is not exactly one,
+    or it cannot be had."""
+    found = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return -1
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") != "anon_inode:[userfaultfd]":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{name}") as f:
+                api = next((ln.split()[1] for ln in f if ln.startswith("API:")), "")
+        except (OSError, IndexError):
+            continue
+        parts = api.split(":")
+        if len(parts) > 1 and int(parts[1], 16) & _UFFD_FEATURE_WP_ASYNC:
+            found.append(int(name))
+    if len(found) != 1 or (pidfd := _pidfd(pid)) is None:
+        return -1
+    try:
+        return _getfd(pidfd, found[0])
+    finally:
+        os.close(pidfd)
 
 
 def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
@@ -260,9 +399,13 @@ def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
     return copy
 
 
-def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
+def _sweep(
+    target: Target, pid: int, addr: int, rearm: _Rearm, give_way_ms: float | None
+) -> ConcurrentSweep:
     released: list[float] = []
-    copy = _registry_copy(pid, _registry_spans(pid, addr, read_maps(pid)))
+    maps0 = read_maps(pid)
+    rearm.start(maps0)
+    copy = _registry_copy(pid, _registry_spans(pid, addr, maps0))
     try:
         # First stop: the allocation set of this moment, and the registers.
         stop1: dict[str, float] = {}
@@ -288,7 +431,20 @@ def _sweep(target: Target, pid: int, addr: int) -> ConcurrentSweep:
     # Handed over in a list the callee empties: the decoded registry (16-20
     # bytes per allocation) is let go once the candidates are known, before
     # the second registry copy is made.
-    return _mark(target, pid, addr, holder, maps1, threads1, held1, pause1, stop1, released)
+    return _mark(
+        target,
+        pid,
+        addr,
+        holder,
+        maps1,
+        threads1,
+        held1,
+        pause1,
+        stop1,
+        released,
+        rearm,
+        give_way_ms,
+    )
 
 
 def _first_roots(
@@ -352,7 +508,12 @@ def _mark(
     pause1: float,
     stop1: dict[str, float],
     released: list[float],
+    rearm: _Rearm,
+    give_way_ms: float | None,
 ) -> ConcurrentSweep:
+    plan = _Rounds(pid, _registry_spans(pid, addr, maps1), rearm, pause1, give_way_ms)
+    if give_way_ms is not None:
+        plan.probe()
     # The first mark, over the live memory.
     registry = holder.pop()
     roots, spans, values1 = _first_roots(target, pid, registry, maps1, threads1, held1)
@@ -401,32 +562,112 @@ def _mark(
             pause1,
             stop1,
             released,
+            replace(plan, reg_maps=reg_maps),
         )
     finally:
         copy.close()
 
 
-def _rounds(
-    pid: int, reg_maps: list[Span3], cands: bytes, state: bytearray, store: bytearray
-) -> tuple[list[int], int]:
-    """Re-mark from the pages written meanwhile, the target running, until
-    a round reads little: the bytes each round read, and the candidates
-    rescued."""
-    rounds: list[int] = []
-    rescued = 0
-    for _ in range(MAX_ROUNDS):
-        tracked = _tracked(read_maps(pid), reg_maps)
+@dataclass(slots=True)
+class _Rounds:
+    """The rounds' inputs, and what they measure to predict the last stop."""
+
+    pid: int
+    reg_maps: list[Span3]
+    rearm: _Rearm
+    pause1_ms: float  # the first stop: what the last one takes besides its read
+    give_way_ms: float | None  # the bound on that prediction (None: none)
+    read_bytes: int = 0
+    read_s: float = 0.0
+
+    def predict_ms(self, walk_s: float, nbytes: int) -> float:
+        """The last stop, were it taken now: the first stop's length, the
+        written-page walk, and the pages written meanwhile (about what the
+        last round read) at the rate the rounds read them."""
+        rate = self.read_bytes / self.read_s if self.read_s > 0 else 0.0
+        read_ms = nbytes / rate * 1000 if rate > 0 else 0.0
+        return self.pause1_ms + walk_s * 1000 + read_ms
+
+    def _listed(self) -> tuple[bytes, float] | None:
+        """The pages written since the last call, protected again, and how
+        long the walk took; None when marks cannot be cleared."""
+        t0 = time.monotonic()
+        maps = read_maps(self.pid)
+        self.rearm.arm(maps, self.reg_maps)
         try:
-            runs = _native.written_pages(pid, tracked, True)
+            runs = _native.written_pages(self.pid, _tracked(maps, self.reg_maps), True)
         except OSError:
-            # Marks cannot be cleared: the stop reads all written since the start.
-            break
-        page_bytes = _read_runs(pid, runs)
-        rounds.append(len(page_bytes))
-        rescued += _native.remark(cands, state, store, runs, page_bytes, b"", True)
-        if len(page_bytes) <= SMALL_ROUND:
-            break
-    return rounds, rescued
+            return None
+        return runs, time.monotonic() - t0
+
+    def probe(self) -> None:
+        """Before the first mark (seconds of work on a big heap): what the
+        target writes in PROBE_S. Rounds cannot shrink below what it writes
+        in the time they take to read it: once a round reads W(t) bytes,
+        written in t, taking longer than t, the next reads at least as
+        much. So if W(PROBE_S) takes longer than PROBE_S to read, and that
+        read would make the last stop pass the bound, the mark gives way
+        now. Protecting the pages without reading them is sound: the mark
+        reads every page after this, and the rounds list what is written
+        after that."""
+        if self._listed() is None:
+            return
+        t0 = time.monotonic()
+        time.sleep(PROBE_S)
+        got = self._listed()
+        if got is None:
+            return
+        runs, walk_s = got
+        spans = _native.abi_decode_array("ur_range", runs)
+        written = sum(r["end"] - r["begin"] for r in spans)
+        if written <= SMALL_ROUND:
+            return
+        sample, n = [], 0
+        for r in spans:
+            if n >= PROBE_READ:
+                break
+            sample.append((r["begin"], min(r["end"], r["begin"] + PROBE_READ - n)))
+            n += sample[-1][1] - sample[-1][0]
+        interval = time.monotonic() - t0
+        t1 = time.monotonic()
+        _read_runs(self.pid, _pack(sample))
+        self.read_bytes += n
+        self.read_s += time.monotonic() - t1
+        predicted = self.predict_ms(walk_s, written)
+        assert self.give_way_ms is not None
+        if predicted - self.pause1_ms > interval * 1000 and predicted > self.give_way_ms:
+            raise GaveWay([written], predicted, self.give_way_ms, interval * 1000)
+
+    def run(self, cands: bytes, state: bytearray, store: bytearray) -> tuple[list[int], int]:
+        """Re-mark from the pages written meanwhile, the target running,
+        until a round reads little: the bytes each round read, and the
+        candidates rescued. Raises GaveWay when they do not converge and
+        the last stop would pass the bound."""
+        rounds: list[int] = []
+        rescued = 0
+        for i in range(MAX_ROUNDS):
+            got = self._listed()
+            if got is None:
+                # Marks cannot be cleared: the stop reads all written since the start.
+                break
+            runs, walk_s = got
+            t1 = time.monotonic()
+            page_bytes = _read_runs(self.pid, runs)
+            t2 = time.monotonic()
+            n = len(page_bytes)
+            rounds.append(n)
+            self.read_bytes += n
+            self.read_s += t2 - t1
+            rescued += _native.remark(cands, state, store, runs, page_bytes, b"", True)
+            if n <= SMALL_ROUND:
+                break
+            if self.give_way_ms is None:
+                continue
+            predicted = self.predict_ms(walk_s, n)
+            shrunk = i == 0 or n <= rounds[-2] * SHRINK
+            if predicted > self.give_way_ms and (not shrunk or i == MAX_ROUNDS - 1):
+                raise GaveWay(rounds, predicted, self.give_way_ms)
+        return rounds, rescued
 
 
 _SecondStop = tuple[
@@ -530,8 +771,9 @@ def _finish(
     pause1: float,
     stop1: dict[str, float],
     released: list[float],
+    plan: _Rounds,
 ) -> ConcurrentSweep:
-    rounds, rescued = _rounds(pid, reg_maps, cands, state, store)
+    rounds, rescued = plan.run(cands, state, store)
     second = _second_stop(target, pid, addr, copy, released)
     threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = second
     final = read_registry(copy, addr)
@@ -572,6 +814,7 @@ def _finish(
         counts,
         rounds,
         rescued,
+        plan.rearm.registered,
         gone,
         stop1,
         stop2,

@@ -23,12 +23,15 @@ The rules, for a target under the shim:
   fallback ("auto"), never outside ("child"), always outside ("scanner",
   and every scan that keeps the reference graph).
 - "concurrent": never with a reference graph (it keeps none) nor an
-  in-child sweep. Asked for, it has no fallback. auto plans it only under
-  --max-pause, when the other plans are expected to break the budget: a
-  program that allocates while it is marked makes its second stop re-read
-  what changed (docs/pause.md, "Which snapshot auto takes"). Taken so, one
-  whose writes cannot be tracked is followed by the next plan that needs
-  no tracking (a Retry that rules out "copy" rules it out too).
+  in-child sweep. Asked for, it has no fallback. auto plans it first from
+  CONCURRENT_FROM_BYTES of anonymous memory (and under a --max-pause the
+  other plans are expected to break), with the pause of the plan it would
+  fall through to as its bound (give_way_ms): a mark whose rounds do not
+  converge, its last stop predicted to pause longer, gives way before that
+  stop (docs/pause.md, "Which snapshot auto takes"). Taken by auto, one
+  that gives way or whose writes cannot be tracked is followed by the next
+  plan that needs no tracking (a Retry that rules out "copy" rules it out
+  too).
 Without the shim, glibc's heap is walked from a copy made in the pause
 (scan/glibc.py); nothing that needs the shim is possible then. A core file
 is its own snapshot ("core", scan/core.py).
@@ -68,6 +71,11 @@ COPY_MS_PER_GIB = 5.0
 STOPPED_MS_PER_GIB = 350.0
 KEPT_OUT_MS_PER_GIB = 400.0
 CONCURRENT_MS_PER_GIB = 12.0
+# From this much resident anonymous memory auto tries the concurrent mark
+# first: its stops (1.5-2 ms on a heap whose rounds converge) are shorter
+# than a fork's page-table copy from about here (6.4 ms at 0.1 GB on the
+# bench, 2 ms at this size by FORK_MS_PER_GIB).
+CONCURRENT_FROM_BYTES = 64 << 20
 
 NO_CHILD_BOX = "the shim in the target has no in-child sweep"
 RETRY_ELSEWHERE = "; scan it with --snapshot stopped or copy"
@@ -92,6 +100,11 @@ class Plan:
     # An explicit fork asks the helper even when its seccomp filter cannot
     # be read (one that would kill it never is asked).
     unread_filter_ok: bool = False
+    # A concurrent mark taken by auto: the pause of the plan it falls
+    # through to, beyond which its last stop is not taken, and that plan's
+    # snapshot. None: it has nowhere to go, and always stops.
+    give_way_ms: float | None = None
+    give_way_to: Snapshot | None = None
 
     @property
     def in_child(self) -> bool:
@@ -132,10 +145,30 @@ def plan(facts: Facts, options: ScanOptions, graph: bool = False) -> list[Plan]:
         # core says (scan/core.py).
         return [Plan("core")]
     plans = _plans(facts, options, graph)
-    if options.max_pause_ms is None:
-        return plans
-    auto = facts.shim and options.snapshot == "auto" and options.sweep == "auto" and not graph
-    return _within_pause(plans, facts, options.max_pause_ms, auto)
+    if options.max_pause_ms is not None:
+        auto = facts.shim and options.snapshot == "auto" and options.sweep == "auto" and not graph
+        plans = _within_pause(plans, facts, options.max_pause_ms, auto)
+    return _give_way(plans, facts)
+
+
+def _give_way(plans: list[Plan], facts: Facts) -> list[Plan]:
+    """Each concurrent mark auto planned gets the expected pause of the plan
+    a give-way would fall through to: the next one that needs no tracking
+    (its Retry rules out a copy as well, whose pause grows with the same
+    writes)."""
+    untracked = Retry("", "copy", "snapshot")
+    out = []
+    for i, p in enumerate(plans):
+        if p.snapshot == "concurrent" and not p.must:
+            after = next((q for q in plans[i + 1 :] if not untracked.skips(q)), None)
+            if after is not None:
+                p = replace(
+                    p,
+                    give_way_ms=expected_pause_ms(facts, after.snapshot),
+                    give_way_to=after.snapshot,
+                )
+        out.append(p)
+    return out
 
 
 def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
@@ -232,7 +265,12 @@ def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
         if why := too_big or facts.fork_room:
             raise TargetUnscannable(NO_CHILD + why)
         return [Plan("fork", sweeps, must=NO_CHILD, sweep_note=sweep_note)]
-    return _auto(facts, fork, refork, too_big)
+    plans = _auto(facts, fork, refork, too_big)
+    # The pause the target feels: a concurrent mark first on a heap where
+    # its stops beat a fork's, giving way when the target writes too much.
+    if options.sweep == "auto" and not graph and facts.anonymous_bytes >= CONCURRENT_FROM_BYTES:
+        plans = [Plan("concurrent"), *plans]
+    return plans
 
 
 def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Plan]:

@@ -30,7 +30,7 @@ from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan.allocations import Allocations, find_allocations
 from unreachable.scan.capture import capture_for
 from unreachable.scan.captured import Captured
-from unreachable.scan.concurrent import concurrent_sweep
+from unreachable.scan.concurrent import GaveWay, concurrent_sweep
 from unreachable.scan.facts import Facts, gather_facts
 from unreachable.scan.fold import fold
 from unreachable.scan.mark import MarkOver, mark, sweep_places
@@ -216,12 +216,13 @@ def run_concurrent(
     That is sound: nothing can reach a leaked block, so the target no
     longer writes it, and the shim never rewrites a stack-depot entry.
     Writes that cannot be tracked: refused when asked for (planned.must),
-    else the next plan that needs no tracking."""
+    else the next plan that needs no tracking; so is a mark whose last stop
+    would pause longer than that plan (planned.give_way_ms)."""
     target = facts.target
     assert target is not None
     pid = target.pid
     try:
-        done = concurrent_sweep(target)
+        done = concurrent_sweep(target, planned.give_way_ms)
         note("marked")
         folded = fold(done.result, options, pid, done.mappings, pid)
         note("folded")
@@ -230,6 +231,11 @@ def run_concurrent(
         if planned.must:
             raise TargetUnscannable(f"{planned.must}{e}") from None
         return Retry(f"no concurrent snapshot: {e}", "copy", "snapshot")
+    except GaveWay as e:
+        instead = {"fork": "forked", "stopped": "scanned it stopped"}.get(
+            planned.give_way_to or "", "took the next snapshot"
+        )
+        return Retry(f"{e}; {instead} instead", "copy", "snapshot")
     except (ProcessLookupError, FileNotFoundError, TargetNotFound):
         raise TargetNotFound(f"process {target.tgid} exited during the scan") from None
     except OSError as e:
