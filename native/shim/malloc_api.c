@@ -80,7 +80,10 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
   void *p = __libc_malloc(n);
   if (UR_UNLIKELY(p == NULL) || ur_backtraces_on()) return malloc_finish_slow(s, p, n);
   ur_announce_out(s, p, n);
-  if (UR_UNLIKELY(!ur_registry_try_insert(p, n, 0, ur_single())))
+  /* Only a block for a map that exists is registered here; anything else
+   * (a shard, a map to make) is the slow path's, so malloc keeps the
+   * shards' registers out of its frame. */
+  if (UR_UNLIKELY(!ur_registry_try_insert_map(p, n)))
     return malloc_finish_slow(s, p, n); /* named in the slot: the slow path registers it */
   ur_leave(s);
   return p;

@@ -216,6 +216,17 @@ static inline __attribute__((always_inline)) int ur_registry_try_insert(const vo
   return 0;
 }
 
+/* The part of ur_registry_try_insert for a block with no stack id that fits
+ * a map that exists: 1 when stored there, else 0 with nothing changed. */
+static inline __attribute__((always_inline)) int ur_registry_try_insert_map(const void *p,
+                                                                            uint64_t size) {
+  if (UR_UNLIKELY(!ur_size_map_fits((uint64_t)(uintptr_t)p, size, 0))) return 0;
+  uint8_t *m = ur_size_map_of((uint64_t)(uintptr_t)p);
+  if (UR_UNLIKELY(m == NULL)) return 0;
+  ur_size_map_put(m, (uint64_t)(uintptr_t)p, size);
+  return 1;
+}
+
 /* p is on its way to __libc_free, which reads the word before it (glibc's
  * chunk header): so may ur_size_map_take. */
 static inline __attribute__((always_inline)) int ur_registry_try_remove(const void *p, int single) {

@@ -13,6 +13,7 @@
 #define MAP_BYTES UR_SIZE_MAP_ALLOC
 
 ur_size_map_mid **ur_size_dir;
+struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS];
 
 /* In the region, as everything the descriptor points to. */
 static struct ur_size_maps *header;
@@ -53,6 +54,11 @@ static uint8_t *make_map(uint64_t addr) {
   ref->map = (uint64_t)(uintptr_t)map;
   __atomic_store_n(&header->count, header->count + 1, __ATOMIC_RELEASE);
   __atomic_store_n(slot, map, __ATOMIC_RELEASE);
+  struct ur_size_map_hint *h = &ur_size_map_hints[(addr >> 20) & (UR_SIZE_MAP_HINTS - 1)];
+  if (!h->tag) { /* first come keeps it: a tag that matches is never taken back */
+    h->map = map;
+    __atomic_store_n(&h->tag, (addr >> 20) + 1, __ATOMIC_RELEASE);
+  }
   return map;
 }
 

@@ -10,7 +10,8 @@
  * that are not 16-aligned or lie above 2^47.
  *
  * The shim finds a map through a two-level directory (address bits 30-46,
- * then 20-29); readers use the list of refs in struct ur_size_maps instead.
+ * then 20-29), on the hot paths after a table of hints (ur_size_map_hints);
+ * readers use the list of refs in struct ur_size_maps instead.
  */
 #ifndef UR_SIZE_MAP_H
 #define UR_SIZE_MAP_H
@@ -38,12 +39,38 @@ static inline int ur_size_map_fits(uint64_t addr, uint64_t size, uint32_t stack_
   return ((addr & 15) | (addr >> 47) | stack_id) == 0 && size <= UR_SIZE_MAP_MAX_SIZE;
 }
 
-/* The map of addr's 1 MiB, or NULL while it does not exist (addr fits). */
-static inline uint8_t *ur_size_map_of(uint64_t addr) {
+/* The map of addr's 1 MiB through the directory, or NULL while it does not exist. */
+static inline uint8_t *ur_size_map_in_dir(uint64_t addr) {
   ur_size_map_mid *mid = __atomic_load_n(&ur_size_dir[addr >> 30], __ATOMIC_ACQUIRE);
   if (UR_UNLIKELY(mid == NULL)) return NULL;
   return __atomic_load_n(&(*mid)[(addr >> 20) & ((1u << UR_SIZE_DIR_MID_BITS) - 1)],
                          __ATOMIC_ACQUIRE);
+}
+
+/* A direct-mapped table in the shim's data, one entry per 1 MiB of address
+ * space modulo UR_SIZE_MAP_HINTS, naming the first map made for a MiB that
+ * lands on it: the hot paths find most maps with one load from a line they
+ * touch on every call, instead of three dependent loads from the
+ * directory's pages (each a TLB miss as often as not on a large heap,
+ * which stalls the map store behind it). An entry is written once (map,
+ * then tag with a release store) and never changes: maps are never freed
+ * or moved, so a tag that matches names the right map forever. */
+#define UR_SIZE_MAP_HINTS 1024u
+struct ur_size_map_hint {
+  uint64_t tag; /* (addr >> 20) + 1 of the map's MiB, 0: empty */
+  uint8_t *map;
+};
+extern struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS];
+
+/* The map of addr's 1 MiB, or NULL while it does not exist (addr fits). */
+static inline uint8_t *ur_size_map_of(uint64_t addr) {
+  const struct ur_size_map_hint *h = &ur_size_map_hints[(addr >> 20) & (UR_SIZE_MAP_HINTS - 1)];
+  if (UR_LIKELY(__atomic_load_n(&h->tag, __ATOMIC_ACQUIRE) == (addr >> 20) + 1)) {
+    uint8_t *map = h->map;
+    if (map == NULL) __builtin_unreachable(); /* set before the tag: callers skip their test */
+    return map;
+  }
+  return ur_size_map_in_dir(addr);
 }
 
 /* addr's entry in each level of map, the map of addr's 1 MiB. */

@@ -52,6 +52,15 @@ def test_enable_on_signal_toggles(shim: Path, options: str, expected: str) -> No
     assert run_ok(bt_program(), "toggle", shim=shim, options=options).strip() == expected
 
 
+def test_a_small_block_in_a_shard_leaves_it_when_its_map_came_later(shim: Path) -> None:
+    """free takes a block whose chunk is small from its size map's level 0
+    without looking, unless some small block may be in a shard: one with a
+    backtrace is, and a map made after it for its MiB must not hide it there
+    (it stayed registered after free, a false leak for every later scan)."""
+    options = "backtrace=8 backtrace_min_size=100 backtrace_max_size=200"
+    run_ok(bt_program(), "late_map", shim=shim, options=options)
+
+
 @pytest.mark.parametrize("how", ["closefrom", "close_range", "loop"])
 def test_a_program_that_closes_every_descriptor_keeps_its_own(shim: Path, how: str) -> None:
     """libunwind's address-check pipe, closed by the program and its numbers

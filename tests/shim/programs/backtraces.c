@@ -1,6 +1,7 @@
 /* Backtraces: get_malloc_leak_info records, malloc_backtrace, the stack
  * table as the scanner reads it, size filters and the toggle signal.
  * Built with -rdynamic so dladdr can name the allocation sites. */
+#include <pthread.h>
 #include <signal.h>
 
 #include "shimtest.h"
@@ -126,11 +127,64 @@ static int toggle(void) {
   return 0;
 }
 
+/* Whether a size map covers a's MiB (the refs list, as readers see it). */
+static int map_covers(uint64_t a) {
+  const struct ur_size_maps *m = (const struct ur_size_maps *)(uintptr_t)shim_desc()->size_maps;
+  if (!m || !m->refs) return 0;
+  const struct ur_size_map_ref *refs = (const struct ur_size_map_ref *)(uintptr_t)m->refs;
+  for (uint64_t i = 0; i < m->count; i++)
+    if (refs[i].base == (a & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1))) return 1;
+  return 0;
+}
+
+/* A small block kept in a shard (it has a backtrace), in a MiB whose size
+ * map is made after it (by a block without one): free finds the map, and
+ * glibc's chunk header says the block's size is a level-0 one, yet the
+ * block is not in the map and must leave its shard. Blocks of 60 KiB (no
+ * backtrace, each making the map of the MiB it begins in) move the top of
+ * a fresh arena on until a small block lands in a MiB no map covers. */
+static void *late_map_thread(void *arg) {
+  (void)arg;
+  enum { TRIES = 64 };
+  char *spacers[TRIES], *kept[TRIES], *a = NULL;
+  int n = 0;
+  for (; n < TRIES; n++) {
+    a = site_a(150); /* backtrace: a shard */
+    CHECK(has_bt(a) && shard_entry((uint64_t)(uintptr_t)a));
+    if (!map_covers((uint64_t)(uintptr_t)a)) break;
+    kept[n] = a;
+    spacers[n] = malloc(60 << 10);
+  }
+  CHECK(n < TRIES);
+  char *b = site_a(50); /* below backtrace_min_size: a size map, made now */
+  CHECK(((uintptr_t)a >> UR_SIZE_MAP_SPAN_SHIFT) == ((uintptr_t)b >> UR_SIZE_MAP_SPAN_SHIFT));
+  CHECK(map_covers((uint64_t)(uintptr_t)a) && size_map_entry((uint64_t)(uintptr_t)b, NULL));
+  free(a);
+  CHECK(!registry_find(a, NULL, NULL)); /* gone from its shard too */
+  CHECK(registered_with_size(b, 50));
+  free(b);
+  CHECK(!registry_find(b, NULL, NULL));
+  for (int i = 0; i < n; i++) {
+    free(kept[i]);
+    free(spacers[i]);
+    CHECK(!registry_find(kept[i], NULL, NULL));
+  }
+  return NULL;
+}
+
+static int late_map(void) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, late_map_thread, NULL) == 0);
+  CHECK(pthread_join(t, NULL) == 0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   CHECK(argc == 2);
   if (!strcmp(argv[1], "full")) return check_full();
   if (!strcmp(argv[1], "none")) return check_none();
   if (!strcmp(argv[1], "sizes")) return sizes();
   if (!strcmp(argv[1], "toggle")) return toggle();
+  if (!strcmp(argv[1], "late_map")) return late_map();
   return 2;
 }
