@@ -346,9 +346,15 @@ Source = int | MemoryCopy
 # (tid, state, op, in_ptr, in_size, out_ptr, out_size, stack_lo, stack_hi)
 SlotTuple = tuple[int, int, int, int, int, int, int, int, int]
 
+class BigBuffer:
+    """Read-only bytes of a native array, not copied (memoryview(b), bytes(b))."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __len__(self) -> int: ...
+
 class RegistryRead(TypedDict):
-    allocs: bytes  # (address, size) u64 pairs
-    stack_ids: bytes  # one u32 per allocation
+    allocs: BigBuffer  # (address, size) u64 pairs
+    stack_ids: BigBuffer  # one u32 per allocation
     threads: list[SlotTuple]
     locked_shards: list[tuple[int, int]]  # (shard, owner tid)
     enabled: int
