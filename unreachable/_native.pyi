@@ -393,6 +393,13 @@ class _SweepResultBase(TypedDict):
     allocation_bytes: int
     released_early: bool
     mark_threads: int
+    # What the mark's own arrays took at their largest: the walker's (mark
+    # bytes, and a sorted copy of the pairs only when they came unsorted),
+    # the allocation index's (page entries and buckets), the reference
+    # graph's (per block and per edge).
+    walker_bytes: int
+    index_bytes: int
+    graph_bytes: int
 
 class SweepResult(_SweepResultBase, total=False):
     # Graph mode: hits, why and dominators, packed as native/mark/retention.h

@@ -1,9 +1,14 @@
-"""What the scanner holds (docs/pause.md, "The scanner's memory"), checked by
-structure, not by timing: the chunk cache's resident size against a sparse
+"""What the scanner holds per allocation (docs/pause.md, "The scanner's
+memory"), checked by structure, not by timing: the mark's own arrays as the
+sweep counts them, and the chunk cache's resident size against a sparse
 root range."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import os
+import random
 from array import array
 
 import pytest
@@ -12,6 +17,66 @@ from tests.support.holder import python_holder
 from unreachable import _native
 from unreachable.process.maps import read_maps
 from unreachable.sweep.mark import layout
+
+N = 100_000
+
+
+def _blocks(base: int, n: int, shuffled: bool) -> bytes:
+    """n blocks of 16-1040 bytes (log-uniform, as bench/programs/peer_heap.c
+    makes them) laid end to end from base, 16-aligned, each pointing to the
+    one before it: (begin, size) pairs."""
+    rnd = random.Random(7)
+    pairs = []
+    at = base
+    for _ in range(n):
+        bits = rnd.randint(4, 10)
+        size = min((1 << bits) + rnd.randrange(1 << bits), 1040)
+        pairs.append((at, size))
+        at = (at + size + 16 + 15) & ~15
+    if shuffled:
+        rnd.shuffle(pairs)
+    return array("Q", [v for p in pairs for v in p]).tobytes()
+
+
+def _sweep_own_memory(shuffled: bool) -> _native.SweepResult:
+    room = mmap.mmap(-1, N * 1200)
+    base = (ctypes.addressof(ctypes.c_char.from_buffer(room)) + 15) & ~15
+    allocs = _blocks(base, N, shuffled)
+    words = memoryview(allocs).cast("Q")
+    for i in range(1, N):  # a chain: every block a pointer to another
+        ctypes.c_uint64.from_address(words[2 * i]).value = words[2 * (i - 1)]
+    try:
+        return _native.sweep(os.getpid(), allocs, b"", b"")
+    finally:
+        del words
+        room.close()
+
+
+def test_sorted_registry_is_indexed_in_place() -> None:
+    """The registry comes sorted: the walker keeps only its mark bytes (no
+    copy of begins, ends and indices: 20 bytes per allocation), and the
+    index stays within its budget (the bucket table once took 64-128 bytes
+    per allocation on such a heap)."""
+    r = _sweep_own_memory(shuffled=False)
+    assert r["allocation_count"] == N
+    assert r["unreachable_count"] == N
+    assert r["walker_bytes"] == N
+    # Page entries: 8 bytes per allocation and 1 MiB; buckets: 12 per
+    # allocation and a few fixed entries (native/mark/alloc_index.c).
+    assert r["index_bytes"] <= 20 * N + (2 << 20)
+    # 4 bytes per block and per edge: one edge per block here.
+    assert r["graph_bytes"] <= 9 * N
+
+
+def test_unsorted_pairs_are_copied_once() -> None:
+    """Pairs in any order are sorted into one copy (pairs and indices), and
+    the sweep finds the same."""
+    r = _sweep_own_memory(shuffled=True)
+    assert r["allocation_count"] == N
+    assert r["unreachable_count"] == N
+    assert r["walker_bytes"] == N + 16 * N + 4 * N
+    assert r["index_bytes"] <= 20 * N + (2 << 20)
+
 
 # Maps 512 MiB and touches one page of it: a sparse reservation, such as a
 # big array a program reserves and fills as it grows.
