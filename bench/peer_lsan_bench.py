@@ -8,11 +8,12 @@ shape it prints, in one run: LSan's check time; for each of our modes the
 pause we report, the whole scan (the CLI's wall time, Python start-up
 included) and the CPU time it took, the stall the target itself felt (its
 heartbeat thread's longest gap during the scan, against an idle baseline
-measured the same way), the scanner's peak RSS; and the time memcpy takes
-to read as many bytes as the heap holds, the limit for anything that reads
-the heap. On a machine shared with other work the wall times follow the
-load; the CPU times (the scanner's, and the LSan process's during its
-check) are what the work costs.
+measured the same way), the scanner's peak RSS and what it comes to per
+allocation beside the goal of 64 MB + 48 B per allocation (docs/pause.md,
+"The scanner's memory"); and the time memcpy takes to read as many bytes as
+the heap holds, the limit for anything that reads the heap. On a machine
+shared with other work the wall times follow the load; the CPU times (the
+scanner's, and the LSan process's during its check) are what the work costs.
 
     python bench/peer_lsan_bench.py [--quick] [--big] [--results] [--modes fork,copy,...]
 
@@ -34,6 +35,7 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +49,30 @@ from unreachable._paths import shim_path  # noqa: E402
 PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
 README = REPO / "README.md"
 MARK = "<!-- peer_lsan_bench -->"
-CLI = "import sys; from unreachable.cli.main import main; sys.exit(main())"
+# The CLI, saying its own peak RSS as it exits: the rusage of a child counts
+# the memory of the process it was started from (subprocess's vfork shares
+# this bench's, and exec records its peak), so wait4's ru_maxrss showed this
+# bench's own peak (145 MB once memcpy_s had run) for a scanner of 25.
+CLI = """
+import atexit, sys
+from unreachable.cli.main import main
+
+def peak() -> None:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                sys.stderr.write(f"\\n{PEAK} {line.split()[1]}\\n")
+
+atexit.register(peak)
+sys.exit(main())
+"""
+PEAK = "peer_lsan_bench peak kB"
 MODES = ("fork", "copy", "stopped", "concurrent")
+# The goal for what a scan holds: this much, and PER_ALLOCATION bytes more
+# per allocation, in every mode (a copy's and a stopped scan's copy of the
+# target's memory counted apart: docs/pause.md, "The scanner's memory").
+FIXED_MB = 64
+PER_ALLOCATION = 48
 # (heap bytes, smallest block, largest block, threads)
 QUICK = [(100_000_000, 16, 1040, 1)]
 DEFAULT = [
@@ -113,24 +137,84 @@ class Scan:
     cpu_s: float = float("nan")
     stall_ms: float = float("nan")
     rss_mb: float = float("nan")
+    child_mb: float = 0.0  # the snapshot child's private memory at its largest
+    copy_mb: float = 0.0  # the target's memory a copy or a stopped scan holds
     leaks: int = -1
     note: str = ""
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _private_mb(pid: int) -> float:
+    """A process's private dirty memory: a snapshot child's own arrays (the
+    heap it shares with the target copy-on-write is not counted)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Private_Dirty:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class ChildWatch:
+    """The largest private memory any child of the target (the fork's
+    snapshot child, which sweeps itself) reaches while a scan runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak_mb = pid, 0.0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.done.wait(0.01):
+            for child in _children(self.pid):
+                self.peak_mb = max(self.peak_mb, _private_mb(child))
+
+    def stop(self) -> float:
+        self.done.set()
+        self.thread.join()
+        return self.peak_mb
+
+
+def anon_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def scan(heap: Heap, mode: str) -> Scan:
     heap.ask("r")
-    cli = [sys.executable, "-c", CLI, "scan", str(heap.proc.pid), "--json"]
+    # What a copy holds of the target: its anonymous resident memory (a
+    # stopped scan holds the chunks under allocations and roots, a little less).
+    copy_mb = anon_mb(heap.proc.pid) if mode in ("copy", "stopped") else 0.0
+    watch = ChildWatch(heap.proc.pid)
+    cli = [sys.executable, "-c", CLI.replace("{PEAK}", PEAK), "scan", str(heap.proc.pid), "--json"]
     cli += ["--snapshot", mode, "--symbol-budget", "5"]
     t0 = time.monotonic()
-    # Popen and wait4 (not communicate): the scanner's own peak RSS.
+    # Popen and wait4 (not communicate): the scanner's CPU time.
     with tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=err, text=True)
         assert p.stdout is not None
         out = p.stdout.read()
         _, status, usage = os.wait4(p.pid, 0)
         err.seek(0)
-        errs = err.read()
+        errs, rss_kb = scanner_peak(err.read())
     wall = time.monotonic() - t0
+    child_mb = watch.stop()
     stall = heap.gap_ms()
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):
@@ -146,10 +230,23 @@ def scan(heap: Heap, mode: str) -> Scan:
         scan_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
         stall_ms=stall,
-        rss_mb=usage.ru_maxrss / 1024,
+        rss_mb=rss_kb / 1024,
+        child_mb=child_mb,
+        copy_mb=copy_mb,
         leaks=report["leak_count"],
         note=note if report.get("snapshot") == mode else f"ran as {report.get('snapshot')}",
     )
+
+
+def scanner_peak(errs: str) -> tuple[str, float]:
+    """The CLI's stderr without the line CLI adds, and the peak RSS it gives."""
+    lines, peak = [], float("nan")
+    for line in errs.splitlines():
+        if line.startswith(PEAK):
+            peak = float(line.split()[-1])
+        else:
+            lines.append(line)
+    return "\n".join(lines), peak
 
 
 def process_cpu_s(pid: int) -> float:
@@ -202,6 +299,26 @@ def fmt(v: float, spec: str) -> str:
     return "-" if v != v else format(v, spec)
 
 
+def memory(r: Scan) -> str:
+    """The scanner's peak RSS, with the snapshot child's private memory or
+    the copy of the target it holds."""
+    text = f"{fmt(r.rss_mb, '.0f')} MB"
+    if r.child_mb >= 1:
+        text += f" + child {r.child_mb:.0f} MB"
+    if r.copy_mb:
+        text += f" (copy {r.copy_mb:.0f} MB)"
+    return text
+
+
+def per_allocation(r: Scan, blocks: int) -> str:
+    """Bytes per allocation beyond the fixed 64 MB, the copy of the target
+    left out: what the goal bounds by 48."""
+    if r.rss_mb != r.rss_mb or not blocks:
+        return "-"
+    held = (r.rss_mb + r.child_mb - r.copy_mb - FIXED_MB) * 2**20
+    return f"{max(held, 0) / blocks:.0f} B"
+
+
 def run(shapes: list, modes: list[str], out: Path) -> str:
     plain, lsan = build(out, False), build(out, True)
     shim = str(shim_path())
@@ -209,8 +326,9 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
         f"Machine: {machine()}.",
         "",
         "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) | idle stall | mode "
-        "| pause | target's stall | whole scan (CPU) | scanner RSS | leaks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pause | target's stall | whole scan (CPU) | scanner RSS | per allocation "
+        f"(goal {FIXED_MB} MB + {PER_ALLOCATION} B) | leaks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for shape in shapes:
         size, lo, hi, threads = shape
@@ -243,8 +361,8 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
             tail = f" ({r.note})" if r.note else ""
             lines.append(
                 f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms | {fmt(r.stall_ms, '.1f')} ms "
-                f"| {fmt(r.scan_s, '.2f')} s ({fmt(r.cpu_s, '.2f')} s) | {fmt(r.rss_mb, '.0f')} MB "
-                f"| {r.leaks if r.leaks >= 0 else '-'}{tail} |"
+                f"| {fmt(r.scan_s, '.2f')} s ({fmt(r.cpu_s, '.2f')} s) | {memory(r)} "
+                f"| {per_allocation(r, blocks)} | {r.leaks if r.leaks >= 0 else '-'}{tail} |"
             )
             print(lines[-1], flush=True)
     load = os.getloadavg()[0]

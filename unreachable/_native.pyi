@@ -347,9 +347,15 @@ Source = int | MemoryCopy
 # (tid, state, op, in_ptr, in_size, out_ptr, out_size, stack_lo, stack_hi)
 SlotTuple = tuple[int, int, int, int, int, int, int, int, int]
 
+class BigBuffer:
+    """Read-only bytes of a native array, not copied (memoryview(b), bytes(b))."""
+
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __len__(self) -> int: ...
+
 class RegistryRead(TypedDict):
-    allocs: bytes  # (address, size) u64 pairs
-    stack_ids: bytes  # one u32 per allocation
+    allocs: BigBuffer  # (address, size) u64 pairs
+    stack_ids: BigBuffer  # one u32 per allocation
     threads: list[SlotTuple]
     locked_shards: list[tuple[int, int]]  # (shard, owner tid)
     enabled: int
@@ -389,6 +395,13 @@ class _SweepResultBase(TypedDict):
     allocation_bytes: int
     released_early: bool
     mark_threads: int
+    # What the mark's own arrays took at their largest: the walker's (mark
+    # bytes, and a sorted copy of the pairs only when they came unsorted),
+    # the allocation index's (page entries and buckets), the reference
+    # graph's (per block and per edge).
+    walker_bytes: int
+    index_bytes: int
+    graph_bytes: int
 
 class SweepResult(_SweepResultBase, total=False):
     # Graph mode: hits, why and dominators, packed as native/mark/retention.h

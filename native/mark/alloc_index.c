@@ -9,6 +9,8 @@
  * needs about 5) and a fixed megabyte. */
 #define PAGE_INDEX_BYTES_PER_ALLOC 8
 #define PAGE_INDEX_FIXED_BYTES (UINT64_C(1) << 20)
+/* Allocations per bucket entry at most (build_buckets). */
+#define BUCKET_ALLOCS_PER_ENTRY 4
 
 /* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
  * end of one allocation and the start of the next counts once), leaving out
@@ -18,7 +20,8 @@ static uint64_t count_buckets(const struct ur_alloc_index *w, unsigned shift,
   uint64_t total = 0, last = UINT64_MAX;
   for (size_t i = 0; i < w->n; i++) {
     if (skip[i]) continue;
-    uint64_t first = w->begin[i] >> shift, final = (w->end[i] - 1) >> shift;
+    uint64_t first = ur_block_begin(w->pairs, i) >> shift;
+    uint64_t final = (ur_block_end(w->pairs, i) - 1) >> shift;
     total += final - first + (first != last);
     last = final;
   }
@@ -31,17 +34,20 @@ static uint64_t count_buckets(const struct ur_alloc_index *w, unsigned shift,
 static void build_buckets(struct ur_alloc_index *w) {
   uint8_t *skip = ur_big_calloc(w->n, 1);
   if (!skip) return; /* binary search still works */
-  ur_page_index_answered(&w->pages, w->begin, w->end, w->n, skip);
-  /* The smallest buckets (from 256 bytes) that keep the index within about
-   * two entries per allocation: then the search inside a bucket is a step or
-   * two, where each step is a cache miss on a large heap. Huge allocations
+  ur_page_index_answered(&w->pages, w->pairs, w->n, skip);
+  /* The smallest buckets (from 256 bytes) that keep the index within one
+   * entry per four allocations, the table at most two thirds full: at most
+   * 11 bytes per allocation (two entries per allocation in a half-full
+   * table took 64-128, the scanner's largest structure on a heap of mixed
+   * small blocks). The search inside a bucket then steps over a few
+   * neighbouring begins, which share a cache line or two. Huge allocations
    * push the buckets up (one entry per bucket they span). */
   unsigned shift = 8;
-  uint64_t limit = 2 * (uint64_t)w->n + 4096;
+  uint64_t limit = (uint64_t)w->n / BUCKET_ALLOCS_PER_ENTRY + 4096;
   uint64_t count = count_buckets(w, shift, skip);
   while (count > limit && shift < 40) count = count_buckets(w, ++shift, skip);
   uint64_t size = 1;
-  while (count <= limit && size < 2 * count) size <<= 1;
+  while (count <= limit && 2 * size < 3 * count) size <<= 1;
   struct ur_bucket *t = count <= limit ? ur_big_calloc(size, sizeof(*t)) : NULL;
   if (!t) goto out; /* binary search still works */
   uint64_t mask = size - 1;
@@ -50,7 +56,8 @@ static void build_buckets(struct ur_alloc_index *w) {
    * steps over them. */
   for (size_t i = 0; i < w->n; i++) {
     if (skip[i]) continue;
-    uint64_t first = w->begin[i] >> shift, final = (w->end[i] - 1) >> shift;
+    uint64_t first = ur_block_begin(w->pairs, i) >> shift;
+    uint64_t final = (ur_block_end(w->pairs, i) - 1) >> shift;
     for (uint64_t b = first;; b++) {
       if (cur && cur->key == b + 1) {
         cur->hi = (uint32_t)i + 1;
@@ -70,17 +77,15 @@ out:
   ur_big_free(skip);
 }
 
-int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *begin, const uint64_t *end,
-                         size_t n) {
+int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *pairs, size_t n) {
   memset(ix, 0, sizeof(*ix));
   ix->n = n;
-  ix->begin = begin;
-  ix->end = end;
+  ix->pairs = pairs;
   if (!n) return 0;
-  ix->lo = begin[0];
-  ix->hi = end[n - 1];
+  ix->lo = ur_block_begin(pairs, 0);
+  ix->hi = ur_block_end(pairs, n - 1);
   uint64_t page_bytes = PAGE_INDEX_BYTES_PER_ALLOC * (uint64_t)n + PAGE_INDEX_FIXED_BYTES;
-  if (ur_page_index_build(&ix->pages, begin, end, n, page_bytes) < 0) return -ENOMEM;
+  if (ur_page_index_build(&ix->pages, pairs, n, page_bytes) < 0) return -ENOMEM;
   build_buckets(ix); /* for the blocks the page index does not answer for */
   return 0;
 }

@@ -24,9 +24,8 @@
 #include "page_index.h"
 
 struct ur_alloc_index {
-  size_t n;            /* allocations, sorted by begin, none overlapping */
-  const uint64_t *begin;
-  const uint64_t *end; /* begin + max(size, 1) */
+  size_t n;              /* allocations, sorted by begin, none overlapping */
+  const uint64_t *pairs; /* (begin, size) per allocation (ur_block_begin, ur_block_end) */
   uint64_t lo, hi;     /* [lowest begin, highest end): the fast reject */
   struct ur_page_index pages; /* pages dense in small blocks, looked up first */
   struct ur_bucket *buckets;  /* NULL: plain binary search */
@@ -39,11 +38,10 @@ struct ur_bucket {
   uint32_t lo, hi;  /* sorted indices of the allocations overlapping the bucket */
 };
 
-/* Index the n allocations [begin[i], end[i]) (sorted, not overlapping; the
- * arrays are kept, not copied, and must outlive the index). Returns 0 or
- * -ENOMEM; without room for the buckets lookups fall back to binary search. */
-int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *begin, const uint64_t *end,
-                         size_t n);
+/* Index the n allocations of pairs (sorted, not overlapping; the array is
+ * kept, not copied, and must outlive the index). Returns 0 or -ENOMEM;
+ * without room for the buckets lookups fall back to binary search. */
+int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *pairs, size_t n);
 void ur_alloc_index_free(struct ur_alloc_index *ix);
 
 static inline uint64_t ur_bucket_hash(uint64_t key) {
@@ -72,15 +70,15 @@ static inline int ur_alloc_index_range(const struct ur_alloc_index *w, uint64_t 
 
 static inline ssize_t ur_alloc_index_search(const struct ur_alloc_index *w, uint64_t v,
                                             size_t lo, size_t hi) {
-  const uint64_t *base = w->begin + lo;
+  const uint64_t *base = w->pairs + 2 * lo;
   size_t len = hi - lo;
   while (len > 1) {
     size_t half = len / 2;
-    base = (base[half] <= v) ? base + half : base;
+    base = (base[2 * half] <= v) ? base + 2 * half : base;
     len -= half;
   }
-  size_t i = (size_t)(base - w->begin);
-  return (*base <= v && v < w->end[i]) ? (ssize_t)i : -1;
+  size_t i = (size_t)(base - w->pairs) / 2;
+  return (*base <= v && v < ur_block_end(w->pairs, i)) ? (ssize_t)i : -1;
 }
 
 /* Where v's lookup starts: its page entry if pages are indexed, else its
@@ -89,7 +87,7 @@ static inline const void *ur_alloc_index_lookup_line(const struct ur_alloc_index
                                                      uint64_t v) {
   if (w->pages.slots) return ur_page_slot(&w->pages, v);
   if (w->buckets) return &w->buckets[ur_bucket_hash((v >> w->bucket_shift) + 1) & w->bucket_mask];
-  return w->begin;
+  return w->pairs;
 }
 
 /* Sorted index of the allocation containing v, or -1. One past the end is
@@ -97,7 +95,7 @@ static inline const void *ur_alloc_index_lookup_line(const struct ur_alloc_index
 static inline ssize_t ur_alloc_index_find(const struct ur_alloc_index *w, uint64_t v) {
   size_t lo, hi;
   if (v - w->lo >= w->hi - w->lo) return -1;
-  ssize_t idx = ur_page_find(&w->pages, w->end, v);
+  ssize_t idx = ur_page_find(&w->pages, w->pairs, v);
   if (idx != UR_PAGE_UNKNOWN) return idx;
   if (!ur_alloc_index_range(w, v, &lo, &hi)) return -1;
   return ur_alloc_index_search(w, v, lo, hi);

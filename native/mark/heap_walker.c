@@ -7,26 +7,37 @@
 #include "radix_sort.h"
 #include "work_pool.h"
 
-int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n) {
-  memset(w, 0, sizeof(*w));
-  w->mem = mem;
-  w->allocs = allocs;
-  if (n > UR_WALKER_MAX_ALLOCS) return -E2BIG;
-  size_t cap = n ? n : 1;
-  w->begin = ur_big_calloc(cap, sizeof(*w->begin));
-  w->end = ur_big_calloc(cap, sizeof(*w->end));
-  w->orig = ur_big_calloc(cap, sizeof(*w->orig));
-  w->marked = ur_big_calloc(cap, 1);
-  if (!w->begin || !w->end || !w->orig || !w->marked) goto nomem;
+/* Whether the caller's pairs can be indexed where they lie: sorted by
+ * begin, none overlapping (the registry reader's are); their sizes summed. */
+static int in_order(const uint64_t *allocs, size_t n, uint64_t *bytes) {
+  uint64_t prev_end = 0, total = 0;
   for (size_t i = 0; i < n; i++) {
-    w->begin[i] = allocs[2 * i];
+    if (i > 0 && ur_block_begin(allocs, i) < prev_end) return 0;
+    prev_end = ur_block_end(allocs, i);
+    total += allocs[2 * i + 1];
+  }
+  *bytes = total;
+  return 1;
+}
+
+/* The sorted copy, for pairs that come in any order or overlap: begins
+ * sorted with their indices, overlaps dropped, then widened in place into
+ * (begin, size) pairs from the back (pair j's slots, 2j and 2j + 1, lie at
+ * or past the begin j still to be read). */
+static int sorted_copy(struct ur_walker *w, const uint64_t *allocs, size_t n) {
+  size_t cap = n ? n : 1;
+  uint64_t *keys = ur_big_calloc(cap, sizeof(*keys));
+  w->orig = ur_big_calloc(cap, sizeof(*w->orig));
+  if (!keys || !w->orig) goto nomem;
+  for (size_t i = 0; i < n; i++) {
+    keys[i] = allocs[2 * i];
     w->orig[i] = (uint32_t)i;
   }
-  if (ur_radix_sort(w->begin, w->orig, n) < 0) goto nomem;
+  if (ur_radix_sort(keys, w->orig, n) < 0) goto nomem;
   uint64_t prev_end = 0, prev_b = 0;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    uint64_t b = w->begin[i], s = allocs[2 * w->orig[i] + 1];
+    uint64_t b = keys[i], s = allocs[2 * w->orig[i] + 1];
     uint64_t len = s ? s : 1;
     uint64_t e = (b + len < b) ? UINT64_MAX : b + len;
     if (i == 0 || b != prev_b) {
@@ -38,15 +49,41 @@ int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allo
       w->overlapping++;
       continue;
     }
-    w->begin[k] = b;
-    w->end[k] = e;
+    keys[k] = b;
     w->orig[k] = w->orig[i];
     prev_end = e;
     k++;
   }
+  uint64_t *own = ur_big_realloc(keys, 2 * (k ? k : 1) * sizeof(*own));
+  if (!own) goto nomem;
+  for (size_t j = k; j-- > 0;) {
+    own[2 * j] = own[j];
+    own[2 * j + 1] = allocs[2 * (size_t)w->orig[j] + 1];
+  }
+  w->own = own;
+  w->pairs = own;
   w->n = k;
-  w->max_edges = UR_GRAPH_EDGES_PER_ALLOC * (uint64_t)k + UR_GRAPH_EDGES_FIXED;
-  if (ur_alloc_index_build(&w->index, w->begin, w->end, k) < 0) goto nomem;
+  return 0;
+nomem:
+  ur_big_free(keys);
+  return -ENOMEM;
+}
+
+int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n) {
+  memset(w, 0, sizeof(*w));
+  w->mem = mem;
+  w->allocs = allocs;
+  if (n > UR_WALKER_MAX_ALLOCS) return -E2BIG;
+  w->marked = ur_big_calloc(n ? n : 1, 1);
+  if (!w->marked) goto nomem;
+  if (in_order(allocs, n, &w->distinct_bytes)) {
+    w->pairs = allocs;
+    w->n = w->distinct = n;
+  } else if (sorted_copy(w, allocs, n) < 0) {
+    goto nomem;
+  }
+  w->max_edges = UR_GRAPH_EDGES_PER_ALLOC * (uint64_t)w->n + UR_GRAPH_EDGES_FIXED;
+  if (ur_alloc_index_build(&w->index, w->pairs, w->n) < 0) goto nomem;
   return 0;
 nomem:
   ur_walker_free(w);
@@ -54,8 +91,7 @@ nomem:
 }
 
 void ur_walker_free(struct ur_walker *w) {
-  ur_big_free(w->begin);
-  ur_big_free(w->end);
+  ur_big_free(w->own);
   ur_big_free(w->orig);
   ur_big_free(w->marked);
   ur_alloc_index_free(&w->index);
@@ -146,7 +182,7 @@ static int mark_hit(void *ctx, size_t idx) {
   struct marker *m = ctx;
   if (!claim(m, idx)) return 0;
   /* Popped soon (the work stack is LIFO): have its first line on the way. */
-  ur_mem_prefetch(m->mem, m->w->begin[idx]);
+  ur_mem_prefetch(m->mem, ur_walker_begin(m->w, idx));
   return push_todo(m, (uint32_t)idx);
 }
 
@@ -181,13 +217,12 @@ static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
   ssize_t found[MAX_CANDIDATES];
   for (size_t i = 0; i < nc; i++) {
     hi[i] = lo[i] = 0;
-    if ((found[i] = ur_page_find(&w->index.pages, w->end, cand[i])) != UR_PAGE_UNKNOWN) {
+    if ((found[i] = ur_page_find(&w->index.pages, w->pairs, cand[i])) != UR_PAGE_UNKNOWN) {
       if (found[i] >= 0) __builtin_prefetch(&w->marked[found[i]]);
       continue;
     }
     if (!ur_alloc_index_range(&w->index, cand[i], &lo[i], &hi[i])) continue;
-    __builtin_prefetch(&w->begin[lo[i]]);
-    __builtin_prefetch(&w->end[lo[i]]);
+    __builtin_prefetch(&w->pairs[2 * lo[i]]);
     __builtin_prefetch(&w->marked[lo[i]]);
   }
   for (size_t i = 0; i < nc; i++) {
@@ -239,8 +274,8 @@ static int fill(struct marker *m, struct pipeline *pl) {
          (pl->count == 0 || pl->count < m->mem->room)) {
     uint32_t idx = m->todo[--m->todo_len];
     struct view *it = &pl->ring[(pl->head + pl->count) % DEPTH];
-    it->addr = (w->begin[idx] + 7) & ~UINT64_C(7);
-    it->end = w->end[idx];
+    it->addr = (ur_walker_begin(w, idx) + 7) & ~UINT64_C(7);
+    it->end = ur_walker_end(w, idx);
     if (it->addr >= it->end) continue;
     it->p = ur_mem_view(m->mem, it->addr, it->end, &it->avail);
     if (!it->p) return -ENOMEM;

@@ -31,9 +31,12 @@
 
 struct ur_walker {
   size_t n;            /* accepted allocations, sorted by begin */
-  uint64_t *begin;
-  uint64_t *end;       /* begin + max(size, 1): a zero-size block still owns its address */
-  uint32_t *orig;      /* index in the caller's array */
+  /* (begin, size) per accepted allocation (ur_block_begin, ur_block_end):
+   * the caller's own pairs when they come sorted and without overlaps (the
+   * registry's do), else a sorted copy (own) */
+  const uint64_t *pairs;
+  uint64_t *own;
+  uint32_t *orig;      /* index in the caller's array; NULL: the same index */
   const uint64_t *allocs; /* the caller's (begin, size) pairs: kept, not copied */
   uint8_t *marked;
   size_t overlapping;  /* inputs dropped because they overlap an accepted one */
@@ -57,7 +60,21 @@ void ur_walker_free(struct ur_walker *w);
 
 /* Requested size of sorted allocation i. */
 static inline uint64_t ur_walker_size(const struct ur_walker *w, size_t i) {
-  return w->allocs[2 * (size_t)w->orig[i] + 1];
+  return w->pairs[2 * i + 1];
+}
+
+static inline uint64_t ur_walker_begin(const struct ur_walker *w, size_t i) {
+  return ur_block_begin(w->pairs, i);
+}
+
+/* begin + max(size, 1): a zero-size block still owns its address. */
+static inline uint64_t ur_walker_end(const struct ur_walker *w, size_t i) {
+  return ur_block_end(w->pairs, i);
+}
+
+/* Index in the caller's array of sorted allocation i. */
+static inline uint32_t ur_walker_orig(const struct ur_walker *w, size_t i) {
+  return w->orig ? w->orig[i] : (uint32_t)i;
 }
 
 /* Sorted index of the allocation containing v, or -1. One past the end is

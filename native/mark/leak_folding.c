@@ -191,7 +191,7 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
     }
     node_of[i] = (uint32_t)k;
     sorted_idx[k] = (uint32_t)i;
-    unreachable[k] = w->orig[i];
+    unreachable[k] = ur_walker_orig(w, i);
     size[k] = ur_walker_size(w, i);
     k++;
   }
@@ -205,7 +205,7 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
       const uint32_t *to = ur_ref_graph_edges(&w->graph, i, &count);
       for (size_t e = 0; e < count; e++)
         if ((rc = edge_hit(&ec, to[e])) != 0) goto out;
-    } else if ((rc = ur_walker_scan(w, w->begin[i], w->end[i], edge_hit, &ec)) != 0) {
+    } else if ((rc = ur_walker_scan(w, ur_walker_begin(w, i), ur_walker_end(w, i), edge_hit, &ec)) != 0) {
       goto out;
     }
   }

@@ -36,28 +36,28 @@ static void mark_full(struct ur_page_entry *p, uint64_t page, uint64_t b, uint64
 
 /* Whether a block of the run [i, j) begins off the 16-byte grid: its page's
  * entry is then irregular and answers nothing. */
-static int run_off_grid(const uint64_t *begin, size_t i, size_t j) {
+static int run_off_grid(const uint64_t *pairs, size_t i, size_t j) {
   for (size_t k = i; k < j; k++)
-    if (begin[k] & ((1u << UR_GRANULE_SHIFT) - 1)) return 1;
+    if (ur_block_begin(pairs, k) & ((1u << UR_GRANULE_SHIFT) - 1)) return 1;
   return 0;
 }
 
-/* The end of the run of blocks beginning in begin[i]'s page. */
-static size_t page_run_end(const uint64_t *begin, size_t n, size_t i) {
-  uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
+/* The end of the run of blocks beginning in block i's page. */
+static size_t page_run_end(const uint64_t *pairs, size_t n, size_t i) {
+  uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
   size_t j = i + 1;
-  while (j < n && begin[j] >> UR_PAGE_INDEX_SHIFT == page) j++;
+  while (j < n && ur_block_begin(pairs, j) >> UR_PAGE_INDEX_SHIFT == page) j++;
   return j;
 }
 
-int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const uint64_t *end,
-                        size_t n, uint64_t max_bytes) {
+int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t n,
+                        uint64_t max_bytes) {
   memset(pi, 0, sizeof(*pi));
   /* Pages by how many blocks begin there: dense[k] counts pages with at
    * least 2^k begins. */
   size_t dense[8] = {0};
   for (size_t i = 0, j; i < n; i = j) {
-    j = page_run_end(begin, n, i);
+    j = page_run_end(pairs, n, i);
     for (unsigned k = 1; k < 8 && (j - i) >> k; k++) dense[k]++;
   }
   unsigned min_log = 1;
@@ -72,18 +72,18 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
   pi->mask = size - 1;
   pi->min_begins = min_begins;
   for (size_t i = 0, j; i < n; i = j) {
-    j = page_run_end(begin, n, i);
-    uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
+    j = page_run_end(pairs, n, i);
+    uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
     if (j - i >= min_begins) {
       struct ur_page_entry *p = slot_for(pi, page);
       *p = (struct ur_page_entry){
-          .key = page + 1, .base = (uint32_t)i, .irregular = (uint32_t)run_off_grid(begin, i, j)};
+          .key = page + 1, .base = (uint32_t)i, .irregular = (uint32_t)run_off_grid(pairs, i, j)};
       /* Blocks do not overlap, so the only one reaching into the page from
        * below is the one just before its first begin. */
-      if (i > 0) mark_full(p, page, begin[i - 1], end[i - 1]);
+      if (i > 0) mark_full(p, page, ur_block_begin(pairs, i - 1), ur_block_end(pairs, i - 1));
       for (size_t k = i; k < j; k++) {
-        p->starts |= UINT64_C(1) << ((begin[k] >> UR_GRANULE_SHIFT) & 63);
-        mark_full(p, page, begin[k], end[k]);
+        p->starts |= UINT64_C(1) << ((ur_block_begin(pairs, k) >> UR_GRANULE_SHIFT) & 63);
+        mark_full(p, page, ur_block_begin(pairs, k), ur_block_end(pairs, k));
       }
       pi->pages++;
     }
@@ -93,27 +93,27 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const u
 
 /* Whether the run of blocks [i, j) beginning in one page has an entry that
  * answers: enough begins, all on the grid (as the build decides). */
-static int run_answers(const struct ur_page_index *pi, const uint64_t *begin, size_t i, size_t j) {
-  return j - i >= pi->min_begins && !run_off_grid(begin, i, j);
+static int run_answers(const struct ur_page_index *pi, const uint64_t *pairs, size_t i, size_t j) {
+  return j - i >= pi->min_begins && !run_off_grid(pairs, i, j);
 }
 
-void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *begin,
-                            const uint64_t *end, size_t n, uint8_t *answered) {
+void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *pairs, size_t n,
+                            uint8_t *answered) {
   memset(answered, 0, n);
   if (!pi->slots) return;
   for (size_t i = 0, j; i < n; i = j) {
-    j = page_run_end(begin, n, i);
-    if (!run_answers(pi, begin, i, j)) continue;
-    uint64_t page = begin[i] >> UR_PAGE_INDEX_SHIFT;
+    j = page_run_end(pairs, n, i);
+    if (!run_answers(pi, pairs, i, j)) continue;
+    uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
     for (size_t k = i; k < j; k++) {
-      uint64_t last = (end[k] - 1) >> UR_PAGE_INDEX_SHIFT;
+      uint64_t last = (ur_block_end(pairs, k) - 1) >> UR_PAGE_INDEX_SHIFT;
       /* Blocks do not overlap: a page the block reaches past its own holds
        * no begin but the next block's, so it answers only if it is the next
        * page and the next block's run answers there. */
       if (last == page) answered[k] = 1;
       else if (last == page + 1 && k + 1 == j && j < n &&
-               begin[j] >> UR_PAGE_INDEX_SHIFT == last)
-        answered[k] = (uint8_t)run_answers(pi, begin, j, page_run_end(begin, n, j));
+               ur_block_begin(pairs, j) >> UR_PAGE_INDEX_SHIFT == last)
+        answered[k] = (uint8_t)run_answers(pi, pairs, j, page_run_end(pairs, n, j));
     }
   }
 }

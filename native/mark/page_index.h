@@ -22,6 +22,16 @@
 #include <sys/types.h>
 
 #define UR_PAGE_INDEX_SHIFT 10
+
+/* Blocks as (begin, size) pairs sorted by begin, none overlapping: the
+ * registry's own layout, so that a sorted registry is indexed where it lies
+ * instead of copied (a copy of begins and ends took 16 bytes per
+ * allocation). A zero-size block still owns its address. */
+static inline uint64_t ur_block_begin(const uint64_t *pairs, size_t i) { return pairs[2 * i]; }
+static inline uint64_t ur_block_end(const uint64_t *pairs, size_t i) {
+  uint64_t b = pairs[2 * i], s = pairs[2 * i + 1] ? pairs[2 * i + 1] : 1;
+  return b + s < b ? UINT64_MAX : b + s;
+}
 #define UR_GRANULE_SHIFT 4
 
 struct ur_page_entry {
@@ -41,19 +51,19 @@ struct ur_page_index {
 
 #define UR_PAGE_UNKNOWN (-2)
 
-/* Build over n sorted, non-overlapping blocks [begin[i], end[i]), using at
- * most max_bytes (pages need more begins each until they fit). Returns 0 or
- * -ENOMEM; with no dense page, no index. */
-int ur_page_index_build(struct ur_page_index *pi, const uint64_t *begin, const uint64_t *end,
-                        size_t n, uint64_t max_bytes);
+/* Build over n sorted, non-overlapping blocks (pairs: ur_block_begin), using
+ * at most max_bytes (pages need more begins each until they fit). Returns 0
+ * or -ENOMEM; with no dense page, no index. */
+int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t n,
+                        uint64_t max_bytes);
 void ur_page_index_free(struct ur_page_index *pi);
 
 /* For each of the n blocks the index was built over: whether it answers for
  * every address of the block (so that a lookup there never needs another
  * index). Worked out from begin and end in one pass, not by probing the
  * index: 1 in answered[i] or 0. */
-void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *begin,
-                            const uint64_t *end, size_t n, uint8_t *answered);
+void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *pairs, size_t n,
+                            uint8_t *answered);
 
 static inline uint64_t ur_page_hash(uint64_t key) {
   return (key * UINT64_C(0x9E3779B97F4A7C15)) >> 20;
@@ -91,7 +101,7 @@ static inline const struct ur_page_entry *ur_page_entry_of(const struct ur_page_
 
 /* Sorted index of the block containing v, -1 if none does, or
  * UR_PAGE_UNKNOWN if v's page is not indexed. */
-static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_t *end,
+static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_t *pairs,
                                    uint64_t v) {
   const struct ur_page_entry *e = ur_page_entry_of(pi, v >> UR_PAGE_INDEX_SHIFT);
   if (!e) return UR_PAGE_UNKNOWN;
@@ -100,7 +110,7 @@ static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_
   size_t k = (size_t)e->base + (size_t)ur_popcount64(at_or_below);
   if (k == 0) return -1;
   if ((e->full >> g) & 1) return (ssize_t)(k - 1);
-  return v < end[k - 1] ? (ssize_t)(k - 1) : -1;
+  return v < ur_block_end(pairs, k - 1) ? (ssize_t)(k - 1) : -1;
 }
 
 #endif

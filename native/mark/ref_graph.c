@@ -52,10 +52,9 @@ static int flush(struct builder *b) {
   ssize_t found[BATCH];
   for (size_t i = 0; i < b->nc; i++) {
     hi[i] = lo[i] = 0;
-    if ((found[i] = ur_page_find(&ix->pages, ix->end, b->cand[i])) != UR_PAGE_UNKNOWN) continue;
+    if ((found[i] = ur_page_find(&ix->pages, ix->pairs, b->cand[i])) != UR_PAGE_UNKNOWN) continue;
     if (!ur_alloc_index_range(ix, b->cand[i], &lo[i], &hi[i])) continue;
-    __builtin_prefetch(&ix->begin[lo[i]]);
-    __builtin_prefetch(&ix->end[lo[i]]);
+    __builtin_prefetch(&ix->pairs[2 * lo[i]]);
   }
   for (size_t i = 0; i < b->nc; i++) {
     ssize_t t = found[i];
@@ -78,8 +77,9 @@ static int scan_block(struct builder *b, size_t i) {
   /* Locals: the compiler cannot tell the candidate stores from the walker. */
   const uint64_t lo = ix->lo, span = ix->hi - ix->lo;
   const struct ur_page_index pages = ix->pages;
-  if (ix->begin[i] > UINT64_MAX - 7) return 0;
-  uint64_t a = (ix->begin[i] + 7) & ~UINT64_C(7), end = ix->end[i];
+  if (ur_block_begin(ix->pairs, i) > UINT64_MAX - 7) return 0;
+  uint64_t a = (ur_block_begin(ix->pairs, i) + 7) & ~UINT64_C(7);
+  uint64_t end = ur_block_end(ix->pairs, i);
   size_t nc = b->nc;
   while (a < end) {
     uint64_t avail;

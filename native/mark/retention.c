@@ -145,9 +145,9 @@ out:
 }
 
 int64_t ur_retention_edge(struct ur_walker *w, uint32_t from, uint32_t to, uint64_t *value) {
-  if (from >= w->n || to >= w->n || w->begin[from] > UINT64_MAX - 7) return -1;
-  uint64_t lo = w->begin[to], hi = w->end[to];
-  uint64_t a = (w->begin[from] + 7) & ~UINT64_C(7), end = w->end[from];
+  if (from >= w->n || to >= w->n || ur_walker_begin(w, from) > UINT64_MAX - 7) return -1;
+  uint64_t lo = ur_walker_begin(w, to), hi = ur_walker_end(w, to);
+  uint64_t a = (ur_walker_begin(w, from) + 7) & ~UINT64_C(7), end = ur_walker_end(w, from);
   while (a < end) {
     uint64_t avail;
     const uint8_t *p = ur_mem_view(w->mem, a, end, &avail);
@@ -158,7 +158,7 @@ int64_t ur_retention_edge(struct ur_walker *w, uint32_t from, uint32_t to, uint6
       memcpy(&v, p + 8 * k, 8);
       if (v - lo < hi - lo) {
         *value = v;
-        return (int64_t)(a + 8 * (uint64_t)k - w->begin[from]);
+        return (int64_t)(a + 8 * (uint64_t)k - ur_walker_begin(w, from));
       }
     }
     uint64_t next = a + 8 * (uint64_t)nwords;
@@ -491,7 +491,7 @@ int ur_retention_group(const struct ur_walker *w, const int64_t *idom, const uin
         s->retained_count += retained_count[i];
         if (retained[i] > best[kid[i]]) {
           best[kid[i]] = retained[i];
-          s->largest = w->begin[i];
+          s->largest = ur_walker_begin(w, i);
         }
         sorted[np] = (uint64_t)kid[i] * tops + top_number(top[i]);
         which[np++] = (uint32_t)i;

@@ -152,6 +152,7 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   if (m->used_chunks < m->max_chunks) {
     c = &m->chunks[m->used_chunks];
     c->data = m->arena + m->used_chunks * UR_CHUNK_SIZE;
+    c->fresh = 1;
     m->used_chunks++;
     update_room(m);
   } else {
@@ -163,6 +164,7 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
       c->referenced = 0;
     }
     table_remove(m, c->base);
+    c->fresh = 0;
   }
   c->base = base;
   c->referenced = 1;
@@ -230,6 +232,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
   if (!chunk_layout(m, c->base, gone, zero)) {
     read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
+    c->fresh = 0;
     return;
   }
   /* Runs of pages alike: read, zero, or unreadable without a read. */
@@ -244,7 +247,10 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
       read_pages(m->fd, c->base + p * UR_PAGE_SIZE, at, (q - p) * UR_PAGE_SIZE, c->bad, p,
                  &c->any_bad);
     } else {
-      memset(at, 0, (q - p) * UR_PAGE_SIZE);
+      /* A fresh slot is zero already: writing zeros would only make the
+       * kernel back it (a sparse reservation among the roots, such as a
+       * big array mostly untouched, took its whole size in memory). */
+      if (!c->fresh) memset(at, 0, (q - p) * UR_PAGE_SIZE);
       if (kind >= 2) {
         for (size_t r = p; r < q; r++) c->bad[r / 64] |= UINT64_C(1) << (r % 64);
         c->any_bad = 1;
@@ -252,6 +258,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
     }
     p = q;
   }
+  c->fresh = 0;
 }
 
 void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t addr,
@@ -261,6 +268,7 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   for (size_t p = first; p < first + pages; p++) c->bad[p / 64] &= ~(UINT64_C(1) << (p % 64));
   int any = 0;
   read_pages(m->fd, addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any);
+  c->fresh = 0;
   if (any) c->any_bad = 1;
 }
 
@@ -499,6 +507,7 @@ int ur_mem_load_file(struct ur_pread_mem *m, int fd, uint64_t offset, uint64_t a
     int err = 0;
     struct ur_chunk *c = ur_mem_chunk(m, base, &err);
     if (!c) return err;
+    c->fresh = 0;
     uint64_t got = 0;
     while (got < n) {
       ssize_t r = pread(fd, c->data + off + got, (size_t)(n - got), (off_t)(offset + got));

@@ -44,6 +44,7 @@ struct ur_chunk {
   uint64_t zeroed[UR_CHUNK_PAGES / 64];   /* of those, absent when synced: held as zero */
   int any_bad;
   int referenced;                         /* clock bit */
+  int fresh;                              /* data never written since mapped: all zero */
 };
 
 struct ur_pread_mem {

@@ -86,11 +86,14 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-  if (PyType_Ready(&ur_session_type) < 0 || PyType_Ready(&ur_memory_copy_type) < 0) return NULL;
+  if (PyType_Ready(&ur_session_type) < 0 || PyType_Ready(&ur_memory_copy_type) < 0 ||
+      PyType_Ready(&ur_big_buffer_type) < 0)
+    return NULL;
   PyObject *m = PyModule_Create(&moduledef);
   if (!m) return NULL;
   if (PyModule_AddObjectRef(m, "Session", (PyObject *)&ur_session_type) < 0 ||
       PyModule_AddObjectRef(m, "MemoryCopy", (PyObject *)&ur_memory_copy_type) < 0 ||
+      PyModule_AddObjectRef(m, "BigBuffer", (PyObject *)&ur_big_buffer_type) < 0 ||
       PyModule_AddFunctions(m, ur_abi_methods) < 0 || ur_abi_add_constants(m) < 0) {
     Py_DECREF(m);
     return NULL;

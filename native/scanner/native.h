@@ -14,6 +14,9 @@
 
 extern PyTypeObject ur_session_type;
 extern PyTypeObject ur_memory_copy_type;
+extern PyTypeObject ur_big_buffer_type;
+/* A BigBuffer owning p (an alloc.h array, freed with it; also on failure). */
+PyObject *ur_big_buffer(void *p, size_t len);
 
 /* Where a native reader takes memory from (memory_copy.c): a pid's
  * /proc/PID/mem, or a finished MemoryCopy. */

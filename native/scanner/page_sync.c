@@ -87,6 +87,7 @@ static int apply(struct plan *p, uint64_t lo, uint64_t hi, enum action a) {
         size_t page = w * 64 + (size_t)__builtin_ctzll(todo);
         uint64_t bit = todo & -todo, addr = base + ((uint64_t)page << UR_PAGE_SHIFT);
         todo &= todo - 1;
+        c->fresh = 0;
         if (a == ZERO) {
           memset(c->data + (addr - base), 0, UR_PAGE_SIZE);
           c->bad[w] &= ~bit;
@@ -246,6 +247,7 @@ void ur_sync_finish(struct ur_pread_mem *m) {
         size_t page = w * 64 + (size_t)__builtin_ctzll(todo);
         if (!ur_mem_zero_range_end(m, c->base + page * UR_PAGE_SIZE)) continue;
         memset(c->data + page * UR_PAGE_SIZE, 0, UR_PAGE_SIZE);
+        c->fresh = 0;
         c->bad[w] &= ~(todo & -todo);
         c->synced[w] |= todo & -todo;
       }

@@ -44,26 +44,39 @@ struct entries {
 };
 
 /* The entry arrays can hold tens of millions of entries: huge pages (as the
- * walker's arrays) keep the kernel's page faulting off the profile. */
+ * walker's arrays) keep the kernel's page faulting off the profile. They
+ * grow with mremap, which moves page tables, not bytes: a copy into new
+ * arrays held both at once, and touched each byte again. */
 static int entries_reserve(struct entries *e, size_t cap) {
   if (cap <= e->cap) return 0;
-  uint64_t *p = ur_big_calloc(cap * 2, sizeof(*p));
-  uint32_t *s = ur_big_calloc(cap, sizeof(*s));
-  if (!p || !s) {
-    ur_big_free(p);
-    ur_big_free(s);
-    return -ENOMEM;
-  }
-  if (e->n) {
-    memcpy(p, e->pairs, e->n * 2 * sizeof(*p));
-    memcpy(s, e->stack_ids, e->n * sizeof(*s));
-  }
-  ur_big_free(e->pairs);
-  ur_big_free(e->stack_ids);
+  if (cap > SIZE_MAX / (2 * sizeof(uint64_t))) return -ENOMEM;
+  uint64_t *p = ur_big_realloc(e->pairs, cap * 2 * sizeof(*p));
+  if (!p) return -ENOMEM;
   e->pairs = p;
+  uint32_t *s = ur_big_realloc(e->stack_ids, cap * sizeof(*s));
+  if (!s) return -ENOMEM;
   e->stack_ids = s;
   e->cap = cap;
   return 0;
+}
+
+/* The entries as two BigBuffers (allocs, stack_ids), trimmed to their
+ * length: Python holds the arrays themselves, not copies. */
+static int entries_to_python(struct entries *e, PyObject **pairs, PyObject **ids) {
+  *pairs = *ids = NULL;
+  size_t n = e->n;
+  uint64_t *p = e->pairs ? ur_big_realloc(e->pairs, n * 2 * sizeof(uint64_t)) : NULL;
+  if (p) e->pairs = p;
+  uint32_t *s = e->stack_ids ? ur_big_realloc(e->stack_ids, n * sizeof(uint32_t)) : NULL;
+  if (s) e->stack_ids = s;
+  *pairs = ur_big_buffer(e->pairs, n * 2 * sizeof(uint64_t));
+  e->pairs = NULL;
+  *ids = ur_big_buffer(e->stack_ids, n * sizeof(uint32_t));
+  e->stack_ids = NULL;
+  if (*pairs && *ids) return 0;
+  Py_CLEAR(*pairs);
+  Py_CLEAR(*ids);
+  return -1;
 }
 
 static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
@@ -204,7 +217,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   struct entries e = {0};
   struct ur_shard *shards = NULL;
   struct ur_thread_slot *slots = NULL;
-  PyObject *result = NULL, *threads = NULL, *locked = NULL;
+  PyObject *result = NULL, *threads = NULL, *locked = NULL, *allocs = NULL, *ids = NULL;
   struct ur_region_span *spans = NULL;
   uint32_t nspans = 0;
   if (read_descriptor(&rd, addr, &d) < 0) goto out;
@@ -280,10 +293,10 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     Py_DECREF(item);
   }
+  if (entries_to_python(&e, &allocs, &ids) < 0) goto out;
   result = Py_BuildValue(
-      "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:s,s:I,s:I,s:K}", "allocs", e.pairs ? (const char *)e.pairs : "",
-      (Py_ssize_t)(e.n * 2 * sizeof(uint64_t)), "stack_ids", e.stack_ids ? (const char *)e.stack_ids : "",
-      (Py_ssize_t)(e.n * sizeof(uint32_t)), "threads", threads, "locked_shards", locked,
+      "{s:O,s:O,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:s,s:I,s:I,s:K}", "allocs", allocs,
+      "stack_ids", ids, "threads", threads, "locked_shards", locked,
       "enabled", d.enabled, "helper_tid", d.helper_tid, "helper_cmd",
       (unsigned long long)d.helper_cmd, "region_begin", (unsigned long long)d.region_begin,
       "region_end", (unsigned long long)d.region_end, "options", options, "max_frames",
@@ -294,9 +307,8 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *opt = PyUnicode_DecodeUTF8(options, (Py_ssize_t)strlen(options), "replace");
     if (opt) {
       result = Py_BuildValue(
-          "{s:y#,s:y#,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:N,s:I,s:I,s:K}", "allocs",
-          e.pairs ? (const char *)e.pairs : "", (Py_ssize_t)(e.n * 2 * sizeof(uint64_t)), "stack_ids",
-          e.stack_ids ? (const char *)e.stack_ids : "", (Py_ssize_t)(e.n * sizeof(uint32_t)), "threads", threads,
+          "{s:O,s:O,s:O,s:O,s:I,s:I,s:K,s:K,s:K,s:N,s:I,s:I,s:K}", "allocs", allocs,
+          "stack_ids", ids, "threads", threads,
           "locked_shards", locked, "enabled", d.enabled, "helper_tid", d.helper_tid,
           "helper_cmd", (unsigned long long)d.helper_cmd, "region_begin",
           (unsigned long long)d.region_begin, "region_end", (unsigned long long)d.region_end,
@@ -309,6 +321,8 @@ out:
   free(spans);
   Py_XDECREF(threads);
   Py_XDECREF(locked);
+  Py_XDECREF(allocs);
+  Py_XDECREF(ids);
   ur_big_free(e.pairs);
   ur_big_free(e.stack_ids);
   free(shards);

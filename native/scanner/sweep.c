@@ -68,6 +68,17 @@ static const uint64_t *aligned_words(Py_buffer *b, uint64_t **owned) {
 
 static uint64_t now_ns(void) { return ur_now_ns(); }
 
+/* The mark's own arrays, in bytes (the scanner's memory per allocation,
+ * docs/pause.md): the walker's, the allocation index's, the graph's. */
+static void held_bytes(const struct ur_walker *w, size_t nallocs, uint64_t out[3]) {
+  out[0] = nallocs + (w->own ? 16 * (uint64_t)w->n : 0) + (w->orig ? 4 * (uint64_t)nallocs : 0);
+  const struct ur_alloc_index *ix = &w->index;
+  out[1] = (ix->pages.slots ? (ix->pages.mask + 1) * sizeof(struct ur_page_entry) : 0) +
+           (ix->buckets ? (ix->bucket_mask + 1) * sizeof(struct ur_bucket) : 0);
+  const struct ur_ref_graph *g = &w->graph;
+  out[2] = w->has_graph ? 4 * (uint64_t)g->n + 5 * (uint64_t)g->nchunks + 4 * g->edges : 0;
+}
+
 /* Threads that read a stopped target's memory: the copy is the pause, and
  * /proc/PID/mem reads are CPU-bound per thread. The CPUs we may use, <= 4. */
 static unsigned copy_threads(void) {
@@ -245,7 +256,7 @@ static int group_sites(const struct ur_walker *w, const uint32_t *ids, struct gr
   int64_t *keys = ur_big_calloc(w->n ? w->n : 1, sizeof(*keys));
   if (!keys) return -ENOMEM;
   for (size_t i = 0; i < w->n; i++) {
-    uint32_t id = ids ? ids[w->orig[i]] : 0;
+    uint32_t id = ids ? ids[ur_walker_orig(w, i)] : 0;
     keys[i] = id ? (int64_t)id : -1 - (int64_t)ur_walker_size(w, i);
   }
   int rc = ur_retention_group(w, a->idom, a->retained, a->retained_count, keys, &a->groups);
@@ -292,7 +303,7 @@ static PyObject *graph_result(const struct ur_walker *w, const struct graph_quer
     struct ur_root_hit *h = (struct ur_root_hit *)PyBytes_AS_STRING(hits);
     for (size_t k = 0; k < a->nhits; k++) {
       h[k] = a->hits[k];
-      h[k].block = w->orig[a->hits[k].block];
+      h[k].block = ur_walker_orig(w, a->hits[k].block);
     }
   }
   int bad = PyDict_SetItemString(out, "hits", hits);
@@ -308,13 +319,13 @@ static PyObject *graph_result(const struct ur_walker *w, const struct graph_quer
     }
     for (size_t j = 0; a->found && j < a->len; j++)
       PyList_SET_ITEM(path, (Py_ssize_t)j,
-                      Py_BuildValue("(ILK)", w->orig[a->path[j]], (long long)a->offsets[j],
+                      Py_BuildValue("(ILK)", ur_walker_orig(w, a->path[j]), (long long)a->offsets[j],
                                     (unsigned long long)a->values[j]));
     for (size_t j = 0; j < a->nreferrers; j++)
-      PyList_SET_ITEM(refs, (Py_ssize_t)j, PyLong_FromUnsignedLong(w->orig[a->referrers[j]]));
+      PyList_SET_ITEM(refs, (Py_ssize_t)j, PyLong_FromUnsignedLong(ur_walker_orig(w, a->referrers[j])));
     PyObject *why = Py_BuildValue(
         "{s:L,s:O,s:N,s:N,s:n}", "block",
-        a->block < 0 ? -1LL : (long long)w->orig[a->block], "reachable",
+        a->block < 0 ? -1LL : (long long)ur_walker_orig(w, (size_t)a->block), "reachable",
         a->reachable ? Py_True : Py_False, "path", path, "referrers", refs, "hit",
         a->reachable && a->found ? (Py_ssize_t)a->hit : (Py_ssize_t)-1);
     if (!why || PyDict_SetItemString(out, "why", why)) {
@@ -469,7 +480,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
    * mark's own, still address space until edges are written. */
   if (rc == 0 && gq.on) w.max_edges = GRAPH_EDGES_PER_ALLOC * (uint64_t)w.n + UR_GRAPH_EDGES_FIXED;
   if (rc == 0 && !opened) {
-    uint64_t chunks = chunks_spanned(w.begin, w.end, 1, w.n, 0) + root_chunks;
+    uint64_t chunks = chunks_spanned(w.pairs, w.pairs + 1, 2, w.n, 1) + root_chunks;
     rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
     opened = rc == 0;
     if (rc == 0 && zeros) set_layout(mem, zeros, (size_t)zb.len / 24);
@@ -514,8 +525,10 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     ur_py_raise(ga.rc, ga.rc == -E2BIG ? "the heap's reference graph has too many edges to keep"
                                        : "the heap's reference graph does not fit in memory");
   } else if (rc == 0) {
+    uint64_t held[3];
+    held_bytes(&w, nallocs, held);
     result = Py_BuildValue(
-        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K,s:O,s:I}", "unreachable",
+        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K,s:O,s:I,s:K,s:K,s:K}", "unreachable",
         res.unreachable ? (const char *)res.unreachable : "", (Py_ssize_t)(res.nunreachable * 4),
         "leaks", res.leaks ? (const char *)res.leaks : "",
         (Py_ssize_t)(res.nleaks * sizeof(*res.leaks)), "unreachable_count",
@@ -526,7 +539,9 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         "fold_ns", (unsigned long long)res.fold_ns, "overlapping", (Py_ssize_t)w.overlapping,
         "bytes_read", (unsigned long long)mem->bytes_loaded, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
-        "released_early", released ? Py_True : Py_False, "mark_threads", w.marked_by);
+        "released_early", released ? Py_True : Py_False, "mark_threads", w.marked_by,
+        "walker_bytes", (unsigned long long)held[0], "index_bytes", (unsigned long long)held[1],
+        "graph_bytes", (unsigned long long)held[2]);
     PyObject *graph = result && gq.on ? graph_result(&w, &gq, &ga) : NULL;
     if (result && gq.on && (!graph || PyDict_SetItemString(result, "graph", graph))) Py_CLEAR(result);
     Py_XDECREF(graph);

@@ -174,7 +174,7 @@ static size_t first_at(uint64_t addr) {
   size_t lo = 0, hi = st.w.n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (st.w.begin[mid] < addr) lo = mid + 1;
+    if (ur_walker_begin(&st.w, mid) < addr) lo = mid + 1;
     else hi = mid;
   }
   return lo;
@@ -188,7 +188,7 @@ static int serve_holds(const uint8_t *in, uint64_t len) {
   const uint64_t *r = (const uint64_t *)in;
   for (size_t i = 0; i < n; i++) {
     size_t lo = first_at(r[2 * i]);
-    out[i] = lo < st.w.n && st.w.begin[lo] < r[2 * i + 1];
+    out[i] = lo < st.w.n && ur_walker_begin(&st.w, lo) < r[2 * i + 1];
   }
   return 0;
 }
@@ -213,7 +213,7 @@ static int serve_blocks(const uint8_t *in, uint64_t len) {
     size_t first = first_at(b);
     size_t count = b < e ? first_at(e) - first : 0;
     out[i] = count;
-    for (size_t k = 0; k < count && k < cap; k++) *addrs++ = st.w.begin[first + k];
+    for (size_t k = 0; k < count && k < cap; k++) *addrs++ = ur_walker_begin(&st.w, first + k);
   }
   return 0;
 }

@@ -199,7 +199,7 @@ def test_read_registry() -> None:
             (0xFFFF0, 24),
             (0x40000020, 100),
         ]
-        assert list(array("I", reg["stack_ids"])) == [1, 2] + [0] * 10
+        assert memoryview(reg["stack_ids"]).cast("I").tolist() == [1, 2] + [0] * 10
         # The count before the stop: the shards' counts and every map entry.
         assert reg["expected"] == 4 + 10
         assert _native.read_registry(proc.pid, f["descriptor"], False)["expected"] == 14

@@ -200,8 +200,8 @@ static void t_allocation(void) {
   CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs), 0);
   CHECK_EQ(w.n, 3);
   CHECK_EQ(w.overlapping, 0);
-  CHECK_EQ(w.begin[0], 1);
-  CHECK_EQ(w.orig[0], 2);
+  CHECK_EQ(ur_walker_begin(&w, 0), 1);
+  CHECK_EQ(ur_walker_orig(&w, 0), 2);
   CHECK_EQ(ur_walker_find(&w, 3), 1);
   CHECK_EQ(ur_walker_find(&w, 4), (uint64_t)-1);
   ur_walker_free(&w);
@@ -918,7 +918,7 @@ static void mark_through_4_chunks(char **blocks, size_t n, size_t sz, size_t liv
   CHECK_EQ(ur_walker_init(&w, &m.mem, a, n), 0);
   set_edge_budget(&w);
   CHECK_EQ(ur_walker_mark(&w, r, 1, NULL, 0), 0);
-  for (size_t i = 0; i < w.n; i++) CHECK_EQ(w.marked[i], w.orig[i] < live);
+  for (size_t i = 0; i < w.n; i++) CHECK_EQ(w.marked[i], ur_walker_orig(&w, i) < live);
   CHECK(m.used_chunks <= 4);
   ur_walker_free(&w);
   ur_mem_close(&m);
@@ -956,7 +956,7 @@ static void t_cache_tree(void) {
 /* The containing block by brute force: the reference for ur_walker_find. */
 static ssize_t find_slowly(const struct ur_walker *w, uint64_t v) {
   for (size_t i = 0; i < w->n; i++)
-    if (w->begin[i] <= v && v < w->end[i]) return (ssize_t)i;
+    if (ur_walker_begin(w, i) <= v && v < ur_walker_end(w, i)) return (ssize_t)i;
   return -1;
 }
 
@@ -991,12 +991,12 @@ static void t_page_index(void) {
   /* The blocks left out of the buckets are those whose every page has an
    * entry that answers (asked page by page here): some, not all. */
   static uint8_t answered[3000];
-  ur_page_index_answered(&w.index.pages, w.begin, w.end, w.n, answered);
+  ur_page_index_answered(&w.index.pages, w.pairs, w.n, answered);
   size_t left_out = 0;
   for (size_t i = 0; i < w.n; i++) {
     int want = 1;
-    for (uint64_t p = w.begin[i] >> UR_PAGE_INDEX_SHIFT; p <= (w.end[i] - 1) >> UR_PAGE_INDEX_SHIFT;
-         p++)
+    for (uint64_t p = ur_walker_begin(&w, i) >> UR_PAGE_INDEX_SHIFT;
+         p <= (ur_walker_end(&w, i) - 1) >> UR_PAGE_INDEX_SHIFT; p++)
       if (!ur_page_entry_of(&w.index.pages, p)) want = 0;
     CHECK_EQ(answered[i], want);
     left_out += want;

@@ -1,0 +1,116 @@
+"""What the scanner holds per allocation (docs/pause.md, "The scanner's
+memory"), checked by structure, not by timing: the mark's own arrays as the
+sweep counts them, and the chunk cache's resident size against a sparse
+root range."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import random
+from array import array
+
+import pytest
+
+from tests.support.holder import python_holder
+from unreachable import _native
+from unreachable.process.maps import read_maps
+from unreachable.sweep.mark import layout
+
+N = 100_000
+
+
+def _blocks(base: int, n: int, shuffled: bool) -> bytes:
+    """n blocks of 16-1040 bytes (log-uniform, as bench/programs/peer_heap.c
+    makes them) laid end to end from base, 16-aligned, each pointing to the
+    one before it: (begin, size) pairs."""
+    rnd = random.Random(7)
+    pairs = []
+    at = base
+    for _ in range(n):
+        bits = rnd.randint(4, 10)
+        size = min((1 << bits) + rnd.randrange(1 << bits), 1040)
+        pairs.append((at, size))
+        at = (at + size + 16 + 15) & ~15
+    if shuffled:
+        rnd.shuffle(pairs)
+    return array("Q", [v for p in pairs for v in p]).tobytes()
+
+
+def _sweep_own_memory(shuffled: bool) -> _native.SweepResult:
+    room = mmap.mmap(-1, N * 1200)
+    base = (ctypes.addressof(ctypes.c_char.from_buffer(room)) + 15) & ~15
+    allocs = _blocks(base, N, shuffled)
+    words = memoryview(allocs).cast("Q")
+    for i in range(1, N):  # a chain: every block a pointer to another
+        ctypes.c_uint64.from_address(words[2 * i]).value = words[2 * (i - 1)]
+    try:
+        return _native.sweep(os.getpid(), allocs, b"", b"")
+    finally:
+        del words
+        room.close()
+
+
+def test_sorted_registry_is_indexed_in_place() -> None:
+    """The registry comes sorted: the walker keeps only its mark bytes (no
+    copy of begins, ends and indices: 20 bytes per allocation), and the
+    index stays within its budget (the bucket table once took 64-128 bytes
+    per allocation on such a heap)."""
+    r = _sweep_own_memory(shuffled=False)
+    assert r["allocation_count"] == N
+    assert r["unreachable_count"] == N
+    assert r["walker_bytes"] == N
+    # Page entries: 8 bytes per allocation and 1 MiB; buckets: 12 per
+    # allocation and a few fixed entries (native/mark/alloc_index.c).
+    assert r["index_bytes"] <= 20 * N + (2 << 20)
+    # 4 bytes per block and per edge: one edge per block here.
+    assert r["graph_bytes"] <= 9 * N
+
+
+def test_unsorted_pairs_are_copied_once() -> None:
+    """Pairs in any order are sorted into one copy (pairs and indices), and
+    the sweep finds the same."""
+    r = _sweep_own_memory(shuffled=True)
+    assert r["allocation_count"] == N
+    assert r["unreachable_count"] == N
+    assert r["walker_bytes"] == N + 16 * N + 4 * N
+    assert r["index_bytes"] <= 20 * N + (2 << 20)
+
+
+# Maps 512 MiB and touches one page of it: a sparse reservation, such as a
+# big array a program reserves and fills as it grows.
+SPARSE = """
+import ctypes, mmap, sys
+m = mmap.mmap(-1, 512 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+m[0:8] = b"\\1" * 8
+print(ctypes.addressof(ctypes.c_char.from_buffer(m)), flush=True)
+sys.stdin.read()
+"""
+
+
+def _status_mb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) // 1024
+    raise AssertionError(field)
+
+
+def test_absent_pages_of_a_root_take_no_memory() -> None:
+    """A root range the stopped sweep copies before it lets the target go:
+    the pages the target does not have are zero in the copy without being
+    written, so they take no memory (writing zeros into fresh cache memory
+    took the whole 512 MiB)."""
+    with python_holder(SPARSE) as (pid, addr):
+        roots = array("Q", [addr, addr + (512 << 20)]).tobytes()
+        present = array("Q", _native.present_ranges(pid, roots))
+        if sum(present[1::2]) - sum(present[0::2]) >= 512 << 20:
+            pytest.skip("no PAGEMAP_SCAN here (Linux 6.7): absent pages cannot be told")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # VmHWM from here on
+        before = _status_mb("VmRSS")
+        r = _native.sweep(pid, b"", roots, b"", frozen=True, layout=layout(read_maps(pid)))
+        grew = _status_mb("VmHWM") - before
+    assert r["bytes_read"] >= 512 << 20  # every chunk of the range was copied
+    assert grew < 128, f"the scanner grew by {grew} MB over a 512 MiB root of one page"
