@@ -178,9 +178,12 @@ static long inject(struct ur_thread *t, uint64_t ip, long nr, const uint64_t a[5
       goto restore;
     }
     int w = ur_wait_stop(tid, &status, STEP_NS);
-    if (w == 0) { /* stuck in the call: stop it and put it back */
+    if (w == 0) {
+      /* Stuck in the call (D state): it is let go with its own registers
+       * only, so it is waited for as long as it takes to stop. */
       ptrace(PTRACE_INTERRUPT, tid, NULL, NULL);
-      w = ur_wait_stop(tid, &status, STEP_NS);
+      while ((w = ur_wait_stop(tid, &status, STEP_NS)) == 0) {
+      }
       *fail = -ETIMEDOUT;
     }
     if (w != 1 || WIFEXITED(status) || WIFSIGNALED(status)) {
@@ -373,7 +376,10 @@ static int close_child(pid_t pid, uint64_t ip) {
     pid_t tid = reap_thread(pid, attempt);
     struct ur_thread t;
     if (!tid || !seize_one(&t, tid)) continue;
-    if (!t.resume_sig && !t.group_stop && !*filter_refuses(tid, 0)) {
+    /* A thread in a group stop may take it: let go, it stops again, as
+     * the kernel puts a detached thread of a stopped process back in its
+     * group stop. */
+    if (!t.resume_sig && !*filter_refuses(tid, 0)) {
       const uint64_t a[5] = {(uint64_t)child, 0, __WALL | WNOHANG, 0, 0};
       int fail;
       long got = inject(&t, ip, SYS_wait4, a, "wait4", NULL, &fail);
