@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.targets import Target, TargetFactory
+from tests.support.targets import Target, TargetFactory, wait_untraced
 from unreachable import _native
 from unreachable.scan import ScanOptions, scan
 
@@ -167,8 +167,7 @@ def test_a_scanner_killed_at_any_step_leaves_the_target_as_found(targets, step):
     run = subprocess.run([*CLI, "scan", str(target.pid)], env=env, capture_output=True, timeout=120)
     assert run.returncode == -9, run.stderr.decode()
     # The stopper puts everything back by itself once the scanner is gone.
-    _wait_for("still traced", lambda: target.tracer() == 0)
-    _wait_for("a child remains", lambda: _children(target.pid) == [])
+    wait_untraced(target)
     _left_as_found(target, "read", before)
 
 
