@@ -46,7 +46,6 @@
 
 #include "pending_signals.h"
 #include "seccomp_check.h"
-#include "snapshot.h"
 #include "thread_capture.h"
 
 #ifndef __x86_64__
@@ -225,10 +224,29 @@ static struct ur_thread *pick(void) {
   return NULL;
 }
 
+/* The Seccomp: line of the thread's status (0 none, 1 strict, 2 filter),
+ * or -1. */
+static int seccomp_mode(pid_t pid, pid_t tid) {
+  char path[96], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  int mode = -1;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "Seccomp: %d", &mode) == 1) break;
+  fclose(f);
+  return mode;
+}
+
 /* Why the filters of t could stop the clone or the reap ("" when they
  * cannot). The reap's pid is not known yet: a filter that reads it is
  * refused. */
-static const char *filter_refuses(pid_t tid, uint64_t flags) {
+static const char *filter_refuses(pid_t pid, pid_t tid, uint64_t flags) {
+  /* No filter: nothing to read (reading one takes CAP_SYS_ADMIN and a
+   * reader under no filter of its own, which a hardened service is not). */
+  int mode = seccomp_mode(pid, tid);
+  if (mode == 0) return "";
+  if (mode == 1) return "it runs in seccomp's strict mode";
   const uint64_t clone_args[UR_SECCOMP_ARGS_KNOWN] = {flags, 0, 0, 0, 0};
   const uint64_t wait_args[UR_SECCOMP_ARGS_KNOWN] = {0, 0, __WALL | WNOHANG, 0, 0};
   int c = ur_seccomp_allows_known(tid, SYS_clone, clone_args, 0x1f, true);
@@ -274,7 +292,7 @@ static void cmd_stop(pid_t pid, const char *args) {
     return;
   }
   struct ur_thread *t = pick();
-  const char *why = t ? filter_refuses(t->tid, flags) : "every thread is taking a signal or stopped";
+  const char *why = t ? filter_refuses(pid, t->tid, flags) : "every thread is taking a signal or stopped";
   pid_t tid = t && !*why ? t->tid : 0;
   say("ok %d %zu %d %ld %s", left, cap.n, (int)tid, nsig, why);
   for (size_t i = 0; i < cap.n; i++) {
@@ -363,13 +381,28 @@ static pid_t reap_thread(pid_t pid, int attempt) {
   return n ? tids[attempt % n] : 0;
 }
 
+/* SIGKILL the child and reap it as its tracer: until then its zombie is
+ * ours alone, and the target's wait4 finds nothing. A blocking wait: a
+ * killed task always exits (a child tearing down a large address space
+ * can take longer than any timeout picked here). */
+static void kill_child(void) {
+  kill(child, SIGKILL);
+  for (;;) {
+    int status;
+    pid_t r = waitpid(child, &status, __WALL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 || WIFEXITED(status) || WIFSIGNALED(status)) return;
+    ptrace(PTRACE_CONT, child, NULL, NULL); /* a stop racing with the kill */
+  }
+}
+
 /* Kill the child and have the target reap its zombie with an injected
  * wait4(child, NULL, __WALL | WNOHANG): it is the target's child, and
  * reaped by the target it never shows in its waitpid(-1) or SIGCHLD (its
  * exit signal is 0). Returns 0 or -errno. */
 static int close_child(pid_t pid, uint64_t ip) {
   if (!child) return 0;
-  ur_snapshot_close(child); /* our ptrace side; then a zombie of the target's */
+  kill_child();
   int rc = -EAGAIN;
   for (int attempt = 0; attempt < REAP_TRIES && rc == -EAGAIN; attempt++) {
     if (attempt) usleep(1000u << (attempt < 6 ? attempt : 6));
@@ -379,7 +412,7 @@ static int close_child(pid_t pid, uint64_t ip) {
     /* A thread in a group stop may take it: let go, it stops again, as
      * the kernel puts a detached thread of a stopped process back in its
      * group stop. */
-    if (!t.resume_sig && !*filter_refuses(tid, 0)) {
+    if (!t.resume_sig && !*filter_refuses(pid, tid, 0)) {
       const uint64_t a[5] = {(uint64_t)child, 0, __WALL | WNOHANG, 0, 0};
       int fail;
       long got = inject(&t, ip, SYS_wait4, a, "wait4", NULL, &fail);
