@@ -13,6 +13,7 @@ copy, and the report says why."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import struct
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cbuild import build
 from tests.support.targets import Target, TargetFactory, wait_untraced
 from unreachable import _native
 from unreachable.scan import ScanOptions, scan
@@ -184,3 +186,31 @@ def test_verdicts_are_the_whole_copys(targets, program):
     assert sorted(e.address for e in forked.leaks) == sorted(e.address for e in whole.leaks)
     assert forked.leak_count == target.int("leak_count")
     assert _children(target.pid) == [] and target.tracer() == 0
+
+
+def test_a_scanner_under_a_filter_of_its_own_still_forks_a_target_without_one(targets):
+    """The target's filters cannot be read by a scanner under a seccomp
+    filter (a hardened service's); a target with none needs no reading."""
+    target = _start(targets, "read")
+    wrapper = build(PROGRAMS / "under_filter.c")
+    run = subprocess.run(
+        [str(wrapper), *CLI, "scan", str(target.pid), "--json"], capture_output=True, text=True
+    )
+    assert run.returncode == 1, run.stderr
+    report = json.loads(run.stdout)
+    assert (report["snapshot"], report["snapshot_note"]) == ("fork", "")
+    assert report["leak_count"] == target.int("leak_count")
+    wait_untraced(target)
+    assert _children(target.pid) == []
+
+
+def test_a_sparse_reservation_is_not_read_page_by_page(targets):
+    """64 GiB reserved, two pages used: the walk looks for chunks mmap'ed
+    alone only on the child's pages that exist. Reading every page start
+    through /proc took minutes and mapped the zero page into each, which
+    the mark then read as present: all 64 GiB."""
+    target = targets.start(SCAN_PROGRAMS / "sparse.c", preload=False, wait_helper=False)
+    report = scan(target.pid, ScanOptions())
+    assert report.snapshot == "fork" and report.leak_count == target.int("leak_count")
+    assert report.bytes_scanned < target.int("reserved") // 1024
+    assert report.roots["untouched"] > target.int("reserved") // 2
