@@ -324,17 +324,16 @@ static void cmd_clone(uint64_t ip, const char *args) {
   int fail;
   long got = inject(t, ip, SYS_clone, a, "clone", &born, &fail);
   if (born > 0) {
-    /* Auto-attached, stopped before its first instruction. */
+    /* Ours to kill and reap whatever happens next. Auto-attached, it stops
+     * before its first instruction. */
+    child = born;
+    cloner = t->tid;
     int status = 0;
     int w = ur_wait_stop(born, &status, STEP_NS);
-    if (w == 1 && WIFSTOPPED(status)) {
+    if (w == 1 && WIFSTOPPED(status))
       ptrace(PTRACE_SETOPTIONS, born, NULL, (void *)PTRACE_O_EXITKILL);
-      child = born;
-      cloner = t->tid;
-    } else if (w == 1) {
-      child = born, cloner = t->tid; /* died already: its zombie is reaped all the same */
-      fail = fail ? fail : -ECHILD;
-    }
+    else if (!fail)
+      fail = -ECHILD;
   }
   release();
   if (fail || got < 0 || !child) {
