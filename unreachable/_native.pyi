@@ -479,5 +479,6 @@ def walk_glibc_heap(
     tcaches: Buffer,
     anon: Buffer,
     page_size: int,
+    present: Buffer = ...,
     /,
 ) -> GlibcHeapWalk: ...

@@ -335,7 +335,8 @@ static uint64_t moved_header(struct walk *w, uint64_t a, uint64_t sz) {
 static int find_mmapped(struct walk *w) {
   uint64_t page = w->in->page_size ? w->in->page_size : 4096;
   if (w->nspans) qsort(w->spans, w->nspans, 2 * sizeof(uint64_t), cmp_u64_pair);
-  size_t s = 0;
+  size_t s = 0, p = 0;
+  const uint64_t *present = w->in->present;
   for (size_t i = 0; i < w->in->nanon; i++) {
     uint64_t b = w->in->anon[2 * i], e = w->in->anon[2 * i + 1];
     uint64_t a = (b + page - 1) & ~(page - 1);
@@ -344,6 +345,14 @@ static int find_mmapped(struct walk *w) {
       if (s < w->nspans && w->spans[2 * s] <= a) {
         a = (w->spans[2 * s + 1] + page - 1) & ~(page - 1);
         continue;
+      }
+      if (present) {
+        while (p < w->in->npresent && present[2 * p + 1] <= a) p++;
+        if (p == w->in->npresent) break;
+        if (present[2 * p] > a) { /* to the next page that exists */
+          a = (present[2 * p] + page - 1) & ~(page - 1);
+          continue;
+        }
       }
       uint64_t hdr[2];
       if (w->in->read(w->in->ctx, a, hdr, 16) == 16 && hdr[0] == 0 &&

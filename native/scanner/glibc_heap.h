@@ -69,6 +69,11 @@ struct ur_gh_in {
   const uint64_t *anon;
   size_t nanon;
   uint64_t page_size;
+  /* Sorted (begin, end) pairs where the memory has pages (NULL: anywhere).
+   * Read through /proc, an absent page of a private mapping would be
+   * mapped in (the zero page) by the read; a header is never on one. */
+  const uint64_t *present;
+  size_t npresent;
 };
 
 struct ur_gh_stats {

@@ -10,15 +10,17 @@ PyObject *ur_py_walk_glibc_heap(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *source;
   unsigned minor;
   unsigned long long main_arena, mp, page_size;
-  Py_buffer tb, ab;
-  if (!PyArg_ParseTuple(args, "OIKKy*y*K", &source, &minor, &main_arena, &mp, &tb, &ab,
-                        &page_size))
+  Py_buffer tb, ab, pb = {0};
+  if (!PyArg_ParseTuple(args, "OIKKy*y*K|y*", &source, &minor, &main_arena, &mp, &tb, &ab,
+                        &page_size, &pb))
     return NULL;
   PyObject *result = NULL;
   struct ur_glibc_layout layout;
   struct ur_reader reader;
-  if (tb.len % 8 || ab.len % 16 || ((uintptr_t)tb.buf & 7) || ((uintptr_t)ab.buf & 7)) {
-    PyErr_SetString(PyExc_ValueError, "tcaches: packed u64; anon: packed u64 pairs (aligned)");
+  if (tb.len % 8 || ab.len % 16 || pb.len % 16 || ((uintptr_t)tb.buf & 7) ||
+      ((uintptr_t)ab.buf & 7) || ((uintptr_t)pb.buf & 7)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "tcaches: packed u64; anon, present: packed u64 pairs (aligned)");
     goto out;
   }
   if (ur_glibc_layout_for(minor, &layout) < 0) {
@@ -37,6 +39,8 @@ PyObject *ur_py_walk_glibc_heap(PyObject *Py_UNUSED(self), PyObject *args) {
       .anon = ab.buf,
       .nanon = (size_t)ab.len / 16,
       .page_size = page_size,
+      .present = pb.obj ? pb.buf : NULL,
+      .npresent = (size_t)pb.len / 16,
   };
   struct ur_gh_out res;
   int rc;
@@ -64,5 +68,6 @@ PyObject *ur_py_walk_glibc_heap(PyObject *Py_UNUSED(self), PyObject *args) {
 out:
   PyBuffer_Release(&tb);
   PyBuffer_Release(&ab);
+  if (pb.obj) PyBuffer_Release(&pb);
   return result;
 }

@@ -72,8 +72,11 @@ static PyMethodDef methods[] = {
      "a tuple of 9 ints each (begin, size, stack_id, referenced_count, referenced_size, "
      "similar_count, similar_size, similar_referenced_count, similar_referenced_size)."},
     {"walk_glibc_heap", ur_py_walk_glibc_heap, METH_VARARGS,
-     "walk_glibc_heap(memory, minor, main_arena, mp, tcaches, anon, page_size) -> dict\n\n"
+     "walk_glibc_heap(memory, minor, main_arena, mp, tcaches, anon, page_size[, present]) -> "
+     "dict\n\n"
      "glibc 2.minor's live chunks (glibc_heap.h) read from memory (a pid or a MemoryCopy): "
+     "present, packed u64 pairs: where a live process has pages (headers are looked for "
+     "there only); "
      "allocs, packed (user address, usable size) u64 pairs in address order, and counts; "
      "error: why the walk was refused ('' when it was not), busy: an arena was locked."},
     {NULL, NULL, 0, NULL},

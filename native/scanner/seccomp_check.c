@@ -4,6 +4,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/ptrace.h>
@@ -21,7 +22,8 @@
 #define MAX_INSNS 4096 /* BPF_MAXINSNS */
 
 /* Word k of struct seccomp_data (nr, arch, ip, args[6]), if knowable. */
-static int load_word(uint32_t k, uint32_t nr, uint32_t arch, const uint64_t *args, uint32_t *out) {
+static int load_word(uint32_t k, uint32_t nr, uint32_t arch, const uint64_t *args, unsigned known,
+                     uint32_t *out) {
   if (k % 4 || k >= sizeof(struct seccomp_data)) return 0;
   if (k == offsetof(struct seccomp_data, nr)) {
     *out = nr;
@@ -31,15 +33,15 @@ static int load_word(uint32_t k, uint32_t nr, uint32_t arch, const uint64_t *arg
     return 0; /* instruction_pointer */
   } else {
     uint32_t i = (k - (uint32_t)offsetof(struct seccomp_data, args)) / 8;
-    if (i >= UR_SECCOMP_ARGS_KNOWN) return 0;
+    if (i >= UR_SECCOMP_ARGS_KNOWN || !(known & (1u << i))) return 0;
     int high = (k - (uint32_t)offsetof(struct seccomp_data, args)) % 8 != 0;
     *out = (uint32_t)(args[i] >> (high ? 32 : 0)); /* little endian */
   }
   return 1;
 }
 
-int ur_seccomp_run(const struct sock_filter *prog, size_t n, uint32_t nr, uint32_t arch,
-                   const uint64_t args[UR_SECCOMP_ARGS_KNOWN], uint32_t *ret) {
+static int run_known(const struct sock_filter *prog, size_t n, uint32_t nr, uint32_t arch,
+                     const uint64_t args[UR_SECCOMP_ARGS_KNOWN], unsigned known, uint32_t *ret) {
   uint32_t a = 0, x = 0, mem[BPF_MEMWORDS] = {0};
   for (size_t pc = 0; pc < n; pc++) {
     const struct sock_filter *f = &prog[pc];
@@ -50,7 +52,7 @@ int ur_seccomp_run(const struct sock_filter *prog, size_t n, uint32_t nr, uint32
       uint32_t v;
       switch (BPF_MODE(f->code)) {
       case BPF_ABS:
-        if (BPF_SIZE(f->code) != BPF_W || !load_word(k, nr, arch, args, &v)) return 0;
+        if (BPF_SIZE(f->code) != BPF_W || !load_word(k, nr, arch, args, known, &v)) return 0;
         break;
       case BPF_LEN: v = sizeof(struct seccomp_data); break;
       case BPF_IMM: v = k; break;
@@ -125,14 +127,25 @@ int ur_seccomp_run(const struct sock_filter *prog, size_t n, uint32_t nr, uint32
   return 0; /* fell off the end: the kernel would have refused the program */
 }
 
-static int harmless(uint32_t ret) {
+int ur_seccomp_run(const struct sock_filter *prog, size_t n, uint32_t nr, uint32_t arch,
+                   const uint64_t args[UR_SECCOMP_ARGS_KNOWN], uint32_t *ret) {
+  return run_known(prog, n, nr, arch, args, (1u << UR_SECCOMP_ARGS_KNOWN) - 1, ret);
+}
+
+static int harmless(uint32_t ret, bool errno_ok) {
   uint32_t action = ret & SECCOMP_RET_ACTION_FULL;
-  return action == SECCOMP_RET_ALLOW || action == SECCOMP_RET_LOG || action == SECCOMP_RET_ERRNO;
+  return action == SECCOMP_RET_ALLOW || action == SECCOMP_RET_LOG ||
+         (errno_ok && action == SECCOMP_RET_ERRNO);
 }
 
 int ur_seccomp_allows(pid_t tid, uint32_t nr, const uint64_t args[UR_SECCOMP_ARGS_KNOWN]) {
+  return ur_seccomp_allows_known(tid, nr, args, (1u << UR_SECCOMP_ARGS_KNOWN) - 1, true);
+}
+
+int ur_seccomp_allows_known(pid_t tid, uint32_t nr, const uint64_t args[UR_SECCOMP_ARGS_KNOWN],
+                            unsigned known, bool errno_ok) {
 #ifndef UR_AUDIT_ARCH
-  (void)tid, (void)nr, (void)args;
+  (void)tid, (void)nr, (void)args, (void)known, (void)errno_ok;
   return -ENOSYS;
 #else
   struct sock_filter *prog = malloc(MAX_INSNS * sizeof(*prog));
@@ -150,7 +163,9 @@ int ur_seccomp_allows(pid_t tid, uint32_t nr, const uint64_t args[UR_SECCOMP_ARG
       break;
     }
     uint32_t ret;
-    if (!ur_seccomp_run(prog, (size_t)n, nr, UR_AUDIT_ARCH, args, &ret) || !harmless(ret)) rc = 0;
+    if (!run_known(prog, (size_t)n, nr, UR_AUDIT_ARCH, args, known, &ret) ||
+        !harmless(ret, errno_ok))
+      rc = 0;
   }
   free(prog);
   return rc;

@@ -8,6 +8,7 @@
 #ifndef UR_SECCOMP_CHECK_H
 #define UR_SECCOMP_CHECK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -21,6 +22,13 @@
  * instruction pointer, the sixth argument), or -errno if the filters cannot
  * be read (EACCES without CAP_SYS_ADMIN). */
 int ur_seccomp_allows(pid_t tid, uint32_t nr, const uint64_t args[UR_SECCOMP_ARGS_KNOWN]);
+
+/* The same, with only the arguments whose bit is set in `known` knowable (a
+ * filter that reads another makes the answer 0), and a filter's ERRNO taken
+ * as harmless only with errno_ok: a call that must not fail (the injected
+ * wait4 that reaps a snapshot child) needs ALLOW or LOG. */
+int ur_seccomp_allows_known(pid_t tid, uint32_t nr, const uint64_t args[UR_SECCOMP_ARGS_KNOWN],
+                            unsigned known, bool errno_ok);
 
 /* One classic-BPF seccomp program run on a seccomp_data; 1 and *ret set, or
  * 0 when the program reads what we cannot know or does what seccomp refuses. */

@@ -162,7 +162,7 @@ def test_target_without_shim(targets):
             refused,
             rf"pid {target.pid} runs without the unreachable shim, and --snapshot {snapshot}"
             r" needs the shim's helper thread: drop --snapshot \(without the shim the scan"
-            r" copies",
+            r" makes a copy-on-write snapshot of its own",
         )
     assert target.alive() and target.tracer() == 0
 

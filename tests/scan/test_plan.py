@@ -166,11 +166,15 @@ def test_the_reference_graph_is_swept_from_here():
         assert all(p.sweeps == ("scanner",) for p in _plan(SMALL, snapshot, graph=True))
 
 
-def test_without_the_shim_glibcs_heap_is_walked_from_a_copy():
+def test_without_the_shim_glibcs_heap_is_walked_from_a_child_or_a_copy():
     facts = Facts(1, shim=False, no_shim="no shim in pid 1", glibc_heap=True)
-    [whole] = _plan(facts)
+    forked, whole = _plan(facts)
+    assert (forked.snapshot, forked.allocations) == ("injected fork", "glibc heap")
     assert (whole.snapshot, whole.allocations) == ("whole copy", "glibc heap")
-    assert _plan(facts, "stopped")[0].allocations == "glibc heap"
+    # Asked for a stopped scan: the copy made while it is stopped.
+    assert [(p.snapshot, p.allocations) for p in _plan(facts, "stopped")] == [
+        ("whole copy", "glibc heap")
+    ]
     # What needs the shim is refused with what to drop instead.
     for snapshot, sweep, graph, drop in (
         ("fork", "auto", False, "--snapshot fork needs the shim's helper thread: drop --snapshot"),
@@ -322,7 +326,8 @@ def test_a_budget_nothing_meets_is_said():
     assert [p.snapshot for p in _budget(facts, 1, "auto", "child")] == ["fork"]
 
 
-def test_a_budget_without_the_shim_is_noted_on_the_whole_copy():
+def test_a_budget_without_the_shim_is_noted_on_the_injected_fork_and_the_whole_copy():
     facts = Facts(1, shim=False, glibc_heap=True, anonymous_bytes=1 << 30)
-    [whole] = _budget(facts, 10)
+    forked, whole = _budget(facts, 10)
+    assert "a fork snapshot is expected to pause the target about 30 ms" in forked.snapshot_note
     assert "a stopped scan is expected to pause the target about 350 ms" in whole.snapshot_note

@@ -104,10 +104,28 @@ def wait_state(target: Target, states: str, timeout: float = 20.0) -> None:
         time.sleep(0.002)
 
 
+def stoppers_of(pid: int) -> list[int]:
+    """The unreachable-stopper processes working on pid: one whose scanner
+    died puts the target back by itself, a moment later."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"/unreachable-stopper") and argv[1:2] == [str(pid).encode()]:
+            found.append(int(entry))
+    return found
+
+
 def wait_untraced(target: Target, timeout: float = 20.0) -> None:
-    """Until no tracer holds the target (the kernel detaches a dead one's)."""
+    """Until no tracer holds the target (the kernel detaches a dead one's)
+    and no stopper is left to take it again (to reap its snapshot child)."""
     deadline = time.monotonic() + timeout
-    while target.tracer():
+    while target.tracer() or stoppers_of(target.pid):
         if time.monotonic() > deadline:
             raise TimeoutError(f"pid {target.pid} still traced by {target.tracer()}")
         time.sleep(0.002)

@@ -21,7 +21,7 @@ from unreachable.allocations.glibc_libc import LibcFacts, LibcUnsupported, libc_
 from unreachable.errors import TargetNotShimmed
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
-from unreachable.process.memory import Memory, memory_reader
+from unreachable.process.memory import Memory, memory_reader, present_ranges
 
 LIBC = re.compile(r"^libc(\.so\.6|-2\.\d+\.so)$")
 MUSL = re.compile(r"^(ld-musl-.*\.so\.1|libc\.musl-.*\.so\.1)$")
@@ -208,10 +208,19 @@ def walk(
 ) -> tuple[bytes, dict[str, int]]:
     """The live chunks: packed (user address, usable size) pairs in address
     order, and the walk's counts. Raises HeapBusy or HeapWalkFailed."""
-    anon = b"".join(
-        struct.pack("<QQ", m.start, m.end)
+    spans = [
+        (m.start, m.end)
         for m in mappings
         if m.readable and m.writable and m.private and m.inode == 0
+    ]
+    anon = b"".join(struct.pack("<QQ", b, e) for b, e in spans)
+    # A live process (a frozen snapshot child) is read through /proc: the
+    # pages it lacks are not read, which would cost a read each (a 64 GiB
+    # reservation: 16M) and map the zero page in.
+    present = (
+        (b"".join(struct.pack("<QQ", b, e) for b, e in present_ranges(memory, spans)),)
+        if isinstance(memory, int)
+        else ()
     )
     raw = _native.walk_glibc_heap(
         memory,
@@ -221,6 +230,7 @@ def walk(
         struct.pack(f"<{len(tcaches)}Q", *tcaches),
         anon,
         PAGE,
+        *present,
     )
     if raw["busy"]:
         raise HeapBusy(raw["error"])

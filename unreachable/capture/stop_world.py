@@ -74,6 +74,10 @@ class Capture:
     kept_out: KeptOut = field(default_factory=KeptOut)
     # pointers the kernel holds for the target (read in or around the pause)
     kernel_held: KernelHeld | None = None
+    # A child frozen by a process of the scanner's own, with no session here
+    # (capture/stopper.py): where the scan reads, and the pause it took.
+    frozen_pid: int = 0
+    frozen_pause_ns: int = 0
 
     @property
     def tracer(self) -> _native.Session:
@@ -83,16 +87,18 @@ class Capture:
 
     @property
     def mem_pid(self) -> int:
-        return self.tracer.mem_pid
+        return self.frozen_pid or self.tracer.mem_pid
 
     @property
     def memory(self) -> Memory:
         """Where the scan reads: the copy (or core), or the stopped target / frozen child."""
-        return self.copy if self.copy is not None else self.tracer.mem_pid
+        return self.copy if self.copy is not None else self.mem_pid
 
     @property
     def pause_ms(self) -> float:
-        return self.session.pause_ns / 1e6 if self.session is not None else 0.0
+        if self.session is None:
+            return self.frozen_pause_ns / 1e6
+        return self.session.pause_ns / 1e6
 
 
 def stop_error(pid: int, e: OSError) -> Exception:

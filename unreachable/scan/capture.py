@@ -4,10 +4,10 @@ strategy, or say why the next plan must be tried.
 Each strategy hands the later stages a Captured (scan/captured.py): the
 memory, the process it is of, and the source of its allocations. The
 shim's (capture/strategies.py: fork, copy, stopped) read the shim's
-registry; the whole copy of a process without the shim (scan/glibc.py)
-walks glibc's heap in its pause; a core file (scan/core.py) is its own
-snapshot, with either source. A new strategy is a module and its line in
-CAPTURES."""
+registry; the injected fork of a process without the shim
+(scan/glibc_fork.py) and its whole copy (scan/glibc.py) walk glibc's
+heap; a core file (scan/core.py) is its own snapshot, with either source.
+A new strategy is a module and its line in CAPTURES."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from unreachable.capture.stop_world import Capture, CaptureRequest
 from unreachable.capture.strategies import take_snapshot
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable
-from unreachable.scan import core, glibc
+from unreachable.scan import core, glibc, glibc_fork
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
 from unreachable.scan.plan import RETRY_ELSEWHERE, Plan, Retry
@@ -62,6 +62,7 @@ CAPTURES: dict[str, CaptureStage] = {
     "fork": _under_shim,
     "copy": _under_shim,
     "stopped": _under_shim,
+    "injected fork": glibc_fork.injected_fork,
     "whole copy": glibc.whole_copy,
     "core": core.capture_core,
 }

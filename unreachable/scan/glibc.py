@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from unreachable import _native
 from unreachable.allocations.glibc_heap import (
@@ -56,6 +57,7 @@ from unreachable.errors import (
 )
 from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
+from unreachable.process.memory import Memory
 from unreachable.process.status import check_scannable
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
@@ -77,9 +79,31 @@ class _Copied:
     held: KernelHeld
     tls: list[tuple[int, int]]
 
+    @property
+    def memory(self) -> Memory:
+        return self.copy
+
     def close(self) -> None:
         self.copy.close()
         self.held.close()
+
+
+class Snapshot(Protocol):
+    """A stop's memory as the walk reads it: the whole copy (_Copied) or a
+    frozen child (scan/glibc_fork.py)."""
+
+    @property
+    def threads(self) -> list[CapturedThread]: ...
+    @property
+    def memory(self) -> Memory: ...
+    @property
+    def mappings(self) -> list[Mapping]: ...
+    @property
+    def tls(self) -> list[tuple[int, int]]: ...
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=Snapshot)
 
 
 def _copy_threads() -> int:
@@ -135,22 +159,26 @@ def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
             held.close()
 
 
-def _allocations(pid: int, libc: GlibcLibc) -> tuple[_Copied, bytes, dict[str, int]]:
-    """A copy and its walked heap, stopping again while the heap is found
-    mid-update or a check fails (a thread may have been inside malloc
-    without a lock: a single-threaded process takes none)."""
+def walked(
+    pid: int, libc: GlibcLibc, take: Callable[[int, GlibcLibc], S | str]
+) -> tuple[S, bytes, dict[str, int]]:
+    """A snapshot taken by take (a copy, a frozen child) and its walked
+    heap, stopping again while the heap is found mid-update or a check
+    fails (a thread may have been inside malloc without a lock: a
+    single-threaded process takes none). take returns why a stop was no
+    good instead (a thread stayed inside malloc)."""
     last, busy = "", False
     for attempt in range(ATTEMPTS):
         if attempt:
             time.sleep(RETRY_DELAY_S * attempt)
-        got = _stop_and_copy(pid, libc)
+        got = take(pid, libc)
         if isinstance(got, str):
             last, busy = got, True
             continue
         try:
             tps = [thread_pointer(t.regs) for t in got.threads]
-            tcaches = thread_tcaches(got.copy, libc, got.tls, tps)
-            allocs, stats = walk(got.copy, libc, tcaches, got.mappings)
+            tcaches = thread_tcaches(got.memory, libc, got.tls, tps)
+            allocs, stats = walk(got.memory, libc, tcaches, got.mappings)
             return got, allocs, stats
         except HeapBusy as e:
             last, busy = str(e), True
@@ -192,25 +220,32 @@ def whole_copy(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
     pid = facts.pid
     proc = check_scannable(pid).proc
     libc = find_libc(proc, read_maps(proc))
-    got, allocs, stats = _allocations(proc, libc)
+    got, allocs, stats = walked(proc, libc, _stop_and_copy)
     try:
-        if not stats["chunks"]:
-            # A malloc of the program's own (linked into it) leaves glibc's
-            # arenas untouched: "nothing leaked" would be a guess.
-            raise TargetNotShimmed(
-                f"pid {pid}: {libc.describe()}'s malloc holds nothing in this process: it"
-                f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
-            )
         # Made in the pause and let go: the stages read the copy, as a
         # stopped scan's would read the target.
         held = Capture(
             got.session, got.threads, "stopped", copy=got.copy, mappings=got.mappings,
             kernel_held=got.held,
         )  # fmt: skip
-        subject = NoShim(proc, pid, command_line(proc), _arena_span(libc))
-        yield Captured(held, subject, GlibcHeap(allocs, guards_listed(libc)))
+        yield no_shim_captured(pid, proc, libc, held, allocs, stats)
     finally:
         got.close()
+
+
+def no_shim_captured(
+    pid: int, proc: int, libc: GlibcLibc, held: Capture, allocs: bytes, stats: dict[str, int]
+) -> Captured:
+    """What the stages after capture read of a walked heap."""
+    if not stats["chunks"]:
+        # A malloc of the program's own (linked into it) leaves glibc's
+        # arenas untouched: "nothing leaked" would be a guess.
+        raise TargetNotShimmed(
+            f"pid {pid}: {libc.describe()}'s malloc holds nothing in this process: it"
+            f" allocates with something else (a malloc linked into the program?); {UNDER_SHIM}"
+        )
+    subject = NoShim(proc, pid, command_line(proc), _arena_span(libc))
+    return Captured(held, subject, GlibcHeap(allocs, guards_listed(libc)))
 
 
 def guards_listed(libc: GlibcLibc) -> bool:

@@ -32,7 +32,9 @@ The rules, for a target under the shim:
   that gives way or whose writes cannot be tracked is followed by the next
   plan that needs no tracking (a Retry that rules out "copy" rules it out
   too).
-Without the shim, glibc's heap is walked from a copy made in the pause
+Without the shim, glibc's heap is walked from a child made by a clone()
+injected into a stopped thread (scan/glibc_fork.py), or, when none can be
+had or with --snapshot stopped, from a copy made in the pause
 (scan/glibc.py); nothing that needs the shim is possible then. A core file
 is its own snapshot ("core", scan/core.py).
 """
@@ -48,13 +50,14 @@ from unreachable.scan.facts import Facts
 from unreachable.scan.options import ScanOptions
 
 # Capture strategies (capture/): a frozen snapshot child, a copy made while
-# the target runs, the target itself paused, a copy of the whole process
-# made in the pause (no shim). "concurrent" is a plan kind of its own, not
+# the target runs, the target itself paused, a child made by a clone()
+# injected into a stopped thread and a copy of the whole process made in the
+# pause (both: no shim). "concurrent" is a plan kind of its own, not
 # one of capture/strategies.py: its mark runs inside the capture, over the
 # live target between two stops (scan/concurrent.py), so it yields no
 # still memory for the allocations, roots and mark stages to read; the
 # run takes its sweep straight to fold, symbolize and report.
-Snapshot = Literal["fork", "copy", "stopped", "whole copy", "concurrent", "core"]
+Snapshot = Literal["fork", "copy", "stopped", "injected fork", "whole copy", "concurrent", "core"]
 SweepPlace = Literal["child", "scanner"]
 # Where the allocations come from: a name in allocations/source.SOURCES,
 # or "glibc heap" (walked by scan/glibc.py's own capture).
@@ -179,6 +182,8 @@ def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
     gib = facts.anonymous_bytes / (1 << 30)
     if snapshot == "concurrent":
         return gib * CONCURRENT_MS_PER_GIB
+    if snapshot == "injected fork":
+        return gib * FORK_MS_PER_GIB
     if snapshot == "fork":
         return gib * FORK_MS_PER_GIB + facts.kept_out.resident / (1 << 30) * KEPT_OUT_MS_PER_GIB
     if snapshot == "copy":
@@ -215,6 +220,7 @@ def _over_budget(facts: Facts, p: Plan, max_ms: float) -> str:
     ms = expected_pause_ms(facts, p.snapshot)
     kind = {
         "fork": "a fork snapshot",
+        "injected fork": "a fork snapshot",
         "copy": "a copy snapshot",
         "concurrent": "a concurrent snapshot",
     }.get(p.snapshot, "a stopped scan")
@@ -232,7 +238,7 @@ def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
     if options.snapshot == "concurrent" and graph:
         raise InvalidArgument(NO_GRAPH)
     if not facts.shim:
-        return [_without_shim(facts, options, graph)]
+        return _without_shim(facts, options, graph)
     if options.snapshot == "concurrent":
         if options.sweep == "child":
             raise TargetUnscannable(f"{NO_CHILD}--snapshot concurrent takes none")
@@ -287,7 +293,7 @@ def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Pl
     return [*first, fork, *refork, *later, Plan("stopped")]
 
 
-def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> Plan:
+def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
     if not facts.glibc_heap:
         raise TargetNotShimmed(facts.no_shim)
     # The helper thread makes the fork and copy snapshots and marks the
@@ -304,9 +310,10 @@ def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> Plan:
     if asked:
         raise TargetNotShimmed(
             f"pid {facts.pid} runs without the unreachable shim, and {asked} needs the shim's"
-            f" helper thread: drop {asked.split()[0]} (without the shim the scan copies the"
-            " process's memory while it is stopped and walks glibc's heap in the copy), or"
-            f" start the process under the shim: {UNDER_SHIM_CMD}"
+            f" helper thread: drop {asked.split()[0]} (without the shim the scan makes a"
+            " copy-on-write snapshot of its own, or copies the process's memory while it is"
+            " stopped, and walks glibc's heap in it), or start the process under the shim:"
+            f" {UNDER_SHIM_CMD}"
         )
     if graph:
         raise TargetNotShimmed(
@@ -315,4 +322,8 @@ def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> Plan:
             f" {facts.pid}' reports its leaks without it, or start the process under the"
             f" shim: {UNDER_SHIM_CMD}"
         )
-    return Plan("whole copy", allocations="glibc heap")
+    whole = Plan("whole copy", allocations="glibc heap")
+    if options.snapshot == "stopped":
+        return [whole]
+    # The copy when no child can be had (scan/glibc_fork.py says why).
+    return [Plan("injected fork", allocations="glibc heap"), whole]

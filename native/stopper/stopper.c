@@ -1,0 +1,467 @@
+/*
+ * unreachable-stopper PID: the process that stops a target running without
+ * the shim and makes its copy-on-write snapshot by injecting clone() into
+ * one of its stopped threads (docs/glibc-heap.md, "The snapshot").
+ *
+ * It is a process of its own, in a session of its own, so that it outlives
+ * the scanner: between the injection and the restore a target thread runs
+ * with registers that are not its own, and a tracer that dies then lets it
+ * run them. The scanner talks to it over a pipe (stdin: commands, one a
+ * line; stdout: replies); when the pipe closes, whatever the scanner was
+ * doing, the stopper finishes the step it is in, lets every thread go with
+ * its own registers and signal mask, kills the snapshot child and reaps it
+ * through the target, then exits. It never writes the target's memory.
+ *
+ * Commands and replies (errors: "err ERRNO message"):
+ * Started as "unreachable-stopper PID SYSCALL_IP" (a syscall instruction
+ * in the target's code, hex).
+ *   stop LO HI ROUNDS FLAGS (malloc's code, rounds to run threads out of
+ *   it, the clone flags the filters are checked for)
+ *     -> "ok LEFT NTHREADS INJECT_TID NSIGNALS REASON..." then, per thread,
+ *        a header (tid, sp, regs length, xstate length) and its regs and
+ *        xstate, then NSIGNALS 64-bit sigvals. INJECT_TID 0: no thread can
+ *        take the clone (REASON says why); release and copy instead.
+ *   clone TID FLAGS -> "ok CHILD PAUSE_NS": the child is frozen, the target runs
+ *   release     -> "ok PAUSE_NS"
+ *   close       -> "ok" (the child killed and reaped), and the stopper exits
+ * UNREACHABLE_TEST_KILL_AT=clone|wait4 (tests only): with the injected
+ * registers in place, the stopper says "hold STEP" and waits for a line or
+ * the end of the pipe before it goes on.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pending_signals.h"
+#include "seccomp_check.h"
+#include "thread_capture.h"
+
+#ifndef __x86_64__
+#error "the injected clone is written for x86-64"
+#endif
+
+/* The kernel's restart codes (include/linux/errno.h): never seen by user
+ * space, only in a stopped thread's rax. */
+#define K_ERESTARTSYS 512
+#define K_ERESTARTNOINTR 513
+#define K_ERESTARTNOHAND 514
+#define K_ERESTART_RESTARTBLOCK 516
+#define STEP_NS 2000000000ull
+#define REAP_TRIES 50
+
+static struct ur_capture cap;
+static bool stopped;       /* cap holds the target's threads */
+static pid_t child;        /* the frozen snapshot child, ours to kill */
+static pid_t cloner;       /* the thread that made it (first choice for the reap) */
+static uint64_t pause_end; /* when the target was let go */
+static const char *kill_at;
+
+static void put(const void *buf, size_t n) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = write(1, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return; /* the scanner is gone: the pipe's end is read next */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+static void say(const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n > sizeof(line) - 2) n = (int)sizeof(line) - 2;
+  line[n++] = '\n';
+  put(line, (size_t)n);
+}
+
+/* One line from the scanner into buf; false at the end of the pipe. */
+static bool get_line(char *buf, size_t len) {
+  size_t n = 0;
+  while (n + 1 < len) {
+    char c;
+    ssize_t r = read(0, &c, 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    if (c == '\n') break;
+    buf[n++] = c;
+  }
+  buf[n] = 0;
+  return true;
+}
+
+static void hold(const char *step) {
+  if (!kill_at || strcmp(kill_at, step) != 0) return;
+  char line[64];
+  say("hold %s", step);
+  get_line(line, sizeof(line));
+}
+
+/* A thread stopped inside an interrupted system call resumes through the
+ * kernel's restart logic only on its way out of a signal stop; let go
+ * from the injected call's syscall-exit-stop it would see the restart code
+ * in rax. So the registers it gets back are the ones the kernel would
+ * have given it: the call again (rip back over the 2-byte syscall
+ * instruction), or restart_syscall, which resumes a sleep or a timed wait
+ * from the thread's restart block (clone and wait4 leave it alone). No
+ * signal is being delivered to the thread (one that was is never picked),
+ * so ERESTARTSYS and ERESTARTNOHAND restart as with no handler. */
+static struct user_regs_struct as_resumed(struct user_regs_struct r) {
+  if ((long long)r.orig_rax < 0) return r;
+  switch (-(long long)r.rax) {
+  case K_ERESTARTSYS:
+  case K_ERESTARTNOINTR:
+  case K_ERESTARTNOHAND:
+    r.rax = r.orig_rax;
+    r.rip -= 2;
+    break;
+  case K_ERESTART_RESTARTBLOCK:
+    r.rax = SYS_restart_syscall;
+    r.rip -= 2;
+    break;
+  }
+  return r;
+}
+
+/* Run the system call nr(a...) in the stopped thread t, from the syscall
+ * instruction at ip, with every signal blocked, and put its registers and
+ * mask back. Returns the call's result (-errno from the call itself), or
+ * sets *fail to the -errno of the injection. A clone's child, reported
+ * by PTRACE_EVENT_CLONE, goes to *born. */
+static long inject(struct ur_thread *t, uint64_t ip, long nr, const uint64_t a[5],
+                   const char *step, pid_t *born, int *fail) {
+  pid_t tid = t->tid;
+  long result = 0;
+  struct user_regs_struct saved, r;
+  uint64_t oldmask = 0, all = ~UINT64_C(0);
+  *fail = 0;
+  if (ptrace(PTRACE_GETREGS, tid, NULL, &saved) < 0 ||
+      ptrace(PTRACE_GETSIGMASK, tid, (void *)sizeof(oldmask), &oldmask) < 0) {
+    *fail = -errno;
+    return 0;
+  }
+  long opts = PTRACE_O_TRACESYSGOOD | (born ? PTRACE_O_TRACECLONE : 0);
+  r = saved;
+  r.rip = ip;
+  r.rax = (unsigned long long)nr;
+  r.orig_rax = (unsigned long long)-1; /* no restart on the way to our call */
+  r.rdi = a[0], r.rsi = a[1], r.rdx = a[2], r.r10 = a[3], r.r8 = a[4];
+  if (ptrace(PTRACE_SETSIGMASK, tid, (void *)sizeof(all), &all) < 0 ||
+      ptrace(PTRACE_SETOPTIONS, tid, NULL, (void *)opts) < 0 ||
+      ptrace(PTRACE_SETREGS, tid, NULL, &r) < 0) {
+    *fail = -errno;
+    goto restore;
+  }
+  hold(step);
+  int syscall_stops = 0;
+  while (syscall_stops < 2) {
+    int status;
+    if (ptrace(PTRACE_SYSCALL, tid, NULL, NULL) < 0) {
+      *fail = -errno;
+      goto restore;
+    }
+    int w = ur_wait_stop(tid, &status, STEP_NS);
+    if (w == 0) {
+      /* Stuck in the call (D state): it is let go with its own registers
+       * only, so it is waited for as long as it takes to stop. */
+      ptrace(PTRACE_INTERRUPT, tid, NULL, NULL);
+      while ((w = ur_wait_stop(tid, &status, STEP_NS)) == 0) {
+      }
+      *fail = -ETIMEDOUT;
+    }
+    if (w != 1 || WIFEXITED(status) || WIFSIGNALED(status)) {
+      t->attached = false;
+      *fail = -ESRCH;
+      return 0;
+    }
+    if (*fail) goto restore;
+    int event = status >> 16;
+    if (WSTOPSIG(status) == (SIGTRAP | 0x80)) {
+      syscall_stops++;
+    } else if (event == PTRACE_EVENT_CLONE && born) {
+      unsigned long msg = 0;
+      ptrace(PTRACE_GETEVENTMSG, tid, NULL, &msg);
+      *born = (pid_t)msg;
+    } else if (event == 0 && !t->resume_sig) {
+      /* SIGSTOP (the rest are blocked): handed back when it is let go. */
+      t->resume_sig = WSTOPSIG(status);
+    }
+  }
+  if (ptrace(PTRACE_GETREGS, tid, NULL, &r) < 0) {
+    *fail = -errno;
+    goto restore;
+  }
+  result = (long)r.rax;
+restore:;
+  struct user_regs_struct back = as_resumed(saved);
+  if (ptrace(PTRACE_SETREGS, tid, NULL, &back) < 0 && !*fail) *fail = -errno;
+  ptrace(PTRACE_SETSIGMASK, tid, (void *)sizeof(oldmask), &oldmask);
+  ptrace(PTRACE_SETOPTIONS, tid, NULL, NULL);
+  return result;
+}
+
+static struct ur_thread *pick(void) {
+  for (size_t i = 0; i < cap.n; i++) {
+    struct ur_thread *t = &cap.threads[i];
+    if (t->attached && !t->running && !t->group_stop && !t->resume_sig) return t;
+  }
+  return NULL;
+}
+
+/* The Seccomp: line of the thread's status (0 none, 1 strict, 2 filter),
+ * or -1. */
+static int seccomp_mode(pid_t pid, pid_t tid) {
+  char path[96], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  int mode = -1;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "Seccomp: %d", &mode) == 1) break;
+  fclose(f);
+  return mode;
+}
+
+/* Why the filters of t could stop the clone or the reap ("" when they
+ * cannot). The reap's pid is not known yet: a filter that reads it is
+ * refused. */
+static const char *filter_refuses(pid_t pid, pid_t tid, uint64_t flags) {
+  /* No filter: nothing to read (reading one takes CAP_SYS_ADMIN and a
+   * reader under no filter of its own, which a hardened service is not). */
+  int mode = seccomp_mode(pid, tid);
+  if (mode == 0) return "";
+  if (mode == 1) return "it runs in seccomp's strict mode";
+  const uint64_t clone_args[UR_SECCOMP_ARGS_KNOWN] = {flags, 0, 0, 0, 0};
+  const uint64_t wait_args[UR_SECCOMP_ARGS_KNOWN] = {0, 0, __WALL | WNOHANG, 0, 0};
+  int c = ur_seccomp_allows_known(tid, SYS_clone, clone_args, 0x1f, true);
+  int w = ur_seccomp_allows_known(tid, SYS_wait4, wait_args, 0x1e, false);
+  if (c < 0 || w < 0) return "its seccomp filter cannot be read";
+  if (!c) return "its seccomp filter does not provably allow clone()";
+  if (!w) return "its seccomp filter does not provably allow wait4()";
+  return "";
+}
+
+static void release(void) {
+  if (!stopped) return;
+  ur_capture_release(&cap);
+  pause_end = ur_now_ns();
+  stopped = false;
+}
+
+static void cmd_stop(pid_t pid, const char *args) {
+  unsigned long long lo, hi, flags;
+  unsigned rounds;
+  if (stopped || child || sscanf(args, "%llx %llx %u %llx", &lo, &hi, &rounds, &flags) != 4) {
+    say("err %d bad stop command", EINVAL);
+    return;
+  }
+  int rc = ur_capture_stop(&cap, pid);
+  if (rc < 0) {
+    say("err %d %s", -rc, cap.err);
+    return;
+  }
+  stopped = true;
+  int left = 0;
+  if (hi && (left = ur_capture_run_out(&cap, lo, hi, rounds)) < 0) {
+    rc = left;
+    release();
+    say("err %d running a thread out of malloc failed", -rc);
+    return;
+  }
+  uint64_t *sigvals = NULL;
+  long nsig = ur_pending_signal_values(&cap, &sigvals);
+  if (nsig < 0) {
+    release();
+    say("err %d cannot read the target's queued signals", (int)-nsig);
+    return;
+  }
+  struct ur_thread *t = pick();
+  const char *why = t ? filter_refuses(pid, t->tid, flags) : "every thread is taking a signal or stopped";
+  pid_t tid = t && !*why ? t->tid : 0;
+  say("ok %d %zu %d %ld %s", left, cap.n, (int)tid, nsig, why);
+  for (size_t i = 0; i < cap.n; i++) {
+    struct ur_thread *th = &cap.threads[i];
+    struct {
+      int32_t tid, pad;
+      uint64_t sp;
+      uint32_t regs_len, xstate_len;
+    } head = {th->tid, 0, th->regs.rsp, sizeof(th->regs), (uint32_t)th->xstate_len};
+    put(&head, sizeof(head));
+    put(&th->regs, sizeof(th->regs));
+    put(th->xstate, th->xstate_len);
+  }
+  put(sigvals, (size_t)nsig * sizeof(*sigvals));
+  free(sigvals);
+}
+
+static void cmd_clone(uint64_t ip, const char *args) {
+  unsigned long long flags;
+  int tid;
+  struct ur_thread *t = NULL;
+  if (!stopped || child || sscanf(args, "%d %llx", &tid, &flags) != 2 ||
+      !(t = ur_capture_find(&cap, tid))) {
+    say("err %d bad clone command", EINVAL);
+    return;
+  }
+  const uint64_t a[5] = {flags, 0, 0, 0, 0};
+  pid_t born = 0;
+  int fail;
+  long got = inject(t, ip, SYS_clone, a, "clone", &born, &fail);
+  if (born > 0) {
+    /* Ours to kill and reap whatever happens next. Auto-attached, it stops
+     * before its first instruction. */
+    child = born;
+    cloner = t->tid;
+    int status = 0;
+    int w = ur_wait_stop(born, &status, STEP_NS);
+    if (w == 1 && WIFSTOPPED(status))
+      ptrace(PTRACE_SETOPTIONS, born, NULL, (void *)PTRACE_O_EXITKILL);
+    else if (!fail)
+      fail = -ECHILD;
+  }
+  release();
+  if (fail || got < 0 || !child) {
+    int e = fail ? -fail : got < 0 ? (int)-got : ECHILD;
+    say("err %d the injected clone failed: %s", e, strerror(e));
+    return;
+  }
+  say("ok %d %llu", (int)child, (unsigned long long)(pause_end - cap.t_first_seize_ns));
+}
+
+/* One thread of the target stopped by itself, for the reap. */
+static bool seize_one(struct ur_thread *t, pid_t tid) {
+  memset(t, 0, sizeof(*t));
+  t->tid = tid;
+  if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) return false;
+  int status = 0;
+  ptrace(PTRACE_INTERRUPT, tid, NULL, NULL);
+  int w = ur_wait_stop(tid, &status, STEP_NS);
+  if (w != 1 || WIFEXITED(status) || WIFSIGNALED(status)) {
+    if (w != 1) ptrace(PTRACE_DETACH, tid, NULL, NULL);
+    return false;
+  }
+  t->attached = true;
+  int event = status >> 16;
+  if (event == 0) t->resume_sig = WSTOPSIG(status);
+  if (event == PTRACE_EVENT_STOP && WSTOPSIG(status) != SIGTRAP) t->group_stop = true;
+  return true;
+}
+
+/* The thread to reap from: the one that cloned, else each of the
+ * process's threads in turn. */
+static pid_t reap_thread(pid_t pid, int attempt) {
+  if (attempt == 0 && cloner) return cloner;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+  pid_t tids[64];
+  int n = 0;
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 64)
+    if (e->d_name[0] != '.') tids[n++] = (pid_t)atoi(e->d_name);
+  closedir(d);
+  return n ? tids[attempt % n] : 0;
+}
+
+/* SIGKILL the child and reap it as its tracer: until then its zombie is
+ * ours alone, and the target's wait4 finds nothing. A blocking wait: a
+ * killed task always exits (a child tearing down a large address space
+ * can take longer than any timeout picked here). */
+static void kill_child(void) {
+  kill(child, SIGKILL);
+  for (;;) {
+    int status;
+    pid_t r = waitpid(child, &status, __WALL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 || WIFEXITED(status) || WIFSIGNALED(status)) return;
+    ptrace(PTRACE_CONT, child, NULL, NULL); /* a stop racing with the kill */
+  }
+}
+
+/* Kill the child and have the target reap its zombie with an injected
+ * wait4(child, NULL, __WALL | WNOHANG): it is the target's child, and
+ * reaped by the target it never shows in its waitpid(-1) or SIGCHLD (its
+ * exit signal is 0). Returns 0 or -errno. */
+static int close_child(pid_t pid, uint64_t ip) {
+  if (!child) return 0;
+  kill_child();
+  int rc = -EAGAIN;
+  for (int attempt = 0; attempt < REAP_TRIES && rc == -EAGAIN; attempt++) {
+    if (attempt) usleep(1000u << (attempt < 6 ? attempt : 6));
+    pid_t tid = reap_thread(pid, attempt);
+    struct ur_thread t;
+    if (!tid || !seize_one(&t, tid)) continue;
+    /* A thread in a group stop may take it: let go, it stops again, as
+     * the kernel puts a detached thread of a stopped process back in its
+     * group stop. */
+    if (!t.resume_sig && !*filter_refuses(pid, tid, 0)) {
+      const uint64_t a[5] = {(uint64_t)child, 0, __WALL | WNOHANG, 0, 0};
+      int fail;
+      long got = inject(&t, ip, SYS_wait4, a, "wait4", NULL, &fail);
+      if (!fail && (got == child || got == -ECHILD)) rc = 0;
+      else if (!fail && got != 0) rc = (int)got;
+    }
+    if (t.attached) ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)t.resume_sig);
+  }
+  child = 0;
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: unreachable-stopper PID SYSCALL_IP\n");
+    return 2;
+  }
+  /* Only the end of the pipe ends it: a signal meant for the scanner's
+   * terminal must not cut an injection short. */
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGHUP);
+  sigaddset(&block, SIGQUIT);
+  sigprocmask(SIG_BLOCK, &block, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  pid_t pid = (pid_t)strtol(argv[1], NULL, 10);
+  uint64_t ip = strtoull(argv[2], NULL, 16);
+  kill_at = getenv("UNREACHABLE_TEST_KILL_AT");
+  char line[256];
+  while (get_line(line, sizeof(line))) {
+    if (strncmp(line, "stop ", 5) == 0) {
+      cmd_stop(pid, line + 5);
+    } else if (strncmp(line, "clone ", 6) == 0) {
+      cmd_clone(ip, line + 6);
+    } else if (strcmp(line, "release") == 0) {
+      release();
+      say("ok %llu", (unsigned long long)(pause_end - cap.t_first_seize_ns));
+    } else if (strcmp(line, "close") == 0) {
+      release();
+      int rc = close_child(pid, ip);
+      if (rc < 0) say("err %d the snapshot child could not be reaped: %s", -rc, strerror(-rc));
+      else say("ok");
+      return 0;
+    } else {
+      say("err %d unknown command", EINVAL);
+    }
+  }
+  release();
+  close_child(pid, ip);
+  return 0;
+}
