@@ -11,6 +11,7 @@ import pytest
 
 from tests.malloc_debug.support import exe, run, values, wait_file
 from tests.scanner.procs import exists, read_u32, wait_until
+from tests.support.targets import wait_for_helper
 from unreachable import _native
 from unreachable.capture.target import open_target
 from unreachable.heapdump.dump_format import parse_dump, write_dump
@@ -74,6 +75,7 @@ def test_dump_while_a_snapshot_child_lives(procs, tmp_path):
     prefix = tmp_path / "heap"
     p = procs.start("idle.c", "idle", options=f"backtrace backtrace_dump_prefix={prefix}")
     assert p.read_line().startswith("READY")
+    wait_for_helper(p.pid)  # READY may come before the helper records its tid
     target = open_target(p.pid)
     cmd = target.header.helper_cmd
     with _native.Session(p.pid) as s:

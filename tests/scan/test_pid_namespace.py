@@ -17,6 +17,7 @@ import pytest
 
 from tests.scanner.procs import children, state, wait_until
 from tests.support.cbuild import build
+from tests.support.targets import wait_for_helper
 from tests.support.tracking import copy_unsupported, kill_scanner_while_tracking, wait_untracked
 from unreachable._paths import shim_path
 from unreachable.process.status import pid_namespace, read_status
@@ -42,6 +43,7 @@ def in_pid_namespace(program: str, *args: str) -> Iterator[tuple[int, dict[str, 
         info = {k: int(v, 0) for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
         (pid,) = children(proc.pid)
         assert pid_namespace(pid) != pid_namespace("self")
+        wait_for_helper(pid)  # READY may come before the helper records its tid
         yield pid, info
         assert state(pid) != "t" and read_status(pid).tracer_pid == 0
         wait_until(lambda: children(pid) == [], what="snapshot child gone")
