@@ -64,24 +64,16 @@ def main() -> None:
         for mib in (int(h) for h in args.heaps.split(",")):
             program_args = (str(mib), str(args.size))
             rows = []
-            shimmed = factory.start(PROGRAM, *program_args, cflags=["-O2"])
-            try:
-                for name, options in (
-                    ("shim, default", ScanOptions()),
-                    ("shim, stopped", ScanOptions(snapshot="stopped")),
-                ):
-                    rows.append((name, *measure(shimmed, options, args.repeat)))
-            finally:
-                shimmed.stop()
-            plain = factory.start(PROGRAM, *program_args, preload=False, cflags=["-O2"])
-            try:
-                for name, options in (
-                    ("no shim, default", ScanOptions()),
-                    ("no shim, stopped", ScanOptions(snapshot="stopped")),
-                ):
-                    rows.append((name, *measure(plain, options, args.repeat)))
-            finally:
-                plain.stop()
+            for who, preload in (("shim", True), ("no shim", False)):
+                target = factory.start(PROGRAM, *program_args, preload=preload, cflags=["-O2"])
+                try:
+                    for how, options in (
+                        ("default", ScanOptions()),
+                        ("stopped", ScanOptions(snapshot="stopped")),
+                    ):
+                        rows.append((f"{who}, {how}", *measure(target, options, args.repeat)))
+                finally:
+                    target.stop()
             _, base_pause, base_total, _, _ = rows[0]
             blocks = (mib << 20) // args.size
             for name, pause, total, snapshot, allocations in rows:
