@@ -78,7 +78,7 @@ __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_
     __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier in malloc_disable */
     f = ur_load32(&ur_g.slow);
     if (!(f & UR_SLOW_GATE) || ur_load32(&ur_g.excl_tid) == ur_tls.tid) {
-      if (f & ~(UR_SLOW_GATE | UR_SLOW_SINGLE)) {
+      if (f & ~(UR_SLOW_GATE | UR_SLOW_NOT_A_REASON)) {
         ur_leave(s);
         continue;
       }

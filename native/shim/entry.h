@@ -30,15 +30,13 @@ static inline __attribute__((always_inline)) struct ur_thread_slot *ur_begin(uin
   if (UR_LIKELY(s != NULL && !ur_tls.busy)) {
     ur_announce(s, op, in, in_size);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    if (UR_LIKELY((ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE) == 0)) return s;
+    if (UR_LIKELY((ur_load32(&ur_g.slow) & ~UR_SLOW_NOT_A_REASON) == 0)) return s;
     ur_leave(s);
   }
   return ur_slow_begin(&s, op, in, in_size) == UR_PROCEED ? s : NULL;
 }
 
-/* The allocation-site backtrace for a block of this size (0: none), taken
- * inline (malloc_api.c's hot path tail-calls its slow part, which takes the
- * backtrace with one shim frame on the stack). */
+/* The allocation-site backtrace for a block of this size (0: none). */
 static inline __attribute__((always_inline)) uint32_t ur_capture_here(size_t size) {
   if (size < ur_g.bt_min_size || size > ur_g.bt_max_size) return 0;
   if (ur_tls.busy) return 0; /* the shim's own call: not the program's site, and no re-entry */
@@ -54,10 +52,6 @@ static inline __attribute__((always_inline)) uint32_t ur_capture_here(size_t siz
 
 /* The same, out of line. */
 uint32_t ur_capture(size_t size);
-
-static inline int ur_backtraces_on(void) {
-  return UR_UNLIKELY(ur_g.bt_frames != 0) && __atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED);
-}
 
 static inline uint32_t ur_maybe_capture(size_t size) {
   if (UR_LIKELY(!ur_g.bt_frames) || !__atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)) return 0;

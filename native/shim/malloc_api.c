@@ -32,42 +32,61 @@ static inline __attribute__((always_inline)) void *finish(struct ur_thread_slot 
   return p;
 }
 
-/* The hot paths announce and check the flags inline; anything else (first
- * call of a thread, re-entry, a flag set) goes through these, out of line. */
+/* Everything the inline paths leave (first call of a thread, re-entry, a
+ * flag set, malloc_debug or backtraces on): the debug path
+ * first, as every entry point takes it, else the protocol's slow start.
+ * malloc tail-calls it, so a backtrace is taken here with one shim frame
+ * on the stack. */
 __attribute__((noinline)) static void *malloc_slow(size_t n) {
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_malloc(n);
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
   if (UR_UNLIKELY(!s)) return __libc_malloc(n);
-  return finish(s, __libc_malloc(n), n);
-}
-
-/* What the hot path does not: backtraces, the out-of-line registry. The
- * hot path tail-calls it, so the backtrace is taken with one shim frame on
- * the stack (this one) instead of three. */
-__attribute__((noinline)) static void *malloc_finish_slow(struct ur_thread_slot *s, void *p,
-                                                          size_t n) {
+  void *p = __libc_malloc(n);
   if (p) {
     ur_announce_out(s, p, n);
-    uint32_t id = ur_backtraces_on() ? ur_capture_here(n) : 0;
-    if (!ur_registry_try_insert(p, n, id, ur_single())) ur_registry_insert(p, n, id);
+    uint32_t id = ur_g.bt_frames && __atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)
+                      ? ur_capture_here(n)
+                      : 0;
+    /* The lock-free attempt only in the thread's own slot: a nested call
+     * (the spare slot) may have interrupted one that holds its shard. */
+    if (s == &ur_tls.dummy || !ur_registry_try_insert(p, n, id, ur_single()))
+      ur_registry_insert(p, n, id);
+    ur_note_own(p);
   }
   ur_leave(s);
   return p;
 }
 
+/* What malloc's hot path does not: a shard, a map to make. */
+__attribute__((noinline)) static void *malloc_finish_slow(struct ur_thread_slot *s, void *p,
+                                                          size_t n) {
+  ur_announce_out(s, p, n);
+  if (!ur_registry_try_insert(p, n, 0, ur_single())) ur_registry_insert(p, n, 0);
+  ur_leave(s);
+  return p;
+}
+
 __attribute__((noinline)) static void free_slow(void *p) {
+  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) {
+    ur_dbg_free(p);
+    return;
+  }
   struct ur_thread_slot *s = ur_begin(UR_OP_FREE, p, 0);
   if (UR_UNLIKELY(!s)) {
     __libc_free(p);
     return;
   }
-  ur_registry_remove(p);
+  if (s == &ur_tls.dummy || !ur_registry_try_remove(p, ur_single())) ur_registry_remove(p);
   __libc_free(p);
   ur_leave(s);
 }
 
 /* Only the slot and the size live across glibc's malloc, and nothing is
- * called after it on the fast path: few registers to save. The flags are read
- * again after glibc returns; any read after the announcement is as good. */
+ * called after it on the fast path: few registers to save. One load of
+ * ur_g.slow, after the announcement (any read after it is as good), says
+ * whether anything at all is unusual, malloc_debug and backtraces included
+ * (UR_SLOW_DEBUG, UR_SLOW_BACKTRACE: free needs nothing else for a
+ * backtrace). */
 static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
   struct ur_thread_slot *s = ur_tls.slot;
   if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return malloc_slow(n);
@@ -78,7 +97,10 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
     return malloc_slow(n);
   }
   void *p = __libc_malloc(n);
-  if (UR_UNLIKELY(p == NULL) || ur_backtraces_on()) return malloc_finish_slow(s, p, n);
+  if (UR_UNLIKELY(p == NULL)) {
+    ur_leave(s);
+    return NULL;
+  }
   ur_announce_out(s, p, n);
   /* Only a block for a map that exists is registered here; anything else
    * (a shard, a map to make) is the slow path's, so malloc keeps the
@@ -95,7 +117,7 @@ static inline __attribute__((always_inline)) void do_free(void *p) {
   ur_announce(s, UR_OP_FREE, p, 0);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   uint32_t f = ur_load32(&ur_g.slow);
-  if (UR_UNLIKELY(f & ~UR_SLOW_SINGLE)) {
+  if (UR_UNLIKELY(f & ~(UR_SLOW_SINGLE | UR_SLOW_BACKTRACE))) {
     ur_leave(s);
     return free_slow(p);
   }
@@ -111,17 +133,10 @@ static void *do_memalign(size_t align, size_t n) {
   return finish(s, __libc_memalign(align, n), n);
 }
 
-UR_EXPORT void *malloc(size_t n) {
-  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_malloc(n);
-  return do_malloc(n);
-}
+UR_EXPORT void *malloc(size_t n) { return do_malloc(n); }
 
 UR_EXPORT void free(void *p) {
   if (!p) return;
-  if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) {
-    ur_dbg_free(p);
-    return;
-  }
   do_free(p);
 }
 

@@ -220,9 +220,8 @@ static inline __attribute__((always_inline)) int ur_registry_try_insert(const vo
  * a map that exists: 1 when stored there, else 0 with nothing changed. */
 static inline __attribute__((always_inline)) int ur_registry_try_insert_map(const void *p,
                                                                             uint64_t size) {
-  if (UR_UNLIKELY(!ur_size_map_fits((uint64_t)(uintptr_t)p, size, 0))) return 0;
-  uint8_t *m = ur_size_map_of((uint64_t)(uintptr_t)p);
-  if (UR_UNLIKELY(m == NULL)) return 0;
+  uint8_t *m = ur_size_map_of((uint64_t)(uintptr_t)p); /* NULL too if p does not fit */
+  if (UR_UNLIKELY(m == NULL) || UR_UNLIKELY(size > UR_SIZE_MAP_MAX_SIZE)) return 0;
   ur_size_map_put(m, (uint64_t)(uintptr_t)p, size);
   return 1;
 }
@@ -231,7 +230,7 @@ static inline __attribute__((always_inline)) int ur_registry_try_insert_map(cons
  * chunk header): so may ur_size_map_take. */
 static inline __attribute__((always_inline)) int ur_registry_try_remove(const void *p, int single) {
   uint64_t addr = (uint64_t)(uintptr_t)p;
-  uint8_t *m = ur_size_map_fits(addr, 0, 0) ? ur_size_map_of(addr) : NULL;
+  uint8_t *m = ur_size_map_of(addr);
   if (UR_LIKELY(m != NULL) && UR_LIKELY(ur_size_map_take(m, addr))) return 1;
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;

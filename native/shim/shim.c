@@ -150,6 +150,10 @@ void ur_init(void) {
   if (debug > 0) __atomic_store_n(&ur_g.small_in_shards, 1, __ATOMIC_RELAXED);
   __atomic_store_n(&ur_g.debug, !(state & UR_SLOW_INERT) && debug > 0 ? UR_DBG_ON : 0,
                    __ATOMIC_RELEASE);
+  if (!(state & UR_SLOW_INERT)) {
+    if (debug > 0) state |= UR_SLOW_DEBUG;
+    if (ur_g.bt_frames) state |= UR_SLOW_BACKTRACE;
+  }
   __atomic_store_n(&ur_g.slow, state, __ATOMIC_RELEASE);
 }
 

@@ -13,7 +13,9 @@
 #define MAP_BYTES UR_SIZE_MAP_ALLOC
 
 ur_size_map_mid **ur_size_dir;
-struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS];
+/* Empty from the start (in .data): a lookup before ur_init finds no hint. */
+struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS] = {
+    [0 ... UR_SIZE_MAP_HINTS - 1] = {UR_SIZE_MAP_NO_HINT, NULL}};
 
 /* In the region, as everything the descriptor points to. */
 static struct ur_size_maps *header;
@@ -54,10 +56,10 @@ static uint8_t *make_map(uint64_t addr) {
   ref->map = (uint64_t)(uintptr_t)map;
   __atomic_store_n(&header->count, header->count + 1, __ATOMIC_RELEASE);
   __atomic_store_n(slot, map, __ATOMIC_RELEASE);
-  struct ur_size_map_hint *h = &ur_size_map_hints[(addr >> 20) & (UR_SIZE_MAP_HINTS - 1)];
-  if (!h->tag) { /* first come keeps it: a tag that matches is never taken back */
+  struct ur_size_map_hint *h = (struct ur_size_map_hint *)ur_size_map_hint_of(addr);
+  if (h->tag == UR_SIZE_MAP_NO_HINT) { /* first come keeps it: a tag that matches is never taken back */
     h->map = map;
-    __atomic_store_n(&h->tag, (addr >> 20) + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->tag, ref->base, __ATOMIC_RELEASE);
   }
   return map;
 }

@@ -54,22 +54,39 @@ static inline uint8_t *ur_size_map_in_dir(uint64_t addr) {
  * directory's pages (each a TLB miss as often as not on a large heap,
  * which stalls the map store behind it). An entry is written once (map,
  * then tag with a release store) and never changes: maps are never freed
- * or moved, so a tag that matches names the right map forever. */
+ * or moved, so a tag that matches names the right map forever.
+ *
+ * The tag is the MiB's base address and is compared with the address less
+ * its bits 4-19, so one compare also rules out an address that is not
+ * 16-aligned (its low bits survive) or lies above 2^47 (no map is made
+ * there): a hit fits a map. An empty entry's tag (UR_SIZE_MAP_NO_HINT) has
+ * bits 4-19 set, which no masked address has. */
 #define UR_SIZE_MAP_HINTS 1024u
+#define UR_SIZE_MAP_NO_HINT UINT64_MAX
 struct ur_size_map_hint {
-  uint64_t tag; /* (addr >> 20) + 1 of the map's MiB, 0: empty */
+  uint64_t tag; /* base of the map's MiB; UR_SIZE_MAP_NO_HINT: empty */
   uint8_t *map;
 };
-extern struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS];
+/* hidden: addressed from the instruction pointer, not through the GOT */
+extern struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS]
+    __attribute__((visibility("hidden")));
 
-/* The map of addr's 1 MiB, or NULL while it does not exist (addr fits). */
+static inline const struct ur_size_map_hint *ur_size_map_hint_of(uint64_t addr) {
+  /* (addr >> 20) % UR_SIZE_MAP_HINTS entries of 16 bytes, as one shift and mask */
+  return (const struct ur_size_map_hint *)(const void *)((const char *)ur_size_map_hints +
+                                                         ((addr >> 16) & ((UR_SIZE_MAP_HINTS - 1) << 4)));
+}
+
+/* The map of addr's 1 MiB, or NULL while it does not exist or addr does not
+ * fit a map (ur_size_map_fits without the size). */
 static inline uint8_t *ur_size_map_of(uint64_t addr) {
-  const struct ur_size_map_hint *h = &ur_size_map_hints[(addr >> 20) & (UR_SIZE_MAP_HINTS - 1)];
-  if (UR_LIKELY(__atomic_load_n(&h->tag, __ATOMIC_ACQUIRE) == (addr >> 20) + 1)) {
+  const struct ur_size_map_hint *h = ur_size_map_hint_of(addr);
+  if (UR_LIKELY(__atomic_load_n(&h->tag, __ATOMIC_ACQUIRE) == (addr & ~UINT64_C(0xffff0)))) {
     uint8_t *map = h->map;
     if (map == NULL) __builtin_unreachable(); /* set before the tag: callers skip their test */
     return map;
   }
+  if (!ur_size_map_fits(addr, 0, 0)) return NULL;
   return ur_size_map_in_dir(addr);
 }
 
@@ -188,7 +205,6 @@ static inline int ur_size_map_take(uint8_t *map, uint64_t addr) {
 /* The map holding the block at addr if it is registered in one (then it is
  * in no shard), with its level and size, else NULL. */
 static inline uint8_t *ur_size_map_registered(uint64_t addr, int *level, uint64_t *size) {
-  if (!ur_size_map_fits(addr, 0, 0)) return NULL;
   uint8_t *m = ur_size_map_of(addr);
   if (UR_UNLIKELY(m == NULL)) return NULL;
   *level = ur_size_map_find_in(m, addr, size);

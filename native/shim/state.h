@@ -40,6 +40,16 @@ void *__libc_pvalloc(size_t n);
 /* Not a slow-path reason: only one thread has ever used the registry, so it
  * runs without locks. Cleared (ur_go_multi) before a second thread touches it. */
 #define UR_SLOW_SINGLE 16u
+/* Not slow-path reasons either: malloc_debug's per-call options are on
+ * (DEBUG: malloc and free leave their inline paths for the debug path),
+ * backtraces are on (BACKTRACE: malloc leaves its inline path for the one
+ * that takes the backtrace; free needs nothing else). Testing them in the
+ * one flag load the inline paths make anyway spares a load and a branch
+ * per call. Set once, by ur_init. */
+#define UR_SLOW_DEBUG 32u
+#define UR_SLOW_BACKTRACE 64u
+/* The bits that do not stop ur_begin from proceeding. */
+#define UR_SLOW_NOT_A_REASON (UR_SLOW_SINGLE | UR_SLOW_DEBUG | UR_SLOW_BACKTRACE)
 
 /* ur_g.debug: malloc_debug's per-call options (debug.c). Non-zero sends every
  * entry point to the debug path; UR_DBG_UNINIT until ur_init has decided. */
