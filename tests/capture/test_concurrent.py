@@ -228,6 +228,27 @@ def test_a_round_protects_again_only_pages_that_hold_data(targets):
     wait_untracked(pid)
 
 
+def test_the_stops_page_walk_shared_by_threads_lists_the_same_pages(targets):
+    """The second stop walks the written pages with two threads, its ranges
+    cut by bytes (inside a mapping where the halves meet there): the pages
+    listed are those one walker lists."""
+    from unreachable.process.maps import read_maps
+    from unreachable.scan.concurrent import _tracked
+
+    def pages(runs: bytes) -> set[int]:
+        return {p for b, e in struct.iter_unpack("<QQ", runs) for p in range(b, e, 4096)}
+
+    target = targets.start(SCAN_PROGRAMS / "sparse.c")
+    with _native.Session(target.pid) as s:
+        s.stop()
+        ranges = _tracked(read_maps(target.pid), [])
+        one = pages(_native.written_pages(target.pid, ranges, False))
+        assert one
+        for threads in (2, 3, 4, 9):
+            assert pages(_native.written_pages(target.pid, ranges, False, threads)) == one
+        assert _native.written_pages(target.pid, b"", False, 2) == b""
+
+
 def test_a_region_merged_with_its_neighbour_leaves_the_neighbour_tracked():
     """/proc/PID/maps shows one anonymous mapping where a shim region and
     the heap next to it have the same flags. The rounds must skip exactly
