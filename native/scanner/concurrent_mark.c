@@ -28,6 +28,10 @@
 
 #define WORD 8u
 #define VEC 512
+/* The most of the target's memory one walk covers: the walk holds its mmap
+ * lock, and a thread of it that maps, unmaps or changes protections waits
+ * for the lock meanwhile (as in the shim's helper, write_tracking.c). */
+#define WALK_CHUNK ((uint64_t)8 << 20)
 
 enum { CAND = 0, RESCUED = 1, GONE = 2, GONE_PENDING = 3 };
 
@@ -49,7 +53,7 @@ static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_
         .size = sizeof(a),
         .flags = clear ? PM_SCAN_WP_MATCHING : 0,
         .start = pos,
-        .end = end,
+        .end = end - pos > WALK_CHUNK ? pos + WALK_CHUNK : end,
         .vec = (uint64_t)(uintptr_t)vec,
         .vec_len = VEC,
         .category_inverted = PAGE_IS_WPALLOWED,
