@@ -716,7 +716,8 @@ def _second_stop(
     target: Target, pid: int, addr: int, copy: _native.MemoryCopy, released: list[float]
 ) -> _SecondStop:
     """Second stop: the pages written since the last round, the registers,
-    the registry, the signal stacks; and how long each step held it."""
+    the registry (with the shim's table of signal stacks); and how long
+    each step held it."""
     stop2: dict[str, float] = {}
     ahead = _MapsAhead(pid, addr)
     session, threads2, held2 = _stop(pid, stop2)
@@ -731,16 +732,17 @@ def _second_stop(
         copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
         copy.finish()
         t.append(time.monotonic())
-        altstacks = sources.signal_stacks(pid, _altstacks(target), threads2).words
-        t.append(time.monotonic())
         session.release()
         released.append(time.monotonic())
-        steps = ("maps", "written", "read", "registry", "altstacks")
+        steps = ("maps", "written", "read", "registry")
         stop2 |= {k: (b - a) * 1000 for k, a, b in zip(steps, t, t[1:], strict=False)}
         stop2 |= {f"@{k}": v for k, v in session.timings.items()}
         pause2 = session.pause_ns / 1e6
     finally:
         session.close()
+    # The shim's table of signal stacks lies in its regions: the registry
+    # copy holds it as at the stop.
+    altstacks = sources.signal_stacks(copy, _altstacks(target), threads2).words
     return threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2
 
 
