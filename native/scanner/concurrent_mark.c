@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include "unreachable/linux_compat.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,10 @@
 
 #define WORD 8u
 #define VEC 512
+/* The most of the target's memory one walk covers: the walk holds its mmap
+ * lock, and a thread of it that maps, unmaps or changes protections waits
+ * for the lock meanwhile (as in the shim's helper, write_tracking.c). */
+#define WALK_CHUNK ((uint64_t)8 << 20)
 
 enum { CAND = 0, RESCUED = 1, GONE = 2, GONE_PENDING = 3 };
 
@@ -48,7 +53,7 @@ static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_
         .size = sizeof(a),
         .flags = clear ? PM_SCAN_WP_MATCHING : 0,
         .start = pos,
-        .end = end,
+        .end = end - pos > WALK_CHUNK ? pos + WALK_CHUNK : end,
         .vec = (uint64_t)(uintptr_t)vec,
         .vec_len = VEC,
         .category_inverted = PAGE_IS_WPALLOWED,
@@ -86,40 +91,123 @@ static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_
   return 0;
 }
 
-PyObject *ur_py_written_pages(PyObject *Py_UNUSED(self), PyObject *args) {
-  int pid, clear;
-  Py_buffer ranges;
-  if (!PyArg_ParseTuple(args, "iy*p", &pid, &ranges, &clear)) return NULL;
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/pagemap", pid);
-  uint64_t *out = NULL;
-  size_t n = 0, cap = 0;
-  int rc = 0;
-  const uint64_t *r = ranges.buf;
-  size_t nr = (size_t)ranges.len / 16;
-  Py_BEGIN_ALLOW_THREADS
-  int pm = open(path, O_RDONLY | O_CLOEXEC);
-  if (pm < 0) rc = -errno;
-  for (size_t i = 0; i < nr && rc == 0; i++) {
-    if (!clear) {
-      rc = written_runs(pm, r[2 * i], r[2 * i + 1], 0, 0, &out, &n, &cap);
+/* One walker's share of written_pages: its own pagemap descriptor and runs. */
+struct written_job {
+  const char *path;
+  const uint64_t *r; /* (begin, end) ranges */
+  size_t nr;
+  int clear;
+  uint64_t *out;
+  size_t n, cap;
+  int rc;
+};
+
+static void *written_job_run(void *arg) {
+  struct written_job *j = arg;
+  int pm = open(j->path, O_RDONLY | O_CLOEXEC);
+  if (pm < 0) {
+    j->rc = -errno;
+    return NULL;
+  }
+  for (size_t i = 0; i < j->nr && j->rc == 0; i++) {
+    uint64_t b = j->r[2 * i], e = j->r[2 * i + 1];
+    if (!j->clear) {
+      j->rc = written_runs(pm, b, e, 0, 0, &j->out, &j->n, &j->cap);
       continue;
     }
     /* Present pages protected again; swapped ones only listed (they stay
      * listed until read in: never fewer than were written). */
-    rc = written_runs(pm, r[2 * i], r[2 * i + 1], 1, PAGE_IS_PRESENT, &out, &n, &cap);
-    if (rc == 0) rc = written_runs(pm, r[2 * i], r[2 * i + 1], 0, PAGE_IS_SWAPPED, &out, &n, &cap);
+    j->rc = written_runs(pm, b, e, 1, PAGE_IS_PRESENT, &j->out, &j->n, &j->cap);
+    if (j->rc == 0) j->rc = written_runs(pm, b, e, 0, PAGE_IS_SWAPPED, &j->out, &j->n, &j->cap);
   }
-  if (pm >= 0) close(pm);
+  close(pm);
+  return NULL;
+}
+
+#define WRITTEN_THREADS_MAX 4
+
+PyObject *ur_py_written_pages(PyObject *Py_UNUSED(self), PyObject *args) {
+  int pid, clear;
+  unsigned threads = 1;
+  Py_buffer ranges;
+  if (!PyArg_ParseTuple(args, "iy*p|I", &pid, &ranges, &clear, &threads)) return NULL;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/pagemap", pid);
+  const uint64_t *r = ranges.buf;
+  size_t nr = (size_t)ranges.len / 16;
+  if (threads < 1) threads = 1;
+  if (threads > WRITTEN_THREADS_MAX) threads = WRITTEN_THREADS_MAX;
+  /* The page-table walk over the whole of the tracked memory is the stop's
+   * longest step when little was written: split it by bytes, each walker
+   * taking whole pages of its share (the target is stopped: its cores are
+   * free). Shares are cut inside a range where need be. */
+  uint64_t *cut = PyMem_Malloc((nr + WRITTEN_THREADS_MAX) * 2 * sizeof(uint64_t));
+  struct written_job jobs[WRITTEN_THREADS_MAX];
+  memset(jobs, 0, sizeof jobs);
+  if (!cut) {
+    PyBuffer_Release(&ranges);
+    return PyErr_NoMemory();
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < nr; i++) total += r[2 * i + 1] - r[2 * i];
+  uint64_t share = (total / threads + 4095) & ~4095ull;
+  size_t nc = 0, k = 0;
+  uint64_t filled = 0;
+  jobs[0].r = cut;
+  for (size_t i = 0; i < nr; i++) {
+    uint64_t b = r[2 * i], e = r[2 * i + 1];
+    while (b < e) {
+      uint64_t take = e - b;
+      if (k + 1 < threads && filled + take > share) take = share - filled;
+      if (take) {
+        cut[2 * nc] = b;
+        cut[2 * nc + 1] = b + take;
+        nc++;
+        jobs[k].nr++;
+        filled += take;
+        b += take;
+      }
+      if (k + 1 < threads && filled >= share) {
+        k++;
+        jobs[k].r = cut + 2 * nc;
+        filled = 0;
+      }
+    }
+  }
+  unsigned used = (unsigned)k + 1;
+  pthread_t tid[WRITTEN_THREADS_MAX];
+  int started[WRITTEN_THREADS_MAX] = {0};
+  Py_BEGIN_ALLOW_THREADS
+  for (unsigned t = 0; t < used; t++) {
+    jobs[t].path = path;
+    jobs[t].clear = clear;
+    if (t > 0 && jobs[t].nr) started[t] = pthread_create(&tid[t], NULL, written_job_run, &jobs[t]) == 0;
+  }
+  for (unsigned t = 0; t < used; t++)
+    if (t == 0 || (jobs[t].nr && !started[t])) written_job_run(&jobs[t]);
+  for (unsigned t = 1; t < used; t++)
+    if (started[t]) pthread_join(tid[t], NULL);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&ranges);
-  if (rc < 0) {
-    free(out);
-    errno = -rc;
-    return PyErr_SetFromErrno(PyExc_OSError);
+  PyMem_Free(cut);
+  int rc = 0;
+  size_t n = 0;
+  for (unsigned t = 0; t < used; t++) {
+    if (jobs[t].rc < 0 && rc == 0) rc = jobs[t].rc;
+    n += jobs[t].n;
   }
-  PyObject *res = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(n * 16));
-  free(out);
+  PyObject *res = NULL;
+  if (rc < 0) {
+    errno = -rc;
+    PyErr_SetFromErrno(PyExc_OSError);
+  } else if ((res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 16))) != NULL) {
+    char *dst = PyBytes_AS_STRING(res);
+    for (unsigned t = 0; t < used; t++) {
+      memcpy(dst, jobs[t].out, jobs[t].n * 16);
+      dst += jobs[t].n * 16;
+    }
+  }
+  for (unsigned t = 0; t < used; t++) free(jobs[t].out);
   return res;
 }
 

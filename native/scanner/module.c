@@ -37,10 +37,11 @@ static PyMethodDef methods[] = {
      "end to end, with up to `threads` threads (process_vm_readv); unreadable pages are left "
      "as they were. Returns the bytes read; OSError when the process cannot be read at all."},
     {"written_pages", ur_py_written_pages, METH_VARARGS,
-     "written_pages(pid, ranges, clear) -> bytes\n\n"
+     "written_pages(pid, ranges, clear, threads=1) -> bytes\n\n"
      "(begin, end) runs (packed u64, not sorted) of the ranges whose pages hold data and were "
      "written since they were write-protected, or are not protected at all (PAGEMAP_SCAN). "
-     "clear: protect the written ones again. OSError from the pagemap."},
+     "clear: protect the written ones again; threads: walkers sharing the ranges by bytes. "
+     "OSError from the pagemap."},
     {"remark", ur_py_remark, METH_VARARGS,
      "remark(candidates, state, store, runs, page_bytes, values, roots) -> int\n\n"
      "The concurrent snapshot's re-mark (concurrent_mark.c): store the runs' bytes that lie "

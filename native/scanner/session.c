@@ -8,6 +8,7 @@
  * around the blocking parts is fine: the same OS thread continues them.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/syscall.h>
@@ -36,6 +37,10 @@ typedef struct {
   int stopped_threads;
   int group_stopped;
   uint64_t t_start_ns, t_end_ns;
+  uint64_t t_interrupted_ns, t_first_stop_ns, t_last_stop_ns, t_regs_ns, t_release_ns;
+  int urgent; /* the tracer thread runs SCHED_FIFO until the release */
+  int saved_policy;
+  struct sched_param saved_param;
   struct ur_capture cap;
 } Session;
 
@@ -68,11 +73,33 @@ static int session_init(Session *s, PyObject *args, PyObject *kwargs) {
   return 0;
 }
 
+/* On a machine with fewer cores than runnable threads, the tracer thread
+ * is preempted by the target's threads it has just released (the next
+ * detach waits for a time slice: milliseconds per thread) and, after a
+ * long mark has used up its share, by everyone while it sends the
+ * interrupts. Real-time priority for the pause (the target is stopped, so
+ * it takes nothing from it) keeps the pause its own work. Where the
+ * scanner may not (no CAP_SYS_NICE nor RLIMIT_RTPRIO), nothing changes. */
+static void urgent_enter(Session *s) {
+  s->saved_policy = sched_getscheduler(0);
+  if (s->saved_policy < 0 || sched_getparam(0, &s->saved_param) < 0) return;
+  struct sched_param p = {.sched_priority = 1};
+  s->urgent = sched_setscheduler(0, SCHED_FIFO, &p) == 0;
+}
+
+static void urgent_leave(Session *s) {
+  if (!s->urgent) return;
+  sched_setscheduler(0, s->saved_policy, &s->saved_param);
+  s->urgent = 0;
+}
+
 static void do_release(Session *s) {
   if (s->state != ST_STOPPED) return;
+  s->t_release_ns = ur_now_ns();
   ur_capture_release(&s->cap);
-  ur_capture_free(&s->cap);
   s->t_end_ns = ur_now_ns();
+  urgent_leave(s);
+  ur_capture_free(&s->cap);
   s->state = ST_RELEASED;
 }
 
@@ -117,7 +144,10 @@ static void session_dealloc(Session *s) {
 
 static PyObject *thread_list(Session *s);
 
-static PyObject *session_stop(Session *s, PyObject *Py_UNUSED(ignored)) {
+static PyObject *session_stop(Session *s, PyObject *args, PyObject *kwargs) {
+  static char *kwlist[] = {"urgent", NULL};
+  int urgent = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|p", kwlist, &urgent)) return NULL;
   if (check_owner(s) < 0) return NULL;
   if (s->state != ST_NEW) {
     PyErr_SetString(PyExc_RuntimeError, "stop() can be called once per Session");
@@ -126,13 +156,19 @@ static PyObject *session_stop(Session *s, PyObject *Py_UNUSED(ignored)) {
   int rc;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS
+  if (urgent) urgent_enter(s);
   rc = ur_capture_stop(&s->cap, s->pid);
+  if (rc < 0) urgent_leave(s);
   Py_END_ALLOW_THREADS
   s->busy = 0;
   if (rc < 0) return ur_py_raise(rc, s->cap.err);
   s->owner_tid = gettid();
   s->state = ST_STOPPED;
   s->t_start_ns = s->cap.t_first_seize_ns;
+  s->t_interrupted_ns = s->cap.t_interrupted_ns;
+  s->t_first_stop_ns = s->cap.t_first_stop_ns;
+  s->t_last_stop_ns = s->cap.t_last_stop_ns;
+  s->t_regs_ns = s->cap.t_regs_ns;
   s->stopped_threads = (int)s->cap.n;
   s->group_stopped = s->cap.group_stopped;
   return thread_list(s);
@@ -380,6 +416,22 @@ static PyObject *get_pause_ns(Session *s, void *Py_UNUSED(c)) {
   return PyLong_FromUnsignedLongLong(end - s->t_start_ns);
 }
 
+/* Where the pause went, in ms from its start: each mark 0.0 until reached. */
+static PyObject *get_timings(Session *s, void *Py_UNUSED(c)) {
+  uint64_t t0 = s->t_start_ns;
+  uint64_t at[] = {s->t_interrupted_ns, s->t_first_stop_ns, s->t_last_stop_ns, s->t_regs_ns,
+                   s->t_release_ns, s->state == ST_RELEASED ? s->t_end_ns : 0};
+  double ms[6];
+  for (size_t i = 0; i < 6; i++) ms[i] = t0 && at[i] >= t0 ? (double)(at[i] - t0) / 1e6 : 0.0;
+  return Py_BuildValue("{sdsdsdsdsdsd}", "interrupted", ms[0], "first stopped", ms[1],
+                       "last stopped", ms[2], "registers read", ms[3], "release begun", ms[4],
+                       "released", ms[5]);
+}
+
+static PyObject *get_urgent(Session *s, void *Py_UNUSED(c)) {
+  return PyBool_FromLong(s->urgent);
+}
+
 static PyObject *get_stopped_threads(Session *s, void *Py_UNUSED(c)) {
   return PyLong_FromLong(s->stopped_threads);
 }
@@ -398,8 +450,9 @@ static PyObject *get_released(Session *s, void *Py_UNUSED(c)) {
 }
 
 static PyMethodDef session_methods[] = {
-    {"stop", (PyCFunction)session_stop, METH_NOARGS,
-     "stop() -> list[tuple[tid, sp, regs, xstate]]: stop every thread, read registers."},
+    {"stop", (PyCFunction)(void (*)(void))session_stop, METH_VARARGS | METH_KEYWORDS,
+     "stop(urgent=False) -> list[tuple[tid, sp, regs, xstate]]: stop every thread, read "
+     "registers; urgent: the calling thread runs SCHED_FIFO until the release, where allowed."},
     {"run_out", (PyCFunction)session_run_out, METH_VARARGS,
      "run_out(lo, hi, rounds) -> (inside, threads): let the stopped threads inside [lo, hi) "
      "(pc there, or a return address there on top of the stack) run alone and stop them "
@@ -440,6 +493,12 @@ static PyGetSetDef session_getset[] = {
     {"snapshot_pid", (getter)get_snapshot_pid, NULL, "snapshot child pid or None", NULL},
     {"pause_ns", (getter)get_pause_ns, NULL,
      "ns from the first PTRACE_SEIZE to the end of release (to now while not released)", NULL},
+    {"timings", (getter)get_timings, NULL,
+     "ms from the first PTRACE_SEIZE to: the first pass's interrupts sent, the first and the "
+     "last thread seen stopped, the registers read, release begun, released (0.0: not yet)",
+     NULL},
+    {"urgent", (getter)get_urgent, NULL,
+     "stop(urgent=True) got real-time priority (until the release)", NULL},
     {"stopped_threads", (getter)get_stopped_threads, NULL, "threads stopped by stop()", NULL},
     {"group_stopped", (getter)get_group_stopped, NULL,
      "the target was in a group-stop (SIGSTOP) when stopped; it stays stopped after release",

@@ -36,8 +36,12 @@ static void sleep_ns(uint64_t ns) {
 
 static char task_state(pid_t pid, pid_t tid);
 
+/* The longest sleep between two looks: a stop is seen at most this late
+ * (every thread of the pause waits for the last one). */
+#define WAIT_POLL_MAX_NS 200000ull
+
 int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
-  uint64_t deadline = ur_now_ns() + timeout_ns;
+  uint64_t start = ur_now_ns(), deadline = start + timeout_ns;
   uint64_t backoff = 2000;
   for (;;) {
     pid_t r = waitpid(tid, status, __WALL | WNOHANG);
@@ -46,10 +50,11 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
       if (errno == EINTR) continue;
       return -errno;
     }
-    if (ur_now_ns() >= deadline) return 0;
+    uint64_t now = ur_now_ns();
+    if (now >= deadline) return 0;
     /* A thread of a process being killed can turn zombie without ever
      * reporting a stop: after the first few milliseconds, look. */
-    if (backoff >= 1000000) {
+    if (now - start >= 2000000ull) {
       char st = task_state(tid, tid);
       if (st == 'Z' || st == 'X' || st == 0) {
         /* It may have died since the waitpid above and be ours to reap: a
@@ -59,7 +64,7 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
       }
     }
     sleep_ns(backoff);
-    if (backoff < 1000000) backoff *= 2;
+    if (backoff < WAIT_POLL_MAX_NS) backoff *= 2;
   }
 }
 
@@ -314,6 +319,7 @@ int ur_capture_stop(struct ur_capture *c, pid_t pid) {
       ptrace(PTRACE_INTERRUPT, tid, NULL, NULL); /* ESRCH: the wait reports the exit */
     }
     free(tids);
+    if (!c->t_interrupted_ns) c->t_interrupted_ns = ur_now_ns();
     if (c->n == first_new) break;
     /* Wait for the new ones after interrupting all of them, so busy threads
      * stop in parallel. */
@@ -331,6 +337,8 @@ int ur_capture_stop(struct ur_capture *c, pid_t pid) {
         continue;
       }
       t->running = false;
+      c->t_last_stop_ns = ur_now_ns();
+      if (!c->t_first_stop_ns) c->t_first_stop_ns = c->t_last_stop_ns;
       i++;
     }
   }
@@ -353,6 +361,7 @@ int ur_capture_stop(struct ur_capture *c, pid_t pid) {
     snprintf(c->err, sizeof(c->err), "process %d exited", (int)pid);
     return fail(c, -ESRCH);
   }
+  c->t_regs_ns = ur_now_ns();
   return 0;
 }
 

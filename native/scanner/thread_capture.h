@@ -34,6 +34,9 @@ struct ur_capture {
   pid_t *dying;         /* died while traced by us, exit not yet reaped */
   size_t ndying, dying_cap;
   uint64_t t_first_seize_ns;
+  /* Where a stop's time goes: the last interrupt of the first pass sent,
+   * the first and the last thread seen stopped, the registers read. */
+  uint64_t t_interrupted_ns, t_first_stop_ns, t_last_stop_ns, t_regs_ns;
   char err[256];
 };
 

@@ -30,6 +30,13 @@ static int g_pagemap = -1; /* the helper's pagemap, while tracking starts */
  * of it and stay); mappings past it are left untracked, which the scanner
  * reads again at the stop (present pages only). */
 #define WHOLE_PROTECT_MAX ((uint64_t)4 << 30)
+/* The most one walk over the page tables covers at a time. Unregistering
+ * holds the mmap lock for writing while it clears the protection of every
+ * page (about 35 ms per GiB of present pages), and protecting holds it for
+ * reading (10-18 ms per GiB): meanwhile every thread that maps, unmaps,
+ * changes protections (glibc growing an arena) or faults waits. In pieces,
+ * the lock is let go between them: no thread waits longer than one. */
+#define WALK_CHUNK ((uint64_t)8 << 20)
 static uint64_t g_whole_protected;
 
 uint32_t ur_write_tracking_word(void) {
@@ -75,7 +82,7 @@ static int protect_present(uint64_t lo, uint64_t hi) {
         .size = sizeof(a),
         .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
         .start = pos,
-        .end = hi,
+        .end = hi - pos > WALK_CHUNK ? pos + WALK_CHUNK : hi,
         .vec = (uint64_t)(uintptr_t)vec,
         .vec_len = sizeof vec / sizeof vec[0],
         .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
@@ -128,8 +135,10 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
 static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
   (void)rest;
   (void)arg;
-  struct uffdio_range range = {lo, hi - lo};
-  ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
+  for (uint64_t pos = lo; pos < hi; pos += WALK_CHUNK) {
+    struct uffdio_range range = {pos, hi - pos > WALK_CHUNK ? WALK_CHUNK : hi - pos};
+    ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
+  }
   return 0;
 }
 

@@ -228,6 +228,27 @@ def test_a_round_protects_again_only_pages_that_hold_data(targets):
     wait_untracked(pid)
 
 
+def test_the_stops_page_walk_shared_by_threads_lists_the_same_pages(targets):
+    """The second stop walks the written pages with two threads, its ranges
+    cut by bytes (inside a mapping where the halves meet there): the pages
+    listed are those one walker lists."""
+    from unreachable.process.maps import read_maps
+    from unreachable.scan.concurrent import _tracked
+
+    def pages(runs: bytes) -> set[int]:
+        return {p for b, e in struct.iter_unpack("<QQ", runs) for p in range(b, e, 4096)}
+
+    target = targets.start(SCAN_PROGRAMS / "sparse.c")
+    with _native.Session(target.pid) as s:
+        s.stop()
+        ranges = _tracked(read_maps(target.pid), [])
+        one = pages(_native.written_pages(target.pid, ranges, False))
+        assert one
+        for threads in (2, 3, 4, 9):
+            assert pages(_native.written_pages(target.pid, ranges, False, threads)) == one
+        assert _native.written_pages(target.pid, b"", False, 2) == b""
+
+
 def test_a_region_merged_with_its_neighbour_leaves_the_neighbour_tracked():
     """/proc/PID/maps shows one anonymous mapping where a shim region and
     the heap next to it have the same flags. The rounds must skip exactly
@@ -462,3 +483,33 @@ def test_a_mapping_born_during_the_mark_is_read_by_a_round_not_by_the_stop(targe
     finally:
         rearm.close()
     _left_as_found(target)
+
+
+@needs_tracking
+def test_a_leak_made_while_the_mark_runs_is_never_reported(targets):
+    """The allocation set is the registry of the first stop: leaker.c drops a
+    block every 100 us all through the scan. Each one dropped between the
+    scan's start and the end of that stop is reported (but the newest, whose
+    address a register may still hold at that stop: a root there, as in
+    every mode), none allocated after it (the next scan's), and nothing it
+    did not drop. The target's notes and the scanner's share one clock: an
+    order of events, not a length of time."""
+    from unreachable.scan.concurrent import concurrent_sweep
+
+    target = targets.start(HERE / "programs" / "leaker.c")
+    started = time.monotonic() * 1e9
+    done = concurrent_sweep(open_target(target.pid))
+    records = _native.abi_decode_array("ur_leak_record", done.result.leaks)
+    reported = {int(r["begin"]) for r in records}
+    target.send("d")
+    notes = []
+    while (line := target.read_line()) != "END":
+        addr, before, after = line.split()
+        notes.append((int(addr, 16), int(before), int(after)))
+    released = done.released_at[0] * 1e9
+    dropped = [a for a, before, after in notes if started < before and after < released]
+    made_after = {a for a, before, _ in notes if before > released}
+    assert dropped and made_after
+    assert set(dropped[:-1]) <= reported, (len(dropped), len(set(dropped) - reported))
+    assert not reported & made_after
+    assert reported <= {a for a, _, _ in notes}

@@ -288,3 +288,45 @@ def test_target_killed_while_stopped_is_left_to_its_parent(target) -> None:
     finally:
         scanner.kill()
         scanner.wait()
+
+
+def test_an_urgent_stop_runs_real_time_until_the_release_and_no_longer(target) -> None:
+    """stop(urgent=True): the tracer thread is not preempted by the threads it
+    releases (SCHED_FIFO where allowed), and gets its own policy back at the
+    release, and when the stop fails."""
+    proc = target[0]
+    before = os.sched_getscheduler(0)
+    with _native.Session(proc.pid) as s:
+        s.stop(urgent=True)
+        allowed = s.urgent
+        during = os.sched_getscheduler(0)
+        s.release()
+        assert os.sched_getscheduler(0) == before
+        assert not s.urgent
+    assert during == (os.SCHED_FIFO if allowed else before)
+    if os.geteuid() == 0:
+        assert allowed
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    with _native.Session(pid_max + 1) as s, pytest.raises(ProcessLookupError):
+        s.stop(urgent=True)
+    assert os.sched_getscheduler(0) == before
+    with _native.Session(proc.pid) as s:
+        s.stop()
+        assert os.sched_getscheduler(0) == before and not s.urgent
+
+
+def test_timings_follow_the_pause_in_order(target) -> None:
+    """Session.timings: where the pause went, each mark after the one before,
+    the last one the pause_ns the session reports."""
+    proc = target[0]
+    with _native.Session(proc.pid) as s:
+        assert set(s.timings.values()) == {0.0}
+        s.stop(urgent=True)
+        s.release()
+        t = s.timings
+        order = ["interrupted", "first stopped", "last stopped", "registers read"]
+        order += ["release begun", "released"]
+        assert list(t) == order
+        values = [t[k] for k in order]
+        assert values == sorted(values) and values[0] > 0
+        assert t["released"] == pytest.approx(s.pause_ns / 1e6, abs=1e-3)

@@ -53,7 +53,7 @@ from unreachable.capture.write_tracking import (
     wait_untracked,
 )
 from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
-from unreachable.process.maps import SPECIAL, Mapping, read_maps
+from unreachable.process.maps import SPECIAL, Mapping, parse_maps, read_maps, read_maps_text
 from unreachable.process.memory import present_ranges
 from unreachable.roots import sources
 from unreachable.roots.classify import Roots, classify, stack_sps
@@ -259,7 +259,7 @@ def _stop(
     session = _native.Session(pid)
     t0 = time.monotonic()
     try:
-        threads = [CapturedThread(*t) for t in session.stop()]
+        threads = [CapturedThread(*t) for t in session.stop(urgent=True)]
     except OSError as e:
         session.close()
         held.close()
@@ -270,6 +270,35 @@ def _stop(
     steps["stop threads"] = (t1 - t0) * 1000
     steps["kernel-held"] = (time.monotonic() - t1) * 1000
     return session, threads, held
+
+
+class _MapsAhead:
+    """The target's mappings and the registry's spans found before a stop,
+    while it runs. In the stop, /proc/PID/maps and the descriptor are read
+    again (two reads) and the rest is done again only if either changed
+    meanwhile: a region of the shim is mapped before it is counted, and its
+    span never changes once counted."""
+
+    def __init__(self, pid: int, addr: int) -> None:
+        self.pid, self.addr = pid, addr
+        self.text = read_maps_text(pid)
+        self.maps = parse_maps(self.text)
+        self.key = self._key()
+        self.spans = _registry_spans(pid, addr, self.maps)
+
+    def _key(self) -> tuple[int, ...]:
+        raw = _native.abi_decode(
+            "ur_descriptor",
+            os.pread(_mem_fd(self.pid), _native.abi_sizeof("ur_descriptor"), self.addr),
+        )
+        return tuple(int(raw[name]) for name in (*_POINTERS, "num_regions"))  # type: ignore[literal-required]
+
+    def in_pause(self) -> tuple[list[Mapping], list[Span3]]:
+        text = read_maps_text(self.pid)
+        if text == self.text and self._key() == self.key:
+            return self.maps, self.spans
+        maps = parse_maps(text)
+        return maps, _registry_spans(self.pid, self.addr, maps)
 
 
 def _begin_of(pairs: memoryview, i: int) -> int:
@@ -409,11 +438,11 @@ def _sweep(
     try:
         # First stop: the allocation set of this moment, and the registers.
         stop1: dict[str, float] = {}
+        ahead = _MapsAhead(pid, addr)
         session, threads1, held1 = _stop(pid, stop1)
         try:
             t0 = time.monotonic()
-            maps1 = read_maps(pid)
-            reg_maps = _registry_spans(pid, addr, maps1)
+            maps1, reg_maps = ahead.in_pause()
             t1 = time.monotonic()
             copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
             copy.finish()
@@ -422,6 +451,7 @@ def _sweep(
             released.append(time.monotonic())
             stop1["maps"] = (t1 - t0) * 1000
             stop1["registry"] = (t2 - t1) * 1000
+            stop1 |= {f"@{k}": v for k, v in session.timings.items()}
             pause1 = session.pause_ns / 1e6
         finally:
             session.close()
@@ -686,30 +716,33 @@ def _second_stop(
     target: Target, pid: int, addr: int, copy: _native.MemoryCopy, released: list[float]
 ) -> _SecondStop:
     """Second stop: the pages written since the last round, the registers,
-    the registry, the signal stacks; and how long each step held it."""
+    the registry (with the shim's table of signal stacks); and how long
+    each step held it."""
     stop2: dict[str, float] = {}
+    ahead = _MapsAhead(pid, addr)
     session, threads2, held2 = _stop(pid, stop2)
     try:
         t = [time.monotonic()]
-        maps2 = read_maps(pid)
-        reg_maps = _registry_spans(pid, addr, maps2)
+        maps2, reg_maps = ahead.in_pause()
         t.append(time.monotonic())
-        runs = _native.written_pages(pid, _tracked(maps2, reg_maps), False)
+        runs = _native.written_pages(pid, _tracked(maps2, reg_maps), False, READ_THREADS)
         t.append(time.monotonic())
         page_bytes = _read_runs(pid, runs)
         t.append(time.monotonic())
         copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
         copy.finish()
         t.append(time.monotonic())
-        altstacks = sources.signal_stacks(pid, _altstacks(target), threads2).words
-        t.append(time.monotonic())
         session.release()
         released.append(time.monotonic())
-        steps = ("maps", "written", "read", "registry", "altstacks")
+        steps = ("maps", "written", "read", "registry")
         stop2 |= {k: (b - a) * 1000 for k, a, b in zip(steps, t, t[1:], strict=False)}
+        stop2 |= {f"@{k}": v for k, v in session.timings.items()}
         pause2 = session.pause_ns / 1e6
     finally:
         session.close()
+    # The shim's table of signal stacks lies in its regions: the registry
+    # copy holds it as at the stop.
+    altstacks = sources.signal_stacks(copy, _altstacks(target), threads2).words
     return threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2
 
 
