@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define DEFAULT_CACHE_BYTES ((uint64_t)1 << 30)
@@ -234,6 +235,17 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
     read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
     c->fresh = 0;
     return;
+  }
+  /* The arena is huge-page advised (the mark walks it at random), but a
+   * huge page backs all of its 2 MiB as soon as one page is written: a
+   * sparse heap's chunks (big blocks mostly never touched) took three times
+   * the pages the process has. A fresh slot for a chunk with many pages
+   * absent gets small pages instead. */
+  if (c->fresh) {
+    size_t absent = 0;
+    for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++)
+      absent += (size_t)__builtin_popcountll(gone[w] | zero[w]);
+    if (absent >= UR_CHUNK_PAGES / 4) madvise(c->data, UR_CHUNK_SIZE, MADV_NOHUGEPAGE);
   }
   /* Runs of pages alike: read, zero, or unreadable without a read. */
   for (size_t p = 0; p < UR_CHUNK_PAGES;) {
