@@ -81,6 +81,9 @@ def test_unit_settings_the_issue_requires() -> None:
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
         "SystemCallFilter=@system-service ptrace pidfd_getfd",
+        # the stop's tracer thread at realtime priority 1 (docs/pause.md)
+        "RestrictRealtime=no",
+        "LimitRTPRIO=1",
         "ExecStart=unreachabled --config /etc/unreachable/unreachabled.toml",
     ):
         assert want in lines, want
