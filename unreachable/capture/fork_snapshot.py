@@ -63,7 +63,7 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
     # Room for what the child lacks, its pages touched while the target runs.
     request.kept_out.make_room()
     with ExitStack() as cleanup:
-        capture = stop_world(target, request.roots, cleanup)
+        capture = stop_world(target, request.roots, cleanup, urgent=True)
         if helper_tid not in {t.tid for t in capture.threads}:
             helper_tid = current_helper_tid(target)  # replaced since it was read
         capture.snapshot_error = _why_no_fork(capture, pid, helper_tid, request.unread_filter_ok)

@@ -110,9 +110,12 @@ def stop_error(pid: int, e: OSError) -> Exception:
     return TargetUnscannable(f"cannot stop pid {pid}: {e}")
 
 
-def stop_world(target: Target, roots: bool, cleanup: ExitStack) -> Capture:
+def stop_world(target: Target, roots: bool, cleanup: ExitStack, urgent: bool = False) -> Capture:
     """Every thread stopped (the session closed by cleanup), and, with
-    roots, what the kernel holds for the target read in the pause."""
+    roots, what the kernel holds for the target read in the pause. urgent:
+    the stopping thread runs at realtime priority until the release, where
+    the scanner may (Session.stop): for the short stops only, never for
+    one that lasts as long as a copy of the heap."""
     pid = target.pid
     session = _native.Session(pid)
     cleanup.callback(session.close)
@@ -121,7 +124,7 @@ def stop_world(target: Target, roots: bool, cleanup: ExitStack) -> Capture:
     if kernel_held:
         cleanup.callback(kernel_held.close)
     try:
-        threads = [CapturedThread(*t) for t in session.stop()]
+        threads = [CapturedThread(*t) for t in session.stop(urgent=urgent)]
     except OSError as e:
         raise stop_error(pid, e) from None
     if kernel_held:
