@@ -2,7 +2,8 @@
  * (unreachable/scan/glibc_fork.py): its main thread, the one the clone is
  * injected into, sits in a restartable system call chosen by argv[1]:
  *   read       read() on a pipe (ERESTARTSYS), the data written on "write"
- *   nanosleep  a 4-second nanosleep (ERESTART_RESTARTBLOCK)
+ *   nanosleep  a 12-second nanosleep (ERESTART_RESTARTBLOCK): longer than the
+ *              test's scans take on a loaded machine
  *   futex      FUTEX_WAIT with no timeout (ERESTARTSYS), woken on "wake"
  *   errno-clone, kill-wait4  as read, under a seccomp filter that makes
  *              clone fail with EPERM, or kills on wait4
@@ -107,7 +108,7 @@ int main(int argc, char **argv) {
   if (strcmp(how, "kill-wait4") == 0 && filter(SYS_wait4, SECCOMP_RET_KILL_PROCESS)) return 1;
   say("READY leak_count=3");
   if (strcmp(how, "nanosleep") == 0) {
-    struct timespec a, b, req = {4, 0}, rem = {0, 0};
+    struct timespec a, b, req = {12, 0}, rem = {0, 0};
     clock_gettime(CLOCK_MONOTONIC, &a);
     int r = nanosleep(&req, &rem);
     int e = r ? errno : 0;
