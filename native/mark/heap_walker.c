@@ -113,14 +113,18 @@ static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *s
     /* a and chunk ends are 8-aligned, so the straddling last word is still
      * inside the chunk buffer. */
     size_t nwords = (size_t)((avail + 7) / 8);
-    for (size_t i = 0; i < nwords; i++) {
-      uint64_t v;
-      memcpy(&v, p + 8 * i, 8);
-      if (v - lo >= span) continue;
-      ssize_t idx = ur_walker_find(w, v);
-      if (idx >= 0) {
-        int r = fn(ctx, (size_t)idx);
-        if (r) return r;
+    for (size_t g = 0; g < nwords; g += 4) {
+      size_t m = nwords - g < 4 ? nwords - g : 4;
+      if (m == 4 && ur_zero_words4(p + 8 * g)) continue;
+      for (size_t i = g; i < g + m; i++) {
+        uint64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        if (v - lo >= span) continue;
+        ssize_t idx = ur_walker_find(w, v);
+        if (idx >= 0) {
+          int r = fn(ctx, (size_t)idx);
+          if (r) return r;
+        }
       }
     }
     *scanned += avail;
@@ -301,16 +305,20 @@ static int scan_oldest(struct marker *m, struct pipeline *pl) {
   pl->count--;
   const uint64_t lo = w->index.lo, span = w->index.hi - w->index.lo;
   size_t nwords = (size_t)((it->avail + 7) / 8);
-  for (size_t i = 0; i < nwords; i++) {
-    uint64_t v;
-    memcpy(&v, it->p + 8 * i, 8);
-    if (v - lo >= span) continue;
-    if (pl->nc == MAX_CANDIDATES) {
-      int r = flush_candidates(m, pl);
-      if (r) return r;
+  for (size_t g = 0; g < nwords; g += 4) {
+    size_t in_group = nwords - g < 4 ? nwords - g : 4;
+    if (in_group == 4 && ur_zero_words4(it->p + 8 * g)) continue;
+    for (size_t i = g; i < g + in_group; i++) {
+      uint64_t v;
+      memcpy(&v, it->p + 8 * i, 8);
+      if (v - lo >= span) continue;
+      if (pl->nc == MAX_CANDIDATES) {
+        int r = flush_candidates(m, pl);
+        if (r) return r;
+      }
+      pl->cand[pl->nc++] = v;
+      __builtin_prefetch(ur_alloc_index_lookup_line(&w->index, v));
     }
-    pl->cand[pl->nc++] = v;
-    __builtin_prefetch(ur_alloc_index_lookup_line(&w->index, v));
   }
   m->bytes_scanned += it->avail;
   it->addr += 8 * (uint64_t)nwords;

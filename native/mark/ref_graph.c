@@ -88,19 +88,24 @@ static int scan_block(struct builder *b, size_t i) {
     /* a and view ends are 8-aligned, so the straddling last word is still
      * inside the view's buffer (as heap_walker.c's scan_range). */
     size_t nwords = (size_t)((avail + 7) / 8);
-    for (size_t k = 0; k < nwords; k++) {
-      uint64_t v;
-      memcpy(&v, p + 8 * k, 8);
-      if (v - lo >= span) continue;
-      if (nc == BATCH) {
-        b->nc = nc;
-        int r = flush(b);
-        if (r) return r;
-        nc = 0;
+    for (size_t g = 0; g < nwords; g += 4) {
+      size_t m = nwords - g < 4 ? nwords - g : 4;
+      if (m == 4 && ur_zero_words4(p + 8 * g)) continue;
+      for (size_t k = g; k < g + m; k++) {
+        uint64_t v;
+        memcpy(&v, p + 8 * k, 8);
+        if (v - lo >= span) continue;
+        if (nc == BATCH) {
+          b->nc = nc;
+          int r = flush(b);
+          if (r) return r;
+          nc = 0;
+        }
+        b->cand[nc] = v;
+        b->src[nc++] = (uint32_t)i;
+        __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v)
+                                       : ur_alloc_index_lookup_line(ix, v));
       }
-      b->cand[nc] = v;
-      b->src[nc++] = (uint32_t)i;
-      __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v) : ur_alloc_index_lookup_line(ix, v));
     }
     b->bytes_scanned += avail;
     uint64_t next = a + 8 * (uint64_t)nwords;

@@ -292,6 +292,40 @@ static void t_unaligned(void) {
   }
 }
 
+/* Words are tested four at a time for zero before the range reject
+ * (mem.h, ur_zero_words4): a pointer at any word of a root or of a block,
+ * among zeros, inside a group of four or among the last words past the
+ * last whole group, is still found. */
+static void t_zero_groups(void) {
+  static void *from[12];
+  static void *root_word[1];
+  static char to[16];
+  for (unsigned n = 1; n <= 12; n++) {
+    for (unsigned at = 0; at < n; at++) {
+      for (int in_block = 0; in_block < 2; in_block++) {
+        memset(from, 0, sizeof(from));
+        from[at] = &to[at % sizeof(to)];
+        root_word[0] = from;
+        escape(from);
+        escape(root_word);
+        reset();
+        alloc(BEGIN(to), END(to));
+        uint64_t b = (uint64_t)(uintptr_t)from, e = (uint64_t)(uintptr_t)&from[n];
+        if (in_block) {
+          alloc(b, e);
+          root(BEGIN(root_word), END(root_word));
+        } else {
+          root(b, e);
+        }
+        struct result r;
+        sweep(&r);
+        CHECK_EQ(r.nunreachable, 0);
+        result_free(&r);
+      }
+    }
+  }
+}
+
 static void t_cycle(void) {
   void *buffer1[1];
   void *buffer2[1];
@@ -1080,6 +1114,7 @@ static const struct test tests[] = {
     {"leak", t_leak},
     {"live", t_live},
     {"unaligned", t_unaligned},
+    {"zero_groups", t_zero_groups},
     {"cycle", t_cycle},
     {"values", t_values},
     {"segv", t_segv},
