@@ -99,12 +99,22 @@ void ur_walker_free(struct ur_walker *w) {
   memset(w, 0, sizeof(*w));
 }
 
-/* Every 8-aligned word of [begin, end) that points into an allocation goes
- * to fn; the bytes read are added to *scanned. */
-static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *scanned,
-                      uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
-  if (begin > UINT64_MAX - 7) return 0;
-  uint64_t a = (begin + 7) & ~UINT64_C(7);
+struct range_scan {
+  const struct ur_walker *w;
+  struct ur_mem *mem;
+  uint64_t *scanned;
+  ur_hit_fn fn;
+  void *ctx;
+};
+
+/* The words of [a, end), a 8-aligned (scan_range). */
+static int scan_part(void *arg, uint64_t a, uint64_t end) {
+  const struct range_scan *rs = arg;
+  const struct ur_walker *w = rs->w;
+  struct ur_mem *mem = rs->mem;
+  uint64_t *scanned = rs->scanned;
+  ur_hit_fn fn = rs->fn;
+  void *ctx = rs->ctx;
   const uint64_t lo = w->index.lo, span = w->index.hi - w->index.lo;
   while (a < end) {
     uint64_t avail;
@@ -133,6 +143,16 @@ static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *s
     a = next;
   }
   return 0;
+}
+
+/* Every 8-aligned word of [begin, end) that points into an allocation goes
+ * to fn; the bytes read are added to *scanned. */
+static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *scanned,
+                      uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
+  if (begin > UINT64_MAX - 7) return 0;
+  uint64_t a = (begin + 7) & ~UINT64_C(7);
+  struct range_scan rs = {w, mem, scanned, fn, ctx};
+  return ur_mem_each_part(mem, a, end, scan_part, &rs);
 }
 
 int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
@@ -281,6 +301,12 @@ static int fill(struct marker *m, struct pipeline *pl) {
     it->addr = (ur_walker_begin(w, idx) + 7) & ~UINT64_C(7);
     it->end = ur_walker_end(w, idx);
     if (it->addr >= it->end) continue;
+    if (m->mem->present && it->end - it->addr >= UR_SPARSE_MIN) {
+      /* Read where its pages exist (scan_range), once the ring is empty;
+       * no more is taken meanwhile (nrest). */
+      pl->rest[pl->nrest++] = *it;
+      continue;
+    }
     it->p = ur_mem_view(m->mem, it->addr, it->end, &it->avail);
     if (!it->p) return -ENOMEM;
     uint64_t span = it->avail < PREFETCH_BYTES ? it->avail : PREFETCH_BYTES;

@@ -36,6 +36,7 @@ struct builder {
   uint32_t *to;
   uint64_t len;
   size_t next_first; /* the next block whose first edge is still to be set */
+  size_t block;      /* the block scan_part reads */
   uint64_t cand[BATCH];
   uint32_t src[BATCH];
   size_t nc;
@@ -72,14 +73,14 @@ static int flush(struct builder *b) {
   return 0;
 }
 
-static int scan_block(struct builder *b, size_t i) {
+/* The words of [a, end) (a 8-aligned) of block b->block. */
+static int scan_part(void *ctx, uint64_t a, uint64_t end) {
+  struct builder *b = ctx;
+  const size_t i = b->block;
   const struct ur_alloc_index *ix = b->s->ix;
   /* Locals: the compiler cannot tell the candidate stores from the walker. */
   const uint64_t lo = ix->lo, span = ix->hi - ix->lo;
   const struct ur_page_index pages = ix->pages;
-  if (ur_block_begin(ix->pairs, i) > UINT64_MAX - 7) return 0;
-  uint64_t a = (ur_block_begin(ix->pairs, i) + 7) & ~UINT64_C(7);
-  uint64_t end = ur_block_end(ix->pairs, i);
   size_t nc = b->nc;
   while (a < end) {
     uint64_t avail;
@@ -114,6 +115,14 @@ static int scan_block(struct builder *b, size_t i) {
   }
   b->nc = nc;
   return 0;
+}
+
+static int scan_block(struct builder *b, size_t i) {
+  const struct ur_alloc_index *ix = b->s->ix;
+  if (ur_block_begin(ix->pairs, i) > UINT64_MAX - 7) return 0;
+  uint64_t a = (ur_block_begin(ix->pairs, i) + 7) & ~UINT64_C(7);
+  b->block = i;
+  return ur_mem_each_part(b->mem, a, ur_block_end(ix->pairs, i), scan_part, b);
 }
 
 static int build_chunk(struct builder *b, size_t c) {
