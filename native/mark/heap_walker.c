@@ -245,6 +245,10 @@ static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
       if (found[i] >= 0) __builtin_prefetch(&w->marked[found[i]]);
       continue;
     }
+    ur_alloc_index_prefetch_bucket(&w->index, cand[i]);
+  }
+  for (size_t i = 0; i < nc; i++) {
+    if (found[i] != UR_PAGE_UNKNOWN) continue;
     if (!ur_alloc_index_range(&w->index, cand[i], &lo[i], &hi[i])) continue;
     __builtin_prefetch(&w->pairs[2 * lo[i]]);
     __builtin_prefetch(&w->marked[lo[i]]);

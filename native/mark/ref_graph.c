@@ -53,7 +53,11 @@ static int flush(struct builder *b) {
   ssize_t found[BATCH];
   for (size_t i = 0; i < b->nc; i++) {
     hi[i] = lo[i] = 0;
-    if ((found[i] = ur_page_find(&ix->pages, ix->pairs, b->cand[i])) != UR_PAGE_UNKNOWN) continue;
+    found[i] = ur_page_find(&ix->pages, ix->pairs, b->cand[i]);
+    if (found[i] == UR_PAGE_UNKNOWN) ur_alloc_index_prefetch_bucket(ix, b->cand[i]);
+  }
+  for (size_t i = 0; i < b->nc; i++) {
+    if (found[i] != UR_PAGE_UNKNOWN) continue;
     if (!ur_alloc_index_range(ix, b->cand[i], &lo[i], &hi[i])) continue;
     __builtin_prefetch(&ix->pairs[2 * lo[i]]);
   }
