@@ -422,9 +422,13 @@ void ur_mem_fill(struct ur_pread_mem *m, size_t from, unsigned threads) {
   ur_mem_parallel(threads, fill_part, jobs, sizeof jobs[0]);
 }
 
+static int pread_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                         uint64_t *done);
+
 void ur_mem_freeze(struct ur_pread_mem *m) {
   m->frozen = 1;
   m->mem.room = SIZE_MAX; /* nothing is evicted any more: every view stays valid */
+  m->mem.present = pread_present;
 }
 
 /* Frozen and not held, inside a zero range: absent when copied, so zero. No
@@ -480,6 +484,44 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
   return held_view(mm, c, addr, end, avail);
 }
 
+/* mem.present over a frozen cache: all but the chunks it does not hold
+ * inside demand-zero ranges, which were absent when copied and read as zero
+ * (zero_view); a span of those is then not read at all. */
+static int frozen_present(struct ur_pread_mem *m, uint64_t addr, uint64_t end, uint64_t *out,
+                          int cap, uint64_t *done) {
+  int k = 0;
+  uint64_t a = addr;
+  while (a < end) {
+    uint64_t base = a & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
+    if (next <= base || next > end) next = end;
+    uint64_t zend = find_chunk(m, base) ? 0 : ur_mem_zero_range_end(m, a);
+    if (zend) {
+      if (zend < next) next = zend;
+    } else if (k && out[2 * k - 1] == a) {
+      out[2 * k - 1] = next;
+    } else {
+      if (k == cap) break;
+      out[2 * k] = a;
+      out[2 * k + 1] = next;
+      k++;
+    }
+    a = next;
+  }
+  if (a <= addr) return -1;
+  *done = a;
+  return k;
+}
+
+static int pread_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                         uint64_t *done) {
+  return frozen_present((struct ur_pread_mem *)mm, addr, end, out, cap, done);
+}
+
+static int view_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                        uint64_t *done) {
+  return frozen_present(((struct ur_frozen_view *)mm)->src, addr, end, out, cap, done);
+}
+
 /* A frozen cache changes no more: views only look chunks up. */
 static const uint8_t *frozen_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
                                   uint64_t *avail) {
@@ -496,6 +538,7 @@ void ur_frozen_view_init(struct ur_frozen_view *v, struct ur_pread_mem *src) {
   memset(v, 0, sizeof(*v));
   v->mem.slow = frozen_view;
   v->mem.room = SIZE_MAX;
+  v->mem.present = view_present;
   v->src = src;
 }
 
