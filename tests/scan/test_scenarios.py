@@ -116,9 +116,11 @@ def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
 
 def test_untouched_pages_of_a_block_are_not_read(targets):
     """A block's pages that were never touched are zero: a fork's snapshot
-    child and the mark over a copy read only the pages the block has."""
+    child, and the mark over a stopped scan's or a copy's frozen cache, read
+    only the pages the block has."""
     target = targets.start(PROGRAMS / "sparse_block.c")
-    modes = [("fork", "child")] + ([] if copy_unsupported() else [("copy", "auto")])
+    modes = [("fork", "child"), ("stopped", "auto")]
+    modes += [] if copy_unsupported() else [("copy", "auto")]
     for snapshot, sweep in modes:
         report = check_exact(target, snapshot=snapshot, sweep=sweep)
         assert report.sweep == (sweep if snapshot == "fork" else "scanner")
