@@ -45,4 +45,9 @@ if [ "${1:-}" = "--test" ]; then extra="[test,dev]"; fi
 # installed once here instead so editable rebuilds are fast and offline.
 $PY -m pip install -q --upgrade "scikit-build-core>=0.10" "cmake>=3.20" ninja
 $PY -m pip install -q --no-build-isolation -e ".${extra}"
+# An editable install leaves the package as sources: with PYTHONDONTWRITEBYTECODE
+# set (as some environments do), every CLI run would compile them all again, a
+# tenth of a second of every scan. Python reads the .pyc written here whatever
+# that variable says, and recompiles a module whose source is newer.
+$PY -m compileall -q unreachable
 echo "installed: $(command -v unreachable-cli)"

@@ -11,6 +11,8 @@
 #define PAGE_INDEX_FIXED_BYTES (UINT64_C(1) << 20)
 /* Allocations per bucket entry at most (build_buckets). */
 #define BUCKET_ALLOCS_PER_ENTRY 4
+/* Blocks between a bucket's prefetch and its insertion. */
+#define PREFETCH_AHEAD 16
 
 /* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
  * end of one allocation and the start of the next counts once), leaving out
@@ -53,8 +55,13 @@ static void build_buckets(struct ur_alloc_index *w) {
   uint64_t mask = size - 1;
   struct ur_bucket *cur = NULL;
   /* A bucket's run of indices may span blocks left out: a search only
-   * steps over them. */
+   * steps over them. Each new bucket is a probe of a random slot, a cache
+   * miss: the slot of the block PREFETCH_AHEAD on is loaded meanwhile. */
   for (size_t i = 0; i < w->n; i++) {
+    if (i + PREFETCH_AHEAD < w->n && !skip[i + PREFETCH_AHEAD])
+      __builtin_prefetch(
+          &t[ur_bucket_hash((ur_block_begin(w->pairs, i + PREFETCH_AHEAD) >> shift) + 1) & mask],
+          1);
     if (skip[i]) continue;
     uint64_t first = ur_block_begin(w->pairs, i) >> shift;
     uint64_t final = (ur_block_end(w->pairs, i) - 1) >> shift;

@@ -90,6 +90,14 @@ static inline const void *ur_alloc_index_lookup_line(const struct ur_alloc_index
   return w->pairs;
 }
 
+/* Start loading v's bucket, for a word its page entry did not answer: a
+ * batch of lookups loads them together rather than one miss after
+ * another. */
+static inline void ur_alloc_index_prefetch_bucket(const struct ur_alloc_index *w, uint64_t v) {
+  if (w->buckets)
+    __builtin_prefetch(&w->buckets[ur_bucket_hash((v >> w->bucket_shift) + 1) & w->bucket_mask]);
+}
+
 /* Sorted index of the allocation containing v, or -1. One past the end is
  * outside. */
 static inline ssize_t ur_alloc_index_find(const struct ur_alloc_index *w, uint64_t v) {

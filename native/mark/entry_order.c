@@ -91,3 +91,52 @@ out:
   ur_big_free(a_ids);
   return rc;
 }
+
+int ur_entries_order_maps_first(uint64_t *pairs, uint32_t *ids, size_t n, size_t unsorted_from) {
+  if (n < 2) return 0;
+  if (n > UINT32_MAX) return -ENOMEM;
+  size_t k = unsorted_from < n ? unsorted_from : n, m = n - k;
+  int in_order = 1;
+  for (size_t j = 1; j < k && in_order; j++) in_order = pairs[2 * (j - 1)] <= pairs[2 * j];
+  if (!m && in_order) return 0;
+  uint64_t *a = ur_big_calloc(2 * (m ? m : 1), sizeof(*a));
+  uint32_t *a_ids = ur_big_calloc(m ? m : 1, sizeof(*a_ids));
+  int rc = -ENOMEM;
+  if (!a || !a_ids) goto out;
+  if (!in_order || !k) {
+    /* A damaged registry (or shards only): the shards' part moved to the
+     * front, as ur_entries_order takes it, so that ties sort the same. */
+    memcpy(a, pairs + 2 * k, 2 * m * sizeof(*a));
+    memcpy(a_ids, ids + k, m * sizeof(*a_ids));
+    memmove(pairs + 2 * m, pairs, 2 * k * sizeof(*pairs));
+    memmove(ids + m, ids, k * sizeof(*ids));
+    memcpy(pairs, a, 2 * m * sizeof(*a));
+    memcpy(ids, a_ids, m * sizeof(*a_ids));
+    rc = ur_entries_order(pairs, ids, n, m);
+    goto out;
+  }
+  if ((rc = sort_into(pairs + 2 * k, ids + k, m, a, a_ids)) != 0) goto out;
+  /* Merged backward in place: the slot written, i + j - 1, never falls
+   * below the maps' entry read next, j - 1; once the shards' entries are
+   * placed, the maps' entries below them are where they belong. On equal
+   * begins the shards' entry comes first, as ur_entries_order puts it. */
+  size_t i = m, j = k;
+  while (i > 0) {
+    size_t w = i + j - 1;
+    if (j > 0 && pairs[2 * (j - 1)] >= a[2 * (i - 1)]) {
+      j--;
+      pairs[2 * w] = pairs[2 * j];
+      pairs[2 * w + 1] = pairs[2 * j + 1];
+      ids[w] = ids[j];
+    } else {
+      i--;
+      pairs[2 * w] = a[2 * i];
+      pairs[2 * w + 1] = a[2 * i + 1];
+      ids[w] = a_ids[i];
+    }
+  }
+out:
+  ur_big_free(a);
+  ur_big_free(a_ids);
+  return rc;
+}

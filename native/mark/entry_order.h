@@ -24,4 +24,13 @@ int ur_size_map_order(const struct ur_size_map_ref *refs, size_t n, uint32_t **o
  * else the whole is sorted). Returns 0 or -ENOMEM (arrays untouched). */
 int ur_entries_order(uint64_t *pairs, uint32_t *ids, size_t n, size_t sorted_from);
 
+/* The same with the maps' entries first: [0, unsorted_from) expected in
+ * order, [unsorted_from, n) in any order; the result is ur_entries_order's
+ * for the shards' part put first. The snapshot child collects them so: the
+ * shards' entries are few without backtraces and mostly above the heap
+ * (blocks mmap'ed alone), and merging them in from the back leaves the
+ * maps' entries below the lowest where they lie instead of moving every
+ * entry (2.7M entries: 55 MB written once more). */
+int ur_entries_order_maps_first(uint64_t *pairs, uint32_t *ids, size_t n, size_t unsorted_from);
+
 #endif

@@ -99,12 +99,22 @@ void ur_walker_free(struct ur_walker *w) {
   memset(w, 0, sizeof(*w));
 }
 
-/* Every 8-aligned word of [begin, end) that points into an allocation goes
- * to fn; the bytes read are added to *scanned. */
-static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *scanned,
-                      uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
-  if (begin > UINT64_MAX - 7) return 0;
-  uint64_t a = (begin + 7) & ~UINT64_C(7);
+struct range_scan {
+  const struct ur_walker *w;
+  struct ur_mem *mem;
+  uint64_t *scanned;
+  ur_hit_fn fn;
+  void *ctx;
+};
+
+/* The words of [a, end), a 8-aligned (scan_range). */
+static int scan_part(void *arg, uint64_t a, uint64_t end) {
+  const struct range_scan *rs = arg;
+  const struct ur_walker *w = rs->w;
+  struct ur_mem *mem = rs->mem;
+  uint64_t *scanned = rs->scanned;
+  ur_hit_fn fn = rs->fn;
+  void *ctx = rs->ctx;
   const uint64_t lo = w->index.lo, span = w->index.hi - w->index.lo;
   while (a < end) {
     uint64_t avail;
@@ -113,14 +123,18 @@ static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *s
     /* a and chunk ends are 8-aligned, so the straddling last word is still
      * inside the chunk buffer. */
     size_t nwords = (size_t)((avail + 7) / 8);
-    for (size_t i = 0; i < nwords; i++) {
-      uint64_t v;
-      memcpy(&v, p + 8 * i, 8);
-      if (v - lo >= span) continue;
-      ssize_t idx = ur_walker_find(w, v);
-      if (idx >= 0) {
-        int r = fn(ctx, (size_t)idx);
-        if (r) return r;
+    for (size_t g = 0; g < nwords; g += 4) {
+      size_t m = nwords - g < 4 ? nwords - g : 4;
+      if (m == 4 && ur_zero_words4(p + 8 * g)) continue;
+      for (size_t i = g; i < g + m; i++) {
+        uint64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        if (v - lo >= span) continue;
+        ssize_t idx = ur_walker_find(w, v);
+        if (idx >= 0) {
+          int r = fn(ctx, (size_t)idx);
+          if (r) return r;
+        }
       }
     }
     *scanned += avail;
@@ -129,6 +143,16 @@ static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *s
     a = next;
   }
   return 0;
+}
+
+/* Every 8-aligned word of [begin, end) that points into an allocation goes
+ * to fn; the bytes read are added to *scanned. */
+static int scan_range(const struct ur_walker *w, struct ur_mem *mem, uint64_t *scanned,
+                      uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
+  if (begin > UINT64_MAX - 7) return 0;
+  uint64_t a = (begin + 7) & ~UINT64_C(7);
+  struct range_scan rs = {w, mem, scanned, fn, ctx};
+  return ur_mem_each_part(mem, a, end, scan_part, &rs);
 }
 
 int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx) {
@@ -221,6 +245,10 @@ static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
       if (found[i] >= 0) __builtin_prefetch(&w->marked[found[i]]);
       continue;
     }
+    ur_alloc_index_prefetch_bucket(&w->index, cand[i]);
+  }
+  for (size_t i = 0; i < nc; i++) {
+    if (found[i] != UR_PAGE_UNKNOWN) continue;
     if (!ur_alloc_index_range(&w->index, cand[i], &lo[i], &hi[i])) continue;
     __builtin_prefetch(&w->pairs[2 * lo[i]]);
     __builtin_prefetch(&w->marked[lo[i]]);
@@ -277,6 +305,12 @@ static int fill(struct marker *m, struct pipeline *pl) {
     it->addr = (ur_walker_begin(w, idx) + 7) & ~UINT64_C(7);
     it->end = ur_walker_end(w, idx);
     if (it->addr >= it->end) continue;
+    if (m->mem->present && it->end - it->addr >= UR_SPARSE_MIN) {
+      /* Read where its pages exist (scan_range), once the ring is empty;
+       * no more is taken meanwhile (nrest). */
+      pl->rest[pl->nrest++] = *it;
+      continue;
+    }
     it->p = ur_mem_view(m->mem, it->addr, it->end, &it->avail);
     if (!it->p) return -ENOMEM;
     uint64_t span = it->avail < PREFETCH_BYTES ? it->avail : PREFETCH_BYTES;
@@ -301,16 +335,20 @@ static int scan_oldest(struct marker *m, struct pipeline *pl) {
   pl->count--;
   const uint64_t lo = w->index.lo, span = w->index.hi - w->index.lo;
   size_t nwords = (size_t)((it->avail + 7) / 8);
-  for (size_t i = 0; i < nwords; i++) {
-    uint64_t v;
-    memcpy(&v, it->p + 8 * i, 8);
-    if (v - lo >= span) continue;
-    if (pl->nc == MAX_CANDIDATES) {
-      int r = flush_candidates(m, pl);
-      if (r) return r;
+  for (size_t g = 0; g < nwords; g += 4) {
+    size_t in_group = nwords - g < 4 ? nwords - g : 4;
+    if (in_group == 4 && ur_zero_words4(it->p + 8 * g)) continue;
+    for (size_t i = g; i < g + in_group; i++) {
+      uint64_t v;
+      memcpy(&v, it->p + 8 * i, 8);
+      if (v - lo >= span) continue;
+      if (pl->nc == MAX_CANDIDATES) {
+        int r = flush_candidates(m, pl);
+        if (r) return r;
+      }
+      pl->cand[pl->nc++] = v;
+      __builtin_prefetch(ur_alloc_index_lookup_line(&w->index, v));
     }
-    pl->cand[pl->nc++] = v;
-    __builtin_prefetch(ur_alloc_index_lookup_line(&w->index, v));
   }
   m->bytes_scanned += it->avail;
   it->addr += 8 * (uint64_t)nwords;

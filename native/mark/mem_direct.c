@@ -9,8 +9,11 @@
 #include "alloc.h"
 #include "radix_sort.h"
 #include "raw_syscall.h"
+#include "unreachable/linux_compat.h"
 
 #define BAD_SLOTS 4096u
+#define MAPS_BUF ((size_t)64 << 10) /* /proc/self/maps read this much at a time */
+#define ANON_START 4096u            /* private anonymous ranges room at first */
 
 /* Index of the range containing addr, or -1. */
 static ptrdiff_t find_range(const struct ur_direct_mem *d, uint64_t addr) {
@@ -78,10 +81,169 @@ static const uint8_t *direct_slow(struct ur_mem *m, uint64_t addr, uint64_t end,
   return buf + (addr - page);
 }
 
+static uint64_t parse_hex(const char **s, const char *end) {
+  uint64_t v = 0;
+  for (; *s < end; (*s)++) {
+    char c = **s;
+    unsigned digit;
+    if (c >= '0' && c <= '9') digit = (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') digit = (unsigned)(c - 'a' + 10);
+    else break;
+    v = v << 4 | digit;
+  }
+  return v;
+}
+
+static int named(const char *s, size_t len, const char *name, int prefix) {
+  size_t n = strlen(name);
+  return (prefix ? len >= n : len == n) && memcmp(s, name, n) == 0;
+}
+
+/* One line of /proc/self/maps, [s, end): 1 with its range when it is
+ * private anonymous memory (no file, no device: the heap, a stack, an
+ * anonymous or named anonymous mapping), else 0. Shared anonymous memory
+ * and hugetlbfs show a file and are left out. */
+static int anon_line(const char *s, const char *end, uint64_t *b, uint64_t *e) {
+  *b = parse_hex(&s, end);
+  if (s == end || *s++ != '-') return 0;
+  *e = parse_hex(&s, end);
+  if (end - s < 6 || s[0] != ' ' || s[4] != 'p' || s[5] != ' ') return 0;
+  s += 6;
+  parse_hex(&s, end); /* offset */
+  if (s == end || *s++ != ' ') return 0;
+  uint64_t major = parse_hex(&s, end);
+  if (s == end || *s++ != ':') return 0;
+  uint64_t minor = parse_hex(&s, end);
+  if (s == end || *s++ != ' ') return 0;
+  uint64_t inode = 0;
+  while (s < end && *s >= '0' && *s <= '9') inode = inode * 10 + (uint64_t)(*s++ - '0');
+  if (major || minor || inode) return 0;
+  while (s < end && *s == ' ') s++;
+  size_t len = (size_t)(end - s);
+  return len == 0 || named(s, len, "[heap]", 0) || named(s, len, "[stack]", 0) ||
+         named(s, len, "[anon:", 1);
+}
+
+static int add_anon(struct ur_direct_mem *d, size_t *cap, uint64_t b, uint64_t e) {
+  if (d->nanon && b < d->anon[2 * d->nanon - 1]) return -EINVAL; /* not in order */
+  if (d->nanon && b == d->anon[2 * d->nanon - 1]) {
+    d->anon[2 * d->nanon - 1] = e;
+    return 0;
+  }
+  if (d->nanon == *cap) {
+    uint64_t *grown = ur_big_realloc(d->anon, 4 * *cap * sizeof(*grown));
+    if (!grown) return -ENOMEM;
+    d->anon = grown;
+    *cap *= 2;
+  }
+  d->anon[2 * d->nanon] = b;
+  d->anon[2 * d->nanon + 1] = e;
+  d->nanon++;
+  return 0;
+}
+
+/* The private anonymous ranges, from /proc/self/maps. 0, or -1 (then the
+ * caller skips nothing). */
+static int load_anon(struct ur_direct_mem *d) {
+  long fd = ur_sys4(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+  if (ur_sys_failed(fd)) return -1;
+  size_t cap = ANON_START, have = 0;
+  char *buf = ur_big_calloc(MAPS_BUF, 1);
+  d->anon = ur_big_calloc(2 * cap, sizeof(*d->anon));
+  int rc = -1;
+  if (!buf || !d->anon) goto out;
+  for (;;) {
+    long got;
+    do {
+      got = ur_sys3(SYS_read, fd, buf + have, MAPS_BUF - have);
+    } while (got == -EINTR);
+    if (ur_sys_failed(got)) goto out;
+    have += (size_t)got;
+    size_t start = 0;
+    for (size_t i = 0; i < have; i++) {
+      if (buf[i] != '\n') continue;
+      uint64_t b, e;
+      if (anon_line(buf + start, buf + i, &b, &e) && e > b && add_anon(d, &cap, b, e) < 0)
+        goto out;
+      start = i + 1;
+    }
+    if (got == 0) break; /* every line of the file ends in a newline */
+    memmove(buf, buf + start, have - start);
+    have -= start;
+    if (have == MAPS_BUF) goto out; /* a line longer than the buffer */
+  }
+  rc = 0;
+out:
+  ur_sys1(SYS_close, fd);
+  ur_big_free(buf);
+  if (rc) {
+    ur_big_free(d->anon);
+    d->anon = NULL;
+    d->nanon = 0;
+  }
+  return rc;
+}
+
+/* mem.present: within one private anonymous range, the pages that exist
+ * (present, or swapped out) by PAGEMAP_SCAN (Linux 6.7); elsewhere (a file
+ * mapping's absent page holds the file, a shared one's the shared memory)
+ * or without the ioctl, not known. */
+static int direct_present(struct ur_mem *m, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                          uint64_t *done) {
+  struct ur_direct_mem *d = (struct ur_direct_mem *)m;
+  if (!d->anon_state) d->anon_state = load_anon(d) == 0 ? 1 : -1;
+  if (d->anon_state < 0 || d->pagemap_fd == -2 || end <= addr || cap < 1) return -1;
+  size_t lo = 0, hi = d->nanon;
+  while (lo < hi) { /* first range with begin > addr */
+    size_t mid = lo + (hi - lo) / 2;
+    if (d->anon[2 * mid] <= addr) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == 0 || end > d->anon[2 * (lo - 1) + 1]) return -1;
+  if (d->pagemap_fd == -1) {
+    long fd = ur_sys4(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
+    d->pagemap_fd = ur_sys_failed(fd) ? -2 : (int)fd;
+    if (d->pagemap_fd < 0) return -1;
+  }
+  struct page_region vec[UR_SPARSE_PARTS];
+  struct pm_scan_arg a = {
+      .size = sizeof(a),
+      .start = addr & ~(UR_PAGE_SIZE - 1),
+      .end = end,
+      .vec = (uint64_t)(uintptr_t)vec,
+      .vec_len = (uint64_t)(cap < (int)UR_SPARSE_PARTS ? cap : (int)UR_SPARSE_PARTS),
+      .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+      .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+  };
+  long got;
+  do {
+    got = ur_sys3(SYS_ioctl, d->pagemap_fd, PAGEMAP_SCAN, &a);
+  } while (got == -EINTR);
+  if (ur_sys_failed(got)) {
+    if (got == -ENOTTY || got == -EINVAL) d->pagemap_fd = -2; /* no such ioctl here */
+    return -1;
+  }
+  int k = 0;
+  for (long i = 0; i < got; i++) {
+    uint64_t b = vec[i].start < addr ? addr : vec[i].start;
+    uint64_t e = vec[i].end > end ? end : vec[i].end;
+    if (e <= b) continue;
+    out[2 * k] = b;
+    out[2 * k + 1] = e;
+    k++;
+  }
+  uint64_t walked = a.walk_end < end ? a.walk_end : end;
+  if (walked <= addr) return -1; /* no progress */
+  *done = walked;
+  return k;
+}
+
 int ur_direct_open(struct ur_direct_mem *d, const uint64_t *ranges, size_t n) {
   memset(d, 0, sizeof(*d));
   d->fd = -1;
+  d->pagemap_fd = -1;
   d->mem.slow = direct_slow;
+  d->mem.present = direct_present;
   d->mem.room = UR_DIRECT_RING - 1;
   d->ranges = ur_big_calloc(2 * (n ? n : 1), sizeof(*d->ranges));
   d->ring = ur_big_calloc(UR_DIRECT_RING, UR_PAGE_SIZE);
@@ -121,9 +283,12 @@ void ur_direct_close(struct ur_direct_mem *d) {
   ur_big_free(d->ranges);
   ur_big_free(d->ring);
   ur_big_free(d->bad);
+  ur_big_free(d->anon);
   if (d->fd >= 0) ur_sys1(SYS_close, d->fd);
+  if (d->pagemap_fd >= 0) ur_sys1(SYS_close, d->pagemap_fd);
   memset(d, 0, sizeof(*d));
   d->fd = -1;
+  d->pagemap_fd = -1;
 }
 
 static struct ur_direct_mem *fault_mem;

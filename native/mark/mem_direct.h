@@ -27,6 +27,14 @@ struct ur_direct_mem {
   uint64_t *bad;           /* open-addressed set of counted bad page numbers + 1 */
   size_t bad_mask, bad_n;
   uint64_t bounced;        /* pages read through /proc/self/mem */
+  /* Private anonymous memory, sorted [begin, end) pairs, read from
+   * /proc/self/maps on first need (mem.present): only there does a page
+   * that does not exist read as zero. anon_state: 0 not read, 1 read, -1
+   * unknown (then nothing is skipped). */
+  uint64_t *anon;
+  size_t nanon;
+  int anon_state;
+  int pagemap_fd; /* /proc/self/pagemap, opened on first use; -1 before, -2 unusable */
 };
 
 /* ranges: n readable (begin, end) pairs in any order; copied, sorted and

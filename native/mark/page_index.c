@@ -7,6 +7,7 @@
 
 #define PAGE_BYTES ((uint64_t)1 << UR_PAGE_INDEX_SHIFT)
 #define GRANULES 64
+#define PREFETCH_AHEAD 16
 
 /* Slots for `pages` entries: at most half full. */
 static uint64_t slots_for(size_t pages) {
@@ -73,6 +74,13 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t 
   pi->min_begins = min_begins;
   for (size_t i = 0, j; i < n; i = j) {
     j = page_run_end(pairs, n, i);
+    /* The slot is a random one, a cache miss: the page PREFETCH_AHEAD
+     * blocks on has its slot loaded meanwhile. */
+    if (j + PREFETCH_AHEAD < n)
+      __builtin_prefetch(
+          &pi->slots[ur_page_hash((ur_block_begin(pairs, j + PREFETCH_AHEAD) >>
+                                   UR_PAGE_INDEX_SHIFT) + 1) & pi->mask],
+          1);
     uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
     if (j - i >= min_begins) {
       struct ur_page_entry *p = slot_for(pi, page);

@@ -36,6 +36,7 @@ struct builder {
   uint32_t *to;
   uint64_t len;
   size_t next_first; /* the next block whose first edge is still to be set */
+  size_t block;      /* the block scan_part reads */
   uint64_t cand[BATCH];
   uint32_t src[BATCH];
   size_t nc;
@@ -52,7 +53,11 @@ static int flush(struct builder *b) {
   ssize_t found[BATCH];
   for (size_t i = 0; i < b->nc; i++) {
     hi[i] = lo[i] = 0;
-    if ((found[i] = ur_page_find(&ix->pages, ix->pairs, b->cand[i])) != UR_PAGE_UNKNOWN) continue;
+    found[i] = ur_page_find(&ix->pages, ix->pairs, b->cand[i]);
+    if (found[i] == UR_PAGE_UNKNOWN) ur_alloc_index_prefetch_bucket(ix, b->cand[i]);
+  }
+  for (size_t i = 0; i < b->nc; i++) {
+    if (found[i] != UR_PAGE_UNKNOWN) continue;
     if (!ur_alloc_index_range(ix, b->cand[i], &lo[i], &hi[i])) continue;
     __builtin_prefetch(&ix->pairs[2 * lo[i]]);
   }
@@ -72,14 +77,14 @@ static int flush(struct builder *b) {
   return 0;
 }
 
-static int scan_block(struct builder *b, size_t i) {
+/* The words of [a, end) (a 8-aligned) of block b->block. */
+static int scan_part(void *ctx, uint64_t a, uint64_t end) {
+  struct builder *b = ctx;
+  const size_t i = b->block;
   const struct ur_alloc_index *ix = b->s->ix;
   /* Locals: the compiler cannot tell the candidate stores from the walker. */
   const uint64_t lo = ix->lo, span = ix->hi - ix->lo;
   const struct ur_page_index pages = ix->pages;
-  if (ur_block_begin(ix->pairs, i) > UINT64_MAX - 7) return 0;
-  uint64_t a = (ur_block_begin(ix->pairs, i) + 7) & ~UINT64_C(7);
-  uint64_t end = ur_block_end(ix->pairs, i);
   size_t nc = b->nc;
   while (a < end) {
     uint64_t avail;
@@ -88,19 +93,24 @@ static int scan_block(struct builder *b, size_t i) {
     /* a and view ends are 8-aligned, so the straddling last word is still
      * inside the view's buffer (as heap_walker.c's scan_range). */
     size_t nwords = (size_t)((avail + 7) / 8);
-    for (size_t k = 0; k < nwords; k++) {
-      uint64_t v;
-      memcpy(&v, p + 8 * k, 8);
-      if (v - lo >= span) continue;
-      if (nc == BATCH) {
-        b->nc = nc;
-        int r = flush(b);
-        if (r) return r;
-        nc = 0;
+    for (size_t g = 0; g < nwords; g += 4) {
+      size_t m = nwords - g < 4 ? nwords - g : 4;
+      if (m == 4 && ur_zero_words4(p + 8 * g)) continue;
+      for (size_t k = g; k < g + m; k++) {
+        uint64_t v;
+        memcpy(&v, p + 8 * k, 8);
+        if (v - lo >= span) continue;
+        if (nc == BATCH) {
+          b->nc = nc;
+          int r = flush(b);
+          if (r) return r;
+          nc = 0;
+        }
+        b->cand[nc] = v;
+        b->src[nc++] = (uint32_t)i;
+        __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v)
+                                       : ur_alloc_index_lookup_line(ix, v));
       }
-      b->cand[nc] = v;
-      b->src[nc++] = (uint32_t)i;
-      __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v) : ur_alloc_index_lookup_line(ix, v));
     }
     b->bytes_scanned += avail;
     uint64_t next = a + 8 * (uint64_t)nwords;
@@ -109,6 +119,14 @@ static int scan_block(struct builder *b, size_t i) {
   }
   b->nc = nc;
   return 0;
+}
+
+static int scan_block(struct builder *b, size_t i) {
+  const struct ur_alloc_index *ix = b->s->ix;
+  if (ur_block_begin(ix->pairs, i) > UINT64_MAX - 7) return 0;
+  uint64_t a = (ur_block_begin(ix->pairs, i) + 7) & ~UINT64_C(7);
+  b->block = i;
+  return ur_mem_each_part(b->mem, a, ur_block_end(ix->pairs, i), scan_part, b);
 }
 
 static int build_chunk(struct builder *b, size_t c) {

@@ -174,6 +174,7 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   memset(c->counted, 0, sizeof(c->counted));
   memset(c->synced, 0, sizeof(c->synced));
   memset(c->zeroed, 0, sizeof(c->zeroed));
+  c->absent_known = 0;
   m->bytes_loaded += UR_CHUNK_SIZE;
   m->chunk_loads++;
   size_t i = hash_slot(m, base);
@@ -231,6 +232,7 @@ static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *g
 /* Touches only c: chunks can be read by several threads at once. */
 static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
+  c->absent_known = 0;
   if (!chunk_layout(m, c->base, gone, zero)) {
     read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
     c->fresh = 0;
@@ -270,6 +272,9 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
     }
     p = q;
   }
+  /* Absent and zero, not unreadable (those are counted as they are met). */
+  for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) c->absent[w] = zero[w] & ~gone[w];
+  c->absent_known = 1;
   c->fresh = 0;
 }
 
@@ -278,6 +283,7 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   size_t first = (size_t)((addr - c->base) >> UR_PAGE_SHIFT);
   size_t pages = (size_t)(len >> UR_PAGE_SHIFT);
   for (size_t p = first; p < first + pages; p++) c->bad[p / 64] &= ~(UINT64_C(1) << (p % 64));
+  c->absent_known = 0;
   int any = 0;
   read_pages(m->fd, addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any);
   c->fresh = 0;
@@ -434,9 +440,13 @@ void ur_mem_fill(struct ur_pread_mem *m, size_t from, unsigned threads) {
   ur_mem_parallel(threads, fill_part, jobs, sizeof jobs[0]);
 }
 
+static int pread_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                         uint64_t *done);
+
 void ur_mem_freeze(struct ur_pread_mem *m) {
   m->frozen = 1;
   m->mem.room = SIZE_MAX; /* nothing is evicted any more: every view stays valid */
+  m->mem.present = pread_present;
 }
 
 /* Frozen and not held, inside a zero range: absent when copied, so zero. No
@@ -492,6 +502,74 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
   return held_view(mm, c, addr, end, avail);
 }
 
+/* mem.present over a frozen cache: all but the chunks it does not hold
+ * inside demand-zero ranges, which were absent when copied and read as zero
+ * (zero_view), and the pages of held chunks the process did not have when
+ * they were read (a stopped scan's): a span of those is not read at all. */
+static int frozen_present(struct ur_pread_mem *m, uint64_t addr, uint64_t end, uint64_t *out,
+                          int cap, uint64_t *done) {
+  int k = 0;
+  uint64_t a = addr;
+  while (a < end) {
+    uint64_t base = a & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
+    if (next <= base || next > end) next = end;
+    struct ur_chunk *c = find_chunk(m, base);
+    uint64_t zend = c ? 0 : ur_mem_zero_range_end(m, a);
+    if (zend) {
+      if (zend < next) next = zend;
+    } else if (c && c->absent_known) {
+      /* The pages it had, run by run. */
+      for (uint64_t at = a; at < next;) {
+        size_t page = (size_t)((at - base) >> UR_PAGE_SHIFT);
+        int absent = (int)((c->absent[page / 64] >> (page % 64)) & 1);
+        uint64_t run = (at & ~(UR_PAGE_SIZE - 1)) + UR_PAGE_SIZE;
+        while (run < next) {
+          size_t q = (size_t)((run - base) >> UR_PAGE_SHIFT);
+          if ((int)((c->absent[q / 64] >> (q % 64)) & 1) != absent) break;
+          run += UR_PAGE_SIZE;
+        }
+        if (run > next) run = next;
+        if (!absent) {
+          if (k && out[2 * k - 1] == at) {
+            out[2 * k - 1] = run;
+          } else {
+            if (k == cap) {
+              next = at;
+              break;
+            }
+            out[2 * k] = at;
+            out[2 * k + 1] = run;
+            k++;
+          }
+        }
+        at = run;
+      }
+      if (next == a) break; /* out is full */
+    } else if (k && out[2 * k - 1] == a) {
+      out[2 * k - 1] = next;
+    } else {
+      if (k == cap) break;
+      out[2 * k] = a;
+      out[2 * k + 1] = next;
+      k++;
+    }
+    a = next;
+  }
+  if (a <= addr) return -1;
+  *done = a;
+  return k;
+}
+
+static int pread_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                         uint64_t *done) {
+  return frozen_present((struct ur_pread_mem *)mm, addr, end, out, cap, done);
+}
+
+static int view_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                        uint64_t *done) {
+  return frozen_present(((struct ur_frozen_view *)mm)->src, addr, end, out, cap, done);
+}
+
 /* A frozen cache changes no more: views only look chunks up. */
 static const uint8_t *frozen_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
                                   uint64_t *avail) {
@@ -508,6 +586,7 @@ void ur_frozen_view_init(struct ur_frozen_view *v, struct ur_pread_mem *src) {
   memset(v, 0, sizeof(*v));
   v->mem.slow = frozen_view;
   v->mem.room = SIZE_MAX;
+  v->mem.present = view_present;
   v->src = src;
 }
 
@@ -520,6 +599,7 @@ int ur_mem_load_file(struct ur_pread_mem *m, int fd, uint64_t offset, uint64_t a
     struct ur_chunk *c = ur_mem_chunk(m, base, &err);
     if (!c) return err;
     c->fresh = 0;
+    c->absent_known = 0;
     uint64_t got = 0;
     while (got < n) {
       ssize_t r = pread(fd, c->data + off + got, (size_t)(n - got), (off_t)(offset + got));

@@ -42,6 +42,11 @@ struct ur_chunk {
   uint64_t counted[UR_CHUNK_PAGES / 64];  /* bad pages already counted in pages_skipped */
   uint64_t synced[UR_CHUNK_PAGES / 64];   /* pages a copy snapshot holds (page_sync.h) */
   uint64_t zeroed[UR_CHUNK_PAGES / 64];   /* of those, absent when synced: held as zero */
+  /* Pages the process did not have when the chunk was read (read_chunk):
+   * held as zero, and not read by a mark over the frozen cache. Known only
+   * while absent_known: any other write to the chunk clears it. */
+  uint64_t absent[UR_CHUNK_PAGES / 64];
+  int absent_known;
   int any_bad;
   int referenced;                         /* clock bit */
   int fresh;                              /* data never written since mapped: all zero */

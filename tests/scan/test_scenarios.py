@@ -44,6 +44,7 @@ SCENARIOS = [
     "registry_homes.c",
     "exited_thread.c",
     "sparse.c",
+    "sparse_block.c",
     "usable_slack.c",
     "atexit_block.c",
     "merged_pools.c",
@@ -111,6 +112,19 @@ def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
         # The copy knows absence by 1 MiB chunk, the kernel's pagemap by page.
         assert report.roots["untouched"] >= target.int("reserved") - (4 << 20), report.roots
         assert report.bytes_scanned < 64 << 20, report.bytes_scanned
+
+
+def test_untouched_pages_of_a_block_are_not_read(targets):
+    """A block's pages that were never touched are zero: a fork's snapshot
+    child, and the mark over a stopped scan's or a copy's frozen cache, read
+    only the pages the block has."""
+    target = targets.start(PROGRAMS / "sparse_block.c")
+    modes = [("fork", "child"), ("stopped", "auto")]
+    modes += [] if copy_unsupported() else [("copy", "auto")]
+    for snapshot, sweep in modes:
+        report = check_exact(target, snapshot=snapshot, sweep=sweep)
+        assert report.sweep == (sweep if snapshot == "fork" else "scanner")
+        assert report.bytes_scanned < target.int("big") // 8, (snapshot, report.bytes_scanned)
 
 
 def _helper_asleep(pid: int) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.symbolize import program
 from unreachable.process.maps import parse_maps
-from unreachable.symbolize import dwarf_lines, frames, objects
+from unreachable.symbolize import demangle, dwarf_lines, objects
 from unreachable.symbolize.frames import Frame, Symbolizer
 
 SRC = os.path.basename(program.SOURCE)
@@ -105,7 +105,7 @@ def test_second_run_pays_nothing(run, tmp_path, monkeypatch):
     monkeypatch.setattr(objects, "symbols_from_images", boom)
     monkeypatch.setattr(dwarf_lines.LineTable, "_decode_unit", boom)
     monkeypatch.setattr(dwarf_lines.LineTable, "_build_index", boom)
-    monkeypatch.setattr(frames, "demangle_all", boom)
+    monkeypatch.setattr(demangle, "demangle_all", boom)
     assert _symbolize(run, cache_dir=str(tmp_path)) == first
     assert list((tmp_path / "symbols" / "v1").glob("*/*/resolved.json"))
 

@@ -10,10 +10,6 @@ from collections.abc import Callable
 from unreachable.cli.output import add_output_options, chosen_format
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument
 from unreachable.model.report import ScanReport
-from unreachable.report.collapsed import report_to_collapsed
-from unreachable.report.json_report import format_json
-from unreachable.report.lmu import format_lmu, format_records
-from unreachable.report.pprof import report_to_pprof
 from unreachable.report.text import format_report, format_summary
 from unreachable.rpc.options import add_remote_options
 from unreachable.rpc.progress import StageBar
@@ -188,15 +184,27 @@ ALL_ENTRIES = 0xFFFF_FFFF
 
 
 def render(report: ScanReport, fmt: str) -> str | bytes:
+    # Each format's module is imported when asked for: start-up is part of
+    # every scan's time.
     if fmt == "json":
+        from unreachable.report.json_report import format_json
+
         return format_json(report)
     if fmt == "collapsed":
+        from unreachable.report.collapsed import report_to_collapsed
+
         return report_to_collapsed(report)
     if fmt == "pprof":
+        from unreachable.report.pprof import report_to_pprof
+
         return report_to_pprof(report)
     if fmt == "lmu":
+        from unreachable.report.lmu import format_lmu
+
         return format_lmu(report)
     if fmt == "lmu-records":  # for the shim's memunreachable.h interface
+        from unreachable.report.lmu import format_records
+
         return format_records(report)
     return format_report(report)
 

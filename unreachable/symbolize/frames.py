@@ -21,15 +21,26 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping, find_mapping
-from unreachable.symbolize import objects
 from unreachable.symbolize.config import SymbolConfig, default_symbol_budget
-from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.files import OutOfTime, trusted_owners
-from unreachable.symbolize.objects import SymbolObject
 from unreachable.symbolize.unloaded import LoadedObject, UnloadedObjects
+
+if TYPE_CHECKING:
+    from unreachable.symbolize.objects import SymbolObject
+
+
+def _objects() -> ModuleType:
+    """The ELF and DWARF readers, imported when a frame is first resolved:
+    every report type imports Frame, and a scan without backtraces never
+    opens an object (their imports were a tenth of the CLI's start-up)."""
+    from unreachable.symbolize import objects
+
+    return objects
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,7 @@ class Symbolizer:
     def _object(self, m: Mapping) -> SymbolObject | None:
         if m not in self._objects:
             path, _ = file_for(self._pid, m, self._root)
-            self._objects[m] = objects.get_object(
+            self._objects[m] = _objects().get_object(
                 path,
                 mapped_path(m),
                 self._root,
@@ -135,7 +146,7 @@ class Symbolizer:
     def symbolize(self, stacks: dict[int, tuple[int, ...]]) -> dict[int, list[Frame]]:
         pcs = {pc for stack in stacks.values() for pc in stack}
         self._start()
-        with objects._lock:
+        with _objects()._lock:
             frames = self._resolve(pcs)
         self._finish(len(pcs))
         return {sid: [frames[pc] for pc in stack] for sid, stack in stacks.items()}
@@ -143,14 +154,14 @@ class Symbolizer:
     def resolve(self, pcs: set[int]) -> dict[int, Frame]:
         """pc -> frame, one Frame per distinct pc (what big heap dumps share)."""
         self._start()
-        with objects._lock:
+        with _objects()._lock:
             frames = self._resolve(pcs)
         self._finish(len(pcs))
         return frames
 
     def symbolize_pcs(self, pcs: Sequence[int]) -> list[Frame]:
         self._start()
-        with objects._lock:
+        with _objects()._lock:
             frames = self._resolve(set(pcs))
         self._finish(len(set(pcs)))
         return [frames[pc] for pc in pcs]
@@ -198,6 +209,8 @@ class Symbolizer:
                 raw = ("", 0, "", 0)
             fresh.append((pc, m, obj, vaddr, raw))
         if fresh:
+            from unreachable.symbolize.demangle import demangle_all
+
             names = demangle_all({raw[0] for *_, raw in fresh if raw[0]})
             for pc, m, obj, vaddr, (fn, off, file, line) in fresh:
                 value = (names.get(fn, fn), off, file, line)

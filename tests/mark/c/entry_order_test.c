@@ -55,6 +55,43 @@ static void run(size_t n, size_t m, int damaged) {
   free(ids);
 }
 
+/* The snapshot child's layout (ur_entries_order_maps_first): n - m rising
+ * entries first, then m anywhere (some equal to a map entry, many above
+ * them all, as blocks mmap'ed alone lie above the heap). Ids number the
+ * shards' entries first, so ties come out as ur_entries_order puts them. */
+static void run_maps_first(size_t n, size_t m, int damaged) {
+  uint64_t *pairs = calloc(2 * (n ? n : 1), sizeof(*pairs));
+  uint32_t *ids = calloc(n ? n : 1, sizeof(*ids));
+  CHECK(pairs && ids);
+  size_t k = n - m;
+  uint64_t addr = 0x10000;
+  for (size_t j = 0; j < k; j++) {
+    addr += 16 * (1 + test_random() % 8);
+    pairs[2 * j] = addr;
+  }
+  for (size_t i = k; i < n; i++) {
+    unsigned pick = test_random() % 4;
+    if (k && pick == 0) pairs[2 * i] = pairs[2 * (test_random() % k)];
+    else if (pick == 1) pairs[2 * i] = 0x10000 + 16 * (test_random() % (8 * n + 1));
+    else pairs[2 * i] = addr + 16 * (1 + test_random() % (8 * n + 1));
+  }
+  if (damaged && k >= 2) {
+    size_t j = test_random() % (k - 1);
+    uint64_t t = pairs[2 * j];
+    pairs[2 * j] = pairs[2 * (j + 1)];
+    pairs[2 * (j + 1)] = t;
+    if (pairs[2 * j] == pairs[2 * (j + 1)]) pairs[2 * j] += 16;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ids[i] = (uint32_t)(i < k ? m + i : i - k);
+    pairs[2 * i + 1] = pairs[2 * i] / 16 + ids[i];
+  }
+  CHECK(ur_entries_order_maps_first(pairs, ids, n, k) == 0);
+  check_sorted(pairs, ids, n);
+  free(pairs);
+  free(ids);
+}
+
 static void radix_in_order(void) {
   enum { N = 5000 };
   uint64_t *keys = malloc(N * sizeof(*keys));
@@ -94,7 +131,14 @@ int main(void) {
     run(n, 0, 0);
     run(n, n, 0);
     run(n, m, 1);
+    run_maps_first(n, m, 0);
+    run_maps_first(n, 0, 0);
+    run_maps_first(n, n, 0);
+    run_maps_first(n, m, 1);
   }
+  run_maps_first(0, 0, 0);
+  run_maps_first(1, 1, 0);
+  run_maps_first(1, 0, 0);
   radix_in_order();
   maps_by_base();
   printf("ok entry_order\n");

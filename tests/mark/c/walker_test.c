@@ -47,6 +47,7 @@ struct result {
   uint64_t handed_over;
   unsigned marked_by;
   int graph;
+  uint64_t bytes_scanned;
 };
 
 static uint64_t allocs[4096 * 2];
@@ -157,6 +158,7 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
   res->handed_over = w.handed_over;
   res->marked_by = w.marked_by;
   res->graph = w.has_graph;
+  res->bytes_scanned = w.bytes_scanned;
   /* Marking by graph is the default; a budget it fits in is no fallback. */
   const char *budget = getenv("UR_TEST_MAX_EDGES");
   if (!budget && w.n) CHECK(w.has_graph);
@@ -290,6 +292,91 @@ static void t_unaligned(void) {
       result_free(&r);
     }
   }
+}
+
+/* Words are tested four at a time for zero before the range reject
+ * (mem.h, ur_zero_words4): a pointer at any word of a root or of a block,
+ * among zeros, inside a group of four or among the last words past the
+ * last whole group, is still found. */
+static void t_zero_groups(void) {
+  static void *from[12];
+  static void *root_word[1];
+  static char to[16];
+  for (unsigned n = 1; n <= 12; n++) {
+    for (unsigned at = 0; at < n; at++) {
+      for (int in_block = 0; in_block < 2; in_block++) {
+        memset(from, 0, sizeof(from));
+        from[at] = &to[at % sizeof(to)];
+        root_word[0] = from;
+        escape(from);
+        escape(root_word);
+        reset();
+        alloc(BEGIN(to), END(to));
+        uint64_t b = (uint64_t)(uintptr_t)from, e = (uint64_t)(uintptr_t)&from[n];
+        if (in_block) {
+          alloc(b, e);
+          root(BEGIN(root_word), END(root_word));
+        } else {
+          root(b, e);
+        }
+        struct result r;
+        sweep(&r);
+        CHECK_EQ(r.nunreachable, 0);
+        result_free(&r);
+      }
+    }
+  }
+}
+
+/* A block of a huge allocation mostly never touched: over direct loads
+ * only its pages that exist are read (mem.present), and the pointers on
+ * them, first word to last, are found. A private file mapping's pages are
+ * absent until touched yet hold the file: they are read. */
+static void t_sparse_block(void) {
+  size_t len = (size_t)64 << 20;
+  uint8_t *big = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  CHECK(big != MAP_FAILED);
+  static char to[3][16];
+  static void *root_word[1];
+  void *first = to[0], *middle = to[1], *last = to[2];
+  memcpy(big, &first, sizeof(first));
+  memcpy(big + len / 2 + 64, &middle, sizeof(middle));
+  memcpy(big + len - 8, &last, sizeof(last));
+  root_word[0] = big;
+  escape(root_word);
+  reset();
+  for (int k = 0; k < 3; k++) alloc(BEGIN(to[k]), END(to[k]));
+  alloc((uint64_t)(uintptr_t)big, (uint64_t)(uintptr_t)big + len);
+  root(BEGIN(root_word), END(root_word));
+  struct result r;
+  sweep(&r);
+  CHECK_EQ(r.nunreachable, 0);
+#ifdef UR_TEST_DIRECT
+  CHECK(r.bytes_scanned < ((uint64_t)1 << 20));
+#endif
+  result_free(&r);
+  CHECK_EQ(munmap(big, len), 0);
+
+  char path[] = "/tmp/walker_sparse_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  unlink(path);
+  CHECK_EQ(ftruncate(fd, (off_t)len), 0);
+  CHECK_EQ(pwrite(fd, &middle, sizeof(middle), (off_t)(len / 2)), (ssize_t)sizeof(middle));
+  uint8_t *file = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  CHECK(file != MAP_FAILED);
+  root_word[0] = file;
+  escape(root_word);
+  reset();
+  alloc(BEGIN(to[1]), END(to[1]));
+  alloc((uint64_t)(uintptr_t)file, (uint64_t)(uintptr_t)file + len);
+  root(BEGIN(root_word), END(root_word));
+  sweep(&r);
+  CHECK_EQ(r.nunreachable, 0);
+  result_free(&r);
+  CHECK_EQ(munmap(file, len), 0);
+  close(fd);
 }
 
 static void t_cycle(void) {
@@ -1080,6 +1167,8 @@ static const struct test tests[] = {
     {"leak", t_leak},
     {"live", t_live},
     {"unaligned", t_unaligned},
+    {"zero_groups", t_zero_groups},
+    {"sparse_block", t_sparse_block},
     {"cycle", t_cycle},
     {"values", t_values},
     {"segv", t_segv},

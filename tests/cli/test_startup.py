@@ -1,0 +1,58 @@
+"""What `unreachable-cli scan` imports: its start-up is part of every scan's
+time, so what a scan does not use stays unimported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
+# Runs the CLI, then says on stderr's last line which modules it imported.
+PROBE = """
+import json, sys
+from unreachable.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+sys.exit(code)
+"""
+# Report formats other than the one asked for, and the ELF and DWARF readers
+# (a target without backtraces has no frame to resolve).
+UNUSED = (
+    "unreachable.report.pprof",
+    "unreachable.report.collapsed",
+    "unreachable.report.lmu",
+    "unreachable.symbolize.objects",
+    "unreachable.symbolize.dwarf_lines",
+    "unreachable.symbolize.elf_symbols",
+)
+
+
+def imported_by_scan(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    res = subprocess.run(
+        [sys.executable, "-c", PROBE, "scan", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return res, set(json.loads(res.stderr.strip().splitlines()[-1]))
+
+
+def test_scan_without_backtraces_imports_no_symbol_reader(targets):
+    target = targets.start(PROGRAMS / "graph.c")
+    res, modules = imported_by_scan(str(target.pid), "--json")
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["leak_count"] == 11
+    assert "unreachable.report.json_report" in modules
+    assert not modules & set(UNUSED), modules & set(UNUSED)
+
+
+def test_scan_with_backtraces_still_resolves_them(targets):
+    target = targets.start(PROGRAMS / "graph.c", options="backtrace=16")
+    res, modules = imported_by_scan(str(target.pid), "--format", "collapsed")
+    assert res.returncode == 1, res.stderr
+    assert "unreachable.symbolize.objects" in modules
+    assert "unreachable.report.collapsed" in modules
+    # Frames named by function: the readers imported on first use did their work.
+    assert "main" in res.stdout, res.stdout
