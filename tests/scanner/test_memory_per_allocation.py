@@ -97,12 +97,10 @@ def _status_mb(field: str) -> int:
     raise AssertionError(field)
 
 
-def test_absent_pages_of_a_root_take_no_memory() -> None:
-    """A root range the stopped sweep copies before it lets the target go:
-    the pages the target does not have are zero in the copy without being
-    written, so they take no memory (writing zeros into fresh cache memory
-    took the whole 512 MiB)."""
-    with python_holder(SPARSE) as (pid, addr):
+def _sweep_512_mib_root(program: str) -> tuple[_native.SweepResult, int]:
+    """A stopped sweep of program's 512 MiB reservation as a root range:
+    the sweep's result and how many MB the scanner grew by."""
+    with python_holder(program) as (pid, addr):
         roots = array("Q", [addr, addr + (512 << 20)]).tobytes()
         present = array("Q", _native.present_ranges(pid, roots))
         if sum(present[1::2]) - sum(present[0::2]) >= 512 << 20:
@@ -111,7 +109,15 @@ def test_absent_pages_of_a_root_take_no_memory() -> None:
             f.write("5")  # VmHWM from here on
         before = _status_mb("VmRSS")
         r = _native.sweep(pid, b"", roots, b"", frozen=True, layout=layout(read_maps(pid)))
-        grew = _status_mb("VmHWM") - before
+        return r, _status_mb("VmHWM") - before
+
+
+def test_absent_pages_of_a_root_take_no_memory() -> None:
+    """A root range the stopped sweep copies before it lets the target go:
+    the pages the target does not have are zero in the copy without being
+    written, so they take no memory (writing zeros into fresh cache memory
+    took the whole 512 MiB)."""
+    r, grew = _sweep_512_mib_root(SPARSE)
     assert r["bytes_read"] >= 512 << 20  # every chunk of the range was copied
     assert grew < 128, f"the scanner grew by {grew} MB over a 512 MiB root of one page"
 
@@ -132,15 +138,6 @@ def test_a_sparse_range_takes_only_its_pages() -> None:
     """Every chunk of the range holds one page of the target's: the copy
     backs those pages, not the huge pages around them (the cache's huge
     pages took the whole 512 MiB, 2 MiB for every page written)."""
-    with python_holder(SPREAD) as (pid, addr):
-        roots = array("Q", [addr, addr + (512 << 20)]).tobytes()
-        present = array("Q", _native.present_ranges(pid, roots))
-        if sum(present[1::2]) - sum(present[0::2]) >= 512 << 20:
-            pytest.skip("no PAGEMAP_SCAN here (Linux 6.7): absent pages cannot be told")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = _status_mb("VmRSS")
-        r = _native.sweep(pid, b"", roots, b"", frozen=True, layout=layout(read_maps(pid)))
-        grew = _status_mb("VmHWM") - before
+    r, grew = _sweep_512_mib_root(SPREAD)
     assert r["bytes_read"] >= 512 << 20
     assert grew < 64, f"the scanner grew by {grew} MB over 512 pages spread over 512 MiB"
