@@ -1,6 +1,7 @@
 #include "memory.h"
 
 #include "alloc.h"
+#include "cow.h"
 #include "unreachable/linux_compat.h"
 
 #include <errno.h>
@@ -232,6 +233,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
   if (!chunk_layout(m, c->base, gone, zero)) {
     read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
+    ur_cow_overlay(m->cow, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0);
     c->fresh = 0;
     return;
   }
@@ -259,6 +261,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
     p = q;
   }
   c->fresh = 0;
+  ur_cow_overlay(m->cow, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0);
 }
 
 void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t addr,
@@ -268,6 +271,7 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   for (size_t p = first; p < first + pages; p++) c->bad[p / 64] &= ~(UINT64_C(1) << (p % 64));
   int any = 0;
   read_pages(m->fd, addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any);
+  ur_cow_overlay(m->cow, addr, c->data + (addr - c->base), (size_t)len, c->bad, first);
   c->fresh = 0;
   if (any) c->any_bad = 1;
 }
