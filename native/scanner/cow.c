@@ -174,29 +174,41 @@ static const uint8_t zero_page[PAGE] __attribute__((aligned(PAGE)));
 /* A first touch of a page the target does not have (registered for missing
  * pages: write protection alone leaves absent pages unprotected, and
  * marking them would build page tables for all of a sparse reservation).
- * Before the seal it is filled protected, as the pages it had; after, it
- * was absent at the snapshot: saved as zero, then filled. */
-static void missing(struct ur_cow *c, uint64_t page) {
-  int sealed = __atomic_load_n(&c->sealed, __ATOMIC_ACQUIRE);
-  if (sealed) {
-    pthread_mutex_lock(&c->lock);
-    int have = lookup(c, page) != NULL;
-    int room = have || (c->n + 1) * 2 <= c->cap || grow(c) == 0;
-    if (!have && room) {
+ * After the seal it was absent at the snapshot: saved as zero first. A read
+ * (the target's, or the scanner's own through /proc/PID/mem) gets the
+ * shared zero page, no memory; before the seal that page is noted dirty,
+ * to be protected with the others. A write gets a page of its own,
+ * protected before the seal, as the pages the target had. */
+static void missing(struct ur_cow *c, uint64_t page, int write) {
+  pthread_mutex_lock(&c->lock);
+  int sealed = c->sealed, ok = 1;
+  if (sealed && !lookup(c, page)) {
+    ok = (c->n + 1) * 2 <= c->cap || grow(c) == 0;
+    if (ok) {
       size_t i = slot(page, c->cap - 1);
       while (c->keys[i]) i = (i + 1) & (c->cap - 1);
       c->vals[i] = (uint8_t *)zero_page;
       c->keys[i] = page + 1;
       __atomic_store_n(&c->n, c->n + 1, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&c->lock);
-    if (!room) __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
+  } else if (!sealed && !write) {
+    ok = add_pair(&c->dirty, &c->ndirty, &c->dirty_cap, page, page + PAGE) == 0;
   }
-  struct uffdio_copy cp = {.dst = page,
-                           .src = (uint64_t)(uintptr_t)zero_page,
-                           .len = PAGE,
-                           .mode = sealed ? 0 : UFFDIO_COPY_MODE_WP};
-  if (ioctl(c->uffd, UFFDIO_COPY, &cp) != 0) {
+  if (!ok) __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
+  int rc;
+  if (write) {
+    struct uffdio_copy cp = {.dst = page,
+                             .src = (uint64_t)(uintptr_t)zero_page,
+                             .len = PAGE,
+                             .mode = sealed ? 0 : UFFDIO_COPY_MODE_WP};
+    rc = ioctl(c->uffd, UFFDIO_COPY, &cp);
+  } else {
+    struct uffdio_zeropage zp = {.range = {page, PAGE}, .mode = 0};
+    rc = ioctl(c->uffd, UFFDIO_ZEROPAGE, &zp);
+  }
+  /* Under the lock before the seal: the seal protects what is noted. */
+  pthread_mutex_unlock(&c->lock);
+  if (rc != 0) {
     struct uffdio_range r = {page, PAGE}; /* filled meanwhile (EEXIST): wake */
     ioctl(c->uffd, UFFDIO_WAKE, &r);
   }
@@ -222,7 +234,8 @@ static void *serve(void *arg) {
       if (m->event == UFFD_EVENT_PAGEFAULT && (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP))
         save(c, m->arg.pagefault.address & ~(uint64_t)(PAGE - 1));
       else if (m->event == UFFD_EVENT_PAGEFAULT)
-        missing(c, m->arg.pagefault.address & ~(uint64_t)(PAGE - 1));
+        missing(c, m->arg.pagefault.address & ~(uint64_t)(PAGE - 1),
+                (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0);
       else if (m->event == UFFD_EVENT_REMOVE || m->event == UFFD_EVENT_UNMAP)
         released(c, m->arg.remove.start, m->arg.remove.end);
       else if (m->event == UFFD_EVENT_REMAP)
