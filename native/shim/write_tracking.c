@@ -265,13 +265,24 @@ void ur_write_tracking_begin(void) {
   errno = saved;
 }
 
+/* A copy-on-write snapshot's scanner beats too (write_tracking.py): one
+ * that is alive but stopped (SIGSTOP, a debugger) serves no fault, and the
+ * program's writers must not wait on it any longer than this. The scanner
+ * then finds the tracker no longer ON and scans again over a classic copy. */
+static int cow_unserved(void) {
+  if (!g_cow) return 0;
+  uint64_t beat = __atomic_load_n(&ur_write_tracker.heartbeat, __ATOMIC_RELAXED);
+  if (beat != g_beat) watch_heartbeat();
+  return now_ms() - g_beat_ms > UR_TRACK_HEARTBEAT_MS;
+}
+
 uint64_t ur_write_tracking_check(void) {
   if (g_uffd < 0) return 0;
   int saved = errno;
   /* Anything but ON ends it: STOP, or a scanner that restarted the protocol. */
   if (ur_write_tracking_word() != UR_TRACK_ON ||
       scanner_gone(__atomic_load_n(&ur_write_tracker.scanner_pid, __ATOMIC_RELAXED)) ||
-      now_s() >= g_deadline_s)
+      now_s() >= g_deadline_s || cow_unserved())
     stop_tracking();
   errno = saved;
   return g_uffd >= 0 ? POLL_NS : 0;

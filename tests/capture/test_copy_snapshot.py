@@ -296,42 +296,59 @@ def _uffds(pid: int) -> int:
     return n
 
 
-def test_scanner_killed_while_it_marks_a_copy_on_write_snapshot(targets):
-    """SIGKILL of the scanner after the stop, while it marks over the
-    copy-on-write snapshot and the target's threads write pages it has not
-    saved: none of them may stay blocked on a write, the helper takes the
-    protection down, and every block reads back as its thread wrote it."""
-    target = targets.start(HERE / "programs" / "cow_writer.c", "200000")
-    pid = target.pid
-    rounds, bad = target.int("rounds"), target.int("bad")
-    scanner = subprocess.Popen(
-        [*CLI, "scan", str(pid), "--snapshot", "copy"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+# A scanner that takes a copy-on-write snapshot, says so, and holds it (its
+# thread serving the target's faults) until its stdin closes; then it says
+# why the snapshot could not be trusted ("" if it can).
+HOLDER = """
+import sys
+from tests.support.plans import first_capture
+from unreachable.capture.copy_snapshot import cow_broken
+with first_capture(int(sys.argv[1]), "copy") as (capture, _):
+    assert capture.snapshot == "copy", capture.snapshot_error
+    print("sealed", flush=True)
+    sys.stdin.read()
+    print(repr(cow_broken(capture.copy, int(sys.argv[1]))), flush=True)
+"""
+
+
+def _holder(pid: int) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=HERE.parent.parent,
     )
-    # Seized for the stop, then let go with its memory still protected:
-    # the snapshot is taken and the mark runs.
-    deadline = time.monotonic() + 60
-    while target.tracer() == 0:
-        assert scanner.poll() is None and time.monotonic() < deadline, (
-            "the target was never stopped"
-        )
-    while target.tracer() != 0:
-        assert scanner.poll() is None and time.monotonic() < deadline, "the target stayed stopped"
-    assert write_protected(pid) and scanner.poll() is None
-    os.kill(scanner.pid, signal.SIGKILL)
-    scanner.wait()
-    wait_untracked(pid)
-    assert _uffds(pid) == 0 and target.tracer() == 0 and target.state() in ("S", "R")
+    assert holder.stdout is not None and holder.stdout.readline() == "sealed\n"
+    return holder
+
+
+def _goes_on(pid: int, rounds: int) -> None:
     after = _live_u64(pid, rounds)
     deadline = time.monotonic() + 20
     while _live_u64(pid, rounds) < after + 1000:
         assert time.monotonic() < deadline, "the target's threads made no progress"
-    assert _live_u64(pid, bad) == 0
+
+
+def test_scanner_killed_while_it_holds_a_copy_on_write_snapshot(targets):
+    """SIGKILL of the scanner while it holds the copy-on-write snapshot, the
+    target's threads rewriting pages it has not saved: none of them may stay
+    blocked on a write, the helper takes the protection down, and every
+    block reads back as its thread wrote it."""
+    target = targets.start(HERE / "programs" / "cow_writer.c", "200000")
+    pid = target.pid
+    holder = _holder(pid)
+    _goes_on(pid, target.int("rounds"))  # served meanwhile
+    holder.kill()
+    holder.wait()
+    wait_untracked(pid)
+    assert _uffds(pid) == 0 and target.tracer() == 0 and target.state() in ("S", "R")
+    _goes_on(pid, target.int("rounds"))
+    assert _live_u64(pid, target.int("bad")) == 0
     report = scan(pid, ScanOptions(snapshot="copy"))
     exact(target, report)
     assert report.snapshot == "copy" and report.snapshot_note == ""
-    assert _live_u64(pid, bad) == 0
+    assert _live_u64(pid, target.int("bad")) == 0
 
 
 def test_memory_released_during_a_copy_on_write_scan_invents_no_leak(targets):
@@ -349,3 +366,24 @@ def test_memory_released_during_a_copy_on_write_scan_invents_no_leak(targets):
         assert report.snapshot == "copy"
         notes.append(report.snapshot_note)
     wait_untracked(target.pid)
+
+
+def test_a_stopped_scanner_does_not_hold_the_target(targets):
+    """SIGSTOP of the scanner while it holds the copy-on-write snapshot: the
+    target's writers would wait for it as long as it stays stopped. The
+    helper ends the snapshot once the scanner's beats stop, and the threads
+    go on; continued, the scanner finds the snapshot ended, which makes the
+    scan start again over a classic copy."""
+    target = targets.start(HERE / "programs" / "cow_writer.c", "200000")
+    pid = target.pid
+    holder = _holder(pid)
+    os.kill(holder.pid, signal.SIGSTOP)
+    try:
+        wait_untracked(pid)
+        _goes_on(pid, target.int("rounds"))
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    out, _ = holder.communicate("", timeout=60)
+    assert "helper ended the copy-on-write snapshot" in out, out
+    assert _live_u64(pid, target.int("bad")) == 0
+    wait_untracked(pid)

@@ -21,7 +21,7 @@ from unreachable import _native
 from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
 from unreachable.capture.target import Target
-from unreachable.capture.write_tracking import MODE_COW, TrackingUnavailable, tracked_writes
+from unreachable.capture.write_tracking import MODE_COW, ON, TrackingUnavailable, tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 
@@ -183,6 +183,19 @@ def _cow_ranges(
 # Pids whose next copy is made the classic way: their last copy-on-write
 # snapshot lost memory the target released during the scan.
 _classic_next: set[int] = set()
+# A sealed copy-on-write snapshot's tracker (pid, address), by id(copy): the
+# helper ends the snapshot by itself when its faults go unserved.
+_trackers: dict[int, tuple[int, int]] = {}
+
+
+def _tracker_cmd(pid: int, addr: int) -> int:
+    at, size = _native.abi_field("ur_write_tracker", "cmd")
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+            f.seek(addr + at)
+            return int.from_bytes(f.read(size), "little")
+    except OSError:
+        return -1
 
 
 def cow_wanted(pid: int) -> bool:
@@ -203,7 +216,9 @@ def cow_broken(memory: object, pid: int) -> str:
     stats = memory.stats
     lost = stats.get("bytes_lost", 0)
     why = ""
-    if memory.cow_failed():
+    if (tracker := _trackers.get(id(memory))) and _tracker_cmd(*tracker) != ON:
+        why = "the target's helper ended the copy-on-write snapshot, its faults unserved"
+    elif memory.cow_failed():
         why = "the copy-on-write snapshot had no room for the pages the target wrote"
     elif lost:
         why = f"the target released {lost >> 10} KiB the copy-on-write snapshot had not saved"
@@ -249,6 +264,8 @@ def cow_capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
                 copy.cow_protect()
             copy.cow_save(_cow_ranges(target, now, helper)[1])
             copy.cow_seal()
+            _trackers[id(copy)] = (target.pid, target.header.write_tracker)
+            cleanup.callback(_trackers.pop, id(copy), None)
             capture.mappings = now
             capture.tracer.release()
             capture.snapshot, capture.copy = "copy", copy

@@ -104,7 +104,9 @@ def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
             raise TrackingUnavailable("another scan is copying this process")
         _write_field(fd, addr, "scanner_pid", 0 if foreign else os.getpid())
         _write_field(fd, addr, "reserved", mode)
-        if foreign:
+        # A copy-on-write snapshot's helper also ends it when the beats stop
+        # (a stopped scanner serves no fault).
+        if foreign or mode == MODE_COW:
             beat.start()
         _write_field(fd, addr, "cmd", START)
         started = True
