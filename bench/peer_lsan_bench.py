@@ -143,7 +143,7 @@ class Scan:
     stall_ms: float = float("nan")
     rss_mb: float = float("nan")
     child_mb: float = 0.0  # the snapshot child's private memory at its largest
-    copy_mb: float = 0.0  # the target's memory a copy or a stopped scan holds
+    copy_mb: float = 0.0  # the target's memory a stopped scan holds
     leaks: int = -1
     note: str = ""
 
@@ -203,9 +203,11 @@ def anon_mb(pid: int) -> float:
 
 def scan(heap: Heap, mode: str) -> Scan:
     heap.ask("r")
-    # What a copy holds of the target: its anonymous resident memory (a
-    # stopped scan holds the chunks under allocations and roots, a little less).
-    copy_mb = anon_mb(heap.proc.pid) if mode in ("copy", "stopped") else 0.0
+    # What a stopped scan holds of the target: about its anonymous resident
+    # memory (the chunks under allocations and roots, a little less). A copy
+    # snapshot holds only the pages written during the scan, counted as the
+    # scan's own.
+    copy_mb = anon_mb(heap.proc.pid) if mode == "stopped" else 0.0
     watch = ChildWatch(heap.proc.pid)
     cli = [sys.executable, "-c", CLI.replace("{PEAK}", PEAK), "scan", str(heap.proc.pid), "--json"]
     cli += ["--snapshot", mode, "--symbol-budget", "5"]

@@ -76,6 +76,7 @@ class WriteTracker(TypedDict):
     scanner_pid: int
     ranges: int
     heartbeat: int
+    reserved: int
 
 class ChildIndex(TypedDict):
     entries: int
@@ -325,12 +326,20 @@ class Session:
     @property
     def released(self) -> bool: ...
 
-class CopyStats(TypedDict):
+class CopyStats(TypedDict, total=False):
+    # A classic copy's
     pages_read: int
     pages_zeroed: int
     pages_kept: int
     pages_untracked: int
-    bytes_held: int
+    bytes_held: int  # both
+    # A copy-on-write snapshot's (cow_start)
+    bytes_lost: int
+    pages_saved: int
+    faults: int
+    protect_ns: int
+    seal_ns: int
+    dirty: int
 
 class MemoryCopy:
     def __init__(self, pid: int, cache_bytes: int = 0) -> None: ...
@@ -339,6 +348,12 @@ class MemoryCopy:
     def finish(self) -> None: ...
     def read(self, addr: int, n: int, /) -> bytes: ...
     def reset_stats(self) -> None: ...
+    def cow_start(self, uffd: int, limit: int = 0, /) -> None: ...
+    def cow_register(self, pairs: Buffer, /) -> int: ...
+    def cow_protect(self) -> None: ...
+    def cow_save(self, pairs: Buffer, /) -> None: ...
+    def cow_seal(self) -> None: ...
+    def cow_failed(self) -> bool: ...
     def close(self) -> None: ...
     @property
     def pid(self) -> int: ...

@@ -58,6 +58,7 @@ static const struct abi_field write_tracker_fields[] = {
     FIELD(ur_write_tracker, scanner_pid, ABI_U32),
     FIELD(ur_write_tracker, ranges, ABI_U32),
     FIELD(ur_write_tracker, heartbeat, ABI_U64),
+    FIELD(ur_write_tracker, reserved, ABI_U64),
 };
 
 static const struct abi_field child_index_fields[] = {

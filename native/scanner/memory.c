@@ -1,6 +1,7 @@
 #include "memory.h"
 
 #include "alloc.h"
+#include "cow.h"
 #include "unreachable/linux_compat.h"
 
 #include <errno.h>
@@ -235,6 +236,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   c->absent_known = 0;
   if (!chunk_layout(m, c->base, gone, zero)) {
     read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
+    ur_cow_overlay(m->cow, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0);
     c->fresh = 0;
     return;
   }
@@ -276,6 +278,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) c->absent[w] = zero[w] & ~gone[w];
   c->absent_known = 1;
   c->fresh = 0;
+  ur_cow_overlay(m->cow, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0);
 }
 
 void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t addr,
@@ -286,6 +289,7 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   c->absent_known = 0;
   int any = 0;
   read_pages(m->fd, addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any);
+  ur_cow_overlay(m->cow, addr, c->data + (addr - c->base), (size_t)len, c->bad, first);
   c->fresh = 0;
   if (any) c->any_bad = 1;
 }

@@ -74,6 +74,7 @@ struct ur_pread_mem {
   uint64_t *zero_ranges;
   size_t n_zero_ranges;
   uint64_t *readable;       /* ur_mem_set_layout: the process's mappings */
+  struct ur_cow *cow;       /* a copy-on-write snapshot's saved pages (cow.h), or NULL */
   size_t n_readable;
 };
 

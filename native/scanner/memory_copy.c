@@ -12,6 +12,7 @@
 
 #include "memory.h"
 #include "native.h"
+#include "cow.h"
 #include "page_sync.h"
 #include "present_pages.h"
 
@@ -24,9 +25,18 @@ typedef struct {
   int pagemap;
   struct ur_pread_mem mem;
   struct ur_sync_stats stats;
+  struct ur_cow *cow; /* a copy-on-write snapshot (cow.h): read live, overlaid */
+  int cow_fd;         /* its reads of the live memory (read()) */
 } MemoryCopy;
 
 static void copy_close(MemoryCopy *c) {
+  if (c->cow) {
+    ur_cow_close(c->cow);
+    free(c->cow);
+    c->cow = NULL;
+  }
+  if (c->cow_fd > 0) close(c->cow_fd);
+  c->cow_fd = 0;
   if (c->opened) ur_mem_close(&c->mem);
   if (c->pagemap >= 0) close(c->pagemap);
   c->opened = 0;
@@ -166,11 +176,116 @@ static PyObject *copy_read(MemoryCopy *c, PyObject *args) {
   PyObject *out = PyBytes_FromStringAndSize(NULL, n);
   if (!out) return NULL;
   /* As a pread of /proc/PID/mem: EIO when nothing there could be read. */
-  if (ur_mem_read_cached(&c->mem, addr, PyBytes_AS_STRING(out), (size_t)n) == 0 && n > 0) {
+  size_t got;
+  if (c->cow) {
+    got = ur_mem_read_direct(c->cow_fd, addr, PyBytes_AS_STRING(out), (size_t)n);
+    ur_cow_overlay(c->cow, addr, (uint8_t *)PyBytes_AS_STRING(out), (size_t)n, NULL, 0);
+  } else {
+    got = ur_mem_read_cached(&c->mem, addr, PyBytes_AS_STRING(out), (size_t)n);
+  }
+  if (got == 0 && n > 0) {
     Py_DECREF(out);
     return ur_py_raise(-EIO, "not in the copy");
   }
   return out;
+}
+
+static PyObject *copy_cow_start(MemoryCopy *c, PyObject *args) {
+  int uffd;
+  unsigned long long limit = 0;
+  if (!PyArg_ParseTuple(args, "i|K", &uffd, &limit)) return NULL;
+  /* The descriptor is ours from here, whatever happens. */
+  if (!usable(c)) {
+    close(uffd);
+    return NULL;
+  }
+  if (c->cow || c->pid <= 0) {
+    close(uffd);
+    PyErr_SetString(PyExc_RuntimeError, "cow_start() once, on a MemoryCopy of a process");
+    return NULL;
+  }
+  if (!limit) limit = ur_mem_cache_bound();
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mem", c->pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int err = errno;
+  struct ur_cow *cow = calloc(1, sizeof(*cow));
+  int rc = fd < 0 ? -err : !cow ? -ENOMEM : ur_cow_open(cow, c->pid, uffd, limit);
+  if (rc < 0) {
+    if (fd >= 0) close(fd);
+    if (fd < 0 || !cow) close(uffd); /* else ur_cow_open closed it */
+    free(cow);
+    return ur_py_raise(rc, "cannot start the copy-on-write snapshot");
+  }
+  c->cow = cow;
+  c->cow_fd = fd;
+  Py_RETURN_NONE;
+}
+
+static PyObject *copy_cow_register(MemoryCopy *c, PyObject *args) {
+  Py_buffer rb;
+  if (!PyArg_ParseTuple(args, "y*", &rb)) return NULL;
+  PyObject *result = NULL;
+  if (!c->cow || rb.len % 16 || ((uintptr_t)rb.buf & 7)) {
+    PyErr_SetString(PyExc_ValueError, "cow_register(packed u64 pairs) after cow_start()");
+  } else {
+    size_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ur_cow_register(c->cow, rb.buf, (size_t)rb.len / 16);
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSize_t(n);
+  }
+  PyBuffer_Release(&rb);
+  return result;
+}
+
+static PyObject *copy_cow_save(MemoryCopy *c, PyObject *args) {
+  Py_buffer rb;
+  if (!PyArg_ParseTuple(args, "y*", &rb)) return NULL;
+  PyObject *result = NULL;
+  if (!c->cow || rb.len % 16 || ((uintptr_t)rb.buf & 7)) {
+    PyErr_SetString(PyExc_ValueError, "cow_save(packed u64 pairs) after cow_start()");
+  } else {
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ur_cow_save(c->cow, rb.buf, (size_t)rb.len / 16);
+    Py_END_ALLOW_THREADS
+    result =
+        rc < 0 ? ur_py_raise(rc, "cannot save the memory left unprotected") : Py_NewRef(Py_None);
+  }
+  PyBuffer_Release(&rb);
+  return result;
+}
+
+static PyObject *copy_cow_protect(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
+  if (!c->cow) {
+    PyErr_SetString(PyExc_ValueError, "cow_protect() after cow_start()");
+    return NULL;
+  }
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_cow_protect(c->cow);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) return ur_py_raise(rc, "cannot write-protect the process's memory");
+  Py_RETURN_NONE;
+}
+
+static PyObject *copy_cow_seal(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
+  if (!c->cow) {
+    PyErr_SetString(PyExc_ValueError, "cow_seal() after cow_start()");
+    return NULL;
+  }
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = ur_cow_seal(c->cow);
+  Py_END_ALLOW_THREADS
+  if (rc < 0) return ur_py_raise(rc, "cannot take the copy-on-write snapshot");
+  c->finished = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject *copy_cow_failed(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
+  return PyBool_FromLong(c->cow && __atomic_load_n(&c->cow->failed, __ATOMIC_ACQUIRE));
 }
 
 static PyObject *copy_close_py(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
@@ -187,6 +302,15 @@ static PyObject *copy_get_pid(MemoryCopy *c, void *Py_UNUSED(closure)) {
 }
 
 static PyObject *copy_get_stats(MemoryCopy *c, void *Py_UNUSED(closure)) {
+  if (c->cow)
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_lost",
+                         (unsigned long long)__atomic_load_n(&c->cow->lost, __ATOMIC_ACQUIRE),
+                         "pages_saved", (unsigned long long)c->cow->n,
+                         "faults", (unsigned long long)c->cow->faults, "bytes_held",
+                         (unsigned long long)c->cow->held, "protect_ns",
+                         (unsigned long long)c->cow->protect_ns, "seal_ns",
+                         (unsigned long long)c->cow->seal_ns, "dirty",
+                         (unsigned long long)c->cow->ndirty);
   return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "pages_read",
                        (unsigned long long)c->stats.pages_read, "pages_zeroed",
                        (unsigned long long)c->stats.pages_zeroed, "pages_kept",
@@ -212,6 +336,20 @@ static PyMethodDef copy_methods[] = {
     {"read", (PyCFunction)copy_read, METH_VARARGS,
      "read(addr, n) -> bytes: from the copy, as os.pread of /proc/PID/mem would."},
     {"reset_stats", (PyCFunction)copy_reset_stats, METH_NOARGS, "reset_stats()"},
+    {"cow_start", (PyCFunction)copy_cow_start, METH_VARARGS,
+     "cow_start(uffd, limit=0): a copy-on-write snapshot served from a thread of this process "
+     "(cow.h); takes (and closes, whatever happens) the synchronous userfaultfd of the process; "
+     "limit bounds the saved pages (0: as a cache)."},
+    {"cow_register", (PyCFunction)copy_cow_register, METH_VARARGS,
+     "cow_register(pairs) -> int: register (begin, end) ranges for write protection."},
+    {"cow_save", (PyCFunction)copy_cow_save, METH_VARARGS,
+     "cow_save(pairs): the process stopped: save these ranges whole as they are."},
+    {"cow_protect", (PyCFunction)copy_cow_protect, METH_NOARGS,
+     "cow_protect(): the process stopped: protect what is registered; the snapshot is taken."},
+    {"cow_seal", (PyCFunction)copy_cow_seal, METH_NOARGS,
+     "cow_seal(): the process stopped, all protected: the snapshot is this moment."},
+    {"cow_failed", (PyCFunction)copy_cow_failed, METH_NOARGS,
+     "cow_failed() -> bool: a page could not be saved; the snapshot is no longer whole."},
     {"close", (PyCFunction)copy_close_py, METH_NOARGS, "close(): free the copy."},
     {NULL, NULL, 0, NULL},
 };
@@ -239,14 +377,36 @@ PyTypeObject ur_memory_copy_type = {
 struct ur_pread_mem *ur_memory_copy_mem(PyObject *obj) {
   if (!PyObject_TypeCheck(obj, &ur_memory_copy_type)) return NULL;
   MemoryCopy *c = (MemoryCopy *)obj;
-  return c->opened && c->finished && !c->busy ? &c->mem : NULL;
+  return c->opened && c->finished && !c->busy && !c->cow ? &c->mem : NULL;
+}
+
+struct ur_cow *ur_memory_copy_cow(PyObject *obj, int *pid) {
+  if (!PyObject_TypeCheck(obj, &ur_memory_copy_type)) return NULL;
+  MemoryCopy *c = (MemoryCopy *)obj;
+  if (!c->cow || !c->finished) return NULL;
+  *pid = c->pid;
+  return c->cow;
 }
 
 int ur_reader_open(PyObject *source, struct ur_reader *r) {
   r->fd = -1;
   r->copy = NULL;
+  r->cow = NULL;
   r->pagemap_fd = -1;
   r->pid = 0;
+  int cow_pid = 0;
+  struct ur_cow *cow = ur_memory_copy_cow(source, &cow_pid);
+  if (cow) {
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/mem", cow_pid);
+    if ((r->fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+      ur_py_raise(-(errno == ENOENT ? ESRCH : errno), "cannot open the process's memory");
+      return -1;
+    }
+    r->pid = cow_pid;
+    r->cow = cow;
+    return 0;
+  }
   if (PyObject_TypeCheck(source, &ur_memory_copy_type)) {
     if (!(r->copy = ur_memory_copy_mem(source))) {
       PyErr_SetString(PyExc_ValueError, "the MemoryCopy is not finished, or closed");
@@ -278,11 +438,14 @@ void ur_reader_close(struct ur_reader *r) {
   if (r->pagemap_fd >= 0) close(r->pagemap_fd);
   r->fd = r->pagemap_fd = -1;
   r->copy = NULL;
+  r->cow = NULL;
 }
 
 size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len) {
-  return r->copy ? ur_mem_read_cached(r->copy, addr, buf, len)
-                 : ur_mem_read_direct(r->fd, addr, buf, len);
+  if (r->copy) return ur_mem_read_cached(r->copy, addr, buf, len);
+  size_t got = ur_mem_read_direct(r->fd, addr, buf, len);
+  ur_cow_overlay(r->cow, addr, buf, len, NULL, 0);
+  return got;
 }
 
 size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t len) {
@@ -296,13 +459,14 @@ size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t
   uint64_t span[2] = {addr, addr + len}, *parts = NULL;
   size_t n = 0;
   if (r->pagemap_fd < 0 || span[1] < addr || ur_present_pages(r->pagemap_fd, span, 1, &parts, &n) < 0)
-    return ur_mem_read_direct(r->fd, addr, buf, len);
+    return ur_reader_read(r, addr, buf, len);
   memset(buf, 0, len);
   size_t good = 0;
   for (size_t i = 0; i < n; i++)
     good += ur_mem_read_direct(r->fd, parts[2 * i], (uint8_t *)buf + (parts[2 * i] - addr),
                                (size_t)(parts[2 * i + 1] - parts[2 * i]));
   free(parts);
+  ur_cow_overlay(r->cow, addr, buf, len, NULL, 0);
   return good;
 }
 
@@ -344,7 +508,10 @@ PyObject *ur_py_present_ranges(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "ranges must be packed u64 (begin, end) pairs");
     goto out;
   }
-  if (PyObject_TypeCheck(source, &ur_memory_copy_type)) {
+  int cow_pid = 0;
+  if (ur_memory_copy_cow(source, &cow_pid)) {
+    source = NULL; /* the live process's pages: what is saved was present */
+  } else if (PyObject_TypeCheck(source, &ur_memory_copy_type)) {
     struct ur_pread_mem *m = ur_memory_copy_mem(source);
     if (!m) {
       PyErr_SetString(PyExc_ValueError, "the MemoryCopy is not finished, or closed");
@@ -355,7 +522,7 @@ PyObject *ur_py_present_ranges(PyObject *self, PyObject *args) {
     Py_XDECREF(ba);
     goto out;
   }
-  long pid = PyLong_Check(source) ? PyLong_AsLong(source) : -1;
+  long pid = !source ? cow_pid : PyLong_Check(source) ? PyLong_AsLong(source) : -1;
   if (pid < 0 || pid > INT32_MAX) {
     if (!PyErr_Occurred())
       PyErr_SetString(PyExc_TypeError, "memory source must be a pid or a MemoryCopy");

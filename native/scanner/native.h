@@ -26,6 +26,7 @@ struct ur_reader {
   struct ur_pread_mem *copy;
   int pagemap_fd; /* opened by the first ur_reader_read_anon of a pid; -2: unavailable */
   int pid;
+  struct ur_cow *cow; /* a copy-on-write snapshot's saved pages over the live reads */
 };
 /* source: an int pid or a MemoryCopy; -1 with an exception set. */
 int ur_reader_open(PyObject *source, struct ur_reader *r);
@@ -39,6 +40,8 @@ size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len)
 size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t len);
 /* The finished copy's cache, or NULL if obj is not a finished MemoryCopy. */
 struct ur_pread_mem *ur_memory_copy_mem(PyObject *obj);
+/* A taken copy-on-write snapshot's saved pages (and its pid), or NULL. */
+struct ur_cow *ur_memory_copy_cow(PyObject *obj, int *pid);
 
 PyObject *ur_py_read_registry(PyObject *self, PyObject *args);
 PyObject *ur_py_read_stacks(PyObject *self, PyObject *args);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "cow.h"
 #include "heap_walker.h"
 #include "memory.h"
 #include "native.h"
@@ -385,7 +386,15 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   if (threads > UR_SWEEP_MAX_THREADS) threads = UR_SWEEP_MAX_THREADS;
   void *release = NULL;
   struct ur_pread_mem *copy = ur_memory_copy_mem(source);
-  if (!copy && PyLong_Check(source)) pid = (int)PyLong_AsLong(source);
+  /* A copy-on-write snapshot: the live process, its saved pages laid over
+   * every read, by readers with small caches of their own. */
+  struct ur_cow *cow = copy ? NULL : ur_memory_copy_cow(source, &pid);
+  if (cow) {
+    live = 1;
+    frozen = 0;
+    if (!cache_mb) cache_mb = 8;
+  }
+  if (!copy && !cow && PyLong_Check(source)) pid = (int)PyLong_AsLong(source);
   if ((!copy && pid <= 0) ||
       (release_obj && release_obj != Py_None && !(release = ur_session_to_release(release_obj)))) {
     if (!PyErr_Occurred())
@@ -484,6 +493,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     rc = ur_mem_open(mem, pid, cache_mb ? cache_mb << 20 : cache_bytes_for(chunks));
     opened = rc == 0;
     if (rc == 0 && zeros) set_layout(mem, zeros, (size_t)zb.len / 24);
+    if (rc == 0) mem->cow = cow;
   }
   /* Several marking threads only over a frozen cache: each reads it through
    * a view of its own, and nothing is loaded any more. */
@@ -493,6 +503,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
      * thread reads through a chunk cache of its own, as large as the first. */
     nreaders = open_readers(readers, threads, pid, (uint64_t)mem->max_chunks << UR_CHUNK_SHIFT,
                             zeros, (size_t)zb.len / 24);
+    for (unsigned k = 1; k < nreaders; k++) readers[k].cow = cow;
     team_size = nreaders;
     mems[0] = &mem->mem;
     for (unsigned k = 1; k < nreaders; k++) mems[k] = &readers[k].mem;

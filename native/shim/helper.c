@@ -82,21 +82,23 @@ static uint64_t now_ns(void) {
 }
 
 /* Sleep until there is work, or until `until` (CLOCK_MONOTONIC ns; 0: no limit). */
-static void wait_for_work(uint32_t *cmd, uint64_t until) {
+static void wait_for_work(uint32_t *cmd, uint64_t until, int requests) {
   static int no_waitv;
   int saved = errno;
   if (!no_waitv) {
     /* The tracker's word at its present value (idle, on, or a failed
-     * start): a scanner's START is seen as the command word's is. */
+     * start): a scanner's START is seen as the command word's is. Without
+     * requests (they wait), the pending word is left out. */
     struct futex_waitv w[3] = {
         {.val = UR_CMD_IDLE, .uaddr = (uintptr_t)cmd, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
-        {.val = 0, .uaddr = (uintptr_t)&ur_g.pending, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
         {.val = ur_write_tracking_word(),
          .uaddr = (uintptr_t)&ur_write_tracker.cmd,
          .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
+        {.val = 0, .uaddr = (uintptr_t)&ur_g.pending, .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG},
     };
     struct timespec abs = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
-    if (syscall(__NR_futex_waitv, w, 3, 0, until ? &abs : NULL, CLOCK_MONOTONIC) >= 0 ||
+    unsigned nw = requests ? 3 : 2;
+    if (syscall(__NR_futex_waitv, w, nw, 0, until ? &abs : NULL, CLOCK_MONOTONIC) >= 0 ||
         errno != ENOSYS) {
       errno = saved;
       return;
@@ -216,7 +218,11 @@ static void *helper_main(void *arg) {
         continue;
       }
     }
-    uint32_t req = __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
+    /* Not during a copy-on-write snapshot: a dump's writes and frees would
+     * wait for the scanner, and the helper must stay free to end the
+     * snapshot should the scanner die. */
+    int cow = ur_write_tracking_cow();
+    uint32_t req = cow ? 0 : __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
     if (req & ~UR_REQ_STEP_ASIDE) {
       /* The helper's own work (dumps, stats, the notify socket): whatever
        * glibc allocates for it is registered as a nested call (busy). */
@@ -240,7 +246,12 @@ static void *helper_main(void *arg) {
     }
     if (req) continue;
     if (child) {
-      wait_for_request_or_child(&poll_ns);
+      if (cow) {
+        struct timespec ts = {0, CHILD_POLL_MAX_NS};
+        nanosleep(&ts, NULL);
+      } else {
+        wait_for_request_or_child(&poll_ns);
+      }
       continue;
     }
     /* Collapsing would fail on write-protected ranges and remember them done. */
@@ -261,7 +272,7 @@ static void *helper_main(void *arg) {
     }
     uint64_t until = huge && huge_due < give_back_due ? huge_due : give_back_due;
     if (tracking_ns && (!until || until > now_ns() + tracking_ns)) until = now_ns() + tracking_ns;
-    wait_for_work(cmd, until);
+    wait_for_work(cmd, until, !cow);
   }
   return NULL;
 }

@@ -55,6 +55,25 @@ static uint64_t now_s(void) {
  * (vm.unprivileged_userfaultfd=0), and all asynchronous write protection
  * needs: the kernel resolves such faults itself, whoever takes them. */
 static int open_uffd(void) {
+  if (__atomic_load_n(&ur_write_tracker.reserved, __ATOMIC_RELAXED) == UR_TRACK_MODE_COW) {
+    /* Synchronous protection for a copy-on-write snapshot: the scanner takes
+     * this descriptor and registers and serves everything itself. Kernel-mode
+     * faults (a read() into a protected page) must wait for it like any
+     * other, which a user-mode-only descriptor cannot do (EFAULT). */
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return -errno;
+    /* The events say when memory the snapshot holds is released (munmap,
+     * MADV_DONTNEED, mremap) before the scanner could save it. */
+    struct uffdio_api api = {.api = UFFD_API,
+                             .features = UFFD_FEATURE_EVENT_REMOVE |
+                                         UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP};
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+      int e = errno;
+      close(fd);
+      return -e;
+    }
+    return fd;
+  }
   int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
   if (fd < 0 && errno == EINVAL) fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return -errno;
@@ -186,6 +205,14 @@ static uint64_t g_deadline_s;
 
 int ur_write_tracking_active(void) { return g_uffd >= 0; }
 
+/* A copy-on-write snapshot's descriptor is held: the helper must then not
+ * run anything that could write or release the program's memory (a dump's
+ * allocations), since that waits for the scanner, and the helper is what
+ * ends the snapshot if the scanner dies. */
+static int g_cow;
+
+int ur_write_tracking_cow(void) { return g_uffd >= 0 && g_cow; }
+
 static void stop_tracking(void) {
   struct ur_write_tracker *t = &ur_write_tracker;
   if (g_scanner_fd >= 0) close(g_scanner_fd);
@@ -211,7 +238,10 @@ void ur_write_tracking_begin(void) {
   if (fd >= 0) {
     g_uffd = fd;
     g_whole_protected = 0;
-    int rc = ur_self_maps_foreach(track_mapping, &n);
+    int cow = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED) == UR_TRACK_MODE_COW;
+    g_cow = cow;
+    int rc = cow ? 0 : ur_self_maps_foreach(track_mapping, &n);
+    if (cow) n = 1;
     if (g_pagemap >= 0) close(g_pagemap);
     g_pagemap = -1;
     if (rc < 0 || n == 0) {
@@ -244,13 +274,24 @@ void ur_write_tracking_begin(void) {
   errno = saved;
 }
 
+/* A copy-on-write snapshot's scanner beats too (write_tracking.py): one
+ * that is alive but stopped (SIGSTOP, a debugger) serves no fault, and the
+ * program's writers must not wait on it any longer than this. The scanner
+ * then finds the tracker no longer ON and scans again over a classic copy. */
+static int cow_unserved(void) {
+  if (!g_cow) return 0;
+  uint64_t beat = __atomic_load_n(&ur_write_tracker.heartbeat, __ATOMIC_RELAXED);
+  if (beat != g_beat) watch_heartbeat();
+  return now_ms() - g_beat_ms > UR_TRACK_HEARTBEAT_MS;
+}
+
 uint64_t ur_write_tracking_check(void) {
   if (g_uffd < 0) return 0;
   int saved = errno;
   /* Anything but ON ends it: STOP, or a scanner that restarted the protocol. */
   if (ur_write_tracking_word() != UR_TRACK_ON ||
       scanner_gone(__atomic_load_n(&ur_write_tracker.scanner_pid, __ATOMIC_RELAXED)) ||
-      now_s() >= g_deadline_s)
+      now_s() >= g_deadline_s || cow_unserved())
     stop_tracking();
   errno = saved;
   return g_uffd >= 0 ? POLL_NS : 0;

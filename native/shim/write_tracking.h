@@ -26,6 +26,8 @@ int ur_write_tracking_requested(void);
  * tracking when the scanner says STOP, has vanished, or overstays. */
 void ur_write_tracking_begin(void);
 int ur_write_tracking_active(void);
+/* Tracking for a copy-on-write snapshot: requests wait until it ends. */
+int ur_write_tracking_cow(void);
 uint64_t ur_write_tracking_check(void);
 
 /* fork child: a tracker inherited mid-scan is the parent's. */

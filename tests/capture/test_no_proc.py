@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.tracking import copy_unsupported, wait_untracked, write_protected
+from unreachable.capture import copy_snapshot
 from unreachable.errors import TargetUnscannable
 from unreachable.scan import ScanOptions, scan
 
@@ -34,8 +35,13 @@ def test_copy_of_a_process_without_proc(targets, tmp_path, how):
 
 def test_the_real_reason_when_the_kept_maps_were_closed(targets, tmp_path):
     """A daemon that closes every descriptor after its chroot closes the
-    shim's: the copy is refused for that, and auto forks."""
+    shim's: the classic copy, whose helper reads its own maps, is refused
+    for that, and auto forks. A copy-on-write snapshot, whose mappings the
+    scanner registers, needs no maps of the helper's."""
     target = targets.start(PROGRAM, "chroot", str(tmp_path), "closeall")
+    report = scan(target.pid, ScanOptions(snapshot="copy"))
+    assert report.snapshot == "copy" and (report.leak_count, report.leak_bytes) == (1, 4444)
+    copy_snapshot._classic_next.add(target.pid)
     with pytest.raises(TargetUnscannable, match="chrooted.*closed the descriptor"):
         scan(target.pid, ScanOptions(snapshot="copy"))
     report = scan(target.pid, ScanOptions())

@@ -35,7 +35,7 @@ def test_encode_then_decode_keeps_every_field():
     assert _native.abi_decode("ur_module", raw) == module
     err = {"cmd": _native.TRACK_FAILED, "error": -5}
     tracker = _native.abi_decode("ur_write_tracker", _native.abi_encode("ur_write_tracker", err))
-    assert tracker == {**err, "scanner_pid": 0, "ranges": 0, "heartbeat": 0}
+    assert tracker == {**err, "scanner_pid": 0, "ranges": 0, "heartbeat": 0, "reserved": 0}
     two = _native.abi_encode("ur_altstack", {"tid": 7, "sp": 8}) * 2 + b"\0"
     assert [e["tid"] for e in _native.abi_decode_array("ur_altstack", two)] == [7, 7]
 

@@ -20,7 +20,7 @@ def test_page_sync() -> None:
     exe = build(
         [
             Path(__file__).parent / "c" / "page_sync_test.c",
-            *native_sources("scanner", "page_sync.c", "memory.c"),
+            *native_sources("scanner", "page_sync.c", "memory.c", "cow.c"),
             *native_sources("mark", "alloc.c"),
         ],
         name="page_sync_test",

@@ -1,24 +1,27 @@
-"""The copy snapshot: copy the target's memory while it runs, stop it, read
-again only the pages it wrote since, let it go.
+"""The copy snapshot, copy-on-write: the target's memory write-protected
+while it runs, protected again where it wrote by the stop, and let go; the
+scan reads the live memory, and each page the target writes afterwards is
+saved first (native/scanner/cow.c). Only those pages are copied.
 
-The shim's helper tracks the writes (write_tracking.py); the copy lives in
-the scanner (native/scanner/page_sync.c). The pause is a walk of the page
-tables plus the pages written during the copy, not the heap: docs/pause.md
-has the numbers and the costs (the scanner holds a copy of the target's
-writable memory, and the target takes one minor fault per page it writes
-while the copy is made).
+Where no synchronous userfaultfd can be had, the classic copy: the memory
+copied while the target runs, the helper tracking its writes
+(write_tracking.py), then stopped, the pages written since read again
+(native/scanner/page_sync.c), let go. docs/pause.md, "The copy snapshot",
+has how each works, what it costs and what it was measured at.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 from unreachable import _native
+from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
 from unreachable.capture.target import Target
-from unreachable.capture.write_tracking import TrackingUnavailable, tracked_writes
+from unreachable.capture.write_tracking import MODE_COW, ON, TrackingUnavailable, tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 
@@ -99,12 +102,193 @@ def refresh(copy: _native.MemoryCopy, pid: int) -> list[Mapping]:
     return mappings
 
 
+_UFFD_FEATURE_WP_ASYNC = 1 << 15
+
+
+def _cow_uffd(pid: int) -> int:
+    """A duplicate of the helper's synchronous userfaultfd (the target's
+    one userfaultfd without WP_ASYNC), or -1."""
+    found = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return -1
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") != "anon_inode:[userfaultfd]":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{name}") as f:
+                api = next((ln.split()[1] for ln in f if ln.startswith("API:")), "")
+        except (OSError, IndexError):
+            continue
+        parts = api.split(":")
+        if len(parts) > 1 and not int(parts[1], 16) & _UFFD_FEATURE_WP_ASYNC:
+            found.append(int(name))
+    if len(found) != 1 or (pidfd := _pidfd(pid)) is None:
+        return -1
+    try:
+        return _getfd(pidfd, found[0])
+    finally:
+        os.close(pidfd)
+
+
+def _helper_stack(target: Target) -> list[int]:
+    """Addresses in the helper's stack: the frame it publishes in the
+    descriptor (0 while it runs a request) and its blocked call's sp."""
+    pid, found = target.pid, []
+    addr = target.shim.descriptor_addr
+    at, size = _native.abi_field("ur_descriptor", "helper_frames")
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+            f.seek(addr + at)
+            found.append(int.from_bytes(f.read(size), "little"))
+        with open(f"/proc/{pid}/task/{target.header.helper_tid}/syscall") as f:
+            fields = f.read().split()
+        if len(fields) >= 3:
+            found.append(int(fields[-2], 16))
+    except (OSError, ValueError):
+        pass
+    return [a for a in found if a]
+
+
+def _cow_ranges(
+    target: Target, mappings: Sequence[Mapping], helper: Sequence[int]
+) -> tuple[bytes, bytes]:
+    """What the snapshot protects: every private writable mapping but the
+    shim's own (its data and the tail of its .bss, which the helper writes)
+    and the helper's stack: the helper must never wait on the scanner.
+    Those (small) are saved whole in the pause instead: (protected, saved)."""
+    shim = [m for m in mappings if m.path == target.shim.path]
+    shim_end = max((m.end for m in shim), default=0)
+    tracker = target.header.write_tracker
+    pairs, saved = [], []
+    for m in mappings:
+        if not (m.readable and m.writable and m.private) or m.path in SPECIAL:
+            continue
+        if (
+            m.path == target.shim.path
+            or (m.start == shim_end and not m.path)
+            or m.start <= tracker < m.end
+            or any(m.start <= a < m.end for a in helper)
+        ):
+            saved.append((m.start, m.end))
+            continue
+        pairs.append((m.start, m.end))
+    return (
+        b"".join(struct.pack("<QQ", b, e) for b, e in pairs),
+        b"".join(struct.pack("<QQ", b, e) for b, e in saved),
+    )
+
+
+# Pids whose next copy is made the classic way: their last copy-on-write
+# snapshot lost memory the target released during the scan.
+_classic_next: set[int] = set()
+# A sealed copy-on-write snapshot's tracker (pid, address), by id(copy): the
+# helper ends the snapshot by itself when its faults go unserved.
+_trackers: dict[int, tuple[int, int]] = {}
+
+
+def _tracker_cmd(pid: int, addr: int) -> int:
+    at, size = _native.abi_field("ur_write_tracker", "cmd")
+    try:
+        with open(f"/proc/{pid}/mem", "rb", buffering=0) as f:
+            f.seek(addr + at)
+            return int.from_bytes(f.read(size), "little")
+    except OSError:
+        return -1
+
+
+def cow_wanted(pid: int) -> bool:
+    if pid in _classic_next:
+        _classic_next.discard(pid)
+        return False
+    return True
+
+
+def cow_broken(memory: object, pid: int) -> str:
+    """Why a finished scan over a copy-on-write snapshot may be wrong ("":
+    it is not): memory the target released before its pages were saved
+    (munmap, MADV_DONTNEED, mremap; the kernel reports it only after the
+    fact), or pages the scanner had no room to save. The scan is then made
+    again over a classic copy."""
+    if not isinstance(memory, _native.MemoryCopy):
+        return ""
+    stats = memory.stats
+    lost = stats.get("bytes_lost", 0)
+    why = ""
+    if (tracker := _trackers.get(id(memory))) and _tracker_cmd(*tracker) != ON:
+        why = "the target's helper ended the copy-on-write snapshot, its faults unserved"
+    elif memory.cow_failed():
+        why = "the copy-on-write snapshot had no room for the pages the target wrote"
+    elif lost:
+        why = f"the target released {lost >> 10} KiB the copy-on-write snapshot had not saved"
+    if why:
+        _classic_next.add(pid)
+    return why
+
+
+@contextmanager
+def cow_capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
+    """The copy-on-write snapshot (cow.h): protected in the pause, read live
+    after it, each page the target writes meanwhile saved first."""
+    with ExitStack() as cleanup:
+        cleanup.enter_context(tracked_writes(target, mode=MODE_COW))
+        uffd = _cow_uffd(target.pid)
+        if uffd < 0:
+            raise TrackingUnavailable("no synchronous userfaultfd in the target")
+        copy = _native.MemoryCopy(target.pid, cache_bytes=64 << 20)
+        try:
+            copy.cow_start(uffd)
+        except OSError as e:
+            copy.close()
+            raise TrackingUnavailable(f"cannot serve the snapshot: {e}") from None
+        cleanup.callback(copy.close)
+        helper = _helper_stack(target)
+        if not helper:
+            raise TrackingUnavailable("cannot find the shim's helper's stack")
+        mappings = read_maps(target.pid)
+        # Protected while the target runs: the pause protects again only
+        # the pages written since (cow.h, ur_cow_seal).
+        copy.cow_register(_cow_ranges(target, mappings, helper)[0])
+        try:
+            copy.cow_protect()
+        except OSError as e:
+            raise TrackingUnavailable(f"cannot write-protect the target: {e}") from None
+        capture = stop_world(target, request.roots, cleanup)
+        try:
+            now = read_maps(target.pid)
+            seen = {(m.start, m.end) for m in mappings}
+            new = [m for m in now if (m.start, m.end) not in seen]
+            if new:
+                copy.cow_register(_cow_ranges(target, new, helper)[0])
+                copy.cow_protect()
+            copy.cow_save(_cow_ranges(target, now, helper)[1])
+            copy.cow_seal()
+            _trackers[id(copy)] = (target.pid, target.header.write_tracker)
+            cleanup.callback(_trackers.pop, id(copy), None)
+            capture.mappings = now
+            capture.tracer.release()
+            capture.snapshot, capture.copy = "copy", copy
+        except (OSError, MemoryError) as e:
+            capture.snapshot_error = f"the copy-on-write snapshot could not be taken: {e}"
+        yield capture
+
+
 @contextmanager
 def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
     """The copy, made while the target runs, then brought up to date in the
     pause. A copy that cannot be made is refused (request.must) or raises
     TrackingUnavailable; one that cannot be brought up to date leaves the
     target stopped, swept so (it is stopped already)."""
+    if cow_wanted(target.pid):
+        with ExitStack() as outer:
+            try:
+                got = outer.enter_context(cow_capture(target, request))
+            except TrackingUnavailable:
+                got = None
+            if got is not None:
+                yield got
+                return
     with ExitStack() as cleanup:
         tracking = cleanup.enter_context(ExitStack())
         try:

@@ -29,6 +29,7 @@ IDLE, START, ON, STOP, FAILED = (
     _native.TRACK_FAILED,
 )
 _TRACKER_SIZE = _native.abi_sizeof("ur_write_tracker")
+MODE_COW = 1  # abi.h UR_TRACK_MODE_COW
 # abi.h UR_TRACK_HEARTBEAT_MS is 2 s: a beat every 0.1 s leaves room for a
 # busy machine.
 HEARTBEAT_S = 0.1
@@ -62,9 +63,11 @@ def _why_failed(err: int, pid: int) -> str:
 
 
 @contextmanager
-def tracked_writes(target: Target) -> Iterator[int]:
+def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
     """Writes tracked until the block ends; yields the mappings tracked.
-    Raises TrackingUnavailable, having changed nothing, when it cannot be."""
+    Raises TrackingUnavailable, having changed nothing, when it cannot be.
+    mode MODE_COW: the helper opens a synchronous userfaultfd and registers
+    nothing (copy_snapshot.py takes it)."""
     pid, addr, helper = target.pid, target.header.write_tracker, target.header.helper_tid
     if not addr:
         raise TrackingUnavailable("the shim in the target predates copy snapshots")
@@ -100,7 +103,10 @@ def tracked_writes(target: Target) -> Iterator[int]:
         if cmd()[0] == ON:
             raise TrackingUnavailable("another scan is copying this process")
         _write_field(fd, addr, "scanner_pid", 0 if foreign else os.getpid())
-        if foreign:
+        _write_field(fd, addr, "reserved", mode)
+        # A copy-on-write snapshot's helper also ends it when the beats stop
+        # (a stopped scanner serves no fault).
+        if foreign or mode == MODE_COW:
             beat.start()
         _write_field(fd, addr, "cmd", START)
         started = True

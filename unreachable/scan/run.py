@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from unreachable.capture.copy_snapshot import cow_broken
 from unreachable.capture.core_file import open_core
 from unreachable.capture.target import still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
@@ -170,6 +171,7 @@ def run_plan(
             note("folded")
             # Only the shim's registry keeps backtraces (its stack depot).
             backtraces = read_backtraces(memory, addr, folded.leaks) if addr else Backtraces()
+            broken = cow_broken(memory, pid)
     except (ProcessLookupError, TargetNotFound):
         # The target (or its frozen copy) vanished between two reads. A child
         # killed under a running target: the next plan, a new snapshot. A
@@ -178,6 +180,10 @@ def run_plan(
         if planned.in_child and forked and still_running(pid):
             return Retry("the snapshot child vanished", "child", "sweep")
         raise TargetNotFound(f"process {tgid} exited during the scan") from None
+    if broken:
+        # Once: the next copy of this pid is a classic one.
+        again = join_notes(planned.snapshot_note, f"{broken}; copied")
+        return run_plan(facts, replace(planned, snapshot_note=again), options, note, started, graph)
     if live and not still_running(pid):
         raise TargetNotFound(f"process {tgid} exited during the scan")
     files = subject.symbol_files(mappings)

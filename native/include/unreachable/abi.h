@@ -89,6 +89,11 @@
  * heartbeat at least every UR_TRACK_HEARTBEAT_MS / 4 instead; the helper stops
  * once heartbeat has not changed for UR_TRACK_HEARTBEAT_MS (an older shim
  * stops at once on scanner_pid 0, and the scan falls back to fork).
+ * With reserved = UR_TRACK_MODE_COW (written before START) the helper opens
+ * a synchronous userfaultfd instead and registers nothing: the scanner
+ * takes it with pidfd_getfd, registers, protects and serves the target's
+ * memory itself (a copy-on-write snapshot); the helper ends it the same
+ * way, and runs no requests meanwhile. An older shim ignores the field.
  */
 #ifndef UNREACHABLE_ABI_H
 #define UNREACHABLE_ABI_H
@@ -140,6 +145,10 @@ enum ur_track_cmd {
   UR_TRACK_STOP = 3,
   UR_TRACK_FAILED = 4,
 };
+/* ur_write_tracker.reserved as the mode: COW asks for a synchronous
+ * userfaultfd, registered by the scanner (copy_snapshot.py); 0 the
+ * asynchronous tracking. */
+#define UR_TRACK_MODE_COW 1u
 #define UR_TRACK_MAX_SECONDS 600u /* the longest scan (the scanner's own timeout) */
 #define UR_TRACK_HEARTBEAT_MS 2000u
 

@@ -1,0 +1,420 @@
+#include "cow.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "unreachable/linux_compat.h"
+
+#define PAGE 4096u
+#define SLAB (2u << 20)
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static size_t slot(uint64_t page, size_t mask) {
+  return (size_t)(((page >> 12) * UINT64_C(0x9E3779B97F4A7C15)) >> 20) & mask;
+}
+
+static uint8_t *lookup(struct ur_cow *c, uint64_t page) {
+  if (!c->cap) return NULL;
+  for (size_t i = slot(page, c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
+    if (!c->keys[i]) return NULL;
+    if (c->keys[i] == page + 1) return c->vals[i];
+  }
+}
+
+static int grow(struct ur_cow *c) {
+  size_t cap = c->cap ? c->cap * 2 : 4096;
+  uint64_t *keys = calloc(cap, sizeof(*keys));
+  uint8_t **vals = calloc(cap, sizeof(*vals));
+  if (!keys || !vals) {
+    free(keys);
+    free(vals);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < c->cap; i++) {
+    if (!c->keys[i]) continue;
+    size_t j = slot(c->keys[i] - 1, cap - 1);
+    while (keys[j]) j = (j + 1) & (cap - 1);
+    keys[j] = c->keys[i];
+    vals[j] = c->vals[i];
+  }
+  free(c->keys);
+  free(c->vals);
+  c->keys = keys;
+  c->vals = vals;
+  c->cap = cap;
+  return 0;
+}
+
+static uint8_t *page_buffer(struct ur_cow *c) {
+  if (c->slab_left < PAGE) {
+    if (c->held + SLAB > c->limit) return NULL;
+    void **s = realloc(c->slabs, (c->nslabs + 1) * sizeof(*s));
+    if (!s) return NULL;
+    c->slabs = s;
+    void *m = mmap(NULL, SLAB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    c->slabs[c->nslabs++] = m;
+    c->slab = m;
+    c->slab_left = SLAB;
+    c->held += SLAB;
+  }
+  uint8_t *p = c->slab;
+  c->slab += PAGE;
+  c->slab_left -= PAGE;
+  return p;
+}
+
+static void unprotect(struct ur_cow *c, uint64_t begin, uint64_t len) {
+  struct uffdio_writeprotect wp = {.range = {begin, len}, .mode = 0};
+  if (ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+    struct uffdio_range r = {begin, len};
+    ioctl(c->uffd, UFFDIO_WAKE, &r);
+  }
+}
+
+/* Whatever can no longer be saved: nothing stays protected, the snapshot
+ * is marked failed (its reader then refuses it). */
+static void give_up(struct ur_cow *c) {
+  __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
+  for (size_t i = 0; i < c->nranges; i++)
+    unprotect(c, c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]);
+}
+
+/* The page's bytes now, saved unless saved already. 0, or -1 when no room. */
+static int keep(struct ur_cow *c, uint64_t page) {
+  pthread_mutex_lock(&c->lock);
+  int have = lookup(c, page) != NULL;
+  pthread_mutex_unlock(&c->lock);
+  if (have) return 0;
+  uint8_t *buf = page_buffer(c);
+  if (!buf) return -1;
+  ssize_t r = pread(c->memfd, buf, PAGE, (off_t)page);
+  if (r < (ssize_t)PAGE) memset(buf + (r > 0 ? r : 0), 0, PAGE - (size_t)(r > 0 ? r : 0));
+  pthread_mutex_lock(&c->lock);
+  if ((c->n + 1) * 2 > c->cap && grow(c) < 0) {
+    pthread_mutex_unlock(&c->lock);
+    return -1;
+  }
+  size_t i = slot(page, c->cap - 1);
+  while (c->keys[i]) i = (i + 1) & (c->cap - 1);
+  c->vals[i] = buf;
+  c->keys[i] = page + 1;
+  __atomic_store_n(&c->n, c->n + 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&c->lock);
+  return 0;
+}
+
+int ur_cow_save(struct ur_cow *c, const uint64_t *pairs, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    for (uint64_t p = pairs[2 * i]; p < pairs[2 * i + 1]; p += PAGE)
+      if (keep(c, p) < 0) return -ENOMEM;
+  return 0;
+}
+
+static int add_pair(uint64_t **v, size_t *n, size_t *cap, uint64_t b, uint64_t e);
+
+static void save(struct ur_cow *c, uint64_t page) {
+  if (!__atomic_load_n(&c->sealed, __ATOMIC_ACQUIRE)) {
+    /* Before the snapshot: unprotected under the lock, so that the seal
+     * (which takes it) protects again every page unprotected here. */
+    pthread_mutex_lock(&c->lock);
+    if (!c->sealed) {
+      int rc = add_pair(&c->dirty, &c->ndirty, &c->dirty_cap, page, page + PAGE);
+      if (rc < 0) __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
+      unprotect(c, page, PAGE);
+      pthread_mutex_unlock(&c->lock);
+      return;
+    }
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) {
+    unprotect(c, page, PAGE);
+    return;
+  }
+  if (keep(c, page) < 0) {
+    give_up(c);
+    return;
+  }
+  c->faults++;
+  unprotect(c, page, PAGE);
+}
+
+/* Memory the target released (munmap, MADV_DONTNEED, mremap's source)
+ * after the seal: its pages not saved are lost to the snapshot. The event
+ * has let the target go on as it was read, so they cannot be saved now. */
+static void released(struct ur_cow *c, uint64_t begin, uint64_t end) {
+  if (!__atomic_load_n(&c->sealed, __ATOMIC_ACQUIRE)) return;
+  uint64_t lost = 0;
+  pthread_mutex_lock(&c->lock);
+  for (size_t i = 0; i < c->nranges; i++) {
+    uint64_t b = c->ranges[2 * i] > begin ? c->ranges[2 * i] : begin;
+    uint64_t e = c->ranges[2 * i + 1] < end ? c->ranges[2 * i + 1] : end;
+    for (uint64_t p = b & ~(uint64_t)(PAGE - 1); p < e; p += PAGE)
+      if (!lookup(c, p)) lost += PAGE;
+  }
+  pthread_mutex_unlock(&c->lock);
+  __atomic_fetch_add(&c->lost, lost, __ATOMIC_RELEASE);
+}
+
+static const uint8_t zero_page[PAGE] __attribute__((aligned(PAGE)));
+
+/* A first touch of a page the target does not have (registered for missing
+ * pages: write protection alone leaves absent pages unprotected, and
+ * marking them would build page tables for all of a sparse reservation).
+ * After the seal it was absent at the snapshot: saved as zero first. A read
+ * (the target's, or the scanner's own through /proc/PID/mem) gets the
+ * shared zero page, no memory; before the seal that page is noted dirty,
+ * to be protected with the others. A write gets a page of its own,
+ * protected before the seal, as the pages the target had. */
+static void missing(struct ur_cow *c, uint64_t page, int write) {
+  pthread_mutex_lock(&c->lock);
+  int sealed = c->sealed, ok = 1;
+  if (sealed && !lookup(c, page)) {
+    ok = (c->n + 1) * 2 <= c->cap || grow(c) == 0;
+    if (ok) {
+      size_t i = slot(page, c->cap - 1);
+      while (c->keys[i]) i = (i + 1) & (c->cap - 1);
+      c->vals[i] = (uint8_t *)zero_page;
+      c->keys[i] = page + 1;
+      __atomic_store_n(&c->n, c->n + 1, __ATOMIC_RELEASE);
+    }
+  } else if (!sealed && !write) {
+    ok = add_pair(&c->dirty, &c->ndirty, &c->dirty_cap, page, page + PAGE) == 0;
+  }
+  if (!ok) __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
+  int rc;
+  if (write) {
+    struct uffdio_copy cp = {.dst = page,
+                             .src = (uint64_t)(uintptr_t)zero_page,
+                             .len = PAGE,
+                             .mode = sealed ? 0 : UFFDIO_COPY_MODE_WP};
+    rc = ioctl(c->uffd, UFFDIO_COPY, &cp);
+  } else {
+    struct uffdio_zeropage zp = {.range = {page, PAGE}, .mode = 0};
+    rc = ioctl(c->uffd, UFFDIO_ZEROPAGE, &zp);
+  }
+  /* Under the lock before the seal: the seal protects what is noted. */
+  pthread_mutex_unlock(&c->lock);
+  if (rc != 0) {
+    struct uffdio_range r = {page, PAGE}; /* filled meanwhile (EEXIST): wake */
+    ioctl(c->uffd, UFFDIO_WAKE, &r);
+  }
+}
+
+static void *serve(void *arg) {
+  struct ur_cow *c = arg;
+  struct uffd_msg msgs[64];
+  for (;;) {
+    struct pollfd p[2] = {{.fd = c->uffd, .events = POLLIN}, {.fd = c->wake[0], .events = POLLIN}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents) break;
+    ssize_t r = read(c->uffd, msgs, sizeof msgs);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      break;
+    }
+    for (size_t i = 0; i < (size_t)r / sizeof msgs[0]; i++) {
+      const struct uffd_msg *m = &msgs[i];
+      if (m->event == UFFD_EVENT_PAGEFAULT && (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP))
+        save(c, m->arg.pagefault.address & ~(uint64_t)(PAGE - 1));
+      else if (m->event == UFFD_EVENT_PAGEFAULT)
+        missing(c, m->arg.pagefault.address & ~(uint64_t)(PAGE - 1),
+                (m->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0);
+      else if (m->event == UFFD_EVENT_REMOVE || m->event == UFFD_EVENT_UNMAP)
+        released(c, m->arg.remove.start, m->arg.remove.end);
+      else if (m->event == UFFD_EVENT_REMAP)
+        released(c, m->arg.remap.from, m->arg.remap.from + m->arg.remap.len);
+    }
+  }
+  return NULL;
+}
+
+int ur_cow_open(struct ur_cow *c, pid_t pid, int uffd, uint64_t limit) {
+  memset(c, 0, sizeof(*c));
+  c->pid = pid;
+  c->uffd = uffd;
+  c->limit = limit;
+  c->wake[0] = c->wake[1] = -1;
+  pthread_mutex_init(&c->lock, NULL);
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+  if ((c->memfd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || pipe2(c->wake, O_CLOEXEC) < 0) {
+    int e = errno;
+    ur_cow_close(c);
+    return -e;
+  }
+  if (pthread_create(&c->server, NULL, serve, c) != 0) {
+    ur_cow_close(c);
+    return -EAGAIN;
+  }
+  c->serving = 1;
+  return 0;
+}
+
+static int add_pair(uint64_t **v, size_t *n, size_t *cap, uint64_t b, uint64_t e) {
+  if (*n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 64;
+    uint64_t *r = realloc(*v, nc * 2 * sizeof(*r));
+    if (!r) return -ENOMEM;
+    *v = r;
+    *cap = nc;
+  }
+  (*v)[2 * *n] = b;
+  (*v)[2 * *n + 1] = e;
+  (*n)++;
+  return 0;
+}
+
+size_t ur_cow_register(struct ur_cow *c, const uint64_t *pairs, size_t n) {
+  size_t done = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct uffdio_register reg = {.range = {pairs[2 * i], pairs[2 * i + 1] - pairs[2 * i]},
+                                  .mode = UFFDIO_REGISTER_MODE_WP | UFFDIO_REGISTER_MODE_MISSING};
+    if (ioctl(c->uffd, UFFDIO_REGISTER, &reg) != 0) {
+      add_pair(&c->refused, &c->nrefused, &c->refused_cap, pairs[2 * i], pairs[2 * i + 1]);
+      continue;
+    }
+    if (c->nranges == c->ranges_cap) {
+      size_t cap = c->ranges_cap ? c->ranges_cap * 2 : 64;
+      uint64_t *r = realloc(c->ranges, cap * 2 * sizeof(*r));
+      if (!r) {
+        struct uffdio_range u = {pairs[2 * i], pairs[2 * i + 1] - pairs[2 * i]};
+        ioctl(c->uffd, UFFDIO_UNREGISTER, &u);
+        continue;
+      }
+      c->ranges = r;
+      c->ranges_cap = cap;
+    }
+    c->ranges[2 * c->nranges] = pairs[2 * i];
+    c->ranges[2 * c->nranges + 1] = pairs[2 * i + 1];
+    c->nranges++;
+    done++;
+  }
+  return done;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+int ur_cow_seal(struct ur_cow *c) {
+  uint64_t t0 = now_ns();
+  pthread_mutex_lock(&c->lock);
+  __atomic_store_n(&c->sealed, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&c->lock);
+  if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) return -ENOMEM;
+  /* Pairs of one page each, sorted into runs. */
+  qsort(c->dirty, c->ndirty, 2 * sizeof(uint64_t), cmp_u64);
+  for (size_t i = 0; i < c->ndirty;) {
+    uint64_t b = c->dirty[2 * i], e = c->dirty[2 * i + 1];
+    size_t j = i + 1;
+    while (j < c->ndirty && c->dirty[2 * j] <= e) {
+      if (c->dirty[2 * j + 1] > e) e = c->dirty[2 * j + 1];
+      j++;
+    }
+    struct uffdio_writeprotect wp = {.range = {b, e - b}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) != 0 && errno != ENOENT) {
+      int err = errno;
+      give_up(c);
+      return -err;
+    }
+    i = j;
+  }
+  if (ur_cow_save(c, c->refused, c->nrefused) < 0) {
+    give_up(c);
+    return -ENOMEM;
+  }
+  c->seal_ns = now_ns() - t0;
+  return 0;
+}
+
+int ur_cow_protect(struct ur_cow *c) {
+  uint64_t t0 = now_ns();
+  for (size_t i = c->protected_upto; i < c->nranges; i++) {
+    struct uffdio_writeprotect wp = {
+        .range = {c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]},
+        .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+      int e = errno;
+      give_up(c);
+      return -e;
+    }
+  }
+  c->protected_upto = c->nranges;
+  c->protect_ns += now_ns() - t0;
+  return 0;
+}
+
+void ur_cow_overlay(struct ur_cow *c, uint64_t addr, uint8_t *buf, size_t len, uint64_t *bad,
+                    size_t first_page) {
+  if (!c || len == 0 || __atomic_load_n(&c->n, __ATOMIC_ACQUIRE) == 0) return;
+  uint64_t end = addr + len;
+  pthread_mutex_lock(&c->lock);
+  for (uint64_t page = addr & ~(uint64_t)(PAGE - 1); page < end; page += PAGE) {
+    uint8_t *saved = lookup(c, page);
+    if (!saved) continue;
+    uint64_t lo = page < addr ? addr : page, hi = page + PAGE > end ? end : page + PAGE;
+    memcpy(buf + (lo - addr), saved + (lo - page), hi - lo);
+    if (bad) {
+      size_t k = first_page + (size_t)((page - addr) >> 12);
+      bad[k / 64] &= ~(UINT64_C(1) << (k % 64));
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+}
+
+void ur_cow_close(struct ur_cow *c) {
+  if (c->uffd >= 0) {
+    for (size_t i = 0; i < c->nranges; i++) {
+      /* Unregistering wakes whatever waits in the range. */
+      struct uffdio_range u = {c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]};
+      unprotect(c, u.start, u.len);
+      ioctl(c->uffd, UFFDIO_UNREGISTER, &u);
+    }
+  }
+  if (c->serving) {
+    if (write(c->wake[1], "x", 1) < 0) { /* the thread sees the pipe */
+    }
+    pthread_join(c->server, NULL);
+    c->serving = 0;
+  }
+  if (c->uffd >= 0) close(c->uffd);
+  if (c->memfd >= 0) close(c->memfd);
+  if (c->wake[0] >= 0) close(c->wake[0]);
+  if (c->wake[1] >= 0) close(c->wake[1]);
+  for (size_t i = 0; i < c->nslabs; i++) munmap(c->slabs[i], SLAB);
+  free(c->slabs);
+  free(c->keys);
+  free(c->vals);
+  free(c->ranges);
+  free(c->refused);
+  free(c->dirty);
+  c->dirty = NULL;
+  c->ndirty = 0;
+  c->refused = NULL;
+  c->nrefused = 0;
+  pthread_mutex_destroy(&c->lock);
+  c->uffd = c->memfd = c->wake[0] = c->wake[1] = -1;
+  c->slabs = NULL;
+  c->keys = NULL;
+  c->vals = NULL;
+  c->ranges = NULL;
+  c->nslabs = c->cap = c->n = c->nranges = 0;
+}
