@@ -372,6 +372,15 @@ static PyObject *session_child_request(Session *s, PyObject *args) {
   return child_finish(s, timeout);
 }
 
+/* The stop goes on for longer than a stop should (a snapshot that could
+ * not be taken leaves the target stopped for a whole sweep): the tracer
+ * thread back to its own policy, so a long sweep never runs realtime. */
+static PyObject *session_calm(Session *s, PyObject *Py_UNUSED(ignored)) {
+  if (check_owner(s) < 0) return NULL;
+  urgent_leave(s);
+  Py_RETURN_NONE;
+}
+
 static PyObject *session_release(Session *s, PyObject *Py_UNUSED(ignored)) {
   if (check_owner(s) < 0) return NULL;
   s->busy = 1;
@@ -477,6 +486,8 @@ static PyMethodDef session_methods[] = {
     {"child_request", (PyCFunction)session_child_request, METH_VARARGS,
      "child_request(request, payload, timeout_s) -> bytes: hand the child a request "
      "(abi.h UR_CHILD_REQ_*), wait for its reply."},
+    {"calm", (PyCFunction)session_calm, METH_NOARGS,
+     "calm(): an urgent stop's tracer thread back to its own scheduling policy (the stop goes on)."},
     {"release", (PyCFunction)session_release, METH_NOARGS,
      "release(): detach every thread (idempotent)."},
     {"close", (PyCFunction)session_close, METH_NOARGS,

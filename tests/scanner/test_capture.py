@@ -315,6 +315,22 @@ def test_an_urgent_stop_runs_real_time_until_the_release_and_no_longer(target) -
         assert os.sched_getscheduler(0) == before and not s.urgent
 
 
+def test_calm_ends_the_urgency_and_not_the_stop(target) -> None:
+    """calm(): a stop that goes on for a whole sweep (a snapshot that could
+    not be taken) no longer runs realtime, and the threads stay stopped
+    until the release."""
+    proc = target[0]
+    before = os.sched_getscheduler(0)
+    with _native.Session(proc.pid) as s:
+        s.stop(urgent=True)
+        s.calm()
+        assert os.sched_getscheduler(0) == before and not s.urgent
+        assert state(proc.pid) == "t"
+        s.release()
+        assert os.sched_getscheduler(0) == before
+    wait_until(lambda: state(proc.pid) in "RS", what="the release")
+
+
 def test_timings_follow_the_pause_in_order(target) -> None:
     """Session.timings: where the pause went, each mark after the one before,
     the last one the pause_ns the session reports."""

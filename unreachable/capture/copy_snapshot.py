@@ -254,7 +254,7 @@ def cow_capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
             copy.cow_protect()
         except OSError as e:
             raise TrackingUnavailable(f"cannot write-protect the target: {e}") from None
-        capture = stop_world(target, request.roots, cleanup)
+        capture = stop_world(target, request.roots, cleanup, urgent=True)
         try:
             now = read_maps(target.pid)
             seen = {(m.start, m.end) for m in mappings}
@@ -298,7 +298,7 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
                 raise TargetUnscannable(f"{request.must}{e}") from None
             raise
         cleanup.callback(copy.close)
-        capture = stop_world(target, request.roots, cleanup)
+        capture = stop_world(target, request.roots, cleanup, urgent=True)
         try:
             capture.mappings = refresh(copy, target.pid)
             capture.tracer.release()

@@ -43,6 +43,8 @@ def capture(target: Target, facts: Facts, plan: Plan) -> Iterator[Capture | Retr
         if got.snapshot == "fork" and got.kept_out.too_big:
             yield Retry(got.kept_out.too_big, "fork", "snapshot", RETRY_ELSEWHERE)
             return
+        if not got.tracer.released:
+            got.tracer.calm()  # swept stopped: no longer a short stop
         yield got
 
 
