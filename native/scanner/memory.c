@@ -506,6 +506,36 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
   return held_view(mm, c, addr, end, avail);
 }
 
+/* Appends [a, next) of the chunk at base to out, less its pages set in
+ * absent, run by run (merged with the run before). Returns where it
+ * stopped: next, or earlier when out (cap pairs, *k used) is full. */
+static uint64_t add_present_runs(const uint64_t *absent, uint64_t base, uint64_t a, uint64_t next,
+                                 uint64_t *out, int cap, int *k) {
+  for (uint64_t at = a; at < next;) {
+    size_t page = (size_t)((at - base) >> UR_PAGE_SHIFT);
+    int gap = absent ? (int)((absent[page / 64] >> (page % 64)) & 1) : 0;
+    uint64_t run = absent ? (at & ~(UR_PAGE_SIZE - 1)) + UR_PAGE_SIZE : next;
+    while (run < next) {
+      size_t q = (size_t)((run - base) >> UR_PAGE_SHIFT);
+      if ((int)((absent[q / 64] >> (q % 64)) & 1) != gap) break;
+      run += UR_PAGE_SIZE;
+    }
+    if (run > next) run = next;
+    if (!gap) {
+      if (*k && out[2 * *k - 1] == at) {
+        out[2 * *k - 1] = run;
+      } else {
+        if (*k == cap) return at;
+        out[2 * *k] = at;
+        out[2 * *k + 1] = run;
+        (*k)++;
+      }
+    }
+    at = run;
+  }
+  return next;
+}
+
 /* mem.present over a frozen cache: all but the chunks it does not hold
  * inside demand-zero ranges, which were absent when copied and read as zero
  * (zero_view), and the pages of held chunks the process did not have when
@@ -521,41 +551,13 @@ static int frozen_present(struct ur_pread_mem *m, uint64_t addr, uint64_t end, u
     uint64_t zend = c ? 0 : ur_mem_zero_range_end(m, a);
     if (zend) {
       if (zend < next) next = zend;
-    } else if (c && c->absent_known) {
-      /* The pages it had, run by run. */
-      for (uint64_t at = a; at < next;) {
-        size_t page = (size_t)((at - base) >> UR_PAGE_SHIFT);
-        int absent = (int)((c->absent[page / 64] >> (page % 64)) & 1);
-        uint64_t run = (at & ~(UR_PAGE_SIZE - 1)) + UR_PAGE_SIZE;
-        while (run < next) {
-          size_t q = (size_t)((run - base) >> UR_PAGE_SHIFT);
-          if ((int)((c->absent[q / 64] >> (q % 64)) & 1) != absent) break;
-          run += UR_PAGE_SIZE;
-        }
-        if (run > next) run = next;
-        if (!absent) {
-          if (k && out[2 * k - 1] == at) {
-            out[2 * k - 1] = run;
-          } else {
-            if (k == cap) {
-              next = at;
-              break;
-            }
-            out[2 * k] = at;
-            out[2 * k + 1] = run;
-            k++;
-          }
-        }
-        at = run;
-      }
-      if (next == a) break; /* out is full */
-    } else if (k && out[2 * k - 1] == a) {
-      out[2 * k - 1] = next;
     } else {
-      if (k == cap) break;
-      out[2 * k] = a;
-      out[2 * k + 1] = next;
-      k++;
+      uint64_t got = add_present_runs(c && c->absent_known ? c->absent : NULL, base, a, next,
+                                      out, cap, &k);
+      if (got < next) {
+        next = got;
+        if (next == a) break; /* out is full */
+      }
     }
     a = next;
   }
@@ -567,6 +569,46 @@ static int frozen_present(struct ur_pread_mem *m, uint64_t addr, uint64_t end, u
 static int pread_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
                          uint64_t *done) {
   return frozen_present((struct ur_pread_mem *)mm, addr, end, out, cap, done);
+}
+
+/* mem.present where a page the process lacks now is zero in what is swept
+ * (ur_mem_skip_absent): the pages a chunk lacks are those the kernel says
+ * it lacks, asked per chunk (no bytes read) when the cache does not know
+ * them already. */
+static int now_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
+                         uint64_t *done) {
+  struct ur_pread_mem *m = (struct ur_pread_mem *)mm;
+  int k = 0;
+  uint64_t a = addr;
+  while (a < end) {
+    uint64_t base = a & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
+    if (next <= base || next > end) next = end;
+    struct ur_chunk *c = find_chunk(m, base);
+    uint64_t asked[UR_CHUNK_PAGES / 64], gone[UR_CHUNK_PAGES / 64] = {0};
+    const uint64_t *absent = NULL;
+    if (c && c->absent_known) {
+      absent = c->absent;
+    } else {
+      memset(asked, 0, sizeof(asked));
+      if (chunk_layout(m, base, gone, asked)) {
+        for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) asked[w] &= ~gone[w];
+        absent = asked;
+      }
+    }
+    uint64_t got = add_present_runs(absent, base, a, next, out, cap, &k);
+    if (got < next) {
+      next = got;
+      if (next == a) break; /* out is full */
+    }
+    a = next;
+  }
+  if (a <= addr) return -1;
+  *done = a;
+  return k;
+}
+
+void ur_mem_skip_absent(struct ur_pread_mem *m) {
+  if (!m->frozen) m->mem.present = now_present;
 }
 
 static int view_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,

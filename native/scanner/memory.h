@@ -110,6 +110,12 @@ void ur_mem_fill(struct ur_pread_mem *m, size_t from, unsigned threads);
  * would read another moment. A view outside what is loaded then fails (NULL,
  * frozen_miss set). */
 void ur_mem_freeze(struct ur_pread_mem *m);
+/* The pages the process lacks are left out of what the mark reads
+ * (mem.present): for memory where a page it lacks now is zero in what is
+ * swept, a target stopped for the whole sweep (nothing of it changes) or a
+ * copy-on-write snapshot (a page absent now was absent when it was sealed:
+ * memory released since makes the scan run again, cow.h). */
+void ur_mem_skip_absent(struct ur_pread_mem *m);
 
 /* A reader of its own over a frozen cache (ur_mem_freeze), for one more
  * marking thread: chunks are only looked up, never loaded; bad pages are
