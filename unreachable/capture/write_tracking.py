@@ -62,14 +62,11 @@ def _why_failed(err: int, pid: int) -> str:
     return f"the helper could not start write tracking: {os.strerror(err)}"
 
 
-@contextmanager
-def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
-    """Writes tracked until the block ends; yields the mappings tracked.
-    Raises TrackingUnavailable, having changed nothing, when it cannot be.
-    mode MODE_COW: the helper opens a synchronous userfaultfd and registers
-    nothing (copy_snapshot.py takes it)."""
-    pid, addr, helper = target.pid, target.header.write_tracker, target.header.helper_tid
-    if not addr:
+def _trackable_helper(target: Target) -> int:
+    """The helper thread that would track the writes, or TrackingUnavailable
+    saying why none can."""
+    pid, helper = target.pid, target.header.helper_tid
+    if not target.header.write_tracker:
         raise TrackingUnavailable("the shim in the target predates copy snapshots")
     if not helper or not os.path.exists(f"/proc/{pid}/task/{helper}"):
         helper = current_helper_tid(target)  # replaced since it was read
@@ -79,11 +76,22 @@ def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
         # A filter might kill the process on userfaultfd(); unlike the fork
         # snapshot's clone(), nothing here proves it will not.
         raise TrackingUnavailable("the target has a seccomp filter")
+    if read_status(pid).state == "T":
+        raise TrackingUnavailable("the target is stopped (SIGSTOP): its helper cannot answer")
+    return helper
+
+
+@contextmanager
+def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
+    """Writes tracked until the block ends; yields the mappings tracked.
+    Raises TrackingUnavailable, having changed nothing, when it cannot be.
+    mode MODE_COW: the helper opens a synchronous userfaultfd and registers
+    nothing (copy_snapshot.py takes it)."""
+    pid, addr = target.pid, target.header.write_tracker
+    helper = _trackable_helper(target)
     # The helper watches the scanner's pid, in its own namespace; a scanner
     # outside it (the target in a container) has none there and beats instead.
     foreign = pid_namespace(pid) != pid_namespace("self")
-    if read_status(pid).state == "T":
-        raise TrackingUnavailable("the target is stopped (SIGSTOP): its helper cannot answer")
     try:
         fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
     except OSError as e:
