@@ -70,8 +70,9 @@ sys.exit(main())
 PEAK = "peer_lsan_bench peak kB"
 MODES = ("fork", "copy", "stopped", "concurrent")
 # The goal for what a scan holds: this much, and PER_ALLOCATION bytes more
-# per allocation, in every mode (a copy's and a stopped scan's copy of the
-# target's memory counted apart: docs/pause.md, "The scanner's memory").
+# per allocation, in every mode, everything counted (docs/pause.md, "The
+# scanner's memory"): a stopped scan copies at most 64 MiB of the target,
+# a copy snapshot holds the pages written during the scan.
 FIXED_MB = 64
 PER_ALLOCATION = 48
 # (heap bytes, smallest block, largest block, threads)
@@ -143,7 +144,6 @@ class Scan:
     stall_ms: float = float("nan")
     rss_mb: float = float("nan")
     child_mb: float = 0.0  # the snapshot child's private memory at its largest
-    copy_mb: float = 0.0  # the target's memory a stopped scan holds
     leaks: int = -1
     note: str = ""
 
@@ -193,21 +193,8 @@ class ChildWatch:
         return self.peak_mb
 
 
-def anon_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def scan(heap: Heap, mode: str) -> Scan:
     heap.ask("r")
-    # What a stopped scan holds of the target: about its anonymous resident
-    # memory (the chunks under allocations and roots, a little less). A copy
-    # snapshot holds only the pages written during the scan, counted as the
-    # scan's own.
-    copy_mb = anon_mb(heap.proc.pid) if mode == "stopped" else 0.0
     watch = ChildWatch(heap.proc.pid)
     cli = [sys.executable, "-c", CLI.replace("{PEAK}", PEAK), "scan", str(heap.proc.pid), "--json"]
     cli += ["--snapshot", mode, "--symbol-budget", "5"]
@@ -239,7 +226,6 @@ def scan(heap: Heap, mode: str) -> Scan:
         stall_ms=stall,
         rss_mb=rss_kb / 1024,
         child_mb=child_mb,
-        copy_mb=copy_mb,
         leaks=report["leak_count"],
         note=note if report.get("snapshot") == mode else f"ran as {report.get('snapshot')}",
     )
@@ -307,22 +293,18 @@ def fmt(v: float, spec: str) -> str:
 
 
 def memory(r: Scan) -> str:
-    """The scanner's peak RSS, with the snapshot child's private memory or
-    the copy of the target it holds."""
+    """The scanner's peak RSS, with the snapshot child's private memory."""
     text = f"{fmt(r.rss_mb, '.0f')} MB"
     if r.child_mb >= 1:
         text += f" + child {r.child_mb:.0f} MB"
-    if r.copy_mb:
-        text += f" (copy {r.copy_mb:.0f} MB)"
     return text
 
 
 def per_allocation(r: Scan, blocks: int) -> str:
-    """Bytes per allocation beyond the fixed 64 MB, the copy of the target
-    left out: what the goal bounds by 48."""
+    """Bytes per allocation beyond the fixed 64 MB: what the goal bounds by 48."""
     if r.rss_mb != r.rss_mb or not blocks:
         return "-"
-    held = (r.rss_mb + r.child_mb - r.copy_mb - FIXED_MB) * 2**20
+    held = (r.rss_mb + r.child_mb - FIXED_MB) * 2**20
     return f"{max(held, 0) / blocks:.0f} B"
 
 
