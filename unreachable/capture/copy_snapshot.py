@@ -18,10 +18,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 from unreachable import _native
-from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
 from unreachable.capture.target import Target
-from unreachable.capture.write_tracking import MODE_COW, ON, TrackingUnavailable, tracked_writes
+from unreachable.capture.write_tracking import (
+    MODE_COW,
+    ON,
+    TrackingUnavailable,
+    helper_uffd,
+    tracked_writes,
+)
 from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 
@@ -100,36 +105,6 @@ def refresh(copy: _native.MemoryCopy, pid: int) -> list[Mapping]:
     copy.sync(sync_ranges(mappings), refresh=True, threads=_threads())
     copy.finish()
     return mappings
-
-
-_UFFD_FEATURE_WP_ASYNC = 1 << 15
-
-
-def _cow_uffd(pid: int) -> int:
-    """A duplicate of the helper's synchronous userfaultfd (the target's
-    one userfaultfd without WP_ASYNC), or -1."""
-    found = []
-    try:
-        names = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return -1
-    for name in names:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{name}") != "anon_inode:[userfaultfd]":
-                continue
-            with open(f"/proc/{pid}/fdinfo/{name}") as f:
-                api = next((ln.split()[1] for ln in f if ln.startswith("API:")), "")
-        except (OSError, IndexError):
-            continue
-        parts = api.split(":")
-        if len(parts) > 1 and not int(parts[1], 16) & _UFFD_FEATURE_WP_ASYNC:
-            found.append(int(name))
-    if len(found) != 1 or (pidfd := _pidfd(pid)) is None:
-        return -1
-    try:
-        return _getfd(pidfd, found[0])
-    finally:
-        os.close(pidfd)
 
 
 def _helper_stack(target: Target) -> list[int]:
@@ -233,7 +208,7 @@ def cow_capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
     after it, each page the target writes meanwhile saved first."""
     with ExitStack() as cleanup:
         cleanup.enter_context(tracked_writes(target, mode=MODE_COW))
-        uffd = _cow_uffd(target.pid)
+        uffd = helper_uffd(target.pid, asynchronous=False)
         if uffd < 0:
             raise TrackingUnavailable("no synchronous userfaultfd in the target")
         copy = _native.MemoryCopy(target.pid, cache_bytes=64 << 20)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from unreachable import _native
+from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.target import Target, current_helper_tid
 from unreachable.process.status import pid_namespace, read_status, thread_seccomp
 
@@ -191,3 +192,35 @@ def _heartbeat(fd: int, addr: int, done: threading.Event) -> None:
             _write_field(fd, addr, "heartbeat", n)
         except OSError:
             return  # the target is gone
+
+
+_UFFD_FEATURE_WP_ASYNC = 1 << 15
+
+
+def helper_uffd(pid: int, asynchronous: bool) -> int:
+    """A duplicate (pidfd_getfd) of the helper's userfaultfd: the target's
+    one userfaultfd with asynchronous write protection (write tracking), or
+    the one without it (a copy-on-write snapshot's); -1 when there is not
+    exactly one, or it cannot be had."""
+    found = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return -1
+    for name in names:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{name}") != "anon_inode:[userfaultfd]":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{name}") as f:
+                api = next((ln.split()[1] for ln in f if ln.startswith("API:")), "")
+        except (OSError, IndexError):
+            continue
+        parts = api.split(":")
+        if len(parts) > 1 and bool(int(parts[1], 16) & _UFFD_FEATURE_WP_ASYNC) == asynchronous:
+            found.append(int(name))
+    if len(found) != 1 or (pidfd := _pidfd(pid)) is None:
+        return -1
+    try:
+        return _getfd(pidfd, found[0])
+    finally:
+        os.close(pidfd)

@@ -42,13 +42,13 @@ from functools import partial
 from unreachable import _native
 from unreachable.allocations.registry import Registry, read_registry
 from unreachable.capture.copy_snapshot import SYNC_ANON
-from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import (
     TrackingUnavailable,
+    helper_uffd,
     tracked_writes,
     wait_untracked,
 )
@@ -334,7 +334,6 @@ def concurrent_sweep(target: Target, give_way_ms: float | None = None) -> Concur
 
 _UFFDIO_REGISTER = 0xC020AA00  # _IOWR(0xAA, 0x00, struct uffdio_register)
 _UFFDIO_REGISTER_MODE_WP = 2
-_UFFD_FEATURE_WP_ASYNC = 1 << 15
 
 
 class _Rearm:
@@ -357,7 +356,7 @@ class _Rearm:
     def start(self, mappings: Sequence[Mapping]) -> None:
         """Once tracking is on: the mappings there now are the helper's."""
         self.known = {(m.start, m.end) for m in mappings if _armable(m)}
-        self.fd = _helper_uffd(self.pid)
+        self.fd = helper_uffd(self.pid, asynchronous=True)
 
     def arm(self, mappings: Sequence[Mapping], skip: Sequence[Span3]) -> None:
         if self.fd < 0:
@@ -386,34 +385,6 @@ class _Rearm:
 def _armable(m: Mapping) -> bool:
     """What the helper registers (write_tracking.c, track_mapping)."""
     return m.readable and m.writable and m.private and m.path not in SPECIAL
-
-
-def _helper_uffd(pid: int) -> int:
-    """A duplicate of the helper's userfaultfd: the target's one userfaultfd
-    with asynchronous write protection; -1 when there is not exactly one,
-    or it cannot be had."""
-    found = []
-    try:
-        names = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return -1
-    for name in names:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{name}") != "anon_inode:[userfaultfd]":
-                continue
-            with open(f"/proc/{pid}/fdinfo/{name}") as f:
-                api = next((ln.split()[1] for ln in f if ln.startswith("API:")), "")
-        except (OSError, IndexError):
-            continue
-        parts = api.split(":")
-        if len(parts) > 1 and int(parts[1], 16) & _UFFD_FEATURE_WP_ASYNC:
-            found.append(int(name))
-    if len(found) != 1 or (pidfd := _pidfd(pid)) is None:
-        return -1
-    try:
-        return _getfd(pidfd, found[0])
-    finally:
-        os.close(pidfd)
 
 
 def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
