@@ -46,10 +46,6 @@ static uint64_t chunks_spanned(const uint64_t *begin, const uint64_t *end, size_
   return chunks;
 }
 
-/* Enough cache for `chunks` (those under an allocation or a root range):
- * sized so, nothing is ever evicted and re-read (a random-order list over a
- * 1 GiB heap would otherwise reload a 1 MiB chunk per block), bounded by half
- * the available memory and by the scanner's budget (ur_mem_set_budget). */
 /* A stopped target's copy is made (and the target let go before the
  * mark) only up to this size; past it the target stays stopped for the
  * whole sweep, as LeakSanitizer's check stops it, read through a cache of
@@ -61,6 +57,10 @@ static uint64_t chunks_spanned(const uint64_t *begin, const uint64_t *end, size_
 #define UR_STOPPED_COPY_MAX (UINT64_C(64) << 20)
 #define UR_STOPPED_CACHE (UINT64_C(32) << 20)
 
+/* Enough cache for `chunks` (those under an allocation or a root range):
+ * sized so, nothing is ever evicted and re-read (a random-order list over a
+ * 1 GiB heap would otherwise reload a 1 MiB chunk per block), bounded by half
+ * the available memory and by the scanner's budget (ur_mem_set_budget). */
 static uint64_t cache_bytes_for(uint64_t chunks) {
   chunks += 64; /* headroom: the walker batches only while 32 chunks are free */
   uint64_t cap = ur_mem_cache_bound();
