@@ -536,24 +536,40 @@ static uint64_t add_present_runs(const uint64_t *absent, uint64_t base, uint64_t
   return next;
 }
 
-/* mem.present over a frozen cache: all but the chunks it does not hold
- * inside demand-zero ranges, which were absent when copied and read as zero
- * (zero_view), and the pages of held chunks the process did not have when
- * they were read (a stopped scan's): a span of those is not read at all. */
-static int frozen_present(struct ur_pread_mem *m, uint64_t addr, uint64_t end, uint64_t *out,
-                          int cap, uint64_t *done) {
+/* The pages of the chunk at base the process lacks now, as absent bits
+ * (asked of the kernel, no bytes read), or NULL when that cannot be told. */
+static const uint64_t *asked_absent(const struct ur_pread_mem *m, uint64_t base,
+                                    uint64_t absent[UR_CHUNK_PAGES / 64]) {
+  uint64_t gone[UR_CHUNK_PAGES / 64];
+  memset(absent, 0, UR_CHUNK_PAGES / 8);
+  if (!chunk_layout(m, base, gone, absent)) return NULL;
+  for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) absent[w] &= ~gone[w];
+  return absent;
+}
+
+/* mem.present over the cache, chunk by chunk: the pages of a held chunk the
+ * process did not have when it was read are left out. Of the rest, frozen
+ * (ask 0): a chunk it does not hold inside a demand-zero range was absent
+ * when copied and reads as zero (zero_view), any other is present; ask 1
+ * (ur_mem_skip_absent, where a page the process lacks now is zero in what
+ * is swept): the kernel says which pages the chunk lacks now. A span of
+ * absent pages is not read at all. */
+static int cache_present(struct ur_pread_mem *m, int ask, uint64_t addr, uint64_t end,
+                         uint64_t *out, int cap, uint64_t *done) {
   int k = 0;
   uint64_t a = addr;
   while (a < end) {
     uint64_t base = a & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
     if (next <= base || next > end) next = end;
     struct ur_chunk *c = find_chunk(m, base);
-    uint64_t zend = c ? 0 : ur_mem_zero_range_end(m, a);
+    uint64_t asked[UR_CHUNK_PAGES / 64];
+    const uint64_t *absent = c && c->absent_known ? c->absent : NULL;
+    uint64_t zend = c || ask ? 0 : ur_mem_zero_range_end(m, a);
     if (zend) {
       if (zend < next) next = zend;
     } else {
-      uint64_t got = add_present_runs(c && c->absent_known ? c->absent : NULL, base, a, next,
-                                      out, cap, &k);
+      if (!absent && ask) absent = asked_absent(m, base, asked);
+      uint64_t got = add_present_runs(absent, base, a, next, out, cap, &k);
       if (got < next) {
         next = got;
         if (next == a) break; /* out is full */
@@ -568,43 +584,12 @@ static int frozen_present(struct ur_pread_mem *m, uint64_t addr, uint64_t end, u
 
 static int pread_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
                          uint64_t *done) {
-  return frozen_present((struct ur_pread_mem *)mm, addr, end, out, cap, done);
+  return cache_present((struct ur_pread_mem *)mm, 0, addr, end, out, cap, done);
 }
 
-/* mem.present where a page the process lacks now is zero in what is swept
- * (ur_mem_skip_absent): the pages a chunk lacks are those the kernel says
- * it lacks, asked per chunk (no bytes read) when the cache does not know
- * them already. */
 static int now_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
-                         uint64_t *done) {
-  struct ur_pread_mem *m = (struct ur_pread_mem *)mm;
-  int k = 0;
-  uint64_t a = addr;
-  while (a < end) {
-    uint64_t base = a & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
-    if (next <= base || next > end) next = end;
-    struct ur_chunk *c = find_chunk(m, base);
-    uint64_t asked[UR_CHUNK_PAGES / 64], gone[UR_CHUNK_PAGES / 64] = {0};
-    const uint64_t *absent = NULL;
-    if (c && c->absent_known) {
-      absent = c->absent;
-    } else {
-      memset(asked, 0, sizeof(asked));
-      if (chunk_layout(m, base, gone, asked)) {
-        for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) asked[w] &= ~gone[w];
-        absent = asked;
-      }
-    }
-    uint64_t got = add_present_runs(absent, base, a, next, out, cap, &k);
-    if (got < next) {
-      next = got;
-      if (next == a) break; /* out is full */
-    }
-    a = next;
-  }
-  if (a <= addr) return -1;
-  *done = a;
-  return k;
+                       uint64_t *done) {
+  return cache_present((struct ur_pread_mem *)mm, 1, addr, end, out, cap, done);
 }
 
 void ur_mem_skip_absent(struct ur_pread_mem *m) {
@@ -613,7 +598,7 @@ void ur_mem_skip_absent(struct ur_pread_mem *m) {
 
 static int view_present(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *out, int cap,
                         uint64_t *done) {
-  return frozen_present(((struct ur_frozen_view *)mm)->src, addr, end, out, cap, done);
+  return cache_present(((struct ur_frozen_view *)mm)->src, 0, addr, end, out, cap, done);
 }
 
 /* A frozen cache changes no more: views only look chunks up. */
