@@ -56,7 +56,7 @@ static uint8_t *make_map(uint64_t addr) {
   ref->map = (uint64_t)(uintptr_t)map;
   __atomic_store_n(&header->count, header->count + 1, __ATOMIC_RELEASE);
   __atomic_store_n(slot, map, __ATOMIC_RELEASE);
-  struct ur_size_map_hint *h = (struct ur_size_map_hint *)ur_size_map_hint_of(addr);
+  struct ur_size_map_hint *h = ur_size_map_hint_of(addr);
   if (h->tag == UR_SIZE_MAP_NO_HINT) { /* first come keeps it: a tag that matches is never taken back */
     h->map = map;
     __atomic_store_n(&h->tag, ref->base, __ATOMIC_RELEASE);

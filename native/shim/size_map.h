@@ -71,10 +71,10 @@ struct ur_size_map_hint {
 extern struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS]
     __attribute__((visibility("hidden")));
 
-static inline const struct ur_size_map_hint *ur_size_map_hint_of(uint64_t addr) {
+static inline struct ur_size_map_hint *ur_size_map_hint_of(uint64_t addr) {
   /* (addr >> 20) % UR_SIZE_MAP_HINTS entries of 16 bytes, as one shift and mask */
-  return (const struct ur_size_map_hint *)(const void *)((const char *)ur_size_map_hints +
-                                                         ((addr >> 16) & ((UR_SIZE_MAP_HINTS - 1) << 4)));
+  return (struct ur_size_map_hint *)(void *)((char *)ur_size_map_hints +
+                                             ((addr >> 16) & ((UR_SIZE_MAP_HINTS - 1) << 4)));
 }
 
 /* The map of addr's 1 MiB, or NULL while it does not exist or addr does not
