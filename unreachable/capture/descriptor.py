@@ -19,10 +19,11 @@ from unreachable.process.access import why_denied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.process.secure_exec import runs_secure
-from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_DYNSYM, read_elf
+from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_DYNSYM, ElfImage, read_elf
 
 DESCRIPTOR_SYMBOL = _native.DESCRIPTOR_SYMBOL
 SHIM_PREFIX = "libunreachable_shim"
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +31,32 @@ class ShimLocation:
     path: str  # as /proc/PID/maps names it (" (deleted)" included), to match mappings
     load_bias: int
     descriptor_addr: int
+    # Its .bss past the file's data: the kernel maps that part anonymous, so
+    # the path does not name it, and the shim's statics there are no roots.
+    bss: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShimImage:
+    """What a scan reads of the shim's file: the descriptor symbol's value
+    (-1: none), the vaddr of the PT_LOAD at file offset 0, and the .bss
+    (vaddrs, to the end of its last page; (0, 0): none)."""
+
+    descriptor: int
+    first_vaddr: int
+    bss: tuple[int, int]
+
+    def located(self, path: str, start: int) -> ShimLocation:
+        """Where this image lies when its first mapping starts at start."""
+        bias = start - self.first_vaddr
+        lo, hi = self.bss
+        bss = (bias + lo, bias + hi) if hi > lo else None
+        return ShimLocation(path, bias, bias + self.descriptor, bss)
 
 
 @lru_cache(maxsize=64)
-def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> tuple[int, int]:
-    """(descriptor symbol value or -1, vaddr of the PT_LOAD at file offset 0).
+def shim_image(path: str, st_dev: int, st_ino: int, mtime: int) -> ShimImage:
+    """The shim file's ShimImage.
 
     With the struct-based reader, not pyelftools: every scan does this, and
     the leak check at exit runs a scan in every process that exits, where
@@ -42,9 +64,21 @@ def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> 
     del st_dev, st_ino, mtime  # cache key only
     elf = read_elf(path)  # NotElf is a ValueError
     first_vaddr = next((seg.vaddr for seg in elf.loads if seg.offset == 0), 0)
+    bss = next(
+        (
+            (seg.vaddr + seg.filesz, -(-(seg.vaddr + seg.memsz) // PAGE) * PAGE)
+            for seg in elf.loads
+            if seg.memsz > seg.filesz
+        ),
+        (0, 0),
+    )
+    return ShimImage(_descriptor_value(elf), first_vaddr, bss)
+
+
+def _descriptor_value(elf: ElfImage) -> int:
     dynsym = elf.section(".dynsym")
     if dynsym is None or dynsym.type != SHT_DYNSYM or dynsym.link >= len(elf.sections):
-        return -1, first_vaddr
+        return -1
     data = elf.read_section(dynsym)
     names = elf.read_section(elf.sections[dynsym.link])
     wanted = DESCRIPTOR_SYMBOL.encode() + b"\0"
@@ -52,8 +86,8 @@ def _symbol_and_first_vaddr(path: str, st_dev: int, st_ino: int, mtime: int) -> 
         "<IBBHQQ", data[: len(data) - len(data) % 24]
     ):
         if shndx != SHN_UNDEF and names.startswith(wanted, name_off):
-            return value, first_vaddr
-    return -1, first_vaddr
+            return int(value)
+    return -1
 
 
 def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
@@ -73,15 +107,12 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
             continue
         try:
             st = os.stat(real)
-            value, first_vaddr = _symbol_and_first_vaddr(
-                real, st.st_dev, st.st_ino, int(st.st_mtime)
-            )
+            image = shim_image(real, st.st_dev, st.st_ino, int(st.st_mtime))
         except (OSError, ValueError):
             continue
-        if value < 0:
+        if image.descriptor < 0:
             continue
-        bias = m.start - first_vaddr
-        return ShimLocation(path=m.path, load_bias=bias, descriptor_addr=bias + value)
+        return image.located(m.path, m.start)
     if stale:
         raise TargetNotShimmed(
             f"pid {pid} runs a shim ({stale}) that was replaced or deleted on disk after it"

@@ -37,6 +37,10 @@ class Target:
         return self.shim.path
 
     @property
+    def own_bss(self) -> tuple[int, int] | None:
+        return self.shim.bss
+
+    @property
     def main_arena(self) -> tuple[int, int] | None:
         return None  # looked for in libc's data by the roots stage
 

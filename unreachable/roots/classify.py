@@ -92,7 +92,8 @@ def classify(
     """Root ranges of the target; thread_sps maps every captured tid to its SP.
 
     allocator_state: ranges inside otherwise-root mappings that belong to the
-    allocator (glibc's main_arena) and are cut out of the roots.
+    allocator (glibc's main_arena, the shim's .bss past its file's pages) and
+    are cut out of the roots.
     heap: the parts of anonymous mappings that are glibc's heap
     (glibc_heaps.heap_parts); by default every mapping a registered block
     begins in, whole.

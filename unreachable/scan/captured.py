@@ -37,6 +37,12 @@ class Subject(Protocol):
         ...
 
     @property
+    def own_bss(self) -> tuple[int, int] | None:
+        """The allocator's .bss past its file's pages (an anonymous mapping
+        the path does not name): never roots. None: no shim."""
+        ...
+
+    @property
     def main_arena(self) -> tuple[int, int] | None:
         """glibc's main_arena when known (else the roots stage looks for it)."""
         ...

@@ -465,7 +465,7 @@ def _first_roots(
         stack_sps(threads1, registry),
         registry,
         target.shim.path,
-        [arena] if arena else [],
+        [r for r in (arena, target.shim.bss) if r],
         heap,
         partial(present_ranges, pid),
         pid,

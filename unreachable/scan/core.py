@@ -22,9 +22,9 @@ from unreachable.capture.descriptor import (
     SHIM_PREFIX,
     DescriptorHeader,
     ShimLocation,
-    _symbol_and_first_vaddr,
     disabled_reason,
     parse_descriptor_header,
+    shim_image,
 )
 from unreachable.capture.stop_world import Capture
 from unreachable.errors import TargetNotShimmed
@@ -50,17 +50,14 @@ def _locate_shim(core: CoreFile) -> ShimLocation | None:
             )
         try:
             st = os.stat(real)
-            value, first_vaddr = _symbol_and_first_vaddr(
-                real, st.st_dev, st.st_ino, int(st.st_mtime)
-            )
+            image = shim_image(real, st.st_dev, st.st_ino, int(st.st_mtime))
         except (OSError, ValueError):
             raise TargetNotShimmed(
                 f"{core.path} was dumped from a process under the shim, and the shim it ran"
                 f" ({real}) cannot be read: give its directory's root with --sysroot"
             ) from None
-        if value >= 0:
-            bias = m.start - first_vaddr
-            return ShimLocation(path=m.path, load_bias=bias, descriptor_addr=bias + value)
+        if image.descriptor >= 0:
+            return image.located(m.path, m.start)
     return None
 
 
@@ -93,6 +90,7 @@ class CoreProcess:
     # process's. A glibc heap's core, without backtraces, names its leaks
     # by the types read from the files the mappings name.
     typed: bool
+    own_bss: tuple[int, int] | None = None
     child_box: int = 0
     live: bool = False
 
@@ -135,7 +133,7 @@ def capture_core(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
     header = _shim_header(core, shim)
     altstacks = (header.altstacks, header.num_altstacks)
     addr = shim.descriptor_addr
-    subject = CoreProcess(core, shim.path, None, altstacks, addr, False)
+    subject = CoreProcess(core, shim.path, None, altstacks, addr, False, shim.bss)
     yield Captured(held, subject, ShimRegistry(addr))
 
 

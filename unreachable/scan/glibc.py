@@ -203,6 +203,7 @@ class NoShim:
     command: str
     main_arena: tuple[int, int] | None
     own_path: str = NO_SHIM_PATH
+    own_bss: tuple[int, int] | None = None
     altstacks: tuple[int, int] | None = None
     descriptor_addr: int | None = None
     child_box: int = 0

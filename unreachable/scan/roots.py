@@ -26,7 +26,8 @@ class RootInputs:
     """What a capture holds beyond memory and threads, where it has it."""
 
     shim_path: str  # the shim's own mappings are no roots
-    allocator_state: list[tuple[int, int]] = field(default_factory=list)  # glibc's main_arena
+    # glibc's main_arena, the shim's .bss past its file: cut out of the roots
+    allocator_state: list[tuple[int, int]] = field(default_factory=list)
     kernel_held: KernelHeld | None = None  # none in a core
     kept_out: KeptOut = field(default_factory=KeptOut)  # a fork's: what it lacks
     kept_candidates: bytes = b""  # of that, sources.kept_out_candidates

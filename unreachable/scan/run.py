@@ -289,9 +289,10 @@ def _sweep(
     candidates = sources.kept_out_candidates(held.kept_out, mappings)
     places, sweep_note = sweep_places(planned, facts, held, addr or 0, len(candidates))
     arena = subject.main_arena or find_main_arena(held.memory, mappings)
+    own = [r for r in (arena, subject.own_bss) if r]
     inputs = RootInputs(
         subject.own_path,
-        [arena] if arena else [],
+        own,
         held.kernel_held,
         held.kept_out,
         candidates,
