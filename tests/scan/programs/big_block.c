@@ -6,7 +6,7 @@ void *g_kept;
 __attribute__((noinline)) static void setup(void) {
   g_kept = malloc(32 << 20);
   memset(g_kept, 1, 32 << 20);
-  void *lost = malloc(32 << 20);
+  void *lost = malloc_clear_of_4g(32 << 20);
   memset(lost, 2, 32 << 20);
   KEEP(lost);
 }
