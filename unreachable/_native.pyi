@@ -461,6 +461,16 @@ def remark(
     page_bytes: Buffer,
     values: Buffer,
     roots: bool,
+    pending: Buffer,
+    /,
+) -> tuple[int, bytes]: ...
+def resolve(
+    candidates: Buffer,
+    state: Buffer,
+    store: Buffer,
+    pending: Buffer,
+    ranges: Buffer,
+    blocks: Buffer,
     /,
 ) -> int: ...
 def pairs_in(candidates: Buffer, allocs: Buffer, /) -> bytes: ...

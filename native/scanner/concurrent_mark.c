@@ -10,9 +10,17 @@
  * Candidates: sorted (begin, size) pairs, one state byte each:
  *   0 candidate: its words are not roots (kept in the store only);
  *   1 rescued: reachable after all, its store scanned once;
- *   2 gone: no longer the same block (freed or reallocated): its words are
- *     roots, never reported;
- *   3 gone, its store not yet scanned (set by the caller; becomes 2).
+ *   2 gone: no longer the same block (freed or reallocated), never
+ *     reported: its words count where a block holds them at the last stop;
+ *   3 gone, its store not yet looked at (set by the caller; becomes 2).
+ *
+ * A word of a written page outside the candidates, or of a gone one's store,
+ * is a root only if, at the last stop, its address lies in a root range
+ * (a stack above its SP, globals, ...) or in a block: a stale pointer in a
+ * freed chunk or in a stack's dead frames keeps nothing, as in every other
+ * mode. Until that stop is known such a word is pending: (address,
+ * candidate) pairs, sorted by address, replaced when its page is read again
+ * (resolve() settles them).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -211,6 +219,10 @@ PyObject *ur_py_written_pages(PyObject *Py_UNUSED(self), PyObject *args) {
   return res;
 }
 
+/* Past this many pending words, a word is a root at once (a root too many
+ * hides a leak, never invents one). */
+#define PENDING_MAX ((size_t)1 << 22)
+
 struct remark {
   const uint64_t *cand; /* (begin, size) */
   size_t n;
@@ -222,6 +234,9 @@ struct remark {
   uint64_t rescued;
   uint64_t lo, hi; /* [lowest begin, highest end) */
   uint64_t *pages; /* a bit per hashed 4 KiB page that a candidate overlaps */
+  uint64_t *pending; /* (address, candidate) pairs */
+  size_t npending, cap;
+  int nomem;
 };
 
 #define PAGE_BITS 20
@@ -246,17 +261,25 @@ static size_t find(const struct remark *m, uint64_t v) {
   return v - b < (s ? s : 1) ? i : m->n;
 }
 
-static void hit(struct remark *m, uint64_t v) {
+/* The candidate v points into, if one still is (else n). */
+static size_t target_of(const struct remark *m, uint64_t v) {
   /* Most words point nowhere near a candidate: two tests, no search. */
-  if (v - m->lo >= m->hi - m->lo) return;
+  if (v - m->lo >= m->hi - m->lo) return m->n;
   uint64_t slot = page_slot(v);
-  if (!(m->pages[slot / 64] & ((uint64_t)1 << (slot % 64)))) return;
+  if (!(m->pages[slot / 64] & ((uint64_t)1 << (slot % 64)))) return m->n;
   size_t i = find(m, v);
-  if (i < m->n && m->state[i] == CAND) {
-    m->state[i] = RESCUED;
-    m->rescued++;
-    m->stack[m->top++] = i;
-  }
+  return i < m->n && m->state[i] == CAND ? i : m->n;
+}
+
+static void rescue(struct remark *m, size_t i) {
+  m->state[i] = RESCUED;
+  m->rescued++;
+  m->stack[m->top++] = i;
+}
+
+static void hit(struct remark *m, uint64_t v) {
+  size_t i = target_of(m, v);
+  if (i < m->n) rescue(m, i);
 }
 
 static void scan_words(struct remark *m, const uint8_t *p, uint64_t len) {
@@ -264,6 +287,29 @@ static void scan_words(struct remark *m, const uint8_t *p, uint64_t len) {
     uint64_t v;
     memcpy(&v, p + k, WORD);
     hit(m, v);
+  }
+}
+
+/* Words held at address `at` whose roots-ness the last stop decides. */
+static void defer_words(struct remark *m, const uint8_t *p, uint64_t at, uint64_t len) {
+  for (uint64_t k = 0; k + WORD <= len; k += WORD) {
+    uint64_t v;
+    memcpy(&v, p + k, WORD);
+    size_t i = target_of(m, v);
+    if (i == m->n) continue;
+    if (m->npending == m->cap) {
+      size_t nc = m->cap ? m->cap * 2 : 256;
+      uint64_t *q = nc <= PENDING_MAX ? realloc(m->pending, nc * 2 * sizeof(uint64_t)) : NULL;
+      if (!q) {
+        rescue(m, i);
+        continue;
+      }
+      m->pending = q;
+      m->cap = nc;
+    }
+    m->pending[2 * m->npending] = at + k;
+    m->pending[2 * m->npending + 1] = i;
+    m->npending++;
   }
 }
 
@@ -284,6 +330,11 @@ static void drain(struct remark *m) {
 static void scan_span(struct remark *m, const uint8_t *p, uint64_t b, uint64_t lo, uint64_t hi) {
   uint64_t from = lo & ~(uint64_t)(WORD - 1), to = (hi + WORD - 1) & ~(uint64_t)(WORD - 1);
   if (to > from) scan_words(m, p + (from - b), to - from);
+}
+
+static void defer_span(struct remark *m, const uint8_t *p, uint64_t b, uint64_t lo, uint64_t hi) {
+  uint64_t from = lo & ~(uint64_t)(WORD - 1), to = (hi + WORD - 1) & ~(uint64_t)(WORD - 1);
+  if (to > from) defer_words(m, p + (from - b), from, to - from);
 }
 
 /* Words of the page runs: the parts inside candidates go to the store, the
@@ -314,65 +365,127 @@ static void pages(struct remark *m, const uint64_t *runs, size_t nruns, const ui
       if (cb > e) cb = e;
       /* [pos, cb): outside every candidate. */
       if (cb > pos) {
-        if (roots) scan_span(m, p, b, pos, cb);
+        if (roots) defer_span(m, p, b, pos, cb);
         pos = cb;
       }
       if (i >= m->n || pos >= e) break;
       uint64_t from = pos > cb ? pos : cb, to = ce < e ? ce : e;
       if (to > from) {
         memcpy(m->store + m->off[i] + (from - m->cand[2 * i]), p + (from - b), to - from);
-        if (roots && m->state[i] != CAND) scan_span(m, p, b, from, to);
+        if (roots && m->state[i] == RESCUED) scan_span(m, p, b, from, to);
+        if (roots && m->state[i] == GONE) defer_span(m, p, b, from, to);
         pos = to;
       }
     }
   }
 }
 
+/* Whether a sorted, disjoint list of (begin, end) pairs holds a. */
+static int in_ranges(const uint64_t *r, size_t n, uint64_t a) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (r[2 * mid + 1] <= a)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n && r[2 * lo] <= a;
+}
+
+static int by_address(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The pending words carried in, less those of pages read again now (their
+ * bytes are older than these): kept at the front of m->pending. */
+static int keep_pending(struct remark *m, const uint64_t *old, size_t nold, const uint64_t *runs,
+                        size_t nruns) {
+  uint64_t *sorted_runs = malloc((nruns ? nruns : 1) * 2 * sizeof(uint64_t));
+  if (!sorted_runs) return -1;
+  memcpy(sorted_runs, runs, nruns * 2 * sizeof(uint64_t));
+  qsort(sorted_runs, nruns, 2 * sizeof(uint64_t), by_address);
+  m->cap = nold > 256 ? nold : 256;
+  m->pending = malloc(m->cap * 2 * sizeof(uint64_t));
+  if (!m->pending) {
+    free(sorted_runs);
+    return -1;
+  }
+  for (size_t k = 0; k < nold; k++) {
+    if (in_ranges(sorted_runs, nruns, old[2 * k]) || old[2 * k + 1] >= m->n) continue;
+    m->pending[2 * m->npending] = old[2 * k];
+    m->pending[2 * m->npending + 1] = old[2 * k + 1];
+    m->npending++;
+  }
+  free(sorted_runs);
+  return 0;
+}
+
+static int remark_setup(struct remark *m, Py_buffer *cand, Py_buffer *state, Py_buffer *store) {
+  m->cand = cand->buf;
+  m->n = (size_t)cand->len / 16;
+  m->state = state->buf;
+  m->store = store->buf;
+  if ((size_t)state->len < m->n) {
+    PyErr_SetString(PyExc_ValueError, "remark: state too short");
+    return -1;
+  }
+  m->off = malloc((m->n + 1) * sizeof(uint64_t));
+  m->stack = malloc((m->n + 1) * sizeof(size_t));
+  m->pages = calloc(((size_t)1 << PAGE_BITS) / 64, sizeof(uint64_t));
+  if (!m->off || !m->stack || !m->pages) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  m->off[0] = 0;
+  m->lo = UINT64_MAX;
+  for (size_t i = 0; i < m->n; i++) {
+    uint64_t b = m->cand[2 * i], sz = m->cand[2 * i + 1], e = b + (sz ? sz : 1);
+    m->off[i + 1] = m->off[i] + sz;
+    if (b < m->lo) m->lo = b;
+    if (e > m->hi) m->hi = e;
+    for (uint64_t p = b >> 12; p <= (e - 1) >> 12; p++) {
+      uint64_t slot = page_slot(p << 12);
+      m->pages[slot / 64] |= (uint64_t)1 << (slot % 64);
+    }
+  }
+  if (m->lo > m->hi) m->lo = m->hi = 0;
+  if ((uint64_t)store->len < m->off[m->n]) {
+    PyErr_SetString(PyExc_ValueError, "remark: store smaller than the candidates");
+    return -1;
+  }
+  return 0;
+}
+
+static void remark_free(struct remark *m) {
+  free(m->off);
+  free(m->stack);
+  free(m->pages);
+  free(m->pending);
+}
+
 PyObject *ur_py_remark(PyObject *Py_UNUSED(self), PyObject *args) {
-  Py_buffer cand, state, store, runs, bytes, values;
+  Py_buffer cand, state, store, runs, bytes, values, pending;
   int roots;
-  if (!PyArg_ParseTuple(args, "y*w*w*y*y*y*p", &cand, &state, &store, &runs, &bytes, &values,
-                        &roots))
+  if (!PyArg_ParseTuple(args, "y*w*w*y*y*y*py*", &cand, &state, &store, &runs, &bytes, &values,
+                        &roots, &pending))
     return NULL;
   PyObject *res = NULL;
-  struct remark m = {.cand = cand.buf, .n = (size_t)cand.len / 16, .state = state.buf,
-                     .store = store.buf};
+  struct remark m = {0};
   size_t nruns = (size_t)runs.len / 16;
   uint64_t total = 0;
   for (size_t r = 0; r < nruns; r++) {
     const uint64_t *rr = runs.buf;
     total += rr[2 * r + 1] - rr[2 * r];
   }
-  if ((size_t)state.len < m.n || (uint64_t)bytes.len < total) {
-    PyErr_SetString(PyExc_ValueError, "remark: state or page bytes too short");
+  if ((uint64_t)bytes.len < total) {
+    PyErr_SetString(PyExc_ValueError, "remark: page bytes too short");
     goto done;
   }
-  m.off = malloc((m.n + 1) * sizeof(uint64_t));
-  m.stack = malloc((m.n + 1) * sizeof(size_t));
-  if (!m.off || !m.stack) {
+  if (remark_setup(&m, &cand, &state, &store) < 0) goto done;
+  if (keep_pending(&m, pending.buf, (size_t)pending.len / 16, runs.buf, nruns) < 0) {
     PyErr_NoMemory();
-    goto done;
-  }
-  m.pages = calloc(((size_t)1 << PAGE_BITS) / 64, sizeof(uint64_t));
-  if (!m.pages) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  m.off[0] = 0;
-  m.lo = UINT64_MAX;
-  for (size_t i = 0; i < m.n; i++) {
-    uint64_t b = m.cand[2 * i], s = m.cand[2 * i + 1], e = b + (s ? s : 1);
-    m.off[i + 1] = m.off[i] + s;
-    if (b < m.lo) m.lo = b;
-    if (e > m.hi) m.hi = e;
-    for (uint64_t p = b >> 12; p <= (e - 1) >> 12; p++) {
-      uint64_t slot = page_slot(p << 12);
-      m.pages[slot / 64] |= (uint64_t)1 << (slot % 64);
-    }
-  }
-  if (m.lo > m.hi) m.lo = m.hi = 0;
-  if ((uint64_t)store.len < m.off[m.n]) {
-    PyErr_SetString(PyExc_ValueError, "remark: store smaller than the candidates");
     goto done;
   }
   Py_BEGIN_ALLOW_THREADS
@@ -381,24 +494,79 @@ PyObject *ur_py_remark(PyObject *Py_UNUSED(self), PyObject *args) {
   for (size_t i = 0; i < m.n; i++) {
     if (m.state[i] == GONE_PENDING) {
       m.state[i] = GONE;
-      scan_store(&m, i);
+      defer_words(&m, m.store + m.off[i], m.cand[2 * i], m.off[i + 1] - m.off[i]);
     }
   }
   if (roots) pages(&m, runs.buf, nruns, bytes.buf, 1);
   scan_words(&m, values.buf, ((uint64_t)values.len / WORD) * WORD);
   drain(&m);
+  qsort(m.pending, m.npending, 2 * sizeof(uint64_t), by_address);
   Py_END_ALLOW_THREADS
-  res = PyLong_FromUnsignedLongLong(m.rescued);
+  res = Py_BuildValue("(Ky#)", (unsigned long long)m.rescued, (const char *)m.pending,
+                      (Py_ssize_t)(m.npending * 16));
 done:
-  free(m.off);
-  free(m.stack);
-  free(m.pages);
+  remark_free(&m);
   PyBuffer_Release(&cand);
   PyBuffer_Release(&state);
   PyBuffer_Release(&store);
   PyBuffer_Release(&runs);
   PyBuffer_Release(&bytes);
   PyBuffer_Release(&values);
+  PyBuffer_Release(&pending);
+  return res;
+}
+
+/* Marks each pending word that lies in a block: pending sorted by address. */
+static void pending_in_blocks(const uint64_t *pend, size_t np, const uint64_t *blocks, size_t nb,
+                              uint8_t *counts) {
+  for (size_t k = 0; k < nb && np; k++) {
+    uint64_t b = blocks[2 * k], e = b + (blocks[2 * k + 1] ? blocks[2 * k + 1] : 1);
+    size_t lo = 0, hi = np;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (pend[2 * mid] < b)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    for (size_t j = lo; j < np && pend[2 * j] < e; j++) counts[j] = 1;
+  }
+}
+
+PyObject *ur_py_resolve(PyObject *Py_UNUSED(self), PyObject *args) {
+  Py_buffer cand, state, store, pending, ranges, blocks;
+  if (!PyArg_ParseTuple(args, "y*w*w*y*y*y*", &cand, &state, &store, &pending, &ranges, &blocks))
+    return NULL;
+  PyObject *res = NULL;
+  struct remark m = {0};
+  size_t np = (size_t)pending.len / 16;
+  uint8_t *counts = calloc(np ? np : 1, 1);
+  if (!counts) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (remark_setup(&m, &cand, &state, &store) < 0) goto done;
+  const uint64_t *pend = pending.buf, *r = ranges.buf;
+  size_t nr = (size_t)ranges.len / 16;
+  Py_BEGIN_ALLOW_THREADS
+  pending_in_blocks(pend, np, blocks.buf, (size_t)blocks.len / 16, counts);
+  for (size_t j = 0; j < np; j++) {
+    size_t i = (size_t)pend[2 * j + 1];
+    if (i >= m.n || m.state[i] != CAND) continue;
+    if (counts[j] || in_ranges(r, nr, pend[2 * j])) rescue(&m, i);
+  }
+  drain(&m);
+  Py_END_ALLOW_THREADS
+  res = PyLong_FromUnsignedLongLong(m.rescued);
+done:
+  free(counts);
+  remark_free(&m);
+  PyBuffer_Release(&cand);
+  PyBuffer_Release(&state);
+  PyBuffer_Release(&store);
+  PyBuffer_Release(&pending);
+  PyBuffer_Release(&ranges);
+  PyBuffer_Release(&blocks);
   return res;
 }
 

@@ -43,10 +43,17 @@ static PyMethodDef methods[] = {
      "clear: protect the written ones again; threads: walkers sharing the ranges by bytes. "
      "OSError from the pagemap."},
     {"remark", ur_py_remark, METH_VARARGS,
-     "remark(candidates, state, store, runs, page_bytes, values, roots) -> int\n\n"
+     "remark(candidates, state, store, runs, page_bytes, values, roots, pending) -> "
+     "(int, bytes)\n\n"
      "The concurrent snapshot's re-mark (concurrent_mark.c): store the runs' bytes that lie "
-     "in candidates, scan gone candidates' stores, and (roots) the runs' other words and the "
-     "values; rescue the candidates hit, transitively. Returns how many were rescued."},
+     "in candidates; rescue the candidates the values hit, transitively; the runs' other "
+     "words (roots) and gone candidates' stores that hit one are pending: (address, "
+     "candidate) u64 pairs, sorted, replacing those given for pages read again. Returns how "
+     "many were rescued and the pending words."},
+    {"resolve", ur_py_resolve, METH_VARARGS,
+     "resolve(candidates, state, store, pending, ranges, blocks) -> int\n\n"
+     "Rescue, transitively, the candidates of pending words whose address lies in the sorted "
+     "(begin, end) ranges or in one of the (begin, size) blocks. Returns how many."},
     {"pairs_in", ur_py_pairs_in, METH_VARARGS,
      "pairs_in(candidates, allocs) -> bytes\n\n"
      "One byte per sorted (begin, size) candidate: 1 if allocs holds the same pair."},

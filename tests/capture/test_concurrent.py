@@ -143,9 +143,9 @@ def _words(*values: int) -> bytes:
 
 def test_remark_rescues_through_pages_values_and_rescued_blocks():
     """The re-mark's rules, on memory laid out by hand: a word of a written
-    page outside the candidates is a root; one inside a candidate is only
-    stored; a rescued candidate's stored words are followed; a gone one's
-    stored words are roots."""
+    page inside a candidate is only stored; a value rescues at once, and a
+    rescued candidate's stored words are followed; a gone one's stored words
+    are pending, roots only if a block holds them at the last stop."""
     a, b, c, d = 0x10000, 0x10100, 0x20000, 0x30000
     cands = _pairs((a, 32), (b, 32), (c, 32), (d, 32))
     state = bytearray(4)
@@ -155,22 +155,28 @@ def test_remark_rescues_through_pages_values_and_rescued_blocks():
     page[0:8] = struct.pack("<Q", c)
     runs = _pairs((0x10000, 0x11000))
     # Inside a candidate: stored, not a root.
-    assert _native.remark(cands, state, store, runs, page, b"", True) == 0
+    assert _native.remark(cands, state, store, runs, page, b"", True, b"") == (0, b"")
     assert bytes(store[0:8]) == struct.pack("<Q", c) and state == bytearray(4)
     # A register pointing into a's middle rescues a, and through its stored
     # bytes c.
-    assert _native.remark(cands, state, store, b"", b"", _words(a + 8), True) == 2
+    assert _native.remark(cands, state, store, b"", b"", _words(a + 8), True, b"") == (2, b"")
     assert list(state) == [1, 0, 1, 0]
-    # b freed and its memory reused: gone, its stored words become roots.
+    # b freed: gone, its stored word pending.
     store[32:40] = struct.pack("<Q", d + 31)
     state[1] = 3
-    assert _native.remark(cands, state, store, b"", b"", b"", True) == 1
+    rescued, pending = _native.remark(cands, state, store, b"", b"", b"", True, b"")
+    assert (rescued, pending) == (0, _pairs((b, 3)))
+    assert list(state) == [1, 2, 1, 0]
+    # No block at b at the last stop: the word was a freed chunk's, no root.
+    assert _native.resolve(cands, bytearray(state), store, pending, b"", b"") == 0
+    # b's memory reused by a new block: the word is that block's, a root.
+    assert _native.resolve(cands, state, store, pending, b"", _pairs((b - 16, 64))) == 1
     assert list(state) == [1, 2, 1, 1]
 
 
 def test_remark_reads_words_by_address_after_a_candidate_of_odd_size():
     """A candidate of 501 bytes ends 5 bytes into a word. The words after it
-    on a written page, up to the next candidate, are roots at their own
+    on a written page, up to the next candidate, are pending at their own
     8-aligned addresses: read on from the candidate's end they were all 5
     bytes off, and a block that only such a word points to (a chain node
     allocated during the mark, next to a freed odd-sized block) was
@@ -183,13 +189,44 @@ def test_remark_reads_words_by_address_after_a_candidate_of_odd_size():
     # After a's end (0x101f5): a new block's word at 0x10200 points to c.
     page[0x200:0x208] = struct.pack("<Q", c + 8)
     runs = _pairs((0x10000, 0x11000))
-    assert _native.remark(cands, state, store, runs, page, b"", True) == 1
-    assert list(state) == [0, 1]
-    # The word that straddles a's end is a root as well (conservative).
-    state = bytearray(2)
+    assert _native.remark(cands, state, store, runs, page, b"", True, b"") == (
+        0,
+        _pairs((0x10200, 1)),
+    )
+    # The word that straddles a's end is pending as well (conservative).
     page[0x200:0x208] = bytes(8)
     page[0x1F0:0x1F8] = struct.pack("<Q", c)
-    assert _native.remark(cands, state, store, runs, page, b"", True) == 1
+    assert _native.remark(cands, state, store, runs, page, b"", True, b"") == (
+        0,
+        _pairs((0x101F0, 1)),
+    )
+
+
+def test_pending_words_are_replaced_when_their_page_is_read_again():
+    """A pending word stands for its page as last read: a later round that
+    reads the page again drops it (the pointer moved on) and keeps those of
+    other pages; the last stop then decides by where each one lies."""
+    c = 0x20000
+    cands = _pairs((c, 32))
+    state, store = bytearray(1), bytearray(32)
+    page = bytearray(4096)
+    page[8:16] = struct.pack("<Q", c)
+    first = _native.remark(cands, state, store, _pairs((0x10000, 0x11000)), page, b"", True, b"")
+    assert first == (0, _pairs((0x10008, 0)))
+    other = _native.remark(
+        cands, state, store, _pairs((0x50000, 0x51000)), page, b"", True, first[1]
+    )
+    assert other == (0, _pairs((0x10008, 0), (0x50008, 0)))
+    again = _native.remark(
+        cands, state, store, _pairs((0x10000, 0x11000)), bytes(4096), b"", True, other[1]
+    )
+    assert again == (0, _pairs((0x50008, 0)))
+    # A dead stack frame's word (outside the root ranges at the last stop)
+    # keeps nothing; one above the thread's SP does.
+    assert (
+        _native.resolve(cands, bytearray(1), store, again[1], _pairs((0x10000, 0x50000)), b"") == 0
+    )
+    assert _native.resolve(cands, state, store, again[1], _pairs((0x50000, 0x51000)), b"") == 1
 
 
 def test_pairs_in_matches_begin_and_size():
@@ -513,3 +550,14 @@ def test_a_leak_made_while_the_mark_runs_is_never_reported(targets):
     assert set(dropped[:-1]) <= reported, (len(dropped), len(set(dropped) - reported))
     assert not reported & made_after
     assert reported <= {a for a, _, _ in notes}
+
+
+@needs_tracking
+def test_a_stale_word_in_a_freed_block_on_a_written_page_keeps_nothing(targets):
+    """freed_holder.c frees the only holder of a block, whose address stays
+    in the free chunk, and keeps writing that page: the word is no root at
+    the stop, so the concurrent mark reports the block as stopped mode does."""
+    target = targets.start(HERE / "programs" / "freed_holder.c")
+    exact(target, scan(target.pid, ScanOptions(snapshot="stopped")))
+    for _ in range(3):
+        exact(target, scan(target.pid, ScanOptions(snapshot="concurrent")))

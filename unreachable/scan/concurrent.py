@@ -458,19 +458,7 @@ def _first_roots(
 ) -> tuple[Roots, list[tuple[int, int]], dict[str, bytes]]:
     """The roots of the first stop: ranges, the heap's spans, and the
     values that are roots wherever they lie."""
-    arena = find_main_arena(pid, maps1)
-    heap = heap_parts(pid, maps1, registry_blocks_in(registry))
-    roots = classify(
-        maps1,
-        stack_sps(threads1, registry),
-        registry,
-        target.shim.path,
-        [r for r in (arena, target.shim.bss) if r],
-        heap,
-        partial(present_ranges, pid),
-        pid,
-    )
-    spans = heap_spans(maps1, heap)
+    roots, spans = _root_ranges(target, pid, registry, maps1, threads1, present=True)
     values1 = _values(threads1, held1, maps1, registry)
     values1["signal stacks"] = sources.signal_stacks(pid, _altstacks(target), threads1).words
     values1["exited threads' control blocks"] = sources.exited_threads_dtvs(
@@ -478,6 +466,55 @@ def _first_roots(
     ).words
     values1["code immediates"] = sources.jit_code(pid, maps1, spans, KeptOut()).words
     return roots, spans, values1
+
+
+def _root_ranges(
+    target: Target,
+    pid: int,
+    registry: Registry,
+    maps: list[Mapping],
+    threads: list[CapturedThread],
+    present: bool,
+) -> tuple[Roots, list[tuple[int, int]]]:
+    """The root ranges at a stop, and the heap's spans. present: trimmed
+    to the pages that exist (the mark reads them; a range only tested
+    for holding an address needs no trimming)."""
+    arena = find_main_arena(pid, maps)
+    heap = heap_parts(pid, maps, registry_blocks_in(registry))
+    roots = classify(
+        maps,
+        stack_sps(threads, registry),
+        registry,
+        target.shim.path,
+        [r for r in (arena, target.shim.bss) if r],
+        heap,
+        partial(present_ranges, pid) if present else None,
+        pid,
+    )
+    return roots, heap_spans(maps, heap)
+
+
+def _resolve(
+    target: Target,
+    pid: int,
+    final: Registry,
+    maps2: list[Mapping],
+    threads2: list[CapturedThread],
+    cands: bytes,
+    state: bytearray,
+    store: bytearray,
+    pending: bytes,
+) -> int:
+    """The pending words (written pages' words outside the candidates, gone
+    candidates' stored ones) that lie, at the second stop, in a root range
+    or in a block: they rescue their candidates. The others were stale (a
+    freed chunk, a stack's dead frames): no roots, as in every mode."""
+    if not pending:
+        return 0
+    roots, _ = _root_ranges(target, pid, final, maps2, threads2, present=False)
+    inflight = [(p, p + max(s, 1)) for p, s in _inflight(final).items()]
+    ranges = _pack(_merge(list(roots.ranges) + inflight))
+    return _native.resolve(cands, state, store, pending, ranges, final.allocs.cast("B"))
 
 
 def _altstacks(target: Target) -> tuple[int, int]:
@@ -580,6 +617,7 @@ class _Rounds:
     give_way_ms: float | None  # the bound on that prediction (None: none)
     read_bytes: int = 0
     read_s: float = 0.0
+    pending: bytes = b""  # the rounds' words that the last stop decides on (remark)
 
     def predict_ms(self, walk_s: float, nbytes: int) -> float:
         """The last stop, were it taken now: the first stop's length, the
@@ -659,7 +697,10 @@ class _Rounds:
             rounds.append(n)
             self.read_bytes += n
             self.read_s += t2 - t1
-            rescued += _native.remark(cands, state, store, runs, page_bytes, b"", True)
+            found, self.pending = _native.remark(
+                cands, state, store, runs, page_bytes, b"", True, self.pending
+            )
+            rescued += found
             if n <= SMALL_ROUND:
                 break
             if self.give_way_ms is None:
@@ -791,9 +832,11 @@ def _finish(
     values2["code immediates"] = values1["code immediates"] + now
     values2["exited threads' control blocks"] = values1["exited threads' control blocks"]
     gone = _drop_changed(cands, state, final)
-    rescued += _native.remark(
-        cands, state, store, runs, page_bytes, b"".join(values2.values()), True
+    got, pending = _native.remark(
+        cands, state, store, runs, page_bytes, b"".join(values2.values()), True, plan.pending
     )
+    rescued += got
+    rescued += _resolve(target, pid, final, maps2, threads2, cands, state, store, pending)
     fold = _fold_left(pid, raw, cands, cand_ids, state, maps2)
     result = SweepResult(
         unreachable_count=fold["unreachable_count"],
