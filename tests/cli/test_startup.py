@@ -18,14 +18,26 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 sys.exit(code)
 """
 # Report formats other than the one asked for, and the ELF and DWARF readers
-# (a target without backtraces has no frame to resolve).
+# (a target without backtraces has no frame to resolve); the snapshots of a
+# process without the shim, and of a core, with glibc's heap walker; the
+# concurrent mark (the heap is too small for auto to take it).
 UNUSED = (
     "unreachable.report.pprof",
     "unreachable.report.collapsed",
     "unreachable.report.lmu",
+    "unreachable.report.text",
     "unreachable.symbolize.objects",
     "unreachable.symbolize.dwarf_lines",
     "unreachable.symbolize.elf_symbols",
+    "unreachable.symbolize.debuginfo",
+    "unreachable.scan.core",
+    "unreachable.scan.glibc",
+    "unreachable.scan.glibc_fork",
+    "unreachable.capture.core_file",
+    "unreachable.capture.stopper",
+    "unreachable.allocations.glibc_heap",
+    "unreachable.allocations.glibc_source",
+    "unreachable.scan.concurrent",
 )
 
 
