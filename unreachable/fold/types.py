@@ -31,7 +31,6 @@ from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
 from unreachable.symbolize.cache import ObjectCache, object_key
 from unreachable.symbolize.config import default_cache_dir
-from unreachable.symbolize.data_symbols import load_data_symbols
 from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.elf_file import NotElf, read_elf
 
@@ -97,6 +96,9 @@ def _cached(cache: ObjectCache) -> FileVtables | None:
 def _file_vtables(path: str) -> FileVtables:
     """The vtable symbols of one file (mangled names), from its .symtab when
     it has one, else the ones .dynsym exports."""
+    # Imported on a cache miss only: a scan's imports are part of its time.
+    from unreachable.symbolize.data_symbols import load_data_symbols
+
     symbols = load_data_symbols(path)
     if symbols is None:
         return []

@@ -11,7 +11,6 @@ it must never execute or crash anything. Every failure is a cache miss.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -29,6 +28,8 @@ def object_key(image: ElfImage) -> str:
     if image.build_id:
         return image.build_id
     # No build-id: the file's identity, so a rebuilt file never reuses stale entries.
+    import hashlib  # here: a scan imports this module, and most files have a build-id
+
     try:
         st = os.stat(image.path)
         ident = f"{image.path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
