@@ -56,6 +56,11 @@ static uint64_t chunks_spanned(const uint64_t *begin, const uint64_t *end, size_
  * paused 0.3-1.6 s and took 0.6-2.0 s in all). */
 #define UR_STOPPED_COPY_MAX (UINT64_C(64) << 20)
 #define UR_STOPPED_CACHE (UINT64_C(32) << 20)
+/* Swept in place, the target stopped, the marking team reads it as the
+ * concurrent mark reads a live one: each thread through a cache of its own,
+ * UR_STOPPED_CACHE shared among them (the scan holds no more than with one
+ * reader), each at least this much. */
+#define UR_STOPPED_READER_CACHE (UINT64_C(8) << 20)
 
 /* Enough cache for `chunks` (those under an allocation or a root range):
  * sized so, nothing is ever evicted and re-read (a random-order list over a
@@ -473,6 +478,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
       .stack_ids = ids,
   };
   int rc = 0, opened = copy != NULL, released = 0;
+  unsigned in_place = 0; /* swept stopped, in place: readers for the team */
   if (copy) copy->mem.pages_skipped = 0;
   uint64_t root_chunks = chunks_spanned(ranges, ranges + 1, 2, in.nranges, 0);
   struct ur_frozen_view views[UR_SWEEP_MAX_THREADS];
@@ -489,14 +495,19 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
      * overestimate, bounded like any), the index once the target runs. */
     uint64_t chunks = chunks_spanned(allocs, allocs + 1, 2, nallocs, 1);
     uint64_t cache = cache_mb ? cache_mb << 20 : cache_bytes_for(chunks + root_chunks);
-    if (!cache_mb && release && ((chunks + root_chunks) << UR_CHUNK_SHIFT) > UR_STOPPED_COPY_MAX)
-      cache = UR_STOPPED_CACHE;
+    if (!cache_mb && release && ((chunks + root_chunks) << UR_CHUNK_SHIFT) > UR_STOPPED_COPY_MAX) {
+      in_place = threads < UR_STOPPED_CACHE / UR_STOPPED_READER_CACHE
+                     ? threads
+                     : (unsigned)(UR_STOPPED_CACHE / UR_STOPPED_READER_CACHE);
+      cache = UR_STOPPED_CACHE / in_place;
+    }
     rc = ur_mem_open(mem, pid, cache);
     opened = rc == 0;
     if (rc == 0 && zeros) set_layout(mem, zeros, (size_t)zb.len / 24); /* else: read all */
     if (rc == 0)
       released = copy_then_release(mem, allocs, nallocs, ranges, in.nranges, release) && release;
     if (rc == 0 && release && !released) ur_mem_skip_absent(mem); /* swept stopped, in place */
+    if (released) in_place = 0;
   }
   /* The walker only keeps the reader's address until marking starts. */
   if (rc == 0) rc = ur_walker_init(&w, &mem->mem, allocs, nallocs);
@@ -514,14 +525,16 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   /* Several marking threads only over a frozen cache: each reads it through
    * a view of its own, and nothing is loaded any more. */
   team_size = rc == 0 && mem->frozen ? threads : 1;
-  if (rc == 0 && live && !copy && !mem->frozen && threads > 1) {
-    /* live=True (a process that runs on: the concurrent mark): each marking
-     * thread reads through a chunk cache of its own, as large as the first. */
-    nreaders = open_readers(readers, threads, pid, (uint64_t)mem->max_chunks << UR_CHUNK_SHIFT,
-                            zeros, (size_t)zb.len / 24);
+  if (rc == 0 && (live || in_place > 1) && !copy && !mem->frozen && threads > 1) {
+    /* live=True (a process that runs on: the concurrent mark), or a stopped
+     * target swept in place: each marking thread reads through a chunk
+     * cache of its own, as large as the first. */
+    nreaders = open_readers(readers, live ? threads : in_place, pid,
+                            (uint64_t)mem->max_chunks << UR_CHUNK_SHIFT, zeros,
+                            (size_t)zb.len / 24);
     for (unsigned k = 1; k < nreaders; k++) {
       readers[k].cow = cow;
-      if (cow) ur_mem_skip_absent(&readers[k]);
+      if (cow || in_place) ur_mem_skip_absent(&readers[k]);
     }
     team_size = nreaders;
     mems[0] = &mem->mem;

@@ -173,6 +173,17 @@ def test_marking_team_over_a_frozen_copy(targets, snapshot):
     assert (one.mark_threads, team.mark_threads) == (1, 4)
 
 
+def test_marking_team_over_a_target_stopped_in_place(targets):
+    """Past the 64 MiB a stopped scan copies, the target stays stopped for
+    the whole sweep, read in place: it no longer changes either, so a team
+    marks it, each thread through a cache of its own (native/scanner/sweep.c):
+    the same verdicts."""
+    target = targets.start(PROGRAMS / "big_heap.c", "96")
+    one = check_exact(target, snapshot="stopped", mark_threads=1)
+    team = check_exact(target, snapshot="stopped", mark_threads=2)
+    assert (one.mark_threads, team.mark_threads) == (1, 2)
+
+
 def test_dlopen_globals_and_tls(targets):
     lib = build(PROGRAMS / "dlopen_lib.c", shared=True)
     target = targets.start(PROGRAMS / "dlopen_main.c", str(lib))

@@ -77,6 +77,26 @@ def test_contents_keep_each_block_apart_and_named(targets, under_shim):
     assert all(e.type == "" for e in random_first)
 
 
+def test_vtables_kept_in_the_symbol_cache(targets, tmp_path, monkeypatch):
+    """Each mapped file's vtables, demangled, are kept in the symbol cache
+    under its build-id: the next scan reads them back instead of the file's
+    symbols; an entry that is not what a scan writes is read afresh."""
+    monkeypatch.setenv("UNREACHABLE_CACHE_DIR", str(tmp_path))
+    target = _start(targets, True)
+    first = _groups(scan(target.pid, ScanOptions()))
+    entries = list(tmp_path.glob("symbols/v1/*/*-vtables/vtables.json"))
+    own = [p for p in entries if "zoo::Fish" in p.read_text()]
+    assert len(own) == 1 and len(entries) > 1, entries
+    own[0].write_text(own[0].read_text().replace("zoo::Fish", "zoo::Kept"))
+    kept = _groups(scan(target.pid, ScanOptions()))
+    assert kept == {
+        (size, kind.replace("zoo::Fish", "zoo::Kept")): n for (size, kind), n in first.items()
+    }
+    own[0].write_text('[[1, 2, "vtable for X", 3]]')
+    assert _groups(scan(target.pid, ScanOptions())) == first
+    assert "zoo::Fish" in own[0].read_text()
+
+
 def test_backtraces_still_named(targets):
     """Entries with backtraces are folded by backtrace, and still named."""
     target = _start(targets, True, options="backtrace=16")

@@ -30,7 +30,6 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from unreachable.symbolize.config import default_debug_dirs
-from unreachable.symbolize.debuginfo import find_debug_file
 from unreachable.symbolize.elf_file import NotElf, read_elf
 
 if TYPE_CHECKING:
@@ -236,6 +235,8 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
+
+    from unreachable.symbolize.debuginfo import find_debug_file
 
     try:
         image = read_elf(path)

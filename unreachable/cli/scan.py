@@ -10,7 +10,6 @@ from collections.abc import Callable
 from unreachable.cli.output import add_output_options, chosen_format
 from unreachable.errors import EXIT_LEAKS, EXIT_NO_LEAKS, InvalidArgument
 from unreachable.model.report import ScanReport
-from unreachable.report.text import format_report, format_summary
 from unreachable.rpc.options import add_remote_options
 from unreachable.rpc.progress import StageBar
 from unreachable.scan import ScanOptions, scan
@@ -206,6 +205,8 @@ def render(report: ScanReport, fmt: str) -> str | bytes:
         from unreachable.report.lmu import format_records
 
         return format_records(report)
+    from unreachable.report.text import format_report
+
     return format_report(report)
 
 
@@ -277,6 +278,8 @@ def handle(args: argparse.Namespace) -> int:
     write_output(render(report, fmt), args.output)
     tty = sys.stderr.isatty()
     if fmt == "text" and tty:
+        from unreachable.report.text import format_summary
+
         print(format_summary(report), file=sys.stderr)
     elif report.snapshot == "core" and report.snapshot_note and tty:
         print(f"unreachable-cli: note: core {args.core}: {report.snapshot_note}", file=sys.stderr)

@@ -29,7 +29,8 @@ from unreachable.fold.dedup import Leak, dedup
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
-from unreachable.symbolize.data_symbols import load_data_symbols
+from unreachable.symbolize.cache import ObjectCache, object_key
+from unreachable.symbolize.config import default_cache_dir
 from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.elf_file import NotElf, read_elf
 
@@ -69,38 +70,87 @@ def _root(pid: int) -> str:
         return ""
 
 
+# One ELF object's vtables: (link-time start, end, class name) each.
+FileVtables = list[tuple[int, int, str]]
+# The on-disk cache's entry name (symbolize/cache.py), beside the symbolizer's.
+CACHE_ENTRY = "vtables"
+
+
+def _cached(cache: ObjectCache) -> FileVtables | None:
+    """The entry, or None: missing, or not what _save writes (any file in
+    the cache directory is input, not trusted)."""
+    entry = cache.load(CACHE_ENTRY)
+    if not isinstance(entry, list):
+        return None
+    out: FileVtables = []
+    for item in entry:
+        if not (isinstance(item, list) and len(item) == 3):
+            return None
+        start, end, name = item
+        if not (isinstance(start, int) and isinstance(end, int) and isinstance(name, str)):
+            return None
+        out.append((start, end, name))
+    return out
+
+
+def _file_vtables(path: str) -> FileVtables:
+    """The vtable symbols of one file (mangled names), from its .symtab when
+    it has one, else the ones .dynsym exports."""
+    # Imported on a cache miss only: a scan's imports are part of its time.
+    from unreachable.symbolize.data_symbols import load_data_symbols
+
+    symbols = load_data_symbols(path)
+    if symbols is None:
+        return []
+    return [
+        (start, end, name)
+        for start, end, name in zip(symbols.starts, symbols.ends, symbols.names, strict=True)
+        if name.startswith(VTABLE_PREFIX)
+    ]
+
+
 def load_vtables(pid: int, mappings: list[Mapping]) -> Vtables:
     """The vtables of every file mapped in pid (its .symtab when it has one,
-    else the vtables .dynsym exports)."""
+    else the vtables .dynsym exports). Each file's, demangled, is kept in
+    the on-disk symbol cache under its build-id (or its identity without
+    one): reading its symbols in Python, and demangling them in a c++filt
+    process, took milliseconds of every scan; a rebuilt file has a key of
+    its own."""
     root = _root(pid)
+    cache_dir = default_cache_dir()
     found: list[tuple[int, int, str]] = []
+    misses: list[tuple[ObjectCache, int, FileVtables]] = []
     seen: set[str] = set()
     for m in mappings:
         if not m.path.startswith("/") or m.path in seen:
             continue
         seen.add(m.path)  # the lowest mapping of a file gives its load bias
         path, _ = file_for(pid, m, root)
-        symbols = load_data_symbols(path)
-        if symbols is None:
-            continue
-        vtables = [
-            (start, end, name)
-            for start, end, name in zip(symbols.starts, symbols.ends, symbols.names, strict=True)
-            if name.startswith(VTABLE_PREFIX)
-        ]
-        if not vtables:
-            continue
         try:
-            bias = m.start - read_elf(path).file_offset_to_vaddr(m.offset)
+            image = read_elf(path)
+            bias = m.start - image.file_offset_to_vaddr(m.offset)
         except (OSError, NotElf, ValueError):
             continue
+        cache = ObjectCache(cache_dir, f"{object_key(image)}-{CACHE_ENTRY}")
+        vtables = _cached(cache)
+        if vtables is None:
+            misses.append((cache, bias, _file_vtables(path)))
+            continue
         found += [(start + bias, end + bias, name) for start, end, name in vtables]
+    # Every file read afresh is demangled in one batch (one c++filt).
+    names = demangle_all({name for _, _, vtables in misses for _, _, name in vtables})
+    for cache, bias, vtables in misses:
+        named = [(start, end, names[n]) for start, end, n in vtables]
+        # Not kept when a name stayed mangled (no c++filt here): a later
+        # scan may do better.
+        if all(name.startswith(VTABLE_DEMANGLED) for _, _, name in named):
+            cache.save(CACHE_ENTRY, [list(v) for v in named])
+        found += [(start + bias, end + bias, name) for start, end, name in named]
     found.sort()
-    names = demangle_all({name for _, _, name in found})
     return Vtables(
         [s for s, _, _ in found],
         [e for _, e, _ in found],
-        [names[n].removeprefix(VTABLE_DEMANGLED) for _, _, n in found],
+        [name.removeprefix(VTABLE_DEMANGLED) for _, _, name in found],
     )
 
 

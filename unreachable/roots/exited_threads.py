@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import struct
 
-from unreachable.allocations.glibc_heap import SEARCH_TOP
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, read_anonymous
 
@@ -20,6 +19,10 @@ from unreachable.process.memory import Memory, read_anonymous
 def control_block(memory: Memory, begin: int, end: int) -> tuple[int, int] | None:
     """(address, dtv word) of the thread control block in the top of the
     stack [begin, end), or None: no thread's stack ends there (any more)."""
+    # Imported on use: every scan imports this module, and glibc's heap walker
+    # only the scans of a process without the shim need.
+    from unreachable.allocations.glibc_heap import SEARCH_TOP
+
     low = max(begin, end - SEARCH_TOP)
     raw = read_anonymous(memory, low, end)
     words = struct.unpack(f"<{len(raw) // 8}Q", raw[: len(raw) // 8 * 8])

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from itertools import compress
 
 from unreachable.allocations.glibc_libc import arena_layout
 from unreachable.process.maps import Mapping
@@ -42,14 +43,21 @@ MIN_EMPTY_BINS = 48  # of 127; a fresh process has ~125 empty
 MAX_ARENAS = 4096  # a list longer than this is no arena list
 
 
-def _empty_bins(words: tuple[int, ...], bins_addr: int, at: int) -> int:
-    count = 0
-    for i in range(1, NBINS):
-        slot = at + (i - 1) * 2
-        self_addr = bins_addr + (i - 1) * 16 - 16
-        if words[slot] == self_addr and words[slot + 1] == self_addr:
-            count += 1
-    return count
+def _empty_slots(words: tuple[int, ...], begin: int) -> tuple[list[bool], list[bool]]:
+    """Per word of the region at begin: whether it holds its own address
+    less 16, as an empty bin's fd does; and whether the next word holds the
+    same, as that bin's bk does. Either depends on the word alone, not on
+    where the arena would start, so it is found once for every candidate
+    (a loop per candidate and bin was 3 ms of every scan)."""
+    addrs = range(begin - 16, begin - 16 + 8 * len(words), 8)
+    fd = [w == a for w, a in zip(words, addrs, strict=True)]
+    both = [f and bk == a for f, bk, a in zip(fd[:-1], words[1:], addrs[:-1], strict=True)]
+    return fd, both
+
+
+def _empty_bins(empty: list[bool], at: int) -> int:
+    """The empty bins of the arena whose bin 1 is word at."""
+    return sum(empty[at : at + 2 * (NBINS - 1) : 2])
 
 
 def find_main_arena(memory: Memory, mappings: list[Mapping]) -> tuple[int, int] | None:
@@ -80,11 +88,14 @@ def find_main_arena(memory: Memory, mappings: list[Mapping]) -> tuple[int, int] 
     # left the arena scanned. The arena itself matches one bin more than any
     # shifted copy (its largest bin, the probe), so the most matches win.
     best: tuple[int, int] | None = None
-    for at in range(BELOW_BINS // 8, len(words) - ABOVE_BINS // 8):
-        bins_addr = begin + at * 8
-        if words[at + probe // 8] != bins_addr + probe - 16:
+    fd, slots = _empty_slots(words, begin)
+    lo, hi = BELOW_BINS // 8, len(words) - ABOVE_BINS // 8
+    for probed in compress(range(len(words)), fd):
+        at = probed - probe // 8
+        if not lo <= at < hi:
             continue
-        empty = _empty_bins(words, bins_addr, at)
+        bins_addr = begin + at * 8
+        empty = _empty_bins(slots, at)
         if empty >= MIN_EMPTY_BINS and (best is None or empty > best[0]):
             best = (empty, bins_addr)
     if best is None:

@@ -19,7 +19,6 @@ from unreachable.capture.stop_world import Capture, CaptureRequest
 from unreachable.capture.strategies import take_snapshot
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import TrackingUnavailable
-from unreachable.scan import core, glibc, glibc_fork
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
 from unreachable.scan.plan import RETRY_ELSEWHERE, Plan, Retry
@@ -57,6 +56,27 @@ def _under_shim(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
         yield held if isinstance(held, Retry) else Captured(held, target, source)
 
 
+# The strategies without the shim are imported when a plan names them: a
+# scan's imports are part of its time, and a scan under the shim never
+# walks glibc's heap or reads a core.
+def _injected_fork(facts: Facts, plan: Plan) -> AbstractContextManager[Captured | Retry]:
+    from unreachable.scan.glibc_fork import injected_fork
+
+    return injected_fork(facts, plan)
+
+
+def _whole_copy(facts: Facts, plan: Plan) -> AbstractContextManager[Captured | Retry]:
+    from unreachable.scan.glibc import whole_copy
+
+    return whole_copy(facts, plan)
+
+
+def _core(facts: Facts, plan: Plan) -> AbstractContextManager[Captured | Retry]:
+    from unreachable.scan.core import capture_core
+
+    return capture_core(facts, plan)
+
+
 # The snapshot strategies a plan may name (plan.Snapshot), each with what
 # it needs of the facts. "concurrent" is none: its mark runs inside its
 # capture (scan/run.py run_concurrent).
@@ -64,9 +84,9 @@ CAPTURES: dict[str, CaptureStage] = {
     "fork": _under_shim,
     "copy": _under_shim,
     "stopped": _under_shim,
-    "injected fork": glibc_fork.injected_fork,
-    "whole copy": glibc.whole_copy,
-    "core": core.capture_core,
+    "injected fork": _injected_fork,
+    "whole copy": _whole_copy,
+    "core": _core,
 }
 
 

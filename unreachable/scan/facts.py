@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from unreachable import _native
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
-from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
 from unreachable.capture.target import Target, open_target, runs_without_shim
 from unreachable.errors import ScannerOutOfMemory, TargetNotShimmed
@@ -27,6 +27,9 @@ from unreachable.process.cgroup_memory import (
 from unreachable.process.memory import Memory
 from unreachable.process.status import resident_anonymous_bytes
 from unreachable.scan.options import ScanOptions
+
+if TYPE_CHECKING:
+    from unreachable.capture.core_file import CoreFile
 
 
 def expected_allocations(memory: Memory, addr: int) -> int | None:

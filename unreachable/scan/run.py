@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unreachable.capture.copy_snapshot import cow_broken
-from unreachable.capture.core_file import open_core
 from unreachable.capture.target import still_running
 from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
@@ -31,7 +30,6 @@ from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan.allocations import Allocations, find_allocations
 from unreachable.scan.capture import capture_for
 from unreachable.scan.captured import Captured
-from unreachable.scan.concurrent import GaveWay, concurrent_sweep
 from unreachable.scan.facts import Facts, gather_facts
 from unreachable.scan.fold import fold
 from unreachable.scan.mark import MarkOver, mark, sweep_places
@@ -79,6 +77,8 @@ def scan_core(
     options = replace(options or ScanOptions(), sample_contents=0)
     if options.limit < 0:
         raise InvalidArgument("--limit must be >= 0")
+    from unreachable.capture.core_file import open_core
+
     started = time.monotonic()
     core = open_core(path, exe, sysroot)
     try:
@@ -224,6 +224,10 @@ def run_concurrent(
     Writes that cannot be tracked: refused when asked for (planned.must),
     else the next plan that needs no tracking; so is a mark whose last stop
     would pause longer than that plan (planned.give_way_ms)."""
+    # Imported here: only this plan marks concurrently, and a scan's imports
+    # are part of its time.
+    from unreachable.scan.concurrent import GaveWay, concurrent_sweep
+
     target = facts.target
     assert target is not None
     pid = target.pid

@@ -14,10 +14,28 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from unreachable.symbolize.elf_file import ElfImage
 
 FORMAT = "v1"
 _SAFE = re.compile(r"^[0-9A-Za-z._-]+$")
+
+
+def object_key(image: ElfImage) -> str:
+    """The cache key of an ELF object: its build-id, else the file's identity."""
+    if image.build_id:
+        return image.build_id
+    # No build-id: the file's identity, so a rebuilt file never reuses stale entries.
+    import hashlib  # here: a scan imports this module, and most files have a build-id
+
+    try:
+        st = os.stat(image.path)
+        ident = f"{image.path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+    except OSError:
+        ident = image.path
+    return "nobid" + hashlib.sha1(ident.encode(), usedforsecurity=False).hexdigest()
 
 
 class ObjectCache:

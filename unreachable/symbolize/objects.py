@@ -8,12 +8,10 @@ the same binaries only reads a few small JSON files.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import threading
 from collections import OrderedDict
 
-from unreachable.symbolize.cache import ObjectCache
+from unreachable.symbolize.cache import ObjectCache, object_key
 from unreachable.symbolize.config import SymbolConfig
 from unreachable.symbolize.debuginfo import DebugFile, find_debug_file
 from unreachable.symbolize.dwarf_lines import LineTable
@@ -49,7 +47,7 @@ class SymbolObject:
             variant = "self"
         else:
             variant = "nodebug"
-        key = _cache_key(image)
+        key = object_key(image)
         self.cache = ObjectCache(config.cache_dir, f"{key}-{variant}")
         self._symbols: ElfSymbols | None = None
         self._lines: LineTable | None = None
@@ -111,18 +109,6 @@ class SymbolObject:
             self._dirty = False
         if self._lines is not None:
             self._lines.close()  # the decoded units stay in memory; the file reopens on need
-
-
-def _cache_key(image: ElfImage) -> str:
-    if image.build_id:
-        return image.build_id
-    # No build-id: the file's identity, so a rebuilt file never reuses stale entries.
-    try:
-        st = os.stat(image.path)
-        ident = f"{image.path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
-    except OSError:
-        ident = image.path
-    return "nobid" + hashlib.sha1(ident.encode(), usedforsecurity=False).hexdigest()
 
 
 def get_object(

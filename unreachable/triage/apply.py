@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from unreachable.errors import InvalidArgument
 from unreachable.model.report import ScanReport
-from unreachable.triage import baseline as baselines
 from unreachable.triage import suppressions
 from unreachable.writing import write_output
+
+if TYPE_CHECKING:
+    from unreachable.triage import baseline as baselines
 
 ALL_ENTRIES = 0xFFFF_FFFF  # the most a ScanRequest's uint32 limit holds
 
@@ -85,7 +88,12 @@ def from_args(args: argparse.Namespace, fmt: str) -> Triage:
             raise InvalidArgument(f"--daemon-baseline prints text, json or lmu, not {fmt}")
     paths = suppressions.paths_from_env() + list(args.suppressions)
     rules = suppressions.load(paths)
-    base = baselines.load(args.baseline) if args.baseline else None
+    base = None
+    if args.baseline:
+        # Imported when asked for: every scan's imports are part of its time.
+        from unreachable.triage import baseline as baselines
+
+        base = baselines.load(args.baseline)
     return Triage(paths, rules, base, args.print_suppressions)
 
 
@@ -96,6 +104,8 @@ def apply(t: Triage, report: ScanReport, limit: int, contents: bool) -> ScanRepo
         text = suppressions.generate(report, suppressions.weighted(report))
         write_output(text, None if t.print_to == "-" else t.print_to)
     if t.baseline is not None:
+        from unreachable.triage import baseline as baselines
+
         report = baselines.compare(report, t.baseline, limit)
     else:
         report.leaks = report.leaks[:limit]
