@@ -47,6 +47,10 @@ static PyMethodDef methods[] = {
      "The concurrent snapshot's re-mark (concurrent_mark.c): store the runs' bytes that lie "
      "in candidates, scan gone candidates' stores, and (roots) the runs' other words and the "
      "values; rescue the candidates hit, transitively. Returns how many were rescued."},
+    {"size_map_pages", ur_py_size_map_pages, METH_VARARGS,
+     "size_map_pages(memory, descriptor_addr, blocks) -> (bodies, pages)\n\n"
+     "The whole pages of every size map, and the pages holding the map entries of the "
+     "(begin, size) blocks (packed u64 pairs each)."},
     {"pairs_in", ur_py_pairs_in, METH_VARARGS,
      "pairs_in(candidates, allocs) -> bytes\n\n"
      "One byte per sorted (begin, size) candidate: 1 if allocs holds the same pair."},

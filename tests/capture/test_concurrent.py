@@ -17,11 +17,14 @@ import pytest
 
 from tests.support.tracking import copy_unsupported, wait_untracked
 from unreachable import _native
+from unreachable.allocations.registry import read_registry
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
+from unreachable.process.maps import read_maps
 from unreachable.scan import ScanOptions, scan
+from unreachable.scan.concurrent import _candidate_spans, _registry_copy, _registry_spans
 from unreachable.scan.facts import gather_facts
 from unreachable.scan.plan import Plan, plan
 from unreachable.scan.run import run_plans
@@ -513,3 +516,40 @@ def test_a_leak_made_while_the_mark_runs_is_never_reported(targets):
     assert set(dropped[:-1]) <= reported, (len(dropped), len(set(dropped) - reported))
     assert not reported & made_after
     assert reported <= {a for a, _, _ in notes}
+
+
+@needs_tracking
+def test_the_second_registry_copy_decodes_the_candidates_as_a_whole_copy(targets):
+    """The copy the second stop checks candidates against holds, of the
+    size maps, only the pages of the candidates' entries: it says of every
+    candidate (blocks of all three levels, and pairs the registry does not
+    hold) what a copy of the whole registry says, from far fewer pages."""
+    target = targets.start(HERE / "programs" / "size_levels.c")
+    pid = target.pid
+    addr = open_target(pid).shim.descriptor_addr
+    spans = _registry_spans(pid, addr, read_maps(pid))
+    whole = _registry_copy(pid, spans)
+    try:
+        whole.finish()
+        allocs = read_registry(whole, addr).allocs
+        pages_whole = whole.stats["pages_read"]
+    finally:
+        whole.close()
+    held = {(allocs[i], allocs[i + 1]) for i in range(0, len(allocs), 2 * 97)}
+    pairs = sorted(held | {(b, s + 1) for b, s in list(held)[::4]})
+    cands = _pairs(*pairs)
+    bodies, pages = _native.size_map_pages(pid, addr, cands)
+    sparse = _registry_copy(pid, _candidate_spans(spans, _decoded(bodies), _decoded(pages)))
+    try:
+        sparse.finish()
+        got = _native.pairs_in(cands, read_registry(sparse, addr).allocs.cast("B"))
+        pages_sparse = sparse.stats["pages_read"]
+    finally:
+        sparse.close()
+    assert got == _native.pairs_in(cands, allocs.cast("B"))
+    assert got == bytes(p in held for p in pairs)
+    assert pages_sparse * 4 < pages_whole
+
+
+def _decoded(packed: bytes) -> list[tuple[int, int]]:
+    return [(r["begin"], r["end"]) for r in _native.abi_decode_array("ur_range", packed)]
