@@ -341,6 +341,8 @@ class CopyStats(TypedDict, total=False):
     protect_ns: int
     seal_ns: int
     dirty: int
+    seal_saved: int  # of the dirty pages, saved by the seal and left unprotected
+    dirty_faults: int  # faults after the seal on pages dirty before it
 
 class MemoryCopy:
     def __init__(self, pid: int, cache_bytes: int = 0) -> None: ...

@@ -29,11 +29,20 @@ from unreachable.capture import copy_snapshot
 from unreachable.capture.copy_snapshot import (
     COPY_FROM_BYTES,
     COPY_MAX_ALLOCATIONS,
+    _cow_ranges,
+    _helper_stack,
     copy_while_running,
     refresh,
 )
 from unreachable.capture.target import open_target
-from unreachable.capture.write_tracking import IDLE, TrackingUnavailable, tracked_writes
+from unreachable.capture.write_tracking import (
+    IDLE,
+    MODE_COW,
+    TrackingUnavailable,
+    helper_uffd,
+    tracked_writes,
+)
+from unreachable.process.maps import read_maps
 from unreachable.scan import ScanOptions, scan
 from unreachable.scan.facts import expected_allocations
 
@@ -99,6 +108,62 @@ def test_a_copy_on_write_snapshot_holds_only_the_pages_written(targets):
     assert stats["pages_saved"] > 0 and stats["bytes_lost"] == 0, stats
     assert stats["bytes_held"] * 4 < _anonymous_kib(target.pid) * 1024, stats
     wait_untracked(target.pid)
+
+
+def test_pages_written_during_the_protection_are_saved_by_the_stop(targets):
+    """writer.c's thread counts in a heap block and an mmap'ed page all the
+    time. Once both were written after the protection, the stop saves them
+    as they are and leaves them unprotected: the counting goes on after the
+    release without waiting for the scanner (no fault on them), while the
+    snapshot keeps the stop's values. The scanner's thread serving the
+    faults runs at real-time priority where the scanner may."""
+    target = targets.start(HERE / "programs" / "writer.c")
+    pid = target.pid
+    addrs = [int(target.info[k], 16) for k in ("heap", "mmap")]
+    opened = open_target(pid)
+    with tracked_writes(opened, mode=MODE_COW):
+        copy = _native.MemoryCopy(pid, cache_bytes=64 << 20)
+        try:
+            copy.cow_start(helper_uffd(pid, asynchronous=False))
+            deadline = time.monotonic() + 20
+            while os.geteuid() == 0 and _fifo_threads() != 1:
+                assert time.monotonic() < deadline, "the server is not real-time"
+                time.sleep(0.001)
+            mappings = read_maps(pid)
+            protected, saved = _cow_ranges(opened, mappings, _helper_stack(opened))
+            copy.cow_register(protected)
+            copy.cow_protect()
+            protected_at = [_live_u64(pid, a) for a in addrs]
+            while not all(_live_u64(pid, a) > v for a, v in zip(addrs, protected_at, strict=True)):
+                assert time.monotonic() < deadline, "the writer wrote nothing"
+            session = _native.Session(pid)
+            try:
+                session.stop()
+                copy.cow_save(saved)
+                copy.cow_seal()
+                at_stop = [_live_u64(pid, a) for a in addrs]
+                session.release()
+            finally:
+                session.close()
+            while not all(_live_u64(pid, a) > v for a, v in zip(addrs, at_stop, strict=True)):
+                assert time.monotonic() < deadline, "the writer made no progress"
+            held = [int.from_bytes(copy.read(a, 8), "little") for a in addrs]
+            stats = copy.stats
+        finally:
+            copy.close()
+    assert held == at_stop
+    assert stats["seal_saved"] >= len({a >> 12 for a in addrs}), stats
+    assert stats["dirty_faults"] == 0, stats
+    wait_untracked(pid)
+
+
+def _fifo_threads() -> int:
+    """This process's threads running SCHED_FIFO (stat's policy field)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            n += f.read().rsplit(")", 1)[1].split()[38] == "1"
+    return n
 
 
 def _uid(pid: int) -> int:
