@@ -720,6 +720,9 @@ def _second_stop(
     each step held it."""
     stop2: dict[str, float] = {}
     ahead = _MapsAhead(pid, addr)
+    # Worked out while the target runs: the pause redoes it only if the
+    # registry's spans changed.
+    spans_ahead = _sync_ranges(second(ahead.spans))
     session, threads2, held2 = _stop(pid, stop2)
     try:
         t = [time.monotonic()]
@@ -729,7 +732,8 @@ def _second_stop(
         t.append(time.monotonic())
         page_bytes = _read_runs(pid, runs)
         t.append(time.monotonic())
-        copy.sync(_sync_ranges(second(reg_maps)), refresh=True, threads=READ_THREADS)
+        spans = spans_ahead if reg_maps is ahead.spans else _sync_ranges(second(reg_maps))
+        copy.sync(spans, refresh=True, threads=READ_THREADS)
         copy.finish()
         t.append(time.monotonic())
         session.release()
