@@ -392,15 +392,32 @@ def test_rounds_that_do_not_shrink_give_way(targets):
     _left_as_found(target)
 
 
+def _classic_copy() -> str:
+    """Why refcounts.c cannot be made a target whose copy would be the
+    classic one (auto marks such a target concurrently): "" when it can,
+    dropping root."""
+    if os.geteuid() != 0:
+        return "needs root to start a target that drops it"
+    with open("/proc/sys/vm/unprivileged_userfaultfd") as f:
+        if f.read().strip() == "1":
+            return "vm.unprivileged_userfaultfd: every target's copy is copy-on-write"
+    return ""
+
+
+classic_copy = pytest.mark.skipif(bool(_classic_copy()), reason=_classic_copy())
+
+
 @needs_tracking
+@classic_copy
 def test_auto_forks_a_target_writing_all_over_its_heap_and_says_why(targets):
-    """Under auto the same heap (past CONCURRENT_FROM_BYTES) is marked
-    concurrently first; its rounds do not converge, so the scan forks
-    instead, with exactly the dropped blocks, and the note says why. No
-    second stop was taken: the report's pause is the fork's alone."""
+    """Under auto the same heap (past CONCURRENT_FROM_BYTES), its copy the
+    classic one, is marked concurrently first; its rounds do not converge,
+    so the scan forks instead, with exactly the dropped blocks, and the
+    note says why. No second stop was taken: the report's pause is the
+    fork's alone."""
     from unreachable.scan.plan import CONCURRENT_FROM_BYTES
 
-    target = targets.start(HERE / "programs" / "refcounts.c")
+    target = targets.start(HERE / "programs" / "refcounts.c", "unprivileged")
     facts = gather_facts(target.pid, ScanOptions())
     assert facts.anonymous_bytes >= CONCURRENT_FROM_BYTES
     assert plan(facts, ScanOptions())[0].snapshot == "concurrent"
@@ -414,10 +431,11 @@ def test_auto_forks_a_target_writing_all_over_its_heap_and_says_why(targets):
 
 
 @needs_tracking
+@classic_copy
 def test_cli_auto_says_why_it_forked(targets):
     """The same through the CLI: exit 1 (leaks found), the fork's report,
     and the note in its JSON."""
-    target = targets.start(HERE / "programs" / "refcounts.c")
+    target = targets.start(HERE / "programs" / "refcounts.c", "unprivileged")
     out = subprocess.run(
         [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), "--json"],
         capture_output=True,
@@ -433,12 +451,14 @@ def test_cli_auto_says_why_it_forked(targets):
 
 
 @needs_tracking
+@classic_copy
 def test_auto_takes_the_concurrent_mark_of_an_idle_big_heap(targets):
     """The same heap, nobody writing: the rounds converge, the mark stops
-    the target twice, and its last stop reads next to nothing."""
+    the target twice, and its last stop reads next to nothing. A target
+    whose copy would be copy-on-write is copied instead."""
     from unreachable.scan.concurrent import SMALL_ROUND, concurrent_sweep
 
-    target = targets.start(HERE / "programs" / "refcounts.c", "idle")
+    target = targets.start(HERE / "programs" / "refcounts.c", "idle", "unprivileged")
     report = scan(target.pid, ScanOptions())
     exact(target, report)
     assert report.snapshot == "concurrent", report.snapshot_note
@@ -446,6 +466,11 @@ def test_auto_takes_the_concurrent_mark_of_an_idle_big_heap(targets):
     done = concurrent_sweep(open_target(target.pid), give_way_ms=1e9)
     assert done.rounds[-1] <= SMALL_ROUND, done.rounds
     _left_as_found(target)
+    copied = targets.start(HERE / "programs" / "refcounts.c", "idle")
+    report = scan(copied.pid, ScanOptions())
+    exact(copied, report)
+    assert report.snapshot == "copy", report.snapshot_note
+    _left_as_found(copied)
 
 
 @needs_tracking

@@ -44,7 +44,7 @@ from unreachable.capture.write_tracking import (
 )
 from unreachable.process.maps import read_maps
 from unreachable.scan import ScanOptions, scan
-from unreachable.scan.facts import expected_allocations
+from unreachable.scan.facts import expected_allocations, gather_facts
 
 HERE = Path(__file__).parent
 PROGRAMS = HERE.parent / "scan" / "programs"
@@ -157,6 +157,24 @@ def test_pages_written_during_the_protection_are_saved_by_the_stop(targets):
     wait_untracked(pid)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a target that drops it")
+def test_auto_knows_which_copy_it_will_get(targets):
+    """A target holding CAP_SYS_PTRACE opens a synchronous userfaultfd: its
+    copy is copy-on-write. One that dropped root cannot unless
+    vm.unprivileged_userfaultfd is set: its copy is the classic one, which
+    holds the heap, and the facts auto plans from say so beforehand."""
+    with open("/proc/sys/vm/unprivileged_userfaultfd") as f:
+        anyone = f.read().strip() == "1"
+    for args, expected in (((), True), (("unprivileged",), anyone)):
+        target = targets.start(HERE / "programs" / "writer.c", *args)
+        assert copy_snapshot.cow_possible(target.pid) == expected
+        assert gather_facts(target.pid, ScanOptions()).cow == expected
+        with first_capture(target.pid, "copy") as (capture, _):
+            assert capture.snapshot == "copy" and capture.copy is not None
+            assert ("faults" in capture.copy.stats) == expected, capture.copy.stats
+        wait_untracked(target.pid)
+
+
 def _fifo_threads() -> int:
     """This process's threads running SCHED_FIFO (stat's policy field)."""
     n = 0
@@ -266,11 +284,19 @@ def test_auto_copies_a_heap_above_the_threshold(targets):
 
 
 def test_auto_forks_for_millions_of_allocations(targets):
-    # The scanner's own registry and index work on a copy would make the
-    # whole scan much longer than the in-child sweep of a fork.
+    # The scanner's own registry and index work on a classic copy would make
+    # the whole scan much longer than the in-child sweep of a fork. A
+    # copy-on-write copy takes a fork's time: auto copies whatever the
+    # allocations where the copy will be copy-on-write.
     target = targets.start(PROGRAMS / "many.c", str(COPY_MAX_ALLOCATIONS), "100000")
-    with first_capture(target.pid, **_past_the_threshold(target.pid)) as (capture, why):
+    classic = {**_past_the_threshold(target.pid), "cow": False}
+    with first_capture(target.pid, **classic) as (capture, why):
         assert capture.snapshot == "fork" and why == ""
+    cow = {**_past_the_threshold(target.pid), "cow": True}
+    with first_capture(target.pid, **cow) as (capture, why):
+        assert capture.snapshot == "copy" and why == ""
+        assert "faults" in capture.copy.stats  # copy-on-write
+    wait_untracked(target.pid)
 
 
 def test_auto_falls_back_to_fork_and_says_why(targets):
