@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -242,9 +243,24 @@ def test_the_target_is_left_as_it_was(targets):
     wait_untracked(target.pid)
     with open(f"/proc/{target.pid}/maps") as f:
         assert f.read() == maps_before
+    assert _write_protected_pages(target.pid) == 0
     assert target.tracer() == 0 and target.state() in ("S", "R")
     target.proc.stdin.close()
     assert target.proc.wait(timeout=10) == 0
+
+
+def _write_protected_pages(pid: int) -> int:
+    """Pages of the private writable mappings whose page-table entries still
+    carry userfaultfd write protection (/proc/PID/pagemap bit 57)."""
+    n = 0
+    with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for m in read_maps(pid):
+            if not (m.readable and m.writable and m.private) or m.end - m.start > 1 << 30:
+                continue
+            pagemap.seek(m.start // 4096 * 8)
+            raw = pagemap.read((m.end - m.start) // 4096 * 8)
+            n += sum(e >> 57 & 1 for (e,) in struct.iter_unpack("<Q", raw))
+    return n
 
 
 def _page_tables_kib(pid: int) -> int:
