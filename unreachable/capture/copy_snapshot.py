@@ -31,6 +31,7 @@ from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 
 SYNC_ANON = 1  # page_sync.h UR_SYNC_ANON
+SYNC_HELD = 2  # page_sync.h UR_SYNC_HELD
 MAX_THREADS = 4
 # From here on a fork snapshot's page-table copy (~30 ms per GB on 4 KiB
 # pages) pauses longer than a copy snapshot's stop (docs/pause.md).

@@ -41,7 +41,7 @@ from functools import partial
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry, read_registry
-from unreachable.capture.copy_snapshot import SYNC_ANON
+from unreachable.capture.copy_snapshot import SYNC_ANON, SYNC_HELD
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
@@ -225,6 +225,20 @@ def _candidate_spans(
         kept += [(max(pb, b), min(pe, e)) for pb, pe in pages if pb < e and b < pe]
         out += [(lo, hi, flags) for lo, hi in _merge(kept)]
     return out
+
+
+def _held_spans(spans: Sequence[Span3], copied: Sequence[Span3]) -> list[Span3]:
+    """What the second stop brings up to date: in the spans the copy was
+    made from, the pages it holds (UR_SYNC_HELD: a few kernel walks, where
+    the scattered pages themselves were one walk each, thousands in the
+    pause); whatever is new since, whole."""
+    out: list[Span3] = []
+    for b, e, flags in spans:
+        new = _subtract([(b, e)], copied)
+        held = _subtract([(b, e)], [(nb, ne, 0) for nb, ne in new])
+        out += [(lo, hi, flags | SYNC_HELD) for lo, hi in held]
+        out += [(lo, hi, flags) for lo, hi in new]
+    return sorted(out)
 
 
 def _tracked(mappings: Sequence[Mapping], skip: Sequence[Span3]) -> bytes:
@@ -567,8 +581,8 @@ def _mark(
     maps_now = read_maps(pid)
     reg_maps = _registry_spans(pid, addr, maps_now)
     bodies, pages = _native.size_map_pages(pid, addr, cands)
-    second = partial(_candidate_spans, bodies=_pairs(bodies), pages=_pairs(pages))
-    copy = _registry_copy(pid, second(reg_maps))
+    copy = _registry_copy(pid, _candidate_spans(reg_maps, _pairs(bodies), _pairs(pages)))
+    second = partial(_held_spans, copied=reg_maps)
     try:
         return _finish(
             target,
