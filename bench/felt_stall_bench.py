@@ -24,12 +24,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from unreachable._paths import shim_path  # noqa: E402
-from unreachable.capture.stop_world import stop_world  # noqa: E402
+from unreachable.capture.copy_snapshot import capture as copy_capture  # noqa: E402
+from unreachable.capture.stop_world import CaptureRequest  # noqa: E402
 from unreachable.capture.target import open_target  # noqa: E402
 from unreachable.scan.concurrent import concurrent_sweep  # noqa: E402
 
 PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
 SETTLE_S = 0.3  # after the scan: a gap caused by the tracking's teardown is seen too
+HOLD_S = 1.0  # the copy snapshot held after the release, as a scan holds it
 
 
 def main() -> int:
@@ -66,14 +68,21 @@ def main() -> int:
             print(f"idle: longest gap {gap()[0]:.1f} ms")
             ask("r")
             t0 = time.monotonic()
-            with stop_world(open_target(p.pid), "copy") as cap:
+            with copy_capture(open_target(p.pid), CaptureRequest("copy")) as cap:
                 rel, pause = time.monotonic(), cap.pause_ms
+                # Held as a scan holds it: the target's first writes wait
+                # for the scanner's server meanwhile.
+                time.sleep(HOLD_S)
+                stats = cap.copy.stats if cap.copy is not None else {}
             time.sleep(SETTLE_S)
             g, at = gap()
             print(
                 f"copy: pause {pause:.1f} ms; longest gap {g:.1f} ms, ending"
                 f" {1000 * (at - rel):+.1f} ms from the release (the copy took"
-                f" {1000 * (rel - t0) - pause:.0f} ms before the stop)"
+                f" {1000 * (rel - t0) - pause:.0f} ms before the stop); pages written"
+                f" before the stop {stats.get('dirty', 0)}, saved by it"
+                f" {stats.get('seal_saved', 0)}; faults after it {stats.get('faults', 0)},"
+                f" on pages written before it {stats.get('dirty_faults', 0)}"
             )
             ask("r")
             t0 = time.monotonic()

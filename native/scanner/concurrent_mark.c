@@ -582,7 +582,22 @@ PyObject *ur_py_pairs_in(PyObject *Py_UNUSED(self), PyObject *args) {
     const uint64_t *c = cand.buf, *a = allocs.buf;
     memset(mask, 0, n);
     Py_BEGIN_ALLOW_THREADS
-    for (size_t k = 0; k < na && n; k++) {
+    /* A registry's decoded pairs come sorted by address: then each
+     * candidate is looked up (the few in the many), else each pair. */
+    int sorted = 1;
+    for (size_t k = 1; k < na && sorted; k++) sorted = a[2 * k - 2] < a[2 * k];
+    for (size_t i = 0; sorted && i < n; i++) {
+      size_t lo = 0, hi = na;
+      while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (a[2 * mid] < c[2 * i])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      mask[i] = lo < na && a[2 * lo] == c[2 * i] && a[2 * lo + 1] == c[2 * i + 1];
+    }
+    for (size_t k = 0; !sorted && k < na && n; k++) {
       uint64_t b = a[2 * k];
       size_t lo = 0, hi = n;
       while (lo < hi) {

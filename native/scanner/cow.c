@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,20 @@ int ur_cow_save(struct ur_cow *c, const uint64_t *pairs, size_t n) {
 
 static int add_pair(uint64_t **v, size_t *n, size_t *cap, uint64_t b, uint64_t e);
 
+/* Whether the page was written between the protection and the seal (the
+ * seal sorted them; read only after it). */
+static int was_dirty(const struct ur_cow *c, uint64_t page) {
+  size_t lo = 0, hi = c->ndirty;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->dirty[2 * mid] < page)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < c->ndirty && c->dirty[2 * lo] == page;
+}
+
 static void save(struct ur_cow *c, uint64_t page) {
   if (!__atomic_load_n(&c->sealed, __ATOMIC_ACQUIRE)) {
     /* Before the snapshot: unprotected under the lock, so that the seal
@@ -149,6 +164,7 @@ static void save(struct ur_cow *c, uint64_t page) {
     return;
   }
   c->faults++;
+  if (was_dirty(c, page)) c->dirty_faults++;
   unprotect(c, page, PAGE);
 }
 
@@ -217,6 +233,11 @@ static void missing(struct ur_cow *c, uint64_t page, int write) {
 static void *serve(void *arg) {
   struct ur_cow *c = arg;
   struct uffd_msg msgs[64];
+  /* A writer of the target waits until this thread runs: where the scanner
+   * may (as its tracer in a stop), it runs before the scan's own threads.
+   * It only ever blocks in poll or does a page's work. */
+  struct sched_param rt = {.sched_priority = 1};
+  pthread_setschedparam(pthread_self(), SCHED_FIFO, &rt);
   for (;;) {
     struct pollfd p[2] = {{.fd = c->uffd, .events = POLLIN}, {.fd = c->wake[0], .events = POLLIN}};
     if (poll(p, 2, -1) < 0) {
@@ -320,8 +341,14 @@ int ur_cow_seal(struct ur_cow *c) {
   __atomic_store_n(&c->sealed, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&c->lock);
   if (__atomic_load_n(&c->failed, __ATOMIC_ACQUIRE)) return -ENOMEM;
-  /* Pairs of one page each, sorted into runs. */
+  /* Pairs of one page each, sorted into runs. The first UR_COW_SEAL_SAVE
+   * pages are saved now and left unprotected: the target wrote them while
+   * the protection ran, so it is about to write them again, and each such
+   * write after the release would wait for the server (with the scan's
+   * threads on every core, a time slice or more). The rest is protected
+   * again. */
   qsort(c->dirty, c->ndirty, 2 * sizeof(uint64_t), cmp_u64);
+  size_t saved = 0;
   for (size_t i = 0; i < c->ndirty;) {
     uint64_t b = c->dirty[2 * i], e = c->dirty[2 * i + 1];
     size_t j = i + 1;
@@ -329,13 +356,19 @@ int ur_cow_seal(struct ur_cow *c) {
       if (c->dirty[2 * j + 1] > e) e = c->dirty[2 * j + 1];
       j++;
     }
+    while (b < e && saved < UR_COW_SEAL_SAVE && keep(c, b) == 0) {
+      b += PAGE;
+      saved++;
+    }
+    c->seal_saved = saved;
+    i = j;
+    if (b == e) continue;
     struct uffdio_writeprotect wp = {.range = {b, e - b}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
     if (ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) != 0 && errno != ENOENT) {
       int err = errno;
       give_up(c);
       return -err;
     }
-    i = j;
   }
   if (ur_cow_save(c, c->refused, c->nrefused) < 0) {
     give_up(c);
@@ -383,9 +416,10 @@ void ur_cow_overlay(struct ur_cow *c, uint64_t addr, uint8_t *buf, size_t len, u
 void ur_cow_close(struct ur_cow *c) {
   if (c->uffd >= 0) {
     for (size_t i = 0; i < c->nranges; i++) {
-      /* Unregistering wakes whatever waits in the range. */
+      /* Unregistering clears the range's write protection (Linux 6.0 on;
+       * a copy-on-write snapshot needs 6.7) and wakes whatever waits in
+       * it: one walk of the page tables, not two. */
       struct uffdio_range u = {c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]};
-      unprotect(c, u.start, u.len);
       ioctl(c->uffd, UFFDIO_UNREGISTER, &u);
     }
   }

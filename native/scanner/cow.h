@@ -21,6 +21,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The most pages written between the protection and the stop that the seal
+ * saves (read in the pause) rather than protects again: 1 MiB. */
+#define UR_COW_SEAL_SAVE 256u
+
 struct ur_cow {
   pid_t pid;
   int uffd, memfd, wake[2];
@@ -46,6 +50,8 @@ struct ur_cow {
   int sealed;            /* the snapshot is taken: faults save pages */
   uint64_t *dirty;       /* before that: pages unprotected for a write */
   size_t ndirty, dirty_cap;
+  size_t seal_saved;     /* of those, saved by the seal and left unprotected */
+  uint64_t dirty_faults; /* faults after the seal on pages that were dirty */
 };
 
 /* 0 or -errno. Takes uffd (closed by ur_cow_close). */
@@ -64,8 +70,9 @@ int ur_cow_save(struct ur_cow *c, const uint64_t *pairs, size_t n);
  * it dirty; nothing is saved. 0 or -errno. */
 int ur_cow_protect(struct ur_cow *c);
 /* The target stopped, everything registered protected: the snapshot is
- * this moment. Protects again the pages dirtied since ur_cow_protect, saves
- * what could not be registered; from now on each first write is saved.
+ * this moment. Saves the pages dirtied since ur_cow_protect (up to
+ * UR_COW_SEAL_SAVE, leaving them unprotected) and protects the rest again,
+ * saves what could not be registered; from now on each first write is saved.
  * Only the pages written since the protection cost the pause. 0 or -errno. */
 int ur_cow_seal(struct ur_cow *c);
 /* Replace saved pages in buf = [addr, addr + len); clears their bits in bad

@@ -303,14 +303,16 @@ static PyObject *copy_get_pid(MemoryCopy *c, void *Py_UNUSED(closure)) {
 
 static PyObject *copy_get_stats(MemoryCopy *c, void *Py_UNUSED(closure)) {
   if (c->cow)
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_lost",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_lost",
                          (unsigned long long)__atomic_load_n(&c->cow->lost, __ATOMIC_ACQUIRE),
                          "pages_saved", (unsigned long long)c->cow->n,
                          "faults", (unsigned long long)c->cow->faults, "bytes_held",
                          (unsigned long long)c->cow->held, "protect_ns",
                          (unsigned long long)c->cow->protect_ns, "seal_ns",
                          (unsigned long long)c->cow->seal_ns, "dirty",
-                         (unsigned long long)c->cow->ndirty);
+                         (unsigned long long)c->cow->ndirty, "seal_saved",
+                         (unsigned long long)c->cow->seal_saved, "dirty_faults",
+                         (unsigned long long)c->cow->dirty_faults);
   return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "pages_read",
                        (unsigned long long)c->stats.pages_read, "pages_zeroed",
                        (unsigned long long)c->stats.pages_zeroed, "pages_kept",

@@ -54,6 +54,10 @@ static PyMethodDef methods[] = {
      "resolve(candidates, state, store, pending, ranges, blocks) -> int\n\n"
      "Rescue, transitively, the candidates of pending words whose address lies in the sorted "
      "(begin, end) ranges or in one of the (begin, size) blocks. Returns how many."},
+    {"size_map_pages", ur_py_size_map_pages, METH_VARARGS,
+     "size_map_pages(memory, descriptor_addr, blocks) -> (bodies, pages)\n\n"
+     "The whole pages of every size map, and the pages holding the map entries of the "
+     "(begin, size) blocks (packed u64 pairs each)."},
     {"pairs_in", ur_py_pairs_in, METH_VARARGS,
      "pairs_in(candidates, allocs) -> bytes\n\n"
      "One byte per sorted (begin, size) candidate: 1 if allocs holds the same pair."},

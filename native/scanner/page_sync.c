@@ -20,6 +20,7 @@ struct read_run {
 
 struct plan {
   struct ur_pread_mem *m;
+  int held; /* the range being planned is UR_SYNC_HELD */
   struct read_run *runs;
   size_t nruns, cap;
   struct ur_sync_stats *st;
@@ -62,7 +63,12 @@ static int apply(struct plan *p, uint64_t lo, uint64_t hi, enum action a) {
     int err = 0;
     /* Zero pages need no slot: a chunk not held reads as zero (ur_sync's
      * zero ranges), which keeps a sparse reservation out of the cache. */
-    struct ur_chunk *c = a == ZERO ? ur_mem_find(p->m, base) : ur_mem_chunk(p->m, base, &err);
+    struct ur_chunk *c =
+        a == ZERO || p->held ? ur_mem_find(p->m, base) : ur_mem_chunk(p->m, base, &err);
+    if (!c && p->held) { /* nothing of it held */
+      lo = end;
+      continue;
+    }
     if (!c && a == ZERO) {
       p->st->pages_zeroed += (end - lo) >> UR_PAGE_SHIFT;
       lo = end;
@@ -73,6 +79,7 @@ static int apply(struct plan *p, uint64_t lo, uint64_t hi, enum action a) {
     size_t n = (size_t)((end - lo) >> UR_PAGE_SHIFT);
     for (size_t w = first / 64; w * 64 < first + n; w++) {
       uint64_t mask = word_mask(w, first, n);
+      if (p->held) mask &= c->synced[w];
       /* The common case of a refresh, 64 pages at a time: all kept. A page
        * still absent that is held as zero is kept too. */
       uint64_t todo = a == KEEP   ? mask & ~c->synced[w]
@@ -203,6 +210,7 @@ static int set_zero_ranges(struct ur_pread_mem *m, const struct ur_sync_range *r
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     if (!(ranges[i].flags & UR_SYNC_ANON) || ranges[i].end <= ranges[i].begin) continue;
+    if (ranges[i].flags & UR_SYNC_HELD) continue; /* not all of it is the copy's */
     if (k && ranges[i].begin < pairs[2 * k - 1]) { /* the maps come sorted; anything else is refused */
       free(pairs);
       return -EINVAL;
@@ -221,8 +229,10 @@ int ur_sync(struct ur_pread_mem *m, int pagemap_fd, const struct ur_sync_range *
   struct plan p = {.m = m, .st = st};
   if (refresh && !(p.seen = calloc(m->max_chunks * WORDS, sizeof(uint64_t)))) return -ENOMEM;
   int rc = 0;
-  for (size_t i = 0; rc == 0 && i < n; i++)
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    p.held = refresh && (ranges[i].flags & UR_SYNC_HELD);
     if (ranges[i].end > ranges[i].begin) rc = plan_range(&p, pagemap_fd, &ranges[i], refresh);
+  }
   /* Copied before but outside the ranges now (unmapped, or no longer
    * writable): no longer the process's memory. */
   if (p.seen && rc == 0)

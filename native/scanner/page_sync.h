@@ -17,6 +17,10 @@
 
 /* Flags of a range to sync. */
 #define UR_SYNC_ANON 1u /* private anonymous: a page not present reads as zero */
+/* Refreshing: only the pages the copy holds already are brought up to date;
+ * the others stay out of it (and out of the zero ranges). One range of the
+ * kernel's walk for a copy made of scattered pages of it. */
+#define UR_SYNC_HELD 2u
 
 struct ur_sync_range {
   uint64_t begin, end; /* page aligned */

@@ -421,3 +421,109 @@ out:
   PyBuffer_Release(&ids);
   return result;
 }
+
+static int append_range(uint64_t **out, size_t *n, size_t *cap, uint64_t b, uint64_t e) {
+  if (*n == *cap) {
+    size_t c = *cap ? 2 * *cap : 256;
+    uint64_t *p = realloc(*out, c * 2 * sizeof(uint64_t));
+    if (!p) return -ENOMEM;
+    *out = p;
+    *cap = c;
+  }
+  (*out)[2 * *n] = b;
+  (*out)[2 * *n + 1] = e;
+  (*n)++;
+  return 0;
+}
+
+/* The page of a block's entry in the map at map_addr: its level follows
+ * from its size alone (abi.h). */
+static uint64_t entry_page(uint64_t map_addr, uint64_t base, uint64_t begin, uint64_t size) {
+  uint64_t at = begin - base, entry;
+  if (size <= UR_SIZE_MAP_L0_MAX_SIZE)
+    entry = map_addr + (at >> UR_SIZE_MAP_L0_SHIFT);
+  else if (size <= UR_SIZE_MAP_L1_MAX_SIZE)
+    entry = map_addr + UR_SIZE_MAP_L1_OFFSET + 2 * (at >> UR_SIZE_MAP_L1_SHIFT);
+  else
+    entry = map_addr + UR_SIZE_MAP_L2_OFFSET + 4 * (at >> UR_SIZE_MAP_L2_SHIFT);
+  return entry & ~(uint64_t)4095;
+}
+
+static int by_base(const void *a, const void *b) {
+  uint64_t x = ((const struct ur_size_map_ref *)a)->base;
+  uint64_t y = ((const struct ur_size_map_ref *)b)->base;
+  return x < y ? -1 : x > y;
+}
+
+/* size_map_pages(memory, descriptor_addr, blocks) -> (bodies, pages): the
+ * whole pages of every size map (packed u64 pairs), and the pages that hold
+ * the map entries of the given (begin, size) pairs. A registry copy made of
+ * everything but the bodies, and those pages, decodes every one of those
+ * blocks as a whole copy would (maps are never moved or freed). */
+PyObject *ur_py_size_map_pages(PyObject *Py_UNUSED(self), PyObject *args) {
+  PyObject *source;
+  unsigned long long addr;
+  Py_buffer blocks;
+  if (!PyArg_ParseTuple(args, "OKy*", &source, &addr, &blocks)) return NULL;
+  struct ur_reader rd;
+  if (ur_reader_open(source, &rd) < 0) {
+    PyBuffer_Release(&blocks);
+    return NULL;
+  }
+  PyObject *result = NULL;
+  struct ur_descriptor d;
+  struct ur_size_map_ref *refs = NULL;
+  uint64_t *bodies = NULL, *pages = NULL;
+  size_t nb = 0, cb = 0, np = 0, cp = 0;
+  int rc = 0;
+  if (read_descriptor(&rd, addr, &d) < 0) goto out;
+  struct ur_size_maps h = {0};
+  uint64_t nrefs = 0;
+  if (d.size_maps) ur_reader_read_anon(&rd, d.size_maps, &h, sizeof(h));
+  if (h.refs && h.count <= h.capacity && h.count <= UR_SIZE_MAP_MAX_REFS) nrefs = h.count;
+  if (nrefs && !(refs = malloc(nrefs * sizeof(*refs)))) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  const uint64_t *b = blocks.buf;
+  size_t n = (size_t)blocks.len / 16;
+  Py_BEGIN_ALLOW_THREADS
+  if (nrefs) ur_reader_read_anon(&rd, h.refs, refs, nrefs * sizeof(*refs));
+  if (nrefs) qsort(refs, nrefs, sizeof(*refs), by_base);
+  for (uint64_t k = 0; rc == 0 && k < nrefs; k++) {
+    if (!refs[k].map) continue;
+    uint64_t lo = (refs[k].map + 4095) & ~(uint64_t)4095;
+    uint64_t hi = (refs[k].map + UR_SIZE_MAP_BYTES) & ~(uint64_t)4095;
+    if (lo < hi) rc = append_range(&bodies, &nb, &cb, lo, hi);
+  }
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    uint64_t begin = b[2 * i], size = b[2 * i + 1];
+    uint64_t base = begin & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1);
+    if (size > UR_SIZE_MAP_MAX_SIZE) continue; /* never in a map */
+    size_t lo = 0, hi = (size_t)nrefs;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (refs[mid].base < base)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo == nrefs || refs[lo].base != base || !refs[lo].map) continue;
+    uint64_t page = entry_page(refs[lo].map, base, begin, size);
+    if (!np || pages[2 * np - 2] != page) rc = append_range(&pages, &np, &cp, page, page + 4096);
+  }
+  Py_END_ALLOW_THREADS
+  if (rc) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  result = Py_BuildValue("(y#y#)", bodies ? (const char *)bodies : "", (Py_ssize_t)(nb * 16),
+                         pages ? (const char *)pages : "", (Py_ssize_t)(np * 16));
+out:
+  free(refs);
+  free(bodies);
+  free(pages);
+  ur_reader_close(&rd);
+  PyBuffer_Release(&blocks);
+  return result;
+}

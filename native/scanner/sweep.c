@@ -520,7 +520,11 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     opened = rc == 0;
     if (rc == 0 && zeros) set_layout(mem, zeros, (size_t)zb.len / 24);
     if (rc == 0) mem->cow = cow;
-    if (rc == 0 && cow) ur_mem_skip_absent(mem);
+    /* Live (a copy-on-write snapshot, the concurrent mark): a page the
+     * process lacks now is zero, and a page written after this read is
+     * the snapshot's saved page or a round's written page. Reading it
+     * through /proc would map the zero page into the target. */
+    if (rc == 0 && live) ur_mem_skip_absent(mem);
   }
   /* Several marking threads only over a frozen cache: each reads it through
    * a view of its own, and nothing is loaded any more. */
@@ -534,7 +538,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
                             (size_t)zb.len / 24);
     for (unsigned k = 1; k < nreaders; k++) {
       readers[k].cow = cow;
-      if (cow || in_place) ur_mem_skip_absent(&readers[k]);
+      ur_mem_skip_absent(&readers[k]);
     }
     team_size = nreaders;
     mems[0] = &mem->mem;

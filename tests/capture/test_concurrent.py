@@ -17,11 +17,20 @@ import pytest
 
 from tests.support.tracking import copy_unsupported, wait_untracked
 from unreachable import _native
+from unreachable.allocations.registry import read_registry
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
+from unreachable.process.maps import read_maps
 from unreachable.scan import ScanOptions, scan
+from unreachable.scan.concurrent import (
+    _candidate_spans,
+    _held_spans,
+    _registry_copy,
+    _registry_spans,
+    _sync_ranges,
+)
 from unreachable.scan.facts import gather_facts
 from unreachable.scan.plan import Plan, plan
 from unreachable.scan.run import run_plans
@@ -426,15 +435,32 @@ def test_rounds_that_do_not_shrink_give_way(targets):
     _left_as_found(target)
 
 
+def _classic_copy() -> str:
+    """Why refcounts.c cannot be made a target whose copy would be the
+    classic one (auto marks such a target concurrently): "" when it can,
+    dropping root."""
+    if os.geteuid() != 0:
+        return "needs root to start a target that drops it"
+    with open("/proc/sys/vm/unprivileged_userfaultfd") as f:
+        if f.read().strip() == "1":
+            return "vm.unprivileged_userfaultfd: every target's copy is copy-on-write"
+    return ""
+
+
+classic_copy = pytest.mark.skipif(bool(_classic_copy()), reason=_classic_copy())
+
+
 @needs_tracking
+@classic_copy
 def test_auto_forks_a_target_writing_all_over_its_heap_and_says_why(targets):
-    """Under auto the same heap (past CONCURRENT_FROM_BYTES) is marked
-    concurrently first; its rounds do not converge, so the scan forks
-    instead, with exactly the dropped blocks, and the note says why. No
-    second stop was taken: the report's pause is the fork's alone."""
+    """Under auto the same heap (past CONCURRENT_FROM_BYTES), its copy the
+    classic one, is marked concurrently first; its rounds do not converge,
+    so the scan forks instead, with exactly the dropped blocks, and the
+    note says why. No second stop was taken: the report's pause is the
+    fork's alone."""
     from unreachable.scan.plan import CONCURRENT_FROM_BYTES
 
-    target = targets.start(HERE / "programs" / "refcounts.c")
+    target = targets.start(HERE / "programs" / "refcounts.c", "unprivileged")
     facts = gather_facts(target.pid, ScanOptions())
     assert facts.anonymous_bytes >= CONCURRENT_FROM_BYTES
     assert plan(facts, ScanOptions())[0].snapshot == "concurrent"
@@ -448,10 +474,11 @@ def test_auto_forks_a_target_writing_all_over_its_heap_and_says_why(targets):
 
 
 @needs_tracking
+@classic_copy
 def test_cli_auto_says_why_it_forked(targets):
     """The same through the CLI: exit 1 (leaks found), the fork's report,
     and the note in its JSON."""
-    target = targets.start(HERE / "programs" / "refcounts.c")
+    target = targets.start(HERE / "programs" / "refcounts.c", "unprivileged")
     out = subprocess.run(
         [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), "--json"],
         capture_output=True,
@@ -467,12 +494,14 @@ def test_cli_auto_says_why_it_forked(targets):
 
 
 @needs_tracking
+@classic_copy
 def test_auto_takes_the_concurrent_mark_of_an_idle_big_heap(targets):
     """The same heap, nobody writing: the rounds converge, the mark stops
-    the target twice, and its last stop reads next to nothing."""
+    the target twice, and its last stop reads next to nothing. A target
+    whose copy would be copy-on-write is copied instead."""
     from unreachable.scan.concurrent import SMALL_ROUND, concurrent_sweep
 
-    target = targets.start(HERE / "programs" / "refcounts.c", "idle")
+    target = targets.start(HERE / "programs" / "refcounts.c", "idle", "unprivileged")
     report = scan(target.pid, ScanOptions())
     exact(target, report)
     assert report.snapshot == "concurrent", report.snapshot_note
@@ -480,6 +509,11 @@ def test_auto_takes_the_concurrent_mark_of_an_idle_big_heap(targets):
     done = concurrent_sweep(open_target(target.pid), give_way_ms=1e9)
     assert done.rounds[-1] <= SMALL_ROUND, done.rounds
     _left_as_found(target)
+    copied = targets.start(HERE / "programs" / "refcounts.c", "idle")
+    report = scan(copied.pid, ScanOptions())
+    exact(copied, report)
+    assert report.snapshot == "copy", report.snapshot_note
+    _left_as_found(copied)
 
 
 @needs_tracking
@@ -561,3 +595,48 @@ def test_a_stale_word_in_a_freed_block_on_a_written_page_keeps_nothing(targets):
     exact(target, scan(target.pid, ScanOptions(snapshot="stopped")))
     for _ in range(3):
         exact(target, scan(target.pid, ScanOptions(snapshot="concurrent")))
+
+
+@needs_tracking
+def test_the_second_registry_copy_decodes_the_candidates_as_a_whole_copy(targets):
+    """The copy the second stop checks candidates against holds, of the
+    size maps, only the pages of the candidates' entries: it says of every
+    candidate (blocks of all three levels, and pairs the registry does not
+    hold) what a copy of the whole registry says, from far fewer pages."""
+    target = targets.start(HERE / "programs" / "size_levels.c")
+    pid = target.pid
+    addr = open_target(pid).shim.descriptor_addr
+    spans = _registry_spans(pid, addr, read_maps(pid))
+    whole = _registry_copy(pid, spans)
+    try:
+        whole.finish()
+        allocs = read_registry(whole, addr).allocs
+        pages_whole = whole.stats["pages_read"]
+    finally:
+        whole.close()
+    held = {(allocs[i], allocs[i + 1]) for i in range(0, len(allocs), 2 * 97)}
+    pairs = sorted(held | {(b, s + 1) for b, s in list(held)[::4]})
+    cands = _pairs(*pairs)
+    bodies, pages = _native.size_map_pages(pid, addr, cands)
+    sparse = _registry_copy(pid, _candidate_spans(spans, _decoded(bodies), _decoded(pages)))
+    try:
+        pages_sparse = sparse.stats["pages_read"]
+        sparse_zeroed = sparse.stats["pages_zeroed"]
+        # As the second stop brings it up to date: the pages it holds, in
+        # a few walks of the registry's spans (nothing tracks the writes
+        # here, so every page held is read again), and no other.
+        sparse.reset_stats()
+        sparse.sync(_sync_ranges(_held_spans(spans, spans)), refresh=True)
+        sparse.finish()
+        got = _native.pairs_in(cands, read_registry(sparse, addr).allocs.cast("B"))
+        refreshed = sparse.stats["pages_read"] + sparse.stats["pages_zeroed"]
+    finally:
+        sparse.close()
+    assert got == _native.pairs_in(cands, allocs.cast("B"))
+    assert got == bytes(p in held for p in pairs)
+    assert pages_sparse * 4 < pages_whole
+    assert refreshed <= pages_sparse + sparse_zeroed
+
+
+def _decoded(packed: bytes) -> list[tuple[int, int]]:
+    return [(r["begin"], r["end"]) for r in _native.abi_decode_array("ur_range", packed)]

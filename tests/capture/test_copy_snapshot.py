@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -29,13 +30,22 @@ from unreachable.capture import copy_snapshot
 from unreachable.capture.copy_snapshot import (
     COPY_FROM_BYTES,
     COPY_MAX_ALLOCATIONS,
+    _cow_ranges,
+    _helper_stack,
     copy_while_running,
     refresh,
 )
 from unreachable.capture.target import open_target
-from unreachable.capture.write_tracking import IDLE, TrackingUnavailable, tracked_writes
+from unreachable.capture.write_tracking import (
+    IDLE,
+    MODE_COW,
+    TrackingUnavailable,
+    helper_uffd,
+    tracked_writes,
+)
+from unreachable.process.maps import read_maps
 from unreachable.scan import ScanOptions, scan
-from unreachable.scan.facts import expected_allocations
+from unreachable.scan.facts import expected_allocations, gather_facts
 
 HERE = Path(__file__).parent
 PROGRAMS = HERE.parent / "scan" / "programs"
@@ -101,6 +111,80 @@ def test_a_copy_on_write_snapshot_holds_only_the_pages_written(targets):
     wait_untracked(target.pid)
 
 
+def test_pages_written_during_the_protection_are_saved_by_the_stop(targets):
+    """writer.c's thread counts in a heap block and an mmap'ed page all the
+    time. Once both were written after the protection, the stop saves them
+    as they are and leaves them unprotected: the counting goes on after the
+    release without waiting for the scanner (no fault on them), while the
+    snapshot keeps the stop's values. The scanner's thread serving the
+    faults runs at real-time priority where the scanner may."""
+    target = targets.start(HERE / "programs" / "writer.c")
+    pid = target.pid
+    addrs = [int(target.info[k], 16) for k in ("heap", "mmap")]
+    opened = open_target(pid)
+    with tracked_writes(opened, mode=MODE_COW):
+        copy = _native.MemoryCopy(pid, cache_bytes=64 << 20)
+        try:
+            copy.cow_start(helper_uffd(pid, asynchronous=False))
+            deadline = time.monotonic() + 20
+            while os.geteuid() == 0 and _fifo_threads() != 1:
+                assert time.monotonic() < deadline, "the server is not real-time"
+                time.sleep(0.001)
+            mappings = read_maps(pid)
+            protected, saved = _cow_ranges(opened, mappings, _helper_stack(opened))
+            copy.cow_register(protected)
+            copy.cow_protect()
+            protected_at = [_live_u64(pid, a) for a in addrs]
+            while not all(_live_u64(pid, a) > v for a, v in zip(addrs, protected_at, strict=True)):
+                assert time.monotonic() < deadline, "the writer wrote nothing"
+            session = _native.Session(pid)
+            try:
+                session.stop()
+                copy.cow_save(saved)
+                copy.cow_seal()
+                at_stop = [_live_u64(pid, a) for a in addrs]
+                session.release()
+            finally:
+                session.close()
+            while not all(_live_u64(pid, a) > v for a, v in zip(addrs, at_stop, strict=True)):
+                assert time.monotonic() < deadline, "the writer made no progress"
+            held = [int.from_bytes(copy.read(a, 8), "little") for a in addrs]
+            stats = copy.stats
+        finally:
+            copy.close()
+    assert held == at_stop
+    assert stats["seal_saved"] >= len({a >> 12 for a in addrs}), stats
+    assert stats["dirty_faults"] == 0, stats
+    wait_untracked(pid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a target that drops it")
+def test_auto_knows_which_copy_it_will_get(targets):
+    """A target holding CAP_SYS_PTRACE opens a synchronous userfaultfd: its
+    copy is copy-on-write. One that dropped root cannot unless
+    vm.unprivileged_userfaultfd is set: its copy is the classic one, which
+    holds the heap, and the facts auto plans from say so beforehand."""
+    with open("/proc/sys/vm/unprivileged_userfaultfd") as f:
+        anyone = f.read().strip() == "1"
+    for args, expected in (((), True), (("unprivileged",), anyone)):
+        target = targets.start(HERE / "programs" / "writer.c", *args)
+        assert copy_snapshot.cow_possible(target.pid) == expected
+        assert gather_facts(target.pid, ScanOptions()).cow == expected
+        with first_capture(target.pid, "copy") as (capture, _):
+            assert capture.snapshot == "copy" and capture.copy is not None
+            assert ("faults" in capture.copy.stats) == expected, capture.copy.stats
+        wait_untracked(target.pid)
+
+
+def _fifo_threads() -> int:
+    """This process's threads running SCHED_FIFO (stat's policy field)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            n += f.read().rsplit(")", 1)[1].split()[38] == "1"
+    return n
+
+
 def _uid(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
@@ -159,9 +243,24 @@ def test_the_target_is_left_as_it_was(targets):
     wait_untracked(target.pid)
     with open(f"/proc/{target.pid}/maps") as f:
         assert f.read() == maps_before
+    assert _write_protected_pages(target.pid) == 0
     assert target.tracer() == 0 and target.state() in ("S", "R")
     target.proc.stdin.close()
     assert target.proc.wait(timeout=10) == 0
+
+
+def _write_protected_pages(pid: int) -> int:
+    """Pages of the private writable mappings whose page-table entries still
+    carry userfaultfd write protection (/proc/PID/pagemap bit 57)."""
+    n = 0
+    with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for m in read_maps(pid):
+            if not (m.readable and m.writable and m.private) or m.end - m.start > 1 << 30:
+                continue
+            pagemap.seek(m.start // 4096 * 8)
+            raw = pagemap.read((m.end - m.start) // 4096 * 8)
+            n += sum(e >> 57 & 1 for (e,) in struct.iter_unpack("<Q", raw))
+    return n
 
 
 def _page_tables_kib(pid: int) -> int:
@@ -201,11 +300,19 @@ def test_auto_copies_a_heap_above_the_threshold(targets):
 
 
 def test_auto_forks_for_millions_of_allocations(targets):
-    # The scanner's own registry and index work on a copy would make the
-    # whole scan much longer than the in-child sweep of a fork.
+    # The scanner's own registry and index work on a classic copy would make
+    # the whole scan much longer than the in-child sweep of a fork. A
+    # copy-on-write copy takes a fork's time: auto copies whatever the
+    # allocations where the copy will be copy-on-write.
     target = targets.start(PROGRAMS / "many.c", str(COPY_MAX_ALLOCATIONS), "100000")
-    with first_capture(target.pid, **_past_the_threshold(target.pid)) as (capture, why):
+    classic = {**_past_the_threshold(target.pid), "cow": False}
+    with first_capture(target.pid, **classic) as (capture, why):
         assert capture.snapshot == "fork" and why == ""
+    cow = {**_past_the_threshold(target.pid), "cow": True}
+    with first_capture(target.pid, **cow) as (capture, why):
+        assert capture.snapshot == "copy" and why == ""
+        assert "faults" in capture.copy.stats  # copy-on-write
+    wait_untracked(target.pid)
 
 
 def test_auto_falls_back_to_fork_and_says_why(targets):

@@ -136,11 +136,9 @@ def test_a_child_sweep_and_an_explicit_fork_read_it_all(targets):
 def test_more_than_the_scanner_may_hold_is_not_read(targets):
     """dontfork_page.c keeps 200 MiB out of forks; the scanner runs in a
     memory cgroup of 160 MiB, whose room holds no such read: an explicit fork is
-    refused in one line. auto marks the heap concurrently, which reads that
-    memory while the target runs and needs no child; swept from here (no
-    concurrent mark), it takes no child either but a copy-on-write
-    snapshot, which holds only the pages written during the scan. The target
-    is left as it was."""
+    refused in one line. auto, and a scan swept from here, take no child
+    but a copy-on-write snapshot, which holds only the pages written during
+    the scan. The target is left as it was."""
     target = targets.start(PROGRAMS / "dontfork_page.c", "200")
     with memory_cgroup("ur-kept-out") as cg:
         if cg is None:
@@ -150,7 +148,7 @@ def test_more_than_the_scanner_may_hold_is_not_read(targets):
             res = _cli(target.pid, *args, preexec=cg.enter)
             assert_one_line_error(res, r"out of forks \(MADV_DONTFORK.*may hold")
             _untouched(target)
-        for args, snapshot in (((), "concurrent"), (("--sweep", "scanner"), "copy")):
+        for args, snapshot in (((), "copy"), (("--sweep", "scanner"), "copy")):
             res = _cli(target.pid, "--json", *args, preexec=cg.enter)
             assert res.returncode == 1, res.stderr
             doc = json.loads(res.stdout)

@@ -8,7 +8,7 @@ from itertools import product
 
 import pytest
 
-from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, COPY_MAX_ALLOCATIONS
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, COPY_MAX_ALLOCATIONS, COW_FROM_BYTES
 from unreachable.capture.kept_out_of_fork import KEPT_OUT_PREFER_COPY_BYTES, ForkFlags
 from unreachable.errors import InvalidArgument, TargetNotShimmed, TargetUnscannable
 from unreachable.scan.facts import Facts
@@ -109,6 +109,36 @@ def test_auto_marks_concurrently_from_a_heap_where_its_stops_beat_a_fork():
     assert _plan(big, sweep="child")[0].snapshot == "fork"
     assert _plan(big, sweep="scanner")[0].snapshot == "fork"
     assert all(p.snapshot != "concurrent" for p in _plan(big, graph=True))
+
+
+def test_auto_copies_first_where_the_copy_is_copy_on_write():
+    """Its one stop is as short as the concurrent mark's, its scan and what
+    it holds less: from COW_FROM_BYTES auto copies, whatever the
+    allocations and however it sweeps; below that it forks, the copy after
+    the fork."""
+    for n in (1000, COPY_MAX_ALLOCATIONS + 1, None):
+        big = replace(SMALL, anonymous_bytes=COW_FROM_BYTES, allocations=n, cow=True)
+        assert _shape(_plan(big))[:2] == [("copy", ("scanner",)), ("fork", ("child", "scanner"))]
+        assert all(p.snapshot != "concurrent" for p in _plan(big))
+        assert _plan(big, sweep="scanner")[0].snapshot == "copy"
+        assert _plan(big, graph=True)[0].snapshot == "copy"
+    small = replace(SMALL, cow=True)
+    assert [p.snapshot for p in _plan(small)] == ["fork", "fork", "copy", "stopped"]
+    # The classic copy holds the heap: the concurrent mark first, as before.
+    assert _plan(replace(SMALL, anonymous_bytes=COW_FROM_BYTES))[0].snapshot == "concurrent"
+
+
+def test_the_copy_on_write_copys_expected_pause_is_its_stop():
+    facts = replace(SMALL, anonymous_bytes=1 << 30)
+    cow = replace(facts, cow=True)
+    assert expected_pause_ms(cow, "copy") < expected_pause_ms(facts, "copy")
+    assert expected_pause_ms(cow, "copy") < expected_pause_ms(cow, "concurrent")
+    assert expected_pause_ms(cow, "copy") < expected_pause_ms(cow, "fork")
+    # Under a budget it comes first, and one it cannot meet is said.
+    huge = replace(cow, anonymous_bytes=64 << 30, allocations=COPY_MAX_ALLOCATIONS + 1)
+    first = _budget(huge, 10)[0]
+    assert first.snapshot == "copy"
+    assert "a copy snapshot is expected to pause the target about 96 ms" in first.snapshot_note
 
 
 def test_auto_forks_millions_of_allocations():

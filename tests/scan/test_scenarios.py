@@ -116,11 +116,12 @@ def test_untouched_pages_of_a_reservation_are_not_scanned(targets):
 
 def test_untouched_pages_of_a_block_are_not_read(targets):
     """A block's pages that were never touched are zero: a fork's snapshot
-    child, and the mark over a stopped scan's or a copy's frozen cache, read
-    only the pages the block has."""
+    child, the mark over a stopped scan's or a copy's frozen cache, and the
+    marks over the live target (a copy-on-write copy, the concurrent mark)
+    read only the pages the block has."""
     target = targets.start(PROGRAMS / "sparse_block.c")
     modes = [("fork", "child"), ("stopped", "auto")]
-    modes += [] if copy_unsupported() else [("copy", "auto")]
+    modes += [] if copy_unsupported() else [("copy", "auto"), ("concurrent", "auto")]
     for snapshot, sweep in modes:
         report = check_exact(target, snapshot=snapshot, sweep=sweep)
         assert report.sweep == (sweep if snapshot == "fork" else "scanner")

@@ -31,14 +31,24 @@ from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import SPECIAL, Mapping, read_maps
 
 SYNC_ANON = 1  # page_sync.h UR_SYNC_ANON
+SYNC_HELD = 2  # page_sync.h UR_SYNC_HELD
 MAX_THREADS = 4
 # From here on a fork snapshot's page-table copy (~30 ms per GB on 4 KiB
 # pages) pauses longer than a copy snapshot's stop (docs/pause.md).
 COPY_FROM_BYTES = 256 << 20
-# Beyond this many live allocations the scanner's own work on the copy (the
-# registry, the index, ~0.4 us each, where a snapshot child does it beside
-# the scanner) makes the whole scan 2x slower and more: auto forks.
+# Beyond this many live allocations the scanner's own work on a classic
+# copy (the registry, the index, ~0.4 us each, where a snapshot child does
+# it beside the scanner) makes the whole scan 2x slower and more: auto forks.
 COPY_MAX_ALLOCATIONS = 2_000_000
+# A copy-on-write copy pauses for the stop's own work (1-2 ms from 0.1 to
+# 2 GB), holds only the pages written during the scan and takes a fork's
+# whole time: auto takes it first from the size where a fork's page-table
+# copy passes that (about 2 ms at 30 ms per GiB), whatever the allocations.
+COW_FROM_BYTES = 64 << 20
+# The kernel's initial user namespace (PROC_USER_INIT_INO): userfaultfd()
+# checks CAP_SYS_PTRACE there.
+_INIT_USER_NS = 0xEFFFFFFD
+_CAP_SYS_PTRACE = 19
 
 
 def _copied(m: Mapping) -> bool:
@@ -55,15 +65,43 @@ def sync_ranges(mappings: Sequence[Mapping]) -> bytes:
 
 
 def copy_pays_off(
-    anonymous_bytes: int, allocations: int | None, copy_from: int = COPY_FROM_BYTES
+    anonymous_bytes: int,
+    allocations: int | None,
+    copy_from: int = COPY_FROM_BYTES,
+    cow: bool = False,
 ) -> bool:
     """Whether "auto" should try a copy snapshot: a heap big enough for the
     fork's pause to pass the copy's, with few enough allocations for the
     scan not to take much longer (docs/pause.md). allocations None: the
-    registry could not be read (stopping the target reports why)."""
+    registry could not be read (stopping the target reports why). cow: the
+    copy will be copy-on-write (cow_possible), from COW_FROM_BYTES and
+    whatever the allocations."""
+    if cow:
+        return anonymous_bytes >= min(copy_from, COW_FROM_BYTES)
     if anonymous_bytes < copy_from or allocations is None:
         return False
     return allocations <= COPY_MAX_ALLOCATIONS
+
+
+def cow_possible(pid: int) -> bool:
+    """Whether a copy of pid will be copy-on-write: its helper can open a
+    synchronous userfaultfd only with vm.unprivileged_userfaultfd set or
+    CAP_SYS_PTRACE in the initial user namespace (the kernel's check);
+    elsewhere the copy is the classic one, which holds the heap. What
+    cannot be read counts as no."""
+    if pid in _classic_next:
+        return False
+    try:
+        with open("/proc/sys/vm/unprivileged_userfaultfd") as f:
+            if f.read().strip() == "1":
+                return True
+        if os.stat(f"/proc/{pid}/ns/user").st_ino != _INIT_USER_NS:
+            return False
+        with open(f"/proc/{pid}/status") as f:
+            caps = next((line.split()[1] for line in f if line.startswith("CapEff:")), "0")
+        return bool(int(caps, 16) >> _CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError):
+        return False
 
 
 def _threads() -> int:

@@ -35,13 +35,13 @@ import os
 import struct
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry, read_registry
-from unreachable.capture.copy_snapshot import SYNC_ANON
+from unreachable.capture.copy_snapshot import SYNC_ANON, SYNC_HELD
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread, stop_error
@@ -205,6 +205,40 @@ def _subtract(ranges: list[tuple[int, int]], holes: Sequence[Span3]) -> list[tup
         if pos < e:
             out.append((pos, e))
     return out
+
+
+def _pairs(packed: bytes) -> list[tuple[int, int]]:
+    return [(r["begin"], r["end"]) for r in _native.abi_decode_array("ur_range", packed)]
+
+
+def _candidate_spans(
+    spans: Sequence[Span3], bodies: list[tuple[int, int]], pages: list[tuple[int, int]]
+) -> list[Span3]:
+    """The registry's spans without the size maps' bodies, but for the pages
+    of the candidates' entries (_native.size_map_pages): a copy of these
+    decodes each candidate as a whole copy would. A map made after bodies
+    were found is copied whole."""
+    holes = [(b, e, 0) for b, e in bodies]
+    out: list[Span3] = []
+    for b, e, flags in spans:
+        kept = _subtract([(b, e)], holes)
+        kept += [(max(pb, b), min(pe, e)) for pb, pe in pages if pb < e and b < pe]
+        out += [(lo, hi, flags) for lo, hi in _merge(kept)]
+    return out
+
+
+def _held_spans(spans: Sequence[Span3], copied: Sequence[Span3]) -> list[Span3]:
+    """What the second stop brings up to date: in the spans the copy was
+    made from, the pages it holds (UR_SYNC_HELD: a few kernel walks, where
+    the scattered pages themselves were one walk each, thousands in the
+    pause); whatever is new since, whole."""
+    out: list[Span3] = []
+    for b, e, flags in spans:
+        new = _subtract([(b, e)], copied)
+        held = _subtract([(b, e)], [(nb, ne, 0) for nb, ne in new])
+        out += [(lo, hi, flags | SYNC_HELD) for lo, hi in held]
+        out += [(lo, hi, flags) for lo, hi in new]
+    return sorted(out)
 
 
 def _tracked(mappings: Sequence[Mapping], skip: Sequence[Span3]) -> bytes:
@@ -578,10 +612,14 @@ def _mark(
     del allocs, registry
     # The registry copy for the second stop, made before the last rounds:
     # whatever the target writes meanwhile is then read by a round, not in
-    # the pause.
+    # the pause. It only decides which candidates are still the same
+    # blocks, so of the size maps (most of the registry) it holds only the
+    # pages of the candidates' entries.
     maps_now = read_maps(pid)
     reg_maps = _registry_spans(pid, addr, maps_now)
-    copy = _registry_copy(pid, reg_maps)
+    bodies, pages = _native.size_map_pages(pid, addr, cands)
+    copy = _registry_copy(pid, _candidate_spans(reg_maps, _pairs(bodies), _pairs(pages)))
+    second = partial(_held_spans, copied=reg_maps)
     try:
         return _finish(
             target,
@@ -596,7 +634,7 @@ def _mark(
             state,
             store,
             copy,
-            reg_maps,
+            second,
             pause1,
             stop1,
             released,
@@ -725,13 +763,21 @@ _SecondStop = tuple[
 
 
 def _second_stop(
-    target: Target, pid: int, addr: int, copy: _native.MemoryCopy, released: list[float]
+    target: Target,
+    pid: int,
+    addr: int,
+    copy: _native.MemoryCopy,
+    second: Callable[[Sequence[Span3]], list[Span3]],
+    released: list[float],
 ) -> _SecondStop:
     """Second stop: the pages written since the last round, the registers,
     the registry (with the shim's table of signal stacks); and how long
     each step held it."""
     stop2: dict[str, float] = {}
     ahead = _MapsAhead(pid, addr)
+    # Worked out while the target runs: the pause redoes it only if the
+    # registry's spans changed.
+    spans_ahead = _sync_ranges(second(ahead.spans))
     session, threads2, held2 = _stop(pid, stop2)
     try:
         t = [time.monotonic()]
@@ -741,7 +787,8 @@ def _second_stop(
         t.append(time.monotonic())
         page_bytes = _read_runs(pid, runs)
         t.append(time.monotonic())
-        copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
+        spans = spans_ahead if reg_maps is ahead.spans else _sync_ranges(second(reg_maps))
+        copy.sync(spans, refresh=True, threads=READ_THREADS)
         copy.finish()
         t.append(time.monotonic())
         session.release()
@@ -812,15 +859,15 @@ def _finish(
     state: bytearray,
     store: bytearray,
     copy: _native.MemoryCopy,
-    reg_maps: list[Span3],
+    second: Callable[[Sequence[Span3]], list[Span3]],
     pause1: float,
     stop1: dict[str, float],
     released: list[float],
     plan: _Rounds,
 ) -> ConcurrentSweep:
     rounds, rescued = plan.run(cands, state, store)
-    second = _second_stop(target, pid, addr, copy, released)
-    threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = second
+    after = _second_stop(target, pid, addr, copy, second, released)
+    threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = after
     final = read_registry(copy, addr)
     rounds.append(len(page_bytes))
     values2 = _values(threads2, held2, maps2, final)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from unreachable import _native
-from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
+from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off, cow_possible
 from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
 from unreachable.capture.target import Target, open_target, runs_without_shim
 from unreachable.errors import ScannerOutOfMemory, TargetNotShimmed
@@ -92,6 +92,9 @@ class Facts:
     # This scanner's own memory cgroup room (bounds its copies and its sweep).
     scanner_room: ScannerRoom = field(default_factory=lambda: ScannerRoom(None, 0))
     core: CoreFile | None = None  # a core file scanned instead of a process
+    # A copy snapshot would be copy-on-write, not the classic copy that
+    # holds the heap (read for auto only).
+    cow: bool = False
 
 
 def gather_facts(pid: int, options: ScanOptions) -> Facts:
@@ -110,9 +113,10 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     # The registry's count decides only between a copy and a fork, and
     # matters only for a heap a copy may pay off for.
     auto = options.snapshot == "auto" and options.sweep != "child"
+    cow = auto and cow_possible(pid)
     allocations = (
         expected_allocations(target.pid, target.shim.descriptor_addr)
-        if auto and anonymous >= COPY_FROM_BYTES
+        if auto and not cow and anonymous >= COPY_FROM_BYTES
         else None
     )
     kept_out = ForkFlags()
@@ -120,7 +124,7 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     # (unless a fork's pause is to be weighed against a budget).
     if options.snapshot in ("auto", "fork"):
         budget = options.max_pause_ms is not None
-        if budget or not (auto and copy_pays_off(anonymous, allocations)):
+        if budget or not (auto and copy_pays_off(anonymous, allocations, cow=cow)):
             kept_out = fork_flags(pid)
     if auto and allocations is None and kept_out.prefers_copy:
         allocations = expected_allocations(target.pid, target.shim.descriptor_addr)
@@ -134,4 +138,5 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         fork_room=no_room_for_fork(headroom, anonymous),
         headroom=headroom,
         scanner_room=scanner_room,
+        cow=cow,
     )

@@ -11,7 +11,12 @@ The rules, for a target under the shim:
 - "stopped", "copy", "fork": that strategy; a fork or copy that cannot be
   had is refused, except that a copy that cannot be brought up to date in
   the pause is swept stopped (it is stopped already).
-- "auto": a copy when the heap is big enough for a fork's page-table copy
+- "auto", where the copy would be copy-on-write (Facts.cow): a copy from
+  COW_FROM_BYTES of heap (its pause the stop's own work, a fork's whole
+  time, only the written pages held), whatever the allocations; else a
+  fork, the copy after it.
+- "auto" otherwise (the classic copy holds the heap): a copy when the heap
+  is big enough for a fork's page-table copy
   to pause longer (COPY_FROM_BYTES) with few enough allocations for the
   scan not to take much longer, or whatever the heap's size when a fork
   would read much that it lacks (KEPT_OUT_PREFER_COPY_BYTES); else a fork;
@@ -24,7 +29,8 @@ The rules, for a target under the shim:
   and every scan that keeps the reference graph).
 - "concurrent": never with a reference graph (it keeps none) nor an
   in-child sweep. Asked for, it has no fallback. auto plans it first from
-  CONCURRENT_FROM_BYTES of anonymous memory (and under a --max-pause the
+  CONCURRENT_FROM_BYTES of anonymous memory where the copy would be the
+  classic one (and under a --max-pause the
   other plans are expected to break), with the pause of the plan it would
   fall through to as its bound (give_way_ms): a mark whose rounds do not
   converge, its last stop predicted to pause longer, gives way before that
@@ -42,6 +48,7 @@ is its own snapshot ("core", scan/core.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Literal
 
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off
@@ -71,6 +78,9 @@ Allocations = str
 # (5-7 ms at 1 GB, 47 ms at 4 GB: the written-page walk and the registry).
 FORK_MS_PER_GIB = 30.0
 COPY_MS_PER_GIB = 5.0
+# The copy-on-write copy's stop: 1.2-1.7 ms at 1-2.1 GB, a few more where
+# many threads write.
+COW_MS_PER_GIB = 1.5
 STOPPED_MS_PER_GIB = 350.0
 KEPT_OUT_MS_PER_GIB = 400.0
 CONCURRENT_MS_PER_GIB = 12.0
@@ -187,7 +197,7 @@ def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
     if snapshot == "fork":
         return gib * FORK_MS_PER_GIB + facts.kept_out.resident / (1 << 30) * KEPT_OUT_MS_PER_GIB
     if snapshot == "copy":
-        return gib * COPY_MS_PER_GIB
+        return gib * (COW_MS_PER_GIB if facts.cow else COPY_MS_PER_GIB)
     return gib * STOPPED_MS_PER_GIB
 
 
@@ -273,19 +283,22 @@ def _plans(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]:
         return [Plan("fork", sweeps, must=NO_CHILD, sweep_note=sweep_note)]
     plans = _auto(facts, fork, refork, too_big)
     # The pause the target feels: a concurrent mark first on a heap where
-    # its stops beat a fork's, giving way when the target writes too much.
-    if options.sweep == "auto" and not graph and facts.anonymous_bytes >= CONCURRENT_FROM_BYTES:
+    # its stops beat a fork's, giving way when the target writes too much;
+    # not where the copy is copy-on-write, whose one stop is as short and
+    # whose scan and memory are less (docs/pause.md, "Which snapshot auto
+    # takes").
+    concurrent = options.sweep == "auto" and not graph and not facts.cow
+    if concurrent and facts.anonymous_bytes >= CONCURRENT_FROM_BYTES:
         plans = [Plan("concurrent"), *plans]
     return plans
 
 
 def _auto(facts: Facts, fork: Plan, refork: list[Plan], too_big: str) -> list[Plan]:
-    copy_now = copy_pays_off(facts.anonymous_bytes, facts.allocations, COPY_FROM_BYTES) or (
-        facts.kept_out.prefers_copy and copy_pays_off(facts.anonymous_bytes, facts.allocations, 0)
-    )
+    pays = partial(copy_pays_off, facts.anonymous_bytes, facts.allocations, cow=facts.cow)
+    copy_now = pays(COPY_FROM_BYTES) or (facts.kept_out.prefers_copy and pays(0))
     # Once a fork had too much kept out of it, a copy of any size beats a
     # stopped scan.
-    copy_later = copy_pays_off(facts.anonymous_bytes, facts.allocations, 0)
+    copy_later = pays(0)
     first = [Plan("copy")] if copy_now else []
     if no_fork := too_big or facts.fork_room:
         return [*first, Plan("stopped", snapshot_note=no_fork)]

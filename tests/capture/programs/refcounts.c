@@ -45,7 +45,14 @@ static int read_line(char *buf, size_t size) {
 }
 
 int main(int argc, char **argv) {
-  int idle = argc > 1 && strcmp(argv[1], "idle") == 0;
+  int idle = 0;
+  for (int i = 1; i < argc; i++) {
+    idle |= strcmp(argv[i], "idle") == 0;
+    /* As a daemon that drops root: it can open no synchronous userfaultfd
+     * (unless vm.unprivileged_userfaultfd is set), so its copy snapshot
+     * would be the classic one. */
+    if (strcmp(argv[i], "unprivileged") == 0 && setuid(65534) != 0) return 1;
+  }
   blocks = malloc(BLOCKS * sizeof *blocks);
   if (!blocks) return 1;
   for (size_t i = 0; i < BLOCKS; i++) {
