@@ -10,17 +10,16 @@
  * Candidates: sorted (begin, size) pairs, one state byte each:
  *   0 candidate: its words are not roots (kept in the store only);
  *   1 rescued: reachable after all, its store scanned once;
- *   2 gone: no longer the same block (freed or reallocated), never
- *     reported: its words count where a block holds them at the last stop;
- *   3 gone, its store not yet looked at (set by the caller; becomes 2).
+ *   2 gone: no longer the same block (freed or reallocated): its words are
+ *     roots, never reported;
+ *   3 gone, its store not yet scanned (set by the caller; becomes 2).
  *
- * A word of a written page outside the candidates, or of a gone one's store,
- * is a root only if, at the last stop, its address lies in a root range
- * (a stack above its SP, globals, ...) or in a block: a stale pointer in a
- * freed chunk or in a stack's dead frames keeps nothing, as in every other
- * mode. Until that stop is known such a word is pending: (address,
- * candidate) pairs, sorted by address, replaced when its page is read again
- * (resolve() settles them).
+ * A word of a written page outside the candidates is a root only if, at the
+ * last stop, its address lies in a root range (a stack above its SP,
+ * globals, ...) or in a block: a stale pointer in a freed chunk or in a
+ * stack's dead frames keeps nothing, as in every other mode. Until that stop
+ * is known such a word is pending: (address, candidate) pairs, sorted by
+ * address, replaced when its page is read again (resolve() settles them).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -372,8 +371,7 @@ static void pages(struct remark *m, const uint64_t *runs, size_t nruns, const ui
       uint64_t from = pos > cb ? pos : cb, to = ce < e ? ce : e;
       if (to > from) {
         memcpy(m->store + m->off[i] + (from - m->cand[2 * i]), p + (from - b), to - from);
-        if (roots && m->state[i] == RESCUED) scan_span(m, p, b, from, to);
-        if (roots && m->state[i] == GONE) defer_span(m, p, b, from, to);
+        if (roots && m->state[i] != CAND) scan_span(m, p, b, from, to);
         pos = to;
       }
     }
@@ -494,7 +492,7 @@ PyObject *ur_py_remark(PyObject *Py_UNUSED(self), PyObject *args) {
   for (size_t i = 0; i < m.n; i++) {
     if (m.state[i] == GONE_PENDING) {
       m.state[i] = GONE;
-      defer_words(&m, m.store + m.off[i], m.cand[2 * i], m.off[i + 1] - m.off[i]);
+      scan_store(&m, i);
     }
   }
   if (roots) pages(&m, runs.buf, nruns, bytes.buf, 1);

@@ -46,8 +46,8 @@ static PyMethodDef methods[] = {
      "remark(candidates, state, store, runs, page_bytes, values, roots, pending) -> "
      "(int, bytes)\n\n"
      "The concurrent snapshot's re-mark (concurrent_mark.c): store the runs' bytes that lie "
-     "in candidates; rescue the candidates the values hit, transitively; the runs' other "
-     "words (roots) and gone candidates' stores that hit one are pending: (address, "
+     "in candidates; rescue the candidates the values and gone candidates' stores hit, "
+     "transitively; the runs' other words (roots) that hit one are pending: (address, "
      "candidate) u64 pairs, sorted, replacing those given for pages read again. Returns how "
      "many were rescued and the pending words."},
     {"resolve", ur_py_resolve, METH_VARARGS,
@@ -58,6 +58,10 @@ static PyMethodDef methods[] = {
      "size_map_pages(memory, descriptor_addr, blocks) -> (bodies, pages)\n\n"
      "The whole pages of every size map, and the pages holding the map entries of the "
      "(begin, size) blocks (packed u64 pairs each)."},
+    {"size_map_pages_around", ur_py_size_map_pages_around, METH_VARARGS,
+     "size_map_pages_around(memory, descriptor_addr, ranges) -> bytes\n\n"
+     "The pages (sorted, merged (begin, end) u64 pairs) of the size-map entries of every "
+     "block that could hold an address of the (begin, end) ranges."},
     {"pairs_in", ur_py_pairs_in, METH_VARARGS,
      "pairs_in(candidates, allocs) -> bytes\n\n"
      "One byte per sorted (begin, size) candidate: 1 if allocs holds the same pair."},

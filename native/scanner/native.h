@@ -54,6 +54,7 @@ PyObject *ur_py_remark(PyObject *self, PyObject *args);
 PyObject *ur_py_resolve(PyObject *self, PyObject *args);
 PyObject *ur_py_pairs_in(PyObject *self, PyObject *args);
 PyObject *ur_py_size_map_pages(PyObject *self, PyObject *args);
+PyObject *ur_py_size_map_pages_around(PyObject *self, PyObject *args);
 PyObject *ur_py_set_cache_budget(PyObject *self, PyObject *args);
 PyObject *ur_py_cache_bound(PyObject *self, PyObject *args);
 PyObject *ur_py_code_words(PyObject *self, PyObject *args);

@@ -449,6 +449,11 @@ static uint64_t entry_page(uint64_t map_addr, uint64_t base, uint64_t begin, uin
   return entry & ~(uint64_t)4095;
 }
 
+static int by_first(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
 static int by_base(const void *a, const void *b) {
   uint64_t x = ((const struct ur_size_map_ref *)a)->base;
   uint64_t y = ((const struct ur_size_map_ref *)b)->base;
@@ -460,6 +465,42 @@ static int by_base(const void *a, const void *b) {
  * the map entries of the given (begin, size) pairs. A registry copy made of
  * everything but the bodies, and those pages, decodes every one of those
  * blocks as a whole copy would (maps are never moved or freed). */
+/* The size maps' refs (sorted by base) of the registry at addr: 0, or -1
+ * with a Python error set. */
+static int load_refs(struct ur_reader *rd, unsigned long long addr, struct ur_size_map_ref **refs,
+                     uint64_t *nrefs) {
+  struct ur_descriptor d;
+  *refs = NULL;
+  *nrefs = 0;
+  if (read_descriptor(rd, addr, &d) < 0) return -1;
+  struct ur_size_maps h = {0};
+  if (d.size_maps) ur_reader_read_anon(rd, d.size_maps, &h, sizeof(h));
+  if (!h.refs || h.count > h.capacity || h.count > UR_SIZE_MAP_MAX_REFS || !h.count) return 0;
+  if (!(*refs = malloc(h.count * sizeof(**refs)))) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  *nrefs = h.count;
+  Py_BEGIN_ALLOW_THREADS
+  ur_reader_read_anon(rd, h.refs, *refs, *nrefs * sizeof(**refs));
+  qsort(*refs, *nrefs, sizeof(**refs), by_base);
+  Py_END_ALLOW_THREADS
+  return 0;
+}
+
+static const struct ur_size_map_ref *ref_at(const struct ur_size_map_ref *refs, uint64_t nrefs,
+                                            uint64_t base) {
+  size_t lo = 0, hi = (size_t)nrefs;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (refs[mid].base < base)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < nrefs && refs[lo].base == base && refs[lo].map ? &refs[lo] : NULL;
+}
+
 PyObject *ur_py_size_map_pages(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *source;
   unsigned long long addr;
@@ -471,25 +512,15 @@ PyObject *ur_py_size_map_pages(PyObject *Py_UNUSED(self), PyObject *args) {
     return NULL;
   }
   PyObject *result = NULL;
-  struct ur_descriptor d;
   struct ur_size_map_ref *refs = NULL;
   uint64_t *bodies = NULL, *pages = NULL;
   size_t nb = 0, cb = 0, np = 0, cp = 0;
   int rc = 0;
-  if (read_descriptor(&rd, addr, &d) < 0) goto out;
-  struct ur_size_maps h = {0};
   uint64_t nrefs = 0;
-  if (d.size_maps) ur_reader_read_anon(&rd, d.size_maps, &h, sizeof(h));
-  if (h.refs && h.count <= h.capacity && h.count <= UR_SIZE_MAP_MAX_REFS) nrefs = h.count;
-  if (nrefs && !(refs = malloc(nrefs * sizeof(*refs)))) {
-    PyErr_NoMemory();
-    goto out;
-  }
+  if (load_refs(&rd, addr, &refs, &nrefs) < 0) goto out;
   const uint64_t *b = blocks.buf;
   size_t n = (size_t)blocks.len / 16;
   Py_BEGIN_ALLOW_THREADS
-  if (nrefs) ur_reader_read_anon(&rd, h.refs, refs, nrefs * sizeof(*refs));
-  if (nrefs) qsort(refs, nrefs, sizeof(*refs), by_base);
   for (uint64_t k = 0; rc == 0 && k < nrefs; k++) {
     if (!refs[k].map) continue;
     uint64_t lo = (refs[k].map + 4095) & ~(uint64_t)4095;
@@ -500,16 +531,9 @@ PyObject *ur_py_size_map_pages(PyObject *Py_UNUSED(self), PyObject *args) {
     uint64_t begin = b[2 * i], size = b[2 * i + 1];
     uint64_t base = begin & ~((UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT) - 1);
     if (size > UR_SIZE_MAP_MAX_SIZE) continue; /* never in a map */
-    size_t lo = 0, hi = (size_t)nrefs;
-    while (lo < hi) {
-      size_t mid = lo + (hi - lo) / 2;
-      if (refs[mid].base < base)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    if (lo == nrefs || refs[lo].base != base || !refs[lo].map) continue;
-    uint64_t page = entry_page(refs[lo].map, base, begin, size);
+    const struct ur_size_map_ref *ref = ref_at(refs, nrefs, base);
+    if (!ref) continue;
+    uint64_t page = entry_page(ref->map, base, begin, size);
     if (!np || pages[2 * np - 2] != page) rc = append_range(&pages, &np, &cp, page, page + 4096);
   }
   Py_END_ALLOW_THREADS
@@ -525,5 +549,90 @@ out:
   free(pages);
   ur_reader_close(&rd);
   PyBuffer_Release(&blocks);
+  return result;
+}
+
+/* A level of a map: the largest block it holds, its granule, where its
+ * entries start and their width (abi.h). */
+static const struct {
+  uint64_t reach, offset;
+  unsigned shift, width;
+} levels[3] = {
+    {UR_SIZE_MAP_L0_MAX_SIZE, 0, UR_SIZE_MAP_L0_SHIFT, 1},
+    {UR_SIZE_MAP_L1_MAX_SIZE, UR_SIZE_MAP_L1_OFFSET, UR_SIZE_MAP_L1_SHIFT, 2},
+    {UR_SIZE_MAP_MAX_SIZE, UR_SIZE_MAP_L2_OFFSET, UR_SIZE_MAP_L2_SHIFT, 4},
+};
+
+/* The pages of the entries of every block a map could have over [lo, hi):
+ * at each level, the entries of the granules a block that reaches lo may
+ * begin in, up to hi. */
+static int around(const struct ur_size_map_ref *refs, uint64_t nrefs, uint64_t lo, uint64_t hi,
+                  uint64_t **out, size_t *n, size_t *cap) {
+  const uint64_t span = UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT;
+  for (int l = 0; l < 3; l++) {
+    uint64_t from = lo > levels[l].reach ? lo - levels[l].reach : 0;
+    for (uint64_t base = from & ~(span - 1); base < hi; base += span) {
+      const struct ur_size_map_ref *ref = ref_at(refs, nrefs, base);
+      if (!ref) continue;
+      uint64_t a = from > base ? from - base : 0, b = hi - base < span ? hi - base : span;
+      uint64_t first = ref->map + levels[l].offset + levels[l].width * (a >> levels[l].shift);
+      uint64_t last = ref->map + levels[l].offset + levels[l].width * ((b - 1) >> levels[l].shift);
+      int rc = append_range(out, n, cap, first & ~(uint64_t)4095,
+                            (last + levels[l].width + 4095) & ~(uint64_t)4095);
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
+/* size_map_pages_around(memory, descriptor_addr, ranges) -> pages: the pages
+ * (packed u64 pairs, sorted, merged) of the size-map entries of every block
+ * that could hold an address of the (begin, end) ranges. A copy of the
+ * registry that holds them knows every block over those addresses. */
+PyObject *ur_py_size_map_pages_around(PyObject *Py_UNUSED(self), PyObject *args) {
+  PyObject *source;
+  unsigned long long addr;
+  Py_buffer ranges;
+  if (!PyArg_ParseTuple(args, "OKy*", &source, &addr, &ranges)) return NULL;
+  struct ur_reader rd;
+  if (ur_reader_open(source, &rd) < 0) {
+    PyBuffer_Release(&ranges);
+    return NULL;
+  }
+  PyObject *result = NULL;
+  struct ur_size_map_ref *refs = NULL;
+  uint64_t *pages = NULL, nrefs = 0;
+  size_t np = 0, cp = 0, merged = 0;
+  int rc = 0;
+  if (load_refs(&rd, addr, &refs, &nrefs) < 0) goto out;
+  const uint64_t *r = ranges.buf;
+  size_t n = (size_t)ranges.len / 16;
+  Py_BEGIN_ALLOW_THREADS
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    if (r[2 * i + 1] > r[2 * i]) rc = around(refs, nrefs, r[2 * i], r[2 * i + 1], &pages, &np, &cp);
+  if (rc == 0 && np) {
+    qsort(pages, np, 2 * sizeof(uint64_t), by_first);
+    for (size_t i = 1; i < np; i++) {
+      if (pages[2 * i] <= pages[2 * merged + 1]) {
+        if (pages[2 * i + 1] > pages[2 * merged + 1]) pages[2 * merged + 1] = pages[2 * i + 1];
+      } else {
+        merged++;
+        pages[2 * merged] = pages[2 * i];
+        pages[2 * merged + 1] = pages[2 * i + 1];
+      }
+    }
+    merged++;
+  }
+  Py_END_ALLOW_THREADS
+  if (rc) {
+    PyErr_NoMemory();
+    goto out;
+  }
+  result = PyBytes_FromStringAndSize(pages ? (const char *)pages : "", (Py_ssize_t)(merged * 16));
+out:
+  free(refs);
+  free(pages);
+  ur_reader_close(&rd);
+  PyBuffer_Release(&ranges);
   return result;
 }

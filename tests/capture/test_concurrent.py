@@ -4,6 +4,7 @@ threads move, free and allocate blocks all through the mark, and none lost."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import struct
@@ -154,7 +155,7 @@ def test_remark_rescues_through_pages_values_and_rescued_blocks():
     """The re-mark's rules, on memory laid out by hand: a word of a written
     page inside a candidate is only stored; a value rescues at once, and a
     rescued candidate's stored words are followed; a gone one's stored words
-    are pending, roots only if a block holds them at the last stop."""
+    are roots."""
     a, b, c, d = 0x10000, 0x10100, 0x20000, 0x30000
     cands = _pairs((a, 32), (b, 32), (c, 32), (d, 32))
     state = bytearray(4)
@@ -170,16 +171,10 @@ def test_remark_rescues_through_pages_values_and_rescued_blocks():
     # bytes c.
     assert _native.remark(cands, state, store, b"", b"", _words(a + 8), True, b"") == (2, b"")
     assert list(state) == [1, 0, 1, 0]
-    # b freed: gone, its stored word pending.
+    # b freed and its memory reused: gone, its stored words become roots.
     store[32:40] = struct.pack("<Q", d + 31)
     state[1] = 3
-    rescued, pending = _native.remark(cands, state, store, b"", b"", b"", True, b"")
-    assert (rescued, pending) == (0, _pairs((b, 3)))
-    assert list(state) == [1, 2, 1, 0]
-    # No block at b at the last stop: the word was a freed chunk's, no root.
-    assert _native.resolve(cands, bytearray(state), store, pending, b"", b"") == 0
-    # b's memory reused by a new block: the word is that block's, a root.
-    assert _native.resolve(cands, state, store, pending, b"", _pairs((b - 16, 64))) == 1
+    assert _native.remark(cands, state, store, b"", b"", b"", True, b"") == (1, b"")
     assert list(state) == [1, 2, 1, 1]
 
 
@@ -636,6 +631,49 @@ def test_the_second_registry_copy_decodes_the_candidates_as_a_whole_copy(targets
     assert got == bytes(p in held for p in pairs)
     assert pages_sparse * 4 < pages_whole
     assert refreshed <= pages_sparse + sparse_zeroed
+
+
+@needs_tracking
+def test_the_second_registry_copy_knows_every_block_over_a_pending_word(targets):
+    """The re-mark's pending words are roots if a block of the second stop
+    holds them: the copy, candidates' pages aside, holds the entries of
+    every block that could hold an address it is asked about (all three
+    levels, a block reaching in from the megabyte before), and so finds
+    the same blocks over those addresses as a copy of the whole registry."""
+    target = targets.start(HERE / "programs" / "size_levels.c")
+    pid = target.pid
+    addr = open_target(pid).shim.descriptor_addr
+    spans = _registry_spans(pid, addr, read_maps(pid))
+    whole = _registry_copy(pid, spans)
+    try:
+        whole.finish()
+        allocs = read_registry(whole, addr).allocs
+        pages_whole = whole.stats["pages_read"]
+    finally:
+        whole.close()
+    blocks = sorted((allocs[i], allocs[i + 1]) for i in range(0, len(allocs), 2))
+    # Words inside blocks of every size (a block's first and last word and
+    # one past its end, which may lie in the next block or in none).
+    picked = blocks[:: max(1, len(blocks) // 300)]
+    words = sorted({w for b, n in picked for w in (b, b + n - 8, b + n + 8)})
+    bodies, _ = _native.size_map_pages(pid, addr, b"")
+    around = _native.size_map_pages_around(pid, addr, _pairs(*((w, w + 8) for w in words)))
+    sparse = _registry_copy(pid, _candidate_spans(spans, _decoded(bodies), _decoded(around)))
+    try:
+        sparse.finish()
+        got = read_registry(sparse, addr).allocs
+        pages_sparse = sparse.stats["pages_read"]
+    finally:
+        sparse.close()
+    known = sorted((got[i], got[i + 1]) for i in range(0, len(got), 2))
+
+    def over(table: list[tuple[int, int]], w: int) -> tuple[int, int] | None:
+        i = bisect.bisect_right(table, (w, 1 << 64)) - 1
+        return table[i] if i >= 0 and table[i][0] <= w < sum(table[i]) else None
+
+    assert all(over(known, w) == over(blocks, w) for w in words)
+    assert sum(over(blocks, w) is not None for w in words) > len(words) // 2
+    assert pages_sparse < pages_whole
 
 
 def _decoded(packed: bytes) -> list[tuple[int, int]]:

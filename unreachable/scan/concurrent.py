@@ -227,14 +227,17 @@ def _candidate_spans(
     return out
 
 
-def _held_spans(spans: Sequence[Span3], copied: Sequence[Span3]) -> list[Span3]:
+def _held_spans(
+    spans: Sequence[Span3], copied: Sequence[Span3], whole: Sequence[tuple[int, int]] = ()
+) -> list[Span3]:
     """What the second stop brings up to date: in the spans the copy was
     made from, the pages it holds (UR_SYNC_HELD: a few kernel walks, where
     the scattered pages themselves were one walk each, thousands in the
-    pause); whatever is new since, whole."""
+    pause); whatever is new since, and the pages of `whole`, whole."""
     out: list[Span3] = []
     for b, e, flags in spans:
-        new = _subtract([(b, e)], copied)
+        asked = [(max(wb, b), min(we, e)) for wb, we in whole if wb < e and b < we]
+        new = _merge(_subtract([(b, e)], copied) + asked)
         held = _subtract([(b, e)], [(nb, ne, 0) for nb, ne in new])
         out += [(lo, hi, flags | SYNC_HELD) for lo, hi in held]
         out += [(lo, hi, flags) for lo, hi in new]
@@ -539,10 +542,11 @@ def _resolve(
     store: bytearray,
     pending: bytes,
 ) -> int:
-    """The pending words (written pages' words outside the candidates, gone
-    candidates' stored ones) that lie, at the second stop, in a root range
-    or in a block: they rescue their candidates. The others were stale (a
-    freed chunk, a stack's dead frames): no roots, as in every mode."""
+    """The pending words (written pages' words outside the candidates) that
+    lie, at the second stop, in a root range or in a block: they rescue
+    their candidates. The others were stale (a freed chunk, a stack's dead
+    frames): no roots, as in every mode. The registry copy holds every
+    block over a pending word (_second_stop), if not every block."""
     if not pending:
         return 0
     roots, _ = _root_ranges(target, pid, final, maps2, threads2, present=False)
@@ -767,17 +771,18 @@ def _second_stop(
     pid: int,
     addr: int,
     copy: _native.MemoryCopy,
-    second: Callable[[Sequence[Span3]], list[Span3]],
+    second: Callable[..., list[Span3]],
+    pending: bytes,
     released: list[float],
 ) -> _SecondStop:
     """Second stop: the pages written since the last round, the registers,
     the registry (with the shim's table of signal stacks); and how long
-    each step held it."""
+    each step held it. The registry copy learns, besides the candidates,
+    every block over the words the re-mark leaves pending: those of the
+    rounds and those of the pages read now (_resolve)."""
     stop2: dict[str, float] = {}
     ahead = _MapsAhead(pid, addr)
-    # Worked out while the target runs: the pause redoes it only if the
-    # registry's spans changed.
-    spans_ahead = _sync_ranges(second(ahead.spans))
+    words_at = _pack([(a, a + 8) for a in _pending_addresses(pending)])
     session, threads2, held2 = _stop(pid, stop2)
     try:
         t = [time.monotonic()]
@@ -787,7 +792,8 @@ def _second_stop(
         t.append(time.monotonic())
         page_bytes = _read_runs(pid, runs)
         t.append(time.monotonic())
-        spans = spans_ahead if reg_maps is ahead.spans else _sync_ranges(second(reg_maps))
+        entries = _pairs(_native.size_map_pages_around(pid, addr, runs + words_at))
+        spans = _sync_ranges(second(reg_maps, whole=entries))
         copy.sync(spans, refresh=True, threads=READ_THREADS)
         copy.finish()
         t.append(time.monotonic())
@@ -803,6 +809,11 @@ def _second_stop(
     # copy holds it as at the stop.
     altstacks = sources.signal_stacks(copy, _altstacks(target), threads2).words
     return threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2
+
+
+def _pending_addresses(pending: bytes) -> list[int]:
+    """The addresses of the re-mark's pending words ((address, candidate) pairs)."""
+    return list(array("Q", pending)[::2])
 
 
 def _drop_changed(cands: bytes, state: bytearray, final: Registry) -> int:
@@ -859,14 +870,14 @@ def _finish(
     state: bytearray,
     store: bytearray,
     copy: _native.MemoryCopy,
-    second: Callable[[Sequence[Span3]], list[Span3]],
+    second: Callable[..., list[Span3]],
     pause1: float,
     stop1: dict[str, float],
     released: list[float],
     plan: _Rounds,
 ) -> ConcurrentSweep:
     rounds, rescued = plan.run(cands, state, store)
-    after = _second_stop(target, pid, addr, copy, second, released)
+    after = _second_stop(target, pid, addr, copy, second, plan.pending, released)
     threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = after
     final = read_registry(copy, addr)
     rounds.append(len(page_bytes))
