@@ -78,6 +78,36 @@ def test_a_marking_team_gives_one_threads_result(targets):
     _released(target)
 
 
+def _autogroup(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+    except OSError:  # a kernel without autogroups
+        return ""
+
+
+def test_the_sweeping_child_has_a_session_of_its_own(targets):
+    """The child that sweeps leaves the target's session, and so its
+    autogroup (docs/pause.md, "CPU share"): the kernel shares the CPU between
+    the two as groups, not thread by thread, where a busy target's threads
+    would outnumber the marking team."""
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    seen: list[tuple[int, int, str]] = []
+
+    def look(now: str) -> None:
+        if now == "allocations":  # the child indexed, stopped for the scanner
+            seen.extend((c, os.getsid(c), _autogroup(c)) for c in children(target.pid))
+
+    report = scan(target.pid, ScanOptions(), progress=look)
+    _exact(target, report)
+    assert report.sweep == "child"
+    assert len(seen) == 1
+    child, session, autogroup = seen[0]
+    assert session == child != os.getsid(target.pid)
+    if autogroup:
+        assert autogroup != _autogroup(target.pid)
+    _released(target)
+
+
 def test_child_failure_falls_back_to_sweeping_the_same_child(targets, monkeypatch):
     """A step the child reports as failed leaves it frozen: swept from outside."""
 
