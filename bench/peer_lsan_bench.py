@@ -6,17 +6,21 @@ scanned by `unreachable-cli scan` in every snapshot mode; and with
 inside it (LSan stops the whole process for its whole check). For each heap
 shape it prints, in one run: LSan's check time; for each of our modes the
 pause we report, the whole scan (the CLI's wall time, Python start-up
-included) and the CPU time it took, the stall the target itself felt (its
-heartbeat thread's longest gap during the scan, against an idle baseline
-measured the same way), the scanner's peak RSS and what it comes to per
-allocation beside the goal of 64 MB + 48 B per allocation (docs/pause.md,
-"The scanner's memory"); and the time memcpy takes to read as many bytes as
-the heap holds, the limit for anything that reads the heap. On a machine
+included) and the CPU time it took (the scanner's, and the snapshot
+child's once reaped), the stall the target itself felt (its heartbeat
+thread's longest gap during the scan, against an idle baseline measured the
+same way), the CPU the target's own threads had during the scan (their CPU
+time over the scan's wall time, in cores: what the scan left it), the
+scanner's peak RSS and what it comes to per allocation beside the goal of
+64 MB + 48 B per allocation (docs/pause.md, "The scanner's memory"); and
+the time memcpy takes to read as many bytes as the heap holds, the limit
+for anything that reads the heap. On a machine
 shared with other work the wall times follow the load; the CPU times (the
 scanner's, and the LSan process's during its check) are what the work costs.
 
     python bench/peer_lsan_bench.py [--quick] [--big] [--results] [--modes fork,copy,...]
-        [--threads N] [--no-lsan] [--placement service|shared|cgroup]
+        [--threads N] [--shape BYTES,MIN,MAX,THREADS] [--no-lsan] [--scan-args ARGS]
+        [--placement service|shared|cgroup]
 
 Default shapes stay within 1 GB (the machine is shared); --big adds 2.1 GB
 of small blocks on one thread and 4 GB on eight; --threads keeps the shapes
@@ -229,6 +233,7 @@ class Scan:
     target_cores: float = float("nan")  # the target's CPU time during the scan / its wall time
     rss_mb: float = float("nan")
     child_mb: float = 0.0  # the snapshot child's private memory at its largest
+    child_cpu_s: float = 0.0  # the snapshot child's CPU time
     leaks: int = -1
     note: str = ""
 
@@ -283,7 +288,7 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
     watch = ChildWatch(heap.proc.pid)
     cli = [sys.executable, "-c", CLI.replace("{PEAK}", PEAK), "scan", str(heap.proc.pid), "--json"]
     cli += ["--snapshot", mode, "--symbol-budget", "5", *extra]
-    target0 = threads_cpu_s(heap.proc.pid)
+    target0, reaped0 = threads_cpu_s(heap.proc.pid), reaped_cpu_s(heap.proc.pid)
     t0 = time.monotonic()
     # Popen and wait4 (not communicate): the scanner's CPU time.
     with tempfile.TemporaryFile("w+") as err:
@@ -296,6 +301,13 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
     wall = time.monotonic() - t0
     target_cores = (threads_cpu_s(heap.proc.pid) - target0) / wall
     child_mb = watch.stop()
+    # The snapshot child's CPU reaches the target's count of its reaped
+    # children once its helper has reaped it.
+    for _ in range(200):
+        if not _children(heap.proc.pid):
+            break
+        time.sleep(0.01)
+    child_cpu = reaped_cpu_s(heap.proc.pid) - reaped0
     stall = heap.gap_ms()
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):
@@ -310,6 +322,7 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
         pause_ms=report["pause_ms"],
         scan_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
+        child_cpu_s=child_cpu,
         stall_ms=stall,
         target_cores=target_cores,
         rss_mb=rss_kb / 1024,
@@ -346,6 +359,13 @@ def threads_cpu_s(pid: int) -> float:
     return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
+def reaped_cpu_s(pid: int) -> float:
+    """CPU seconds of a process's reaped children (its snapshot children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[13:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def memcpy_s(nbytes: int) -> float:
     """Seconds memcpy takes to copy nbytes, in 64 MiB copies (best of 3)."""
     chunk = 64 << 20
@@ -361,10 +381,14 @@ def memcpy_s(nbytes: int) -> float:
     return best / (4 * chunk) * nbytes
 
 
-def idle_stall(heap: Heap, seconds: float = 1.0) -> float:
+def idle_stall(heap: Heap, seconds: float = 1.0) -> tuple[float, float]:
+    """The longest gap the target feels, and the cores its threads have,
+    with no scan."""
     heap.ask("r")
+    cpu0, t0 = threads_cpu_s(heap.proc.pid), time.monotonic()
     time.sleep(seconds)
-    return heap.gap_ms()
+    cores = (threads_cpu_s(heap.proc.pid) - cpu0) / (time.monotonic() - t0)
+    return heap.gap_ms(), cores
 
 
 def machine() -> str:
@@ -386,6 +410,14 @@ def machine() -> str:
 
 def fmt(v: float, spec: str) -> str:
     return "-" if v != v else format(v, spec)
+
+
+def cpu(r: Scan) -> str:
+    """The scanner's CPU time, with the snapshot child's."""
+    text = f"{fmt(r.cpu_s, '.2f')} s"
+    if r.child_cpu_s >= 0.01:
+        text += f" + child {r.child_cpu_s:.2f} s"
+    return text
 
 
 def lsan_text(ms: float, stall_ms: float, cpu_s: float) -> str:
@@ -418,8 +450,8 @@ def run(
     lines = [
         f"Machine: {machine()}.",
         "",
-        "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) | idle stall | mode "
-        "| pause | target's stall | target's CPU | whole scan (CPU) | scanner RSS "
+        "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) | idle stall, CPU "
+        "| mode | pause | target's stall | target's CPU | whole scan (CPU) | scanner RSS "
         f"| per allocation (goal {FIXED_MB} MB + {PER_ALLOCATION} B) | leaks |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -442,7 +474,7 @@ def run(
         heap = Heap(plain, shape, {"LD_PRELOAD": shim}, placement)
         try:
             where = where or placement_of(heap.proc.pid)
-            idle = idle_stall(heap)
+            idle, idle_cores = idle_stall(heap)
             results = [(mode, scan(heap, mode, extra)) for mode in modes]
             blocks = heap.blocks
         finally:
@@ -452,7 +484,8 @@ def run(
         for i, (mode, r) in enumerate(results):
             head = (
                 f"| {what} | {blocks:,} | {threads} | {copy_ms:.0f} ms "
-                f"| {lsan_text(lsan_ms, lsan_stall, lsan_cpu)} | {idle:.1f} ms "
+                f"| {lsan_text(lsan_ms, lsan_stall, lsan_cpu)} "
+                f"| {idle:.1f} ms, {idle_cores:.2f} cores "
                 if i == 0
                 else "| | | | | | "
             )
@@ -460,7 +493,7 @@ def run(
             lines.append(
                 f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms | {fmt(r.stall_ms, '.1f')} ms "
                 f"| {fmt(r.target_cores, '.2f')} cores "
-                f"| {fmt(r.scan_s, '.2f')} s ({fmt(r.cpu_s, '.2f')} s) | {memory(r)} "
+                f"| {fmt(r.scan_s, '.2f')} s ({cpu(r)}) | {memory(r)} "
                 f"| {per_allocation(r, blocks)} | {r.leaks if r.leaks >= 0 else '-'}{tail} |"
             )
             print(lines[-1], flush=True)
@@ -499,6 +532,12 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="snapshot modes to scan with")
     ap.add_argument("--results", action="store_true", help="write bench/RESULTS.md")
     ap.add_argument("--threads", type=int, help="only the shapes with this many threads")
+    ap.add_argument(
+        "--shape",
+        action="append",
+        metavar="BYTES,MIN,MAX,THREADS",
+        help="this heap shape instead of the lists (repeatable)",
+    )
     ap.add_argument("--scan-args", default="", help="more arguments for each scan")
     ap.add_argument("--no-lsan", action="store_true", help="leave LSan's check out")
     ap.add_argument(
@@ -510,6 +549,8 @@ def main() -> int:
     )
     args = ap.parse_args()
     shapes = QUICK if args.quick else DEFAULT + (BIG if args.big else [])
+    if args.shape:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape]
     if args.threads:
         shapes = [s for s in shapes if s[3] == args.threads]
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"peer_lsan_bench.{os.getpid()}"
