@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from unreachable._paths import shim_path  # noqa: E402
-from unreachable.capture.stop_world import stop_world  # noqa: E402
+from unreachable.capture.copy_snapshot import capture as copy_capture  # noqa: E402
+from unreachable.capture.stop_world import CaptureRequest  # noqa: E402
 from unreachable.capture.target import open_target  # noqa: E402
 from unreachable.scan.concurrent import concurrent_sweep  # noqa: E402
 
@@ -73,7 +74,7 @@ def main() -> int:
             print(f"idle: longest gap {gap()[0]:.1f} ms")
             ask("r")
             t0 = time.monotonic()
-            with stop_world(open_target(p.pid), "copy") as cap:
+            with copy_capture(open_target(p.pid), CaptureRequest("copy")) as cap:
                 rel, pause = time.monotonic(), cap.pause_ms
             time.sleep(SETTLE_S)
             g, at = gap()
