@@ -14,13 +14,13 @@ time over the scan's wall time, in cores: what the scan left it), the
 scanner's peak RSS and what it comes to per allocation beside the goal of
 64 MB + 48 B per allocation (docs/pause.md, "The scanner's memory"); and
 the time memcpy takes to read as many bytes as the heap holds, the limit
-for anything that reads the heap. On a machine
-shared with other work the wall times follow the load; the CPU times (the
-scanner's, and the LSan process's during its check) are what the work costs.
+for anything that reads the heap. On a machine shared with other work the
+wall times follow the load; the CPU times (the scanner's, and the LSan
+process's during its check) are what the work costs.
 
     python bench/peer_lsan_bench.py [--quick] [--big] [--results] [--modes fork,copy,...]
         [--threads N] [--shape BYTES,MIN,MAX,THREADS] [--no-lsan] [--scan-args ARGS]
-        [--placement service|shared|cgroup]
+        [--placement service|shared|cgroup] [--nice N]
 
 Default shapes stay within 1 GB (the machine is shared); --big adds 2.1 GB
 of small blocks on one thread and 4 GB on eight; --threads keeps the shapes
@@ -38,7 +38,9 @@ session of its own, so an autogroup of its own); `cgroup` also puts it in a
 CPU cgroup of its own where one can be made (cgroup v1's cpu hierarchy, or
 v2 with the cpu controller); `shared` leaves it in the bench's session,
 where the scanner's threads and the target's share one group thread by
-thread. The placement is printed with the table.
+thread. The placement is printed with the table. --nice runs the scanner
+at that nice value: a weight against the other threads of its own group,
+so it matters where the scanner shares the target's group.
 --results replaces this bench's section of bench/RESULTS.md and its table
 in README.md (the "Numbers" section's second table).
 """
@@ -89,6 +91,9 @@ atexit.register(peak)
 sys.exit(main())
 """
 PEAK = "peer_lsan_bench peak kB"
+# --nice: the scanner's nice value (negative ones need CAP_SYS_NICE); it
+# weighs the scanner's threads against the others of its scheduling group.
+CLI_NICE: int | None = None
 MODES = ("fork", "copy", "stopped", "concurrent")
 # The goal for what a scan holds: this much, and PER_ALLOCATION bytes more
 # per allocation, in every mode, everything counted (docs/pause.md, "The
@@ -177,8 +182,10 @@ def cpu_cgroup(pid: int) -> Path | None:
     v2 = Path("/sys/fs/cgroup")
     if (v1 / "cpu.shares").exists():
         parent = v1 / Path(own_cgroup("cpu")).relative_to("/")
-    elif "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
-        parent = v2 / Path(own_cgroup("")).relative_to("/")
+    elif own_cgroup("") == "/" and "cpu" in read_or_empty(v2 / "cgroup.subtree_control"):
+        # v2 only from its root: a cgroup with processes of its own (this
+        # bench's, below the root) cannot hand controllers to children.
+        parent = v2
     else:
         return None
     group = parent / CGROUP_NAME
@@ -188,6 +195,13 @@ def cpu_cgroup(pid: int) -> Path | None:
     except OSError:
         return None
     return group
+
+
+def read_or_empty(path: Path) -> list[str]:
+    try:
+        return path.read_text().split()
+    except OSError:
+        return []
 
 
 def own_cgroup(controller: str) -> str:
@@ -292,7 +306,7 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
     t0 = time.monotonic()
     # Popen and wait4 (not communicate): the scanner's CPU time.
     with tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=err, text=True)
+        p = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=renice)
         assert p.stdout is not None
         out = p.stdout.read()
         _, status, usage = os.wait4(p.pid, 0)
@@ -330,6 +344,11 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
         leaks=report["leak_count"],
         note=note if report.get("snapshot") == mode else f"ran as {report.get('snapshot')}",
     )
+
+
+def renice() -> None:
+    if CLI_NICE is not None:
+        os.setpriority(os.PRIO_PROCESS, 0, CLI_NICE)
 
 
 def scanner_peak(errs: str) -> tuple[str, float]:
@@ -500,7 +519,8 @@ def run(
     load = os.getloadavg()[0]
     lines[1:1] = [
         "",
-        f"Target placed as `{placement}`: {where}; the bench in {placement_of(os.getpid())}.",
+        f"Target placed as `{placement}`: {where}; the bench in {placement_of(os.getpid())}"
+        + ("." if CLI_NICE is None else f"; the scanner at nice {CLI_NICE}."),
     ]
     lines += ["", f"Load average at the end {load:.1f}.", ""]
     return "\n".join(lines)
@@ -539,6 +559,7 @@ def main() -> int:
         help="this heap shape instead of the lists (repeatable)",
     )
     ap.add_argument("--scan-args", default="", help="more arguments for each scan")
+    ap.add_argument("--nice", type=int, help="the scanner's nice value")
     ap.add_argument("--no-lsan", action="store_true", help="leave LSan's check out")
     ap.add_argument(
         "--placement",
@@ -557,6 +578,8 @@ def main() -> int:
     out.mkdir(exist_ok=True)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     extra = shlex.split(args.scan_args)
+    global CLI_NICE
+    CLI_NICE = args.nice
     text = run(shapes, args.modes.split(","), out, args.placement, not args.no_lsan, extra)
     print(text)
     if args.results:
