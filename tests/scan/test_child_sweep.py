@@ -11,13 +11,17 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.scanner.procs import children, exists, read_u32, state, wait_until
 from tests.support.cbuild import REPO_DIR
+from unreachable import _native
 from unreachable.capture.descriptor import locate_shim, read_descriptor_header
+from unreachable.capture.target import open_target
 from unreachable.process.maps import read_maps
 from unreachable.report.json_report import format_json
 from unreachable.scan import ScanOptions, scan
@@ -105,6 +109,39 @@ def test_the_sweeping_child_has_a_session_of_its_own(targets):
     assert session == child != os.getsid(target.pid)
     if autogroup:
         assert autogroup != _autogroup(target.pid)
+    _released(target)
+
+
+def _sleeps(tid: int) -> int:
+    """The times a thread of this process gave up its core (each of its
+    polling loop's sleeps is one)."""
+    for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches")
+
+
+def test_waiting_for_the_child_looks_at_most_every_millisecond(targets):
+    """The scanner polls for the child's stops (a hung child cannot hang
+    it); for the length of a sweep it looks at most every millisecond, not
+    every 0.2 ms as for a thread's stop in the pause: each look is CPU the
+    target and the child do not get (docs/pause.md, "CPU share"). Counted
+    as the waiting thread's sleeps against the wait's length, an upper
+    bound that a loaded machine, whose sleeps overrun, only loosens."""
+    target = targets.start(PROGRAMS / "many.c", "2000000", "500000")
+    t = open_target(target.pid)
+    tid = threading.get_native_id()
+    with _native.Session(t.pid) as s:
+        s.stop()
+        s.snapshot(t.header.helper_tid, t.header.helper_cmd)
+        s.release()
+        s.child_start(t.header.child_box)
+        before, t0 = _sleeps(tid), time.monotonic()
+        s.child_wait(600)  # the child's index, built of 2M allocations
+        waited_ms = (time.monotonic() - t0) * 1000
+        looks = _sleeps(tid) - before
+    # The sleeps double from 2 us up to the longest: 10 before it is reached.
+    assert looks <= waited_ms + 20, (looks, waited_ms)
     _released(target)
 
 
