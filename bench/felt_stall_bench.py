@@ -7,7 +7,12 @@ pause(s), the longest gap, and where it ended relative to the release(s):
 inside a pause, or while the scanner copied, marked or tore the tracking
 down with the target running.
 
-    python bench/felt_stall_bench.py [BYTES MIN MAX THREADS] [--repeat N]
+    python bench/felt_stall_bench.py [BYTES MIN MAX THREADS] [--repeat N] [--shared]
+
+The target runs in a session of its own, as a service does (its own
+autogroup: bench/peer_lsan_bench.py, docs/pause.md "CPU share"); --shared
+leaves it in this bench's session, where the scan's threads and the
+target's share one scheduling group thread by thread.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shape", nargs="*", default=["300000000", "16", "1040", "1"])
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--shared", action="store_true", help="the target in this bench's session")
     args = ap.parse_args()
     exe = Path(tempfile.mkdtemp()) / "peer_heap"
     subprocess.run(["cc", "-O2", "-pthread", "-o", str(exe), str(PROGRAM)], check=True)
@@ -47,6 +53,7 @@ def main() -> int:
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "LD_PRELOAD": str(shim_path())},
+        start_new_session=not args.shared,
     )
     assert p.stdin is not None and p.stdout is not None
     print(p.stdout.readline().strip(), f"load average {os.getloadavg()[0]:.1f}", flush=True)

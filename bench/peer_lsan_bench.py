@@ -7,19 +7,41 @@ inside it (LSan stops the whole process for its whole check). For each heap
 shape it prints, in one run: LSan's check time; for each of our modes the
 pause we report, the whole scan (the CLI's wall time, Python start-up
 included, its modules byte-compiled first as an installed package's are)
-and the CPU time it took, the stall the target itself felt (its
-heartbeat thread's longest gap during the scan, against an idle baseline
-measured the same way), the scanner's peak RSS and what it comes to per
-allocation beside the goal of 64 MB + 48 B per allocation (docs/pause.md,
-"The scanner's memory"); and the time memcpy takes to read as many bytes as
-the heap holds, the limit for anything that reads the heap. On a machine
-shared with other work the wall times follow the load; the CPU times (the
-scanner's, and the LSan process's during its check) are what the work costs.
+and the CPU time it took (the scanner's, and the snapshot
+child's once reaped), the stall the target itself felt (its heartbeat
+thread's longest gap during the scan, against an idle baseline measured the
+same way), the CPU the target's own threads had during the scan (their CPU
+time over the scan's wall time, in cores: what the scan left it), the
+scanner's peak RSS and what it comes to per allocation beside the goal of
+64 MB + 48 B per allocation (docs/pause.md, "The scanner's memory"); and
+the time memcpy takes to read as many bytes as the heap holds, the limit
+for anything that reads the heap. On a machine shared with other work the
+wall times follow the load; the CPU times (the scanner's, and the LSan
+process's during its check) are what the work costs.
 
     python bench/peer_lsan_bench.py [--quick] [--big] [--results] [--modes fork,copy,...]
+        [--threads N] [--shape BYTES,MIN,MAX,THREADS] [--no-lsan] [--scan-args ARGS]
+        [--placement service|shared|cgroup] [--nice N]
 
 Default shapes stay within 1 GB (the machine is shared); --big adds 2.1 GB
-of small blocks on one thread and 4 GB on eight.
+of small blocks on one thread and 4 GB on eight; --threads keeps the shapes
+with that many threads.
+
+Where the target runs decides the CPU a scan gets while the target runs
+(docs/pause.md, "CPU share"): the kernel shares a core between groups
+first, and between the threads of a group after, and the heap's busy
+threads outnumber the cores. A service is a group of its own: systemd
+starts it in a session and a cgroup of its own, and the CLI runs in a login
+session, so with autogroups (/proc/sys/kernel/sched_autogroup_enabled) or a
+CPU controller its scan shares the machine with the service group against
+group. The bench places the target that way by default (`service`: a
+session of its own, so an autogroup of its own); `cgroup` also puts it in a
+CPU cgroup of its own where one can be made (cgroup v1's cpu hierarchy, or
+v2 with the cpu controller); `shared` leaves it in the bench's session,
+where the scanner's threads and the target's share one group thread by
+thread. The placement is printed with the table. --nice runs the scanner
+at that nice value: a weight against the other threads of its own group,
+so it matters where the scanner shares the target's group.
 --results replaces this bench's section of bench/RESULTS.md and its table
 in README.md (the "Numbers" section's second table).
 """
@@ -35,6 +57,7 @@ import platform
 import re
 import resource
 import select
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -70,6 +93,9 @@ atexit.register(peak)
 sys.exit(main())
 """
 PEAK = "peer_lsan_bench peak kB"
+# --nice: the scanner's nice value (negative ones need CAP_SYS_NICE); it
+# weighs the scanner's threads against the others of its scheduling group.
+CLI_NICE: int | None = None
 MODES = ("fork", "copy", "stopped", "concurrent")
 # The goal for what a scan holds: this much, and PER_ALLOCATION bytes more
 # per allocation, in every mode, everything counted (docs/pause.md, "The
@@ -104,7 +130,13 @@ def build(out: Path, sanitize: bool) -> Path:
 class Heap:
     """One peer_heap process, spoken to over its stdin/stdout."""
 
-    def __init__(self, exe: Path, shape: tuple[int, int, int, int], env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        exe: Path,
+        shape: tuple[int, int, int, int],
+        env: dict[str, str],
+        placement: str = "shared",
+    ) -> None:
         self.proc = subprocess.Popen(
             [str(exe), *(str(a) for a in shape)],
             stdin=subprocess.PIPE,
@@ -112,7 +144,9 @@ class Heap:
             stderr=subprocess.DEVNULL,
             env={**os.environ, **env},
             text=True,
+            start_new_session=placement != "shared",
         )
+        self.cgroup = cpu_cgroup(self.proc.pid) if placement == "cgroup" else None
         ready = self.line(600)
         if not ready.startswith("READY"):
             raise SystemExit(f"peer_heap did not start: {ready!r}")
@@ -136,6 +170,74 @@ class Heap:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+        if self.cgroup:
+            remove_cgroup(self.cgroup)
+
+
+CGROUP_NAME = f"unreachable-bench-target.{os.getpid()}"
+
+
+def cpu_cgroup(pid: int) -> Path | None:
+    """Move pid into a CPU cgroup of its own beside this bench's (as
+    systemd gives each service one), or None where none can be made."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    v2 = Path("/sys/fs/cgroup")
+    if (v1 / "cpu.shares").exists():
+        parent = v1 / Path(own_cgroup("cpu")).relative_to("/")
+    elif own_cgroup("") == "/" and "cpu" in read_or_empty(v2 / "cgroup.subtree_control"):
+        # v2 only from its root: a cgroup with processes of its own (this
+        # bench's, below the root) cannot hand controllers to children.
+        parent = v2
+    else:
+        return None
+    group = parent / CGROUP_NAME
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "cgroup.procs").write_text(f"{pid}\n")
+    except OSError:
+        return None
+    return group
+
+
+def read_or_empty(path: Path) -> list[str]:
+    try:
+        return path.read_text().split()
+    except OSError:
+        return []
+
+
+def own_cgroup(controller: str) -> str:
+    """This process's cgroup path in the hierarchy of controller ("" for v2)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(",") or (not controller and names == ""):
+            return path
+    return "/"
+
+
+def remove_cgroup(group: Path) -> None:
+    # The killed target's threads leave it as they are reaped.
+    for _ in range(100):
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+def placement_of(pid: int) -> str:
+    """Where a process runs, as the scheduler groups it: its session, its
+    autogroup and its CPU cgroup."""
+    try:
+        autogroup = Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+    except OSError:
+        autogroup = "-"
+    cpu = "/"
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if "cpu" in names.split(","):
+            cpu = path
+    return f"session {os.getsid(pid)}, {autogroup}, cpu cgroup {cpu}"
 
 
 @dataclass
@@ -144,8 +246,10 @@ class Scan:
     scan_s: float = float("nan")
     cpu_s: float = float("nan")
     stall_ms: float = float("nan")
+    target_cores: float = float("nan")  # the target's CPU time during the scan / its wall time
     rss_mb: float = float("nan")
     child_mb: float = 0.0  # the snapshot child's private memory at its largest
+    child_cpu_s: float = 0.0  # the snapshot child's CPU time
     leaks: int = -1
     note: str = ""
 
@@ -195,22 +299,31 @@ class ChildWatch:
         return self.peak_mb
 
 
-def scan(heap: Heap, mode: str) -> Scan:
+def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
     heap.ask("r")
     watch = ChildWatch(heap.proc.pid)
     cli = [sys.executable, "-c", CLI.replace("{PEAK}", PEAK), "scan", str(heap.proc.pid), "--json"]
-    cli += ["--snapshot", mode, "--symbol-budget", "5"]
+    cli += ["--snapshot", mode, "--symbol-budget", "5", *extra]
+    target0, reaped0 = threads_cpu_s(heap.proc.pid), reaped_cpu_s(heap.proc.pid)
     t0 = time.monotonic()
     # Popen and wait4 (not communicate): the scanner's CPU time.
     with tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=err, text=True)
+        p = subprocess.Popen(cli, stdout=subprocess.PIPE, stderr=err, text=True, preexec_fn=renice)
         assert p.stdout is not None
         out = p.stdout.read()
         _, status, usage = os.wait4(p.pid, 0)
         err.seek(0)
         errs, rss_kb = scanner_peak(err.read())
     wall = time.monotonic() - t0
+    target_cores = (threads_cpu_s(heap.proc.pid) - target0) / wall
     child_mb = watch.stop()
+    # The snapshot child's CPU reaches the target's count of its reaped
+    # children once its helper has reaped it.
+    for _ in range(200):
+        if not _children(heap.proc.pid):
+            break
+        time.sleep(0.01)
+    child_cpu = reaped_cpu_s(heap.proc.pid) - reaped0
     stall = heap.gap_ms()
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):
@@ -225,12 +338,19 @@ def scan(heap: Heap, mode: str) -> Scan:
         pause_ms=report["pause_ms"],
         scan_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
+        child_cpu_s=child_cpu,
         stall_ms=stall,
+        target_cores=target_cores,
         rss_mb=rss_kb / 1024,
         child_mb=child_mb,
         leaks=report["leak_count"],
         note=note if report.get("snapshot") == mode else f"ran as {report.get('snapshot')}",
     )
+
+
+def renice() -> None:
+    if CLI_NICE is not None:
+        os.setpriority(os.PRIO_PROCESS, 0, CLI_NICE)
 
 
 def scanner_peak(errs: str) -> tuple[str, float]:
@@ -252,6 +372,21 @@ def process_cpu_s(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def threads_cpu_s(pid: int) -> float:
+    """CPU seconds of a process's own threads (not its reaped children: the
+    snapshot child's work is the scan's, not the target's)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+
+def reaped_cpu_s(pid: int) -> float:
+    """CPU seconds of a process's reaped children (its snapshot children)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[13:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def memcpy_s(nbytes: int) -> float:
     """Seconds memcpy takes to copy nbytes, in 64 MiB copies (best of 3)."""
     chunk = 64 << 20
@@ -267,10 +402,14 @@ def memcpy_s(nbytes: int) -> float:
     return best / (4 * chunk) * nbytes
 
 
-def idle_stall(heap: Heap, seconds: float = 1.0) -> float:
+def idle_stall(heap: Heap, seconds: float = 1.0) -> tuple[float, float]:
+    """The longest gap the target feels, and the cores its threads have,
+    with no scan."""
     heap.ask("r")
+    cpu0, t0 = threads_cpu_s(heap.proc.pid), time.monotonic()
     time.sleep(seconds)
-    return heap.gap_ms()
+    cores = (threads_cpu_s(heap.proc.pid) - cpu0) / (time.monotonic() - t0)
+    return heap.gap_ms(), cores
 
 
 def machine() -> str:
@@ -294,6 +433,20 @@ def fmt(v: float, spec: str) -> str:
     return "-" if v != v else format(v, spec)
 
 
+def cpu(r: Scan) -> str:
+    """The scanner's CPU time, with the snapshot child's."""
+    text = f"{fmt(r.cpu_s, '.2f')} s"
+    if r.child_cpu_s >= 0.01:
+        text += f" + child {r.child_cpu_s:.2f} s"
+    return text
+
+
+def lsan_text(ms: float, stall_ms: float, cpu_s: float) -> str:
+    if ms != ms:
+        return "-"
+    return f"{ms:.0f} ms ({stall_ms:.0f} ms, {cpu_s:.2f} s)"
+
+
 def memory(r: Scan) -> str:
     """The scanner's peak RSS, with the snapshot child's private memory."""
     text = f"{fmt(r.rss_mb, '.0f')} MB"
@@ -310,33 +463,40 @@ def per_allocation(r: Scan, blocks: int) -> str:
     return f"{max(held, 0) / blocks:.0f} B"
 
 
-def run(shapes: list, modes: list[str], out: Path) -> str:
+def run(
+    shapes: list, modes: list[str], out: Path, placement: str, lsan_too: bool, extra: list[str]
+) -> str:
     plain, lsan = build(out, False), build(out, True)
     shim = str(shim_path())
     lines = [
         f"Machine: {machine()}.",
         "",
-        "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) | idle stall | mode "
-        "| pause | target's stall | whole scan (CPU) | scanner RSS | per allocation "
-        f"(goal {FIXED_MB} MB + {PER_ALLOCATION} B) | leaks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) | idle stall, CPU "
+        "| mode | pause | target's stall | target's CPU | whole scan (CPU) | scanner RSS "
+        f"| per allocation (goal {FIXED_MB} MB + {PER_ALLOCATION} B) | leaks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    where = ""
     for shape in shapes:
         size, lo, hi, threads = shape
-        heap = Heap(lsan, shape, {"LSAN_OPTIONS": "leak_check_at_exit=0:report_objects=0"})
+        lsan_ms = lsan_stall = lsan_cpu = float("nan")
+        if lsan_too:
+            env = {"LSAN_OPTIONS": "leak_check_at_exit=0:report_objects=0"}
+            heap = Heap(lsan, shape, env, placement)
+            try:
+                heap.ask("r")
+                cpu0 = process_cpu_s(heap.proc.pid)
+                answer = heap.ask("l", timeout=600).split()
+                lsan_cpu = process_cpu_s(heap.proc.pid) - cpu0
+                lsan_ms = int(answer[1]) / 1000
+                lsan_stall = heap.gap_ms()
+            finally:
+                heap.close()
+        heap = Heap(plain, shape, {"LD_PRELOAD": shim}, placement)
         try:
-            heap.ask("r")
-            cpu0 = process_cpu_s(heap.proc.pid)
-            answer = heap.ask("l", timeout=600).split()
-            lsan_cpu = process_cpu_s(heap.proc.pid) - cpu0
-            lsan_ms = int(answer[1]) / 1000
-            lsan_stall = heap.gap_ms()
-        finally:
-            heap.close()
-        heap = Heap(plain, shape, {"LD_PRELOAD": shim})
-        try:
-            idle = idle_stall(heap)
-            results = [(mode, scan(heap, mode)) for mode in modes]
+            where = where or placement_of(heap.proc.pid)
+            idle, idle_cores = idle_stall(heap)
+            results = [(mode, scan(heap, mode, extra)) for mode in modes]
             blocks = heap.blocks
         finally:
             heap.close()
@@ -345,18 +505,25 @@ def run(shapes: list, modes: list[str], out: Path) -> str:
         for i, (mode, r) in enumerate(results):
             head = (
                 f"| {what} | {blocks:,} | {threads} | {copy_ms:.0f} ms "
-                f"| {lsan_ms:.0f} ms ({lsan_stall:.0f} ms, {lsan_cpu:.2f} s) | {idle:.1f} ms "
+                f"| {lsan_text(lsan_ms, lsan_stall, lsan_cpu)} "
+                f"| {idle:.1f} ms, {idle_cores:.2f} cores "
                 if i == 0
                 else "| | | | | | "
             )
             tail = f" ({r.note})" if r.note else ""
             lines.append(
                 f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms | {fmt(r.stall_ms, '.1f')} ms "
-                f"| {fmt(r.scan_s, '.2f')} s ({fmt(r.cpu_s, '.2f')} s) | {memory(r)} "
+                f"| {fmt(r.target_cores, '.2f')} cores "
+                f"| {fmt(r.scan_s, '.2f')} s ({cpu(r)}) | {memory(r)} "
                 f"| {per_allocation(r, blocks)} | {r.leaks if r.leaks >= 0 else '-'}{tail} |"
             )
             print(lines[-1], flush=True)
     load = os.getloadavg()[0]
+    lines[1:1] = [
+        "",
+        f"Target placed as `{placement}`: {where}; the bench in {placement_of(os.getpid())}"
+        + ("." if CLI_NICE is None else f"; the scanner at nice {CLI_NICE}."),
+    ]
     lines += ["", f"Load average at the end {load:.1f}.", ""]
     return "\n".join(lines)
 
@@ -386,8 +553,29 @@ def main() -> int:
     )
     ap.add_argument("--modes", default=",".join(MODES), help="snapshot modes to scan with")
     ap.add_argument("--results", action="store_true", help="write bench/RESULTS.md")
+    ap.add_argument("--threads", type=int, help="only the shapes with this many threads")
+    ap.add_argument(
+        "--shape",
+        action="append",
+        metavar="BYTES,MIN,MAX,THREADS",
+        help="this heap shape instead of the lists (repeatable)",
+    )
+    ap.add_argument("--scan-args", default="", help="more arguments for each scan")
+    ap.add_argument("--nice", type=int, help="the scanner's nice value")
+    ap.add_argument("--no-lsan", action="store_true", help="leave LSan's check out")
+    ap.add_argument(
+        "--placement",
+        choices=("service", "cgroup", "shared"),
+        default="service",
+        help="the target in a session of its own (default), also in a CPU cgroup of its "
+        "own, or in the bench's session",
+    )
     args = ap.parse_args()
     shapes = QUICK if args.quick else DEFAULT + (BIG if args.big else [])
+    if args.shape:
+        shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape]
+    if args.threads:
+        shapes = [s for s in shapes if s[3] == args.threads]
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"peer_lsan_bench.{os.getpid()}"
     out.mkdir(exist_ok=True)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -395,7 +583,10 @@ def main() -> int:
     # source, with PYTHONDONTWRITEBYTECODE set, every scan would compile the
     # modules it imports again, a tenth of a second of its whole time.
     compileall.compile_dir(str(REPO / "unreachable"), quiet=1)
-    text = run(shapes, args.modes.split(","), out)
+    extra = shlex.split(args.scan_args)
+    global CLI_NICE
+    CLI_NICE = args.nice
+    text = run(shapes, args.modes.split(","), out, args.placement, not args.no_lsan, extra)
     print(text)
     if args.results:
         write_results(text)

@@ -41,6 +41,10 @@ static char task_state(pid_t pid, pid_t tid);
 #define WAIT_POLL_MAX_NS 200000ull
 
 int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
+  return ur_wait_stop_every(tid, status, timeout_ns, WAIT_POLL_MAX_NS);
+}
+
+int ur_wait_stop_every(pid_t tid, int *status, uint64_t timeout_ns, uint64_t poll_max_ns) {
   uint64_t start = ur_now_ns(), deadline = start + timeout_ns;
   uint64_t backoff = 2000;
   for (;;) {
@@ -64,7 +68,7 @@ int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns) {
       }
     }
     sleep_ns(backoff);
-    if (backoff < WAIT_POLL_MAX_NS) backoff *= 2;
+    if (backoff < poll_max_ns) backoff *= 2;
   }
 }
 

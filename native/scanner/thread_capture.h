@@ -70,6 +70,10 @@ struct ur_thread *ur_capture_find(struct ur_capture *c, pid_t tid);
  * timeout, -errno on error (-ECHILD: no such tracee).
  */
 int ur_wait_stop(pid_t tid, int *status, uint64_t timeout_ns);
+/* The same, its sleeps between two looks growing up to poll_max_ns: for a
+ * wait of seconds (a snapshot child's sweep), where looking every 0.2 ms
+ * would cost the scanner, and so the target beside it, a core's twentieth. */
+int ur_wait_stop_every(pid_t tid, int *status, uint64_t timeout_ns, uint64_t poll_max_ns);
 
 /* Stop one thread (PTRACE_SEIZE + PTRACE_INTERRUPT) and detach at once: a
  * futex wait it sleeps in is restarted and compares its words again. The

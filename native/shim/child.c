@@ -360,6 +360,15 @@ __attribute__((noreturn)) static void run_on_stack(void *top, void (*fn)(void)) 
 
 void ur_child_run(void) {
   if (__atomic_load_n(&ur_child_box.go, __ATOMIC_ACQUIRE) != UR_CHILD_GO) return;
+  /* A session of its own, so an autogroup of its own where the kernel groups
+   * by session (docs/pause.md, "CPU share"): the sweep then shares the CPU
+   * with the target's threads as one group against another, where in the
+   * target's group each of the target's busy threads would take as much as
+   * each marking thread. A failure (a seccomp filter's errno; the child is
+   * no group leader, so nothing else) leaves the child in the target's
+   * session; a filter that kills the call ends the child, and the scan
+   * falls back as for any other call of the child's a filter stops. */
+  ur_sys0(SYS_setsid);
   long stack = ur_sys6(SYS_mmap, 0, (long)CHILD_STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (ur_sys_failed(stack)) {

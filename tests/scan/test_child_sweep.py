@@ -11,13 +11,17 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.scanner.procs import children, exists, read_u32, state, wait_until
 from tests.support.cbuild import REPO_DIR
+from unreachable import _native
 from unreachable.capture.descriptor import locate_shim, read_descriptor_header
+from unreachable.capture.target import open_target
 from unreachable.process.maps import read_maps
 from unreachable.report.json_report import format_json
 from unreachable.scan import ScanOptions, scan
@@ -75,6 +79,69 @@ def test_a_marking_team_gives_one_threads_result(targets):
     # The child reports the team that ran: no more than the CPUs the target may use.
     cpus = len(os.sched_getaffinity(target.pid))
     assert (one.mark_threads, team.mark_threads) == (1, min(4, cpus))
+    _released(target)
+
+
+def _autogroup(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+    except OSError:  # a kernel without autogroups
+        return ""
+
+
+def test_the_sweeping_child_has_a_session_of_its_own(targets):
+    """The child that sweeps leaves the target's session, and so its
+    autogroup (docs/pause.md, "CPU share"): the kernel shares the CPU between
+    the two as groups, not thread by thread, where a busy target's threads
+    would outnumber the marking team."""
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    seen: list[tuple[int, int, str]] = []
+
+    def look(now: str) -> None:
+        if now == "allocations":  # the child indexed, stopped for the scanner
+            seen.extend((c, os.getsid(c), _autogroup(c)) for c in children(target.pid))
+
+    report = scan(target.pid, ScanOptions(), progress=look)
+    _exact(target, report)
+    assert report.sweep == "child"
+    assert len(seen) == 1
+    child, session, autogroup = seen[0]
+    assert session == child != os.getsid(target.pid)
+    if autogroup:
+        assert autogroup != _autogroup(target.pid)
+    _released(target)
+
+
+def _sleeps(tid: int) -> int:
+    """The times a thread of this process gave up its core (each of its
+    polling loop's sleeps is one)."""
+    for line in Path(f"/proc/self/task/{tid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches")
+
+
+def test_waiting_for_the_child_looks_at_most_every_millisecond(targets):
+    """The scanner polls for the child's stops (a hung child cannot hang
+    it); for the length of a sweep it looks at most every millisecond, not
+    every 0.2 ms as for a thread's stop in the pause: each look is CPU the
+    target and the child do not get (docs/pause.md, "CPU share"). Counted
+    as the waiting thread's sleeps against the wait's length, an upper
+    bound that a loaded machine, whose sleeps overrun, only loosens."""
+    target = targets.start(PROGRAMS / "many.c", "2000000", "500000")
+    t = open_target(target.pid)
+    tid = threading.get_native_id()
+    with _native.Session(t.pid) as s:
+        s.stop()
+        s.snapshot(t.header.helper_tid, t.header.helper_cmd)
+        s.release()
+        s.child_start(t.header.child_box)
+        before, t0 = _sleeps(tid), time.monotonic()
+        s.child_wait(600)  # the child's index, built of 2M allocations
+        waited_ms = (time.monotonic() - t0) * 1000
+        looks = _sleeps(tid) - before
+    # The sleeps double from 2 us up to the longest: 10 before it is reached.
+    assert looks <= waited_ms + 20, (looks, waited_ms)
     _released(target)
 
 
