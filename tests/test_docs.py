@@ -22,9 +22,15 @@ EVERYWHERE = {
     "a file outside the repository": re.compile(r"(?<![.\w])\.\./|/work/"),
 }
 # Words checked in prose only: a code span may name a file or an API
-# (`session.c`, `release=session`).
+# (`session.c`, `release=session`). A session as a piece of history is
+# numbered or placed in time ("session 14", "the last session"); the
+# kernel's sessions (setsid, autogroups) are neither.
 PROSE = {
-    "a session": re.compile(r"\bsessions?\b", re.IGNORECASE),
+    "a session": re.compile(
+        r"\bsessions?\s*#?\d+"
+        r"|\b(this|that|last|previous|next|earlier|later|current|example|one)\s+sessions?\b",
+        re.IGNORECASE,
+    ),
 }
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 
@@ -56,6 +62,8 @@ def test_docs_carry_no_history_and_no_outside_paths(path: Path) -> None:
         "Measured 2026-11-24 on the VM.",
         "as session 14 found",
         "An example session:",
+        "as the last session measured",
+        "this session's numbers",
         "(issue 3)",
         "see issue #12",
         "the repro in ../elsewhere/repro",
@@ -68,6 +76,10 @@ def test_each_rule_finds_what_it_is_for(text: str) -> None:
 
 def test_code_spans_may_name_sessions() -> None:
     assert not _findings("`native/scanner/session.c` and `sweep(release=session)`")
+
+
+def test_the_kernels_sessions_are_no_history() -> None:
+    assert not _findings("the child calls setsid(): a session of its own, as a login session")
 
 
 def test_an_elided_path_is_no_path_outside() -> None:
