@@ -237,7 +237,7 @@ def placement_of(pid: int) -> str:
         _, names, path = line.split(":", 2)
         if "cpu" in names.split(","):
             cpu = path
-    return f"session {os.getsid(pid)}, {autogroup}, cpu cgroup {cpu}"
+    return f"sid {os.getsid(pid)}, {autogroup}, cpu cgroup {cpu}"
 
 
 @dataclass
