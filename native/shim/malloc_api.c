@@ -57,12 +57,13 @@ __attribute__((noinline)) static void *malloc_slow(size_t n) {
   return p;
 }
 
-/* What malloc's hot path does not: a shard, a map to make. */
+/* What malloc's hot path does not: a shard, a map to make. Like the hot
+ * path, it names no block in the slot: p lives in a register or this
+ * frame until it is returned. */
 __attribute__((noinline)) static void *malloc_finish_slow(struct ur_thread_slot *s, void *p,
                                                           size_t n) {
-  ur_announce_out(s, p, n);
   if (!ur_registry_try_insert(p, n, 0, ur_single())) ur_registry_insert(p, n, 0);
-  ur_leave(s);
+  ur_leave_op(s);
   return p;
 }
 
@@ -86,44 +87,44 @@ __attribute__((noinline)) static void free_slow(void *p) {
  * ur_g.slow, after the announcement (any read after it is as good), says
  * whether anything at all is unusual, malloc_debug and backtraces included
  * (UR_SLOW_DEBUG, UR_SLOW_BACKTRACE: free needs nothing else for a
- * backtrace). */
+ * backtrace). The inline paths announce the op alone and name no block
+ * (threads.h ur_announce_op): a stopped scan finds the block in the
+ * thread's registers or frame, wherever the registry holds it. */
 static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
   struct ur_thread_slot *s = ur_tls.slot;
   if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return malloc_slow(n);
-  ur_announce(s, UR_OP_MALLOC, NULL, 0);
+  ur_announce_op(s, UR_OP_MALLOC);
   __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier (ur_go_multi, malloc_disable) */
   if (UR_UNLIKELY(ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE)) {
-    ur_leave(s);
+    ur_leave_op(s);
     return malloc_slow(n);
   }
   void *p = __libc_malloc(n);
   if (UR_UNLIKELY(p == NULL)) {
-    ur_leave(s);
+    ur_leave_op(s);
     return NULL;
   }
-  ur_announce_out(s, p, n);
   /* Only a block for a map that exists is registered here; anything else
    * (a shard, a map to make) is the slow path's, so malloc keeps the
    * shards' registers out of its frame. */
-  if (UR_UNLIKELY(!ur_registry_try_insert_map(p, n)))
-    return malloc_finish_slow(s, p, n); /* named in the slot: the slow path registers it */
-  ur_leave(s);
+  if (UR_UNLIKELY(!ur_registry_try_insert_map(p, n))) return malloc_finish_slow(s, p, n);
+  ur_leave_op(s);
   return p;
 }
 
 static inline __attribute__((always_inline)) void do_free(void *p) {
   struct ur_thread_slot *s = ur_tls.slot;
   if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return free_slow(p);
-  ur_announce(s, UR_OP_FREE, p, 0);
+  ur_announce_op(s, UR_OP_FREE);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   uint32_t f = ur_load32(&ur_g.slow);
   if (UR_UNLIKELY(f & ~(UR_SLOW_SINGLE | UR_SLOW_BACKTRACE))) {
-    ur_leave(s);
+    ur_leave_op(s);
     return free_slow(p);
   }
   if (UR_UNLIKELY(!ur_registry_try_remove(p, (f & UR_SLOW_SINGLE) != 0))) ur_registry_remove(p);
   __libc_free(p);
-  ur_leave(s);
+  ur_leave_op(s);
 }
 
 static void *do_memalign(size_t align, size_t n) {
