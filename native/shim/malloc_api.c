@@ -60,10 +60,9 @@ __attribute__((noinline)) static void *malloc_slow(size_t n) {
 /* What malloc's hot path does not: a shard, a map to make. Like the hot
  * path, it names no block in the slot: p lives in a register or this
  * frame until it is returned. */
-__attribute__((noinline)) static void *malloc_finish_slow(struct ur_thread_slot *s, void *p,
-                                                          size_t n) {
+__attribute__((noinline)) static void *malloc_finish_slow(void *p, size_t n) {
   if (!ur_registry_try_insert(p, n, 0, ur_single())) ur_registry_insert(p, n, 0);
-  ur_leave_op(s);
+  ur_leave_op(ur_tls_slot_again());
   return p;
 }
 
@@ -82,8 +81,13 @@ __attribute__((noinline)) static void free_slow(void *p) {
   ur_leave(s);
 }
 
-/* Only the slot and the size live across glibc's malloc, and nothing is
- * called after it on the fast path: few registers to save. One load of
+/* Only the size lives across glibc's malloc, and nothing is called after
+ * it on the fast path: one register to save. The slot is loaded again
+ * after glibc's call (ur_tls_slot_again; a thread's slot never changes
+ * once set) rather than kept in a callee-saved register, whose push and
+ * pop are a store and a load: the inline paths wait mostly for room in the
+ * store buffer, behind the program's and glibc's stores to cold lines, so
+ * each store saved counts. One load of
  * ur_g.slow, after the announcement (any read after it is as good), says
  * whether anything at all is unusual, malloc_debug and backtraces included
  * (UR_SLOW_DEBUG, UR_SLOW_BACKTRACE: free needs nothing else for a
@@ -101,14 +105,14 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
   }
   void *p = __libc_malloc(n);
   if (UR_UNLIKELY(p == NULL)) {
-    ur_leave_op(s);
+    ur_leave_op(ur_tls_slot_again());
     return NULL;
   }
   /* Only a block for a map that exists is registered here; anything else
    * (a shard, a map to make) is the slow path's, so malloc keeps the
    * shards' registers out of its frame. */
-  if (UR_UNLIKELY(!ur_registry_try_insert_map(p, n))) return malloc_finish_slow(s, p, n);
-  ur_leave_op(s);
+  if (UR_UNLIKELY(!ur_registry_try_insert_map(p, n))) return malloc_finish_slow(p, n);
+  ur_leave_op(ur_tls_slot_again());
   return p;
 }
 
@@ -124,7 +128,7 @@ static inline __attribute__((always_inline)) void do_free(void *p) {
   }
   if (UR_UNLIKELY(!ur_registry_try_remove(p, (f & UR_SLOW_SINGLE) != 0))) ur_registry_remove(p);
   __libc_free(p);
-  ur_leave_op(s);
+  ur_leave_op(ur_tls_slot_again()); /* loaded again, as in do_malloc: no register to save */
 }
 
 static void *do_memalign(size_t align, size_t n) {
