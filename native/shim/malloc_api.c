@@ -57,12 +57,12 @@ __attribute__((noinline)) static void *malloc_slow(size_t n) {
   return p;
 }
 
-/* What malloc's hot path does not: a shard, a map to make. */
-__attribute__((noinline)) static void *malloc_finish_slow(struct ur_thread_slot *s, void *p,
-                                                          size_t n) {
-  ur_announce_out(s, p, n);
+/* What malloc's hot path does not: a shard, a map to make. Like the hot
+ * path, it names no block in the slot: p lives in a register or this
+ * frame until it is returned. */
+__attribute__((noinline)) static void *malloc_finish_slow(void *p, size_t n) {
   if (!ur_registry_try_insert(p, n, 0, ur_single())) ur_registry_insert(p, n, 0);
-  ur_leave(s);
+  ur_leave_op(ur_tls_slot_again());
   return p;
 }
 
@@ -81,49 +81,54 @@ __attribute__((noinline)) static void free_slow(void *p) {
   ur_leave(s);
 }
 
-/* Only the slot and the size live across glibc's malloc, and nothing is
- * called after it on the fast path: few registers to save. One load of
+/* Only the size lives across glibc's malloc, and nothing is called after
+ * it on the fast path: one register to save. The slot is loaded again
+ * after glibc's call (ur_tls_slot_again; a thread's slot never changes
+ * once set) rather than kept in a callee-saved register, whose push and
+ * pop are a store and a load: the inline paths wait mostly for room in the
+ * store buffer, behind the program's and glibc's stores to cold lines, so
+ * each store saved counts. One load of
  * ur_g.slow, after the announcement (any read after it is as good), says
  * whether anything at all is unusual, malloc_debug and backtraces included
  * (UR_SLOW_DEBUG, UR_SLOW_BACKTRACE: free needs nothing else for a
- * backtrace). */
+ * backtrace). The inline paths announce the op alone and name no block
+ * (threads.h ur_announce_op): a stopped scan finds the block in the
+ * thread's registers or frame, wherever the registry holds it. */
 static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
   struct ur_thread_slot *s = ur_tls.slot;
   if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return malloc_slow(n);
-  ur_announce(s, UR_OP_MALLOC, NULL, 0);
+  ur_announce_op(s, UR_OP_MALLOC);
   __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier (ur_go_multi, malloc_disable) */
   if (UR_UNLIKELY(ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE)) {
-    ur_leave(s);
+    ur_leave_op(s);
     return malloc_slow(n);
   }
   void *p = __libc_malloc(n);
   if (UR_UNLIKELY(p == NULL)) {
-    ur_leave(s);
+    ur_leave_op(ur_tls_slot_again());
     return NULL;
   }
-  ur_announce_out(s, p, n);
   /* Only a block for a map that exists is registered here; anything else
    * (a shard, a map to make) is the slow path's, so malloc keeps the
    * shards' registers out of its frame. */
-  if (UR_UNLIKELY(!ur_registry_try_insert_map(p, n)))
-    return malloc_finish_slow(s, p, n); /* named in the slot: the slow path registers it */
-  ur_leave(s);
+  if (UR_UNLIKELY(!ur_registry_try_insert_map(p, n))) return malloc_finish_slow(p, n);
+  ur_leave_op(ur_tls_slot_again());
   return p;
 }
 
 static inline __attribute__((always_inline)) void do_free(void *p) {
   struct ur_thread_slot *s = ur_tls.slot;
   if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return free_slow(p);
-  ur_announce(s, UR_OP_FREE, p, 0);
+  ur_announce_op(s, UR_OP_FREE);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   uint32_t f = ur_load32(&ur_g.slow);
   if (UR_UNLIKELY(f & ~(UR_SLOW_SINGLE | UR_SLOW_BACKTRACE))) {
-    ur_leave(s);
+    ur_leave_op(s);
     return free_slow(p);
   }
   if (UR_UNLIKELY(!ur_registry_try_remove(p, (f & UR_SLOW_SINGLE) != 0))) ur_registry_remove(p);
   __libc_free(p);
-  ur_leave(s);
+  ur_leave_op(ur_tls_slot_again()); /* loaded again, as in do_malloc: no register to save */
 }
 
 static void *do_memalign(size_t align, size_t n) {

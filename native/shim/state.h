@@ -105,6 +105,21 @@ extern __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
 
 static inline uint32_t ur_load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
+/* ur_tls.slot, with the TLS offset loaded from the GOT again: after a call,
+ * plain C keeps that offset in a callee-saved register, whose push and pop
+ * cost malloc and free a store and a load (malloc_api.c do_malloc).
+ * Volatile, so that it stays where it is written, after the call. */
+static inline struct ur_thread_slot *ur_tls_slot_again(void) {
+#if defined(__x86_64__)
+  struct ur_thread_slot *s;
+  _Static_assert(__builtin_offsetof(struct ur_tls, slot) == 0, "slot first");
+  __asm__ volatile("movq ur_tls@gottpoff(%%rip), %0\n\tmovq %%fs:(%0), %0" : "=r"(s));
+  return s;
+#else
+  return ur_tls.slot;
+#endif
+}
+
 /* Return the thread's tid, cached in TLS. */
 uint32_t ur_self_tid(void);
 

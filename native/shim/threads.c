@@ -129,6 +129,10 @@ void ur_thread_attach(void) {
     return;
   }
   s->op = UR_OP_NONE;
+  /* Malloc's and free's inline paths write op alone (threads.h): a recycled
+   * slot must name no block, even if its last thread ended inside realloc
+   * (cancelled, or exiting from a signal handler). */
+  s->in_ptr = s->in_size = s->out_ptr = s->out_size = 0;
   s->reserved0 = 0; /* names no shard: the slot's last thread has left */
   __atomic_store_n(&s->tid, tid, __ATOMIC_RELEASE);
   if ((pid_t)tid != th.main_tid) {

@@ -45,6 +45,14 @@ static inline void ur_announce(struct ur_thread_slot *s, uint32_t op, const void
   __atomic_store_n(&s->op, op, __ATOMIC_RELEASE);
 }
 
+/* Announce an operation that names no block (malloc's and free's inline
+ * paths): the op alone. Their block is in the thread's registers or frame
+ * at every instruction where the registry holds it, which a scan reads as
+ * roots anyway; the pairs are already 0, as ur_leave leaves them. */
+static inline void ur_announce_op(struct ur_thread_slot *s, uint32_t op) {
+  __atomic_store_n(&s->op, op, __ATOMIC_RELEASE);
+}
+
 /* glibc has returned: name the new block before it enters the registry. */
 static inline void ur_announce_out(struct ur_thread_slot *s, const void *out, size_t size) {
   __atomic_signal_fence(__ATOMIC_RELEASE); /* after everything before it, as a release store */
@@ -52,7 +60,18 @@ static inline void ur_announce_out(struct ur_thread_slot *s, const void *out, si
   __atomic_signal_fence(__ATOMIC_SEQ_CST); /* before the registry's stores */
 }
 
+/* Leave an operation announced with ur_announce: its pairs cleared before
+ * the op (the registry is final by then), so a slot whose op is none names
+ * no block, and an announcement by ur_announce_op needs no store but the
+ * op's. */
 static inline void ur_leave(struct ur_thread_slot *s) {
+  ur_slot_pair(&s->in_ptr, 0, 0);
+  ur_slot_pair(&s->out_ptr, 0, 0);
+  __atomic_store_n(&s->op, UR_OP_NONE, __ATOMIC_RELEASE);
+}
+
+/* Leave an operation announced with ur_announce_op. */
+static inline void ur_leave_op(struct ur_thread_slot *s) {
   __atomic_store_n(&s->op, UR_OP_NONE, __ATOMIC_RELEASE);
 }
 

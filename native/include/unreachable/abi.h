@@ -19,8 +19,11 @@
  *   - a table resize builds the new table completely, then publishes it with
  *     one store of ur_shard.table/capacity (table written last); the old table
  *     stays intact and mapped until after that store;
- *   - each thread announces the operation it is inside (ur_thread_slot.op and
- *     its pointers) before touching glibc or the registry, and clears it after.
+ *   - each thread announces the operation it is inside (ur_thread_slot.op)
+ *     before touching glibc or the registry, and clears it after. realloc
+ *     and the slow paths also name their blocks (in_ptr, out_ptr), cleared
+ *     with op; malloc's and free's inline paths name none, as the block is
+ *     in the thread's registers or stack wherever the registry holds it.
  *     The scanner treats the blocks named by an in-flight operation as roots
  *     and never reports them, so a thread paused mid-malloc/free/realloc can
  *     never make a leak appear.
@@ -118,8 +121,8 @@
 /* ur_thread_slot.op: which entry point the thread is inside. */
 enum ur_op {
   UR_OP_NONE = 0,
-  UR_OP_MALLOC = 1,   /* malloc, calloc, memalign family: out_* set on return */
-  UR_OP_FREE = 2,     /* in_* = block being freed */
+  UR_OP_MALLOC = 1,   /* malloc, calloc, memalign family: out_* set on return (0: in a register) */
+  UR_OP_FREE = 2,     /* in_* = block being freed (0: in a register) */
   UR_OP_REALLOC = 3,  /* in_* = old block, out_* = new block once known */
   UR_OP_INTERNAL = 4, /* inside the shim for its own work (no user block) */
 };
@@ -266,7 +269,7 @@ struct ur_shard {          /* 64 bytes, one cache line */
 struct ur_thread_slot {    /* 64 bytes */
   uint32_t tid;
   uint32_t state;          /* enum ur_thread_state */
-  uint32_t op;             /* enum ur_op, written last on entry, first on exit */
+  uint32_t op;             /* enum ur_op, written last on entry and on exit */
   uint32_t reserved0;      /* the shim's own (the shard this thread updates unlocked); ignore */
   uint64_t in_ptr;         /* UR_MANGLE'd, 0 if none */
   uint64_t in_size;
