@@ -105,7 +105,9 @@ class ConcurrentSweep:
     # Each stop, step by step (ms): what its pause went to.
     stop1_ms: dict[str, float] = field(default_factory=dict)
     stop2_ms: dict[str, float] = field(default_factory=dict)
-    released_at: list[float] = field(default_factory=list)  # time.monotonic() at each release
+    # time.monotonic() as each release begins, every thread still stopped: a
+    # thread's clock reading before it came before the stop's end.
+    released_at: list[float] = field(default_factory=list)
 
     @property
     def pause_ms(self) -> float:
@@ -455,8 +457,8 @@ def _sweep(
             copy.sync(_sync_ranges(reg_maps), refresh=True, threads=READ_THREADS)
             copy.finish()
             t2 = time.monotonic()
-            session.release()
             released.append(time.monotonic())
+            session.release()
             stop1["maps"] = (t1 - t0) * 1000
             stop1["registry"] = (t2 - t1) * 1000
             stop1 |= {f"@{k}": v for k, v in session.timings.items()}
@@ -797,8 +799,8 @@ def _second_stop(
         copy.sync(spans, refresh=True, threads=READ_THREADS)
         copy.finish()
         t.append(time.monotonic())
-        session.release()
         released.append(time.monotonic())
+        session.release()
         steps = ("maps", "written", "read", "registry")
         stop2 |= {k: (b - a) * 1000 for k, a, b in zip(steps, t, t[1:], strict=False)}
         stop2 |= {f"@{k}": v for k, v in session.timings.items()}
