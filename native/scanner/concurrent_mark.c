@@ -514,20 +514,26 @@ done:
   return res;
 }
 
+/* The first of n pairs (sorted by their first word) whose first word is at
+ * least v, or n. */
+static size_t first_at_least(const uint64_t *pairs, size_t n, uint64_t v) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (pairs[2 * mid] < v)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 /* Marks each pending word that lies in a block: pending sorted by address. */
 static void pending_in_blocks(const uint64_t *pend, size_t np, const uint64_t *blocks, size_t nb,
                               uint8_t *counts) {
   for (size_t k = 0; k < nb && np; k++) {
     uint64_t b = blocks[2 * k], e = b + (blocks[2 * k + 1] ? blocks[2 * k + 1] : 1);
-    size_t lo = 0, hi = np;
-    while (lo < hi) {
-      size_t mid = lo + (hi - lo) / 2;
-      if (pend[2 * mid] < b)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    for (size_t j = lo; j < np && pend[2 * j] < e; j++) counts[j] = 1;
+    for (size_t j = first_at_least(pend, np, b); j < np && pend[2 * j] < e; j++) counts[j] = 1;
   }
 }
 
@@ -585,27 +591,12 @@ PyObject *ur_py_pairs_in(PyObject *Py_UNUSED(self), PyObject *args) {
     int sorted = 1;
     for (size_t k = 1; k < na && sorted; k++) sorted = a[2 * k - 2] < a[2 * k];
     for (size_t i = 0; sorted && i < n; i++) {
-      size_t lo = 0, hi = na;
-      while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (a[2 * mid] < c[2 * i])
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
+      size_t lo = first_at_least(a, na, c[2 * i]);
       mask[i] = lo < na && a[2 * lo] == c[2 * i] && a[2 * lo + 1] == c[2 * i + 1];
     }
     for (size_t k = 0; !sorted && k < na && n; k++) {
-      uint64_t b = a[2 * k];
-      size_t lo = 0, hi = n;
-      while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (c[2 * mid] < b)
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
-      if (lo < n && c[2 * lo] == b && c[2 * lo + 1] == a[2 * k + 1]) mask[lo] = 1;
+      size_t lo = first_at_least(c, n, a[2 * k]);
+      if (lo < n && c[2 * lo] == a[2 * k] && c[2 * lo + 1] == a[2 * k + 1]) mask[lo] = 1;
     }
     Py_END_ALLOW_THREADS
   }

@@ -602,15 +602,7 @@ def test_the_second_registry_copy_decodes_the_candidates_as_a_whole_copy(targets
     hold) what a copy of the whole registry says, from far fewer pages."""
     target = targets.start(HERE / "programs" / "size_levels.c")
     pid = target.pid
-    addr = open_target(pid).shim.descriptor_addr
-    spans = _registry_spans(pid, addr, read_maps(pid))
-    whole = _registry_copy(pid, spans)
-    try:
-        whole.finish()
-        allocs = read_registry(whole, addr).allocs
-        pages_whole = whole.stats["pages_read"]
-    finally:
-        whole.close()
+    addr, spans, allocs, pages_whole = _whole_registry(pid)
     held = {(allocs[i], allocs[i + 1]) for i in range(0, len(allocs), 2 * 97)}
     pairs = sorted(held | {(b, s + 1) for b, s in list(held)[::4]})
     cands = _pairs(*pairs)
@@ -644,15 +636,7 @@ def test_the_second_registry_copy_knows_every_block_over_a_pending_word(targets)
     the same blocks over those addresses as a copy of the whole registry."""
     target = targets.start(HERE / "programs" / "size_levels.c")
     pid = target.pid
-    addr = open_target(pid).shim.descriptor_addr
-    spans = _registry_spans(pid, addr, read_maps(pid))
-    whole = _registry_copy(pid, spans)
-    try:
-        whole.finish()
-        allocs = read_registry(whole, addr).allocs
-        pages_whole = whole.stats["pages_read"]
-    finally:
-        whole.close()
+    addr, spans, allocs, pages_whole = _whole_registry(pid)
     blocks = sorted((allocs[i], allocs[i + 1]) for i in range(0, len(allocs), 2))
     # Words inside blocks of every size (a block's first and last word and
     # one past its end, which may lie in the next block or in none).
@@ -676,6 +660,19 @@ def test_the_second_registry_copy_knows_every_block_over_a_pending_word(targets)
     assert all(over(known, w) == over(blocks, w) for w in words)
     assert sum(over(blocks, w) is not None for w in words) > len(words) // 2
     assert pages_sparse < pages_whole
+
+
+def _whole_registry(pid: int) -> tuple[int, list[tuple[int, int, int]], memoryview, int]:
+    """The registry's descriptor, spans, decoded pairs and pages, from a
+    copy of all of it."""
+    addr = open_target(pid).shim.descriptor_addr
+    spans = _registry_spans(pid, addr, read_maps(pid))
+    whole = _registry_copy(pid, spans)
+    try:
+        whole.finish()
+        return addr, spans, read_registry(whole, addr).allocs, whole.stats["pages_read"]
+    finally:
+        whole.close()
 
 
 def _decoded(packed: bytes) -> list[tuple[int, int]]:
