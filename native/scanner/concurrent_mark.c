@@ -31,6 +31,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "memory.h"
 #include "native.h"
 
 #define WORD 8u
@@ -380,15 +381,8 @@ static void pages(struct remark *m, const uint64_t *runs, size_t nruns, const ui
 
 /* Whether a sorted, disjoint list of (begin, end) pairs holds a. */
 static int in_ranges(const uint64_t *r, size_t n, uint64_t a) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (r[2 * mid + 1] <= a)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo < n && r[2 * lo] <= a;
+  size_t i = ur_range_after(r, n, a);
+  return i < n && r[2 * i] <= a;
 }
 
 static int by_address(const void *a, const void *b) {
