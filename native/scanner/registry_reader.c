@@ -436,17 +436,27 @@ static int append_range(uint64_t **out, size_t *n, size_t *cap, uint64_t b, uint
   return 0;
 }
 
+/* A level of a map: the largest block it holds, its granule, where its
+ * entries start and their width (abi.h). */
+static const struct {
+  uint64_t reach, offset;
+  unsigned shift, width;
+} levels[3] = {
+    {UR_SIZE_MAP_L0_MAX_SIZE, 0, UR_SIZE_MAP_L0_SHIFT, 1},
+    {UR_SIZE_MAP_L1_MAX_SIZE, UR_SIZE_MAP_L1_OFFSET, UR_SIZE_MAP_L1_SHIFT, 2},
+    {UR_SIZE_MAP_MAX_SIZE, UR_SIZE_MAP_L2_OFFSET, UR_SIZE_MAP_L2_SHIFT, 4},
+};
+
+/* The address of the entry of level l for the granule of offset at. */
+static uint64_t entry_at(uint64_t map_addr, int l, uint64_t at) {
+  return map_addr + levels[l].offset + levels[l].width * (at >> levels[l].shift);
+}
+
 /* The page of a block's entry in the map at map_addr: its level follows
  * from its size alone (abi.h). */
 static uint64_t entry_page(uint64_t map_addr, uint64_t base, uint64_t begin, uint64_t size) {
-  uint64_t at = begin - base, entry;
-  if (size <= UR_SIZE_MAP_L0_MAX_SIZE)
-    entry = map_addr + (at >> UR_SIZE_MAP_L0_SHIFT);
-  else if (size <= UR_SIZE_MAP_L1_MAX_SIZE)
-    entry = map_addr + UR_SIZE_MAP_L1_OFFSET + 2 * (at >> UR_SIZE_MAP_L1_SHIFT);
-  else
-    entry = map_addr + UR_SIZE_MAP_L2_OFFSET + 4 * (at >> UR_SIZE_MAP_L2_SHIFT);
-  return entry & ~(uint64_t)4095;
+  int l = size <= levels[0].reach ? 0 : size <= levels[1].reach ? 1 : 2;
+  return entry_at(map_addr, l, begin - base) & ~(uint64_t)4095;
 }
 
 static int by_first(const void *a, const void *b) {
@@ -552,17 +562,6 @@ out:
   return result;
 }
 
-/* A level of a map: the largest block it holds, its granule, where its
- * entries start and their width (abi.h). */
-static const struct {
-  uint64_t reach, offset;
-  unsigned shift, width;
-} levels[3] = {
-    {UR_SIZE_MAP_L0_MAX_SIZE, 0, UR_SIZE_MAP_L0_SHIFT, 1},
-    {UR_SIZE_MAP_L1_MAX_SIZE, UR_SIZE_MAP_L1_OFFSET, UR_SIZE_MAP_L1_SHIFT, 2},
-    {UR_SIZE_MAP_MAX_SIZE, UR_SIZE_MAP_L2_OFFSET, UR_SIZE_MAP_L2_SHIFT, 4},
-};
-
 /* The pages of the entries of every block a map could have over [lo, hi):
  * at each level, the entries of the granules a block that reaches lo may
  * begin in, up to hi. */
@@ -575,8 +574,7 @@ static int around(const struct ur_size_map_ref *refs, uint64_t nrefs, uint64_t l
       const struct ur_size_map_ref *ref = ref_at(refs, nrefs, base);
       if (!ref) continue;
       uint64_t a = from > base ? from - base : 0, b = hi - base < span ? hi - base : span;
-      uint64_t first = ref->map + levels[l].offset + levels[l].width * (a >> levels[l].shift);
-      uint64_t last = ref->map + levels[l].offset + levels[l].width * ((b - 1) >> levels[l].shift);
+      uint64_t first = entry_at(ref->map, l, a), last = entry_at(ref->map, l, b - 1);
       int rc = append_range(out, n, cap, first & ~(uint64_t)4095,
                             (last + levels[l].width + 4095) & ~(uint64_t)4095);
       if (rc) return rc;
