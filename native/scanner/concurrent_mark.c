@@ -385,11 +385,6 @@ static int in_ranges(const uint64_t *r, size_t n, uint64_t a) {
   return i < n && r[2 * i] <= a;
 }
 
-static int by_address(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
 /* The pending words carried in, less those of pages read again now (their
  * bytes are older than these): kept at the front of m->pending. */
 static int keep_pending(struct remark *m, const uint64_t *old, size_t nold, const uint64_t *runs,
@@ -397,7 +392,7 @@ static int keep_pending(struct remark *m, const uint64_t *old, size_t nold, cons
   uint64_t *sorted_runs = malloc((nruns ? nruns : 1) * 2 * sizeof(uint64_t));
   if (!sorted_runs) return -1;
   memcpy(sorted_runs, runs, nruns * 2 * sizeof(uint64_t));
-  qsort(sorted_runs, nruns, 2 * sizeof(uint64_t), by_address);
+  qsort(sorted_runs, nruns, 2 * sizeof(uint64_t), ur_by_first_u64);
   m->cap = nold > 256 ? nold : 256;
   m->pending = malloc(m->cap * 2 * sizeof(uint64_t));
   if (!m->pending) {
@@ -492,7 +487,7 @@ PyObject *ur_py_remark(PyObject *Py_UNUSED(self), PyObject *args) {
   if (roots) pages(&m, runs.buf, nruns, bytes.buf, 1);
   scan_words(&m, values.buf, ((uint64_t)values.len / WORD) * WORD);
   drain(&m);
-  qsort(m.pending, m.npending, 2 * sizeof(uint64_t), by_address);
+  qsort(m.pending, m.npending, 2 * sizeof(uint64_t), ur_by_first_u64);
   Py_END_ALLOW_THREADS
   res = Py_BuildValue("(Ky#)", (unsigned long long)m.rescued, (const char *)m.pending,
                       (Py_ssize_t)(m.npending * 16));

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "memory.h"
 #include "unreachable/linux_compat.h"
 
 #define PAGE 4096u
@@ -330,11 +331,6 @@ size_t ur_cow_register(struct ur_cow *c, const uint64_t *pairs, size_t n) {
   return done;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
 int ur_cow_seal(struct ur_cow *c) {
   uint64_t t0 = now_ns();
   pthread_mutex_lock(&c->lock);
@@ -347,7 +343,7 @@ int ur_cow_seal(struct ur_cow *c) {
    * write after the release would wait for the server (with the scan's
    * threads on every core, a time slice or more). The rest is protected
    * again. */
-  qsort(c->dirty, c->ndirty, 2 * sizeof(uint64_t), cmp_u64);
+  qsort(c->dirty, c->ndirty, 2 * sizeof(uint64_t), ur_by_first_u64);
   size_t saved = 0;
   for (size_t i = 0; i < c->ndirty;) {
     uint64_t b = c->dirty[2 * i], e = c->dirty[2 * i + 1];

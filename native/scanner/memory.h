@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "mem.h"
@@ -29,6 +30,15 @@ static inline size_t ur_range_after(const uint64_t *pairs, size_t n, uint64_t ad
       hi = mid;
   }
   return lo;
+}
+
+/* qsort's order for records that begin with a uint64_t key: (begin, end)
+ * pairs, (address, x) pairs, struct ur_size_map_ref by base. */
+static inline int ur_by_first_u64(const void *a, const void *b) {
+  uint64_t x, y;
+  memcpy(&x, a, sizeof x);
+  memcpy(&y, b, sizeof y);
+  return (x > y) - (x < y);
 }
 
 #define UR_CHUNK_SHIFT 20

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,22 +460,13 @@ static uint64_t entry_page(uint64_t map_addr, uint64_t base, uint64_t begin, uin
   return entry_at(map_addr, l, begin - base) & ~(uint64_t)4095;
 }
 
-static int by_first(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-static int by_base(const void *a, const void *b) {
-  uint64_t x = ((const struct ur_size_map_ref *)a)->base;
-  uint64_t y = ((const struct ur_size_map_ref *)b)->base;
-  return x < y ? -1 : x > y;
-}
-
 /* size_map_pages(memory, descriptor_addr, blocks) -> (bodies, pages): the
  * whole pages of every size map (packed u64 pairs), and the pages that hold
  * the map entries of the given (begin, size) pairs. A registry copy made of
  * everything but the bodies, and those pages, decodes every one of those
  * blocks as a whole copy would (maps are never moved or freed). */
+_Static_assert(offsetof(struct ur_size_map_ref, base) == 0, "refs sort by their first word");
+
 /* The size maps' refs (sorted by base) of the registry at addr: 0, or -1
  * with a Python error set. */
 static int load_refs(struct ur_reader *rd, unsigned long long addr, struct ur_size_map_ref **refs,
@@ -493,7 +485,7 @@ static int load_refs(struct ur_reader *rd, unsigned long long addr, struct ur_si
   *nrefs = h.count;
   Py_BEGIN_ALLOW_THREADS
   ur_reader_read_anon(rd, h.refs, *refs, *nrefs * sizeof(**refs));
-  qsort(*refs, *nrefs, sizeof(**refs), by_base);
+  qsort(*refs, *nrefs, sizeof(**refs), ur_by_first_u64);
   Py_END_ALLOW_THREADS
   return 0;
 }
@@ -609,7 +601,7 @@ PyObject *ur_py_size_map_pages_around(PyObject *Py_UNUSED(self), PyObject *args)
   for (size_t i = 0; rc == 0 && i < n; i++)
     if (r[2 * i + 1] > r[2 * i]) rc = around(refs, nrefs, r[2 * i], r[2 * i + 1], &pages, &np, &cp);
   if (rc == 0 && np) {
-    qsort(pages, np, 2 * sizeof(uint64_t), by_first);
+    qsort(pages, np, 2 * sizeof(uint64_t), ur_by_first_u64);
     for (size_t i = 1; i < np; i++) {
       if (pages[2 * i] <= pages[2 * merged + 1]) {
         if (pages[2 * i + 1] > pages[2 * merged + 1]) pages[2 * merged + 1] = pages[2 * i + 1];
