@@ -229,7 +229,8 @@ def placement_of(pid: int) -> str:
     """Where a process runs, as the scheduler groups it: its session, its
     autogroup and its CPU cgroup."""
     try:
-        autogroup = Path(f"/proc/{pid}/autogroup").read_text().split()[0]
+        # Empty for the root autogroup (a process that never left it).
+        autogroup = next(iter(Path(f"/proc/{pid}/autogroup").read_text().split()), "root autogroup")
     except OSError:
         autogroup = "-"
     cpu = "/"

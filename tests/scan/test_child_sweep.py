@@ -83,9 +83,12 @@ def test_a_marking_team_gives_one_threads_result(targets):
 
 
 def _autogroup(pid: int) -> str:
+    """The process's autogroup; "" for the root group, whose file is empty
+    (every process that never called setsid, as in many containers), or on a
+    kernel without autogroups."""
     try:
-        return Path(f"/proc/{pid}/autogroup").read_text().split()[0]
-    except OSError:  # a kernel without autogroups
+        return next(iter(Path(f"/proc/{pid}/autogroup").read_text().split()), "")
+    except OSError:
         return ""
 
 
