@@ -7,7 +7,10 @@
 
 #define PAGE_BYTES ((uint64_t)1 << UR_PAGE_INDEX_SHIFT)
 #define GRANULES 64
-#define PREFETCH_AHEAD 16
+/* Blocks between a page's slot prefetch and its insertion: 32, as
+ * alloc_index.c's buckets (16 blocks was 4 pages where four blocks begin in
+ * each). */
+#define PREFETCH_AHEAD 32
 
 /* Slots for `pages` entries: at most half full. */
 static uint64_t slots_for(size_t pages) {
