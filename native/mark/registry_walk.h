@@ -56,10 +56,14 @@ static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uin
 
 #define UR_SIZE_MAP_MAX_REFS (UINT64_C(1) << 24)
 
-/* The nonzero bytes of a word. */
+/* The nonzero bytes of a word: bit 7 of each byte set where the byte is
+ * not zero, those bits summed into the top byte by one multiply. Not
+ * __builtin_popcountll: without -mpopcnt (the baseline x86-64 this builds
+ * for) that is a call into libgcc for every nonzero word of the maps. */
 static inline unsigned ur_nonzero_bytes(uint64_t w) {
   const uint64_t low7 = UINT64_C(0x7f7f7f7f7f7f7f7f);
-  return (unsigned)__builtin_popcountll((((w & low7) + low7) | w) & ~low7);
+  uint64_t top = (((w & low7) + low7) | w) & ~low7;
+  return (unsigned)(((top >> 7) * UINT64_C(0x0101010101010101)) >> 56);
 }
 
 /* The live entries of one map (UR_SIZE_MAP_BYTES covering [base, base +
