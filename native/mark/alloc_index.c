@@ -14,8 +14,8 @@
 /* Blocks between a bucket's prefetch and its insertion: 64, not 16, where
  * four 240-byte blocks share each 1 KiB bucket 16 blocks on was 4 buckets
  * on, too near for the slot to arrive (the insert's probe was half the
- * index's build); 4.16M blocks indexed in 39 ms instead of 52, those of
- * 16-1040 bytes in 128 instead of 142 (with page_index.c's). */
+ * index's build); 4.16M blocks indexed in 38 ms instead of 52-54, those
+ * of 16-1040 bytes in 130 instead of 142 (with page_index.c's). */
 #define PREFETCH_AHEAD 64
 
 /* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
