@@ -135,7 +135,7 @@ class Waits:
                     at = float(w[1])
                     self.add(cause, (at - off_at) * 1000, off_at)
                     pid, prio = running.get(int(w[3]), (0, 120))
-                    woken, off_at = (at, self.who(pid, prio)), None
+                    woken, off_at = (at, f"{cause.split(' (')[0]}; {self.who(pid, prio)}"), None
                 continue
             cpu, at = int(m[1]), float(m[2])
             prev, state, nxt, prio = int(m[3]), m[4], int(m[6]), int(m[7])
@@ -147,7 +147,10 @@ class Waits:
                     self.add(cause, (at - off_at) * 1000, off_at)
                 elif woken is not None:
                     waited = (at - woken[0]) * 1000
-                    self.add(f"woken, waited for a core ({woken[1]} had it)", waited, woken[0])
+                    was, had = woken[1].split("; ")
+                    self.add(
+                        f"woken when {was}, waited for a core ({had} had it)", waited, woken[0]
+                    )
                 off_at = woken = None
             running[cpu] = (nxt, prio)
 
