@@ -79,13 +79,13 @@ SHRINK = 0.5
 # how much of what it wrote it reads to time the reading.
 PROBE_S = 0.05
 PROBE_READ = 16 << 20
+# Readers in a stop. While the target runs, the first mark's threads (each
+# reading the live target through a chunk cache of its own, CACHE_BYTES
+# each) and the readers of the rounds and the registry copies are the
+# cores the target's busy threads leave free (sweep/child.py
+# mark_threads_beside): one on a core the target's thread needs makes that
+# thread wait a scheduler slice (docs/pause.md, "What the target feels").
 READ_THREADS = 2
-# The first mark's threads, each reading the live target through a chunk
-# cache of its own (CACHE_BYTES each), are the cores the target's busy
-# threads leave free (sweep/child.py mark_threads_beside), as are the
-# readers of whatever is read while it runs: one on a core the target's
-# thread needs makes that thread wait a scheduler slice (docs/pause.md,
-# "What the target feels").
 # The descriptor fields that point into shim memory the registry reader reads.
 _POINTERS = ("shards", "threads", "stacks", "size_maps", "regions", "options", "modules")
 
