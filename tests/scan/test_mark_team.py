@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from unreachable.capture.target import open_target
 from unreachable.scan import ScanOptions, scan
 from unreachable.sweep.child import busy_threads, default_mark_threads
 
@@ -27,19 +28,13 @@ def _exact(target, report) -> None:
 def test_busy_threads_counts_the_threads_that_want_a_cpu(targets):
     idle = targets.start(PROGRAM, "0")
     busy = targets.start(PROGRAM, "3")
-    assert busy_threads(idle.pid) == 0
-    assert busy_threads(busy.pid) == 3
-    # A thread left out by its tid (the shim's helper, whose work is the scan's).
-    assert busy_threads(busy.pid, skip=[_running(busy.pid)[0]]) == 2
-
-
-def _running(pid: int) -> list[int]:
-    running = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "R":
-                running.append(int(tid))
-    return running
+    # The shim's helper is left out as the scan leaves it out: its work is the scan's.
+    helper = open_target(busy.pid).header.helper_tid
+    assert busy_threads(idle.pid, skip=[open_target(idle.pid).header.helper_tid]) == 0
+    assert busy_threads(busy.pid, skip=[helper]) == 3
+    spinners = sorted(int(t) for t in os.listdir(f"/proc/{busy.pid}/task"))
+    spinners = [t for t in spinners if t not in (busy.pid, helper)]
+    assert busy_threads(busy.pid, skip=[helper, spinners[0]]) == 2
 
 
 @pytest.mark.parametrize("snapshot", ["copy", "fork", "concurrent"])
