@@ -60,7 +60,7 @@ from unreachable.roots.classify import Roots, classify, stack_sps
 from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
 from unreachable.roots.heap_words import heap_spans
-from unreachable.sweep.child import words
+from unreachable.sweep.child import mark_threads_beside, words
 from unreachable.sweep.mark import SweepResult, layout
 
 # The mark reads the live heap through a chunk cache: this bounds it (the
@@ -79,11 +79,13 @@ SHRINK = 0.5
 # how much of what it wrote it reads to time the reading.
 PROBE_S = 0.05
 PROBE_READ = 16 << 20
+# Readers in a stop. While the target runs, the first mark's threads (each
+# reading the live target through a chunk cache of its own, CACHE_BYTES
+# each) and the readers of the rounds and the registry copies are the
+# cores the target's busy threads leave free (sweep/child.py
+# mark_threads_beside): one on a core the target's thread needs makes that
+# thread wait a scheduler slice (docs/pause.md, "What the target feels").
 READ_THREADS = 2
-# The first mark's threads, each reading the live target through a chunk
-# cache of its own (CACHE_BYTES each): the scan's longest step, so it gets
-# a core each on a 2-core machine (docs/pause.md, "The concurrent mark").
-MARK_THREADS = 2
 # The descriptor fields that point into shim memory the registry reader reads.
 _POINTERS = ("shards", "threads", "stacks", "size_maps", "regions", "options", "modules")
 
@@ -258,11 +260,11 @@ def _tracked(mappings: Sequence[Mapping], skip: Sequence[Span3]) -> bytes:
     return _pack(_subtract(_merge(out), skip))
 
 
-def _read_runs(pid: int, runs: bytes) -> bytearray:
+def _read_runs(pid: int, runs: bytes, threads: int = READ_THREADS) -> bytearray:
     total = sum(r["end"] - r["begin"] for r in _native.abi_decode_array("ur_range", runs))
     out = bytearray(total)
     if total:
-        _native.read_spans(pid, runs, out, READ_THREADS)
+        _native.read_spans(pid, runs, out, threads)
     return out
 
 
@@ -348,8 +350,11 @@ def _inflight(registry: Registry) -> dict[int, int]:
     return {p: s for t in registry.threads for p, s in t.inflight_blocks()}
 
 
-def concurrent_sweep(target: Target, give_way_ms: float | None = None) -> ConcurrentSweep:
-    """The whole concurrent mark (module docstring). Raises
+def concurrent_sweep(
+    target: Target, give_way_ms: float | None = None, mark_threads: int = 0
+) -> ConcurrentSweep:
+    """The whole concurrent mark (module docstring), by mark_threads
+    marking threads (0: mark_threads_beside). Raises
     TrackingUnavailable, having reported nothing, when writes cannot be
     tracked; GaveWay, before its last stop, when that stop is predicted to
     pause longer than give_way_ms."""
@@ -357,7 +362,7 @@ def concurrent_sweep(target: Target, give_way_ms: float | None = None) -> Concur
     rearm = _Rearm(pid)
     try:
         with tracked_writes(target):
-            return _sweep(target, pid, addr, rearm, give_way_ms)
+            return _sweep(target, pid, addr, rearm, give_way_ms, mark_threads)
     except GaveWay:
         rearm.close()
         wait_untracked(target)
@@ -426,12 +431,14 @@ def _armable(m: Mapping) -> bool:
     return m.readable and m.writable and m.private and m.path not in SPECIAL
 
 
-def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
+def _registry_copy(
+    pid: int, reg_maps: Sequence[Span3], threads: int = READ_THREADS
+) -> _native.MemoryCopy:
     """The registry's memory copied while the target runs (brought up to
     date at the next stop)."""
     copy = _native.MemoryCopy(pid)
     try:
-        copy.sync(_sync_ranges(reg_maps), threads=READ_THREADS)
+        copy.sync(_sync_ranges(reg_maps), threads=threads)
     except (OSError, MemoryError) as e:
         copy.close()
         raise TrackingUnavailable(f"copying the shim's registry failed: {e}") from None
@@ -439,12 +446,18 @@ def _registry_copy(pid: int, reg_maps: Sequence[Span3]) -> _native.MemoryCopy:
 
 
 def _sweep(
-    target: Target, pid: int, addr: int, rearm: _Rearm, give_way_ms: float | None
+    target: Target,
+    pid: int,
+    addr: int,
+    rearm: _Rearm,
+    give_way_ms: float | None,
+    mark_threads: int,
 ) -> ConcurrentSweep:
     released: list[float] = []
     maps0 = read_maps(pid)
     rearm.start(maps0)
-    copy = _registry_copy(pid, _registry_spans(pid, addr, maps0))
+    team = mark_threads or mark_threads_beside(pid, (target.header.helper_tid,))
+    copy = _registry_copy(pid, _registry_spans(pid, addr, maps0), team)
     try:
         # First stop: the allocation set of this moment, and the registers.
         stop1: dict[str, float] = {}
@@ -484,6 +497,7 @@ def _sweep(
         released,
         rearm,
         give_way_ms,
+        team,
     )
 
 
@@ -588,8 +602,9 @@ def _mark(
     released: list[float],
     rearm: _Rearm,
     give_way_ms: float | None,
+    team: int,
 ) -> ConcurrentSweep:
-    plan = _Rounds(pid, _registry_spans(pid, addr, maps1), rearm, pause1, give_way_ms)
+    plan = _Rounds(pid, _registry_spans(pid, addr, maps1), rearm, pause1, give_way_ms, team)
     if give_way_ms is not None:
         plan.probe()
     # The first mark, over the live memory.
@@ -607,7 +622,7 @@ def _mark(
             b"".join(values1.values()),
             stack_ids=registry.stack_ids.cast("B"),
             excluded=words(inflight),
-            threads=MARK_THREADS,
+            threads=team,
             layout=layout(maps1),
             live=True,
         )
@@ -624,7 +639,7 @@ def _mark(
     maps_now = read_maps(pid)
     reg_maps = _registry_spans(pid, addr, maps_now)
     bodies, pages = _native.size_map_pages(pid, addr, cands)
-    copy = _registry_copy(pid, _candidate_spans(reg_maps, _pairs(bodies), _pairs(pages)))
+    copy = _registry_copy(pid, _candidate_spans(reg_maps, _pairs(bodies), _pairs(pages)), team)
     second = partial(_held_spans, copied=reg_maps)
     try:
         return _finish(
@@ -659,6 +674,7 @@ class _Rounds:
     rearm: _Rearm
     pause1_ms: float  # the first stop: what the last one takes besides its read
     give_way_ms: float | None  # the bound on that prediction (None: none)
+    threads: int = READ_THREADS  # readers while the target runs (mark_threads_beside)
     read_bytes: int = 0
     read_s: float = 0.0
     pending: bytes = b""  # the rounds' words that the last stop decides on (remark)
@@ -713,7 +729,7 @@ class _Rounds:
             n += sample[-1][1] - sample[-1][0]
         interval = time.monotonic() - t0
         t1 = time.monotonic()
-        _read_runs(self.pid, _pack(sample))
+        _read_runs(self.pid, _pack(sample), self.threads)
         self.read_bytes += n
         self.read_s += time.monotonic() - t1
         predicted = self.predict_ms(walk_s, written)
@@ -735,7 +751,7 @@ class _Rounds:
                 break
             runs, walk_s = got
             t1 = time.monotonic()
-            page_bytes = _read_runs(self.pid, runs)
+            page_bytes = _read_runs(self.pid, runs, self.threads)
             t2 = time.monotonic()
             n = len(page_bytes)
             rounds.append(n)

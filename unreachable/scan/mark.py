@@ -20,7 +20,7 @@ from unreachable.scan.allocations import Allocations
 from unreachable.scan.facts import Facts, expected_allocations
 from unreachable.scan.plan import Plan, SweepPlace
 from unreachable.scan.roots import RootSet
-from unreachable.sweep.child import ChildSweeper, default_mark_threads
+from unreachable.sweep.child import ChildSweeper, default_mark_threads, mark_threads_beside
 from unreachable.sweep.mark import SweepResult, sweep, sweep_in_child
 
 if TYPE_CHECKING:
@@ -70,6 +70,18 @@ class MarkOver:
             capture.snapshot == "fork",
             capture.kernel_held,
         )
+
+
+def default_team(snapshot: str, facts: Facts) -> int:
+    """The marking team when the user names none: the whole team for a
+    stopped scan (and a core file), else the CPUs the target's busy
+    threads leave free (a copy snapshot's mark and the snapshot child's
+    run beside the target)."""
+    if snapshot not in ("copy", "fork"):
+        return default_mark_threads()
+    pid = facts.target.pid if facts.target else facts.pid
+    helper = facts.target.header.helper_tid if facts.target else 0
+    return mark_threads_beside(pid, (helper,))
 
 
 def mark(

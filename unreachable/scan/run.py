@@ -32,7 +32,7 @@ from unreachable.scan.capture import capture_for
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts, gather_facts
 from unreachable.scan.fold import fold
-from unreachable.scan.mark import MarkOver, mark, sweep_places
+from unreachable.scan.mark import MarkOver, default_team, mark, sweep_places
 from unreachable.scan.options import Progress, ScanOptions
 from unreachable.scan.plan import Plan, Retry, plan
 from unreachable.scan.report import Scanned, build_report, join_notes
@@ -232,7 +232,7 @@ def run_concurrent(
     assert target is not None
     pid = target.pid
     try:
-        done = concurrent_sweep(target, planned.give_way_ms)
+        done = concurrent_sweep(target, planned.give_way_ms, options.mark_threads)
         note("marked")
         folded = fold(done.result, options, pid, done.mappings, pid)
         note("folded")
@@ -312,7 +312,8 @@ def _sweep(
             note("allocations")
             roots = find_roots(held.memory, mappings, held.threads, allocations, inputs)
             over = MarkOver.of(held, mappings)
-            result = mark(over, allocations, roots, child, options.mark_threads, graph)
+            team = options.mark_threads or default_team(held.snapshot, facts)
+            result = mark(over, allocations, roots, child, team, graph)
             return _Swept(mappings, allocations, roots, result, sweep_note)
         except ChildSweepFailed as e:
             if not e.frozen:  # nothing left to sweep from outside either

@@ -15,8 +15,9 @@ or gone (then the caller takes a new snapshot).
 from __future__ import annotations
 
 import os
+import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from unreachable import _native
@@ -28,6 +29,10 @@ LEAK_RECORD_SIZE = _native.abi_sizeof("ur_leak_record")
 
 # Generous: the child sweeps a 10M-block heap in seconds; a hang means a bug.
 DEFAULT_TIMEOUT_S = 600.0
+# How the target's busy threads are counted (busy_threads): three looks a
+# millisecond apart, 2 ms before a mark of seconds.
+BUSY_SAMPLES = 3
+BUSY_GAP_S = 0.001
 
 
 def default_mark_threads() -> int:
@@ -35,6 +40,40 @@ def default_mark_threads() -> int:
     this scanner may run on, at most 4 (the mark is bound by memory latency,
     and more threads than that take more from the target than they save)."""
     return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def busy_threads(pid: int, skip: Collection[int] = (), samples: int = BUSY_SAMPLES) -> int:
+    """The process's threads that want a CPU (running or runnable: state R
+    in /proc/PID/task/TID/stat), less those in skip, on average over a few
+    looks BUSY_GAP_S apart (a thread busy half the time counts half)."""
+    seen = 0
+    for i in range(samples):
+        if i:
+            time.sleep(BUSY_GAP_S)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return 0
+        for tid in tids:
+            if int(tid) in skip:
+                continue
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    seen += f.read().rsplit(")", 1)[1].split()[0] == "R"
+            except (OSError, IndexError):
+                continue  # exited meanwhile
+    return (2 * seen + samples) // (2 * samples)  # rounded half up
+
+
+def mark_threads_beside(pid: int, skip: Collection[int] = ()) -> int:
+    """Marking threads for a mark that runs while its target does (a copy
+    snapshot's, the concurrent mark's, the snapshot child's): the CPUs the
+    target's busy threads leave free, at least one, at most the default
+    team. A marking thread on a core the target's thread needs makes that
+    thread wait a scheduler slice (docs/pause.md, "What the target
+    feels"); skip: the shim's helper, whose work is the scan's."""
+    free = len(os.sched_getaffinity(0)) - busy_threads(pid, skip)
+    return max(1, min(default_mark_threads(), free))
 
 
 class ChildSweepFailed(Exception):
