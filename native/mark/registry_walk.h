@@ -56,10 +56,12 @@ static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uin
 
 #define UR_SIZE_MAP_MAX_REFS (UINT64_C(1) << 24)
 
-/* The nonzero bytes of a word. */
+/* The nonzero bytes of a word: a 1 in each such byte, summed into the top
+ * byte by a multiply (without -mpopcnt a popcount is a call into libgcc). */
 static inline unsigned ur_nonzero_bytes(uint64_t w) {
   const uint64_t low7 = UINT64_C(0x7f7f7f7f7f7f7f7f);
-  return (unsigned)__builtin_popcountll((((w & low7) + low7) | w) & ~low7);
+  uint64_t ones = ((((w & low7) + low7) | w) & ~low7) >> 7;
+  return (unsigned)((ones * UINT64_C(0x0101010101010101)) >> 56);
 }
 
 /* The live entries of one map (UR_SIZE_MAP_BYTES covering [base, base +
