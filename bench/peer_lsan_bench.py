@@ -266,13 +266,13 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _private_mb(pid: int) -> float:
-    """A process's private dirty memory: a snapshot child's own arrays (the
-    heap it shares with the target copy-on-write is not counted)."""
+def _anon_mb(pid: int) -> float:
+    """A process's resident anonymous memory (RssAnon: a counter, read
+    without walking its page tables)."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("Private_Dirty:"):
+                if line.startswith("RssAnon:"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -281,10 +281,16 @@ def _private_mb(pid: int) -> float:
 
 class ChildWatch:
     """The largest private memory any child of the target (the fork's
-    snapshot child, which sweeps itself) reaches while a scan runs."""
+    snapshot child, which sweeps itself) reaches while a scan runs: its
+    resident anonymous memory beyond the target's, which it has from the
+    fork and shares copy-on-write. Its Private_Dirty (smaps_rollup) says the
+    same within a few MB, but each read walks the child's page tables (~25
+    ms for a 1 GB heap): read every 10 ms on two cores, it made a fork scan
+    of that heap take 1.05 s instead of 0.65 s."""
 
     def __init__(self, pid: int) -> None:
         self.pid, self.peak_mb = pid, 0.0
+        self.shared_mb = _anon_mb(pid)  # before the scan forks
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -292,7 +298,7 @@ class ChildWatch:
     def run(self) -> None:
         while not self.done.wait(0.01):
             for child in _children(self.pid):
-                self.peak_mb = max(self.peak_mb, _private_mb(child))
+                self.peak_mb = max(self.peak_mb, _anon_mb(child) - self.shared_mb)
 
     def stop(self) -> float:
         self.done.set()
