@@ -118,6 +118,7 @@ int ur_child_wait(struct ur_child *c, uint64_t timeout_ns, char *err, size_t err
       }
       if (c->box.state != UR_CHILD_BUSY) {
         c->running = 0;
+        c->at_own_stop = 1;
         if (c->box.state == UR_CHILD_FAILED) {
           int e = c->box.error < 0 ? -c->box.error : EIO;
           return fail(-EIO, err, errlen, "the snapshot child failed: %s", strerror(e));
@@ -148,6 +149,7 @@ int ur_child_send(struct ur_child *c, uint32_t request, const void *payload, siz
       (rc = write_u32(c, offsetof(struct ur_child_box, state), UR_CHILD_BUSY)) < 0 ||
       (rc = write_u32(c, offsetof(struct ur_child_box, request), request)) < 0)
     return fail(rc, err, errlen, "cannot write the child's request: %s", strerror(-rc));
+  c->at_own_stop = 0;
   if (ptrace(PTRACE_CONT, c->pid, NULL, NULL) < 0)
     return fail(-errno, err, errlen, "PTRACE_CONT snapshot child: %s", strerror(errno));
   c->running = 1;
@@ -157,6 +159,15 @@ int ur_child_send(struct ur_child *c, uint32_t request, const void *payload, siz
 int ur_child_read_reply(struct ur_child *c, void *buf, size_t len) {
   if (len > c->box.out_len) return -EINVAL;
   return len ? rw(c, c->box.out, buf, len, 0) : 0;
+}
+
+int ur_child_kill_detached(struct ur_child *c) {
+  /* Only a signal-delivery-stop takes the signal PTRACE_DETACH names: from
+   * any other stop (an interrupt's, an event's) the child would run free. */
+  if (c->pid <= 0 || c->running || !c->at_own_stop) return -EINVAL;
+  if (ptrace(PTRACE_DETACH, c->pid, NULL, (void *)(long)SIGKILL) < 0) return -errno;
+  c->at_own_stop = 0;
+  return 0;
 }
 
 void ur_child_forget(struct ur_child *c) {

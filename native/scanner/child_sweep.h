@@ -22,6 +22,7 @@ struct ur_child {
   uint64_t box_addr;
   struct ur_child_box box; /* as last read */
   int running;       /* resumed by us, stop not yet seen */
+  int at_own_stop;   /* stopped in the delivery of its own SIGSTOP, its step done */
 };
 
 /* At the child's birth stop: EXITKILL, then the go word, then resume it.
@@ -44,5 +45,14 @@ int ur_child_send(struct ur_child *c, uint32_t request, const void *payload, siz
 int ur_child_read_reply(struct ur_child *c, void *buf, size_t len);
 
 void ur_child_forget(struct ur_child *c);
+
+/*
+ * End a child stopped at its own SIGSTOP (a step done): detached with SIGKILL
+ * in place of that signal, it dies untraced, and its parent, the target's
+ * helper, reaps it. The scanner does not wait for its exit, where the kernel
+ * unmaps the heap's copy-on-write page tables (tens of ms for a gigabyte).
+ * Returns 0, or -errno with the child still traced (ur_snapshot_close then).
+ */
+int ur_child_kill_detached(struct ur_child *c);
 
 #endif

@@ -127,14 +127,20 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
     if (!ref->map) continue;
     /* Unreadable pages read as zero: no entries. */
     ur_reader_read_anon(r, ref->map, map, UR_SIZE_MAP_BYTES);
-    size_t live = ur_size_map_live(map);
-    total += (int64_t)live;
-    if (!e || !live) continue;
-    if (e->n + live > e->cap && entries_reserve(e, 2 * (e->n + live)) < 0) {
+    if (!e) {
+      total += (int64_t)ur_size_map_live(map);
+      continue;
+    }
+    /* Room for a whole map (only what is written is backed): the walk
+     * counts its entries, with no pass over the map to count them first. */
+    if (e->n + UR_SIZE_MAP_MAX_LIVE > e->cap &&
+        entries_reserve(e, 2 * (e->n + UR_SIZE_MAP_MAX_LIVE)) < 0) {
       total = -ENOMEM;
       break;
     }
-    e->n += ur_size_map_collect(map, ref->base, e->pairs + 2 * e->n, e->stack_ids + e->n);
+    size_t live = ur_size_map_collect(map, ref->base, e->pairs + 2 * e->n, e->stack_ids + e->n);
+    e->n += live;
+    total += (int64_t)live;
   }
 out:
   ur_big_free(order);

@@ -122,7 +122,7 @@ void ur_session_release_nogil(void *session) { do_release(session); }
 static void do_close(Session *s) {
   do_release(s);
   if (s->child > 0) {
-    ur_snapshot_close(s->child);
+    if (!s->child_started || ur_child_kill_detached(&s->csweep) < 0) ur_snapshot_close(s->child);
     s->child = 0;
   }
   if (s->child_started) {

@@ -115,6 +115,19 @@ def test_the_sweeping_child_has_a_session_of_its_own(targets):
     _released(target)
 
 
+def test_back_to_back_fork_scans_find_the_helper_free(targets):
+    """The swept child is detached with SIGKILL in place of its own SIGSTOP
+    and left to the target's helper to reap, the scanner not waiting for
+    its exit: the next fork scan, at once, may find the helper still
+    waiting for it, lets it finish, and forks again; none is left after."""
+    target = targets.start(PROGRAMS / "many.c", "200000", "50000")
+    for _ in range(5):
+        report = scan(target.pid, ScanOptions(snapshot="fork"))
+        _exact(target, report)
+        assert (report.sweep, report.snapshot_note, report.sweep_note) == ("child", "", "")
+    _released(target)
+
+
 def _sleeps(tid: int) -> int:
     """The times a thread of this process gave up its core (each of its
     polling loop's sleeps is one)."""

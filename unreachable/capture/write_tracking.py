@@ -35,6 +35,7 @@ MODE_COW = 1  # abi.h UR_TRACK_MODE_COW
 # busy machine.
 HEARTBEAT_S = 0.1
 START_TIMEOUT_S = 5.0  # registering thousands of mappings takes the helper a while
+START_POLL_S = 0.001  # a read of the tracker's word: ~20 us
 STALE_STOP_S = 1.0  # the helper sees a STOP within 10 ms while it tracks
 NUDGE_TRIES = 3  # helpers that step aside as they are woken (namespaces.c)
 
@@ -134,7 +135,10 @@ def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
         delay = 0.0005
         while (state := cmd())[0] == START and time.monotonic() < deadline:
             time.sleep(delay)
-            delay = min(delay * 2, 0.02)
+            # Polled at least every START_POLL_S: the scan waits for the
+            # helper's start (tens of ms on a big heap), and a backoff
+            # doubling past it added up to half of that again.
+            delay = min(delay * 2, START_POLL_S)
         c, err, ranges = state
         if c == FAILED:
             started = False
