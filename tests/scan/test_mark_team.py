@@ -13,6 +13,7 @@ import pytest
 
 from unreachable.capture.target import open_target
 from unreachable.scan import ScanOptions, scan
+from unreachable.scan.facts import gather_facts
 from unreachable.sweep.child import busy_threads, default_mark_threads
 
 PROGRAM = Path(__file__).parent / "programs" / "busy_threads.c"
@@ -61,3 +62,16 @@ def test_a_stopped_scan_keeps_the_whole_team(targets):
     report = scan(busy.pid, ScanOptions(snapshot="stopped"))
     _exact(busy, report)
     assert report.mark_threads == default_mark_threads()
+
+
+def test_the_busy_threads_are_counted_before_any_snapshot(targets):
+    """Counted with the facts, before a copy-on-write copy's protection
+    can hold a writing thread in a fault (which would look idle then), and
+    only where a team is to be chosen for a mark beside the target."""
+    cpus = len(os.sched_getaffinity(0))
+    busy = targets.start(PROGRAM, str(cpus))
+    for snapshot in ("copy", "fork", "auto"):
+        assert gather_facts(busy.pid, ScanOptions(snapshot=snapshot)).busy_threads == cpus
+    assert gather_facts(busy.pid, ScanOptions(snapshot="stopped")).busy_threads is None
+    named = ScanOptions(snapshot="copy", mark_threads=1)
+    assert gather_facts(busy.pid, named).busy_threads is None

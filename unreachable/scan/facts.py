@@ -27,6 +27,7 @@ from unreachable.process.cgroup_memory import (
 from unreachable.process.memory import Memory
 from unreachable.process.status import resident_anonymous_bytes
 from unreachable.scan.options import ScanOptions
+from unreachable.sweep.child import busy_threads
 
 if TYPE_CHECKING:
     from unreachable.capture.core_file import CoreFile
@@ -95,6 +96,9 @@ class Facts:
     # A copy snapshot would be copy-on-write, not the classic copy that
     # holds the heap (read for auto only).
     cow: bool = False
+    # The target's threads that wanted a CPU before the scan touched it
+    # (None: not counted; a mark beside the target leaves them their cores).
+    busy_threads: int | None = None
 
 
 def gather_facts(pid: int, options: ScanOptions) -> Facts:
@@ -128,6 +132,13 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
             kept_out = fork_flags(pid)
     if auto and allocations is None and kept_out.prefers_copy:
         allocations = expected_allocations(target.pid, target.shim.descriptor_addr)
+    # Counted before any snapshot: a copy-on-write copy's protection holds a
+    # writing thread in a fault for a moment, not busy as it looks then.
+    busy = (
+        busy_threads(pid, (target.header.helper_tid,))
+        if not options.mark_threads and options.snapshot in ("auto", "copy", "fork")
+        else None
+    )
     return Facts(
         pid,
         target=target,
@@ -139,4 +150,5 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         headroom=headroom,
         scanner_room=scanner_room,
         cow=cow,
+        busy_threads=busy,
     )

@@ -81,7 +81,7 @@ def default_team(snapshot: str, facts: Facts) -> int:
         return default_mark_threads()
     pid = facts.target.pid if facts.target else facts.pid
     helper = facts.target.header.helper_tid if facts.target else 0
-    return mark_threads_beside(pid, (helper,))
+    return mark_threads_beside(pid, (helper,), facts.busy_threads)
 
 
 def mark(

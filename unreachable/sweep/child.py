@@ -58,21 +58,26 @@ def busy_threads(pid: int, skip: Collection[int] = (), samples: int = BUSY_SAMPL
             if int(tid) in skip:
                 continue
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    seen += f.read().rsplit(")", 1)[1].split()[0] == "R"
+                # Bytes: a thread's name, between the parentheses, is any
+                # bytes the program gave it.
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                    seen += f.read().rsplit(b")", 1)[1].split()[0] == b"R"
             except (OSError, IndexError):
                 continue  # exited meanwhile
     return (2 * seen + samples) // (2 * samples)  # rounded half up
 
 
-def mark_threads_beside(pid: int, skip: Collection[int] = ()) -> int:
+def mark_threads_beside(pid: int, skip: Collection[int] = (), busy: int | None = None) -> int:
     """Marking threads for a mark that runs while its target does (a copy
     snapshot's, the concurrent mark's, the snapshot child's): the CPUs the
     target's busy threads leave free, at least one, at most the default
     team. A marking thread on a core the target's thread needs makes that
     thread wait a scheduler slice (docs/pause.md, "What the target
-    feels"); skip: the shim's helper, whose work is the scan's."""
-    free = len(os.sched_getaffinity(0)) - busy_threads(pid, skip)
+    feels"); skip: the shim's helper, whose work is the scan's; busy: the
+    count if already taken."""
+    if busy is None:
+        busy = busy_threads(pid, skip)
+    free = len(os.sched_getaffinity(0)) - busy
     return max(1, min(default_mark_threads(), free))
 
 
