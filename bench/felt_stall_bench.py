@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,13 +27,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.peer_lsan_bench import Heap, build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 from unreachable.capture.copy_snapshot import capture as copy_capture  # noqa: E402
 from unreachable.capture.stop_world import CaptureRequest  # noqa: E402
 from unreachable.capture.target import open_target  # noqa: E402
 from unreachable.scan.concurrent import concurrent_sweep  # noqa: E402
 
-PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
 SETTLE_S = 0.3  # after the scan: a gap caused by the tracking's teardown is seen too
 HOLD_S = 1.0  # the copy snapshot held after the release, as a scan holds it
 
@@ -45,24 +44,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--shared", action="store_true", help="the target in this bench's session")
     args = ap.parse_args()
-    exe = Path(tempfile.mkdtemp()) / "peer_heap"
-    subprocess.run(["cc", "-O2", "-pthread", "-o", str(exe), str(PROGRAM)], check=True)
-    p = subprocess.Popen(
-        [str(exe), *args.shape],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "LD_PRELOAD": str(shim_path())},
-        start_new_session=not args.shared,
-    )
-    assert p.stdin is not None and p.stdout is not None
-    print(p.stdout.readline().strip(), f"load average {os.getloadavg()[0]:.1f}", flush=True)
-
-    def ask(cmd: str) -> str:
-        assert p.stdin is not None and p.stdout is not None
-        p.stdin.write(cmd + "\n")
-        p.stdin.flush()
-        return p.stdout.readline().strip()
+    exe = build(Path(tempfile.mkdtemp()), sanitize=False)
+    shape = (int(args.shape[0]), int(args.shape[1]), int(args.shape[2]), int(args.shape[3]))
+    placement = "shared" if args.shared else "service"
+    heap = Heap(exe, shape, {"LD_PRELOAD": str(shim_path())}, placement)
+    pid = heap.proc.pid
+    print(f"READY {heap.blocks}", f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    ask = heap.ask
 
     def gap() -> tuple[float, float]:
         _, us, at = ask("g").split()
@@ -75,7 +63,7 @@ def main() -> int:
             print(f"idle: longest gap {gap()[0]:.1f} ms")
             ask("r")
             t0 = time.monotonic()
-            with copy_capture(open_target(p.pid), CaptureRequest("copy")) as cap:
+            with copy_capture(open_target(pid), CaptureRequest("copy")) as cap:
                 rel, pause = time.monotonic(), cap.pause_ms
                 # Held as a scan holds it: the target's first writes wait
                 # for the scanner's server meanwhile.
@@ -93,7 +81,7 @@ def main() -> int:
             )
             ask("r")
             t0 = time.monotonic()
-            done = concurrent_sweep(open_target(p.pid))
+            done = concurrent_sweep(open_target(pid))
             time.sleep(SETTLE_S)
             g, at = gap()
             r1, r2 = done.released_at
@@ -105,7 +93,7 @@ def main() -> int:
                 flush=True,
             )
     finally:
-        p.kill()
+        heap.close()
     return 0
 
 

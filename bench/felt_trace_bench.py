@@ -41,10 +41,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.peer_lsan_bench import Heap, build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 from unreachable.capture.target import open_target  # noqa: E402
 
-PROGRAM = REPO / "bench" / "programs" / "peer_heap.c"
 TRACE = Path("/sys/kernel/tracing/instances") / f"felt_trace_bench.{os.getpid()}"
 SWITCH = re.compile(
     r"\[(\d+)\].*?\s([\d.]+): sched_switch: prev_comm=.* prev_pid=(\d+) prev_prio=-?\d+ "
@@ -180,29 +180,16 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--scan-args", default="", help="more arguments for each scan")
     args = ap.parse_args()
-    exe = Path(tempfile.mkdtemp()) / "peer_heap"
-    subprocess.run(["cc", "-O2", "-pthread", "-o", str(exe), str(PROGRAM)], check=True)
-    heap = subprocess.Popen(
-        [str(exe), *args.shape],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "LD_PRELOAD": str(shim_path())},
-        start_new_session=True,
-    )
-    assert heap.stdin is not None and heap.stdout is not None
-
-    def ask(cmd: str) -> str:
-        assert heap.stdin is not None and heap.stdout is not None
-        heap.stdin.write(cmd + "\n")
-        heap.stdin.flush()
-        return heap.stdout.readline().strip()
+    exe = build(Path(tempfile.mkdtemp()), sanitize=False)
+    shape = (int(args.shape[0]), int(args.shape[1]), int(args.shape[2]), int(args.shape[3]))
+    heap = Heap(exe, shape, {"LD_PRELOAD": str(shim_path())}, placement="service")
 
     TRACE.mkdir()
     try:
-        print(heap.stdout.readline().strip(), flush=True)
-        helper = open_target(heap.pid).header.helper_tid
-        own = tids(heap.pid)
+        pid = heap.proc.pid
+        print(f"READY {heap.blocks}", flush=True)
+        helper = open_target(pid).header.helper_tid
+        own = tids(pid)
         # peer_heap starts the heartbeat after every worker: its newest thread.
         heartbeat = max(own - {helper})
         write(TRACE / "buffer_size_kb", "32768")
@@ -210,11 +197,10 @@ def main() -> int:
             write(TRACE / "events" / "sched" / event / "enable", "1")
         for _ in range(args.repeat):
             for mode in args.modes.split(","):
-                scan(heap.pid, mode, ask, Waits(heartbeat, own, 0, set(), set()), args.scan_args)
+                scan(pid, mode, heap.ask, Waits(heartbeat, own, 0, set(), set()), args.scan_args)
     finally:
         write(TRACE / "tracing_on", "0")
-        heap.kill()
-        heap.wait()
+        heap.close()
         TRACE.rmdir()
     return 0
 
