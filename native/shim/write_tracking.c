@@ -150,13 +150,19 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
 }
 
 /* Closing the descriptor unregisters too, but only once its last copy is
- * closed, and a child forked meanwhile without our atfork handler holds one. */
+ * closed, and a child forked meanwhile without our atfork handler holds one
+ * (so does a copy-on-write snapshot's scanner, stopped or not).
+ * UFFDIO_UNREGISTER wakes the range's waiters before it clears the range's
+ * protection, and a thread that faults under the per-VMA lock in between
+ * waits after that wake, until the last copy is closed: the wake after it
+ * lets it go. */
 static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
   (void)rest;
   (void)arg;
   for (uint64_t pos = lo; pos < hi; pos += WALK_CHUNK) {
     struct uffdio_range range = {pos, hi - pos > WALK_CHUNK ? WALK_CHUNK : hi - pos};
     ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
+    ioctl(g_uffd, UFFDIO_WAKE, &range);
   }
   return 0;
 }

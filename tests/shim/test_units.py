@@ -3,8 +3,14 @@ UBSan replace malloc, so these pieces are tested without preloading)."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from tests.shim.support import PROGRAMS, SHIM_SRC, run, run_ok, unit
 from tests.support.cbuild import build, native_sources
+from tests.support.tracking import copy_unsupported
+from unreachable.capture.copy_snapshot import cow_possible
 
 
 def test_registry_and_stack_table_under_sanitizers() -> None:
@@ -23,3 +29,14 @@ def test_a_registry_out_of_room_counts_and_says_what_it_left_out() -> None:
     assert result.stdout.startswith("limit\nOK "), result.stdout
     said = [line for line in result.stderr.splitlines() if line.startswith("unreachable: ")]
     assert len(said) == 1 and "no memory left for the registry" in said[0], result.stderr
+
+
+def test_a_snapshot_the_helper_ends_leaves_no_writer_waiting() -> None:
+    if copy_unsupported() or not cow_possible(os.getpid()):
+        pytest.skip("no synchronous userfaultfd write protection here")
+    srcs = [
+        PROGRAMS / "cow_untrack.c",
+        *native_sources("shim", "write_tracking.c", "self_maps.c"),
+    ]
+    exe = build(srcs, cflags=[f"-I{SHIM_SRC}"])
+    assert run_ok(exe, shim=None) == "OK\n"
