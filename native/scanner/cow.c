@@ -413,10 +413,14 @@ void ur_cow_close(struct ur_cow *c) {
   if (c->uffd >= 0) {
     for (size_t i = 0; i < c->nranges; i++) {
       /* Unregistering clears the range's write protection (Linux 6.0 on;
-       * a copy-on-write snapshot needs 6.7) and wakes whatever waits in
-       * it: one walk of the page tables, not two. */
+       * a copy-on-write snapshot needs 6.7): one walk of the page tables,
+       * not two. It wakes the range's waiters before it clears, and a
+       * thread that faults under the per-VMA lock in between waits after
+       * that wake, until the helper's copy of the descriptor is closed
+       * too: the wake after it lets that thread go now. */
       struct uffdio_range u = {c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]};
       ioctl(c->uffd, UFFDIO_UNREGISTER, &u);
+      ioctl(c->uffd, UFFDIO_WAKE, &u);
     }
   }
   if (c->serving) {
