@@ -6,6 +6,7 @@ whatever happens to the scan."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cbuild import build
 from tests.support.plans import first_capture
 from tests.support.targets import wait_state
 from tests.support.tracking import (
@@ -327,6 +329,70 @@ def test_auto_falls_back_to_fork_and_says_why(targets):
             assert capture.snapshot == "fork"
             assert "another scan is copying" in why
     wait_untracked(target.pid)
+
+
+def _on_cpu_ns(pid: int, tid: int) -> int:
+    """The thread's time on a CPU so far (schedstat: ns, not clock ticks)."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def test_the_scanner_arms_the_write_tracking_not_the_helper(targets):
+    """Protecting a heap's pages and taking that down walk its page tables
+    (tens of ms per GiB). The helper doing it is one of the target's
+    threads, in its scheduling group, and takes the core of a busy one: the
+    scanner does it through the helper's userfaultfd, and the helper's CPU
+    time over a whole tracking of 256 MiB is a small part of what the same
+    tracking costs it when it arms by itself (arm_here=False, the way of a
+    scanner that cannot take the descriptor). Both leave nothing behind."""
+    target = targets.start(PROGRAMS / "big_heap.c", "256")
+    opened = open_target(target.pid)
+    helper = opened.header.helper_tid
+
+    def helper_ns(arm_here: bool) -> int:
+        before = _on_cpu_ns(target.pid, helper)
+        with tracked_writes(opened, arm_here=arm_here) as ranges:
+            assert ranges > 0 and write_protected(target.pid)
+            armed_by_helper = _tracker_ranges(target.pid) > 0
+        wait_untracked(target.pid)
+        assert armed_by_helper != arm_here
+        return _on_cpu_ns(target.pid, helper) - before
+
+    itself = helper_ns(arm_here=False)
+    scanner_armed = helper_ns(arm_here=True)
+    assert scanner_armed * 8 < itself, (scanner_armed, itself)
+    exact(target, scan(target.pid, ScanOptions(snapshot="concurrent")))
+    wait_untracked(target.pid)
+
+
+@pytest.mark.parametrize("mode", ["copy", "concurrent"])
+def test_a_scanner_that_may_not_take_the_descriptor_leaves_the_arming_to_the_helper(targets, mode):
+    """Under systemd's @system-service filter pidfd_getfd kills the caller:
+    the scanner does not call it, and the helper arms and disarms the
+    tracking itself (the copy is then the classic one)."""
+    target = targets.start(PROGRAMS / "globals.c")
+    launcher = build(HERE / "programs" / "no_getfd.c")
+    res = subprocess.run(
+        [str(launcher), *CLI, "scan", str(target.pid), "--snapshot", mode, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    report = json.loads(res.stdout)
+    assert report["snapshot"] == mode, report["snapshot_note"]
+    assert report["leak_count"] == target.int("leak_count")
+    assert _tracker_ranges(target.pid) > 0  # the helper armed
+    wait_untracked(target.pid)
+
+
+def _tracker_ranges(pid: int) -> int:
+    """What the helper reported registering (0: the scanner arms)."""
+    addr = open_target(pid).header.write_tracker
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(addr)
+        raw = f.read(_native.abi_sizeof("ur_write_tracker"))
+    return _native.abi_decode("ur_write_tracker", raw)["ranges"]
 
 
 def test_scanner_killed_while_tracking_stops_the_tracking(targets):
