@@ -365,6 +365,33 @@ def test_the_scanner_arms_the_write_tracking_not_the_helper(targets):
     wait_untracked(target.pid)
 
 
+def _switches(pid: int, tid: int) -> int:
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("voluntary_ctxt_switches"))
+
+
+@pytest.mark.parametrize("mode", [0, MODE_COW])
+def test_the_helper_sleeps_between_its_looks_at_a_long_tracking(targets, mode):
+    """While writes are tracked the helper looks at the scanner every
+    10 ms and sleeps between; the give-back it leaves for after the
+    tracking (due every 2 s) must not end its sleeps once its time has
+    passed, which made it spin on one of the target's cores for the rest of
+    the scan. Held for 300 of its sleeps (3 s, past that time), it stays
+    far below a busy thread's CPU."""
+    target = targets.start(PROGRAMS / "globals.c")
+    opened = open_target(target.pid)
+    helper = opened.header.helper_tid
+    with tracked_writes(opened, mode=mode):
+        cpu, slept = _on_cpu_ns(target.pid, helper), _switches(target.pid, helper)
+        while _switches(target.pid, helper) - slept < 300:
+            if _on_cpu_ns(target.pid, helper) - cpu > 500_000_000:
+                break  # spinning: it would never sleep 300 times
+            time.sleep(0.05)
+        used = _on_cpu_ns(target.pid, helper) - cpu
+    wait_untracked(target.pid)
+    assert used < 100_000_000, used
+
+
 @pytest.mark.parametrize("mode", ["copy", "concurrent"])
 def test_a_scanner_that_may_not_take_the_descriptor_leaves_the_arming_to_the_helper(targets, mode):
     """Under systemd's @system-service filter pidfd_getfd kills the caller:
