@@ -42,6 +42,15 @@ static PyMethodDef methods[] = {
      "written since they were write-protected, or are not protected at all (PAGEMAP_SCAN). "
      "clear: protect the written ones again; threads: walkers sharing the ranges by bytes. "
      "OSError from the pagemap."},
+    {"track_arm", ur_py_track_arm, METH_VARARGS,
+     "track_arm(uffd, pid, ranges) -> int\n\n"
+     "Register the (begin, end, anonymous) ranges (packed u64) of process pid with its "
+     "asynchronous userfaultfd uffd (a duplicate) and write-protect them, anonymous ones "
+     "their present pages only, in 8 MiB pieces. A range refused stays untracked. Returns "
+     "how many were armed; OSError when pid's pagemap cannot be opened."},
+    {"track_disarm", ur_py_track_disarm, METH_VARARGS,
+     "track_disarm(uffd, ranges): unregister the (begin, end) ranges (packed u64) from "
+     "uffd in 8 MiB pieces, clearing their write protection; errors are ignored."},
     {"remark", ur_py_remark, METH_VARARGS,
      "remark(candidates, state, store, runs, page_bytes, values, roots, pending) -> "
      "(int, bytes)\n\n"

@@ -50,6 +50,8 @@ PyObject *ur_py_nudge_thread(PyObject *self, PyObject *args);
 PyObject *ur_py_present_ranges(PyObject *self, PyObject *args);
 PyObject *ur_py_read_spans(PyObject *self, PyObject *args);
 PyObject *ur_py_written_pages(PyObject *self, PyObject *args);
+PyObject *ur_py_track_arm(PyObject *self, PyObject *args);
+PyObject *ur_py_track_disarm(PyObject *self, PyObject *args);
 PyObject *ur_py_remark(PyObject *self, PyObject *args);
 PyObject *ur_py_resolve(PyObject *self, PyObject *args);
 PyObject *ur_py_pairs_in(PyObject *self, PyObject *args);

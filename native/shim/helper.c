@@ -271,7 +271,10 @@ static void *helper_main(void *arg) {
       continue;
     }
     uint64_t until = huge && huge_due < give_back_due ? huge_due : give_back_due;
-    if (tracking_ns && (!until || until > now_ns() + tracking_ns)) until = now_ns() + tracking_ns;
+    /* While writes are tracked neither runs, so their times, passed during
+     * a long scan, are no deadline: the wait would return at once, and the
+     * helper spun on one of the target's cores until the tracking ended. */
+    if (tracking_ns) until = now_ns() + tracking_ns;
     wait_for_work(cmd, until, !cow);
   }
   return NULL;

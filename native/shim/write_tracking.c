@@ -167,6 +167,14 @@ static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg
   return 0;
 }
 
+static int no_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
+  (void)lo;
+  (void)hi;
+  (void)rest;
+  (void)arg;
+  return 0;
+}
+
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
@@ -239,18 +247,29 @@ void ur_write_tracking_begin(void) {
   if (g_uffd >= 0) stop_tracking(); /* a START while ON: its scanner started over */
   unsigned n = 0;
   int fd = open_uffd();
+  uint64_t mode = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED);
+  int cow = mode == UR_TRACK_MODE_COW;
+  /* The scanner arms through its duplicate of the descriptor: the page-table
+   * walks then run in the scanner's scheduling group, not beside the
+   * program's threads in ours. ranges stays 0 to say so. */
+  int scanner_arms = mode == UR_TRACK_MODE_SCANNER;
   /* thread-self: a process whose main thread exited has no /proc/self/pagemap. */
-  if (fd >= 0) g_pagemap = open("/proc/thread-self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && !cow && !scanner_arms)
+    g_pagemap = open("/proc/thread-self/pagemap", O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     g_uffd = fd;
     g_whole_protected = 0;
-    int cow = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED) == UR_TRACK_MODE_COW;
     g_cow = cow;
-    int rc = cow ? 0 : ur_self_maps_foreach(track_mapping, &n);
+    /* Its maps are read even so: without them (a chrooted process that
+     * closed the shim's descriptor) the helper could not take down what a
+     * scanner that died left registered. */
+    int rc = cow            ? 0
+             : scanner_arms ? ur_self_maps_foreach(no_mapping, NULL)
+                            : ur_self_maps_foreach(track_mapping, &n);
     if (cow) n = 1;
     if (g_pagemap >= 0) close(g_pagemap);
     g_pagemap = -1;
-    if (rc < 0 || n == 0) {
+    if (rc < 0 || (n == 0 && !scanner_arms)) {
       ur_self_maps_foreach(untrack_mapping, NULL);
       close(fd);
       g_uffd = -1;

@@ -1,7 +1,8 @@
 /*
  * Write tracking for the scanner's "copy" snapshots (abi.h, struct
- * ur_write_tracker): the helper thread write-protects the process's private
- * writable memory with an asynchronous userfaultfd, so that the scanner can
+ * ur_write_tracker): the helper thread opens an asynchronous userfaultfd
+ * and write-protects the process's private writable memory with it (or
+ * leaves that to the scanner, UR_TRACK_MODE_SCANNER), so that the scanner can
  * copy that memory while the process runs and, in a short stop, re-read only
  * the pages written since. The process sees one minor fault per page it
  * writes while a scan copies; nothing is left behind (docs/pause.md).

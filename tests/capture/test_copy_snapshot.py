@@ -6,6 +6,7 @@ whatever happens to the scan."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cbuild import build
 from tests.support.plans import first_capture
 from tests.support.targets import wait_state
 from tests.support.tracking import (
@@ -327,6 +329,97 @@ def test_auto_falls_back_to_fork_and_says_why(targets):
             assert capture.snapshot == "fork"
             assert "another scan is copying" in why
     wait_untracked(target.pid)
+
+
+def _on_cpu_ns(pid: int, tid: int) -> int:
+    """The thread's time on a CPU so far (schedstat: ns, not clock ticks)."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def test_the_scanner_arms_the_write_tracking_not_the_helper(targets):
+    """Protecting a heap's pages and taking that down walk its page tables
+    (tens of ms per GiB). The helper doing it is one of the target's
+    threads, in its scheduling group, and takes the core of a busy one: the
+    scanner does it through the helper's userfaultfd, and the helper's CPU
+    time over a whole tracking of 256 MiB is a small part of what the same
+    tracking costs it when it arms by itself (arm_here=False, the way of a
+    scanner that cannot take the descriptor). Both leave nothing behind."""
+    target = targets.start(PROGRAMS / "big_heap.c", "256")
+    opened = open_target(target.pid)
+    helper = opened.header.helper_tid
+
+    def helper_ns(arm_here: bool) -> int:
+        before = _on_cpu_ns(target.pid, helper)
+        with tracked_writes(opened, arm_here=arm_here) as ranges:
+            assert ranges > 0 and write_protected(target.pid)
+            armed_by_helper = _tracker_ranges(target.pid) > 0
+        wait_untracked(target.pid)
+        assert armed_by_helper != arm_here
+        return _on_cpu_ns(target.pid, helper) - before
+
+    itself = helper_ns(arm_here=False)
+    scanner_armed = helper_ns(arm_here=True)
+    assert scanner_armed * 8 < itself, (scanner_armed, itself)
+    exact(target, scan(target.pid, ScanOptions(snapshot="concurrent")))
+    wait_untracked(target.pid)
+
+
+def _switches(pid: int, tid: int) -> int:
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("voluntary_ctxt_switches"))
+
+
+@pytest.mark.parametrize("mode", [0, MODE_COW])
+def test_the_helper_sleeps_between_its_looks_at_a_long_tracking(targets, mode):
+    """While writes are tracked the helper looks at the scanner every
+    10 ms and sleeps between; the give-back it leaves for after the
+    tracking (due every 2 s) must not end its sleeps once its time has
+    passed, which made it spin on one of the target's cores for the rest of
+    the scan. Held for 300 of its sleeps (3 s, past that time), it stays
+    far below a busy thread's CPU."""
+    target = targets.start(PROGRAMS / "globals.c")
+    opened = open_target(target.pid)
+    helper = opened.header.helper_tid
+    with tracked_writes(opened, mode=mode):
+        cpu, slept = _on_cpu_ns(target.pid, helper), _switches(target.pid, helper)
+        while _switches(target.pid, helper) - slept < 300:
+            if _on_cpu_ns(target.pid, helper) - cpu > 500_000_000:
+                break  # spinning: it would never sleep 300 times
+            time.sleep(0.05)
+        used = _on_cpu_ns(target.pid, helper) - cpu
+    wait_untracked(target.pid)
+    assert used < 100_000_000, used
+
+
+@pytest.mark.parametrize("mode", ["copy", "concurrent"])
+def test_a_scanner_that_may_not_take_the_descriptor_leaves_the_arming_to_the_helper(targets, mode):
+    """Under systemd's @system-service filter pidfd_getfd kills the caller:
+    the scanner does not call it, and the helper arms and disarms the
+    tracking itself (the copy is then the classic one)."""
+    target = targets.start(PROGRAMS / "globals.c")
+    launcher = build(HERE / "programs" / "no_getfd.c")
+    res = subprocess.run(
+        [str(launcher), *CLI, "scan", str(target.pid), "--snapshot", mode, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    report = json.loads(res.stdout)
+    assert report["snapshot"] == mode, report["snapshot_note"]
+    assert report["leak_count"] == target.int("leak_count")
+    assert _tracker_ranges(target.pid) > 0  # the helper armed
+    wait_untracked(target.pid)
+
+
+def _tracker_ranges(pid: int) -> int:
+    """What the helper reported registering (0: the scanner arms)."""
+    addr = open_target(pid).header.write_tracker
+    with open(f"/proc/{pid}/mem", "rb") as f:
+        f.seek(addr)
+        raw = f.read(_native.abi_sizeof("ur_write_tracker"))
+    return _native.abi_decode("ur_write_tracker", raw)["ranges"]
 
 
 def test_scanner_killed_while_tracking_stops_the_tracking(targets):

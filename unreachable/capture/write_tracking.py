@@ -1,17 +1,19 @@
 """Have the shim's helper track the target's writes (abi.h struct
 ur_write_tracker), for the duration of a copy snapshot.
 
-The helper write-protects every private writable mapping with an
-asynchronous userfaultfd; the kernel then resolves each first write to a page
-by itself and reports the page as written in /proc/PID/pagemap. Tracking ends
-when the scan ends, or, if the scanner dies, as soon as the helper sees it
-gone: nothing stays protected.
+The helper opens an asynchronous userfaultfd; the scanner takes it
+(pidfd_getfd) and write-protects every private writable mapping through it
+(the helper does, where the scanner cannot take it). The kernel then
+resolves each first write to a page by itself and reports the page as
+written in /proc/PID/pagemap. Tracking ends when the scan ends, or, if the
+scanner dies, as soon as the helper sees it gone: nothing stays protected.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ from contextlib import contextmanager
 from unreachable import _native
 from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.target import Target, current_helper_tid
+from unreachable.errors import ScanError
+from unreachable.process.maps import read_maps
 from unreachable.process.status import pid_namespace, read_status, thread_seccomp
 
 IDLE, START, ON, STOP, FAILED = (
@@ -30,7 +34,8 @@ IDLE, START, ON, STOP, FAILED = (
     _native.TRACK_FAILED,
 )
 _TRACKER_SIZE = _native.abi_sizeof("ur_write_tracker")
-MODE_COW = 1  # abi.h UR_TRACK_MODE_COW
+MODE_COW = _native.TRACK_MODE_COW
+MODE_SCANNER = _native.TRACK_MODE_SCANNER
 # abi.h UR_TRACK_HEARTBEAT_MS is 2 s: a beat every 0.1 s leaves room for a
 # busy machine.
 HEARTBEAT_S = 0.1
@@ -84,12 +89,18 @@ def _trackable_helper(target: Target) -> int:
 
 
 @contextmanager
-def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
+def tracked_writes(target: Target, mode: int = 0, arm_here: bool = True) -> Iterator[int]:
     """Writes tracked until the block ends; yields the mappings tracked.
     Raises TrackingUnavailable, having changed nothing, when it cannot be.
     mode MODE_COW: the helper opens a synchronous userfaultfd and registers
-    nothing (copy_snapshot.py takes it)."""
+    nothing (copy_snapshot.py takes it). Otherwise the helper opens the
+    asynchronous one and, with arm_here, the scanner registers and
+    protects the target's mappings through a duplicate of it (_arm), so
+    that the page-table walks run in the scan's scheduling group; the
+    helper arms them itself where that duplicate cannot be had, or where
+    its shim predates MODE_SCANNER."""
     pid, addr = target.pid, target.header.write_tracker
+    _ended(pid)
     helper = _trackable_helper(target)
     # The helper watches the scanner's pid, in its own namespace; a scanner
     # outside it (the target in a container) has none there and beats instead.
@@ -99,6 +110,7 @@ def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
     except OSError as e:
         raise TrackingUnavailable(f"cannot write to the target's memory: {e.strerror}") from None
     started = False
+    uffd = -1
     beating = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(fd, addr, beating), daemon=True)
     try:
@@ -107,56 +119,136 @@ def tracked_writes(target: Target, mode: int = 0) -> Iterator[int]:
             t = _native.abi_decode("ur_write_tracker", os.pread(fd, _TRACKER_SIZE, addr))
             return t["cmd"], t["error"], t["ranges"]
 
-        deadline = time.monotonic() + STALE_STOP_S
-        while cmd()[0] == STOP and time.monotonic() < deadline:
-            time.sleep(0.002)
+        def wait_while(state: int, timeout_s: float) -> None:
+            deadline = time.monotonic() + timeout_s
+            while cmd()[0] == state and time.monotonic() < deadline:
+                time.sleep(0.002)
+
+        def start(asked: int) -> int:
+            nonlocal started, helper
+            _write_field(fd, addr, "reserved", asked)
+            _write_field(fd, addr, "cmd", START)
+            started = True
+            for attempt in range(NUDGE_TRIES):
+                try:
+                    _native.nudge_thread(helper)
+                    break
+                except OSError as e:
+                    # Gone: stepped aside, and its successor may be asleep already.
+                    if e.errno == errno.ESRCH and attempt + 1 < NUDGE_TRIES:
+                        if new := current_helper_tid(target):
+                            helper = new
+                            continue
+                    why = os.strerror(e.errno) if e.errno else e.strerror
+                    raise TrackingUnavailable(f"cannot wake the shim's helper: {why}") from None
+            deadline = time.monotonic() + START_TIMEOUT_S
+            delay = 0.0005
+            while (state := cmd())[0] == START and time.monotonic() < deadline:
+                time.sleep(delay)
+                # Polled at least every START_POLL_S: the scan waits for the
+                # helper's start (tens of ms on a big heap), and a backoff
+                # doubling past it added up to half of that again.
+                delay = min(delay * 2, START_POLL_S)
+            c, err, ranges = state
+            if c == FAILED:
+                started = False
+                raise TrackingUnavailable(_why_failed(err, pid))
+            if c != ON:
+                raise TrackingUnavailable("the shim's helper did not start write tracking")
+            return ranges
+
+        wait_while(STOP, STALE_STOP_S)
         if cmd()[0] == ON:
             raise TrackingUnavailable("another scan is copying this process")
         _write_field(fd, addr, "scanner_pid", 0 if foreign else os.getpid())
-        _write_field(fd, addr, "reserved", mode)
         # A copy-on-write snapshot's helper also ends it when the beats stop
         # (a stopped scanner serves no fault).
         if foreign or mode == MODE_COW:
             beat.start()
-        _write_field(fd, addr, "cmd", START)
-        started = True
-        for attempt in range(NUDGE_TRIES):
+        scanner_arms = mode == 0 and arm_here
+        ranges = start(MODE_SCANNER if scanner_arms else mode)
+        # An older shim armed by itself (ranges > 0) and takes it down.
+        if scanner_arms and ranges == 0:
+            uffd = helper_uffd(pid, asynchronous=True)
             try:
-                _native.nudge_thread(helper)
-                break
-            except OSError as e:
-                # Gone: stepped aside, and its successor may be asleep already.
-                if e.errno == errno.ESRCH and attempt + 1 < NUDGE_TRIES:
-                    if helper := current_helper_tid(target):
-                        continue
-                why = os.strerror(e.errno) if e.errno else e.strerror
-                raise TrackingUnavailable(f"cannot wake the shim's helper: {why}") from None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        delay = 0.0005
-        while (state := cmd())[0] == START and time.monotonic() < deadline:
-            time.sleep(delay)
-            # Polled at least every START_POLL_S: the scan waits for the
-            # helper's start (tens of ms on a big heap), and a backoff
-            # doubling past it added up to half of that again.
-            delay = min(delay * 2, START_POLL_S)
-        c, err, ranges = state
-        if c == FAILED:
-            started = False
-            raise TrackingUnavailable(_why_failed(err, pid))
-        if c != ON:
-            raise TrackingUnavailable("the shim's helper did not start write tracking")
+                ranges = _arm(uffd, pid) if uffd >= 0 else 0
+            except (OSError, ScanError):
+                ranges = 0
+            if ranges == 0:
+                # Not armed here (no duplicate, no pagemap, or no mapping
+                # the scanner could protect): the helper's own way.
+                if uffd >= 0:
+                    _disarm(uffd, pid)
+                    os.close(uffd)
+                    uffd = -1
+                _write_field(fd, addr, "cmd", STOP)
+                started = False
+                wait_while(STOP, STALE_STOP_S)
+                ranges = start(0)
         yield ranges
     finally:
-        try:
-            # A helper that gave up by itself is idle: leave its word alone.
-            if started and cmd()[0] in (START, ON):
-                _write_field(fd, addr, "cmd", STOP)
-        except OSError:
-            pass  # the target is gone
-        beating.set()
-        if beat.is_alive():
-            beat.join()
-        os.close(fd)
+
+        def end() -> None:
+            if uffd >= 0:
+                # Before the STOP: the helper's own walk then finds nothing
+                # left to unregister. Should the scanner die first, that
+                # walk does it.
+                _disarm(uffd, pid)
+                os.close(uffd)
+            try:
+                # A helper that gave up by itself is idle: leave its word alone.
+                if started and cmd()[0] in (START, ON):
+                    _write_field(fd, addr, "cmd", STOP)
+            except (OSError, ValueError):
+                pass  # the target is gone (its memory reads empty once it exits)
+            beating.set()
+            if beat.is_alive():
+                beat.join()
+            os.close(fd)
+
+        if uffd >= 0:
+            # Unregistering clears every page's protection (35-40 ms per GiB):
+            # beside the rest of the scan (fold, symbolize, report) rather
+            # than before it. The next tracking of the target, and the
+            # interpreter's exit, wait for it.
+            ending = threading.Thread(target=end, name="untrack")
+            _ending[pid] = ending
+            ending.start()
+        else:
+            end()
+
+
+# The tracking being taken down in the background, by target pid.
+_ending: dict[int, threading.Thread] = {}
+
+
+def _ended(pid: int) -> None:
+    if (ending := _ending.pop(pid, None)) is not None:
+        ending.join()
+
+
+def _arm(uffd: int, pid: int) -> int:
+    """Register and write-protect, through the helper's userfaultfd, what
+    the helper would (write_tracking.c track_mapping): every private
+    writable mapping. Returns how many; OSError without the pagemap."""
+    triples = [
+        (m.start, m.end, 1 if m.inode == 0 else 0)
+        for m in read_maps(pid)
+        if m.readable and m.writable and m.private
+    ]
+    flat = [x for t in triples for x in t]
+    return int(_native.track_arm(uffd, pid, struct.pack(f"<{len(flat)}Q", *flat)))
+
+
+def _disarm(uffd: int, pid: int) -> None:
+    """Unregister every mapping the target has now (one may have changed
+    its protection since it was armed), as the helper's teardown does."""
+    try:
+        maps = read_maps(pid)
+    except (OSError, ScanError):
+        return  # gone: nothing to take down
+    pairs = [x for m in maps for x in (m.start, m.end)]
+    _native.track_disarm(uffd, struct.pack(f"<{len(pairs)}Q", *pairs))
 
 
 def wait_untracked(target: Target, timeout_s: float = 2.0) -> bool:
@@ -165,6 +257,7 @@ def wait_untracked(target: Target, timeout_s: float = 2.0) -> bool:
     another snapshot stops the target once the helper is free again, not
     while it still holds the target's mmap lock. False when it has not by
     then (the next snapshot waits for it as before)."""
+    _ended(target.pid)
     addr = target.header.write_tracker
     deadline = time.monotonic() + timeout_s
     try:

@@ -97,6 +97,12 @@
  * takes it with pidfd_getfd, registers, protects and serves the target's
  * memory itself (a copy-on-write snapshot); the helper ends it the same
  * way, and runs no requests meanwhile. An older shim ignores the field.
+ * With reserved = UR_TRACK_MODE_SCANNER the helper opens the asynchronous
+ * userfaultfd and registers nothing (ranges = 0): the scanner takes it with
+ * pidfd_getfd, registers and protects the mappings itself and, before its
+ * STOP, unregisters them; the helper's teardown on STOP or on a vanished
+ * scanner is unchanged (it unregisters whatever is left). An older shim
+ * arms as in mode 0 and reports ranges > 0: the scanner then arms nothing.
  */
 #ifndef UNREACHABLE_ABI_H
 #define UNREACHABLE_ABI_H
@@ -150,8 +156,9 @@ enum ur_track_cmd {
 };
 /* ur_write_tracker.reserved as the mode: COW asks for a synchronous
  * userfaultfd, registered by the scanner (copy_snapshot.py); 0 the
- * asynchronous tracking. */
+ * asynchronous tracking; SCANNER the same, armed by the scanner. */
 #define UR_TRACK_MODE_COW 1u
+#define UR_TRACK_MODE_SCANNER 2u /* asynchronous, armed by the scanner */
 #define UR_TRACK_MAX_SECONDS 600u /* the longest scan (the scanner's own timeout) */
 #define UR_TRACK_HEARTBEAT_MS 2000u
 
