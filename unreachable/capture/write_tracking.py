@@ -99,123 +99,145 @@ def tracked_writes(target: Target, mode: int = 0, arm_here: bool = True) -> Iter
     that the page-table walks run in the scan's scheduling group; the
     helper arms them itself where that duplicate cannot be had, or where
     its shim predates MODE_SCANNER."""
-    pid, addr = target.pid, target.header.write_tracker
-    _ended(pid)
-    helper = _trackable_helper(target)
-    # The helper watches the scanner's pid, in its own namespace; a scanner
-    # outside it (the target in a container) has none there and beats instead.
-    foreign = pid_namespace(pid) != pid_namespace("self")
+    _ended(target.pid)
+    tracking = _Tracking(target, _trackable_helper(target))
     try:
-        fd = os.open(f"/proc/{pid}/mem", os.O_RDWR)
-    except OSError as e:
-        raise TrackingUnavailable(f"cannot write to the target's memory: {e.strerror}") from None
-    started = False
-    uffd = -1
-    beating = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(fd, addr, beating), daemon=True)
-    try:
+        yield tracking.begin(mode, arm_here)
+    finally:
+        tracking.finish()
 
-        def cmd() -> tuple[int, int, int]:
-            t = _native.abi_decode("ur_write_tracker", os.pread(fd, _TRACKER_SIZE, addr))
-            return t["cmd"], t["error"], t["ranges"]
 
-        def wait_while(state: int, timeout_s: float) -> None:
-            deadline = time.monotonic() + timeout_s
-            while cmd()[0] == state and time.monotonic() < deadline:
-                time.sleep(0.002)
+class _Tracking:
+    """One tracking of a target's writes, spoken through its tracker's
+    fields in /proc/PID/mem."""
 
-        def start(asked: int) -> int:
-            nonlocal started, helper
-            _write_field(fd, addr, "reserved", asked)
-            _write_field(fd, addr, "cmd", START)
-            started = True
-            for attempt in range(NUDGE_TRIES):
-                try:
-                    _native.nudge_thread(helper)
-                    break
-                except OSError as e:
-                    # Gone: stepped aside, and its successor may be asleep already.
-                    if e.errno == errno.ESRCH and attempt + 1 < NUDGE_TRIES:
-                        if new := current_helper_tid(target):
-                            helper = new
-                            continue
-                    why = os.strerror(e.errno) if e.errno else e.strerror
-                    raise TrackingUnavailable(f"cannot wake the shim's helper: {why}") from None
-            deadline = time.monotonic() + START_TIMEOUT_S
-            delay = 0.0005
-            while (state := cmd())[0] == START and time.monotonic() < deadline:
-                time.sleep(delay)
-                # Polled at least every START_POLL_S: the scan waits for the
-                # helper's start (tens of ms on a big heap), and a backoff
-                # doubling past it added up to half of that again.
-                delay = min(delay * 2, START_POLL_S)
-            c, err, ranges = state
-            if c == FAILED:
-                started = False
-                raise TrackingUnavailable(_why_failed(err, pid))
-            if c != ON:
-                raise TrackingUnavailable("the shim's helper did not start write tracking")
-            return ranges
+    def __init__(self, target: Target, helper: int) -> None:
+        self.target, self.helper = target, helper
+        self.pid, self.addr = target.pid, target.header.write_tracker
+        try:
+            self.fd = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
+        except OSError as e:
+            raise TrackingUnavailable(
+                f"cannot write to the target's memory: {e.strerror}"
+            ) from None
+        self.started = False
+        self.uffd = -1  # the helper's descriptor, where the scanner armed through it
+        self.beating = threading.Event()
+        self.beat = threading.Thread(
+            target=_heartbeat, args=(self.fd, self.addr, self.beating), daemon=True
+        )
 
-        wait_while(STOP, STALE_STOP_S)
-        if cmd()[0] == ON:
+    def cmd(self) -> tuple[int, int, int]:
+        t = _native.abi_decode("ur_write_tracker", os.pread(self.fd, _TRACKER_SIZE, self.addr))
+        return t["cmd"], t["error"], t["ranges"]
+
+    def wait_while(self, state: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.cmd()[0] == state and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    def begin(self, mode: int, arm_here: bool) -> int:
+        self.wait_while(STOP, STALE_STOP_S)
+        if self.cmd()[0] == ON:
             raise TrackingUnavailable("another scan is copying this process")
-        _write_field(fd, addr, "scanner_pid", 0 if foreign else os.getpid())
+        # The helper watches the scanner's pid, in its own namespace; a scanner
+        # outside it (the target in a container) has none there and beats instead.
+        foreign = pid_namespace(self.pid) != pid_namespace("self")
+        _write_field(self.fd, self.addr, "scanner_pid", 0 if foreign else os.getpid())
         # A copy-on-write snapshot's helper also ends it when the beats stop
         # (a stopped scanner serves no fault).
         if foreign or mode == MODE_COW:
-            beat.start()
-        scanner_arms = mode == 0 and arm_here
-        ranges = start(MODE_SCANNER if scanner_arms else mode)
+            self.beat.start()
+        if mode != 0 or not arm_here:
+            return self.start(mode)
+        ranges = self.start(MODE_SCANNER)
         # An older shim armed by itself (ranges > 0) and takes it down.
-        if scanner_arms and ranges == 0:
-            uffd = helper_uffd(pid, asynchronous=True)
-            try:
-                ranges = _arm(uffd, pid) if uffd >= 0 else 0
-            except (OSError, ScanError):
-                ranges = 0
-            if ranges == 0:
-                # Not armed here (no duplicate, no pagemap, or no mapping
-                # the scanner could protect): the helper's own way.
-                if uffd >= 0:
-                    _disarm(uffd, pid)
-                    os.close(uffd)
-                    uffd = -1
-                _write_field(fd, addr, "cmd", STOP)
-                started = False
-                wait_while(STOP, STALE_STOP_S)
-                ranges = start(0)
-        yield ranges
-    finally:
+        return ranges or self.arm_here()
 
-        def end() -> None:
-            if uffd >= 0:
-                # Before the STOP: the helper's own walk then finds nothing
-                # left to unregister. Should the scanner die first, that
-                # walk does it.
-                _disarm(uffd, pid)
-                os.close(uffd)
-            try:
-                # A helper that gave up by itself is idle: leave its word alone.
-                if started and cmd()[0] in (START, ON):
-                    _write_field(fd, addr, "cmd", STOP)
-            except (OSError, ValueError):
-                pass  # the target is gone (its memory reads empty once it exits)
-            beating.set()
-            if beat.is_alive():
-                beat.join()
-            os.close(fd)
+    def arm_here(self) -> int:
+        """Arm through the helper's descriptor; where that arms nothing (no
+        duplicate, no pagemap, no mapping the scanner could protect), the
+        helper's own way."""
+        self.uffd = helper_uffd(self.pid, asynchronous=True)
+        try:
+            ranges = _arm(self.uffd, self.pid) if self.uffd >= 0 else 0
+        except (OSError, ScanError):
+            ranges = 0
+        if ranges:
+            return ranges
+        if self.uffd >= 0:
+            _disarm(self.uffd, self.pid)
+            os.close(self.uffd)
+            self.uffd = -1
+        _write_field(self.fd, self.addr, "cmd", STOP)
+        self.started = False
+        self.wait_while(STOP, STALE_STOP_S)
+        return self.start(0)
 
-        if uffd >= 0:
-            # Unregistering clears every page's protection (35-40 ms per GiB):
-            # beside the rest of the scan (fold, symbolize, report) rather
-            # than before it. The next tracking of the target, and the
-            # interpreter's exit, wait for it.
-            ending = threading.Thread(target=end, name="untrack")
-            _ending[pid] = ending
-            ending.start()
-        else:
-            end()
+    def start(self, asked: int) -> int:
+        _write_field(self.fd, self.addr, "reserved", asked)
+        _write_field(self.fd, self.addr, "cmd", START)
+        self.started = True
+        self.nudge()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        delay = 0.0005
+        while (state := self.cmd())[0] == START and time.monotonic() < deadline:
+            time.sleep(delay)
+            # Polled at least every START_POLL_S: the scan waits for the
+            # helper's start (tens of ms on a big heap), and a backoff
+            # doubling past it added up to half of that again.
+            delay = min(delay * 2, START_POLL_S)
+        c, err, ranges = state
+        if c == FAILED:
+            self.started = False
+            raise TrackingUnavailable(_why_failed(err, self.pid))
+        if c != ON:
+            raise TrackingUnavailable("the shim's helper did not start write tracking")
+        return ranges
+
+    def nudge(self) -> None:
+        for attempt in range(NUDGE_TRIES):
+            try:
+                _native.nudge_thread(self.helper)
+                return
+            except OSError as e:
+                # Gone: stepped aside, and its successor may be asleep already.
+                if e.errno == errno.ESRCH and attempt + 1 < NUDGE_TRIES:
+                    if new := current_helper_tid(self.target):
+                        self.helper = new
+                        continue
+                why = os.strerror(e.errno) if e.errno else e.strerror
+                raise TrackingUnavailable(f"cannot wake the shim's helper: {why}") from None
+
+    def finish(self) -> None:
+        if self.uffd < 0:
+            self.end()
+            return
+        # Unregistering clears every page's protection (35-40 ms per GiB):
+        # beside the rest of the scan (fold, symbolize, report) rather
+        # than before it. The next tracking of the target, and the
+        # interpreter's exit, wait for it.
+        ending = threading.Thread(target=self.end, name="untrack")
+        _ending[self.pid] = ending
+        ending.start()
+
+    def end(self) -> None:
+        if self.uffd >= 0:
+            # Before the STOP: the helper's own walk then finds nothing
+            # left to unregister. Should the scanner die first, that
+            # walk does it.
+            _disarm(self.uffd, self.pid)
+            os.close(self.uffd)
+        try:
+            # A helper that gave up by itself is idle: leave its word alone.
+            if self.started and self.cmd()[0] in (START, ON):
+                _write_field(self.fd, self.addr, "cmd", STOP)
+        except (OSError, ValueError):
+            pass  # the target is gone (its memory reads empty once it exits)
+        self.beating.set()
+        if self.beat.is_alive():
+            self.beat.join()
+        os.close(self.fd)
 
 
 # The tracking being taken down in the background, by target pid.
