@@ -17,44 +17,7 @@
 #include <unistd.h>
 
 #include "native.h"
-#include "unreachable/linux_compat.h"
-
-/* As in the helper: each walk over the page tables holds the target's mmap
- * lock (for writing while unregistering), so it is let go every 8 MiB. */
-#define WALK_CHUNK ((uint64_t)8 << 20)
-
-/* Only the pages that exist, as the helper does (write_tracking.c
- * protect_present says why); the output vector keeps the kernel off its
- * fast path that marks absent pages. */
-static int protect_present(int pagemap, uint64_t lo, uint64_t hi) {
-  struct page_region vec[256];
-  for (uint64_t pos = lo; pos < hi;) {
-    struct pm_scan_arg a = {
-        .size = sizeof(a),
-        .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
-        .start = pos,
-        .end = hi - pos > WALK_CHUNK ? pos + WALK_CHUNK : hi,
-        .vec = (uint64_t)(uintptr_t)vec,
-        .vec_len = sizeof vec / sizeof vec[0],
-        .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        .return_mask = PAGE_IS_PRESENT,
-    };
-    if (ioctl(pagemap, PAGEMAP_SCAN, &a) < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (a.walk_end <= pos) return -1;
-    pos = a.walk_end;
-  }
-  return 0;
-}
-
-static void unregister(int uffd, uint64_t lo, uint64_t hi) {
-  for (uint64_t pos = lo; pos < hi; pos += WALK_CHUNK) {
-    struct uffdio_range range = {pos, hi - pos > WALK_CHUNK ? WALK_CHUNK : hi - pos};
-    ioctl(uffd, UFFDIO_UNREGISTER, &range);
-  }
-}
+#include "unreachable/write_protect.h"
 
 PyObject *ur_py_track_arm(PyObject *Py_UNUSED(self), PyObject *args) {
   int uffd, pid;
@@ -70,6 +33,7 @@ PyObject *ur_py_track_arm(PyObject *Py_UNUSED(self), PyObject *args) {
   const uint64_t *r = ranges.buf;
   size_t nr = (size_t)ranges.len / 24;
   unsigned long armed = 0;
+  struct page_region vec[256];
   Py_BEGIN_ALLOW_THREADS
   for (size_t i = 0; i < nr; i++) {
     uint64_t lo = r[3 * i], hi = r[3 * i + 1];
@@ -80,7 +44,7 @@ PyObject *ur_py_track_arm(PyObject *Py_UNUSED(self), PyObject *args) {
     if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0) continue;
     int rc;
     if (anonymous) {
-      rc = protect_present(pagemap, lo, hi);
+      rc = ur_protect_present(pagemap, lo, hi, vec, sizeof vec / sizeof vec[0]);
     } else {
       /* A file's absent page is not zero: only a marker keeps it
        * protected once the scan's read faults it in. */
@@ -91,7 +55,7 @@ PyObject *ur_py_track_arm(PyObject *Py_UNUSED(self), PyObject *args) {
     if (rc == 0)
       armed++;
     else
-      unregister(uffd, lo, hi);
+      ur_unregister_pieces(uffd, lo, hi);
   }
   Py_END_ALLOW_THREADS
   close(pagemap);
@@ -106,7 +70,7 @@ PyObject *ur_py_track_disarm(PyObject *Py_UNUSED(self), PyObject *args) {
   const uint64_t *r = ranges.buf;
   size_t nr = (size_t)ranges.len / 16;
   Py_BEGIN_ALLOW_THREADS
-  for (size_t i = 0; i < nr; i++) unregister(uffd, r[2 * i], r[2 * i + 1]);
+  for (size_t i = 0; i < nr; i++) ur_unregister_pieces(uffd, r[2 * i], r[2 * i + 1]);
   Py_END_ALLOW_THREADS
   PyBuffer_Release(&ranges);
   Py_RETURN_NONE;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "self_maps.h"
-#include "unreachable/linux_compat.h"
+#include "unreachable/write_protect.h"
 
 
 #define POLL_NS (10 * 1000 * 1000) /* how soon a STOP or a vanished scanner is seen */
@@ -30,13 +30,6 @@ static int g_pagemap = -1; /* the helper's pagemap, while tracking starts */
  * of it and stay); mappings past it are left untracked, which the scanner
  * reads again at the stop (present pages only). */
 #define WHOLE_PROTECT_MAX ((uint64_t)4 << 30)
-/* The most one walk over the page tables covers at a time. Unregistering
- * holds the mmap lock for writing while it clears the protection of every
- * page (about 35 ms per GiB of present pages), and protecting holds it for
- * reading (10-18 ms per GiB): meanwhile every thread that maps, unmaps,
- * changes protections (glibc growing an arena) or faults waits. In pieces,
- * the lock is let go between them: no thread waits longer than one. */
-#define WALK_CHUNK ((uint64_t)8 << 20)
 static uint64_t g_whole_protected;
 
 uint32_t ur_write_tracking_word(void) {
@@ -86,35 +79,10 @@ static int open_uffd(void) {
   return fd;
 }
 
-/* Anonymous memory: only the pages that exist. UFFDIO_WRITEPROTECT would
- * put a marker in every absent page too, building page tables for all of a
- * sparse reservation (measured: 128 MiB of them for 64 GiB reserved, kept
- * after the scan); an absent anonymous page is zero, which the scanner
- * knows without reading it, and one that appears later carries no
- * protection, so the scanner sees it written. The walk is given an output
- * vector although nothing reads it: without one the kernel takes a fast
- * path that marks the absent pages of every page table it passes. */
+/* Anonymous memory: only the pages that exist (write_protect.h). */
 static int protect_present(uint64_t lo, uint64_t hi) {
   static struct page_region vec[256]; /* helper thread only */
-  for (uint64_t pos = lo; pos < hi;) {
-    struct pm_scan_arg a = {
-        .size = sizeof(a),
-        .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
-        .start = pos,
-        .end = hi - pos > WALK_CHUNK ? pos + WALK_CHUNK : hi,
-        .vec = (uint64_t)(uintptr_t)vec,
-        .vec_len = sizeof vec / sizeof vec[0],
-        .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        .return_mask = PAGE_IS_PRESENT,
-    };
-    if (ioctl(g_pagemap, PAGEMAP_SCAN, &a) < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (a.walk_end <= pos) return -1;
-    pos = a.walk_end;
-  }
-  return 0;
+  return ur_protect_present(g_pagemap, lo, hi, vec, sizeof vec / sizeof vec[0]);
 }
 
 /* Every private writable mapping: registered, then its pages
@@ -151,19 +119,11 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
 
 /* Closing the descriptor unregisters too, but only once its last copy is
  * closed, and a child forked meanwhile without our atfork handler holds one
- * (so does a copy-on-write snapshot's scanner, stopped or not).
- * UFFDIO_UNREGISTER wakes the range's waiters before it clears the range's
- * protection, and a thread that faults under the per-VMA lock in between
- * waits after that wake, until the last copy is closed: the wake after it
- * lets it go. */
+ * (so does a copy-on-write snapshot's scanner, stopped or not). */
 static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
   (void)rest;
   (void)arg;
-  for (uint64_t pos = lo; pos < hi; pos += WALK_CHUNK) {
-    struct uffdio_range range = {pos, hi - pos > WALK_CHUNK ? WALK_CHUNK : hi - pos};
-    ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
-    ioctl(g_uffd, UFFDIO_WAKE, &range);
-  }
+  ur_unregister_pieces(g_uffd, lo, hi);
   return 0;
 }
 
