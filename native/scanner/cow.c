@@ -14,6 +14,7 @@
 
 #include "memory.h"
 #include "unreachable/linux_compat.h"
+#include "unreachable/write_protect.h"
 
 #define PAGE 4096u
 #define SLAB (2u << 20)
@@ -414,13 +415,9 @@ void ur_cow_close(struct ur_cow *c) {
     for (size_t i = 0; i < c->nranges; i++) {
       /* Unregistering clears the range's write protection (Linux 6.0 on;
        * a copy-on-write snapshot needs 6.7): one walk of the page tables,
-       * not two. It wakes the range's waiters before it clears, and a
-       * thread that faults under the per-VMA lock in between waits after
-       * that wake, until the helper's copy of the descriptor is closed
-       * too: the wake after it lets that thread go now. */
-      struct uffdio_range u = {c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]};
-      ioctl(c->uffd, UFFDIO_UNREGISTER, &u);
-      ioctl(c->uffd, UFFDIO_WAKE, &u);
+       * not two; in pieces, so the target's mmap lock is let go between
+       * them, each followed by its wake (write_protect.h). */
+      ur_unregister_pieces(c->uffd, c->ranges[2 * i], c->ranges[2 * i + 1]);
     }
   }
   if (c->serving) {
