@@ -61,13 +61,20 @@ def live_thread(pid: int) -> int:
     except (OSError, ValueError):
         return 0
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", errors="surrogateescape") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    return tid
-        except (OSError, IndexError):
-            continue  # exited since the listing
+        if thread_state(pid, tid) not in ("", "Z", "X"):  # "": exited since the listing
+            return tid
     return 0
+
+
+def thread_state(pid: int, tid: int | str) -> str:
+    """A thread's state letter in /proc/PID/task/TID/stat (R, S, D, T, Z,
+    ...); "" once it has exited. Its name, between the parentheses, is any
+    bytes the program gave it."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", errors="surrogateescape") as f:
+            return str(f.read().rsplit(")", 1)[1].split()[0])
+    except (OSError, IndexError):
+        return ""
 
 
 def resident_anonymous_bytes(pid: int) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from unreachable import _native
 from unreachable.capture.target import still_running
+from unreachable.process.status import thread_state
 
 MAX_MARK_THREADS = _native.CHILD_MAX_THREADS
 SWEEP_REPLY_SIZE = _native.abi_sizeof("ur_child_sweep_reply")
@@ -54,16 +55,7 @@ def busy_threads(pid: int, skip: Collection[int] = (), samples: int = BUSY_SAMPL
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             return 0
-        for tid in tids:
-            if int(tid) in skip:
-                continue
-            try:
-                # Bytes: a thread's name, between the parentheses, is any
-                # bytes the program gave it.
-                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                    seen += f.read().rsplit(b")", 1)[1].split()[0] == b"R"
-            except (OSError, IndexError):
-                continue  # exited meanwhile
+        seen += sum(thread_state(pid, tid) == "R" for tid in tids if int(tid) not in skip)
     return (2 * seen + samples) // (2 * samples)  # rounded half up
 
 
