@@ -70,7 +70,7 @@ def test_the_busy_threads_are_counted_before_any_snapshot(targets):
     only where a team is to be chosen for a mark beside the target."""
     cpus = len(os.sched_getaffinity(0))
     busy = targets.start(PROGRAM, str(cpus))
-    for snapshot in ("copy", "fork", "auto"):
+    for snapshot in ("copy", "fork", "concurrent", "auto"):
         assert gather_facts(busy.pid, ScanOptions(snapshot=snapshot)).busy_threads == cpus
     assert gather_facts(busy.pid, ScanOptions(snapshot="stopped")).busy_threads is None
     named = ScanOptions(snapshot="copy", mark_threads=1)

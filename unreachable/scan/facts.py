@@ -136,7 +136,7 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     # writing thread in a fault for a moment, not busy as it looks then.
     busy = (
         busy_threads(pid, (target.header.helper_tid,))
-        if not options.mark_threads and options.snapshot in ("auto", "copy", "fork")
+        if not options.mark_threads and options.snapshot != "stopped"
         else None
     )
     return Facts(

@@ -75,9 +75,9 @@ class MarkOver:
 def default_team(snapshot: str, facts: Facts) -> int:
     """The marking team when the user names none: the whole team for a
     stopped scan (and a core file), else the CPUs the target's busy
-    threads leave free (a copy snapshot's mark and the snapshot child's
-    run beside the target)."""
-    if snapshot not in ("copy", "fork"):
+    threads leave free (a copy snapshot's mark, the snapshot child's and
+    the concurrent mark run beside the target)."""
+    if snapshot not in ("copy", "fork", "concurrent"):
         return default_mark_threads()
     pid = facts.target.pid if facts.target else facts.pid
     helper = facts.target.header.helper_tid if facts.target else 0
