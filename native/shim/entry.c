@@ -16,7 +16,10 @@
 
 /* A call made while the thread does the shim's own work (ur_tls.busy):
  * glibc allocating for pthread_create or pthread_getattr_np, a signal
- * handler interrupting the shim. It is registered like any other call, or
+ * handler interrupting the shim; or while its slot announces an operation
+ * (threads.h ur_slot_op): a signal handler's call landing inside malloc,
+ * free or realloc, whose announcement must outlive the handler. It is
+ * registered like any other call, or
  * the registry would disagree with glibc once the block changed hands, but
  * it is announced in the thread's spare slot (its real slot may name the
  * operation this one is nested in), starts no helper, attaches no slot and
@@ -54,7 +57,7 @@ static int nested_begin(struct ur_thread_slot **out) {
 __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_t op,
                                             const void *in, size_t in_size) {
   for (;;) {
-    if (ur_tls.busy) return nested_begin(out);
+    if (ur_tls.busy || (ur_tls.slot && ur_slot_op(ur_tls.slot))) return nested_begin(out);
     uint32_t f = ur_load32(&ur_g.slow);
     if (f & UR_SLOW_UNINIT) {
       ur_init();

@@ -27,7 +27,7 @@ static inline __attribute__((always_inline)) struct ur_thread_slot *ur_begin(uin
                                                                             const void *in,
                                                                             size_t in_size) {
   struct ur_thread_slot *s = ur_tls.slot;
-  if (UR_LIKELY(s != NULL && !ur_tls.busy)) {
+  if (UR_LIKELY(s != NULL && !(ur_tls.busy | ur_slot_op(s)))) {
     ur_announce(s, op, in, in_size);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
     if (UR_LIKELY((ur_load32(&ur_g.slow) & ~UR_SLOW_NOT_A_REASON) == 0)) return s;

@@ -96,7 +96,7 @@ __attribute__((noinline)) static void free_slow(void *p) {
  * thread's registers or frame, wherever the registry holds it. */
 static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
   struct ur_thread_slot *s = ur_tls.slot;
-  if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return malloc_slow(n);
+  if (UR_UNLIKELY(s == NULL || (ur_tls.busy | ur_slot_op(s)))) return malloc_slow(n);
   ur_announce_op(s, UR_OP_MALLOC);
   __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier (ur_go_multi, malloc_disable) */
   if (UR_UNLIKELY(ur_load32(&ur_g.slow) & ~UR_SLOW_SINGLE)) {
@@ -118,7 +118,7 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
 
 static inline __attribute__((always_inline)) void do_free(void *p) {
   struct ur_thread_slot *s = ur_tls.slot;
-  if (UR_UNLIKELY(s == NULL || ur_tls.busy)) return free_slow(p);
+  if (UR_UNLIKELY(s == NULL || (ur_tls.busy | ur_slot_op(s)))) return free_slow(p);
   ur_announce_op(s, UR_OP_FREE);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   uint32_t f = ur_load32(&ur_g.slow);

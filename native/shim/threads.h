@@ -45,6 +45,18 @@ static inline void ur_announce(struct ur_thread_slot *s, uint32_t op, const void
   __atomic_store_n(&s->op, op, __ATOMIC_RELEASE);
 }
 
+/* The operation the slot announces already (UR_OP_NONE: none): a call that finds one
+ * is nested in it (a signal handler's, landing inside malloc, free or
+ * realloc) and takes the slow path's nested start (entry.c), which leaves
+ * the slot alone. Announcing and then clearing it there would leave the
+ * rest of the interrupted call unannounced, and a scan that stopped the
+ * thread in it would read the thread as outside the allocator. A load from
+ * the line the announcement stores to next, and a branch: the inline paths
+ * keep their one store. */
+static inline __attribute__((always_inline)) uint32_t ur_slot_op(const struct ur_thread_slot *s) {
+  return __atomic_load_n(&s->op, __ATOMIC_RELAXED);
+}
+
 /* Announce an operation that names no block (malloc's and free's inline
  * paths): the op alone. Their block is in the thread's registers or frame
  * at every instruction where the registry holds it, which a scan reads as

@@ -90,3 +90,15 @@ def test_fork_in_a_signal_handler_completes(shim: Path, options: str, args: tupl
         except subprocess.TimeoutExpired:
             pytest.fail("hung: a signal handler's fork waited on its own thread's locks")
         assert (result.returncode, result.stdout) == (0, "OK\n"), result.stderr
+
+
+def test_a_handler_that_allocates_keeps_the_operation_it_interrupted(shim: Path) -> None:
+    """A handler's malloc, calloc, realloc and free, landing while its thread
+    is inside one of them in the shim's code, leave the slot as they found
+    it: the op (and the blocks realloc names) still announced, as a scan
+    that stops the thread after the handler must read it. They cleared it,
+    and a scan took the rest of the outer call for the program's code."""
+    out = run_ok(program("signal_nested.c"), "200", "60", shim=shim)
+    hits, changed = (int(w) for w in out.split()[1::2])
+    assert hits > 0, out
+    assert changed == 0, out
