@@ -2,8 +2,14 @@
 
 The shim exports one dynamic symbol, `unreachable_descriptor`; its address in
 the target is the symbol's value plus the load bias of the shim's mapping.
-Only files named libunreachable_shim*.so are opened: parsing every mapped
+Files named libunreachable_shim*.so are opened first: parsing every mapped
 library's ELF to look for the symbol would cost a scan tens of milliseconds.
+Only when none of them is the shim are the other files the target preloads
+checked for the symbol: those LD_PRELOAD named when it started
+(/proc/PID/environ) and those /etc/ld.so.preload names (in the target's
+root), matched to its mappings by name or inode. So a shim a packager
+installed as libunreachable.so, or a copy under any other name, is found
+too, for one read of the environment more in a process that has no shim.
 """
 
 from __future__ import annotations
@@ -90,15 +96,44 @@ def _descriptor_value(elf: ElfImage) -> int:
     return -1
 
 
-def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
-    candidates: dict[str, Mapping] = {}
-    for m in mappings:
-        if m.path.startswith("/") and m.offset == 0 and m.path not in candidates:
-            candidates[m.path] = m
+def _shim_named(m: Mapping) -> bool:
+    return os.path.basename(mapped_path(m)).startswith(SHIM_PREFIX)
+
+
+def _preloaded(pid: int) -> tuple[set[str], set[int]]:
+    """The base names and inodes of the files the target preloads: LD_PRELOAD
+    as it started (spaces or colons between names, as ld.so reads it), and
+    /etc/ld.so.preload in its root. Empty where unreadable."""
+    words: list[str] = []
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for var in f.read().split(b"\0"):
+                if var.startswith(b"LD_PRELOAD="):
+                    words += var[11:].decode(errors="surrogateescape").replace(":", " ").split()
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/root/etc/ld.so.preload", errors="surrogateescape") as f:
+            words += f.read().replace(":", " ").split()
+    except OSError:
+        pass
+    inodes: set[int] = set()
+    for word in words:
+        if "/" not in word:
+            continue  # found on the library path: its name is the mapping's
+        base = f"/proc/{pid}/root" if word.startswith("/") else f"/proc/{pid}/cwd/"
+        try:
+            inodes.add(os.stat(base + word).st_ino)
+        except OSError:
+            pass
+    return {os.path.basename(w) for w in words}, inodes
+
+
+def _located(pid: int, found: list[Mapping]) -> tuple[ShimLocation | None, str]:
+    """The first of these mappings whose file exports the descriptor, and the
+    path of one whose file was replaced on disk ("" if none)."""
     stale = ""
-    for m in candidates.values():
-        if not os.path.basename(mapped_path(m)).startswith(SHIM_PREFIX):
-            continue
+    for m in found:
         # Through the target's root, so processes in other mount namespaces work.
         real, exact = file_for(pid, m, f"/proc/{pid}/root")
         if not exact:
@@ -112,7 +147,28 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
             continue
         if image.descriptor < 0:
             continue
-        return image.located(m.path, m.start)
+        return image.located(m.path, m.start), stale
+    return None, stale
+
+
+def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
+    candidates: dict[str, Mapping] = {}
+    for m in mappings:
+        if m.path.startswith("/") and m.offset == 0 and m.path not in candidates:
+            candidates[m.path] = m
+    found, stale = _located(pid, [m for m in candidates.values() if _shim_named(m)])
+    if found is None:
+        names, inodes = _preloaded(pid)
+        others = [
+            m
+            for m in candidates.values()
+            if not _shim_named(m)
+            and (os.path.basename(mapped_path(m)) in names or m.inode in inodes)
+        ]
+        # A stale one among them is not known to be a shim: not said.
+        found = _located(pid, others)[0] if others else None
+    if found is not None:
+        return found
     if stale:
         raise TargetNotShimmed(
             f"pid {pid} runs a shim ({stale}) that was replaced or deleted on disk after it"

@@ -1,0 +1,55 @@
+"""A shim under another file name (a packager's libunreachable.so, a copy):
+unreachable/capture/descriptor.py finds it through the names the target
+preloads, and the scan is a shimmed one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests.support.targets import wait_for_helper
+from unreachable.capture.target import open_target
+from unreachable.scan import ScanOptions, scan
+
+PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
+
+
+def test_a_renamed_shim_is_scanned_as_the_shim(targets, shim: Path, tmp_path: Path) -> None:
+    """Started with a copy of the shim named libmemhooks.so, the target is
+    scanned through the shim's registry, and its leaks come with their
+    allocation backtraces (the heap walk of a process without the shim has
+    none)."""
+    renamed = tmp_path / "libmemhooks.so"
+    shutil.copyfile(shim, renamed)
+    target = targets.start(
+        PROGRAMS / "globals.c",
+        preload=False,
+        env={"LD_PRELOAD": str(renamed), "UNREACHABLE_MALLOC_OPTIONS": "backtrace=16"},
+        wait_helper=False,
+    )
+    assert wait_for_helper(target.pid)
+    assert open_target(target.pid).shim.path == str(renamed)
+    report = scan(target.pid, ScanOptions())
+    assert report.allocations == "shim registry"
+    assert report.leak_count == target.int("leak_count") > 0
+    assert all(e.backtrace for e in report.leaks)
+
+
+def test_a_preloaded_name_found_on_the_library_path(targets, shim: Path, tmp_path: Path) -> None:
+    """LD_PRELOAD may name a file without a directory, which ld.so finds on
+    the library path: the name alone is matched to the mapping."""
+    shutil.copyfile(shim, tmp_path / "libunreachable.so")
+    target = targets.start(
+        PROGRAMS / "globals.c",
+        preload=False,
+        env={
+            "LD_PRELOAD": "libunreachable.so",
+            "LD_LIBRARY_PATH": str(tmp_path),
+            "UNREACHABLE_MALLOC_OPTIONS": "backtrace=16",
+        },
+        wait_helper=False,
+    )
+    assert wait_for_helper(target.pid)
+    report = scan(target.pid, ScanOptions())
+    assert report.allocations == "shim registry"
+    assert report.leak_count == target.int("leak_count") > 0
