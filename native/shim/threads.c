@@ -72,6 +72,11 @@ static void record_stack(struct ur_thread_slot *s) {
  * announce through this slot, so the scanner honours op in any state. */
 static void on_thread_exit(void *v) {
   struct ur_thread_slot *s = v;
+  /* An operation still announced will never finish: a signal handler that
+   * interrupted it ended the thread (pthread_exit, cancellation). Left, it
+   * kept malloc_disable waiting for ever and its blocks in flight for
+   * every scan. Its calls nested in the handler used the spare slot. */
+  if (__atomic_load_n(&s->op, __ATOMIC_RELAXED) != UR_OP_NONE) ur_leave(s);
   if (!s->stack_hi) record_stack(s); /* attached inside pthread_getattr_np */
   ur_debug_thread_done(); /* record_allocs: "TID: thread_done 0x0" */
   /* Once EXITED, the slot may go to a new thread, and with it the shards
@@ -182,9 +187,23 @@ void ur_go_multi(void) {
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (single)
-      while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE) sched_yield();
+      while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE && !ur_thread_gone(single))
+        sched_yield();
   }
   ur_unlock(&ur_g.multi_lock, &ur_g.multi_owner, 1);
+}
+
+int ur_thread_gone(struct ur_thread_slot *s) {
+  uint32_t tid = __atomic_load_n(&s->tid, __ATOMIC_ACQUIRE);
+  int saved = errno;
+  int gone = tid && syscall(SYS_tgkill, getpid(), (pid_t)tid, 0) != 0 && errno == ESRCH;
+  errno = saved;
+  if (!gone) return 0;
+  ur_leave(s);
+  uint32_t live = UR_THREAD_LIVE;
+  __atomic_compare_exchange_n(&s->state, &live, UR_THREAD_EXITED, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_RELAXED);
+  return 1;
 }
 
 void ur_threads_wait_quiescent(void) {
@@ -195,7 +214,7 @@ void ur_threads_wait_quiescent(void) {
     struct ur_thread_slot *s = &ur_g.threads[i];
     if (s == mine) continue;
     while (__atomic_load_n(&s->op, __ATOMIC_ACQUIRE) != UR_OP_NONE &&
-           __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UR_THREAD_FREE)
+           __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UR_THREAD_FREE && !ur_thread_gone(s))
       sched_yield();
   }
 }

@@ -22,7 +22,15 @@ void ur_go_multi(void);
 /* fork child: only the calling thread survives. */
 void ur_threads_after_fork_child(uint32_t new_tid);
 
-/* Wait until no thread but the caller is inside an entry point. */
+/* Whether the slot's thread has ended (the caller waits for its op to
+ * clear): then the slot is released as its exit would have left it, op
+ * and pairs cleared. A thread that ends inside a call without running its
+ * destructors (the raw exit system call from a signal handler) leaves its
+ * op set, and nothing else would clear it. */
+int ur_thread_gone(struct ur_thread_slot *s);
+
+/* Wait until no thread but the caller is inside an entry point (a thread
+ * gone meanwhile counts as outside). */
 void ur_threads_wait_quiescent(void);
 
 /* Slots [0, this) have been handed out at least once. */

@@ -102,3 +102,18 @@ def test_a_handler_that_allocates_keeps_the_operation_it_interrupted(shim: Path)
     hits, changed = (int(w) for w in out.split()[1::2])
     assert hits > 0, out
     assert changed == 0, out
+
+
+@pytest.mark.parametrize("how", ["pthread_exit", "raw"])
+def test_a_thread_ended_inside_realloc_is_waited_for_no_more(shim: Path, how: str) -> None:
+    """A thread a signal handler ends while it is inside realloc leaves its
+    slot announcing the call. With pthread_exit its exit clears it; with the
+    raw exit system call (no destructor runs) malloc_disable, waiting out
+    the threads inside the allocator, finds the thread gone and releases
+    its slot. Both waited for ever."""
+    out = run(program("exit_in_realloc.c"), how, "disable", shim=shim, timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    dead, enabled = out.stdout.splitlines()
+    if how == "pthread_exit":
+        assert " op=0 " in dead, dead
+    assert enabled == "ENABLED op=0 state=2", out.stdout

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from unreachable import _native
 from unreachable.capture.descriptor import disabled_reason
 from unreachable.capture.target import still_running
 from unreachable.errors import TargetNotFound, TargetNotShimmed
 from unreachable.process.memory import Memory
+from unreachable.process.status import pid_namespace
 
 THREAD_LIVE = _native.THREAD_LIVE
 THREAD_EXITED = _native.THREAD_EXITED
@@ -103,3 +105,20 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
         unregistered=raw["unregistered"],
         helper_frames=raw["helper_frames"],
     )
+
+
+def settle_gone_threads(registry: Registry, memory: Memory, stopped: Collection[int]) -> None:
+    """A slot that announces an operation for a thread not among those
+    stopped names nothing in flight: its thread ended inside the call (the
+    raw exit system call from a signal handler, which runs no destructor to
+    clear it: native/shim/threads.c) and the call will never finish, so its
+    blocks are the program's, leaked or not. Only where the slots' tids (the
+    target's gettid()) are the stop's: a target in this scanner's pid
+    namespace, not a core file."""
+    pid = memory if isinstance(memory, int) else memory.pid
+    ns = pid_namespace(pid) if stopped and pid else ""
+    if not ns or ns != pid_namespace("self"):
+        return
+    registry.threads = [
+        t if not t.op or t.tid in stopped else replace(t, op=0) for t in registry.threads
+    ]

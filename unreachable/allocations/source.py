@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from unreachable.allocations.registry import Registry, read_registry
+from unreachable.allocations.registry import Registry, read_registry, settle_gone_threads
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
 
@@ -56,7 +56,9 @@ class ShimRegistry:
         threads: Sequence[CapturedThread],
         entries: bool = True,
     ) -> Registry:
-        return read_registry(memory, self.descriptor_addr, entries)
+        registry = read_registry(memory, self.descriptor_addr, entries)
+        settle_gone_threads(registry, memory, {t.tid for t in threads})
+        return registry
 
 
 def _shim_registry(facts: Facts) -> AllocationSource:
