@@ -66,14 +66,16 @@ _libc.tee.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint
 _libc.tee.restype = ctypes.c_ssize_t
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Queue:
+    """One pipe or unix socket of the target, as the scanner holds it."""
+
     fd: int  # the scanner's duplicate (or reader) of the target's pipe or socket
     pipe: bool
     stream: bool
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class InFlight:
     """The target's pipes and unix sockets, and what they held in the pause."""
 

@@ -30,7 +30,7 @@ SCHEMA_VERSION = 1
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Codec:
     """A field that is a structure of its own (what suppressions and a
     baseline did to the report): its JSON keys at the report's top level,

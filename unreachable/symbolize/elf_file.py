@@ -43,6 +43,8 @@ class NotElf(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Section:
+    """One ELF section header."""
+
     name: str
     type: int
     flags: int
@@ -53,6 +55,8 @@ class Section:
 
 @dataclass(frozen=True, slots=True)
 class Load:
+    """One PT_LOAD program header."""
+
     offset: int
     vaddr: int
     filesz: int
