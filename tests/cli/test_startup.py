@@ -4,6 +4,7 @@ time, so what a scan does not use stays unimported."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,12 +42,37 @@ UNUSED = (
 )
 
 
-def imported_by_scan(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+# Imported by nothing a scan without backtraces does once the symbol cache
+# holds the mapped files' vtables: the C++ demangler (a c++filt subprocess)
+# and the symbol tables' reader run on a cache miss only; the daemon's, the
+# gRPC client's and the other commands' modules never.
+NOT_ONCE_CACHED = (
+    "subprocess",
+    "unreachable.symbolize.demangle",
+    "unreachable.symbolize.data_symbols",
+    "unreachable.rpc.scan_client",
+    "unreachable.rpc.convert",
+    "unreachable.triage.output",
+    "unreachable.heapdump",
+    "unreachable.retention",
+    "unreachable.analysis",
+    "unreachable.daemon",
+    "grpc",
+    "google.protobuf",
+    "sqlite3",
+    "asyncio",
+)
+
+
+def imported_by_scan(
+    *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     res = subprocess.run(
         [sys.executable, "-c", PROBE, "scan", *args],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     return res, set(json.loads(res.stderr.strip().splitlines()[-1]))
 
@@ -58,6 +84,21 @@ def test_scan_without_backtraces_imports_no_symbol_reader(targets):
     assert json.loads(res.stdout)["leak_count"] == 11
     assert "unreachable.report.json_report" in modules
     assert not modules & set(UNUSED), modules & set(UNUSED)
+
+
+def test_scan_with_its_symbol_cache_filled_starts_no_demangler(targets, tmp_path):
+    """The first scan reads the mapped files' vtables into the cache (and
+    demangles them); the next one imports neither reader."""
+    target = targets.start(PROGRAMS / "graph.c")
+    env = {**os.environ, "UNREACHABLE_CACHE_DIR": str(tmp_path / "cache")}
+    first, modules = imported_by_scan(str(target.pid), "--json", env=env)
+    assert first.returncode == 1, first.stderr
+    assert "unreachable.symbolize.demangle" in modules
+    res, modules = imported_by_scan(str(target.pid), "--json", env=env)
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["leak_count"] == 11
+    heavy = {m for m in modules for n in NOT_ONCE_CACHED if m == n or m.startswith(n + ".")}
+    assert not heavy, heavy
 
 
 def test_scan_with_backtraces_still_resolves_them(targets):
