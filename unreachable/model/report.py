@@ -98,7 +98,7 @@ class ScanReport:
 UNLISTED = "[leaks in no listed entry]"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Weights:
     """What the exports count for each entry, and the rest of the totals."""
 

@@ -41,7 +41,7 @@ class NotElf(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Section:
     """One ELF section header."""
 
@@ -53,7 +53,7 @@ class Section:
     link: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Load:
     """One PT_LOAD program header."""
 
