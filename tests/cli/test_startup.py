@@ -44,10 +44,12 @@ UNUSED = (
 
 # Imported by nothing a scan without backtraces does once the symbol cache
 # holds the mapped files' vtables: the C++ demangler (a c++filt subprocess)
-# and the symbol tables' reader run on a cache miss only; the daemon's, the
+# and the symbol tables' reader run on a cache miss only; socket for a
+# target with a unix socket only (graph.c has none); the daemon's, the
 # gRPC client's and the other commands' modules never.
 NOT_ONCE_CACHED = (
     "subprocess",
+    "socket",
     "unreachable.symbolize.demangle",
     "unreachable.symbolize.data_symbols",
     "unreachable.rpc.scan_client",
@@ -86,9 +88,10 @@ def test_scan_without_backtraces_imports_no_symbol_reader(targets):
     assert not modules & set(UNUSED), modules & set(UNUSED)
 
 
-def test_scan_with_its_symbol_cache_filled_starts_no_demangler(targets, tmp_path):
+def test_scan_with_its_symbol_cache_filled_imports_only_what_it_uses(targets, tmp_path):
     """The first scan reads the mapped files' vtables into the cache (and
-    demangles them); the next one imports neither reader."""
+    demangles them); the next one imports neither reader, and a target
+    without a unix socket needs no socket module."""
     target = targets.start(PROGRAMS / "graph.c")
     env = {**os.environ, "UNREACHABLE_CACHE_DIR": str(tmp_path / "cache")}
     first, modules = imported_by_scan(str(target.pid), "--json", env=env)
