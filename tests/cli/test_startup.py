@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
 # Runs the CLI, then says on stderr's last line which modules it imported.
 PROBE = """
@@ -88,16 +90,17 @@ def test_scan_without_backtraces_imports_no_symbol_reader(targets):
     assert not modules & set(UNUSED), modules & set(UNUSED)
 
 
-def test_scan_with_its_symbol_cache_filled_imports_only_what_it_uses(targets, tmp_path):
+@pytest.mark.parametrize("snapshot", ["auto", "fork", "copy", "stopped"])
+def test_scan_with_its_symbol_cache_filled_imports_only_what_it_uses(targets, tmp_path, snapshot):
     """The first scan reads the mapped files' vtables into the cache (and
     demangles them); the next one imports neither reader, and a target
-    without a unix socket needs no socket module."""
+    without a unix socket needs no socket module, whatever its snapshot."""
     target = targets.start(PROGRAMS / "graph.c")
     env = {**os.environ, "UNREACHABLE_CACHE_DIR": str(tmp_path / "cache")}
     first, modules = imported_by_scan(str(target.pid), "--json", env=env)
     assert first.returncode == 1, first.stderr
     assert "unreachable.symbolize.demangle" in modules
-    res, modules = imported_by_scan(str(target.pid), "--json", env=env)
+    res, modules = imported_by_scan(str(target.pid), "--json", "--snapshot", snapshot, env=env)
     assert res.returncode == 1, res.stderr
     assert json.loads(res.stdout)["leak_count"] == 11
     heavy = {m for m in modules for n in NOT_ONCE_CACHED if m == n or m.startswith(n + ".")}
