@@ -4,9 +4,12 @@ time, so what a scan does not use stays unimported."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
 # Runs the CLI, then says on stderr's last line which modules it imported.
@@ -41,12 +44,39 @@ UNUSED = (
 )
 
 
-def imported_by_scan(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+# Imported by nothing a scan without backtraces does once the symbol cache
+# holds the mapped files' vtables: the C++ demangler (a c++filt subprocess)
+# and the symbol tables' reader run on a cache miss only; socket for a
+# target with a unix socket only (graph.c has none); the daemon's, the
+# gRPC client's and the other commands' modules never.
+NOT_ONCE_CACHED = (
+    "subprocess",
+    "socket",
+    "unreachable.symbolize.demangle",
+    "unreachable.symbolize.data_symbols",
+    "unreachable.rpc.scan_client",
+    "unreachable.rpc.convert",
+    "unreachable.triage.output",
+    "unreachable.heapdump",
+    "unreachable.retention",
+    "unreachable.analysis",
+    "unreachable.daemon",
+    "grpc",
+    "google.protobuf",
+    "sqlite3",
+    "asyncio",
+)
+
+
+def imported_by_scan(
+    *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     res = subprocess.run(
         [sys.executable, "-c", PROBE, "scan", *args],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     return res, set(json.loads(res.stderr.strip().splitlines()[-1]))
 
@@ -60,6 +90,23 @@ def test_scan_without_backtraces_imports_no_symbol_reader(targets):
     assert not modules & set(UNUSED), modules & set(UNUSED)
 
 
+@pytest.mark.parametrize("snapshot", ["auto", "fork", "copy", "stopped"])
+def test_scan_with_its_symbol_cache_filled_imports_only_what_it_uses(targets, tmp_path, snapshot):
+    """The first scan reads the mapped files' vtables into the cache (and
+    demangles them); the next one imports neither reader, and a target
+    without a unix socket needs no socket module, whatever its snapshot."""
+    target = targets.start(PROGRAMS / "graph.c")
+    env = {**os.environ, "UNREACHABLE_CACHE_DIR": str(tmp_path / "cache")}
+    first, modules = imported_by_scan(str(target.pid), "--json", env=env)
+    assert first.returncode == 1, first.stderr
+    assert "unreachable.symbolize.demangle" in modules
+    res, modules = imported_by_scan(str(target.pid), "--json", "--snapshot", snapshot, env=env)
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["leak_count"] == 11
+    heavy = {m for m in modules for n in NOT_ONCE_CACHED if m == n or m.startswith(n + ".")}
+    assert not heavy, heavy
+
+
 def test_scan_with_backtraces_still_resolves_them(targets):
     target = targets.start(PROGRAMS / "graph.c", options="backtrace=16")
     res, modules = imported_by_scan(str(target.pid), "--format", "collapsed")
@@ -71,14 +118,21 @@ def test_scan_with_backtraces_still_resolves_them(targets):
 
 
 # Runs the CLI, then the exit handlers it registered, and says on stderr's
-# last line whether the collector was left enabled and what the handlers froze.
+# last line whether the collector was left enabled, the most objects one of
+# the command's collections walked (its young generation's), and what the
+# handlers froze.
 EXIT_PROBE = """
 import atexit, gc, json, sys
+walked = []
+gc.callbacks.append(
+    lambda phase, info: phase == "start" and walked.append(len(gc.get_objects(info["generation"])))
+)
 from unreachable.cli.main import main
 code = main(sys.argv[1:])
 enabled = gc.isenabled()
+gc.callbacks.clear()
 atexit._run_exitfuncs()
-print(json.dumps([enabled, gc.get_freeze_count()]), file=sys.stderr)
+print(json.dumps([enabled, max(walked, default=0), gc.get_freeze_count()]), file=sys.stderr)
 sys.exit(code)
 """
 
@@ -86,7 +140,9 @@ sys.exit(code)
 def test_the_collector_is_left_as_found_and_frozen_at_exit(targets):
     """The interpreter's last collection at exit walked every object of the
     modules a scan imports (~10 ms of every scan): the CLI freezes them at
-    exit instead, and an in-process caller gets its collector back enabled."""
+    exit instead, and an in-process caller gets its collector back enabled.
+    They are frozen once imported: the scan's collections walk only what
+    it made (the first one walked the imports' 10,000 young objects before)."""
     target = targets.start(PROGRAMS / "graph.c")
     res = subprocess.run(
         [sys.executable, "-c", EXIT_PROBE, "scan", str(target.pid), "--json"],
@@ -95,5 +151,6 @@ def test_the_collector_is_left_as_found_and_frozen_at_exit(targets):
         timeout=120,
     )
     assert res.returncode == 1, res.stderr
-    enabled, frozen = json.loads(res.stderr.strip().splitlines()[-1])
+    enabled, walked, frozen = json.loads(res.stderr.strip().splitlines()[-1])
     assert enabled and frozen > 0
+    assert walked < 5_000, walked

@@ -16,7 +16,7 @@ THREAD_LIVE = _native.THREAD_LIVE
 THREAD_EXITED = _native.THREAD_EXITED
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ThreadSlot:
     """A thread as the shim knows it, with the operation it is inside, if any."""
 
@@ -38,8 +38,10 @@ class ThreadSlot:
         return [(p, s) for p, s in blocks if p]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Registry:
+    """The shim's registry of live allocations, decoded."""
+
     allocs: memoryview  # flat u64: begin0, size0, begin1, size1, ...; sorted by begin
     stack_ids: memoryview  # u32 per allocation, same order
     threads: list[ThreadSlot]

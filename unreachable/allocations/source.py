@@ -42,7 +42,7 @@ class AllocationSource(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ShimRegistry:
     """The shim's registry, found at its descriptor (capture/descriptor.py)."""
 

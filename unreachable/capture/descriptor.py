@@ -32,8 +32,10 @@ SHIM_PREFIX = "libunreachable_shim"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ShimLocation:
+    """Where the shim is mapped in the target, and its descriptor there."""
+
     path: str  # as /proc/PID/maps names it (" (deleted)" included), to match mappings
     load_bias: int
     descriptor_addr: int
@@ -42,7 +44,7 @@ class ShimLocation:
     bss: tuple[int, int] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ShimImage:
     """What a scan reads of the shim's file: the descriptor symbol's value
     (-1: none), the vaddr of the PT_LOAD at file offset 0, and the .bss
@@ -190,8 +192,10 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
 DESCRIPTOR_SIZE = _native.abi_sizeof("ur_descriptor")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class DescriptorHeader:
+    """The shim's descriptor, as read from the target (abi.h struct ur_descriptor)."""
+
     enabled: bool
     helper_tid: int  # as the shim recorded it (open_target: as the scanner names it)
     helper_cmd: int

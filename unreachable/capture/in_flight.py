@@ -45,7 +45,6 @@ import errno
 import fcntl
 import functools
 import os
-import socket
 import struct
 import termios
 import threading
@@ -66,14 +65,16 @@ _libc.tee.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint
 _libc.tee.restype = ctypes.c_ssize_t
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Queue:
+    """One pipe or unix socket of the target, as the scanner holds it."""
+
     fd: int  # the scanner's duplicate (or reader) of the target's pipe or socket
     pipe: bool
     stream: bool
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class InFlight:
     """The target's pipes and unix sockets, and what they held in the pause."""
 
@@ -122,6 +123,10 @@ class InFlight:
         self.queues.append(_Queue(reader, True, True))
 
     def _add_socket(self, pidfd: int, fd: int) -> None:
+        # Imported for a target with a unix socket only (it and the modules
+        # it imports took 2.5 ms of every scan's start-up).
+        import socket
+
         dup = _getfd(pidfd, fd)
         if dup < 0:
             return
@@ -251,6 +256,8 @@ def _tee(source: int, budget: int) -> bytes:
 def _peek(fd: int, budget: int) -> list[bytes]:
     """The socket's receive queue, peeked message by message (a stream's in
     chunks); its SO_PEEK_OFF is restored."""
+    import socket  # as in _add_socket: the queues hold a socket
+
     s = socket.socket(fileno=os.dup(fd))
     try:
         try:

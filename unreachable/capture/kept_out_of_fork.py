@@ -46,8 +46,10 @@ KEPT_OUT_PREFER_COPY_BYTES = 16 << 20
 _PER_PROCESS = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class KeptOut:
+    """The target's memory a fork snapshot's child lacks, read in the pause."""
+
     mappings: list[Mapping] = field(default_factory=list)  # the target's, missing in the child
     words: bytes | bytearray = b""  # their contents at the snapshot, present pages only
     code: bytes = b""  # the part of words that is JIT code (roots/jit_code.py)

@@ -102,8 +102,10 @@ def _count(texts: list[bytes]) -> int:
     return sum(text.count(b"\ntfd:") for text in texts)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class KernelHeld:
+    """Pointers the kernel holds for the target: epoll, timers, signals, pipes, sockets."""
+
     pid: int
     fds: list[int] = field(default_factory=list)  # epoll descriptors
     before: list[bytes] = field(default_factory=list)  # their fdinfo before the stop

@@ -34,7 +34,7 @@ SnapshotMode = Literal["auto", "fork", "copy", "stopped", "concurrent"]
 Strategy = Literal["fork", "copy", "stopped"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class CaptureRequest:
     """What a snapshot strategy is asked for."""
 
@@ -53,16 +53,20 @@ class CaptureRequest:
     roots: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class CapturedThread:
+    """One thread's registers and stack pointer, read in the pause."""
+
     tid: int
     sp: int
     regs: bytes
     xstate: bytes
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Capture:
+    """What the pause left to mark: the stopped session or snapshot, and the threads."""
+
     session: _native.Session | None  # None: nothing was stopped (a core file)
     threads: list[CapturedThread]
     snapshot: str  # "fork", "copy", "stopped" or "core"

@@ -20,8 +20,10 @@ from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import ProcessStatus, check_scannable, host_tid
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Target:
+    """A process opened for a scan: its status, its shim and the shim's descriptor."""
+
     # Where /proc reads the process: its pid, or a live thread's id when the
     # main thread has exited (process/status.py live_thread).
     pid: int

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from unreachable import _native
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Leak:  # fields in the order of native/scanner/leak_dedup.h struct ur_dedup_leak
+    """One report entry as the fold made it."""
+
     begin: int
     size: int
     stack_id: int

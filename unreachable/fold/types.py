@@ -31,7 +31,6 @@ from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
 from unreachable.symbolize.cache import ObjectCache, object_key
 from unreachable.symbolize.config import default_cache_dir
-from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.elf_file import NotElf, read_elf
 
 VTABLE_PREFIX = "_ZTV"
@@ -44,7 +43,7 @@ MAX_TYPED = 1 << 20
 _WORD = struct.Struct("<Q")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Vtables:
     """Every vtable symbol of the mapped files, at its address in the
     process, sorted by start."""
@@ -137,8 +136,13 @@ def load_vtables(pid: int, mappings: list[Mapping]) -> Vtables:
             misses.append((cache, bias, _file_vtables(path)))
             continue
         found += [(start + bias, end + bias, name) for start, end, name in vtables]
-    # Every file read afresh is demangled in one batch (one c++filt).
-    names = demangle_all({name for _, _, vtables in misses for _, _, name in vtables})
+    # Every file read afresh is demangled in one batch (one c++filt),
+    # imported on a miss only, as its subprocess module is.
+    names: dict[str, str] = {}
+    if misses:
+        from unreachable.symbolize.demangle import demangle_all
+
+        names = demangle_all({name for _, _, vtables in misses for _, _, name in vtables})
     for cache, bias, vtables in misses:
         named = [(start, end, names[n]) for start, end, n in vtables]
         # Not kept when a name stayed mangled (no c++filt here): a later

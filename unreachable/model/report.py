@@ -33,6 +33,8 @@ def leak_counts(source: Any) -> dict[str, int]:
 
 @dataclass(slots=True)
 class LeakEntry:
+    """One reported leak: its block, what it references, and its similar leaks."""
+
     address: int
     size: int
     referenced_count: int
@@ -50,6 +52,8 @@ class LeakEntry:
 
 @dataclass(slots=True)
 class ScanReport:
+    """A scan's result, whatever format prints it."""
+
     pid: int
     command: str
     leak_count: int  # every unreachable allocation, not only the reported entries
@@ -94,7 +98,7 @@ class ScanReport:
 UNLISTED = "[leaks in no listed entry]"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Weights:
     """What the exports count for each entry, and the rest of the totals."""
 

@@ -13,6 +13,8 @@ SPECIAL = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 
 @dataclass(frozen=True, slots=True)
 class Mapping:
+    """One line of /proc/PID/maps."""
+
     start: int
     end: int
     perms: str

@@ -12,8 +12,10 @@ from unreachable.errors import (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ProcessStatus:
+    """What /proc/PID/status says of a process that decides whether it can be scanned."""
+
     pid: int
     name: str
     state: str

@@ -30,7 +30,7 @@ SCHEMA_VERSION = 1
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Codec:
     """A field that is a structure of its own (what suppressions and a
     baseline did to the report): its JSON keys at the report's top level,
@@ -96,19 +96,53 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 # ---- JSON ----------------------------------------------------------------------
 
 
-def _value_to_json(tp: Any, value: Any, digits: int | None) -> Any:
+# How to_json writes a value of a field's type (None: as it is).
+ToJson = Callable[[Any], Any] | None
+
+
+def _json_writer(tp: Any, digits: int | None) -> ToJson:
     if dataclasses.is_dataclass(tp):
-        return to_json(value)
+        return to_json
     if typing.get_origin(tp) is list:
         (item,) = typing.get_args(tp)
-        return [_value_to_json(item, v, None) for v in value]
+        if (each := _json_writer(item, None)) is None:
+            return list
+        return lambda value: [each(v) for v in value]
     if typing.get_origin(tp) is dict:
-        return dict(value)
+        return dict
     if tp is bytes:
-        return value.hex()
+        return bytes.hex
     if tp is float and digits is not None:
-        return round(value, digits)
-    return value
+        return lambda value: round(value, digits)
+    return None
+
+
+_JSON_FIELDS: dict[type, list[tuple[str, str, bool, ToJson]]] = {}
+
+
+def _json_fields(cls: type) -> list[tuple[str, str, bool, ToJson]]:
+    """Each field to_json writes: its name, its JSON key, whether it is
+    optional (left out when None) and how its value is written. Worked out
+    once per class: a report's every entry is written by it."""
+    if cls not in _JSON_FIELDS:
+        hints = _hints(cls)
+        plan = []
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("codec"):
+                continue
+            tp = hints[f.name]
+            inner = _optional(tp)
+            key = f.metadata.get("json") or f.name
+            plan.append(
+                (
+                    f.name,
+                    key,
+                    inner is not None,
+                    _json_writer(inner or tp, f.metadata.get("json_digits")),
+                )
+            )
+        _JSON_FIELDS[cls] = plan
+    return _JSON_FIELDS[cls]
 
 
 def _value_from_json(tp: Any, value: Any) -> Any:
@@ -130,18 +164,11 @@ def to_json(obj: Any) -> dict[str, Any]:
     """A model dataclass as its JSON object. Codec fields are left to the
     report (report_to_json); an optional field that is None is left out."""
     out: dict[str, Any] = {}
-    hints = _hints(type(obj))
-    for f in dataclasses.fields(obj):
-        if f.metadata.get("codec"):
+    for name, key, optional, write in _json_fields(type(obj)):
+        value = getattr(obj, name)
+        if optional and value is None:
             continue
-        value = getattr(obj, f.name)
-        tp = hints[f.name]
-        if (inner := _optional(tp)) is not None:
-            if value is None:
-                continue
-            tp = inner
-        key = f.metadata.get("json") or f.name
-        out[key] = _value_to_json(tp, value, f.metadata.get("json_digits"))
+        out[key] = value if write is None else write(value)
     return out
 
 

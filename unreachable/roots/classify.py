@@ -55,8 +55,10 @@ Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
 NOT_ROOTS = ("shim", "heap", "exited-thread stack", "read-only file")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Roots:
+    """The ranges of memory that are roots, each with its kind."""
+
     ranges: list[tuple[int, int]] = field(default_factory=list)
     range_kinds: list[str] = field(default_factory=list)  # each range's kind, in order
     kinds: Counter[str] = field(default_factory=Counter)  # bytes per kind of region

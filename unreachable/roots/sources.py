@@ -28,8 +28,10 @@ from unreachable.roots.signal_stacks import altstack_words
 Span = tuple[int, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class RootValues:
+    """Words from one source that are roots wherever they lie."""
+
     source: str  # what holds them, as the report and the reference graph name it
     words: bytes  # packed little-endian u64
     # Bytes the report's roots count for the source (0: not counted there:

@@ -17,8 +17,10 @@ from unreachable.roots.heap_words import heap_spans
 from unreachable.sweep.child import ChildSweeper
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Allocations:
+    """The target's allocations and where in its memory they lie."""
+
     registry: Registry  # without entries when the snapshot child holds them
     heap: dict[Mapping, list[Span]]  # the heap's parts of anonymous mappings
     spans: list[Span]  # where blocks lie, sorted and merged: those parts and the brk heap

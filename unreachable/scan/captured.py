@@ -78,8 +78,10 @@ class Subject(Protocol):
         ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Captured:
+    """A capture with what the later stages read of it."""
+
     held: Capture
     subject: Subject
     source: AllocationSource

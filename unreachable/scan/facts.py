@@ -42,7 +42,7 @@ def expected_allocations(memory: Memory, addr: int) -> int | None:
         return None  # reading the registry again says what is wrong
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ScannerRoom:
     """This process's memory cgroup room when the scan began (None: no
     limit) and the part of it its copies of target memory may take."""
@@ -74,8 +74,10 @@ class ScannerRoom:
             raise ScannerOutOfMemory(f"{why}; give the scanner more memory{also}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Facts:
+    """What is known of the target before a snapshot is chosen."""
+
     pid: int
     # The shim's registry was found (open_target); target is None otherwise.
     shim: bool = True

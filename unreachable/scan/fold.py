@@ -13,8 +13,10 @@ from unreachable.scan.options import CONTENTS_BYTES, ScanOptions
 from unreachable.sweep.mark import SweepResult
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Folded:
+    """The report's entries, with their types and first bytes."""
+
     leaks: list[Leak]
     types: dict[int, str]  # the C++ type of an entry's first block, by address
     contents: dict[int, bytes]  # an entry's first bytes, by address, where read

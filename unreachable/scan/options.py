@@ -20,6 +20,8 @@ CONTENTS_BYTES = 32
 
 @dataclass(frozen=True, slots=True)
 class ScanOptions:
+    """What the caller asks of a scan."""
+
     limit: int = 100
     contents: bool = False
     # Contents of the first N entries that have no backtrace (the text

@@ -100,6 +100,8 @@ NO_CONCURRENT = "no concurrent snapshot: "
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """How one attempt at a scan takes its snapshot and where it marks."""
+
     snapshot: Snapshot
     # Where the sweep runs, in order: the next when the one before fails
     # (a child that fails but stays frozen is swept from outside).
@@ -124,7 +126,7 @@ class Plan:
         return self.sweeps[0] == "child"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Retry:
     """What a stage returns when the plan it runs cannot finish: the scan
     moves on to the next plan that rules_out leaves."""

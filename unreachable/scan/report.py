@@ -12,7 +12,7 @@ from unreachable.scan.symbolize import Symbolized
 from unreachable.sweep.mark import SweepResult
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Scanned:
     """What the scan was of and how it held it."""
 

@@ -21,7 +21,7 @@ from unreachable.roots.sources import RootValues
 from unreachable.scan.allocations import Allocations
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class RootInputs:
     """What a capture holds beyond memory and threads, where it has it."""
 
@@ -34,8 +34,10 @@ class RootInputs:
     altstacks: tuple[int, int] | None = None  # the shim's sigaltstack table and its size
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class RootSet:
+    """The roots a mark starts from."""
+
     ranges: Roots
     values: list[RootValues]
 

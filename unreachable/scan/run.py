@@ -124,8 +124,10 @@ def run_plans(
     raise TargetUnscannable(last.reason + last.refusal)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Swept:
+    """What a plan's mark produced, for the report."""
+
     mappings: list[Mapping]
     allocations: Allocations
     roots: RootSet

@@ -15,8 +15,10 @@ from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Backtraces:
+    """The leaks' raw stacks and the objects to resolve them against."""
+
     stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # return addresses by id
     loaded: list[LoadedObject] = field(default_factory=list)  # every object ever loaded
 
@@ -30,8 +32,10 @@ def read_backtraces(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak])
     return Backtraces(stacks, loaded)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Symbolized:
+    """The leaks' stacks as frames."""
+
     frames: dict[int, list[Frame]]  # by stack id
     note: str  # what was left unsymbolized, and why
 

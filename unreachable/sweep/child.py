@@ -79,8 +79,10 @@ class ChildSweepFailed(Exception):
         self.frozen = frozen  # the child is stopped and its memory intact
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ChildIndex:
+    """The snapshot child's reply once it has indexed the allocations."""
+
     entries: int
     allocation_count: int
     allocation_bytes: int
@@ -89,8 +91,10 @@ class ChildIndex:
     features: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class ChildSweepReply:
+    """The snapshot child's reply once it has marked and folded."""
+
     unreachable_count: int
     unreachable_bytes: int
     bytes_scanned: int

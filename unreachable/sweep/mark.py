@@ -19,8 +19,10 @@ SweepPlace = Literal["child", "scanner"]
 __all__ = ["LEAK_RECORD_SIZE", "SweepResult", "direct_ranges", "sweep", "sweep_in_child"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class SweepResult:
+    """What the mark found: the totals and the leaks, packed."""
+
     unreachable_count: int  # every unreachable allocation, in-flight blocks left out
     unreachable_bytes: int
     allocation_count: int  # distinct registered blocks

@@ -63,6 +63,8 @@ def default_symbol_budget() -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class SymbolConfig:
+    """Where symbolization caches what it read, and looks for debug files."""
+
     cache_dir: str | None  # None: no on-disk cache
     debug_dirs: tuple[str, ...]
 

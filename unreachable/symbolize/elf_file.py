@@ -41,8 +41,10 @@ class NotElf(ValueError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Section:
+    """One ELF section header."""
+
     name: str
     type: int
     flags: int
@@ -51,8 +53,10 @@ class Section:
     link: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Load:
+    """One PT_LOAD program header."""
+
     offset: int
     vaddr: int
     filesz: int

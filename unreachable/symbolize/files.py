@@ -46,6 +46,8 @@ class OutOfTime(Exception):
 
 @dataclass(frozen=True, slots=True)
 class FilePolicy:
+    """Which of the target's files symbolization may open."""
+
     owners: frozenset[int] | None = None  # None: any owner
     max_bytes: int = MAX_FILE_BYTES
 

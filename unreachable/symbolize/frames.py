@@ -45,6 +45,8 @@ def _objects() -> ModuleType:
 
 @dataclass(frozen=True, slots=True)
 class Frame:
+    """One frame of a backtrace, resolved as far as the files allowed."""
+
     pc: int
     map: str
     rel_pc: int

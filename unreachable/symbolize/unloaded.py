@@ -31,6 +31,8 @@ _MAX_PATH = 4096
 
 @dataclass(frozen=True, slots=True)
 class LoadedObject:
+    """An object the shim saw loaded, with its address range and build-id."""
+
     path: str
     bias: int
     start: int

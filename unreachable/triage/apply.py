@@ -53,8 +53,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Triage:
+    """The scan command's triage options, their files read."""
+
     sources: list[str]  # suppression files, from the environment and --suppressions
     rules: list[suppressions.Rule]
     baseline: baselines.Baseline | None

@@ -54,6 +54,8 @@ def site_key(backtrace: Sequence[Frame], size: int) -> SiteKey:
 
 @dataclass(slots=True)
 class Site:
+    """One allocation site, in the baseline and now."""
+
     key: SiteKey
     old_count: int = 0
     old_bytes: int = 0
@@ -68,6 +70,8 @@ class Site:
 
 @dataclass(slots=True)
 class Baseline:
+    """A saved scan's totals and its sites, to compare a scan with."""
+
     path: str
     leak_count: int
     leak_bytes: int

@@ -73,6 +73,8 @@ def template_match(templ: str, text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
+    """One suppression rule (leak:PATTERN or leak:size=...)."""
+
     pattern: str  # as written after "leak:"
     source: str  # file name, or the environment variable's name
     line: int
@@ -173,6 +175,8 @@ def _subjects(frame: Frame) -> tuple[str, str, str]:
 
 @dataclass(slots=True)
 class RuleUse:
+    """What one rule set aside."""
+
     rule: Rule
     count: int = 0  # allocations suppressed (each entry's blocks and those it references)
     bytes: int = 0
