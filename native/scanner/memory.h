@@ -66,6 +66,10 @@ struct ur_pread_mem {
   struct ur_mem mem;        /* first: the walker holds &mem; window = the last clean chunk */
   int fd;
   int pagemap_fd;           /* ur_mem_set_layout: the process's pagemap; else -1 */
+  /* The process's pagemap, telling which pages process_vm_readv may read
+   * (read_span in memory.c), or -1; vm_read_refused: it was refused. */
+  int excl_fd;
+  int vm_read_refused;
   pid_t pid;
   struct ur_chunk *chunks;  /* pool of max_chunks */
   uint8_t *arena;           /* their buffers: max_chunks * UR_CHUNK_SIZE reserved */
@@ -76,6 +80,7 @@ struct ur_pread_mem {
   size_t table_mask;
   struct ur_chunk *last;    /* one-entry lookup cache: sequential scans hit it */
   uint64_t bytes_loaded;
+  uint64_t bytes_vm_read;   /* of what was read, by process_vm_readv (atomic) */
   uint64_t chunk_loads;
   int frozen;               /* ur_mem_freeze ran: load nothing more */
   int frozen_miss;          /* a view was asked outside what was preloaded */
