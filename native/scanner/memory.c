@@ -140,12 +140,13 @@ size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len) {
 /* The pagemap entries of `pages` pages from addr (at most a chunk's), when
  * process_vm_readv may be tried: 1, or 0 (read everything through
  * /proc/PID/mem). */
-static int read_entries(const struct ur_pread_mem *m, uint64_t addr, size_t pages, uint64_t *pm) {
-  if (m->excl_fd < 0 || __atomic_load_n(&m->vm_read_refused, __ATOMIC_RELAXED)) return 0;
+static int read_entries(int excl_fd, const int *refused, uint64_t addr, size_t pages,
+                        uint64_t *pm) {
+  if (excl_fd < 0 || __atomic_load_n(refused, __ATOMIC_RELAXED)) return 0;
   size_t want = pages * sizeof(uint64_t);
   off_t at = (off_t)((addr >> UR_PAGE_SHIFT) * sizeof(uint64_t));
   ssize_t r;
-  do r = pread(m->excl_fd, pm, want, at);
+  do r = pread(excl_fd, pm, want, at);
   while (r < 0 && errno == EINTR);
   return r == (ssize_t)want;
 }
@@ -161,20 +162,32 @@ static int pinnable(uint64_t e) {
   return (e & (PM_PRESENT | PM_FILE | PM_MMAP_EXCLUSIVE)) == (PM_PRESENT | PM_MMAP_EXCLUSIVE);
 }
 
+/* Where read_span reads from: the process's /proc/PID/mem, its pid for
+ * process_vm_readv, set once that is refused, what it read. */
+struct live_source {
+  int fd;
+  pid_t pid;
+  int *refused;
+  uint64_t *vm_bytes;
+};
+
+static struct live_source source_of(const struct ur_pread_mem *m) {
+  return (struct live_source){m->fd, m->pid, (int *)&m->vm_read_refused,
+                              (uint64_t *)&m->bytes_vm_read};
+}
+
 /* read_pages for a page-aligned span of at most a chunk, given its pagemap
  * entries (pm, or NULL: all through /proc/PID/mem): the runs of pages the
  * process maps alone in one process_vm_readv, which copies each page once
  * and looks up 16 at a time, where /proc/PID/mem takes the mmap lock, finds
  * and copies each page twice (through a bounce page) page by page; every
- * other page, and whatever the call did not read, through /proc/PID/mem. */
-static void read_span(const struct ur_pread_mem *m, uint64_t addr, uint8_t *buf, size_t len,
-                      uint64_t *bad, size_t first_page, int *any_bad, const uint64_t *pm) {
-  if (!pm) {
-    read_pages(m->fd, addr, buf, len, bad, first_page, any_bad);
-    return;
-  }
+ * other page, and whatever the call did not read, through /proc/PID/mem.
+ * Returns the bytes that were readable. */
+static size_t read_span(struct live_source src, uint64_t addr, uint8_t *buf, size_t len,
+                        uint64_t *bad, size_t first_page, int *any_bad, const uint64_t *pm) {
+  if (!pm) return read_pages(src.fd, addr, buf, len, bad, first_page, any_bad);
   struct iovec local[UR_CHUNK_PAGES / 2 + 1], remote[UR_CHUNK_PAGES / 2 + 1];
-  size_t n = 0, pages = len >> UR_PAGE_SHIFT;
+  size_t n = 0, pages = len >> UR_PAGE_SHIFT, good = 0;
   for (size_t p = 0; p < pages;) {
     int pin = pinnable(pm[p]);
     size_t q = p + 1;
@@ -185,18 +198,18 @@ static void read_span(const struct ur_pread_mem *m, uint64_t addr, uint8_t *buf,
       remote[n] = (struct iovec){(void *)(uintptr_t)(addr + off), bytes};
       n++;
     } else {
-      read_pages(m->fd, addr + off, buf + off, bytes, bad, first_page + p, any_bad);
+      good += read_pages(src.fd, addr + off, buf + off, bytes, bad, first_page + p, any_bad);
     }
     p = q;
   }
-  if (!n) return;
-  ssize_t got = process_vm_readv(m->pid, local, (unsigned long)n, remote, (unsigned long)n, 0);
+  if (!n) return good;
+  ssize_t got = process_vm_readv(src.pid, local, (unsigned long)n, remote, (unsigned long)n, 0);
   if (got < 0) {
-    if (errno == EPERM || errno == ENOSYS)
-      __atomic_store_n((int *)&m->vm_read_refused, 1, __ATOMIC_RELAXED);
+    if (errno == EPERM || errno == ENOSYS) __atomic_store_n(src.refused, 1, __ATOMIC_RELAXED);
     got = 0;
   }
-  __atomic_fetch_add((uint64_t *)&m->bytes_vm_read, (uint64_t)got, __ATOMIC_RELAXED);
+  __atomic_fetch_add(src.vm_bytes, (uint64_t)got, __ATOMIC_RELAXED);
+  good += (size_t)got;
   /* It stops at the first page it cannot read (gone since the pagemap
    * was read): the rest of the runs the page-by-page way. */
   size_t done = (size_t)got;
@@ -206,11 +219,39 @@ static void read_span(const struct ur_pread_mem *m, uint64_t addr, uint8_t *buf,
       continue;
     }
     size_t skip = done & ~(size_t)(UR_PAGE_SIZE - 1);
+    good -= done - skip; /* a part of a page counted in got: read again */
     done = 0;
     uint64_t at = (uint64_t)(uintptr_t)remote[k].iov_base + skip;
-    read_pages(m->fd, at, (uint8_t *)local[k].iov_base + skip, local[k].iov_len - skip, bad,
-               first_page + (size_t)((at - addr) >> UR_PAGE_SHIFT), any_bad);
+    good += read_pages(src.fd, at, (uint8_t *)local[k].iov_base + skip, local[k].iov_len - skip,
+                       bad, first_page + (size_t)((at - addr) >> UR_PAGE_SHIFT), any_bad);
   }
+  return good;
+}
+
+size_t ur_mem_read_live(int fd, int pagemap_fd, pid_t pid, int *refused, uint64_t addr, void *buf,
+                        size_t len) {
+  uint64_t zero = 0;
+  struct live_source src = {fd, pid, refused, &zero};
+  uint64_t entries[UR_CHUNK_PAGES];
+  uint8_t *out = buf;
+  size_t pos = 0, good = 0;
+  while (pos < len) {
+    uint64_t a = addr + pos, next = (a & ~(UR_CHUNK_SIZE - 1)) + UR_CHUNK_SIZE;
+    size_t n = next - a < len - pos ? (size_t)(next - a) : len - pos;
+    if ((a & (UR_PAGE_SIZE - 1)) || n < UR_PAGE_SIZE) {
+      /* A part of a page at either end. */
+      size_t in_page = (size_t)(UR_PAGE_SIZE - (a & (UR_PAGE_SIZE - 1)));
+      if (n > in_page) n = in_page;
+      good += read_pages(fd, a, out + pos, n, NULL, 0, NULL);
+    } else {
+      n &= ~(size_t)(UR_PAGE_SIZE - 1);
+      size_t pages = n >> UR_PAGE_SHIFT;
+      const uint64_t *pm = read_entries(pagemap_fd, refused, a, pages, entries) ? entries : NULL;
+      good += read_span(src, a, out + pos, n, NULL, 0, NULL, pm);
+    }
+    pos += n;
+  }
+  return good;
 }
 
 static void table_remove(struct ur_pread_mem *m, uint64_t base) {
@@ -331,10 +372,12 @@ static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *g
 static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
   uint64_t entries[UR_CHUNK_PAGES];
-  const uint64_t *pm = read_entries(m, c->base, UR_CHUNK_PAGES, entries) ? entries : NULL;
+  const uint64_t *pm =
+      read_entries(m->excl_fd, &m->vm_read_refused, c->base, UR_CHUNK_PAGES, entries) ? entries
+                                                                                      : NULL;
   c->absent_known = 0;
   if (!chunk_layout(m, c->base, gone, zero, pm)) {
-    read_span(m, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad, pm);
+    read_span(source_of(m), c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad, pm);
     ur_cow_overlay(m->cow, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0);
     c->fresh = 0;
     return;
@@ -359,7 +402,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
       q++;
     uint8_t *at = c->data + p * UR_PAGE_SIZE;
     if (kind == 0) {
-      read_span(m, c->base + p * UR_PAGE_SIZE, at, (q - p) * UR_PAGE_SIZE, c->bad, p,
+      read_span(source_of(m), c->base + p * UR_PAGE_SIZE, at, (q - p) * UR_PAGE_SIZE, c->bad, p,
                 &c->any_bad, pm ? pm + p : NULL);
     } else {
       /* A fresh slot is zero already: writing zeros would only make the
@@ -388,8 +431,9 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   c->absent_known = 0;
   int any = 0;
   uint64_t entries[UR_CHUNK_PAGES];
-  const uint64_t *pm = read_entries(m, addr, pages, entries) ? entries : NULL;
-  read_span(m, addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any, pm);
+  const uint64_t *pm =
+      read_entries(m->excl_fd, &m->vm_read_refused, addr, pages, entries) ? entries : NULL;
+  read_span(source_of(m), addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any, pm);
   ur_cow_overlay(m->cow, addr, c->data + (addr - c->base), (size_t)len, c->bad, first);
   c->fresh = 0;
   if (any) c->any_bad = 1;

@@ -155,6 +155,12 @@ int ur_mem_load_file(struct ur_pread_mem *m, int fd, uint64_t offset, uint64_t a
  * counted). Returns the number of bytes that were actually readable. */
 size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len);
 
+/* The same through /proc/PID/mem (fd) and, for the pages pagemap_fd shows
+ * the process maps alone, process_vm_readv (memory.c read_span); *refused
+ * is set once that is refused, and then only fd is read. */
+size_t ur_mem_read_live(int fd, int pagemap_fd, pid_t pid, int *refused, uint64_t addr, void *buf,
+                        size_t len);
+
 /* The same, but from what the cache holds (a frozen copy snapshot): bytes of
  * chunks it does not hold and of pages that could not be read are zeroed. */
 size_t ur_mem_read_cached(struct ur_pread_mem *m, uint64_t addr, void *buf, size_t len);

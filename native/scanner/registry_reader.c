@@ -348,7 +348,7 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *result = NULL;
   uint16_t *counts = NULL;
   uint64_t *frames = NULL, *one = NULL;
-  struct ur_reader rd = {-1, NULL, -1, 0, NULL};
+  struct ur_reader rd = {-1, NULL, -1, 0, NULL, 0};
   if (ids.len % 4) {
     PyErr_SetString(PyExc_ValueError, "ids must be packed u32 (length a multiple of 4)");
     goto out;
