@@ -138,10 +138,10 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
       total = -ENOMEM;
       break;
     }
-    /* A map's entries have no stack id, and the id array past the shards'
-     * entries is fresh zeroed memory (mapped, never written): not written,
-     * its pages are never touched (4 bytes per allocation the kernel would
-     * zero, and the scanner hold). */
+    /* A map's entries have no stack id, and the id array is fresh zeroed
+     * memory (mapped, never written: the maps are read before the shards):
+     * not written, its pages are never touched (4 bytes per allocation the
+     * kernel would zero, and the scanner hold). */
     size_t live = ur_size_map_collect(map, ref->base, e->pairs + 2 * e->n, NULL);
     e->n += live;
     total += (int64_t)live;
