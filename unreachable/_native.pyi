@@ -415,6 +415,9 @@ class _SweepResultBase(TypedDict):
     fold_ns: int
     overlapping: int
     bytes_read: int
+    # Of the bytes read from the process, those process_vm_readv read (pages
+    # it maps alone); the rest came through /proc/PID/mem.
+    bytes_vm_read: int
     allocation_count: int
     allocation_bytes: int
     released_early: bool

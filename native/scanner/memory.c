@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define DEFAULT_CACHE_BYTES ((uint64_t)1 << 30)
@@ -47,6 +48,7 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
   memset(m, 0, sizeof(*m));
   m->fd = -1;
   m->pagemap_fd = -1;
+  m->excl_fd = -1;
   m->pid = pid;
   m->mem.slow = chunk_view;
   if (cache_bytes == 0) cache_bytes = DEFAULT_CACHE_BYTES;
@@ -73,6 +75,8 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
     ur_mem_close(m);
     return -(err == ENOENT ? ESRCH : err);
   }
+  snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+  m->excl_fd = open(path, O_RDONLY | O_CLOEXEC); /* without it: /proc/PID/mem only */
   return 0;
 }
 
@@ -81,12 +85,14 @@ void ur_mem_close(struct ur_pread_mem *m) {
   free(m->zero_ranges);
   free(m->readable);
   if (m->pagemap_fd >= 0) close(m->pagemap_fd);
+  if (m->excl_fd >= 0) close(m->excl_fd);
   free(m->chunks);
   free(m->table);
   if (m->fd >= 0) close(m->fd);
   memset(m, 0, sizeof(*m));
   m->fd = -1;
   m->pagemap_fd = -1;
+  m->excl_fd = -1;
 }
 
 /* Reads what it can; pages that fail are zeroed and reported through bad (a
@@ -123,6 +129,129 @@ static size_t read_pages(int fd, uint64_t addr, uint8_t *buf, size_t len, uint64
 
 size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len) {
   return read_pages(fd, addr, buf, len, NULL, 0, NULL);
+}
+
+/* pagemap's bits (Documentation/admin-guide/mm/pagemap.rst). */
+#define PM_PRESENT (UINT64_C(1) << 63)
+#define PM_SWAPPED (UINT64_C(1) << 62)
+#define PM_FILE (UINT64_C(1) << 61)
+#define PM_MMAP_EXCLUSIVE (UINT64_C(1) << 56)
+
+/* The pagemap entries of `pages` pages from addr (at most a chunk's), when
+ * process_vm_readv may be tried: 1, or 0 (read everything through
+ * /proc/PID/mem). */
+static int read_entries(int excl_fd, const int *refused, uint64_t addr, size_t pages,
+                        uint64_t *pm) {
+  if (excl_fd < 0 || __atomic_load_n(refused, __ATOMIC_RELAXED)) return 0;
+  size_t want = pages * sizeof(uint64_t);
+  off_t at = (off_t)((addr >> UR_PAGE_SHIFT) * sizeof(uint64_t));
+  ssize_t r;
+  do r = pread(excl_fd, pm, want, at);
+  while (r < 0 && errno == EINTR);
+  return r == (ssize_t)want;
+}
+
+/* A page process_vm_readv may read: present, anonymous, and mapped by the
+ * process alone. Its pin (FOLL_PIN) makes the kernel unshare an anonymous
+ * page that is shared copy-on-write: a page shared with a child of the
+ * target, or merged by KSM (or a frozen snapshot child's page shared with
+ * the target), would be copied into the process. A page it maps alone is
+ * pinned as it is, or, once its sharer is gone, taken back by the unshare
+ * without a copy. A file's page is left to /proc/PID/mem as before. */
+static int pinnable(uint64_t e) {
+  return (e & (PM_PRESENT | PM_FILE | PM_MMAP_EXCLUSIVE)) == (PM_PRESENT | PM_MMAP_EXCLUSIVE);
+}
+
+/* Where read_span reads from: the process's /proc/PID/mem, its pid for
+ * process_vm_readv, set once that is refused, what it read. */
+struct live_source {
+  int fd;
+  pid_t pid;
+  int *refused;
+  uint64_t *vm_bytes;
+};
+
+static struct live_source source_of(const struct ur_pread_mem *m) {
+  return (struct live_source){m->fd, m->pid, (int *)&m->vm_read_refused,
+                              (uint64_t *)&m->bytes_vm_read};
+}
+
+/* read_pages for a page-aligned span of at most a chunk, given its pagemap
+ * entries (pm, or NULL: all through /proc/PID/mem): the runs of pages the
+ * process maps alone in one process_vm_readv, which copies each page once
+ * and looks up 16 at a time, where /proc/PID/mem takes the mmap lock, finds
+ * and copies each page twice (through a bounce page) page by page; every
+ * other page, and whatever the call did not read, through /proc/PID/mem.
+ * Returns the bytes that were readable. */
+static size_t read_span(struct live_source src, uint64_t addr, uint8_t *buf, size_t len,
+                        uint64_t *bad, size_t first_page, int *any_bad, const uint64_t *pm) {
+  if (!pm) return read_pages(src.fd, addr, buf, len, bad, first_page, any_bad);
+  struct iovec local[UR_CHUNK_PAGES / 2 + 1], remote[UR_CHUNK_PAGES / 2 + 1];
+  size_t n = 0, pages = len >> UR_PAGE_SHIFT, good = 0;
+  for (size_t p = 0; p < pages;) {
+    int pin = pinnable(pm[p]);
+    size_t q = p + 1;
+    while (q < pages && pinnable(pm[q]) == pin) q++;
+    size_t off = p << UR_PAGE_SHIFT, bytes = (q - p) << UR_PAGE_SHIFT;
+    if (pin) {
+      local[n] = (struct iovec){buf + off, bytes};
+      remote[n] = (struct iovec){(void *)(uintptr_t)(addr + off), bytes};
+      n++;
+    } else {
+      good += read_pages(src.fd, addr + off, buf + off, bytes, bad, first_page + p, any_bad);
+    }
+    p = q;
+  }
+  if (!n) return good;
+  ssize_t got = process_vm_readv(src.pid, local, (unsigned long)n, remote, (unsigned long)n, 0);
+  if (got < 0) {
+    if (errno == EPERM || errno == ENOSYS) __atomic_store_n(src.refused, 1, __ATOMIC_RELAXED);
+    got = 0;
+  }
+  __atomic_fetch_add(src.vm_bytes, (uint64_t)got, __ATOMIC_RELAXED);
+  good += (size_t)got;
+  /* It stops at the first page it cannot read (gone since the pagemap
+   * was read): the rest of the runs the page-by-page way. */
+  size_t done = (size_t)got;
+  for (size_t k = 0; k < n; k++) {
+    if (done >= local[k].iov_len) {
+      done -= local[k].iov_len;
+      continue;
+    }
+    size_t skip = done & ~(size_t)(UR_PAGE_SIZE - 1);
+    good -= done - skip; /* a part of a page counted in got: read again */
+    done = 0;
+    uint64_t at = (uint64_t)(uintptr_t)remote[k].iov_base + skip;
+    good += read_pages(src.fd, at, (uint8_t *)local[k].iov_base + skip, local[k].iov_len - skip,
+                       bad, first_page + (size_t)((at - addr) >> UR_PAGE_SHIFT), any_bad);
+  }
+  return good;
+}
+
+size_t ur_mem_read_live(int fd, int pagemap_fd, pid_t pid, int *refused, uint64_t addr, void *buf,
+                        size_t len) {
+  uint64_t zero = 0;
+  struct live_source src = {fd, pid, refused, &zero};
+  uint64_t entries[UR_CHUNK_PAGES];
+  uint8_t *out = buf;
+  size_t pos = 0, good = 0;
+  while (pos < len) {
+    uint64_t a = addr + pos, next = (a & ~(UR_CHUNK_SIZE - 1)) + UR_CHUNK_SIZE;
+    size_t n = next - a < len - pos ? (size_t)(next - a) : len - pos;
+    if ((a & (UR_PAGE_SIZE - 1)) || n < UR_PAGE_SIZE) {
+      /* A part of a page at either end. */
+      size_t in_page = (size_t)(UR_PAGE_SIZE - (a & (UR_PAGE_SIZE - 1)));
+      if (n > in_page) n = in_page;
+      good += read_pages(fd, a, out + pos, n, NULL, 0, NULL);
+    } else {
+      n &= ~(size_t)(UR_PAGE_SIZE - 1);
+      size_t pages = n >> UR_PAGE_SHIFT;
+      const uint64_t *pm = read_entries(pagemap_fd, refused, a, pages, entries) ? entries : NULL;
+      good += read_span(src, a, out + pos, n, NULL, 0, NULL, pm);
+    }
+    pos += n;
+  }
+  return good;
 }
 
 static void table_remove(struct ur_pread_mem *m, uint64_t base) {
@@ -197,9 +326,10 @@ static void mark_pages(uint64_t *bits, uint64_t base, uint64_t lo, uint64_t hi) 
 
 /* With the process's layout known (ur_mem_set_layout): the chunk's pages
  * outside every mapping (gone: reading them could even grow a stack) and its
- * demand-zero pages the process does not have (zero). 0 if neither. */
+ * demand-zero pages the process does not have (zero), told by the chunk's
+ * pagemap entries when given (pm), else asked. 0 if neither. */
 static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *gone,
-                        uint64_t *zero) {
+                        uint64_t *zero, const uint64_t *pm) {
   uint64_t end = base + UR_CHUNK_SIZE;
   if (m->pagemap_fd < 0 || end < base) return 0;
   uint64_t mapped[UR_CHUNK_PAGES / 64] = {0};
@@ -211,6 +341,14 @@ static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *g
   size_t i = ur_range_after(m->zero_ranges, m->n_zero_ranges, base);
   if (i == m->n_zero_ranges || m->zero_ranges[2 * i] >= end) return any;
   uint64_t present[UR_CHUNK_PAGES / 64] = {0};
+  if (pm) {
+    for (size_t p = 0; p < UR_CHUNK_PAGES; p++)
+      if (pm[p] & (PM_PRESENT | PM_SWAPPED)) present[p / 64] |= UINT64_C(1) << (p % 64);
+    for (; i < m->n_zero_ranges && m->zero_ranges[2 * i] < end; i++)
+      mark_pages(zero, base, m->zero_ranges[2 * i], m->zero_ranges[2 * i + 1]);
+    for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) any |= (zero[w] &= ~present[w]) != 0;
+    return any;
+  }
   struct page_region vec[UR_CHUNK_PAGES / 2 + 1];
   struct pm_scan_arg a = {
       .size = sizeof(a),
@@ -233,9 +371,13 @@ static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *g
 /* Touches only c: chunks can be read by several threads at once. */
 static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
+  uint64_t entries[UR_CHUNK_PAGES];
+  const uint64_t *pm =
+      read_entries(m->excl_fd, &m->vm_read_refused, c->base, UR_CHUNK_PAGES, entries) ? entries
+                                                                                      : NULL;
   c->absent_known = 0;
-  if (!chunk_layout(m, c->base, gone, zero)) {
-    read_pages(m->fd, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad);
+  if (!chunk_layout(m, c->base, gone, zero, pm)) {
+    read_span(source_of(m), c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad, pm);
     ur_cow_overlay(m->cow, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0);
     c->fresh = 0;
     return;
@@ -260,8 +402,8 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
       q++;
     uint8_t *at = c->data + p * UR_PAGE_SIZE;
     if (kind == 0) {
-      read_pages(m->fd, c->base + p * UR_PAGE_SIZE, at, (q - p) * UR_PAGE_SIZE, c->bad, p,
-                 &c->any_bad);
+      read_span(source_of(m), c->base + p * UR_PAGE_SIZE, at, (q - p) * UR_PAGE_SIZE, c->bad, p,
+                &c->any_bad, pm ? pm + p : NULL);
     } else {
       /* A fresh slot is zero already: writing zeros would only make the
        * kernel back it (a sparse reservation among the roots, such as a
@@ -288,7 +430,10 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   for (size_t p = first; p < first + pages; p++) c->bad[p / 64] &= ~(UINT64_C(1) << (p % 64));
   c->absent_known = 0;
   int any = 0;
-  read_pages(m->fd, addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any);
+  uint64_t entries[UR_CHUNK_PAGES];
+  const uint64_t *pm =
+      read_entries(m->excl_fd, &m->vm_read_refused, addr, pages, entries) ? entries : NULL;
+  read_span(source_of(m), addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any, pm);
   ur_cow_overlay(m->cow, addr, c->data + (addr - c->base), (size_t)len, c->bad, first);
   c->fresh = 0;
   if (any) c->any_bad = 1;
@@ -542,7 +687,7 @@ static const uint64_t *asked_absent(const struct ur_pread_mem *m, uint64_t base,
                                     uint64_t absent[UR_CHUNK_PAGES / 64]) {
   uint64_t gone[UR_CHUNK_PAGES / 64];
   memset(absent, 0, UR_CHUNK_PAGES / 8);
-  if (!chunk_layout(m, base, gone, absent)) return NULL;
+  if (!chunk_layout(m, base, gone, absent, NULL)) return NULL;
   for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) absent[w] &= ~gone[w];
   return absent;
 }

@@ -66,6 +66,10 @@ struct ur_pread_mem {
   struct ur_mem mem;        /* first: the walker holds &mem; window = the last clean chunk */
   int fd;
   int pagemap_fd;           /* ur_mem_set_layout: the process's pagemap; else -1 */
+  /* The process's pagemap, telling which pages process_vm_readv may read
+   * (read_span in memory.c), or -1; vm_read_refused: it was refused. */
+  int excl_fd;
+  int vm_read_refused;
   pid_t pid;
   struct ur_chunk *chunks;  /* pool of max_chunks */
   uint8_t *arena;           /* their buffers: max_chunks * UR_CHUNK_SIZE reserved */
@@ -76,6 +80,7 @@ struct ur_pread_mem {
   size_t table_mask;
   struct ur_chunk *last;    /* one-entry lookup cache: sequential scans hit it */
   uint64_t bytes_loaded;
+  uint64_t bytes_vm_read;   /* of what was read, by process_vm_readv (atomic) */
   uint64_t chunk_loads;
   int frozen;               /* ur_mem_freeze ran: load nothing more */
   int frozen_miss;          /* a view was asked outside what was preloaded */
@@ -149,6 +154,12 @@ int ur_mem_load_file(struct ur_pread_mem *m, int fd, uint64_t offset, uint64_t a
 /* Uncached read of [addr, addr+len) with unreadable pages zeroed (not
  * counted). Returns the number of bytes that were actually readable. */
 size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len);
+
+/* The same through /proc/PID/mem (fd) and, for the pages pagemap_fd shows
+ * the process maps alone, process_vm_readv (memory.c read_span); *refused
+ * is set once that is refused, and then only fd is read. */
+size_t ur_mem_read_live(int fd, int pagemap_fd, pid_t pid, int *refused, uint64_t addr, void *buf,
+                        size_t len);
 
 /* The same, but from what the cache holds (a frozen copy snapshot): bytes of
  * chunks it does not hold and of pages that could not be read are zeroed. */

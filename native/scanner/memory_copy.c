@@ -396,6 +396,7 @@ int ur_reader_open(PyObject *source, struct ur_reader *r) {
   r->cow = NULL;
   r->pagemap_fd = -1;
   r->pid = 0;
+  r->vm_read_refused = 0;
   int cow_pid = 0;
   struct ur_cow *cow = ur_memory_copy_cow(source, &cow_pid);
   if (cow) {
@@ -465,8 +466,9 @@ size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t
   memset(buf, 0, len);
   size_t good = 0;
   for (size_t i = 0; i < n; i++)
-    good += ur_mem_read_direct(r->fd, parts[2 * i], (uint8_t *)buf + (parts[2 * i] - addr),
-                               (size_t)(parts[2 * i + 1] - parts[2 * i]));
+    good += ur_mem_read_live(r->fd, r->pagemap_fd, r->pid, &r->vm_read_refused, parts[2 * i],
+                             (uint8_t *)buf + (parts[2 * i] - addr),
+                             (size_t)(parts[2 * i + 1] - parts[2 * i]));
   free(parts);
   ur_cow_overlay(r->cow, addr, buf, len, NULL, 0);
   return good;

@@ -27,6 +27,7 @@ struct ur_reader {
   int pagemap_fd; /* opened by the first ur_reader_read_anon of a pid; -2: unavailable */
   int pid;
   struct ur_cow *cow; /* a copy-on-write snapshot's saved pages over the live reads */
+  int vm_read_refused; /* process_vm_readv was refused: /proc/PID/mem only */
 };
 /* source: an int pid or a MemoryCopy; -1 with an exception set. */
 int ur_reader_open(PyObject *source, struct ur_reader *r);

@@ -84,7 +84,7 @@ static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint3
   /* Size the arrays once from the shards' counts: growing them by doubling
    * touches (and has the kernel zero) several times the final memory. */
   uint64_t expected = ur_registry_expected(shards, nshards);
-  if (entries_reserve(e, (size_t)expected + expected / 64 + 16) < 0) return -ENOMEM;
+  if (entries_reserve(e, e->n + (size_t)expected + expected / 64 + 16) < 0) return -ENOMEM;
   struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
   if (!buf) return -ENOMEM;
   for (uint32_t s = 0; s < nshards; s++) {
@@ -138,7 +138,11 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
       total = -ENOMEM;
       break;
     }
-    size_t live = ur_size_map_collect(map, ref->base, e->pairs + 2 * e->n, e->stack_ids + e->n);
+    /* A map's entries have no stack id, and the id array is fresh zeroed
+     * memory (mapped, never written: the maps are read before the shards):
+     * not written, its pages are never touched (4 bytes per allocation the
+     * kernel would zero, and the scanner hold). */
+    size_t live = ur_size_map_collect(map, ref->base, e->pairs + 2 * e->n, NULL);
     e->n += live;
     total += (int64_t)live;
   }
@@ -151,17 +155,21 @@ out:
 
 /* Order the entries by address (roots, folding and reports want it; in C,
  * as Python would take seconds for 10M), dropping later duplicates of an
- * address. Entries from in_shards on are the maps', read in address order,
- * so only the shards' are sorted (entry_order.h). */
-static int sort_by_address(struct entries *e, size_t in_shards) {
-  int rc = ur_entries_order(e->pairs, e->stack_ids, e->n, in_shards);
+ * address. Entries before from_shards are the maps', read in address
+ * order, so only the shards' are sorted, and merged in from the back
+ * (entry_order.h): the maps' entries below the lowest of them, and their
+ * untouched ids, stay where they are. */
+static int sort_by_address(struct entries *e, size_t from_shards) {
+  int rc = ur_entries_order_maps_first(e->pairs, e->stack_ids, e->n, from_shards);
   if (rc) return rc;
   size_t k = 0;
   for (size_t i = 0; i < e->n; i++) {
     if (k > 0 && e->pairs[2 * (k - 1)] == e->pairs[2 * i]) continue; /* stable: the first stays */
-    e->pairs[2 * k] = e->pairs[2 * i];
-    e->pairs[2 * k + 1] = e->pairs[2 * i + 1];
-    e->stack_ids[k] = e->stack_ids[i];
+    if (k != i) { /* only past a duplicate: the ids' untouched pages stay so */
+      e->pairs[2 * k] = e->pairs[2 * i];
+      e->pairs[2 * k + 1] = e->pairs[2 * i + 1];
+      e->stack_ids[k] = e->stack_ids[i];
+    }
     k++;
   }
   e->n = k;
@@ -253,14 +261,16 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   /* Without entries (the snapshot child sweeps itself): threads, shards,
    * options and, unless count_maps is false, the maps' count (a read of
    * every map: an eighth of the heap's span). */
-  if (with_entries) rc = read_tables(&rd, shards, nshards, &e);
-  size_t in_shards = e.n;
-  if (rc == 0 && (with_entries || count_maps)) {
+  if (with_entries || count_maps) {
     int64_t in_maps = read_maps(&rd, d.size_maps, with_entries ? &e : NULL);
     if (in_maps < 0) rc = (int)in_maps;
     else expected += (uint64_t)in_maps;
   }
-  if (rc == 0 && with_entries) rc = sort_by_address(&e, in_shards);
+  /* The shards' entries after the maps': few without backtraces, and
+   * merged in from the back (sort_by_address). */
+  size_t from_shards = e.n;
+  if (rc == 0 && with_entries) rc = read_tables(&rd, shards, nshards, &e);
+  if (rc == 0 && with_entries) rc = sort_by_address(&e, from_shards);
   nspans = d.regions && d.num_regions <= UR_MAX_REGIONS ? (uint32_t)d.num_regions : 0;
   if (nspans && (spans = malloc(nspans * sizeof(*spans))) != NULL)
     ur_reader_read_anon(&rd, d.regions, spans, nspans * sizeof(*spans));
@@ -348,7 +358,7 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *result = NULL;
   uint16_t *counts = NULL;
   uint64_t *frames = NULL, *one = NULL;
-  struct ur_reader rd = {-1, NULL, -1, 0, NULL};
+  struct ur_reader rd = {-1, NULL, -1, 0, NULL, 0};
   if (ids.len % 4) {
     PyErr_SetString(PyExc_ValueError, "ids must be packed u32 (length a multiple of 4)");
     goto out;

@@ -562,6 +562,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   for (unsigned k = 1; k < nreaders; k++) {
     mem->mem.pages_skipped += readers[k].mem.pages_skipped;
     mem->bytes_loaded += readers[k].bytes_loaded;
+    mem->bytes_vm_read += readers[k].bytes_vm_read;
   }
   if (nreaders == 1)
     for (unsigned k = 1; k < team_size; k++) mem->mem.pages_skipped += views[k].mem.pages_skipped;
@@ -575,7 +576,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     uint64_t held[3];
     held_bytes(&w, nallocs, held);
     result = Py_BuildValue(
-        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:n,s:K,s:O,s:I,s:K,s:K,s:K}", "unreachable",
+        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:K,s:n,s:K,s:O,s:I,s:K,s:K,s:K}", "unreachable",
         res.unreachable ? (const char *)res.unreachable : "", (Py_ssize_t)(res.nunreachable * 4),
         "leaks", res.leaks ? (const char *)res.leaks : "",
         (Py_ssize_t)(res.nleaks * sizeof(*res.leaks)), "unreachable_count",
@@ -584,7 +585,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         (unsigned long long)res.bytes_scanned, "pages_skipped",
         (unsigned long long)mem->mem.pages_skipped, "mark_ns", (unsigned long long)res.mark_ns,
         "fold_ns", (unsigned long long)res.fold_ns, "overlapping", (Py_ssize_t)w.overlapping,
-        "bytes_read", (unsigned long long)mem->bytes_loaded, "allocation_count",
+        "bytes_read", (unsigned long long)mem->bytes_loaded, "bytes_vm_read",
+        (unsigned long long)mem->bytes_vm_read, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
         "released_early", released ? Py_True : Py_False, "mark_threads", w.marked_by,
         "walker_bytes", (unsigned long long)held[0], "index_bytes", (unsigned long long)held[1],

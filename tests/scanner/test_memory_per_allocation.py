@@ -10,11 +10,13 @@ import mmap
 import os
 import random
 from array import array
+from pathlib import Path
 
 import pytest
 
 from tests.support.holder import python_holder
 from unreachable import _native
+from unreachable.capture.target import open_target
 from unreachable.process.maps import read_maps
 from unreachable.sweep.mark import layout
 
@@ -141,3 +143,53 @@ def test_a_sparse_range_takes_only_its_pages() -> None:
     r, grew = _sweep_512_mib_root(SPREAD)
     assert r["bytes_read"] >= 512 << 20
     assert grew < 64, f"the scanner grew by {grew} MB over 512 pages spread over 512 MiB"
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+def _resident_pages(obj: object) -> tuple[int, int]:
+    """(resident, all) pages under a buffer object's bytes (mincore)."""
+    view = _PyBuffer()
+    get = ctypes.pythonapi.PyObject_GetBuffer
+    get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    assert get(obj, ctypes.byref(view), 0) == 0
+    try:
+        page = mmap.PAGESIZE
+        begin = view.buf & ~(page - 1)
+        pages = (view.buf + view.len - begin + page - 1) // page
+        vec = (ctypes.c_ubyte * pages)()
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.mincore(ctypes.c_void_p(begin), ctypes.c_size_t(pages * page), vec) == 0
+        return sum(v & 1 for v in vec), pages
+    finally:
+        ctypes.pythonapi.PyBuffer_Release(ctypes.byref(view))
+
+
+def test_the_registry_leaves_the_stack_ids_of_map_entries_untouched(targets) -> None:
+    """Blocks a size map holds have no stack id, and the registry's id
+    array is fresh zeroed memory: their ids are never written (4 bytes per
+    allocation the kernel would zero and the scanner hold), also where a
+    block mmap'ed alone, above them, is merged in among them."""
+    programs = Path(__file__).parent.parent / "capture" / "programs"
+    target = targets.start(programs / "shared_child.c", "40000", "0")
+    raw = _native.read_registry(target.pid, open_target(target.pid).descriptor_addr, True, True)
+    # Before anything reads them: a read maps the zero page, resident too.
+    resident, pages = _resident_pages(raw["stack_ids"])
+    n = len(memoryview(raw["stack_ids"])) // 4
+    assert n > 40_000 and pages * 4096 >= 4 * n
+    assert resident * 8 < pages, (resident, pages)
+    assert not any(memoryview(raw["stack_ids"]).cast("I"))

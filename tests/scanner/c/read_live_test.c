@@ -1,0 +1,97 @@
+/* ur_mem_read_live (memory.c) against a real child: the pages the child
+ * maps alone come through process_vm_readv, the pages it shares
+ * copy-on-write with this process through /proc/PID/mem and stay shared,
+ * a page the call cannot read (made PROT_NONE) through /proc/PID/mem
+ * after it, and every span, aligned or not, reads what the child holds.
+ * Built with ASan+UBSan. */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "memory.h"
+#include "unit_test.h"
+
+#define PAGES 64
+#define PG 4096ul
+#define LOCKED 10 /* a page of the child's own memory it makes PROT_NONE */
+#define PM_MMAP_EXCLUSIVE (UINT64_C(1) << 56)
+
+static uint8_t shared_byte(size_t i) { return (uint8_t)(i * 13 + 1); }
+static uint8_t own_byte(size_t i) { return (uint8_t)(i * 7 + 3); }
+
+static void check_span(int fd, int pm, pid_t pid, int *refused, uint8_t *base, size_t off,
+                       size_t len, uint8_t (*byte)(size_t)) {
+  uint8_t *buf = malloc(len);
+  CHECK(buf != NULL);
+  memset(buf, 0xee, len);
+  size_t got = ur_mem_read_live(fd, pm, pid, refused, (uint64_t)(uintptr_t)(base + off), buf, len);
+  CHECK_EQ(got, len);
+  for (size_t i = 0; i < len; i++) CHECK_EQ(buf[i], byte(off + i));
+  free(buf);
+}
+
+static int exclusive_pages(int pm, const uint8_t *base) {
+  uint64_t e[PAGES];
+  CHECK(pread(pm, e, sizeof e, (off_t)((uintptr_t)base / PG * 8)) == (ssize_t)sizeof e);
+  int n = 0;
+  for (int p = 0; p < PAGES; p++) n += (e[p] & PM_MMAP_EXCLUSIVE) != 0;
+  return n;
+}
+
+int main(void) {
+  const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  uint8_t *shared = mmap(NULL, PAGES * PG, prot, flags, -1, 0);
+  uint8_t *own = mmap(NULL, PAGES * PG, prot, flags, -1, 0);
+  CHECK(shared != MAP_FAILED && own != MAP_FAILED);
+  for (size_t i = 0; i < PAGES * PG; i++) shared[i] = shared_byte(i);
+  int ready[2], done[2];
+  CHECK(pipe(ready) == 0 && pipe(done) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(done[1]);
+    for (size_t i = 0; i < PAGES * PG; i++) own[i] = own_byte(i);
+    mprotect(own + LOCKED * PG, PG, PROT_NONE);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    while (read(done[0], &c, 1) > 0) {
+    }
+    _exit(0);
+  }
+  close(done[0]);
+  char c;
+  CHECK(read(ready[0], &c, 1) == 1);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+  int fd = open(path, O_RDONLY);
+  snprintf(path, sizeof path, "/proc/%d/pagemap", (int)pid);
+  int pm = open(path, O_RDONLY);
+  CHECK(fd >= 0 && pm >= 0);
+  CHECK_EQ(exclusive_pages(pm, shared), 0);
+  CHECK_EQ(exclusive_pages(pm, own), PAGES);
+  int refused = 0;
+  const size_t spans[][2] = {{0, PAGES * PG},        {1, 100},
+                             {PG - 3, 7},            {5 * PG + 17, 9 * PG},
+                             {LOCKED * PG - 8, 16},  {0, LOCKED * PG + 1},
+                             {3 * PG, 40 * PG}};
+  for (size_t k = 0; k < sizeof spans / sizeof spans[0]; k++) {
+    check_span(fd, pm, pid, &refused, own, spans[k][0], spans[k][1], own_byte);
+    check_span(fd, pm, pid, &refused, shared, spans[k][0], spans[k][1], shared_byte);
+  }
+  CHECK_EQ(refused, 0);
+  /* Still shared: a pin would have unshared them into the child. */
+  CHECK_EQ(exclusive_pages(pm, shared), 0);
+  close(done[1]);
+  waitpid(pid, NULL, 0);
+  close(fd);
+  close(pm);
+  printf("ok read_live\n");
+  return 0;
+}
