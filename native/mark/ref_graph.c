@@ -17,7 +17,7 @@
  * "old", and the first load of each page waits for the page walker to set
  * its accessed bit, which the hardware prefetcher, stopping at page
  * boundaries, does not start. In a forked child of a 1 GB heap the graph's
- * pass took 210-230 ms of CPU instead of 285-340 (240 B blocks) and 260-280
+ * pass took 215-235 ms of CPU instead of 285-340 (240 B blocks) and 270-290
  * instead of 330-370 (16-1040 B); 2 pages ahead saved a little less, 8 no
  * more. */
 #define PAGES_AHEAD 4
@@ -63,7 +63,7 @@ static int flush(struct builder *b) {
   ssize_t found[BATCH];
   for (size_t i = 0; i < b->nc; i++) {
     hi[i] = lo[i] = 0;
-    found[i] = ur_page_find(&ix->pages, ix->pairs, b->cand[i]);
+    found[i] = ur_alloc_index_direct(ix, b->cand[i]);
     if (found[i] == UR_PAGE_UNKNOWN) ur_alloc_index_prefetch_bucket(ix, b->cand[i]);
   }
   for (size_t i = 0; i < b->nc; i++) {
