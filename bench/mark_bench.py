@@ -35,6 +35,7 @@ SOURCES = [
         "heap_walker.c",
         "ref_graph.c",
         "page_index.c",
+        "run_index.c",
         "alloc.c",
         "radix_sort.c",
         "alloc_index.c",

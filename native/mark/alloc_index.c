@@ -5,8 +5,8 @@
 
 #include "alloc.h"
 
-/* The page index's budget: 8 bytes per allocation (a heap of 64-byte blocks
- * needs about 5) and a fixed megabyte. */
+/* The run and page indexes' budget together: 8 bytes per allocation (a heap
+ * of 64-byte blocks needs about 5) and a fixed megabyte. */
 #define PAGE_INDEX_BYTES_PER_ALLOC 8
 #define PAGE_INDEX_FIXED_BYTES (UINT64_C(1) << 20)
 /* Allocations per bucket entry at most (build_buckets). */
@@ -34,13 +34,14 @@ static uint64_t count_buckets(const struct ur_alloc_index *w, unsigned shift,
   return total;
 }
 
-/* The buckets, for the blocks the page index does not answer for: a lookup
- * there never reaches them. Most blocks of a heap of small ones are left out
+/* The buckets, for the blocks the run and page indexes do not answer for: a
+ * lookup there never reaches them. Most blocks of a heap of small ones are left out
  * so, which spares the build its hashed writes (10M blocks: ~0.25 s). */
 static void build_buckets(struct ur_alloc_index *w) {
   uint8_t *skip = ur_big_calloc(w->n, 1);
   if (!skip) return; /* binary search still works */
-  ur_page_index_answered(&w->pages, w->pairs, w->n, skip);
+  ur_page_index_answered(&w->pages, &w->runs, w->pairs, w->n, skip);
+  ur_run_index_answered(&w->runs, w->pairs, skip);
   /* The smallest buckets (from 256 bytes) that keep the index within one
    * entry per four allocations, the table at most two thirds full: at most
    * 11 bytes per allocation (two entries per allocation in a half-full
@@ -95,14 +96,20 @@ int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *pairs, size_
   if (!n) return 0;
   ix->lo = ur_block_begin(pairs, 0);
   ix->hi = ur_block_end(pairs, n - 1);
-  uint64_t page_bytes = PAGE_INDEX_BYTES_PER_ALLOC * (uint64_t)n + PAGE_INDEX_FIXED_BYTES;
-  if (ur_page_index_build(&ix->pages, pairs, n, page_bytes) < 0) return -ENOMEM;
-  build_buckets(ix); /* for the blocks the page index does not answer for */
+  uint64_t bytes = PAGE_INDEX_BYTES_PER_ALLOC * (uint64_t)n + PAGE_INDEX_FIXED_BYTES;
+  if (ur_run_index_build(&ix->runs, pairs, n, bytes) < 0) return -ENOMEM;
+  bytes -= ur_run_index_bytes(&ix->runs);
+  if (ur_page_index_build(&ix->pages, pairs, n, bytes, &ix->runs) < 0) {
+    ur_run_index_free(&ix->runs);
+    return -ENOMEM;
+  }
+  build_buckets(ix); /* for the blocks neither answers for */
   return 0;
 }
 
 void ur_alloc_index_free(struct ur_alloc_index *ix) {
   ur_big_free(ix->buckets);
   ur_page_index_free(&ix->pages);
+  ur_run_index_free(&ix->runs);
   memset(ix, 0, sizeof(*ix));
 }

@@ -5,12 +5,14 @@
  * words up through it.
  *
  * Lookup: a min/max reject throws out most non-pointer words; the rest go
- * to the page index (page_index.h: pages dense in small blocks, answered
- * from bitmaps) and otherwise to a hash of address buckets (256 bytes and
- * up) holding the run of allocations overlapping each bucket, then a short
- * binary search inside that run. A plain binary search over 10M begins costs
- * ~20 dependent cache and TLB misses per pointer; the bucket costs one or
- * two, a page entry one.
+ * to the run index (run_index.h: 64 KiB chunks of equal, evenly spaced
+ * blocks, answered by arithmetic), then the page index (page_index.h: pages
+ * dense in small blocks, answered from bitmaps) and otherwise to a hash of
+ * address buckets (256 bytes and up) holding the run of allocations
+ * overlapping each bucket, then a short binary search inside that run. A
+ * plain binary search over 10M begins costs ~20 dependent cache and TLB
+ * misses per pointer; the bucket costs one or two, a page entry one, a run
+ * entry usually none (its table is small enough to stay in cache).
  *
  * Memory comes from alloc.h (mmap, never malloc): the snapshot child uses it.
  */
@@ -22,12 +24,14 @@
 #include <sys/types.h>
 
 #include "page_index.h"
+#include "run_index.h"
 
 struct ur_alloc_index {
   size_t n;              /* allocations, sorted by begin, none overlapping */
   const uint64_t *pairs; /* (begin, size) per allocation (ur_block_begin, ur_block_end) */
   uint64_t lo, hi;     /* [lowest begin, highest end): the fast reject */
-  struct ur_page_index pages; /* pages dense in small blocks, looked up first */
+  struct ur_run_index runs;   /* chunks of equal blocks, looked up first */
+  struct ur_page_index pages; /* pages dense in small blocks, looked up next */
   struct ur_bucket *buckets;  /* NULL: plain binary search */
   uint64_t bucket_mask;
   unsigned bucket_shift;
@@ -98,12 +102,19 @@ static inline void ur_alloc_index_prefetch_bucket(const struct ur_alloc_index *w
     __builtin_prefetch(&w->buckets[ur_bucket_hash((v >> w->bucket_shift) + 1) & w->bucket_mask]);
 }
 
+/* What the run and page indexes answer for v (inside [lo, hi)): the sorted
+ * index of its allocation, -1, or UR_PAGE_UNKNOWN (ask the buckets). */
+static inline ssize_t ur_alloc_index_direct(const struct ur_alloc_index *w, uint64_t v) {
+  ssize_t idx = ur_run_find(&w->runs, v);
+  return idx != UR_PAGE_UNKNOWN ? idx : ur_page_find(&w->pages, w->pairs, v);
+}
+
 /* Sorted index of the allocation containing v, or -1. One past the end is
  * outside. */
 static inline ssize_t ur_alloc_index_find(const struct ur_alloc_index *w, uint64_t v) {
   size_t lo, hi;
   if (v - w->lo >= w->hi - w->lo) return -1;
-  ssize_t idx = ur_page_find(&w->pages, w->pairs, v);
+  ssize_t idx = ur_alloc_index_direct(w, v);
   if (idx != UR_PAGE_UNKNOWN) return idx;
   if (!ur_alloc_index_range(w, v, &lo, &hi)) return -1;
   return ur_alloc_index_search(w, v, lo, hi);

@@ -241,7 +241,7 @@ static int resolve(struct marker *m, const uint64_t *cand, size_t nc) {
   ssize_t found[MAX_CANDIDATES];
   for (size_t i = 0; i < nc; i++) {
     hi[i] = lo[i] = 0;
-    if ((found[i] = ur_page_find(&w->index.pages, w->pairs, cand[i])) != UR_PAGE_UNKNOWN) {
+    if ((found[i] = ur_alloc_index_direct(&w->index, cand[i])) != UR_PAGE_UNKNOWN) {
       if (found[i] >= 0) __builtin_prefetch(&w->marked[found[i]]);
       continue;
     }

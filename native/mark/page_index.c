@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "run_index.h"
 
 #define PAGE_BYTES ((uint64_t)1 << UR_PAGE_INDEX_SHIFT)
 #define GRANULES 64
@@ -46,6 +47,20 @@ static int run_off_grid(const uint64_t *pairs, size_t i, size_t j) {
   return 0;
 }
 
+/* Whether the page lies in a chunk the run index answers for. */
+static int in_runs(const struct ur_run_index *runs, uint64_t page) {
+  return runs && ur_run_entry_of(runs, page >> (UR_RUN_SHIFT - UR_PAGE_INDEX_SHIFT)) != NULL;
+}
+
+/* If block i begins in a chunk the run index answers for, the end of the
+ * blocks beginning in that chunk (a page index's pass skips them at once);
+ * else 0. */
+static size_t runs_end(const struct ur_run_index *runs, const uint64_t *pairs, size_t i) {
+  const struct ur_run_entry *e =
+      runs ? ur_run_entry_of(runs, ur_block_begin(pairs, i) >> UR_RUN_SHIFT) : NULL;
+  return e ? (size_t)e->first + e->count : 0;
+}
+
 /* The end of the run of blocks beginning in block i's page. */
 static size_t page_run_end(const uint64_t *pairs, size_t n, size_t i) {
   uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
@@ -55,12 +70,13 @@ static size_t page_run_end(const uint64_t *pairs, size_t n, size_t i) {
 }
 
 int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t n,
-                        uint64_t max_bytes) {
+                        uint64_t max_bytes, const struct ur_run_index *runs) {
   memset(pi, 0, sizeof(*pi));
   /* Pages by how many blocks begin there: dense[k] counts pages with at
    * least 2^k begins. */
   size_t dense[8] = {0};
   for (size_t i = 0, j; i < n; i = j) {
+    if ((j = runs_end(runs, pairs, i)) != 0) continue;
     j = page_run_end(pairs, n, i);
     for (unsigned k = 1; k < 8 && (j - i) >> k; k++) dense[k]++;
   }
@@ -76,6 +92,7 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t 
   pi->mask = size - 1;
   pi->min_begins = min_begins;
   for (size_t i = 0, j; i < n; i = j) {
+    if ((j = runs_end(runs, pairs, i)) != 0) continue;
     j = page_run_end(pairs, n, i);
     /* The slot is a random one, a cache miss: the page PREFETCH_AHEAD
      * blocks on has its slot loaded meanwhile. */
@@ -103,18 +120,22 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t 
 }
 
 /* Whether the run of blocks [i, j) beginning in one page has an entry that
- * answers: enough begins, all on the grid (as the build decides). */
-static int run_answers(const struct ur_page_index *pi, const uint64_t *pairs, size_t i, size_t j) {
-  return j - i >= pi->min_begins && !run_off_grid(pairs, i, j);
+ * answers: enough begins, all on the grid, not in the run index's chunks
+ * (as the build decides). */
+static int run_answers(const struct ur_page_index *pi, const struct ur_run_index *runs,
+                       const uint64_t *pairs, size_t i, size_t j) {
+  return j - i >= pi->min_begins && !run_off_grid(pairs, i, j) &&
+         !in_runs(runs, ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT);
 }
 
-void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *pairs, size_t n,
-                            uint8_t *answered) {
+void ur_page_index_answered(const struct ur_page_index *pi, const struct ur_run_index *runs,
+                            const uint64_t *pairs, size_t n, uint8_t *answered) {
   memset(answered, 0, n);
   if (!pi->slots) return;
   for (size_t i = 0, j; i < n; i = j) {
+    if ((j = runs_end(runs, pairs, i)) != 0) continue;
     j = page_run_end(pairs, n, i);
-    if (!run_answers(pi, pairs, i, j)) continue;
+    if (!run_answers(pi, runs, pairs, i, j)) continue;
     uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
     for (size_t k = i; k < j; k++) {
       uint64_t last = (ur_block_end(pairs, k) - 1) >> UR_PAGE_INDEX_SHIFT;
@@ -124,7 +145,7 @@ void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *pair
       if (last == page) answered[k] = 1;
       else if (last == page + 1 && k + 1 == j && j < n &&
                ur_block_begin(pairs, j) >> UR_PAGE_INDEX_SHIFT == last)
-        answered[k] = (uint8_t)run_answers(pi, pairs, j, page_run_end(pairs, n, j));
+        answered[k] = (uint8_t)run_answers(pi, runs, pairs, j, page_run_end(pairs, n, j));
     }
   }
 }

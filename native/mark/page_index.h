@@ -12,7 +12,9 @@
  *
  * Pages with few begins are left to the bucket index (their blocks are big
  * enough that a lookup is cheap beside reading them), as are pages where a
- * block begins off a 16-byte boundary (glibc never does that; a test may).
+ * block begins off a 16-byte boundary (glibc never does that; a test may);
+ * pages of the chunks the run index answers for (run_index.h) are left to
+ * it.
  */
 #ifndef UR_MARK_PAGE_INDEX_H
 #define UR_MARK_PAGE_INDEX_H
@@ -42,6 +44,8 @@ struct ur_page_entry {
   uint64_t full;     /* granules wholly inside a block */
 };
 
+struct ur_run_index;
+
 struct ur_page_index {
   struct ur_page_entry *slots; /* NULL: no index */
   uint64_t mask;
@@ -52,18 +56,19 @@ struct ur_page_index {
 #define UR_PAGE_UNKNOWN (-2)
 
 /* Build over n sorted, non-overlapping blocks (pairs: ur_block_begin), using
- * at most max_bytes (pages need more begins each until they fit). Returns 0
+ * at most max_bytes (pages need more begins each until they fit), leaving
+ * out the pages of the chunks runs answers for (runs may be NULL). Returns 0
  * or -ENOMEM; with no dense page, no index. */
 int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t n,
-                        uint64_t max_bytes);
+                        uint64_t max_bytes, const struct ur_run_index *runs);
 void ur_page_index_free(struct ur_page_index *pi);
 
-/* For each of the n blocks the index was built over: whether it answers for
- * every address of the block (so that a lookup there never needs another
- * index). Worked out from begin and end in one pass, not by probing the
- * index: 1 in answered[i] or 0. */
-void ur_page_index_answered(const struct ur_page_index *pi, const uint64_t *pairs, size_t n,
-                            uint8_t *answered);
+/* For each of the n blocks the index was built over (with runs, as built):
+ * whether it answers for every address of the block (so that a lookup there
+ * never needs another index). Worked out from begin and end in one pass, not
+ * by probing the index: 1 in answered[i] or 0. */
+void ur_page_index_answered(const struct ur_page_index *pi, const struct ur_run_index *runs,
+                            const uint64_t *pairs, size_t n, uint8_t *answered);
 
 static inline uint64_t ur_page_hash(uint64_t key) {
   return (key * UINT64_C(0x9E3779B97F4A7C15)) >> 20;

@@ -12,6 +12,15 @@
  * or bucket is prefetched when the word is read, the index entries all
  * together before any is searched). */
 #define BATCH 64
+/* The page this many pages past the block being read is touched early (a
+ * prefetch of its first line): a forked child's page-table entries start
+ * "old", and the first load of each page waits for the page walker to set
+ * its accessed bit, which the hardware prefetcher, stopping at page
+ * boundaries, does not start. In a forked child of a 1 GB heap the graph's
+ * pass took 215-235 ms of CPU instead of 285-340 (240 B blocks) and 270-290
+ * instead of 330-370 (16-1040 B); 2 pages ahead saved a little less, 8 no
+ * more. */
+#define PAGES_AHEAD 4
 
 struct build_shared {
   const struct ur_alloc_index *ix;
@@ -37,6 +46,7 @@ struct builder {
   uint64_t len;
   size_t next_first; /* the next block whose first edge is still to be set */
   size_t block;      /* the block scan_part reads */
+  uint64_t ahead;    /* the page last touched early (PAGES_AHEAD) */
   uint64_t cand[BATCH];
   uint32_t src[BATCH];
   size_t nc;
@@ -53,7 +63,7 @@ static int flush(struct builder *b) {
   ssize_t found[BATCH];
   for (size_t i = 0; i < b->nc; i++) {
     hi[i] = lo[i] = 0;
-    found[i] = ur_page_find(&ix->pages, ix->pairs, b->cand[i]);
+    found[i] = ur_alloc_index_direct(ix, b->cand[i]);
     if (found[i] == UR_PAGE_UNKNOWN) ur_alloc_index_prefetch_bucket(ix, b->cand[i]);
   }
   for (size_t i = 0; i < b->nc; i++) {
@@ -86,10 +96,19 @@ static int scan_part(void *ctx, uint64_t a, uint64_t end) {
   const uint64_t lo = ix->lo, span = ix->hi - ix->lo;
   const struct ur_page_index pages = ix->pages;
   size_t nc = b->nc;
+  uint64_t ahead = b->ahead;
   while (a < end) {
     uint64_t avail;
     const uint8_t *p = ur_mem_view(b->mem, a, end, &avail);
     if (!p) return -ENOMEM;
+    /* A page at a time, each touching the one PAGES_AHEAD on. */
+    uint64_t page = (a >> UR_PAGE_SHIFT) + PAGES_AHEAD;
+    if (page != ahead) {
+      ur_mem_prefetch(b->mem, page << UR_PAGE_SHIFT);
+      ahead = page;
+    }
+    uint64_t to_page = UR_PAGE_SIZE - (a & (UR_PAGE_SIZE - 1));
+    if (avail > to_page) avail = to_page;
     /* a and view ends are 8-aligned, so the straddling last word is still
      * inside the view's buffer (as heap_walker.c's scan_range). */
     size_t nwords = (size_t)((avail + 7) / 8);
@@ -117,6 +136,7 @@ static int scan_part(void *ctx, uint64_t a, uint64_t end) {
     if (next < a) break; /* wrapped at the top of the address space */
     a = next;
   }
+  b->ahead = ahead;
   b->nc = nc;
   return 0;
 }

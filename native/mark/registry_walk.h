@@ -55,6 +55,13 @@ static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uin
 /* ---- size maps (abi.h v5: three levels) ---- */
 
 #define UR_SIZE_MAP_MAX_REFS (UINT64_C(1) << 24)
+/* Pages of a map's level 0 between the one read and the one touched early
+ * (a prefetch): in a forked child each page's first load waits for its
+ * accessed bit (ref_graph.c's PAGES_AHEAD). 1024 maps of blocks every 256
+ * bytes (4.2M) were collected in a forked child in 25-27 ms of CPU instead
+ * of 32-35, every 352 bytes in 31-32 instead of 37-38; 4 pages ahead saved
+ * about as much, 8 less. */
+#define UR_MAP_AHEAD 2
 
 /* The nonzero bytes of a word: bit 7 of each byte set where the byte is
  * not zero, those bits summed into the top byte by one multiply. Not
@@ -122,7 +129,13 @@ static inline size_t ur_size_map_collect(const void *map, uint64_t base, uint64_
   uint64_t next1 = UINT64_MAX, size1 = 0, next2 = UINT64_MAX, size2 = 0;
   const uint32_t l1_per_l2 = UR_SIZE_MAP_L1_ENTRIES / UR_SIZE_MAP_L2_ENTRIES;
   const uint32_t words_per_l1 = (UR_SIZE_MAP_L0_ENTRIES / UR_SIZE_MAP_L1_ENTRIES) / 8;
+  /* Level 0's bytes under one level-2 entry, and how many such stretches
+   * make a page: each page of level 0 touches the one UR_MAP_AHEAD on. */
+  const uint32_t l0_per_l2 = UR_SIZE_MAP_L0_ENTRIES / UR_SIZE_MAP_L2_ENTRIES;
+  const uint32_t l2_per_page = 4096 / l0_per_l2, ahead = UR_MAP_AHEAD * l2_per_page;
   for (uint32_t g2 = 0; g2 < UR_SIZE_MAP_L2_ENTRIES; g2++) {
+    if (g2 % l2_per_page == 0 && g2 + ahead < UR_SIZE_MAP_L2_ENTRIES)
+      __builtin_prefetch(m + (size_t)(g2 + ahead) * l0_per_l2);
     uint32_t v2 = l2[g2];
     if (v2) {
       next2 = ur_size_map_l2_block(base, g2, v2);

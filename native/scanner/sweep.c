@@ -90,7 +90,8 @@ static uint64_t now_ns(void) { return ur_now_ns(); }
 static void held_bytes(const struct ur_walker *w, size_t nallocs, uint64_t out[3]) {
   out[0] = nallocs + (w->own ? 16 * (uint64_t)w->n : 0) + (w->orig ? 4 * (uint64_t)nallocs : 0);
   const struct ur_alloc_index *ix = &w->index;
-  out[1] = (ix->pages.slots ? (ix->pages.mask + 1) * sizeof(struct ur_page_entry) : 0) +
+  out[1] = ur_run_index_bytes(&ix->runs) +
+           (ix->pages.slots ? (ix->pages.mask + 1) * sizeof(struct ur_page_entry) : 0) +
            (ix->buckets ? (ix->bucket_mask + 1) * sizeof(struct ur_bucket) : 0);
   const struct ur_ref_graph *g = &w->graph;
   out[2] = w->has_graph ? 4 * (uint64_t)g->n + 5 * (uint64_t)g->nchunks + 4 * g->edges : 0;

@@ -1078,7 +1078,7 @@ static void t_page_index(void) {
   /* The blocks left out of the buckets are those whose every page has an
    * entry that answers (asked page by page here): some, not all. */
   static uint8_t answered[3000];
-  ur_page_index_answered(&w.index.pages, w.pairs, w.n, answered);
+  ur_page_index_answered(&w.index.pages, &w.index.runs, w.pairs, w.n, answered);
   size_t left_out = 0;
   for (size_t i = 0; i < w.n; i++) {
     int want = 1;
@@ -1097,6 +1097,120 @@ static void t_page_index(void) {
   }
   CHECK(hits > 0);
   ur_walker_free(&w);
+}
+
+/* The containing block by binary search over the sorted pairs: the
+ * reference for the run index's cases, too many addresses for find_slowly. */
+static ssize_t find_sorted(const struct ur_walker *w, uint64_t v) {
+  size_t lo = 0, hi = w->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ur_walker_begin(w, mid) <= v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo > 0 && v < ur_walker_end(w, lo - 1) ? (ssize_t)lo - 1 : -1;
+}
+
+/* n blocks of size bytes, stride apart, from at. */
+static size_t run_of(uint64_t *a, size_t k, uint64_t at, size_t n, uint64_t size,
+                     uint64_t stride) {
+  for (size_t i = 0; i < n; i++, k++) {
+    a[2 * k] = at + i * stride;
+    a[2 * k + 1] = size;
+  }
+  return k;
+}
+
+static void t_run_index(void) {
+  /* 64 KiB chunks of equal blocks, answered by arithmetic, beside chunks
+   * that are not (too few begins, a block of another size, one big block):
+   * every address of the span, and a little beyond, finds what a search of
+   * the sorted blocks finds. */
+  enum { CHUNK = 1 << UR_RUN_SHIFT };
+  const uint64_t c = UINT64_C(0x10000000);
+  static uint64_t a[2 * 4096];
+  size_t n = 0;
+  n = run_of(a, n, c - 0x3000, 1, 0x3028, 0); /* reaches 0x28 into chunk 0 */
+  /* chunk 0: 240 B every 256 from 0x30; the last reaches 0x20 into chunk 1 */
+  n = run_of(a, n, c + 0x30, 256, 240, 256);
+  /* chunk 1: 40 B every 48 from 0x20 (one past the end of the one before);
+   * the last reaches 8 bytes into chunk 2 */
+  n = run_of(a, n, c + CHUNK + 0x20, 1365, 40, 48);
+  /* chunk 2: 32-byte blocks and one of another size: not a run */
+  n = run_of(a, n, c + 2 * CHUNK + 0x10, 20, 32, 32);
+  n = run_of(a, n, c + 2 * CHUNK + 0x400, 1, 100, 0);
+  /* chunk 3: equal blocks, too few of them */
+  n = run_of(a, n, c + 3 * CHUNK, UR_RUN_MIN_BEGINS - 1, 64, 64);
+  /* chunk 4: zero-size blocks (each owns its address), off the 16-byte grid */
+  n = run_of(a, n, c + 4 * CHUNK + 8, 20, 0, 24);
+  /* chunks 5-7: one block from chunk 5 to 0x100 into chunk 7, then blocks
+   * of 16 bytes back to back (one past each end is the next) */
+  n = run_of(a, n, c + 5 * CHUNK, 1, 2 * CHUNK + 0x100, 0);
+  n = run_of(a, n, c + 7 * CHUNK + 0x100, 32, 16, 16);
+  /* chunk 8: 4 KiB blocks filling it, the last ending at its end */
+  n = run_of(a, n, c + 8 * CHUNK, 16, 4096, 4096);
+  uint64_t top = c + 9 * CHUNK;
+  struct ur_mem m = {0};
+  struct ur_walker w;
+  CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
+  CHECK_EQ(w.index.runs.chunks, 5); /* chunks 0, 1, 4, 7 and 8 */
+  for (uint64_t k = 0; k <= 8; k++) {
+    int want = k == 0 || k == 1 || k == 4 || k == 7 || k == 8;
+    CHECK_EQ(ur_run_entry_of(&w.index.runs, (c >> UR_RUN_SHIFT) + k) != NULL, want);
+    /* The page index leaves the run index's chunks to it. */
+    for (uint64_t p = (c + k * CHUNK) >> UR_PAGE_INDEX_SHIFT;
+         want && p < (c + (k + 1) * CHUNK) >> UR_PAGE_INDEX_SHIFT; p++)
+      CHECK(ur_page_entry_of(&w.index.pages, p) == NULL);
+  }
+  /* Blocks left out of the buckets: those whose every chunk has an entry. */
+  static uint8_t answered[4096];
+  memset(answered, 0, sizeof(answered));
+  ur_run_index_answered(&w.index.runs, w.pairs, answered);
+  for (size_t i = 0; i < w.n; i++) {
+    int want = 1;
+    for (uint64_t k = ur_walker_begin(&w, i) >> UR_RUN_SHIFT;
+         k <= (ur_walker_end(&w, i) - 1) >> UR_RUN_SHIFT; k++)
+      if (!ur_run_entry_of(&w.index.runs, k)) want = 0;
+    CHECK_EQ(answered[i], want);
+  }
+  size_t hits = 0;
+  for (uint64_t v = c - 0x3000 - 64; v < top + 64; v++) {
+    ssize_t want = find_sorted(&w, v);
+    CHECK_EQ(ur_walker_find(&w, v), want);
+    hits += want >= 0;
+  }
+  CHECK(hits > 0);
+  ur_walker_free(&w);
+}
+
+static void t_run_sweep(void) {
+  /* A heap of equal blocks (40 bytes, 48 apart, across two chunks and more)
+   * marked through the run index: interior pointers reach, a pointer one
+   * past a block's end (into the gap before the next) does not. Blocks
+   * 0-999 are a chain from the root; 1000-2047 a chain nothing reaches. */
+  enum { N = 2048, STRIDE = 48, SIZE = 40 };
+  static uint8_t heap[N * STRIDE + 64] __attribute__((aligned(1 << UR_RUN_SHIFT)));
+  uint8_t *base = heap + 16;
+  memset(heap, 0, sizeof(heap));
+  for (size_t i = 0; i + 1 < N; i++) {
+    if (i == 999) continue;
+    uintptr_t next = (uintptr_t)(base + (i + 1) * STRIDE + (i % 5) * 8 + 1);
+    memcpy(base + i * STRIDE, &next, sizeof(next));
+  }
+  uintptr_t past = (uintptr_t)(base + 1000 * STRIDE + SIZE); /* one past block 1000's end */
+  memcpy(base + 999 * STRIDE + 8, &past, sizeof(past));
+  escape(heap);
+  reset();
+  for (size_t i = 0; i < N; i++)
+    alloc((uint64_t)(uintptr_t)(base + i * STRIDE), (uint64_t)(uintptr_t)(base + i * STRIDE + SIZE));
+  uintptr_t rw[1] = {(uintptr_t)(base + 3)};
+  escape(rw);
+  root(BEGIN(rw), END(rw));
+  struct result r;
+  sweep(&r);
+  CHECK_EQ(r.nunreachable, N - 1000);
+  for (size_t i = 0; i < r.nunreachable; i++) CHECK(r.unreachable[i] >= 1000);
+  result_free(&r);
 }
 
 static void t_graph_budget(void) {
@@ -1194,6 +1308,8 @@ static const struct test tests[] = {
     {"cache_eviction", t_cache_eviction},
     {"cache_tree", t_cache_tree},
     {"page_index", t_page_index},
+    {"run_index", t_run_index},
+    {"run_sweep", t_run_sweep},
     {"graph_budget", t_graph_budget},
 };
 
