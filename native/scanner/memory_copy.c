@@ -293,7 +293,14 @@ static PyObject *copy_close_py(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
     PyErr_SetString(PyExc_RuntimeError, "MemoryCopy is in use by another call");
     return NULL;
   }
+  /* A copy-on-write snapshot's end unregisters the target's memory (a walk
+   * of its page tables) and waits for the fault server: the scan's Python
+   * goes on beside it (copy_snapshot.py ends it in the background). */
+  c->busy = 1;
+  Py_BEGIN_ALLOW_THREADS
   copy_close(c);
+  Py_END_ALLOW_THREADS
+  c->busy = 0;
   Py_RETURN_NONE;
 }
 
@@ -352,7 +359,8 @@ static PyMethodDef copy_methods[] = {
      "cow_seal(): the process stopped, all protected: the snapshot is this moment."},
     {"cow_failed", (PyCFunction)copy_cow_failed, METH_NOARGS,
      "cow_failed() -> bool: a page could not be saved; the snapshot is no longer whole."},
-    {"close", (PyCFunction)copy_close_py, METH_NOARGS, "close(): free the copy."},
+    {"close", (PyCFunction)copy_close_py, METH_NOARGS,
+     "close(): free the copy (a copy-on-write snapshot's end; the GIL released)."},
     {NULL, NULL, 0, NULL},
 };
 

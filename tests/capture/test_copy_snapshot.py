@@ -450,6 +450,32 @@ def test_cli_copy_snapshot(targets):
     wait_untracked(target.pid)
 
 
+@pytest.mark.parametrize("ends", ["reported", "failed"])
+def test_the_cli_lets_the_target_go_before_it_exits(targets, tmp_path, ends):
+    """The copy-on-write snapshot's end (unregistering the heap, a walk of
+    its page tables) runs beside the report, on a thread of its own: the
+    CLI's exit waits for it, whether the scan reports or fails after its
+    snapshot (here: an output file that cannot be written). Nothing of the
+    protection is left the moment the process is gone (the helper, which
+    ends a dead scanner's snapshot, would take up to its 10 ms poll)."""
+    target = targets.start(PROGRAMS / "big_heap.c", "256")
+    out = tmp_path / ("report.json" if ends == "reported" else "missing/report.json")
+    res = subprocess.run(
+        [*CLI, "scan", str(target.pid), "--snapshot", "copy", "--json", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert write_protected(target.pid) == [] and _write_protected_pages(target.pid) == 0
+    if ends == "reported":
+        assert res.returncode in (0, 1), res.stderr
+        report = json.loads(out.read_text())
+        assert report["snapshot"] == "copy" and "faults" not in report["snapshot_note"]
+    else:
+        assert res.returncode == 2 and "cannot write" in res.stderr, res.stderr
+    wait_untracked(target.pid)
+
+
 def test_cli_copy_of_a_user_stopped_target_is_refused(targets):
     target = targets.start(PROGRAMS / "globals.c")  # its helper running
     os.kill(target.pid, signal.SIGSTOP)

@@ -24,6 +24,7 @@ from unreachable.capture.write_tracking import (
     MODE_COW,
     ON,
     TrackingUnavailable,
+    end_in_background,
     helper_uffd,
     tracked_writes,
 )
@@ -245,7 +246,13 @@ def cow_capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
     """The copy-on-write snapshot (cow.h): protected in the pause, read live
     after it, each page the target writes meanwhile saved first."""
     with ExitStack() as cleanup:
-        cleanup.enter_context(tracked_writes(target, mode=MODE_COW))
+        # The snapshot's end (the copy's unregistering, a walk of the
+        # target's page tables, then the tracking's) runs last, beside the
+        # rest of the scan: whatever ends the block, the process's exit
+        # waits for it (end_in_background).
+        ending = ExitStack()
+        cleanup.callback(end_in_background, target.pid, ending.close)
+        ending.enter_context(tracked_writes(target, mode=MODE_COW))
         uffd = helper_uffd(target.pid, asynchronous=False)
         if uffd < 0:
             raise TrackingUnavailable("no synchronous userfaultfd in the target")
@@ -255,7 +262,7 @@ def cow_capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
         except OSError as e:
             copy.close()
             raise TrackingUnavailable(f"cannot serve the snapshot: {e}") from None
-        cleanup.callback(copy.close)
+        ending.callback(copy.close)
         helper = _helper_stack(target)
         if not helper:
             raise TrackingUnavailable("cannot find the shim's helper's stack")
@@ -310,7 +317,8 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
             if request.must:
                 raise TargetUnscannable(f"{request.must}{e}") from None
             raise
-        cleanup.callback(copy.close)
+        # Freeing the copy (the size of the heap) beside the rest of the scan.
+        cleanup.callback(end_in_background, target.pid, copy.close)
         capture = stop_world(target, request.roots, cleanup, urgent=True)
         try:
             capture.mappings = refresh(copy, target.pid)

@@ -16,7 +16,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from unreachable import _native
@@ -217,9 +217,7 @@ class _Tracking:
         # beside the rest of the scan (fold, symbolize, report) rather
         # than before it. The next tracking of the target, and the
         # interpreter's exit, wait for it.
-        ending = threading.Thread(target=self.end, name="untrack")
-        _ending[self.pid] = ending
-        ending.start()
+        end_in_background(self.pid, self.end)
 
     def end(self) -> None:
         if self.uffd >= 0:
@@ -241,11 +239,23 @@ class _Tracking:
 
 
 # The tracking being taken down in the background, by target pid.
-_ending: dict[int, threading.Thread] = {}
+_ending: dict[int, list[threading.Thread]] = {}
+
+
+def end_in_background(pid: int, end: Callable[[], object]) -> None:
+    """Run end (a tracking's or a snapshot's teardown) on a thread of its
+    own, beside the rest of the scan. The next tracking of pid waits for
+    it, and so does the interpreter's exit (the thread is not a daemon):
+    a scan that returns has its target let go by the time its process
+    exits. Should the scanner die first, the helper's own teardown ends
+    what this would have."""
+    ending = threading.Thread(target=end, name="untrack")
+    _ending[pid] = [t for t in _ending.get(pid, ()) if t.is_alive()] + [ending]
+    ending.start()
 
 
 def _ended(pid: int) -> None:
-    if (ending := _ending.pop(pid, None)) is not None:
+    for ending in _ending.pop(pid, ()):
         ending.join()
 
 
