@@ -47,7 +47,8 @@ UNUSED = (
 # Imported by nothing a scan without backtraces does once the symbol cache
 # holds the mapped files' vtables: the C++ demangler (a c++filt subprocess)
 # and the symbol tables' reader run on a cache miss only; socket for a
-# target with a unix socket only (graph.c has none); the daemon's, the
+# target with a unix socket only (graph.c has none); the triage's
+# (suppressions, baselines) only when a scan has some; the daemon's, the
 # gRPC client's and the other commands' modules never.
 NOT_ONCE_CACHED = (
     "subprocess",
@@ -57,6 +58,9 @@ NOT_ONCE_CACHED = (
     "unreachable.rpc.scan_client",
     "unreachable.rpc.convert",
     "unreachable.triage.output",
+    "unreachable.triage.suppressions",
+    "unreachable.triage.baseline",
+    "unreachable.triage.codecs",
     "unreachable.heapdump",
     "unreachable.retention",
     "unreachable.analysis",

@@ -167,7 +167,7 @@ def test_not_over_grpc_is_true() -> None:
             if f.name in NOT_OVER_GRPC:
                 assert f.name not in pb.ScanReport.DESCRIPTOR.fields_by_name
             else:
-                assert schema.CODECS[codec].to_proto is not None, f.name
+                assert schema.codec(codec).to_proto is not None, f.name
 
 
 @pytest.mark.parametrize(

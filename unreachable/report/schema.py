@@ -22,9 +22,6 @@ from typing import Any, TypeVar
 
 from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.symbolize.frames import Frame
-from unreachable.triage import codecs as triage_codecs
-from unreachable.triage.baseline import Comparison
-from unreachable.triage.suppressions import Suppressed
 
 SCHEMA_VERSION = 1
 T = TypeVar("T")
@@ -45,34 +42,47 @@ class Codec:
     from_proto: Callable[[Any, list[LeakEntry]], Any] | None = None
 
 
-CODECS = {
-    "suppressed": Codec(
-        triage_codecs.suppressed_to_json,
-        lambda _report, _leak, d: d,
-        lambda d, _leaks: triage_codecs.suppressed_from_json(d, leak_from_json),
-        lambda report, msg: triage_codecs.suppressed_to_proto(report, msg, to_proto),
-        lambda msg, _leaks: triage_codecs.suppressed_from_proto(
-            msg, lambda m: from_proto(LeakEntry, m)
-        ),
-    ),
-    "baseline": Codec(
-        triage_codecs.baseline_to_json,
-        triage_codecs.baseline_leak_json,
-        triage_codecs.baseline_from_json,
-        triage_codecs.baseline_to_proto,
-        triage_codecs.baseline_from_proto,
-    ),
-}
+_CODECS: dict[str, Codec] = {}
+
+
+def codec(name: str) -> Codec:
+    """A codec field's codec. The triage's modules (suppressions, baselines:
+    a few ms of imports) are imported when a report has such a field set,
+    or is read back, not by every scan's report."""
+    if not _CODECS:
+        from unreachable.triage import codecs as triage_codecs
+
+        _CODECS["suppressed"] = Codec(
+            triage_codecs.suppressed_to_json,
+            lambda _report, _leak, d: d,
+            lambda d, _leaks: triage_codecs.suppressed_from_json(d, leak_from_json),
+            lambda report, msg: triage_codecs.suppressed_to_proto(report, msg, to_proto),
+            lambda msg, _leaks: triage_codecs.suppressed_from_proto(
+                msg, lambda m: from_proto(LeakEntry, m)
+            ),
+        )
+        _CODECS["baseline"] = Codec(
+            triage_codecs.baseline_to_json,
+            triage_codecs.baseline_leak_json,
+            triage_codecs.baseline_from_json,
+            triage_codecs.baseline_to_proto,
+            triage_codecs.baseline_from_proto,
+        )
+    return _CODECS[name]
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
+# model.py names the triage's types (a codec field's) only for type
+# checkers; their codecs read and write them, so they are not resolved here.
+_CODEC_TYPES = {"Suppressed": object, "Comparison": object}
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    """The fields' types (model.py names the triage's only for type checkers)."""
+    """The types of the fields that are not a codec's."""
     if cls not in _HINTS:
-        names = {"Suppressed": Suppressed, "Comparison": Comparison, "Frame": Frame}
-        _HINTS[cls] = typing.get_type_hints(cls, localns=names)
+        hints = typing.get_type_hints(cls, localns={**_CODEC_TYPES, "Frame": Frame})
+        codecs = {f.name for f in dataclasses.fields(cls) if f.metadata.get("codec")}
+        _HINTS[cls] = {k: v for k, v in hints.items() if k not in codecs}
     return _HINTS[cls]
 
 
@@ -193,17 +203,20 @@ def leak_from_json(d: dict[str, Any]) -> LeakEntry:
 def report_to_json(report: ScanReport) -> dict[str, Any]:
     """The JSON report (docs/report-schema.md)."""
     out = {"schema": SCHEMA_VERSION, **to_json(report)}
+    # A codec writes nothing for its field left None (no suppressions, no baseline).
     codecs = [
-        (f.name, CODECS[c]) for f in dataclasses.fields(report) if (c := f.metadata.get("codec"))
+        (f.name, codec(c))
+        for f in dataclasses.fields(report)
+        if (c := f.metadata.get("codec")) and getattr(report, f.name) is not None
     ]
     leaks = []
     for leak, d in zip(report.leaks, out["leaks"], strict=True):
-        for _, codec in codecs:
-            d = codec.leak_json(report, leak, d)
+        for _, field_codec in codecs:
+            d = field_codec.leak_json(report, leak, d)
         leaks.append(d)
     out["leaks"] = leaks
-    for _, codec in codecs:
-        out |= codec.to_json(report, to_json)
+    for _, field_codec in codecs:
+        out |= field_codec.to_json(report, to_json)
     return out
 
 
@@ -211,8 +224,8 @@ def report_from_json(d: dict[str, Any]) -> ScanReport:
     """A JSON report (this version's, or an older one's) as the model."""
     report = from_json(ScanReport, d)
     for f in dataclasses.fields(report):
-        if codec := f.metadata.get("codec"):
-            setattr(report, f.name, CODECS[codec].from_json(d, report.leaks))
+        if name := f.metadata.get("codec"):
+            setattr(report, f.name, codec(name).from_json(d, report.leaks))
     return report
 
 
@@ -238,9 +251,8 @@ def to_proto(obj: Any, msg: Any) -> Any:
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if codec_name := f.metadata.get("codec"):
-            codec = CODECS[codec_name]
-            if codec.to_proto is not None and value is not None:
-                codecs.append(codec.to_proto)
+            if value is not None and (encode := codec(codec_name).to_proto) is not None:
+                codecs.append(encode)
             continue
         if f.name not in names:
             raise KeyError(f"{msg.DESCRIPTOR.full_name} has no field {f.name}")
@@ -282,9 +294,8 @@ def from_proto(cls: type[T], msg: Any) -> T:
     names = msg.DESCRIPTOR.fields_by_name
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if codec_name := f.metadata.get("codec"):
-            codec = CODECS[codec_name]
-            if codec.from_proto is not None:
-                codecs.append((f.name, codec.from_proto))
+            if (decode := codec(codec_name).from_proto) is not None:
+                codecs.append((f.name, decode))
             continue
         if f.name not in names:
             raise KeyError(f"{msg.DESCRIPTOR.full_name} has no field {f.name}")

@@ -8,16 +8,18 @@ the entries left are then cut to --limit.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from unreachable.errors import InvalidArgument
 from unreachable.model.report import ScanReport
-from unreachable.triage import suppressions
+from unreachable.triage import SUPPRESSIONS_ENV
 from unreachable.writing import write_output
 
 if TYPE_CHECKING:
     from unreachable.triage import baseline as baselines
+    from unreachable.triage import suppressions
 
 ALL_ENTRIES = 0xFFFF_FFFF  # the most a ScanRequest's uint32 limit holds
 
@@ -30,7 +32,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="set aside the leaks FILE's rules match (LeakSanitizer's format: leak:PATTERN "
         "against any frame's function, module or source file; leak:size=N[,contents=HEX] "
-        f"for leaks without a backtrace); repeatable, added to ${suppressions.ENV}; "
+        f"for leaks without a backtrace); repeatable, added to ${SUPPRESSIONS_ENV}; "
         "they leave the totals and the exit status and are counted under 'Suppressions used'",
     )
     p.add_argument(
@@ -88,8 +90,15 @@ def from_args(args: argparse.Namespace, fmt: str) -> Triage:
             raise InvalidArgument("--daemon-baseline and --baseline exclude each other")
         if fmt in ("collapsed", "pprof"):
             raise InvalidArgument(f"--daemon-baseline prints text, json or lmu, not {fmt}")
-    paths = suppressions.paths_from_env() + list(args.suppressions)
-    rules = suppressions.load(paths)
+    # The suppressions module (its rules, their matching) only for a scan
+    # that has suppressions to apply or to print.
+    paths = [p for p in os.environ.get(SUPPRESSIONS_ENV, "").split(":") if p]
+    paths += args.suppressions
+    rules: list[suppressions.Rule] = []
+    if paths:
+        from unreachable.triage import suppressions
+
+        rules = suppressions.load(paths)
     base = None
     if args.baseline:
         # Imported when asked for: every scan's imports are part of its time.
@@ -100,6 +109,8 @@ def from_args(args: argparse.Namespace, fmt: str) -> Triage:
 
 
 def apply(t: Triage, report: ScanReport, limit: int, contents: bool) -> ScanReport:
+    if t.sources or t.print_to:
+        from unreachable.triage import suppressions
     if t.sources:
         report = suppressions.apply(report, t.rules, limit)
     if t.print_to:

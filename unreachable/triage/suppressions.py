@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from unreachable.errors import InvalidArgument
 from unreachable.model.report import LeakEntry, ScanReport, export_weights, leak_counts
 from unreachable.symbolize.frames import Frame
+from unreachable.triage import SUPPRESSIONS_ENV
 
-ENV = "UNREACHABLE_SUPPRESSIONS"
+ENV = SUPPRESSIONS_ENV
 CONTENTS_BYTES = 32
 UNKNOWN_MODULE = "<unknown module>"  # what LSan matches for a pc in no module
 _BLOCK = re.compile(r"size=(\d+)(?:-(\d+))?(?:,contents=([0-9a-fA-F]*))?")
