@@ -27,7 +27,7 @@ from unreachable.process.cgroup_memory import (
 from unreachable.process.memory import Memory
 from unreachable.process.status import resident_anonymous_bytes
 from unreachable.scan.options import ScanOptions
-from unreachable.sweep.child import busy_threads
+from unreachable.sweep.child import BusyLooks
 
 if TYPE_CHECKING:
     from unreachable.capture.core_file import CoreFile
@@ -112,6 +112,11 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         anonymous = resident_anonymous_bytes(pid) if glibc else 0
         return Facts(pid, shim=False, no_shim=str(e), glibc_heap=glibc, anonymous_bytes=anonymous)
     pid = target.pid
+    # Counted before any snapshot: a copy-on-write copy's protection holds a
+    # writing thread in a fault for a moment, not busy as it looks then. The
+    # first look now, the others after the facts below (count() sleeps only
+    # for what is left of the gap between looks).
+    busy = BusyLooks(pid) if not options.mark_threads and options.snapshot != "stopped" else None
     # First: what a fork may read of the memory it lacks is bounded by it.
     scanner_room = ScannerRoom.now()
     headroom = memory_headroom(pid)
@@ -125,6 +130,8 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         if auto and not cow and anonymous >= COPY_FROM_BYTES
         else None
     )
+    if busy:
+        busy.look_if_due()
     kept_out = ForkFlags()
     # smaps walks every page table: not read when a copy is taken anyway
     # (unless a fork's pause is to be weighed against a budget).
@@ -134,13 +141,6 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
             kept_out = fork_flags(pid)
     if auto and allocations is None and kept_out.prefers_copy:
         allocations = expected_allocations(target.pid, target.shim.descriptor_addr)
-    # Counted before any snapshot: a copy-on-write copy's protection holds a
-    # writing thread in a fault for a moment, not busy as it looks then.
-    busy = (
-        busy_threads(pid, (target.header.helper_tid,))
-        if not options.mark_threads and options.snapshot != "stopped"
-        else None
-    )
     return Facts(
         pid,
         target=target,
@@ -152,5 +152,5 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         headroom=headroom,
         scanner_room=scanner_room,
         cow=cow,
-        busy_threads=busy,
+        busy_threads=busy.count((target.header.helper_tid,)) if busy else None,
     )

@@ -47,16 +47,42 @@ def busy_threads(pid: int, skip: Collection[int] = (), samples: int = BUSY_SAMPL
     """The process's threads that want a CPU (running or runnable: state R
     in /proc/PID/task/TID/stat), less those in skip, on average over a few
     looks BUSY_GAP_S apart (a thread busy half the time counts half)."""
-    seen = 0
-    for i in range(samples):
-        if i:
-            time.sleep(BUSY_GAP_S)
+    return BusyLooks(pid, samples).count(skip)
+
+
+class BusyLooks:
+    """busy_threads' looks, the first taken when made: work done between it
+    and count() (a scan's other facts) stands in for the wait before the
+    next, which sleeps only for what is left of BUSY_GAP_S."""
+
+    def __init__(self, pid: int, samples: int = BUSY_SAMPLES) -> None:
+        self.pid, self.samples = pid, samples
+        self.running: list[list[int]] = []  # each look's threads in state R
+        self.last, self.gone = 0.0, False
+        self.look()
+
+    def look(self) -> None:
+        if self.running:
+            time.sleep(max(0.0, self.last + BUSY_GAP_S - time.monotonic()))
+        self.last = time.monotonic()
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
+            tids = os.listdir(f"/proc/{self.pid}/task")
         except OSError:
+            tids, self.gone = [], True
+        self.running.append([int(t) for t in tids if thread_state(self.pid, t) == "R"])
+
+    def look_if_due(self) -> None:
+        """A look where one is still wanted and its gap has passed."""
+        if len(self.running) < self.samples and time.monotonic() - self.last >= BUSY_GAP_S:
+            self.look()
+
+    def count(self, skip: Collection[int] = ()) -> int:
+        while len(self.running) < self.samples:
+            self.look()
+        if self.gone:
             return 0
-        seen += sum(thread_state(pid, tid) == "R" for tid in tids if int(tid) not in skip)
-    return (2 * seen + samples) // (2 * samples)  # rounded half up
+        seen = sum(t not in skip for look in self.running[: self.samples] for t in look)
+        return (2 * seen + self.samples) // (2 * self.samples)  # rounded half up
 
 
 def mark_threads_beside(pid: int, skip: Collection[int] = (), busy: int | None = None) -> int:
