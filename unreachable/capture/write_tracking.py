@@ -99,7 +99,7 @@ def tracked_writes(target: Target, mode: int = 0, arm_here: bool = True) -> Iter
     that the page-table walks run in the scan's scheduling group; the
     helper arms them itself where that duplicate cannot be had, or where
     its shim predates MODE_SCANNER."""
-    _ended(target.pid)
+    ended(target.pid)
     tracking = _Tracking(target, _trackable_helper(target))
     try:
         yield tracking.begin(mode, arm_here)
@@ -244,8 +244,9 @@ _ending: dict[int, list[threading.Thread]] = {}
 
 def end_in_background(pid: int, end: Callable[[], object]) -> None:
     """Run end (a tracking's or a snapshot's teardown) on a thread of its
-    own, beside the rest of the scan. The next tracking of pid waits for
-    it, and so does the interpreter's exit (the thread is not a daemon):
+    own, beside the rest of the scan. The next tracking of pid and the
+    next plan's capture (ended) wait for it, and so does the interpreter's
+    exit (the thread is not a daemon):
     a scan that returns has its target let go by the time its process
     exits. Should the scanner die first, the helper's own teardown ends
     what this would have."""
@@ -254,7 +255,8 @@ def end_in_background(pid: int, end: Callable[[], object]) -> None:
     ending.start()
 
 
-def _ended(pid: int) -> None:
+def ended(pid: int) -> None:
+    """Until every teardown end_in_background started for pid is done."""
     for ending in _ending.pop(pid, ()):
         ending.join()
 
@@ -289,7 +291,7 @@ def wait_untracked(target: Target, timeout_s: float = 2.0) -> bool:
     another snapshot stops the target once the helper is free again, not
     while it still holds the target's mmap lock. False when it has not by
     then (the next snapshot waits for it as before)."""
-    _ended(target.pid)
+    ended(target.pid)
     addr = target.header.write_tracker
     deadline = time.monotonic() + timeout_s
     try:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from unreachable.capture.copy_snapshot import cow_broken
 from unreachable.capture.target import still_running
-from unreachable.capture.write_tracking import TrackingUnavailable
+from unreachable.capture.write_tracking import TrackingUnavailable, ended
 from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
 from unreachable.model.report import ScanReport
 from unreachable.process.maps import Mapping, read_maps
@@ -150,6 +150,9 @@ def run_plan(
     if facts.target is not None:
         pid, tgid = facts.target.pid, facts.target.tgid
     forked = False
+    # A previous plan's copy snapshot may still be ending (end_in_background):
+    # this plan's snapshot starts from a target let go.
+    ended(pid)
     try:
         with capture_for(facts, planned) as got:
             if isinstance(got, Retry):
