@@ -9,7 +9,13 @@ the same process, so two builds of the mark can be compared quickly.
 Each shape is marked by one thread and by a team (--threads, default: this
 machine's CPUs, at most 4) as the snapshot child marks.
 
-Usage: python bench/mark_bench.py [--rounds R] [--threads N]
+--mixed marks bench/peer_lsan_bench.py's heaps of mixed block sizes
+instead (bench/programs/mixed_mark_bench.c: made with glibc's malloc as
+peer_heap.c makes them, one thread), printing the allocation index's
+build and the mark in CPU time and what the index chose (docs/pause.md,
+"The mark's lookups").
+
+Usage: python bench/mark_bench.py [--rounds R] [--threads N] [--mixed]
 """
 
 from __future__ import annotations
@@ -43,6 +49,14 @@ SOURCES = [
     ),
     *native_sources("mark_child", "mem_direct.c", "raw_thread.c"),
 ]
+MIXED_SOURCES = [REPO / "bench" / "programs" / "mixed_mark_bench.c", *SOURCES[2:]]
+# (heap bytes, smallest block, largest block)
+MIXED = [
+    (520_000_000, 64, 1040),
+    (1_000_000_000, 16, 1040),
+    (300_000_000, 16, 256),
+    (200_000_000, 16, 128),
+]
 CONFIGS = [
     (100_000, 1024, "tree"),
     (20_000, 8192, "tree"),
@@ -57,7 +71,11 @@ def main() -> None:
     ap.add_argument(
         "--threads", type=int, default=min(4, len(os.sched_getaffinity(0))), help="team size"
     )
+    ap.add_argument("--mixed", action="store_true", help="the heaps of mixed block sizes")
     args = ap.parse_args()
+    if args.mixed:
+        mixed(args.rounds)
+        return
     exe = build(SOURCES, name="mark_bench", cflags=["-O2", f"-I{MARK}"])
     print(
         f"{'blocks':>9} {'size':>5} {'shape':5} {'thr':>3} | {'memcpy GB/s':>11} {'mark ms':>8} "
@@ -78,6 +96,27 @@ def main() -> None:
                 f"{n:>9} {size:>5} {shape:5} {threads:>3} | {float(copy):>11.2f} "
                 f"{float(mark_ms):>8.1f} {float(mark):>9.2f} {float(ratio):>8.2f}"
             )
+
+
+def mixed(rounds: int) -> None:
+    exe = build(MIXED_SOURCES, name="mixed_mark_bench", cflags=["-O2", f"-I{MARK}"])
+    print(
+        f"{'heap':>22} | {'index ms':>8} {'mark ms':>8} | {'run chunks':>10} {'pages':>7} "
+        f"{'min begins':>10} {'bucket slots':>12}"
+    )
+    for nbytes, lo, hi in MIXED:
+        out = subprocess.run(
+            [str(exe), str(nbytes), str(lo), str(hi), str(rounds)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        index_ms, mark_ms, _marked, _blocks, chunks, pages, min_begins, buckets = out
+        heap = f"{nbytes / 1e9:.2f} GB of {lo}-{hi} B"
+        print(
+            f"{heap:>22} | {float(index_ms):>8.1f} {float(mark_ms):>8.1f} | {chunks:>10} "
+            f"{pages:>7} {min_begins:>10} {buckets:>12}"
+        )
 
 
 if __name__ == "__main__":

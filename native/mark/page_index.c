@@ -12,6 +12,9 @@
  * alloc_index.c's buckets (16 blocks was 4 pages where four blocks begin in
  * each). */
 #define PREFETCH_AHEAD 32
+/* The index is built only if it answers all but one in this many of the
+ * blocks outside the run index's chunks (by where they begin). */
+#define UR_PAGE_INDEX_MIN_SHARE 16
 
 /* Slots for `pages` entries: at most half full. */
 static uint64_t slots_for(size_t pages) {
@@ -72,21 +75,36 @@ static size_t page_run_end(const uint64_t *pairs, size_t n, size_t i) {
 int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t n,
                         uint64_t max_bytes, const struct ur_run_index *runs) {
   memset(pi, 0, sizeof(*pi));
-  /* Pages by how many blocks begin there: dense[k] counts pages with at
-   * least 2^k begins. */
-  size_t dense[8] = {0};
+  /* Pages by how many blocks begin there (more than GRANULES, off the
+   * grid, count as GRANULES), then summed from the top: dense[k] pages
+   * with at least k begins, holding blocks[k] blocks. */
+  size_t dense[GRANULES + 1] = {0}, blocks[GRANULES + 1] = {0};
   for (size_t i = 0, j; i < n; i = j) {
     if ((j = runs_end(runs, pairs, i)) != 0) continue;
     j = page_run_end(pairs, n, i);
-    for (unsigned k = 1; k < 8 && (j - i) >> k; k++) dense[k]++;
+    dense[j - i < GRANULES ? j - i : GRANULES]++;
+    blocks[j - i < GRANULES ? j - i : GRANULES] += j - i;
   }
-  unsigned min_log = 1;
-  while (min_log < 7 && slots_for(dense[min_log]) * sizeof(struct ur_page_entry) > max_bytes)
-    min_log++;
-  if (!dense[min_log] || slots_for(dense[min_log]) * sizeof(struct ur_page_entry) > max_bytes)
+  for (size_t k = GRANULES; k > 0; k--) {
+    dense[k - 1] += dense[k];
+    blocks[k - 1] += blocks[k];
+  }
+  /* The fewest begins whose pages fit the budget, counted one by one (in
+   * powers of two, a heap of 16-1040 B blocks got its pages of 8 or more
+   * where those of 5 or more fit). */
+  size_t min_begins = 2;
+  while (min_begins < GRANULES &&
+         slots_for(dense[min_begins]) * sizeof(struct ur_page_entry) > max_bytes)
+    min_begins++;
+  if (!dense[min_begins] || slots_for(dense[min_begins]) * sizeof(struct ur_page_entry) > max_bytes)
     return 0;
-  size_t min_begins = (size_t)1 << min_log;
-  uint64_t size = slots_for(dense[min_log]);
+  /* An index that leaves more than one block in UR_PAGE_INDEX_MIN_SHARE to
+   * the buckets is not built: every lookup probes it first, so a pointer it
+   * does not answer pays its entry's cache miss and then the bucket's and
+   * the begins' (prefetched later than without it). See docs/pause.md "The
+   * mark's lookups" for the heaps measured. */
+  if (blocks[min_begins] < blocks[1] - blocks[1] / UR_PAGE_INDEX_MIN_SHARE) return 0;
+  uint64_t size = slots_for(dense[min_begins]);
   pi->slots = ur_big_calloc(size, sizeof(*pi->slots));
   if (!pi->slots) return -ENOMEM;
   pi->mask = size - 1;

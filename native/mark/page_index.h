@@ -14,7 +14,8 @@
  * enough that a lookup is cheap beside reading them), as are pages where a
  * block begins off a 16-byte boundary (glibc never does that; a test may);
  * pages of the chunks the run index answers for (run_index.h) are left to
- * it.
+ * it. An index that would leave more than one block in 16 of the rest to
+ * the buckets is not built at all: every lookup would probe it first.
  */
 #ifndef UR_MARK_PAGE_INDEX_H
 #define UR_MARK_PAGE_INDEX_H

@@ -1099,6 +1099,52 @@ static void t_page_index(void) {
   ur_walker_free(&w);
 }
 
+/* 16 pages of 15 on-grid 64-byte begins (one past the end of each block
+ * is the next; the last reaches 36 bytes into the page after), each
+ * followed by two pages where, for the first `sparse` of them, one block
+ * begins off the grid and reaches into the second: whether a page index
+ * is built, and every address of the span finds what a linear search
+ * finds. */
+static void page_share_case(size_t sparse, int want_index) {
+  static uint64_t a[2 * 512];
+  size_t n = 0;
+  uint64_t at = 0x200000;
+  for (size_t p = 0; p < 16 || p < sparse; p++) {
+    for (size_t k = 0; p < 16 && k < 15; k++, n++) {
+      a[2 * n] = at + 64 * k;
+      a[2 * n + 1] = k == 14 ? 164 : 64;
+    }
+    at += 1024;
+    if (p < sparse) {
+      a[2 * n] = at + 0x108;
+      a[2 * n + 1] = 1500;
+      n++;
+    }
+    at += 2048;
+  }
+  struct ur_mem m = {0};
+  struct ur_walker w;
+  CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
+  CHECK_EQ(w.index.pages.slots != NULL, want_index);
+  if (want_index) CHECK_EQ(w.index.pages.pages, 16);
+  size_t hits = 0;
+  for (uint64_t v = 0x200000 - 64; v < at + 64; v++) {
+    ssize_t want = find_slowly(&w, v);
+    CHECK_EQ(ur_walker_find(&w, v), want);
+    hits += want >= 0;
+  }
+  CHECK(hits > 0);
+  ur_walker_free(&w);
+}
+
+static void t_page_index_share(void) {
+  /* 240 blocks in dense pages: with 16 more elsewhere (one in 16 of all)
+   * the page index is built, with 17 it is not, and lookups are right
+   * both ways. */
+  page_share_case(16, 1);
+  page_share_case(17, 0);
+}
+
 /* The containing block by binary search over the sorted pairs: the
  * reference for the run index's cases, too many addresses for find_slowly. */
 static ssize_t find_sorted(const struct ur_walker *w, uint64_t v) {
@@ -1308,6 +1354,7 @@ static const struct test tests[] = {
     {"cache_eviction", t_cache_eviction},
     {"cache_tree", t_cache_tree},
     {"page_index", t_page_index},
+    {"page_index_share", t_page_index_share},
     {"run_index", t_run_index},
     {"run_sweep", t_run_sweep},
     {"graph_budget", t_graph_budget},
