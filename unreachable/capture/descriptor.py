@@ -155,9 +155,9 @@ def _located(pid: int, found: list[Mapping]) -> tuple[ShimLocation | None, str]:
             # Its symbol table may not be the one mapped: never guess.
             stale = mapped_path(m)
             continue
-        found = shim_exported(real, m)
-        if found is not None:
-            return found, stale
+        shim = shim_exported(real, m)
+        if shim is not None:
+            return shim, stale
     return None, stale
 
 
