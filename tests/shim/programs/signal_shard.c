@@ -9,7 +9,6 @@
  * "HITS n MISSING m": m blocks live but not registered, which a scan would
  * neither read nor report (and blocks only they point to would be reported
  * as leaks). */
-#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -25,22 +24,7 @@
 static struct ur_thread_slot *mine;
 static volatile long hits;
 static uintptr_t text_lo, text_hi; /* the shim's code */
-static const char *shim_file;
 static void *kept[KEPT];
-
-static int find_text(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  (void)arg;
-  if (strcmp(info->dlpi_name, shim_file) != 0) return 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-      text_lo = info->dlpi_addr + ph->p_vaddr;
-      text_hi = text_lo + ph->p_memsz;
-    }
-  }
-  return 1;
-}
 
 static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
@@ -83,17 +67,9 @@ int main(int argc, char **argv) {
   free(malloc(1));
   mine = my_slot();
   CHECK(mine != NULL);
-  Dl_info where;
-  CHECK(dladdr(shim_desc(), &where) && where.dli_fname);
-  shim_file = where.dli_fname;
-  dl_iterate_phdr(find_text, NULL);
+  shim_text(&text_lo, &text_hi);
   CHECK(text_hi > text_lo);
-  struct sigaction sa = {0};
-  sa.sa_sigaction = on_alarm;
-  sa.sa_flags = SA_RESTART | SA_SIGINFO;
-  sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 100}, {0, 100}};
-  setitimer(ITIMER_REAL, &it, NULL);
+  every_100us(on_alarm);
   time_t end = time(NULL) + seconds;
   void *ring[RING] = {0};
   for (long i = 0; hits < want && (i & 0xffff || time(NULL) < end); i++) {
