@@ -68,23 +68,37 @@ static struct ur_entry *first_free(struct ur_entry *t, uint64_t cap, uint64_t ha
  * would change the old table after its entry was copied: a freed block
  * would come back in the new one, registered for good. So the rebuild runs
  * busy (the handler's calls take the out-of-line paths), and their updates
- * of the shard being rebuilt wait here until it is published. */
-#define DEFER_MAX 32
+ * of the shard being rebuilt wait here until it is published. So do a
+ * handler's updates of any shard its thread is inside (inside(), below),
+ * until the interrupted call leaves it (ur_registry_flush). */
+#define DEFER_MAX UR_DEFER_MAX
 #define DEFER_REMOVE UINT64_MAX
-static __thread struct {
-  uint32_t n;
-  struct {
-    uint64_t key, meta; /* meta DEFER_REMOVE: a removal */
-  } op[DEFER_MAX];
-} deferred __attribute__((tls_model("initial-exec")));
+__thread struct ur_deferred_ops ur_deferred __attribute__((tls_model("initial-exec")));
 
-/* Whether the update was put aside (s is being rebuilt by this thread). */
+/* Whether this thread is inside shard s already, so that the caller is a
+ * signal handler's call nested in the thread's own update of it: owning s
+ * (its slot's reserved0 names it) or holding its lock (but for the thread
+ * that holds every lock, malloc_disable's or fork's, which is no update).
+ * The nested call must not update s, whose update it interrupted halfway:
+ * it took the entry the interrupted call had picked, or the counts the
+ * interrupted call then wrote back stale (a full table, probed for ever).
+ * Not seen: a thread in single-thread mode, which marks nothing. */
+static int inside(struct ur_shard *s) {
+  unsigned idx = (unsigned)(s - ur_g.shards);
+  struct ur_thread_slot *me = ur_tls.slot;
+  if (me && ur_load32(&me->reserved0) == idx + 1) return 1;
+  uint32_t tid = ur_tls.tid;
+  return tid && ur_load32(&s->owner_tid) == tid && ur_load32(&ur_g.excl_tid) != tid;
+}
+
+/* Whether the update was put aside (s is being rebuilt by this thread, or
+ * this thread's interrupted call is inside it). */
 static int defer(struct ur_shard *s, uint64_t key, uint64_t meta) {
-  if (UR_LIKELY(ur_tls.resizing != s) || deferred.n >= DEFER_MAX) return 0;
-  deferred.op[deferred.n].key = key;
-  deferred.op[deferred.n].meta = meta;
+  if ((UR_LIKELY(ur_tls.resizing != s) && !inside(s)) || ur_deferred.n >= DEFER_MAX) return 0;
+  ur_deferred.op[ur_deferred.n].key = key;
+  ur_deferred.op[ur_deferred.n].meta = meta;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  deferred.n++;
+  ur_deferred.n++;
   return 1;
 }
 
@@ -94,14 +108,14 @@ void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, ui
 
 /* Apply what was put aside during the rebuild of s (still held). */
 static void apply_deferred(struct ur_shard *s) {
-  uint32_t n = deferred.n;
+  uint32_t n = ur_deferred.n;
   if (!n) return;
   uint64_t key[DEFER_MAX], meta[DEFER_MAX];
   for (uint32_t i = 0; i < n; i++) {
-    key[i] = deferred.op[i].key;
-    meta[i] = deferred.op[i].meta;
+    key[i] = ur_deferred.op[i].key;
+    meta[i] = ur_deferred.op[i].meta;
   }
-  deferred.n = 0; /* a rebuild below starts its own list */
+  ur_deferred.n = 0; /* a rebuild below starts its own list */
   for (uint32_t i = 0; i < n; i++) {
     uint64_t hash;
     unsigned idx;
@@ -216,7 +230,12 @@ static void wait_owner(uint32_t token, unsigned idx) {
 /* Take the shard for an update: owned, or locked (claiming it when nobody
  * owns it, taking it from its owner when someone does). */
 static int hold(struct ur_shard *s, unsigned idx, int single) {
-  int how = ur_registry_try_hold(idx, single);
+  /* The thread's slot names a shard: this is a handler's call nested in
+   * an update of it (inside() kept it from that one). Naming its own shard
+   * there, and clearing the slot as it left, would leave the interrupted
+   * update unnamed, open to a thread taking the shard from its owner. */
+  struct ur_thread_slot *me = ur_tls.slot;
+  int how = me && ur_load32(&me->reserved0) ? UR_HOLD_LOCKED : ur_registry_try_hold(idx, single);
   if (how != UR_HOLD_LOCKED) return how;
   int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
   uint32_t b = ur_load32(&ur_shard_bias[idx]), tok = ur_tls.shard_token;
@@ -234,8 +253,25 @@ static int hold(struct ur_shard *s, unsigned idx, int single) {
 }
 
 static void release(struct ur_shard *s, int how) {
-  if (how == UR_HOLD_LOCKED) ur_unlock(&s->lock, &s->owner_tid, 1);
-  else ur_registry_release_held(how);
+  if (how == UR_HOLD_LOCKED) {
+    ur_unlock(&s->lock, &s->owner_tid, 1);
+    if (UR_UNLIKELY(ur_deferred.n)) ur_registry_flush();
+  } else {
+    ur_registry_release_held(how);
+  }
+}
+
+/* Apply what handlers' calls put aside while this thread was inside their
+ * shard (defer), once it is out of it. */
+__attribute__((noinline)) void ur_registry_flush(void) {
+  if (!ur_deferred.n || ur_tls.resizing) return; /* a rebuild applies its own */
+  uint64_t hash;
+  unsigned idx;
+  struct ur_shard *s = ur_shard_at(UR_UNMANGLE(ur_deferred.op[0].key), &hash, &idx);
+  if (inside(s)) return; /* a nested call leaving another shard: not yet */
+  int how = hold(s, idx, ur_single());
+  apply_deferred(s);
+  release(s, how);
 }
 
 void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta) {
@@ -291,7 +327,7 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
-  if (UR_UNLIKELY(ur_tls.resizing == s) && deferred.n + 2 <= DEFER_MAX) {
+  if (UR_UNLIKELY(ur_tls.resizing == s || inside(s)) && ur_deferred.n + 2 <= DEFER_MAX) {
     defer(s, key, DEFER_REMOVE);
     uint8_t *m = map_for(p, size, stack_id);
     if (m) ur_size_map_put(m, addr, size);
@@ -327,7 +363,8 @@ static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
-  int rebuilding = UR_UNLIKELY(ur_tls.resizing == s); /* this thread holds it: read as is */
+  /* This thread holds it (a rebuild, or the call a handler interrupted): read as is. */
+  int rebuilding = UR_UNLIKELY(ur_tls.resizing == s) || inside(s);
   int how = rebuilding ? UR_HOLD_NONE : hold(s, idx, ur_single());
   struct ur_entry *e = lookup_held(s, key, hash);
   if (e) {

@@ -116,9 +116,24 @@ static inline __attribute__((always_inline)) int ur_registry_try_hold(unsigned i
   return UR_HOLD_LOCKED;
 }
 
+/* Updates a signal handler's calls put aside while their thread was inside
+ * the shard (registry.c defer), applied by ur_registry_flush once it is out. */
+#define UR_DEFER_MAX 32
+struct ur_deferred_ops {
+  uint32_t n;
+  struct {
+    uint64_t key, meta; /* meta UINT64_MAX: a removal */
+  } op[UR_DEFER_MAX];
+};
+extern __thread struct ur_deferred_ops ur_deferred __attribute__((tls_model("initial-exec")));
+void ur_registry_flush(void);
+
 /* Undo ur_registry_try_hold (nothing to undo unless it returned BIASED). */
 static inline __attribute__((always_inline)) void ur_registry_release_held(int how) {
-  if (how == UR_HOLD_BIASED) __atomic_store_n(&ur_tls.slot->reserved0, 0, __ATOMIC_RELEASE);
+  if (how == UR_HOLD_BIASED) {
+    __atomic_store_n(&ur_tls.slot->reserved0, 0, __ATOMIC_RELEASE);
+    if (UR_UNLIKELY(ur_deferred.n)) ur_registry_flush();
+  }
 }
 
 static inline int ur_single(void) { return (ur_load32(&ur_g.slow) & UR_SLOW_SINGLE) != 0; }

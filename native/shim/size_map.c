@@ -19,7 +19,9 @@ struct ur_size_map_hint ur_size_map_hints[UR_SIZE_MAP_HINTS] = {
 
 /* In the region, as everything the descriptor points to. */
 static struct ur_size_maps *header;
-static uint32_t make_lock, make_owner;
+/* The holder's tid (lock.h ur_tid_lock): a signal handler's call nested in
+ * this thread's own making of a map finds it held by its own thread. */
+static uint32_t make_lock;
 
 int ur_size_maps_init(void) {
   ur_size_dir = ur_region_alloc(sizeof(*ur_size_dir) << UR_SIZE_DIR_TOP_BITS);
@@ -67,11 +69,14 @@ static uint8_t *make_map(uint64_t addr) {
 uint8_t *ur_size_map_make(uint64_t addr) {
   uint8_t *m = ur_size_map_of(addr);
   if (m) return m;
-  /* ur_lock_hard: the thread holding every lock (malloc_disable, fork) may
-   * allocate, and this lock is never held across anything that allocates. */
-  ur_lock_hard(&make_lock, &make_owner, ur_self_tid());
+  /* Taken even by the thread holding every lock (malloc_disable, fork),
+   * which may allocate: it is never held across anything that allocates.
+   * Held by this very thread, the caller is a signal handler's call nested
+   * in make_map, which waited on itself for ever: it gets no map, and its
+   * block goes to a shard (registry.c map_for), as when a map cannot be made. */
+  if (!ur_tid_lock(&make_lock, ur_self_tid())) return NULL;
   uint8_t *map = make_map(addr);
-  ur_unlock(&make_lock, &make_owner, 1);
+  ur_tid_unlock(&make_lock);
   return map;
 }
 
@@ -126,7 +131,7 @@ uint64_t ur_size_maps_count(void) {
   return n;
 }
 
-void ur_size_maps_after_fork_child(void) { make_lock = make_owner = 0; }
+void ur_size_maps_after_fork_child(void) { make_lock = 0; }
 
 /* ---- giving pages back (give_back.c) ------------------------------------ */
 

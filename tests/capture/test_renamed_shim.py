@@ -7,8 +7,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from tests.support.renamed_shim import start_renamed
 from tests.support.targets import wait_for_helper
-from unreachable.capture.target import open_target
+from unreachable.capture.target import open_target, runs_without_shim
+from unreachable.daemon.schedule import discover
+from unreachable.daemon.targets import target_info
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent.parent / "scan" / "programs"
@@ -53,3 +56,17 @@ def test_a_preloaded_name_found_on_the_library_path(targets, shim: Path, tmp_pat
     report = scan(target.pid, ScanOptions())
     assert report.allocations == "shim registry"
     assert report.leak_count == target.int("leak_count") > 0
+
+
+def test_a_renamed_shim_is_a_shim_to_the_daemon_and_the_plan(
+    targets, shim: Path, tmp_path: Path
+) -> None:
+    """The daemon's discovery lists the target as shimmed (it read
+    /proc/PID/maps for the shim's file name, and left it out), and the
+    scan's plan does not take it for a process without the shim."""
+    target, renamed = start_renamed(targets, shim, tmp_path, PROGRAMS / "globals.c")
+    assert not runs_without_shim(target.pid)
+    info = target_info(target.pid)
+    assert info is not None and info.shim == str(renamed)
+    found = {c.info.pid: c for c in discover([], -1)}
+    assert found[target.pid].unscannable == ""

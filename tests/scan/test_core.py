@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cbuild import build
+from tests.support.renamed_shim import start_renamed
 from tests.support.targets import Target, wait_for_helper
 from unreachable.capture.core_file import open_core
 from unreachable.scan import ScanOptions, scan
@@ -85,6 +86,18 @@ def test_core_of_a_process_without_the_shim(targets, tmp_path, program):
     assert (report.leak_count, report.leak_bytes) == (live.leak_count, live.leak_bytes)
     assert (report.snapshot, report.allocations) == ("core", "glibc heap")
     assert _leaks(report) == _leaks(live)
+
+
+def test_core_of_a_process_under_a_renamed_shim(targets, tmp_path, shim):
+    """A core keeps no environment to say what was preloaded: the shim under
+    another name is found by its descriptor among the files mapped, and the
+    core is read through its registry, backtraces and all (it was swept as
+    a process without the shim, glibc's heap walked)."""
+    target, _ = start_renamed(targets, shim, tmp_path, PROGRAMS / "globals.c", "backtrace=16")
+    report = scan_core(str(_gcore(target.pid, tmp_path)))
+    assert (report.snapshot, report.allocations) == ("core", "shim registry")
+    assert report.leak_count == target.int("leak_count") > 0
+    assert all(e.backtrace for e in report.leaks)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

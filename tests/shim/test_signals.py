@@ -104,6 +104,18 @@ def test_a_handler_that_allocates_keeps_the_operation_it_interrupted(shim: Path)
     assert changed == 0, out
 
 
+def test_a_handler_that_allocates_inside_a_shard_loses_no_entry(shim: Path) -> None:
+    """A handler's malloc and free landing while the thread's own call is
+    inside a shard it owns (backtraces on: every block in a shard; a second
+    thread: the shard owned, updated without the lock) leave every block
+    the program holds registered. The nested call updated the same shard
+    without the lock and the interrupted call then wrote over its entry."""
+    out = run_ok(program("signal_shard.c"), "20000", "60", shim=shim, options="backtrace=16")
+    hits, missing = (int(w) for w in out.split()[1::2])
+    assert hits > 0, out
+    assert missing == 0, out
+
+
 @pytest.mark.parametrize("how", ["pthread_exit", "raw"])
 def test_a_thread_ended_inside_realloc_is_waited_for_no_more(shim: Path, how: str) -> None:
     """A thread a signal handler ends while it is inside realloc leaves its

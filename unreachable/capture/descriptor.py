@@ -10,6 +10,9 @@ checked for the symbol: those LD_PRELOAD named when it started
 root), matched to its mappings by name or inode. So a shim a packager
 installed as libunreachable.so, or a copy under any other name, is found
 too, for one read of the environment more in a process that has no shim.
+Whatever asks whether a process runs under the shim (the daemon's
+discovery, the test for a process without it: shim_mapped) asks here, so
+a renamed shim is one everywhere.
 """
 
 from __future__ import annotations
@@ -98,8 +101,20 @@ def _descriptor_value(elf: ElfImage) -> int:
     return -1
 
 
-def _shim_named(m: Mapping) -> bool:
+def shim_named(m: Mapping) -> bool:
+    """Whether the mapping's file has the shim's own name (libunreachable_shim*)."""
     return os.path.basename(mapped_path(m)).startswith(SHIM_PREFIX)
+
+
+def shim_exported(real: str, m: Mapping) -> ShimLocation | None:
+    """Where the shim lies if the file real, mapped by m (its first mapping),
+    exports the descriptor; None if it does not or cannot be read."""
+    try:
+        st = os.stat(real)
+        image = shim_image(real, st.st_dev, st.st_ino, int(st.st_mtime))
+    except (OSError, ValueError):
+        return None
+    return image.located(m.path, m.start) if image.descriptor >= 0 else None
 
 
 def _preloaded(pid: int) -> tuple[set[str], set[int]]:
@@ -142,33 +157,47 @@ def _located(pid: int, found: list[Mapping]) -> tuple[ShimLocation | None, str]:
             # Its symbol table may not be the one mapped: never guess.
             stale = mapped_path(m)
             continue
-        try:
-            st = os.stat(real)
-            image = shim_image(real, st.st_dev, st.st_ino, int(st.st_mtime))
-        except (OSError, ValueError):
-            continue
-        if image.descriptor < 0:
-            continue
-        return image.located(m.path, m.start), stale
+        shim = shim_exported(real, m)
+        if shim is not None:
+            return shim, stale
     return None, stale
 
 
-def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
+def _candidates(mappings: list[Mapping]) -> list[Mapping]:
+    """Each mapped file's first mapping."""
     candidates: dict[str, Mapping] = {}
     for m in mappings:
         if m.path.startswith("/") and m.offset == 0 and m.path not in candidates:
             candidates[m.path] = m
-    found, stale = _located(pid, [m for m in candidates.values() if _shim_named(m)])
+    return list(candidates.values())
+
+
+def _preloaded_shim(pid: int, candidates: list[Mapping]) -> ShimLocation | None:
+    """The shim among the files pid preloads under another name."""
+    names, inodes = _preloaded(pid)
+    others = [
+        m
+        for m in candidates
+        if not shim_named(m) and (os.path.basename(mapped_path(m)) in names or m.inode in inodes)
+    ]
+    # A stale one among them is not known to be a shim: not said.
+    return _located(pid, others)[0] if others else None
+
+
+def shim_mapped(pid: int, mappings: list[Mapping]) -> bool:
+    """Whether pid maps the shim as locate_shim finds it (one named
+    libunreachable_shim*.so, taken on its name alone; else a preloaded file
+    that exports the descriptor), without saying why not: the daemon's
+    discovery and a scan's test for a process without the shim."""
+    candidates = _candidates(mappings)
+    return any(shim_named(m) for m in candidates) or _preloaded_shim(pid, candidates) is not None
+
+
+def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
+    candidates = _candidates(mappings)
+    found, stale = _located(pid, [m for m in candidates if shim_named(m)])
     if found is None:
-        names, inodes = _preloaded(pid)
-        others = [
-            m
-            for m in candidates.values()
-            if not _shim_named(m)
-            and (os.path.basename(mapped_path(m)) in names or m.inode in inodes)
-        ]
-        # A stale one among them is not known to be a shim: not said.
-        found = _located(pid, others)[0] if others else None
+        found = _preloaded_shim(pid, candidates)
     if found is not None:
         return found
     if stale:

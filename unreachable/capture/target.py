@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 from unreachable.capture.descriptor import (
-    SHIM_PREFIX,
     DescriptorHeader,
     ShimLocation,
     disabled_reason,
     locate_shim,
     read_descriptor_header,
+    shim_mapped,
 )
 from unreachable.errors import ScanError, TargetNotShimmed
-from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import ProcessStatus, check_scannable, host_tid
@@ -102,8 +100,7 @@ def runs_without_shim(pid: int) -> bool:
         mappings = read_maps(check_scannable(pid).proc)
     except ScanError:
         return False  # the refusal already raised says what is wrong
-    names = (os.path.basename(mapped_path(m)) for m in mappings if m.path.startswith("/"))
-    return not any(n.startswith(SHIM_PREFIX) for n in names) and not runs_secure(pid)
+    return not shim_mapped(pid, mappings) and not runs_secure(pid)
 
 
 def current_helper_tid(target: Target) -> int:

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from unreachable.capture.descriptor import SHIM_PREFIX
 from unreachable.daemon.config import Config, TargetSpec
 from unreachable.daemon.journal import fields
 from unreachable.daemon.matching import (
@@ -63,10 +62,8 @@ def classify(info: ProcessInfo) -> str | None:
     """ "" scannable; a reason when it never will be; None to skip silently for now."""
     target = target_info(info.pid)
     if target is None:
-        try:
-            with open(f"/proc/{info.pid}/maps", errors="surrogateescape") as f:
-                shimmed = any(SHIM_PREFIX in line for line in f)
-        except OSError:
+        shimmed = _maps_mention_shim(info.pid)
+        if shimmed is None:
             return None  # it exited meanwhile (a scan's snapshot copy, often)
         if shimmed:
             return None  # a scan's snapshot copy

@@ -14,9 +14,10 @@ from unreachable.capture.descriptor import (
     disabled_reason,
     locate_shim,
     read_descriptor_header,
+    shim_mapped,
 )
 from unreachable.errors import ScanError
-from unreachable.process.maps import read_maps
+from unreachable.process.maps import parse_maps, read_maps, read_maps_text
 
 OPTIONS_MAX = 4096
 
@@ -39,12 +40,14 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def _maps_mention_shim(pid: int) -> bool:
+def _maps_mention_shim(pid: int) -> bool | None:
+    """Whether pid maps the shim, under its name or another it preloads
+    (descriptor.py shim_mapped); None when its maps cannot be read (gone)."""
     try:
-        with open(f"/proc/{pid}/maps", errors="surrogateescape") as f:
-            return any(SHIM_PREFIX in line for line in f)
-    except OSError:
-        return False
+        text = read_maps_text(pid)
+    except ScanError:
+        return None
+    return SHIM_PREFIX in text or shim_mapped(pid, parse_maps(text))
 
 
 def read_options(pid: int, addr: int) -> str:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from unreachable import _native
-from unreachable.allocations.registry import Registry, read_registry
+from unreachable.allocations.registry import Registry, read_registry, settle_gone_threads
 from unreachable.capture.copy_snapshot import SYNC_ANON, SYNC_HELD
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
@@ -346,6 +346,18 @@ def _begin_of(pairs: memoryview, i: int) -> int:
     return int(pairs[2 * i])
 
 
+def _read_registry(
+    copy: _native.MemoryCopy, addr: int, threads: Sequence[CapturedThread]
+) -> Registry:
+    """The registry copied at a stop of threads, read as the other
+    snapshots read it: a slot whose thread was not stopped (gone inside a
+    call) names nothing in flight (allocations/registry.py
+    settle_gone_threads), where its blocks stayed roots of every scan."""
+    registry = read_registry(copy, addr)
+    settle_gone_threads(registry, copy, {t.tid for t in threads})
+    return registry
+
+
 def _inflight(registry: Registry) -> dict[int, int]:
     return {p: s for t in registry.threads for p, s in t.inflight_blocks()}
 
@@ -478,7 +490,7 @@ def _sweep(
             pause1 = session.pause_ns / 1e6
         finally:
             session.close()
-        holder = [read_registry(copy, addr)]
+        holder = [_read_registry(copy, addr, threads1)]
     finally:
         copy.close()
     # Handed over in a list the callee empties: the decoded registry (16-20
@@ -897,7 +909,7 @@ def _finish(
     rounds, rescued = plan.run(cands, state, store)
     after = _second_stop(target, pid, addr, copy, second, plan.pending, released)
     threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = after
-    final = read_registry(copy, addr)
+    final = _read_registry(copy, addr, threads2)
     rounds.append(len(page_bytes))
     values2 = _values(threads2, held2, maps2, final)
     values2["signal stacks"] = altstacks

@@ -19,16 +19,16 @@ from unreachable.allocations.source import ShimRegistry
 from unreachable.capture.core_file import CoreFile
 from unreachable.capture.descriptor import (
     DESCRIPTOR_SIZE,
-    SHIM_PREFIX,
     DescriptorHeader,
     ShimLocation,
     disabled_reason,
     parse_descriptor_header,
+    shim_exported,
     shim_image,
+    shim_named,
 )
 from unreachable.capture.stop_world import Capture
 from unreachable.errors import TargetNotShimmed
-from unreachable.process.mapped_file import mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
@@ -38,9 +38,12 @@ from unreachable.scan.plan import Plan, Retry
 
 def _locate_shim(core: CoreFile) -> ShimLocation | None:
     """The shim's descriptor in the core, found as in a process: its
-    exported symbol at the load bias of the shim's first mapping."""
+    exported symbol at the load bias of the shim's first mapping. A core
+    keeps no environment to say what the process preloaded, so a shim under
+    another name is looked for in every other file mapped (descriptor.py
+    shim_exported)."""
     for m in core.mappings:
-        if m.offset or not os.path.basename(mapped_path(m)).startswith(SHIM_PREFIX):
+        if m.offset or not shim_named(m):
             continue
         real = core.file_for(m.path)
         if m.path in core.changed:
@@ -58,6 +61,10 @@ def _locate_shim(core: CoreFile) -> ShimLocation | None:
             ) from None
         if image.descriptor >= 0:
             return image.located(m.path, m.start)
+    for m in core.mappings:
+        if not m.offset and m.path.startswith("/") and not shim_named(m):
+            if m.path not in core.changed and (found := shim_exported(core.file_for(m.path), m)):
+                return found
     return None
 
 

@@ -113,4 +113,41 @@ static inline struct ur_thread_slot *my_slot(void) {
   return NULL;
 }
 
+/* The shim's code, [*lo, *hi): where a signal handler's interrupted pc
+ * says the thread was inside the shim. */
+#include <link.h>
+static int shim_text_in_(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  uintptr_t *range = arg;
+  Dl_info where;
+  if (!dladdr(shim_desc(), &where) || !where.dli_fname || strcmp(info->dlpi_name, where.dli_fname))
+    return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+      range[0] = info->dlpi_addr + ph->p_vaddr;
+      range[1] = range[0] + ph->p_memsz;
+    }
+  }
+  return 1;
+}
+static inline void shim_text(uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t range[2] = {0, 0};
+  dl_iterate_phdr(shim_text_in_, range);
+  *lo = range[0];
+  *hi = range[1];
+}
+
+/* SIGALRM to fn (SA_SIGINFO) every 100 microseconds of real time. */
+#include <signal.h>
+#include <sys/time.h>
+static inline void every_100us(void (*fn)(int, siginfo_t *, void *)) {
+  struct sigaction sa = {0};
+  sa.sa_sigaction = fn;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 100}, {0, 100}};
+  setitimer(ITIMER_REAL, &it, NULL);
+}
+
 #endif

@@ -67,12 +67,7 @@ int main(int argc, char **argv) {
   shim_file = where.dli_fname;
   dl_iterate_phdr(find_text, NULL);
   CHECK(text_hi > text_lo);
-  struct sigaction sa = {0};
-  sa.sa_sigaction = on_alarm;
-  sa.sa_flags = SA_RESTART | SA_SIGINFO;
-  sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 100}, {0, 100}};
-  setitimer(ITIMER_REAL, &it, NULL);
+  every_100us(on_alarm);
   time_t end = time(NULL) + seconds;
   void *ring[64] = {0};
   for (long i = 0; hits < want && (i & 0xffff || time(NULL) < end); i++) {
