@@ -24,17 +24,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sorted_blocks.h"
+
 #define UR_PAGE_INDEX_SHIFT 10
 
-/* Blocks as (begin, size) pairs sorted by begin, none overlapping: the
- * registry's own layout, so that a sorted registry is indexed where it lies
- * instead of copied (a copy of begins and ends took 16 bytes per
- * allocation). A zero-size block still owns its address. */
-static inline uint64_t ur_block_begin(const uint64_t *pairs, size_t i) { return pairs[2 * i]; }
-static inline uint64_t ur_block_end(const uint64_t *pairs, size_t i) {
-  uint64_t b = pairs[2 * i], s = pairs[2 * i + 1] ? pairs[2 * i + 1] : 1;
-  return b + s < b ? UINT64_MAX : b + s;
-}
 #define UR_GRANULE_SHIFT 4
 
 struct ur_page_entry {
@@ -54,8 +47,6 @@ struct ur_page_index {
   size_t min_begins; /* a page with this many begins is indexed */
 };
 
-#define UR_PAGE_UNKNOWN (-2)
-
 /* Build over n sorted, non-overlapping blocks (pairs: ur_block_begin), using
  * at most max_bytes (pages need more begins each until they fit), leaving
  * out the pages of the chunks runs answers for (runs may be NULL). Returns 0
@@ -70,10 +61,6 @@ void ur_page_index_free(struct ur_page_index *pi);
  * by probing the index: 1 in answered[i] or 0. */
 void ur_page_index_answered(const struct ur_page_index *pi, const struct ur_run_index *runs,
                             const uint64_t *pairs, size_t n, uint8_t *answered);
-
-static inline uint64_t ur_page_hash(uint64_t key) {
-  return (key * UINT64_C(0x9E3779B97F4A7C15)) >> 20;
-}
 
 static inline const struct ur_page_entry *ur_page_slot(const struct ur_page_index *pi, uint64_t v) {
   return &pi->slots[ur_page_hash((v >> UR_PAGE_INDEX_SHIFT) + 1) & pi->mask];

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "page_index.h"
+#include "sorted_blocks.h"
 
 #define UR_RUN_SHIFT 16
 /* Begins a chunk needs: the table then takes at most 8 bytes per block it
