@@ -19,6 +19,7 @@
 #include "heap_walker.h"
 #include "mem_direct.h"
 #include "raw_thread.h"
+#include "readable_ranges.h"
 
 #define MAX_RANGES 4096
 
@@ -49,25 +50,6 @@ static size_t pick_size(uint64_t *s, size_t min, size_t max) {
 static int by_begin(const void *a, const void *b) {
   const uint64_t *x = a, *y = b;
   return x[0] < y[0] ? -1 : x[0] > y[0];
-}
-
-static size_t readable_ranges(uint64_t *r, size_t max) {
-  FILE *f = fopen("/proc/self/maps", "r");
-  if (!f) return 0;
-  char line[512];
-  size_t n = 0;
-  while (n < max && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char perms[5];
-    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && perms[0] == 'r' &&
-        !strstr(line, "[vvar") && !strstr(line, "[vsyscall")) {
-      r[2 * n] = lo;
-      r[2 * n + 1] = hi;
-      n++;
-    }
-  }
-  fclose(f);
-  return n;
 }
 
 int main(int argc, char **argv) {
