@@ -9,7 +9,6 @@
  * inside the allocator (an alarm ends a wait that never ends), and prints
  * "ENABLED op=O state=S"; else prints "READY tid=T" and waits for stdin
  * to close, to be scanned. */
-#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -19,24 +18,9 @@
 #include "shimtest.h"
 
 static uintptr_t text_lo, text_hi; /* the shim's code */
-static const char *shim_file;
 static struct ur_thread_slot *worker_slot;
 static int raw, ready, died;
 static pid_t worker_tid;
-
-static int find_text(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  (void)arg;
-  if (strcmp(info->dlpi_name, shim_file) != 0) return 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-      text_lo = info->dlpi_addr + ph->p_vaddr;
-      text_hi = text_lo + ph->p_memsz;
-    }
-  }
-  return 1;
-}
 
 static void on_usr1(int sig, siginfo_t *info, void *context) {
   (void)sig;
@@ -71,10 +55,7 @@ int main(int argc, char **argv) {
   CHECK(argc > 1);
   setvbuf(stdout, NULL, _IONBF, 0);
   raw = strcmp(argv[1], "raw") == 0;
-  Dl_info where;
-  CHECK(dladdr(shim_desc(), &where) && where.dli_fname);
-  shim_file = where.dli_fname;
-  dl_iterate_phdr(find_text, NULL);
+  shim_text(&text_lo, &text_hi);
   CHECK(text_hi > text_lo);
   struct sigaction sa = {0};
   sa.sa_sigaction = on_usr1;

@@ -9,7 +9,6 @@
  * and those after which the slot said something else. The loop runs until
  * argv[1] interruptions found one (or argv[2] seconds of loop passed), then
  * prints "HITS n CHANGED m". */
-#include <link.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <time.h>
@@ -20,21 +19,6 @@
 static struct ur_thread_slot *mine;
 static volatile long hits, changed;
 static uintptr_t text_lo, text_hi; /* the shim's code */
-static const char *shim_file;
-
-static int find_text(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  (void)arg;
-  if (strcmp(info->dlpi_name, shim_file) != 0) return 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-      text_lo = info->dlpi_addr + ph->p_vaddr;
-      text_hi = text_lo + ph->p_memsz;
-    }
-  }
-  return 1;
-}
 
 static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
@@ -62,10 +46,7 @@ int main(int argc, char **argv) {
   free(malloc(1)); /* attach this thread's slot */
   mine = my_slot();
   CHECK(mine != NULL);
-  Dl_info where;
-  CHECK(dladdr(shim_desc(), &where) && where.dli_fname);
-  shim_file = where.dli_fname;
-  dl_iterate_phdr(find_text, NULL);
+  shim_text(&text_lo, &text_hi);
   CHECK(text_hi > text_lo);
   every_100us(on_alarm);
   time_t end = time(NULL) + seconds;
