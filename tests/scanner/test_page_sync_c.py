@@ -16,14 +16,12 @@ SCANNER = NATIVE_DIR / "scanner"
 MARK = NATIVE_DIR / "mark"
 
 
-def test_page_sync() -> None:
+def run_scanner_c(name: str, sources: list[Path]) -> str:
+    """Build c/NAME.c with sources under ASan and UBSan, run it, and return
+    its output (the program exits 0)."""
     exe = build(
-        [
-            Path(__file__).parent / "c" / "page_sync_test.c",
-            *native_sources("scanner", "page_sync.c", "memory.c", "cow.c"),
-            *native_sources("mark", "alloc.c"),
-        ],
-        name="page_sync_test",
+        [Path(__file__).parent / "c" / f"{name}.c", *sources, *native_sources("mark", "alloc.c")],
+        name=name,
         cflags=[
             f"-I{SCANNER}",
             f"-I{MARK}",
@@ -37,32 +35,22 @@ def test_page_sync() -> None:
     env = {"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    if result.stdout.startswith("skip:"):
-        pytest.skip(result.stdout.strip())
-    assert result.stdout.strip() == "ok page_sync"
+    return result.stdout.strip()
+
+
+def test_page_sync() -> None:
+    out = run_scanner_c(
+        "page_sync_test", native_sources("scanner", "page_sync.c", "memory.c", "cow.c")
+    )
+    if out.startswith("skip:"):
+        pytest.skip(out)
+    assert out == "ok page_sync"
 
 
 def test_read_live() -> None:
     """ur_mem_read_live (c/read_live_test.c): process_vm_readv for the pages
     a process maps alone, /proc/PID/mem for the rest, spans of any alignment."""
-    exe = build(
-        [
-            Path(__file__).parent / "c" / "read_live_test.c",
-            *native_sources("scanner", "memory.c", "cow.c"),
-            *native_sources("mark", "alloc.c"),
-        ],
-        name="read_live_test",
-        cflags=[
-            f"-I{SCANNER}",
-            f"-I{MARK}",
-            f"-I{INCLUDE_DIR}",
-            f"-I{UNIT_TEST_INCLUDE}",
-            "-pthread",
-        ],
-        ldflags=["-pthread"],
-        sanitize=True,
+    assert (
+        run_scanner_c("read_live_test", native_sources("scanner", "memory.c", "cow.c"))
+        == "ok read_live"
     )
-    env = {"ASAN_OPTIONS": "detect_leaks=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
-    result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == "ok read_live"
