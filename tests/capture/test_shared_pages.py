@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.holder import chained_blocks
 from tests.support.tracking import copy_unsupported, wait_untracked
 from unreachable import _native
 from unreachable.capture.target import open_target
@@ -33,17 +34,10 @@ BREAK_EVERY = 1000  # a block whose first word is zero: the chain after it is un
 # one's first word pointing to the next, every BREAK_EVERY-th pointing
 # nowhere. With a child, it forks one that waits for it to end: every page
 # is then shared copy-on-write. Prints the address and the child's pid.
-HOLDER = f"""
-import array, ctypes, mmap, os, sys
-m = mmap.mmap(-1, {SIZE}, flags=mmap.MAP_PRIVATE)
-addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-words = array.array("Q", bytes({SIZE}))
-n = {SIZE} // {BLOCK}
-words[0::{BLOCK // 8}] = array.array("Q", range(addr + {BLOCK}, addr + (n + 1) * {BLOCK}, {BLOCK}))
-words[({BREAK_EVERY} - 1) * {BLOCK // 8}::{BREAK_EVERY * BLOCK // 8}] = array.array(
-    "Q", bytes(8 * len(range({BREAK_EVERY} - 1, n, {BREAK_EVERY})))
-)
-m[:] = words.tobytes()
+HOLDER = (
+    chained_blocks(SIZE, BLOCK, BREAK_EVERY, flags="mmap.MAP_PRIVATE")
+    + """
+import os, sys
 child = 0
 if sys.argv[1] == "child":
     r, w = os.pipe()
@@ -57,6 +51,7 @@ if sys.argv[1] == "child":
 print(addr, child, flush=True)
 sys.stdin.read()
 """
+)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.holder import python_holder
+from tests.support.holder import chained_blocks, python_holder
 from unreachable import _native
 
 BLOCK = 64
@@ -20,20 +20,14 @@ BREAK_EVERY = 1000  # a block whose first word is zero: the chain after it is un
 
 # Lays out SIZE bytes of 64-byte "blocks", each one's first word pointing
 # to the next, every BREAK_EVERY-th pointing nowhere; prints the address.
-HOLDER = f"""
-import array, ctypes, mmap, sys
-m = mmap.mmap(-1, {SIZE})
-addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-words = array.array("Q", bytes({SIZE}))
-n = {SIZE} // {BLOCK}
-words[0::{BLOCK // 8}] = array.array("Q", range(addr + {BLOCK}, addr + (n + 1) * {BLOCK}, {BLOCK}))
-words[({BREAK_EVERY} - 1) * {BLOCK // 8}::{BREAK_EVERY * BLOCK // 8}] = array.array(
-    "Q", bytes(8 * len(range({BREAK_EVERY} - 1, n, {BREAK_EVERY})))
-)
-m[:] = words.tobytes()
+HOLDER = (
+    chained_blocks(SIZE, BLOCK, BREAK_EVERY)
+    + """
+import sys
 print(addr, flush=True)
 sys.stdin.read()
 """
+)
 
 
 @pytest.fixture
