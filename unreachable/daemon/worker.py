@@ -84,9 +84,9 @@ def _scan(pid: int, o: dict[str, Any], note: Callable[[str], None]) -> dict[str,
     from unreachable.scan import ScanOptions, scan
     from unreachable.triage import apply as triage
     from unreachable.triage import baseline as baselines
-    from unreachable.triage import suppressions
+    from unreachable.triage import suppression_paths_from_env, suppressions
 
-    paths = suppressions.paths_from_env() + [str(p) for p in o["suppressions"]]
+    paths = suppression_paths_from_env() + [str(p) for p in o["suppressions"]]
     base = baselines.load(o["baseline"]) if o["baseline"] else None
     sets_aside = triage.Triage(paths, suppressions.load(paths), base, None)
     options = ScanOptions(

@@ -8,13 +8,12 @@ the entries left are then cut to --limit.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from unreachable.errors import InvalidArgument
 from unreachable.model.report import ScanReport
-from unreachable.triage import SUPPRESSIONS_ENV
+from unreachable.triage import SUPPRESSIONS_ENV, suppression_paths_from_env
 from unreachable.writing import write_output
 
 if TYPE_CHECKING:
@@ -92,8 +91,7 @@ def from_args(args: argparse.Namespace, fmt: str) -> Triage:
             raise InvalidArgument(f"--daemon-baseline prints text, json or lmu, not {fmt}")
     # The suppressions module (its rules, their matching) only for a scan
     # that has suppressions to apply or to print.
-    paths = [p for p in os.environ.get(SUPPRESSIONS_ENV, "").split(":") if p]
-    paths += args.suppressions
+    paths = suppression_paths_from_env() + list(args.suppressions)
     rules: list[suppressions.Rule] = []
     if paths:
         from unreachable.triage import suppressions

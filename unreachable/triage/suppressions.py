@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from unreachable.errors import InvalidArgument
@@ -147,11 +147,6 @@ def load(paths: Iterable[str]) -> list[Rule]:
             raise SuppressionError(f"{path}: cannot read: {e.strerror or e}") from None
         rules += parse(text, path)
     return rules
-
-
-def paths_from_env(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """UNREACHABLE_SUPPRESSIONS: files separated by ':' (like PATH)."""
-    return [p for p in environ.get(ENV, "").split(":") if p]
 
 
 def match(rules: Sequence[Rule], leak: LeakEntry) -> Rule | None:
