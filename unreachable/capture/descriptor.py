@@ -7,9 +7,12 @@ library's ELF to look for the symbol would cost a scan tens of milliseconds.
 Only when none of them is the shim are the other files the target preloads
 checked for the symbol: those LD_PRELOAD named when it started
 (/proc/PID/environ) and those /etc/ld.so.preload names (in the target's
-root), matched to its mappings by name or inode. So a shim a packager
+root), matched to its mappings by name or inode; and, where a program has
+written over its environment (setproctitle) but one of its threads bears
+the shim's helper's name, every other file it maps. So a shim a packager
 installed as libunreachable.so, or a copy under any other name, is found
-too, for one read of the environment more in a process that has no shim.
+too, for one read of the environment and of the threads' names more in a
+process that has no shim.
 Whatever asks whether a process runs under the shim (the daemon's
 discovery, the test for a process without it: shim_mapped) asks here, so
 a renamed shim is one everywhere.
@@ -32,6 +35,8 @@ from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_DYNSYM, ElfImage, read
 
 DESCRIPTOR_SYMBOL = _native.DESCRIPTOR_SYMBOL
 SHIM_PREFIX = "libunreachable_shim"
+# The name the shim gives its helper thread (helper.c), as /proc shows it.
+HELPER_COMM = b"ur-helper\n"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -172,8 +177,29 @@ def _candidates(mappings: list[Mapping]) -> list[Mapping]:
     return list(candidates.values())
 
 
+def runs_helper(pid: int) -> bool:
+    """Whether one of pid's threads bears the shim's helper's name (which
+    the helper gives itself when it first runs, a moment after the
+    program's first allocation started it)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", "rb") as f:
+                if f.read() == HELPER_COMM:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def _preloaded_shim(pid: int, candidates: list[Mapping]) -> ShimLocation | None:
-    """The shim among the files pid preloads under another name."""
+    """The shim among the files pid preloads under another name. A program
+    that retitles itself (nginx, postgres: setproctitle) writes over the
+    environment /proc/PID/environ shows; where one of its threads bears the
+    helper's name, every other mapped file is looked at instead."""
     names, inodes = _preloaded(pid)
     others = [
         m
@@ -181,7 +207,10 @@ def _preloaded_shim(pid: int, candidates: list[Mapping]) -> ShimLocation | None:
         if not shim_named(m) and (os.path.basename(mapped_path(m)) in names or m.inode in inodes)
     ]
     # A stale one among them is not known to be a shim: not said.
-    return _located(pid, others)[0] if others else None
+    found = _located(pid, others)[0] if others else None
+    if found is None and runs_helper(pid):
+        found = _located(pid, [m for m in candidates if not shim_named(m) and m not in others])[0]
+    return found
 
 
 def shim_mapped(pid: int, mappings: list[Mapping]) -> bool:
