@@ -118,7 +118,7 @@ static inline struct ur_thread_slot *my_slot(void) {
 #include <link.h>
 static int shim_text_in_(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
-  uintptr_t *range = arg;
+  uintptr_t *range = (uintptr_t *)arg;
   Dl_info where;
   if (!dladdr(shim_desc(), &where) || !where.dli_fname || strcmp(info->dlpi_name, where.dli_fname))
     return 0;
@@ -142,7 +142,8 @@ static inline void shim_text(uintptr_t *lo, uintptr_t *hi) {
 #include <signal.h>
 #include <sys/time.h>
 static inline void every_100us(void (*fn)(int, siginfo_t *, void *)) {
-  struct sigaction sa = {0};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = fn;
   sa.sa_flags = SA_RESTART | SA_SIGINFO;
   sigaction(SIGALRM, &sa, NULL);
