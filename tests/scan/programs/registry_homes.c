@@ -19,7 +19,7 @@ __attribute__((noinline)) static void setup(void) {
   g_kept[0] = malloc(5000);
   g_kept[1] = malloc(BIG_BLOCK);
   g_kept[2] = shrunk(BIG_BLOCK, 1000);
-  void *lost[3] = {malloc(5000), malloc(BIG_BLOCK), shrunk(BIG_BLOCK, 1000)};
+  void *lost[3] = {malloc(5000), malloc_clear_of_4g(BIG_BLOCK), shrunk(BIG_BLOCK, 1000)};
   for (int i = 0; i < 3; i++) {
     if (!lost[i] || !g_kept[i]) exit(3);
     KEEP(lost[i]);
