@@ -48,7 +48,6 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
   memset(m, 0, sizeof(*m));
   m->fd = -1;
   m->pagemap_fd = -1;
-  m->excl_fd = -1;
   m->pid = pid;
   m->mem.slow = chunk_view;
   if (cache_bytes == 0) cache_bytes = DEFAULT_CACHE_BYTES;
@@ -76,7 +75,7 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
     return -(err == ENOENT ? ESRCH : err);
   }
   snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
-  m->excl_fd = open(path, O_RDONLY | O_CLOEXEC); /* without it: /proc/PID/mem only */
+  m->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC); /* without it: /proc/PID/mem only */
   return 0;
 }
 
@@ -85,14 +84,12 @@ void ur_mem_close(struct ur_pread_mem *m) {
   free(m->zero_ranges);
   free(m->readable);
   if (m->pagemap_fd >= 0) close(m->pagemap_fd);
-  if (m->excl_fd >= 0) close(m->excl_fd);
   free(m->chunks);
   free(m->table);
   if (m->fd >= 0) close(m->fd);
   memset(m, 0, sizeof(*m));
   m->fd = -1;
   m->pagemap_fd = -1;
-  m->excl_fd = -1;
 }
 
 /* Reads what it can; pages that fail are zeroed and reported through bad (a
@@ -140,13 +137,13 @@ size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len) {
 /* The pagemap entries of `pages` pages from addr (at most a chunk's), when
  * process_vm_readv may be tried: 1, or 0 (read everything through
  * /proc/PID/mem). */
-static int read_entries(int excl_fd, const int *refused, uint64_t addr, size_t pages,
+static int read_entries(int pagemap_fd, const int *refused, uint64_t addr, size_t pages,
                         uint64_t *pm) {
-  if (excl_fd < 0 || __atomic_load_n(refused, __ATOMIC_RELAXED)) return 0;
+  if (pagemap_fd < 0 || __atomic_load_n(refused, __ATOMIC_RELAXED)) return 0;
   size_t want = pages * sizeof(uint64_t);
   off_t at = (off_t)((addr >> UR_PAGE_SHIFT) * sizeof(uint64_t));
   ssize_t r;
-  do r = pread(excl_fd, pm, want, at);
+  do r = pread(pagemap_fd, pm, want, at);
   while (r < 0 && errno == EINTR);
   return r == (ssize_t)want;
 }
@@ -331,7 +328,7 @@ static void mark_pages(uint64_t *bits, uint64_t base, uint64_t lo, uint64_t hi) 
 static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *gone,
                         uint64_t *zero, const uint64_t *pm) {
   uint64_t end = base + UR_CHUNK_SIZE;
-  if (m->pagemap_fd < 0 || end < base) return 0;
+  if (!m->layout || m->pagemap_fd < 0 || end < base) return 0;
   uint64_t mapped[UR_CHUNK_PAGES / 64] = {0};
   for (size_t i = ur_range_after(m->readable, m->n_readable, base);
        i < m->n_readable && m->readable[2 * i] < end; i++)
@@ -373,7 +370,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
   uint64_t entries[UR_CHUNK_PAGES];
   const uint64_t *pm =
-      read_entries(m->excl_fd, &m->vm_read_refused, c->base, UR_CHUNK_PAGES, entries) ? entries
+      read_entries(m->pagemap_fd, &m->vm_read_refused, c->base, UR_CHUNK_PAGES, entries) ? entries
                                                                                       : NULL;
   c->absent_known = 0;
   if (!chunk_layout(m, c->base, gone, zero, pm)) {
@@ -432,7 +429,7 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   int any = 0;
   uint64_t entries[UR_CHUNK_PAGES];
   const uint64_t *pm =
-      read_entries(m->excl_fd, &m->vm_read_refused, addr, pages, entries) ? entries : NULL;
+      read_entries(m->pagemap_fd, &m->vm_read_refused, addr, pages, entries) ? entries : NULL;
   read_span(source_of(m), addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any, pm);
   ur_cow_overlay(m->cow, addr, c->data + (addr - c->base), (size_t)len, c->bad, first);
   c->fresh = 0;
@@ -490,6 +487,7 @@ int ur_mem_set_layout(struct ur_pread_mem *m, const uint64_t *readable, size_t n
   char path[64];
   snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)m->pid);
   if (m->pagemap_fd < 0 && (m->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -errno;
+  m->layout = 1;
   return 0;
 }
 

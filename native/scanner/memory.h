@@ -65,10 +65,11 @@ struct ur_chunk {
 struct ur_pread_mem {
   struct ur_mem mem;        /* first: the walker holds &mem; window = the last clean chunk */
   int fd;
-  int pagemap_fd;           /* ur_mem_set_layout: the process's pagemap; else -1 */
-  /* The process's pagemap, telling which pages process_vm_readv may read
-   * (read_span in memory.c), or -1; vm_read_refused: it was refused. */
-  int excl_fd;
+  /* The process's pagemap, or -1: which pages exist, and which
+   * process_vm_readv may read (read_span in memory.c); vm_read_refused: it
+   * was refused. */
+  int pagemap_fd;
+  int layout;               /* ur_mem_set_layout: the absent and gone pages are known */
   int vm_read_refused;
   pid_t pid;
   struct ur_chunk *chunks;  /* pool of max_chunks */
