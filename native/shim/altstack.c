@@ -16,6 +16,7 @@
 
 #include "region.h"
 #include "state.h"
+#include "threads.h"
 
 #define ALTSTACKS 1024u /* threads with an alternate stack at once */
 
@@ -27,13 +28,6 @@ int ur_altstacks_init(void) {
   unreachable_descriptor.altstacks = (uint64_t)(uintptr_t)table;
   unreachable_descriptor.num_altstacks = ALTSTACKS;
   return 0;
-}
-
-static int thread_gone(uint32_t tid) {
-  int saved = errno;
-  int gone = syscall(SYS_tgkill, getpid(), (pid_t)tid, 0) != 0 && errno == ESRCH;
-  errno = saved;
-  return gone;
 }
 
 /* This thread's entry: its own, a free one, or one of a thread that has
@@ -52,7 +46,7 @@ static struct ur_altstack *entry_for(uint32_t tid) {
   /* Taken meanwhile, or none free: any that is free now, or whose thread is gone. */
   for (unsigned i = 0; i < ALTSTACKS; i++) {
     uint32_t t = __atomic_load_n(&table[i].tid, __ATOMIC_ACQUIRE);
-    if ((!t || thread_gone(t)) &&
+    if ((!t || ur_tid_gone(t)) &&
         __atomic_compare_exchange_n(&table[i].tid, &t, tid, 0, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED))
       return &table[i];

@@ -114,8 +114,7 @@ static int gate_close(uint32_t tid) {
   uint32_t hw = ur_threads_high_water();
   for (uint32_t i = 0; i < hw; i++) {
     struct ur_thread_slot *s = &ur_g.threads[i];
-    while (__atomic_load_n(&s->op, __ATOMIC_ACQUIRE) != UR_OP_NONE &&
-           __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UR_THREAD_FREE && !ur_thread_gone(s)) {
+    while (ur_slot_in_call(s)) {
       if (now_ns() > deadline) return -1;
       sched_yield();
     }

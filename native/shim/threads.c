@@ -173,6 +173,24 @@ void ur_threads_after_fork_child(uint32_t new_tid) {
   }
 }
 
+int ur_tid_gone(uint32_t tid) {
+  int saved = errno;
+  int gone = syscall(SYS_tgkill, getpid(), (pid_t)tid, 0) != 0 && errno == ESRCH;
+  errno = saved;
+  return gone;
+}
+
+/* Whether the slot's thread has ended: then its slot is released. */
+static int thread_gone(struct ur_thread_slot *s) {
+  uint32_t tid = __atomic_load_n(&s->tid, __ATOMIC_ACQUIRE);
+  if (!tid || !ur_tid_gone(tid)) return 0;
+  ur_leave(s);
+  uint32_t live = UR_THREAD_LIVE;
+  __atomic_compare_exchange_n(&s->state, &live, UR_THREAD_EXITED, 0, __ATOMIC_ACQ_REL,
+                              __ATOMIC_RELAXED);
+  return 1;
+}
+
 void ur_go_multi(void) {
   if (!(ur_load32(&ur_g.slow) & UR_SLOW_SINGLE)) return;
   struct ur_thread_slot *single = __atomic_load_n(&ur_g.single_slot, __ATOMIC_ACQUIRE);
@@ -187,23 +205,15 @@ void ur_go_multi(void) {
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (single)
-      while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE && !ur_thread_gone(single))
+      while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE && !thread_gone(single))
         sched_yield();
   }
   ur_unlock(&ur_g.multi_lock, &ur_g.multi_owner, 1);
 }
 
-int ur_thread_gone(struct ur_thread_slot *s) {
-  uint32_t tid = __atomic_load_n(&s->tid, __ATOMIC_ACQUIRE);
-  int saved = errno;
-  int gone = tid && syscall(SYS_tgkill, getpid(), (pid_t)tid, 0) != 0 && errno == ESRCH;
-  errno = saved;
-  if (!gone) return 0;
-  ur_leave(s);
-  uint32_t live = UR_THREAD_LIVE;
-  __atomic_compare_exchange_n(&s->state, &live, UR_THREAD_EXITED, 0, __ATOMIC_ACQ_REL,
-                              __ATOMIC_RELAXED);
-  return 1;
+int ur_slot_in_call(struct ur_thread_slot *s) {
+  return __atomic_load_n(&s->op, __ATOMIC_ACQUIRE) != UR_OP_NONE &&
+         __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UR_THREAD_FREE && !thread_gone(s);
 }
 
 void ur_threads_wait_quiescent(void) {
@@ -213,9 +223,7 @@ void ur_threads_wait_quiescent(void) {
   for (uint32_t i = 0; i < hw; i++) {
     struct ur_thread_slot *s = &ur_g.threads[i];
     if (s == mine) continue;
-    while (__atomic_load_n(&s->op, __ATOMIC_ACQUIRE) != UR_OP_NONE &&
-           __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != UR_THREAD_FREE && !ur_thread_gone(s))
-      sched_yield();
+    while (ur_slot_in_call(s)) sched_yield();
   }
 }
 

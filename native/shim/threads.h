@@ -22,12 +22,18 @@ void ur_go_multi(void);
 /* fork child: only the calling thread survives. */
 void ur_threads_after_fork_child(uint32_t new_tid);
 
-/* Whether the slot's thread has ended (the caller waits for its op to
- * clear): then the slot is released as its exit would have left it, op
- * and pairs cleared. A thread that ends inside a call without running its
- * destructors (the raw exit system call from a signal handler) leaves its
- * op set, and nothing else would clear it. */
-int ur_thread_gone(struct ur_thread_slot *s);
+/* Whether the slot's thread is inside an entry point now, for those who
+ * wait until it is out (malloc_disable, the give-back's gate): an
+ * operation announced in a slot not free, by a thread still there. A
+ * thread that ended inside a call without running its destructors (the
+ * raw exit system call from a signal handler) left its op set, and nothing
+ * else would clear it: its slot is released here as its exit would have
+ * left it, op and pairs cleared. */
+int ur_slot_in_call(struct ur_thread_slot *s);
+
+/* Whether the thread tid of this process has ended (tgkill's signal 0
+ * says ESRCH); errno left as it was. */
+int ur_tid_gone(uint32_t tid);
 
 /* Wait until no thread but the caller is inside an entry point (a thread
  * gone meanwhile counts as outside). */
