@@ -6,13 +6,20 @@
  * split between a few threads, each on its own part of the bytes.
  *
  * Each span lands at its offset in the caller's buffer, one after the
- * other; a page that cannot be read is left as it was (zero in a new
- * buffer: no root), so offsets never shift.
+ * other; a page that cannot be read is zeroed (no root), so offsets never
+ * shift. Each piece is read as every live read is (memory.c
+ * ur_mem_read_live): process_vm_readv only for the pages the process maps
+ * alone, since its pin would copy a page shared with a child of the
+ * target into the target.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
-#include <sys/uio.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "memory.h"
 #include "native.h"
 
 #define PIECE ((uint64_t)64 << 10)   /* bytes per call */
@@ -20,56 +27,33 @@
 #define MAX_THREADS 4u
 #define THREAD_MIN_BYTES ((uint64_t)1 << 20) /* less than this per thread: fewer threads */
 
-struct span_job {
+struct span_reader {
   pid_t pid;
+  int mem_fd, pagemap_fd; /* the process's /proc/PID/mem and pagemap */
+  int refused;            /* process_vm_readv refused: /proc/PID/mem only */
+};
+
+struct span_job {
+  struct span_reader *reader;
   const uint64_t *spans; /* (begin, end) pairs */
   size_t nspans;
   uint8_t *out;
   uint64_t lo, hi; /* this job's part of the output's offsets */
   uint64_t got;
-  int fatal;       /* errno that ends every read (the process is gone), else 0 */
 };
-
-/* 1: read, 0: not readable, -errno: no read will work. */
-static int read_remote(pid_t pid, uint8_t *dst, uint64_t src, uint64_t len, uint64_t *got) {
-  struct iovec local = {dst, (size_t)len}, remote = {(void *)(uintptr_t)src, (size_t)len};
-  ssize_t r = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-  if (r < 0 && (errno == ESRCH || errno == EPERM || errno == ENOSYS)) return -errno;
-  if (r > 0) *got += (uint64_t)r;
-  return r == (ssize_t)len;
-}
-
-/* [off, off + len) of the output, from remote address addr. */
-static int read_piece(struct span_job *j, uint64_t off, uint64_t addr, uint64_t len) {
-  uint64_t got = 0;
-  int r = read_remote(j->pid, j->out + off, addr, len, &got);
-  if (r != 0) {
-    if (r > 0) j->got += got;
-    return r < 0 ? r : 0;
-  }
-  /* Short: some page of it is unreadable. Page by page, keeping the rest. */
-  for (uint64_t done = 0; done < len;) {
-    uint64_t n = PAGE - ((addr + done) & (PAGE - 1)), page_got = 0;
-    if (n > len - done) n = len - done;
-    int p = read_remote(j->pid, j->out + off + done, addr + done, n, &page_got);
-    if (p < 0) return p;
-    j->got += page_got;
-    done += n;
-  }
-  return 0;
-}
 
 static void *span_main(void *arg) {
   struct span_job *j = arg;
   uint64_t off = 0;
-  for (size_t i = 0; i < j->nspans && off < j->hi && !j->fatal; i++) {
+  struct span_reader *r = j->reader;
+  for (size_t i = 0; i < j->nspans && off < j->hi; i++) {
     uint64_t b = j->spans[2 * i], e = j->spans[2 * i + 1], len = e - b;
     /* The part of this span inside [lo, hi). */
     uint64_t from = off < j->lo ? j->lo - off : 0, to = off + len > j->hi ? j->hi - off : len;
-    for (uint64_t k = from; k < to && !j->fatal;) {
+    for (uint64_t k = from; k < to;) {
       uint64_t n = to - k < PIECE ? to - k : PIECE;
-      int r = read_piece(j, off + k, b + k, n);
-      if (r < 0) j->fatal = -r;
+      j->got += ur_mem_read_live(r->mem_fd, r->pagemap_fd, r->pid, &r->refused, b + k,
+                                 j->out + off + k, (size_t)n);
       k += n;
     }
     off += len;
@@ -77,26 +61,23 @@ static void *span_main(void *arg) {
   return NULL;
 }
 
-PyObject *ur_py_read_spans(PyObject *Py_UNUSED(self), PyObject *args) {
-  int pid;
-  unsigned threads;
-  Py_buffer spans, out;
-  if (!PyArg_ParseTuple(args, "iy*w*I", &pid, &spans, &out, &threads)) return NULL;
-  PyObject *result = NULL;
-  size_t n = (size_t)spans.len / 16;
-  const uint64_t *s = spans.buf;
-  uint64_t total = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (s[2 * i + 1] < s[2 * i]) {
-      PyErr_SetString(PyExc_ValueError, "a span ends before it begins");
-      goto done;
-    }
-    total += s[2 * i + 1] - s[2 * i];
-  }
-  if ((uint64_t)out.len < total) {
-    PyErr_SetString(PyExc_ValueError, "the buffer is smaller than the spans");
-    goto done;
-  }
+/* Whether the process has ended (a zombie's memory reads as nothing). */
+static int process_gone(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 1;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 1;
+  buf[n] = 0;
+  const char *paren = strrchr(buf, ')');
+  return !paren || paren[1] != ' ' || paren[2] == 'Z' || paren[2] == 'X';
+}
+
+/* The bytes of the spans that were readable, read by up to `threads`. */
+static uint64_t read_all(struct span_reader *r, const uint64_t *s, size_t n, uint8_t *out,
+                         uint64_t total, unsigned threads) {
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   while (threads > 1 && total / threads < THREAD_MIN_BYTES) threads--;
   if (threads < 1) threads = 1;
@@ -109,10 +90,9 @@ PyObject *ur_py_read_spans(PyObject *Py_UNUSED(self), PyObject *args) {
     uint64_t lo = part * k, hi = k + 1 == threads ? total : part * (k + 1);
     if (lo > total) lo = total;
     if (hi > total) hi = total;
-    jobs[k] = (struct span_job){.pid = pid, .spans = s, .nspans = n, .out = out.buf,
+    jobs[k] = (struct span_job){.reader = r, .spans = s, .nspans = n, .out = out,
                                 .lo = lo, .hi = hi};
   }
-  Py_BEGIN_ALLOW_THREADS
   for (unsigned k = 1; k < threads; k++)
     started[k] = pthread_create(&tids[k], NULL, span_main, &jobs[k]) == 0;
   span_main(&jobs[0]);
@@ -120,17 +100,64 @@ PyObject *ur_py_read_spans(PyObject *Py_UNUSED(self), PyObject *args) {
     if (started[k]) pthread_join(tids[k], NULL);
     else span_main(&jobs[k]); /* no thread: this one reads its part too */
   }
-  Py_END_ALLOW_THREADS
   uint64_t got = 0;
-  for (unsigned k = 0; k < threads; k++) {
-    if (jobs[k].fatal) {
-      errno = jobs[k].fatal;
-      PyErr_SetFromErrno(PyExc_OSError);
+  for (unsigned k = 0; k < threads; k++) got += jobs[k].got;
+  return got;
+}
+
+/* ESRCH for a process that is gone, else 0 with the reader's files open. */
+static int open_reader(struct span_reader *r, pid_t pid) {
+  char path[64];
+  *r = (struct span_reader){.pid = pid, .pagemap_fd = -1};
+  snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+  r->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (r->mem_fd < 0) return errno == ENOENT ? ESRCH : errno;
+  snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+  r->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC); /* without it: /proc/PID/mem only */
+  return 0;
+}
+
+static void close_reader(struct span_reader *r) {
+  if (r->pagemap_fd >= 0) close(r->pagemap_fd);
+  if (r->mem_fd >= 0) close(r->mem_fd);
+}
+
+PyObject *ur_py_read_spans(PyObject *Py_UNUSED(self), PyObject *args) {
+  int pid;
+  unsigned threads;
+  Py_buffer spans, out;
+  if (!PyArg_ParseTuple(args, "iy*w*I", &pid, &spans, &out, &threads)) return NULL;
+  PyObject *result = NULL;
+  size_t n = (size_t)spans.len / 16;
+  const uint64_t *s = spans.buf;
+  uint64_t total = 0, got;
+  for (size_t i = 0; i < n; i++) {
+    if (s[2 * i + 1] < s[2 * i]) {
+      PyErr_SetString(PyExc_ValueError, "a span ends before it begins");
       goto done;
     }
-    got += jobs[k].got;
+    total += s[2 * i + 1] - s[2 * i];
   }
-  result = PyLong_FromUnsignedLongLong(got);
+  if ((uint64_t)out.len < total) {
+    PyErr_SetString(PyExc_ValueError, "the buffer is smaller than the spans");
+    goto done;
+  }
+  struct span_reader reader;
+  int err;
+  Py_BEGIN_ALLOW_THREADS
+  err = open_reader(&reader, pid);
+  if (!err) {
+    got = read_all(&reader, s, n, out.buf, total, threads);
+    if (got < total && process_gone(pid)) err = ESRCH;
+    close_reader(&reader);
+  }
+  Py_END_ALLOW_THREADS
+  if (err) {
+    errno = err;
+    PyErr_SetFromErrno(PyExc_OSError);
+  } else {
+    result = PyLong_FromUnsignedLongLong(got);
+  }
 done:
   PyBuffer_Release(&spans);
   PyBuffer_Release(&out);

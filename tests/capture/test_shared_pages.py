@@ -116,6 +116,20 @@ def test_pages_shared_with_a_child_of_the_target_stay_shared(live):
     assert result["bytes_vm_read"] <= 2 << 20, result["bytes_vm_read"]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_spans_read_in_a_pause_leave_pages_shared_with_a_child(threads):
+    """read_spans: what a fork snapshot lacks, and the concurrent mark's
+    written pages, read while the target is stopped."""
+    with holder("child") as (pid, addr, child):
+        shared = smaps_kib(child, "Shared_Dirty", addr)
+        out = bytearray(SIZE)
+        got = _native.read_spans(pid, struct.pack("<QQ", addr, addr + SIZE), out, threads)
+        assert smaps_kib(child, "Shared_Dirty", addr) == shared
+    assert got == SIZE
+    firsts = struct.unpack(f"<{SIZE // 8}Q", out)[:: BLOCK // 8]
+    assert firsts[0] == addr + BLOCK and firsts[BREAK_EVERY - 1] == 0
+
+
 @pytest.mark.skipif(bool(copy_unsupported()), reason=copy_unsupported())
 @pytest.mark.parametrize("mode", ["copy", "concurrent"])
 def test_a_target_sharing_its_heap_with_a_child_is_scanned_without_copying_it(targets, mode):

@@ -15,8 +15,9 @@ from unreachable import _native
 
 PAGE = 4096
 
-# Maps 8 MiB (every byte a known pattern) and makes its page 3 unreadable,
-# prints the address, then waits.
+# Maps 8 MiB (every byte a known pattern) and unmaps its page 3 (a PROT_NONE
+# page would still be read: /proc/PID/mem reads it), prints the address,
+# then waits.
 HOLDER = """
 import ctypes, mmap, sys
 size = 8 << 20
@@ -25,7 +26,7 @@ for page in range(size // 4096):
     m[page * 4096 : (page + 1) * 4096] = bytes([page % 251 + 1]) * 4096
 addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
 libc = ctypes.CDLL(None, use_errno=True)
-assert libc.mprotect(ctypes.c_void_p(addr + 3 * 4096), 4096, 0) == 0
+assert libc.munmap(ctypes.c_void_p(addr + 3 * 4096), 4096) == 0
 print(addr, flush=True)
 sys.stdin.read()
 """
