@@ -27,7 +27,7 @@ static struct {
   size_t commit_step;   /* committed grows to a multiple of this (0: the page size) */
   size_t reserved;      /* every piece's size */
   int error;            /* errno of the last failed mmap or mprotect */
-  uint32_t lock, owner;
+  uint32_t lock;
   void *free_tables[64]; /* by log2(capacity); link in the table's first word */
 } region;
 
@@ -80,7 +80,7 @@ int ur_region_init(void) {
 void *ur_region_alloc(size_t size) {
   uint32_t tid = ur_self_tid();
   int saved = errno;
-  ur_lock_hard(&region.lock, &region.owner, tid);
+  ur_lock_hard(&region.lock, tid);
   /* A page or more starts on a page: its pages can be given back whole
    * (the size maps', give_back.c). */
   uintptr_t align = size >= page_size() ? page_size() : 64;
@@ -105,7 +105,7 @@ void *ur_region_alloc(size_t size) {
       out = (void *)p;
     }
   }
-  ur_unlock(&region.lock, &region.owner, 1);
+  ur_unlock(&region.lock, 1);
   errno = saved;
   return out; /* fresh pages are zero: a piece only grows */
 }
@@ -124,10 +124,10 @@ void *ur_region_table_get(uint64_t capacity) {
   size_t bytes = capacity * sizeof(struct ur_entry);
   unsigned cls = log2u(capacity);
   uint32_t tid = ur_self_tid();
-  ur_lock_hard(&region.lock, &region.owner, tid);
+  ur_lock_hard(&region.lock, tid);
   void *t = region.free_tables[cls];
   if (t) region.free_tables[cls] = *(void **)t;
-  ur_unlock(&region.lock, &region.owner, 1);
+  ur_unlock(&region.lock, 1);
   if (!t) return ur_region_alloc(bytes);
   memset(t, 0, bytes);
   return t;
@@ -142,10 +142,10 @@ void ur_region_table_put(void *table, uint64_t capacity) {
   if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
   unsigned cls = log2u(capacity);
   uint32_t tid = ur_self_tid();
-  ur_lock_hard(&region.lock, &region.owner, tid);
+  ur_lock_hard(&region.lock, tid);
   *(void **)table = region.free_tables[cls];
   region.free_tables[cls] = table;
-  ur_unlock(&region.lock, &region.owner, 1);
+  ur_unlock(&region.lock, 1);
 }
 
 uintptr_t ur_region_begin(void) { return (uintptr_t)spans[0].begin; }
@@ -162,5 +162,4 @@ int ur_region_contains(uint64_t addr, uint64_t len) {
 
 void ur_region_after_fork_child(void) {
   region.lock = 0;
-  region.owner = 0;
 }

@@ -88,7 +88,7 @@ static int inside(struct ur_shard *s) {
   struct ur_thread_slot *me = ur_tls.slot;
   if (me && ur_load32(&me->reserved0) == idx + 1) return 1;
   uint32_t tid = ur_tls.tid;
-  return tid && ur_load32(&s->owner_tid) == tid && ur_load32(&ur_g.excl_tid) != tid;
+  return tid && ur_lock_holder(&s->lock) == tid && ur_load32(&ur_g.excl_tid) != tid;
 }
 
 /* Whether the update was put aside (s is being rebuilt by this thread, or
@@ -237,7 +237,7 @@ static int hold(struct ur_shard *s, unsigned idx, int single) {
   struct ur_thread_slot *me = ur_tls.slot;
   int how = me && ur_load32(&me->reserved0) ? UR_HOLD_LOCKED : ur_registry_try_hold(idx, single);
   if (how != UR_HOLD_LOCKED) return how;
-  int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
+  int locked = ur_lock(&s->lock, ur_tls.tid);
   uint32_t b = ur_load32(&ur_shard_bias[idx]), tok = ur_tls.shard_token;
   if (b == 0) {
     /* Claim it: under the lock, so no other thread is inside. */
@@ -254,7 +254,7 @@ static int hold(struct ur_shard *s, unsigned idx, int single) {
 
 static void release(struct ur_shard *s, int how) {
   if (how == UR_HOLD_LOCKED) {
-    ur_unlock(&s->lock, &s->owner_tid, 1);
+    ur_unlock(&s->lock, 1);
     if (UR_UNLIKELY(ur_deferred.n)) ur_registry_flush();
   } else {
     ur_registry_release_held(how);
@@ -433,7 +433,7 @@ static uint32_t bias_before[UR_NUM_SHARDS];
 
 void ur_registry_lock_all(uint32_t tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++)
-    ur_lock_hard(&ur_g.shards[i].lock, &ur_g.shards[i].owner_tid, tid);
+    ur_lock_hard(&ur_g.shards[i].lock, tid);
   /* Owners do not take the lock: make every shard shared, then wait them out. */
   int any = 0;
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
@@ -453,14 +453,13 @@ void ur_registry_unlock_all(void) {
     /* A shard two threads used stays shared; one that was owned (or unused)
      * is up for grabs again: its owner may be gone (fork child). */
     if (bias_before[i] != UR_BIAS_SHARED) __atomic_store_n(&ur_shard_bias[i], 0, __ATOMIC_RELAXED);
-    ur_unlock(&ur_g.shards[i].lock, &ur_g.shards[i].owner_tid, 1);
+    ur_unlock(&ur_g.shards[i].lock, 1);
   }
 }
 
 void ur_registry_reset_locks(uint32_t owner_tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
-    ur_g.shards[i].lock = owner_tid ? 1 : 0;
-    ur_g.shards[i].owner_tid = owner_tid;
+    ur_g.shards[i].lock = owner_tid;
     /* The child's only thread owns nothing yet. Still held by the forking
      * thread (it had malloc_disable()d): shared until malloc_enable. */
     ur_shard_bias[i] = owner_tid ? UR_BIAS_SHARED : 0;

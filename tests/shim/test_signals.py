@@ -129,3 +129,20 @@ def test_a_thread_ended_inside_realloc_is_waited_for_no_more(shim: Path, how: st
     if how == "pthread_exit":
         assert " op=0 " in dead, dead
     assert enabled == "ENABLED op=0 state=2", out.stdout
+
+
+def test_a_handler_landing_as_its_thread_takes_a_shard_lock_waits_for_nothing(shim: Path) -> None:
+    """A handler's free, landing while its own thread holds the lock of the
+    block's shard, at any instruction of the hold (just after the lock was
+    taken, or just before it is released), puts its update aside and
+    returns. The lock named its holder in a second word, stored after the
+    lock was taken and cleared before it was released: a handler landing
+    between the two found the lock held by no one it knew and waited on its
+    own thread for ever."""
+    try:
+        out = run(program("signal_lock.c"), "16", "60", shim=shim, options="backtrace=16")
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: a handler's free waited on the shard lock its own thread holds")
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    assert out.stdout == "HITS 16 MISSING 0\n", out.stdout
+
