@@ -146,3 +146,12 @@ def test_a_handler_landing_as_its_thread_takes_a_shard_lock_waits_for_nothing(sh
     assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
     assert out.stdout == "HITS 16 MISSING 0\n", out.stdout
 
+
+def test_a_handlers_call_takes_no_backtrace(shim: Path) -> None:
+    """With backtraces on, a handler's malloc landing while its thread is
+    inside malloc or free is registered without a backtrace: the code it
+    interrupted may be inside the unwinder. It took one."""
+    out = run_ok(program("signal_backtrace.c"), "200", "60", shim=shim, options="backtrace=16")
+    hits, found, captured = (int(w) for w in out.split()[1::2])
+    assert hits > 0 and found > 0, out
+    assert captured == 0, out
