@@ -274,15 +274,27 @@ __attribute__((noinline)) void ur_registry_flush(void) {
   release(s, how);
 }
 
+/* A signal handler's call nested in its own thread's use of the region gets
+ * no bigger table (region.h): it fills the table there is past its load
+ * limit, keeping an entry empty to end every probe; a later insert grows it. */
+static int room_to_spare(const struct ur_shard *s) {
+  return s->count + s->tombstones + 2 <= s->capacity && ur_region_held_here();
+}
+
 void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta) {
-  if (make_room(s) != 0) {
-    /* No memory for a bigger table: the block goes untracked rather than
-     * crash, and scans say their answer is not exact. */
+  if (make_room(s) != 0 && !room_to_spare(s)) {
+    /* No memory for a bigger table (or a first one, for a handler's call
+     * whose thread holds the region): the block goes untracked rather than
+     * crash or wait for ever, and scans say their answer is not exact. */
     if (__atomic_fetch_add(&unreachable_descriptor.unregistered, 1, __ATOMIC_RELAXED) == 0) {
       static const char msg[] =
           "unreachable: no memory left for the registry (ulimit -v or strict overcommit): "
           "blocks from now on may go unregistered, and scans may miss or invent leaks\n";
-      ur_write_stderr(msg, sizeof msg - 1);
+      static const char nested[] =
+          "unreachable: a signal handler allocated while its thread was extending the "
+          "registry: its block went unregistered, and scans may miss or invent leaks\n";
+      if (ur_region_held_here()) ur_write_stderr(nested, sizeof nested - 1);
+      else ur_write_stderr(msg, sizeof msg - 1);
     }
     return;
   }

@@ -155,3 +155,30 @@ def test_a_handlers_call_takes_no_backtrace(shim: Path) -> None:
     hits, found, captured = (int(w) for w in out.split()[1::2])
     assert hits > 0 and found > 0, out
     assert captured == 0, out
+
+
+def test_a_handler_that_needs_the_shims_memory_while_its_thread_holds_it_goes_without(
+    shim: Path,
+) -> None:
+    """A handler's malloc landing while its own thread holds the lock of the
+    shim's memory (making a size map), whose block must go to a shard with
+    no table yet, gets no table instead of waiting on its own thread for
+    ever: its block goes unregistered and counted, so scans say their answer
+    is not exact (a block whose shard has a table is registered there). It
+    waited on the region's lock its thread held."""
+    try:
+        out = run(
+            program("signal_region.c"),
+            "16",
+            "60",
+            shim=shim,
+            options="backtrace=4 backtrace_min_size=2097152",
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: a handler's malloc waited on the region lock its own thread holds")
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    hits, missing, unregistered = (int(w) for w in out.stdout.split()[1::2])
+    assert hits == 16, out.stdout
+    assert missing == unregistered, out.stdout
+    if unregistered:
+        assert "a signal handler allocated while its thread was extending" in out.stderr
