@@ -303,7 +303,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   }
   for (uint32_t i = 0; i < nshards; i++) {
     if (!shards[i].lock) continue;
-    PyObject *item = Py_BuildValue("(II)", i, shards[i].owner_tid);
+    PyObject *item = Py_BuildValue("(II)", i, shards[i].lock & 0x7fffffffu); /* its holder */
     if (!item || PyList_Append(locked, item) < 0) {
       Py_XDECREF(item);
       goto out;

@@ -29,7 +29,7 @@ int ur_dbg_ready_slow(void) {
 static void *finish_alloc(struct ur_thread_slot *s, void *p, size_t n) {
   if (p) {
     ur_announce_out(s, p, n);
-    ur_registry_insert(p, n, ur_maybe_capture(n));
+    ur_registry_insert(p, n, ur_maybe_capture(s, n));
     ur_note_own(p);
   }
   ur_leave(s);
@@ -156,7 +156,7 @@ void *ur_dbg_realloc(void *p, size_t n) {
     /* The program has it now (a header-less block has no tag to check). */
     if (q && !ur_debug.header) {
       ur_announce_out(s, q, n);
-      ur_registry_set(q, n, ur_maybe_capture(n));
+      ur_registry_set(q, n, ur_maybe_capture(s, n));
     }
     goto out;
   }
@@ -171,7 +171,7 @@ void *ur_dbg_realloc(void *p, size_t n) {
         memset((uint8_t *)p + n, REAR_GUARD_VALUE, ur_debug.rear);
       }
       ur_announce_out(s, p, n);
-      ur_registry_set(p, n, ur_maybe_capture(n)); /* every realloc re-records the site */
+      ur_registry_set(p, n, ur_maybe_capture(s, n)); /* every realloc re-records the site */
       q = p;
       goto out;
     }
@@ -187,9 +187,9 @@ void *ur_dbg_realloc(void *p, size_t n) {
       if (q) {
         ur_announce_out(s, q, n);
         if (q == p) {
-          ur_registry_set(q, n, ur_maybe_capture(n));
+          ur_registry_set(q, n, ur_maybe_capture(s, n));
         } else {
-          ur_registry_insert(q, n, ur_maybe_capture(n));
+          ur_registry_insert(q, n, ur_maybe_capture(s, n));
           ur_registry_remove(p);
         }
       }
@@ -209,7 +209,7 @@ void *ur_dbg_realloc(void *p, size_t n) {
   ur_announce_out(s, q, n);
   size_t qusable = ur_usable_of(q);
   memcpy(q, p, prev < qusable ? prev : qusable);
-  ur_registry_insert(q, n, ur_maybe_capture(n));
+  ur_registry_insert(q, n, ur_maybe_capture(s, n));
   ur_registry_remove(p);
   release_block(p, id, false); /* guards were checked above */
 out:

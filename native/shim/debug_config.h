@@ -31,7 +31,7 @@ struct ur_debug {
   struct ur_rec *rec;
   size_t rec_total;
   uint64_t rec_cur;
-  uint32_t rec_inflight, rec_dumping, rec_lock, rec_owner;
+  uint32_t rec_inflight, rec_dumping, rec_lock;
   /* signals */
   int sig_bt, sig_dump, sig_record, sig_stats, sig_unreachable;
   char notify_path[sizeof(((struct sockaddr_un *)0)->sun_path)];

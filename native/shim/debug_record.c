@@ -19,7 +19,7 @@ void ur_debug_thread_done(void) { ur_rec_add(UR_REC_THREAD_DONE, UR_MANGLE(0), 0
 
 void ur_rec_dump(const char *path) {
   uint32_t tid = ur_self_tid();
-  ur_lock_hard(&ur_debug.rec_lock, &ur_debug.rec_owner, tid);
+  ur_lock_hard(&ur_debug.rec_lock, tid);
   __atomic_store_n(&ur_debug.rec_dumping, 1, __ATOMIC_SEQ_CST);
   while (__atomic_load_n(&ur_debug.rec_inflight, __ATOMIC_SEQ_CST)) sched_yield();
   uint64_t n = __atomic_load_n(&ur_debug.rec_cur, __ATOMIC_ACQUIRE);
@@ -66,5 +66,5 @@ void ur_rec_dump(const char *path) {
     __atomic_store_n(&ur_debug.rec_cur, 0, __ATOMIC_RELEASE); /* dumped entries are deleted */
   }
   __atomic_store_n(&ur_debug.rec_dumping, 0, __ATOMIC_SEQ_CST);
-  ur_unlock(&ur_debug.rec_lock, &ur_debug.rec_owner, 1);
+  ur_unlock(&ur_debug.rec_lock, 1);
 }

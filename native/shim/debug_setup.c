@@ -187,7 +187,7 @@ void ur_debug_start(const char *progname) {
 void ur_debug_after_fork_child(void) {
   /* Only the forking thread survives: whoever held these is gone. */
   ur_debug.ft_lock = 0;
-  ur_debug.rec_lock = ur_debug.rec_owner = 0;
+  ur_debug.rec_lock = 0;
   ur_debug.rec_inflight = 0;
   ur_debug.rec_dumping = 0;
 }

@@ -48,6 +48,7 @@ static int nested_begin(struct ur_thread_slot **out) {
       errno = saved;
       continue;
     }
+    (void)ur_self_tid(); /* the registry's locks are taken with it (lock.h) */
     *out = &ur_tls.dummy;
     return UR_PROCEED;
   }

@@ -53,8 +53,16 @@ static inline __attribute__((always_inline)) uint32_t ur_capture_here(size_t siz
 /* The same, out of line. */
 uint32_t ur_capture(size_t size);
 
-static inline uint32_t ur_maybe_capture(size_t size) {
-  if (UR_LIKELY(!ur_g.bt_frames) || !__atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)) return 0;
+/* Whether the call announced in s is nested in another on its thread: it
+ * was given the spare slot (entry.c nested_begin), not the thread's own. A
+ * handler's call takes no backtrace, as the code it interrupted may be
+ * inside the unwinder. */
+static inline int ur_nested(const struct ur_thread_slot *s) { return s != ur_tls.slot; }
+
+static inline uint32_t ur_maybe_capture(const struct ur_thread_slot *s, size_t size) {
+  if (UR_LIKELY(!ur_g.bt_frames) || !__atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED) ||
+      ur_nested(s))
+    return 0;
   return ur_capture(size);
 }
 

@@ -98,12 +98,12 @@ static uint64_t resident(void) {
  * none) and wait out the threads inside an entry point. 0: closed; -1: a
  * thread stayed inside (open it again); -2: not closed. */
 static int gate_close(uint32_t tid) {
-  ur_lock_hard(&ur_g.disable_lock, &ur_g.disable_owner, tid);
+  ur_lock_hard(&ur_g.disable_lock, tid);
   /* A fork in progress holds every lock as excl_tid: not now. */
   uint32_t none = 0;
   if (!__atomic_compare_exchange_n(&ur_g.excl_tid, &none, tid, 0, __ATOMIC_SEQ_CST,
                                    __ATOMIC_SEQ_CST)) {
-    ur_unlock(&ur_g.disable_lock, &ur_g.disable_owner, 1);
+    ur_unlock(&ur_g.disable_lock, 1);
     return -2;
   }
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_GATE, __ATOMIC_SEQ_CST);
@@ -126,7 +126,7 @@ static void gate_open(uint32_t tid) {
   __atomic_compare_exchange_n(&ur_g.excl_tid, &tid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   syscall(SYS_futex, &ur_g.slow, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-  ur_unlock(&ur_g.disable_lock, &ur_g.disable_owner, 1);
+  ur_unlock(&ur_g.disable_lock, 1);
 }
 
 struct found {

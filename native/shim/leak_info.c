@@ -95,11 +95,11 @@ UR_EXPORT int malloc_iterate(uintptr_t base, size_t size,
 UR_EXPORT void malloc_disable(void) {
   if (!ready()) return;
   uint32_t tid = ur_self_tid();
-  if (ur_g.disable_owner == tid) {
+  if (ur_lock_holder(&ur_g.disable_lock) == tid) {
     ur_g.disable_depth++;
     return;
   }
-  ur_lock_hard(&ur_g.disable_lock, &ur_g.disable_owner, tid);
+  ur_lock_hard(&ur_g.disable_lock, tid);
   ur_g.disable_depth = 1;
   __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_SEQ_CST);
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_GATE, __ATOMIC_SEQ_CST);
@@ -115,14 +115,14 @@ UR_EXPORT void malloc_disable(void) {
 UR_EXPORT void malloc_enable(void) {
   if (!ready()) return;
   uint32_t tid = ur_self_tid();
-  if (ur_g.disable_owner != tid) return;
+  if (ur_lock_holder(&ur_g.disable_lock) != tid) return;
   if (--ur_g.disable_depth > 0) return;
   ur_stacks_unlock();
   ur_registry_unlock_all();
   __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_SEQ_CST);
   __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   syscall(SYS_futex, &ur_g.slow, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-  ur_unlock(&ur_g.disable_lock, &ur_g.disable_owner, 1);
+  ur_unlock(&ur_g.disable_lock, 1);
 }
 
 UR_EXPORT ssize_t malloc_backtrace(void *ptr, uintptr_t *frames, size_t max) {

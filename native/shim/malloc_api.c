@@ -25,7 +25,7 @@ static inline __attribute__((always_inline)) void *finish(struct ur_thread_slot 
                                                           size_t size) {
   if (p) {
     ur_announce_out(s, p, size);
-    ur_registry_insert(p, size, ur_maybe_capture(size));
+    ur_registry_insert(p, size, ur_maybe_capture(s, size));
     ur_note_own(p);
   }
   ur_leave(s);
@@ -44,9 +44,10 @@ __attribute__((noinline)) static void *malloc_slow(size_t n) {
   void *p = __libc_malloc(n);
   if (p) {
     ur_announce_out(s, p, n);
-    uint32_t id = ur_g.bt_frames && __atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED)
-                      ? ur_capture_here(n)
-                      : 0;
+    uint32_t id =
+        ur_g.bt_frames && __atomic_load_n(&ur_g.bt_active, __ATOMIC_RELAXED) && !ur_nested(s)
+            ? ur_capture_here(n)
+            : 0;
     /* The lock-free attempt only in the thread's own slot: a nested call
      * (the spare slot) may have interrupted one that holds its shard. */
     if (s == &ur_tls.dummy || !ur_registry_try_insert(p, n, id, ur_single()))
@@ -169,7 +170,7 @@ static void *move_block(struct ur_thread_slot *s, void *p, size_t n, size_t old_
   if (!q) return NULL;
   ur_announce_out(s, q, n);
   __builtin_memcpy(q, p, old_usable < n ? old_usable : n);
-  ur_registry_insert(q, n, ur_maybe_capture(n));
+  ur_registry_insert(q, n, ur_maybe_capture(s, n));
   ur_registry_remove(p);
   __libc_free(p);
   return q;
@@ -194,7 +195,7 @@ UR_EXPORT void *realloc(void *p, size_t n) {
     q = __libc_realloc(p, n);
     if (q) {
       ur_announce_out(s, q, n);
-      ur_registry_set(q, n, ur_maybe_capture(n));
+      ur_registry_set(q, n, ur_maybe_capture(s, n));
     }
     ur_leave(s);
     return q;
@@ -207,10 +208,10 @@ UR_EXPORT void *realloc(void *p, size_t n) {
     if (q == p) {
       ur_announce_out(s, q, n);
       /* Every realloc re-records the site, as bionic does since P. */
-      ur_registry_set(q, n, ur_maybe_capture(n));
+      ur_registry_set(q, n, ur_maybe_capture(s, n));
     } else if (q) {
       ur_announce_out(s, q, n);
-      ur_registry_insert(q, n, ur_maybe_capture(n));
+      ur_registry_insert(q, n, ur_maybe_capture(s, n));
       ur_registry_remove(p);
     }
   } else {

@@ -27,7 +27,7 @@ static struct {
   size_t commit_step;   /* committed grows to a multiple of this (0: the page size) */
   size_t reserved;      /* every piece's size */
   int error;            /* errno of the last failed mmap or mprotect */
-  uint32_t lock, owner;
+  uint32_t lock;
   void *free_tables[64]; /* by log2(capacity); link in the table's first word */
 } region;
 
@@ -77,10 +77,14 @@ int ur_region_init(void) {
   return r;
 }
 
+/* The region's lock, unless this thread holds it: then the caller is a
+ * signal handler's call nested in its own thread's use of the region, which
+ * would wait on itself for ever, and goes without (region.h). */
+static int lock_region(void) { return ur_tid_lock(&region.lock, ur_self_tid()); }
+
 void *ur_region_alloc(size_t size) {
-  uint32_t tid = ur_self_tid();
+  if (!lock_region()) return NULL;
   int saved = errno;
-  ur_lock_hard(&region.lock, &region.owner, tid);
   /* A page or more starts on a page: its pages can be given back whole
    * (the size maps', give_back.c). */
   uintptr_t align = size >= page_size() ? page_size() : 64;
@@ -105,7 +109,7 @@ void *ur_region_alloc(size_t size) {
       out = (void *)p;
     }
   }
-  ur_unlock(&region.lock, &region.owner, 1);
+  ur_unlock(&region.lock, 1);
   errno = saved;
   return out; /* fresh pages are zero: a piece only grows */
 }
@@ -123,11 +127,10 @@ static unsigned log2u(uint64_t v) { return 63u - (unsigned)__builtin_clzll(v); }
 void *ur_region_table_get(uint64_t capacity) {
   size_t bytes = capacity * sizeof(struct ur_entry);
   unsigned cls = log2u(capacity);
-  uint32_t tid = ur_self_tid();
-  ur_lock_hard(&region.lock, &region.owner, tid);
+  if (!lock_region()) return NULL;
   void *t = region.free_tables[cls];
   if (t) region.free_tables[cls] = *(void **)t;
-  ur_unlock(&region.lock, &region.owner, 1);
+  ur_unlock(&region.lock, 1);
   if (!t) return ur_region_alloc(bytes);
   memset(t, 0, bytes);
   return t;
@@ -141,12 +144,13 @@ void ur_region_table_put(void *table, uint64_t capacity) {
   uintptr_t hi = ((uintptr_t)table + bytes) & ~(uintptr_t)(ps - 1);
   if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
   unsigned cls = log2u(capacity);
-  uint32_t tid = ur_self_tid();
-  ur_lock_hard(&region.lock, &region.owner, tid);
+  if (!lock_region()) return; /* the table stays in the region, never reused */
   *(void **)table = region.free_tables[cls];
   region.free_tables[cls] = table;
-  ur_unlock(&region.lock, &region.owner, 1);
+  ur_unlock(&region.lock, 1);
 }
+
+int ur_region_held_here(void) { return ur_lock_holder(&region.lock) == ur_self_tid(); }
 
 uintptr_t ur_region_begin(void) { return (uintptr_t)spans[0].begin; }
 uintptr_t ur_region_end(void) { return (uintptr_t)spans[0].end; }
@@ -162,5 +166,4 @@ int ur_region_contains(uint64_t addr, uint64_t len) {
 
 void ur_region_after_fork_child(void) {
   region.lock = 0;
-  region.owner = 0;
 }

@@ -24,12 +24,19 @@ void ur_region_use_huge_pages(void);
 /* Zeroed memory from the region, 64-byte aligned (page aligned from a page
  * up), never returned to it except
  * through the table recycler below. NULL when no piece can be added (an
- * address-space limit, strict overcommit): ur_region_error says why. */
+ * address-space limit, strict overcommit): ur_region_error says why; or
+ * when the caller is a signal handler's call nested in its own thread's
+ * use of the region (ur_region_held_here), which cannot wait for it. The
+ * recycler's functions do the same: no table, or the table not recycled. */
 void *ur_region_alloc(size_t size);
 
 /* Shard tables: recycled by capacity class so resizes reuse old tables. */
 void *ur_region_table_get(uint64_t capacity);
 void ur_region_table_put(void *table, uint64_t capacity);
+
+/* Whether this thread holds the region's lock: the caller is a signal
+ * handler's call nested in the thread's own use of the region. */
+int ur_region_held_here(void);
 
 /* The first piece. */
 uintptr_t ur_region_begin(void);

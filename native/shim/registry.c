@@ -88,7 +88,7 @@ static int inside(struct ur_shard *s) {
   struct ur_thread_slot *me = ur_tls.slot;
   if (me && ur_load32(&me->reserved0) == idx + 1) return 1;
   uint32_t tid = ur_tls.tid;
-  return tid && ur_load32(&s->owner_tid) == tid && ur_load32(&ur_g.excl_tid) != tid;
+  return tid && ur_lock_holder(&s->lock) == tid && ur_load32(&ur_g.excl_tid) != tid;
 }
 
 /* Whether the update was put aside (s is being rebuilt by this thread, or
@@ -237,7 +237,7 @@ static int hold(struct ur_shard *s, unsigned idx, int single) {
   struct ur_thread_slot *me = ur_tls.slot;
   int how = me && ur_load32(&me->reserved0) ? UR_HOLD_LOCKED : ur_registry_try_hold(idx, single);
   if (how != UR_HOLD_LOCKED) return how;
-  int locked = ur_lock(&s->lock, &s->owner_tid, ur_tls.tid);
+  int locked = ur_lock(&s->lock, ur_tls.tid);
   uint32_t b = ur_load32(&ur_shard_bias[idx]), tok = ur_tls.shard_token;
   if (b == 0) {
     /* Claim it: under the lock, so no other thread is inside. */
@@ -254,7 +254,7 @@ static int hold(struct ur_shard *s, unsigned idx, int single) {
 
 static void release(struct ur_shard *s, int how) {
   if (how == UR_HOLD_LOCKED) {
-    ur_unlock(&s->lock, &s->owner_tid, 1);
+    ur_unlock(&s->lock, 1);
     if (UR_UNLIKELY(ur_deferred.n)) ur_registry_flush();
   } else {
     ur_registry_release_held(how);
@@ -274,15 +274,27 @@ __attribute__((noinline)) void ur_registry_flush(void) {
   release(s, how);
 }
 
+/* A signal handler's call nested in its own thread's use of the region gets
+ * no bigger table (region.h): it fills the table there is past its load
+ * limit, keeping an entry empty to end every probe; a later insert grows it. */
+static int room_to_spare(const struct ur_shard *s) {
+  return s->count + s->tombstones + 2 <= s->capacity && ur_region_held_here();
+}
+
 void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta) {
-  if (make_room(s) != 0) {
-    /* No memory for a bigger table: the block goes untracked rather than
-     * crash, and scans say their answer is not exact. */
+  if (make_room(s) != 0 && !room_to_spare(s)) {
+    /* No memory for a bigger table (or a first one, for a handler's call
+     * whose thread holds the region): the block goes untracked rather than
+     * crash or wait for ever, and scans say their answer is not exact. */
     if (__atomic_fetch_add(&unreachable_descriptor.unregistered, 1, __ATOMIC_RELAXED) == 0) {
       static const char msg[] =
           "unreachable: no memory left for the registry (ulimit -v or strict overcommit): "
           "blocks from now on may go unregistered, and scans may miss or invent leaks\n";
-      ur_write_stderr(msg, sizeof msg - 1);
+      static const char nested[] =
+          "unreachable: a signal handler allocated while its thread was extending the "
+          "registry: its block went unregistered, and scans may miss or invent leaks\n";
+      if (ur_region_held_here()) ur_write_stderr(nested, sizeof nested - 1);
+      else ur_write_stderr(msg, sizeof msg - 1);
     }
     return;
   }
@@ -433,7 +445,7 @@ static uint32_t bias_before[UR_NUM_SHARDS];
 
 void ur_registry_lock_all(uint32_t tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++)
-    ur_lock_hard(&ur_g.shards[i].lock, &ur_g.shards[i].owner_tid, tid);
+    ur_lock_hard(&ur_g.shards[i].lock, tid);
   /* Owners do not take the lock: make every shard shared, then wait them out. */
   int any = 0;
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
@@ -453,14 +465,13 @@ void ur_registry_unlock_all(void) {
     /* A shard two threads used stays shared; one that was owned (or unused)
      * is up for grabs again: its owner may be gone (fork child). */
     if (bias_before[i] != UR_BIAS_SHARED) __atomic_store_n(&ur_shard_bias[i], 0, __ATOMIC_RELAXED);
-    ur_unlock(&ur_g.shards[i].lock, &ur_g.shards[i].owner_tid, 1);
+    ur_unlock(&ur_g.shards[i].lock, 1);
   }
 }
 
 void ur_registry_reset_locks(uint32_t owner_tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
-    ur_g.shards[i].lock = owner_tid ? 1 : 0;
-    ur_g.shards[i].owner_tid = owner_tid;
+    ur_g.shards[i].lock = owner_tid;
     /* The child's only thread owns nothing yet. Still held by the forking
      * thread (it had malloc_disable()d): shared until malloc_enable. */
     ur_shard_bias[i] = owner_tid ? UR_BIAS_SHARED : 0;

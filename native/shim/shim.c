@@ -233,17 +233,17 @@ static void fork_child(void) {
   ur_region_after_fork_child();
   ur_size_maps_after_fork_child();
   ur_debug_after_fork_child();
-  ur_g.multi_lock = ur_g.multi_owner = 0;
+  ur_g.multi_lock = 0;
   if (!fork_nested && membarrier_ok && ur_tls.slot && ur_tls.slot != &ur_tls.dummy) {
     ur_g.single_slot = ur_tls.slot; /* only this thread survived */
     __atomic_fetch_or(&ur_g.slow, UR_SLOW_SINGLE, __ATOMIC_SEQ_CST);
   }
   if (fork_nested) {
-    ur_g.disable_owner = tid;
+    ur_g.disable_lock = tid;
   } else {
     /* A gate another thread had closed (the helper giving memory back) has
      * no one left to open it here. */
-    ur_g.disable_lock = ur_g.disable_owner = ur_g.disable_depth = 0;
+    ur_g.disable_lock = ur_g.disable_depth = 0;
     __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   }
   __atomic_store_n(&ur_g.excl_tid, owner, __ATOMIC_RELEASE);

@@ -7,7 +7,7 @@
 #include "region.h"
 
 static struct {
-  uint32_t lock, owner;
+  uint32_t lock;
   uint32_t *index;   /* open addressing: hash slot -> id (0 empty) */
   uint64_t *hashes;  /* per id, to reject most mismatches without comparing frames */
   uint64_t index_mask;
@@ -97,7 +97,7 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
   uint32_t id = probe(f, n, h, &slot);
   if (id) return remember(f, n, id);
   ur_modules_note(); /* its pcs' objects, while they are loaded */
-  int locked = ur_lock(&st.lock, &st.owner, ur_tls.tid);
+  int locked = ur_lock(&st.lock, ur_tls.tid);
   id = probe(f, n, h, &slot); /* someone may have added it meanwhile */
   if (!id) {
     uint32_t next = t->count;
@@ -112,7 +112,7 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
       id = next;
     }
   }
-  ur_unlock(&st.lock, &st.owner, locked);
+  ur_unlock(&st.lock, locked);
   return remember(f, n, id);
 }
 
@@ -135,9 +135,8 @@ const uint64_t *ur_stacks_frames(uint32_t id, size_t *n) {
   return &st.frames[(uint64_t)id * t->max_frames];
 }
 
-void ur_stacks_lock(uint32_t tid) { ur_lock_hard(&st.lock, &st.owner, tid); }
-void ur_stacks_unlock(void) { ur_unlock(&st.lock, &st.owner, 1); }
+void ur_stacks_lock(uint32_t tid) { ur_lock_hard(&st.lock, tid); }
+void ur_stacks_unlock(void) { ur_unlock(&st.lock, 1); }
 void ur_stacks_reset_lock(uint32_t owner_tid) {
-  st.lock = owner_tid ? 1 : 0;
-  st.owner = owner_tid;
+  st.lock = owner_tid;
 }

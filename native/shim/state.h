@@ -69,14 +69,13 @@ struct ur_globals {
    * not be made. Never cleared. */
   uint32_t small_in_shards;
   uint32_t disable_depth;
-  uint32_t disable_lock; /* serialises malloc_disable callers */
-  uint32_t disable_owner;
+  uint32_t disable_lock; /* serialises malloc_disable callers; names its holder (lock.h) */
   size_t bt_min_size, bt_max_size;
   uintptr_t text_lo, text_hi; /* the shim's own code, skipped in backtraces */
   struct ur_shard *shards;
   struct ur_thread_slot *threads;
   struct ur_thread_slot *single_slot; /* the one thread while UR_SLOW_SINGLE */
-  uint32_t multi_lock, multi_owner;
+  uint32_t multi_lock;
   uint32_t unwind_gate; /* tid of a forking thread keeping others out of libunwind, 0 open */
   uint32_t unwinders;   /* threads inside libunwind (unwind.h) */
   uint32_t bias_ok; /* membarrier works: threads may own registry shards (registry.c) */

@@ -196,7 +196,7 @@ void ur_go_multi(void) {
   struct ur_thread_slot *single = __atomic_load_n(&ur_g.single_slot, __ATOMIC_ACQUIRE);
   if (single && ur_tls.slot == single) return;
   uint32_t tid = ur_self_tid();
-  ur_lock_hard(&ur_g.multi_lock, &ur_g.multi_owner, tid);
+  ur_lock_hard(&ur_g.multi_lock, tid);
   if (ur_load32(&ur_g.slow) & UR_SLOW_SINGLE) {
     __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_SINGLE, __ATOMIC_SEQ_CST);
     /* The single thread announces, then reads the flag, with no fence: this
@@ -208,7 +208,7 @@ void ur_go_multi(void) {
       while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE && !thread_gone(single))
         sched_yield();
   }
-  ur_unlock(&ur_g.multi_lock, &ur_g.multi_owner, 1);
+  ur_unlock(&ur_g.multi_lock, 1);
 }
 
 int ur_slot_in_call(struct ur_thread_slot *s) {

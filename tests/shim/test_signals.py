@@ -129,3 +129,56 @@ def test_a_thread_ended_inside_realloc_is_waited_for_no_more(shim: Path, how: st
     if how == "pthread_exit":
         assert " op=0 " in dead, dead
     assert enabled == "ENABLED op=0 state=2", out.stdout
+
+
+def test_a_handler_landing_as_its_thread_takes_a_shard_lock_waits_for_nothing(shim: Path) -> None:
+    """A handler's free, landing while its own thread holds the lock of the
+    block's shard, at any instruction of the hold (just after the lock was
+    taken, or just before it is released), puts its update aside and
+    returns. The lock named its holder in a second word, stored after the
+    lock was taken and cleared before it was released: a handler landing
+    between the two found the lock held by no one it knew and waited on its
+    own thread for ever."""
+    try:
+        out = run(program("signal_lock.c"), "16", "60", shim=shim, options="backtrace=16")
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: a handler's free waited on the shard lock its own thread holds")
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    assert out.stdout == "HITS 16 MISSING 0\n", out.stdout
+
+
+def test_a_handlers_call_takes_no_backtrace(shim: Path) -> None:
+    """With backtraces on, a handler's malloc landing while its thread is
+    inside malloc or free is registered without a backtrace: the code it
+    interrupted may be inside the unwinder. It took one."""
+    out = run_ok(program("signal_backtrace.c"), "200", "60", shim=shim, options="backtrace=16")
+    hits, found, captured = (int(w) for w in out.split()[1::2])
+    assert hits > 0 and found > 0, out
+    assert captured == 0, out
+
+
+def test_a_handler_that_needs_the_shims_memory_while_its_thread_holds_it_goes_without(
+    shim: Path,
+) -> None:
+    """A handler's malloc landing while its own thread holds the lock of the
+    shim's memory (making a size map), whose block must go to a shard with
+    no table yet, gets no table instead of waiting on its own thread for
+    ever: its block goes unregistered and counted, so scans say their answer
+    is not exact (a block whose shard has a table is registered there). It
+    waited on the region's lock its thread held."""
+    try:
+        out = run(
+            program("signal_region.c"),
+            "16",
+            "60",
+            shim=shim,
+            options="backtrace=4 backtrace_min_size=2097152",
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: a handler's malloc waited on the region lock its own thread holds")
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    hits, missing, unregistered = (int(w) for w in out.stdout.split()[1::2])
+    assert hits == 16, out.stdout
+    assert missing == unregistered, out.stdout
+    if unregistered:
+        assert "a signal handler allocated while its thread was extending" in out.stderr

@@ -263,9 +263,10 @@ struct ur_size_maps {      /* 32 bytes, in shim memory */
 };
 
 struct ur_shard {          /* 64 bytes, one cache line */
-  uint32_t lock;           /* 0 unlocked, 1 locked, 2 locked with waiters (futex); a shard
-                              one thread owns is updated without it: diagnostics only */
-  uint32_t owner_tid;      /* tid holding the lock, 0 if none (diagnostics) */
+  uint32_t lock;           /* 0 unlocked, else the holder's tid, | 0x80000000 while others
+                              wait (futex); a shard one thread owns is updated without it:
+                              diagnostics only */
+  uint32_t owner_tid;      /* 0 (the lock word names its holder) */
   uint64_t table;          /* address of struct ur_entry[capacity] */
   uint64_t capacity;       /* power of two, 0 if table not yet allocated */
   uint64_t count;          /* live entries */

@@ -45,7 +45,7 @@ int main(void) {
   table1[0] = (struct ur_entry){UR_MANGLE(0x1000), UR_META(99, 0)}; /* duplicate: dropped */
   table1[3] = (struct ur_entry){UR_MANGLE(0x3000), UR_META(8, 0)};
   shards[0] = (struct ur_shard){0, 0, (uint64_t)(uintptr_t)table0, 8, 2, 1, {0}};
-  shards[1] = (struct ur_shard){1, 4242, (uint64_t)(uintptr_t)table1, 4, 2, 0, {0}};
+  shards[1] = (struct ur_shard){4242u | 0x80000000u, 0, (uint64_t)(uintptr_t)table1, 4, 2, 0, {0}};
   slots[0] = (struct ur_thread_slot){111, UR_THREAD_LIVE, UR_OP_MALLOC, 0, 0, 0,
                                      UR_MANGLE(0x5000), 7, 0x100, 0x200};
   slots[2] = (struct ur_thread_slot){222, UR_THREAD_EXITED, UR_OP_NONE, 0, 0, 0, 0, 0, 0x300,

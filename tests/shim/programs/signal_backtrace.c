@@ -1,0 +1,86 @@
+/* A signal handler that allocates while its thread is inside malloc or
+ * free, with backtraces on: the handler's call is nested, and takes no
+ * backtrace (the code it interrupted may be inside the unwinder, which is
+ * not safe to enter again). A 10 kHz timer interrupts a loop of malloc and
+ * free; when it lands in the shim's code inside a call, the handler
+ * allocates a block, looks it up as the scanner reads the registry, and
+ * frees it. Once argv[1] interruptions found a call in progress (or argv[2]
+ * seconds passed), it prints "HITS n FOUND f CAPTURED c": f of the
+ * handler's blocks were registered when it looked (one whose update was
+ * put aside, its thread being inside the same shard, is not yet), c of
+ * them with a backtrace. */
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <time.h>
+#include <ucontext.h>
+
+#include "shimtest.h"
+
+static struct ur_thread_slot *mine;
+static volatile long hits, found, captured;
+static uintptr_t text_lo, text_hi; /* the shim's code */
+
+static void on_alarm(int sig, siginfo_t *info, void *context) {
+  (void)sig;
+  (void)info;
+  uintptr_t pc = (uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+  if (pc < text_lo || pc >= text_hi) return;
+  if (__atomic_load_n(&mine->op, __ATOMIC_RELAXED) == UR_OP_NONE) return;
+  void *volatile p = malloc(24);
+  uint32_t id = 0;
+  if (registry_find(p, NULL, &id)) {
+    found++;
+    captured += id != 0;
+  }
+  free(p);
+  hits++;
+}
+
+static int attached;
+
+static void *idle(void *arg) {
+  (void)arg;
+  void *volatile p = malloc(1); /* attached: no more single-thread mode */
+  free(p);
+  __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
+  pause();
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  long want = argc > 1 ? atol(argv[1]) : 200;
+  long seconds = argc > 2 ? atol(argv[2]) : 60;
+  /* Out of single-thread mode (whose thread marks no shard it is inside),
+   * with a thread the timer never interrupts. */
+  sigset_t alarm, old;
+  sigemptyset(&alarm);
+  sigaddset(&alarm, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &alarm, &old);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, idle, NULL) == 0);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  while (!__atomic_load_n(&attached, __ATOMIC_ACQUIRE)) sched_yield();
+  void *volatile first = malloc(24);
+  uint32_t id = 0;
+  CHECK(registry_find(first, NULL, &id) && id != 0); /* the program's own calls take one */
+  free(first);
+  mine = my_slot();
+  CHECK(mine != NULL);
+  shim_text(&text_lo, &text_hi);
+  CHECK(text_hi > text_lo);
+  every_100us(on_alarm);
+  time_t end = time(NULL) + seconds;
+  void *ring[16] = {0};
+  for (long i = 0; hits < want && (i & 0xfff || time(NULL) < end); i++) {
+    int k = (int)(i & 15);
+    free(ring[k]);
+    ring[k] = malloc((size_t)(i * 7) % 200 + 1);
+  }
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  for (int k = 0; k < 16; k++) free(ring[k]);
+  printf("HITS %ld FOUND %ld CAPTURED %ld\n", hits, found, captured);
+  return 0;
+}

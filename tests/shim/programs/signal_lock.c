@@ -1,0 +1,118 @@
+/* A signal handler whose free lands while its own thread holds the lock of
+ * the block's registry shard, at any instruction of the hold: just after
+ * taking the lock, or just before releasing it. The handler must recognise
+ * its own thread there (and put its update aside) rather than wait on
+ * itself for ever.
+ *
+ * With backtraces on every block is in a shard. One shard (the one the
+ * loop's block is in) is made shared by a second thread, so the main
+ * thread takes its lock on every malloc and free of that block. A 10 kHz
+ * timer interrupts the loop; whenever the handler finds that shard's lock
+ * held by a thread the shard does not name as its holder (this thread is
+ * the only one that takes it), it frees one of a pool of blocks in the
+ * same shard. Once argv[1] such frees ran (or argv[2] seconds passed) it
+ * prints "HITS n MISSING m": m of the blocks the program holds that the
+ * registry does not list. */
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "shimtest.h"
+
+#define LOOP_SIZE 40
+#define POOL_SIZE 48
+#define TRIES 4096
+#define POOL 32
+
+static struct ur_shard *shards;
+static unsigned target;      /* the loop block's shard */
+static void *pool[POOL];     /* blocks in the target shard */
+static volatile int npool;
+static volatile long hits;
+static uint32_t me;
+
+static void on_alarm(int sig) {
+  (void)sig;
+  const struct ur_shard *s = &shards[target];
+  /* The thread is stopped here: the two words cannot change under us. */
+  uint32_t lock = __atomic_load_n(&s->lock, __ATOMIC_RELAXED);
+  uint32_t owner = __atomic_load_n(&s->owner_tid, __ATOMIC_RELAXED);
+  if (lock == 0 || owner == me || npool <= 1) return;
+  npool--;
+  free(pool[npool]);
+  pool[npool] = NULL;
+  hits++;
+}
+
+/* The shard whose table holds p's entry, or -1. */
+static int shard_of(const void *p) {
+  const struct ur_entry *e = shard_entry((uint64_t)(uintptr_t)p);
+  struct ur_descriptor *d = shim_desc();
+  for (uint32_t i = 0; e && i < d->num_shards; i++) {
+    const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)shards[i].table;
+    if (e >= t && e < t + shards[i].capacity) return (int)i;
+  }
+  return -1;
+}
+
+static int attached;
+
+/* Takes the target shard once (freeing a pool block), so that the main
+ * thread's next use finds it another's and makes it shared: locked from
+ * then on. */
+static void *other(void *arg) {
+  (void)arg;
+  free(pool[--npool]);
+  pool[npool] = NULL;
+  __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
+  pause();
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  long want = argc > 1 ? atol(argv[1]) : 16;
+  long seconds = argc > 2 ? atol(argv[2]) : 60;
+  CHECK(want < POOL - 1);
+  me = (uint32_t)gettid();
+  shards = (struct ur_shard *)(uintptr_t)shim_desc()->shards;
+  void *p = malloc(LOOP_SIZE);
+  int k = shard_of(p);
+  CHECK(k >= 0); /* backtraces on: every block in a shard */
+  target = (unsigned)k;
+  free(p);
+  static void *tries[TRIES];
+  for (int i = 0; i < TRIES; i++) tries[i] = malloc(POOL_SIZE);
+  for (int i = 0; i < TRIES; i++) {
+    if (npool < POOL && shard_of(tries[i]) == k) pool[npool++] = tries[i];
+    else free(tries[i]);
+  }
+  CHECK(npool > want + 1);
+  sigset_t alarm, old;
+  sigemptyset(&alarm);
+  sigaddset(&alarm, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &alarm, &old);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, other, NULL) == 0);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  while (!__atomic_load_n(&attached, __ATOMIC_ACQUIRE)) sched_yield();
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 100}, {0, 100}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  time_t end = time(NULL) + seconds;
+  for (long i = 0; hits < want && (i & 0xfff || time(NULL) < end); i++) {
+    void *volatile q = malloc(LOOP_SIZE);
+    free(q);
+  }
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  long missing = 0;
+  for (int i = 0; i < npool; i++) missing += !registry_find(pool[i], NULL, NULL);
+  printf("HITS %ld MISSING %ld\n", hits, missing);
+  return 0;
+}
