@@ -14,7 +14,10 @@ core while another core was idle or ran the scanner too is the scan's
 doing); and, once woken, how long it waited for a core and who had it. On
 a machine where other work runs the "other" waits follow that work; the
 scanner's, the child's and the stops are the scan's own, whatever the
-load.
+load. Each core's tick is traced too (irq_vectors:local_timer_entry): a
+stretch longer than a tick with no event on any core is time the host of a
+virtual machine did not run it, which a gap holds with the heartbeat on
+its core.
 
     python bench/felt_trace_bench.py [BYTES MIN MAX THREADS] [--modes copy,concurrent]
         [--repeat N] [--scan-args ARGS]
@@ -51,6 +54,11 @@ SWITCH = re.compile(
     r"prev_state=(\S+) ==> next_comm=(.*) next_pid=(\d+) next_prio=(-?\d+)"
 )
 WAKEUP = re.compile(r"\s([\d.]+): sched_wakeup: comm=.* pid=(\d+) prio=-?\d+ target_cpu=(\d+)")
+STAMP = re.compile(r"\]\s+\S+\s+([\d.]+): ")
+# A core that runs a thread takes the kernel's tick every 4 ms (HZ 250) at
+# least, and the heartbeat's core always runs one: a stretch longer than
+# this with no event on any core is time the machine's host did not run it.
+SILENT_MS = 4.5
 SHOWN = 1.0  # ms: waits at least this long are listed one by one
 
 
@@ -104,6 +112,7 @@ class Waits:
     scanner: set[int]
     child: set[int]
     by_cause: dict[str, list[float]] = field(default_factory=dict)
+    silences: list[float] = field(default_factory=list)  # ms, each over SILENT_MS
     long: list[tuple[float, str, float]] = field(default_factory=list)  # ms, cause, when
 
     def who(self, pid: int, prio: int) -> str:
@@ -127,7 +136,12 @@ class Waits:
         running: dict[int, tuple[int, int]] = {}  # cpu: (pid, prio)
         off_at, cause = None, ""
         woken: tuple[float, str] | None = None
+        last = None
         for line in trace.splitlines():
+            if (stamp := STAMP.search(line)) is not None:
+                if last is not None and (float(stamp[1]) - last) * 1000 > SILENT_MS:
+                    self.silences.append((float(stamp[1]) - last) * 1000)
+                last = float(stamp[1])
             m = SWITCH.search(line)
             if m is None:
                 w = WAKEUP.search(line)
@@ -193,8 +207,8 @@ def main() -> int:
         # peer_heap starts the heartbeat after every worker: its newest thread.
         heartbeat = max(own - {helper})
         write(TRACE / "buffer_size_kb", "32768")
-        for event in ("sched_switch", "sched_wakeup"):
-            write(TRACE / "events" / "sched" / event / "enable", "1")
+        for event in ("sched/sched_switch", "sched/sched_wakeup", "irq_vectors/local_timer_entry"):
+            write(TRACE / "events" / event / "enable", "1")
         for _ in range(args.repeat):
             for mode in args.modes.split(","):
                 scan(pid, mode, heap.ask, Waits(heartbeat, own, 0, set(), set()), args.scan_args)
@@ -234,6 +248,13 @@ def scan(pid: int, mode: str, ask, waits: Waits, extra: str) -> None:
         f" Off its core, longest (times): {causes}",
         flush=True,
     )
+    if waits.silences:
+        # A gap the heartbeat spent on its core, and no core ran anything.
+        print(
+            f"    no event on any core, not even its tick: {len(waits.silences)} times over"
+            f" {SILENT_MS} ms, at most {max(waits.silences):.1f} ms",
+            flush=True,
+        )
     first = min((at for _, _, at in waits.long), default=0.0)
     for ms, cause, at in sorted(waits.long, reverse=True)[:5]:
         print(f"    {ms:.1f} ms {cause}, {1000 * (at - first):.0f} ms after the first listed")

@@ -360,8 +360,7 @@ int ur_cow_seal(struct ur_cow *c) {
     c->seal_saved = saved;
     i = j;
     if (b == e) continue;
-    struct uffdio_writeprotect wp = {.range = {b, e - b}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-    if (ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) != 0 && errno != ENOENT) {
+    if (ur_writeprotect_pieces(c->uffd, b, e, 1) != 0) {
       int err = errno;
       give_up(c);
       return -err;
@@ -378,10 +377,10 @@ int ur_cow_seal(struct ur_cow *c) {
 int ur_cow_protect(struct ur_cow *c) {
   uint64_t t0 = now_ns();
   for (size_t i = c->protected_upto; i < c->nranges; i++) {
-    struct uffdio_writeprotect wp = {
-        .range = {c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]},
-        .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-    if (ioctl(c->uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+    /* In pieces: the target's mmap lock is let go between them, so its
+     * threads that map, unmap or grow the heap meanwhile wait one piece's
+     * walk, not the whole heap's (write_protect.h). */
+    if (ur_writeprotect_pieces(c->uffd, c->ranges[2 * i], c->ranges[2 * i + 1], 0) != 0) {
       int e = errno;
       give_up(c);
       return -e;

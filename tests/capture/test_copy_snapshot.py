@@ -370,6 +370,40 @@ def test_the_scanner_arms_the_write_tracking_not_the_helper(targets):
     wait_untracked(target.pid)
 
 
+# write_protect.h UR_WALK_CHUNK: the most one walk of the target's page
+# tables covers.
+WALK_PIECE = 8 << 20
+
+
+@pytest.mark.parametrize("mode", ["copy", "concurrent"])
+def test_no_write_protection_call_walks_more_than_a_piece_of_the_heap(targets, tmp_path, mode):
+    """Protecting pages and unregistering them walk the target's page
+    tables holding its mmap lock (for reading, and for writing), and a
+    thread of it that maps, unmaps or grows its heap waits for the whole
+    walk: one call over a 2.1 GB heap held it 55-60 ms. Every such call a
+    scan makes covers at most one piece, whatever the heap's size: here a
+    64 MiB heap, one mapping (each call noted by walk_log.c on its way to
+    the kernel)."""
+    target = targets.start(PROGRAMS / "big_heap.c", "64")
+    log = tmp_path / "walks"
+    env = {**os.environ, "LD_PRELOAD": str(build(HERE / "programs" / "walk_log.c", shared=True))}
+    res = subprocess.run(
+        [*CLI, "scan", str(target.pid), "--snapshot", mode, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "WALK_LOG": str(log)},
+    )
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["snapshot"] == mode
+    wait_untracked(target.pid)
+    lines = log.read_text().splitlines()
+    walks = [(name, int(length)) for name, _, length in map(str.split, lines)]
+    made = {"UFFDIO_UNREGISTER"} | ({"UFFDIO_WRITEPROTECT"} if mode == "copy" else set())
+    assert {name for name, _ in walks} >= made
+    assert max(n for _, n in walks) <= WALK_PIECE, sorted(walks, key=lambda w: -w[1])[:3]
+
+
 def _switches(pid: int, tid: int) -> int:
     with open(f"/proc/{pid}/task/{tid}/status") as f:
         return next(int(ln.split()[1]) for ln in f if ln.startswith("voluntary_ctxt_switches"))

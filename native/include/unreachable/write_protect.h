@@ -56,6 +56,23 @@ static inline int ur_protect_present(int pagemap, uint64_t lo, uint64_t hi,
   return 0;
 }
 
+/* Write-protect [lo, hi) through uffd, at most UR_WALK_CHUNK at a time
+ * (UFFDIO_WRITEPROTECT holds the mmap lock for reading over its whole walk:
+ * 55-60 ms for 2.1 GB of present pages in one call). The pieces end on
+ * 2 MiB boundaries, so that none cuts a transparent huge page in two. A
+ * piece refused with ENOENT (no registered mapping there any more) is
+ * passed over when skip_gone, and the rest protected. 0, or -1 with errno. */
+static inline int ur_writeprotect_pieces(int uffd, uint64_t lo, uint64_t hi, int skip_gone) {
+  for (uint64_t pos = lo; pos < hi;) {
+    uint64_t end = (pos + UR_WALK_CHUNK) & ~(((uint64_t)2 << 20) - 1);
+    if (end > hi) end = hi;
+    struct uffdio_writeprotect wp = {.range = {pos, end - pos}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) != 0 && !(skip_gone && errno == ENOENT)) return -1;
+    pos = end;
+  }
+  return 0;
+}
+
 /* Unregister [lo, hi) from uffd. UFFDIO_UNREGISTER wakes the range's
  * waiters before it clears the range's protection, and a thread that
  * faults under the per-VMA lock in between waits after that wake, until
