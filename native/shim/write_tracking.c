@@ -121,8 +121,15 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
  * closed, and a child forked meanwhile without our atfork handler holds one
  * (so does a copy-on-write snapshot's scanner, stopped or not). */
 static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
-  (void)rest;
   (void)arg;
+  char perms[5];
+  /* A mapping with no access was never registered (only private writable
+   * ones are), and one made so since holds no page a thread could fault
+   * on: the descriptor's close unregisters it. Walked in pieces, a
+   * runtime's address-space reservation kept the helper busy for seconds
+   * (MariaDB's 8 TiB: 1M pieces, 2 s of CPU), and a fork snapshot asked
+   * for meanwhile paused the target until it was done. */
+  if (ur_maps_perms(rest, perms) && perms[0] == '-' && perms[1] == '-') return 0;
   ur_unregister_pieces(g_uffd, lo, hi);
   return 0;
 }

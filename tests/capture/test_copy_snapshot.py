@@ -42,6 +42,7 @@ from unreachable.capture.write_tracking import (
     IDLE,
     MODE_COW,
     TrackingUnavailable,
+    _disarmed,
     helper_uffd,
     tracked_writes,
 )
@@ -652,3 +653,18 @@ def test_a_stopped_scanner_does_not_hold_the_target(targets):
     assert "helper ended the copy-on-write snapshot" in out, out
     assert _live_u64(pid, target.int("bad")) == 0
     wait_untracked(pid)
+
+
+@pytest.mark.parametrize("snapshot", ["copy", "concurrent"])
+def test_a_reservation_with_no_access_is_not_walked_at_the_end(targets, snapshot):
+    """The tracking's teardown (the scanner's, then the helper's) walks the
+    mappings in 8 MiB pieces. A reservation no thread can touch was never
+    registered: walked, 120 TiB of it took each side seconds of CPU, the
+    helper answering nothing meanwhile (a fork asked for then paused the
+    target until it was done). Its teardown now ends as soon as it begins."""
+    target = targets.start(HERE / "programs" / "reservation.c")
+    reservation = target.int("reservation")
+    assert reservation not in [m.start for m in _disarmed(read_maps(target.pid))]
+    exact(target, scan(target.pid, ScanOptions(snapshot=snapshot)))
+    # Milliseconds now; the walk took tens of seconds of CPU.
+    wait_untracked(target.pid, timeout=5.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -327,7 +328,37 @@ def test_target_in_secure_execution_mode_is_told_why(tmp_path):
         while not runs_secure(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.01)  # until the exec is done
         assert_one_line_error(
-            cli("scan", str(proc.pid)), r"not running under the unreachable shim: .*secure-exec"
+            cli("scan", str(proc.pid)),
+            r"not running under the unreachable shim: .*secure-exec.*set-group-ID; run a copy",
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_target_exec_ed_with_ids_that_differ_is_told_why():
+    """squid's master, root with its real uid the proxy user's, execs its
+    kids in secure-execution mode from a plain program: the error must not
+    send the user looking for set-ID bits the program does not have."""
+    from unreachable._paths import shim_path
+    from unreachable.process.secure_exec import runs_secure
+
+    if os.getuid() != 0:
+        pytest.skip("exec'ing with a real uid other than the effective one takes root")
+    sleep = shutil.which("sleep") or "/bin/sleep"
+    proc = subprocess.Popen(
+        [sleep, "30"],
+        env=dict(os.environ, LD_PRELOAD=str(shim_path())),
+        preexec_fn=lambda: os.setresuid(65534, 0, 0),
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not runs_secure(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the exec is done
+        assert_one_line_error(
+            cli("scan", str(proc.pid)),
+            r"secure-execution mode.*: it was exec'ed with real and effective user or group IDs"
+            r" that differ",
         )
     finally:
         proc.kill()

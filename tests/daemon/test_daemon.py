@@ -695,3 +695,24 @@ def test_generated_code_is_current():
         env=dict(os.environ, PYTHON=sys.executable),
     )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_daemon_stopped_mid_scan_says_so(daemon, targets):
+    """Stopping the daemon kills its scanners with SIGKILL: the reply said
+    the OOM killer had, sending the user after a memory limit."""
+    target = targets.start(BIG_HEAP, "1000000")
+    call = stub(daemon.address).Scan(
+        pb.ScanRequest(pid=target.pid, snapshot=pb.SNAPSHOT_STOPPED), timeout=RPC_TIMEOUT
+    )
+    for event in call:
+        if event.HasField("progress") and event.progress.stage_name == "captured":
+            break
+    daemon.proc.send_signal(signal.SIGTERM)
+    with pytest.raises(grpc.RpcError) as info:
+        list(call)
+    assert (info.value.code(), info.value.details()) == (
+        grpc.StatusCode.ABORTED,
+        "the daemon is stopping: the scan was cut short",
+    )
+    wait_untraced(target.pid)
+    assert target.alive()

@@ -313,3 +313,13 @@ def test_why_takes_a_shortest_chain(targets):
     h = why(t.pid, t.int("h"))
     assert h["root"]["address"] == t.int("two")
     assert _chain(h) == [(t.int("f"), 56, 8), (t.int("h"), 72, None)]
+
+
+def test_a_cxx_global_is_named_demangled(targets):
+    """why and retainers print a C++ global as its frames are printed,
+    demangled: cache::table, not _ZN5cache5tableE."""
+    t = targets.start(PROGRAM.parent / "cxx_global.cpp", cxx=True)
+    root = why(t.pid, t.int("block"), ScanOptions())["root"]
+    assert (root["symbol"], root["name"]) == ("cache::table", f"cache::table+0x0 in {_exe(t)}")
+    names = [r["name"] for r in retainers(t.pid, ScanOptions())["roots"]]
+    assert f"cache::table in {_exe(t)}" in names

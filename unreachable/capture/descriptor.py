@@ -30,7 +30,7 @@ from unreachable.errors import TargetNotFound, TargetNotShimmed, TargetPermissio
 from unreachable.process.access import why_denied
 from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
-from unreachable.process.secure_exec import runs_secure
+from unreachable.process.secure_exec import runs_secure, why_secure
 from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_DYNSYM, ElfImage, read_elf
 
 DESCRIPTOR_SYMBOL = _native.DESCRIPTOR_SYMBOL
@@ -238,8 +238,8 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
     if runs_secure(pid):
         raise TargetNotShimmed(
             f"pid {pid} is not running under the unreachable shim: it runs in secure-execution"
-            " mode (set-user-ID, set-group-ID or file capabilities), where the dynamic loader"
-            " ignores LD_PRELOAD; run a copy of the program without them"
+            " mode, where the dynamic loader ignores LD_PRELOAD paths (ld.so(8)):"
+            f" {why_secure(pid)}"
         )
     raise TargetNotShimmed(
         f"pid {pid} is not running under the unreachable shim; start it with "

@@ -72,6 +72,7 @@ class ScanRunner:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
         self._procs: set[asyncio.subprocess.Process] = set()
+        self._stopping = False  # kill_all ran: a worker's death is the daemon's doing
         # Not for the scanner: the shim, and systemd's notify/watchdog (the daemon's own).
         skip = ("LD_PRELOAD", "UNREACHABLE_DEBUG", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC")
         env = {k: v for k, v in os.environ.items() if k not in skip}
@@ -198,9 +199,15 @@ class ScanRunner:
         if code == 0 and last is not None and isinstance(last.get("result"), dict):
             result: dict[str, Any] = last["result"]
             return result
+        if self._stopping and code < 0:
+            # Killed by kill_all, not by the OOM killer its SIGKILL would name.
+            raise ScanFailed(
+                grpc.StatusCode.ABORTED, "the daemon is stopping: the scan was cut short"
+            )
         raise _failure(code, last, [line for line in text_err.splitlines() if line])
 
     def kill_all(self) -> None:
+        self._stopping = True
         for proc in list(self._procs):
             if proc.returncode is None:
                 proc.kill()

@@ -2,7 +2,10 @@
 
 A program that gains privileges as it starts (set-user-ID or set-group-ID
 to someone else, file capabilities) runs with AT_SECURE set, and ld.so
-then drops every LD_PRELOAD entry with a slash in it (ld.so(8)). Such a
+then drops every LD_PRELOAD entry with a slash in it (ld.so(8)). So does
+any program exec'ed by a process whose real and effective IDs differ:
+squid's master, running as root with its real uid set to the proxy user,
+starts its kids so. Such a
 program started under `unreachable-cli run` runs without the shim, and a
 scan of it could only say that the shim is missing; these say why.
 """
@@ -51,3 +54,27 @@ def gains_privileges(path: str) -> str:
         except OSError:
             pass
     return ""
+
+
+def why_secure(pid: int) -> str:
+    """What put a process that runs_secure into secure-execution mode, and the
+    way out: its program's set-ID bits or capabilities, else the IDs it was
+    exec'ed with."""
+    exe = f"/proc/{pid}/exe"
+    try:
+        mode = os.stat(exe).st_mode
+    except OSError:
+        mode = 0
+    if mode & stat.S_ISUID:
+        return "its program is set-user-ID; run a copy without that bit"
+    if mode & stat.S_ISGID:
+        return "its program is set-group-ID; run a copy without that bit"
+    try:
+        os.getxattr(exe, "security.capability")
+        return "its program has file capabilities; run a copy without them"
+    except OSError:
+        pass
+    return (
+        "it was exec'ed with real and effective user or group IDs that differ"
+        " (squid's master starts its kids so), not for its program's mode"
+    )

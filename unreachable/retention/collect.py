@@ -36,6 +36,7 @@ from unreachable.process.memory import Memory, read_anonymous
 from unreachable.retention.unwind import frame_of, stack_reader, unwind
 from unreachable.roots.classify import RED_ZONE, Roots
 from unreachable.symbolize.data_symbols import DataSymbols, load_data_symbols
+from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.elf_file import NotElf, read_elf
 from unreachable.symbolize.frames import Frame, Symbolizer
 from unreachable.symbolize.stacks import read_stacks
@@ -454,17 +455,24 @@ def _special_intervals(
     every object, every thread's TLS."""
     out: list[tuple[int, int, int]] = []
     tls_total = 0
+    loaded: list[tuple[str, int, DataSymbols]] = []
     for obj, (bias, path) in _objects(mappings, pid, root).items():
         symbols = load_data_symbols(path)
         if symbols is None:
             continue
         if symbols.tls_memsz:
             tls_total += _round_up(symbols.tls_memsz, symbols.tls_align)
+        loaded.append((obj, bias, symbols))
+    # A C++ program's globals are printed as its functions are, demangled
+    # (fde::Table, not _ZN3fde5TableE): one batch for every object's names.
+    shown = demangle_all({n for _, _, symbols in loaded for n in symbols.names if n[:2] == "_Z"})
+    for obj, bias, symbols in loaded:
         for start, end, name in zip(symbols.starts, symbols.ends, symbols.names, strict=True):
+            symbol = shown.get(name, name)
             rid = labels.region(
                 ("global", obj, name, start),
                 RootRegion(
-                    "global", f"{name} in {obj}", object=obj, symbol=name, start=start + bias
+                    "global", f"{symbol} in {obj}", object=obj, symbol=symbol, start=start + bias
                 ),
             )
             out.append((start + bias, end + bias, rid))

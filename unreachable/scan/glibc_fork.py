@@ -38,7 +38,7 @@ from unreachable.capture.stopper import Stopper, kill_here, stopper_path
 from unreachable.errors import TargetUnscannable
 from unreachable.process.cgroup_memory import oom_victim_first
 from unreachable.process.maps import Mapping, read_maps
-from unreachable.process.memory import memory_reader
+from unreachable.process.memory import Read, memory_reader, present_ranges
 from unreachable.process.status import check_scannable
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
@@ -51,6 +51,7 @@ from unreachable.scan.plan import Plan, Retry
 CLONE_FILES = 0x400
 SYSCALL = b"\x0f\x05"
 SEARCHED = 4 << 20  # bytes of executable code looked through for a syscall instruction
+PAGE = 4096
 
 
 class NoInjectedFork(Exception):
@@ -91,13 +92,26 @@ def syscall_instruction(pid: int, libc: GlibcLibc, mappings: list[Mapping]) -> i
     code += [m for m in mappings if m.executable and m.path == "[vdso]"]
     with memory_reader(pid) as read:
         for m in code:
-            try:
-                text = read(m.start, min(m.end - m.start, SEARCHED))
-            except OSError:
-                continue
-            if (at := text.find(SYSCALL)) >= 0:
-                return m.start + at
+            span = (m.start, min(m.end, m.start + SEARCHED))
+            # A page at a time, those the process maps already first: a page
+            # of code read through /proc is faulted into the target, and
+            # reading all of libc's text at once grew a server's RSS by the
+            # 744 KiB of it the server had never run.
+            for begin, end in [*present_ranges(pid, [span]), span]:
+                if (at := _find_syscall(read, begin, end)) is not None:
+                    return at
     raise NoInjectedFork("no syscall instruction was found in its libc or vDSO")
+
+
+def _find_syscall(read: Read, begin: int, end: int) -> int | None:
+    for page in range(begin, end, PAGE):
+        try:
+            text = read(page, min(PAGE, end - page))
+        except OSError:
+            return None
+        if (at := text.find(SYSCALL)) >= 0:
+            return page + at
+    return None
 
 
 def _why_not(pid: int) -> str:

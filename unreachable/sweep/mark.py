@@ -54,10 +54,20 @@ def _root_ranges(roots: Roots, inflight: dict[int, int]) -> list[tuple[int, int]
     return list(roots.ranges) + [(p, p + max(s, 1)) for p, s in inflight.items()]
 
 
+def _may_hold_data(m: Mapping) -> bool:
+    # A read-only file mapping (code, .rodata) is never a root and never holds
+    # a block (roots/classify.py), but the 1 MiB chunks the sweep reads round
+    # a library's .data out to its code: read through /proc/PID/mem, those
+    # pages would be faulted into the target's page tables (a target's RSS
+    # nearly doubled by one scan). Left out of the layout, they are not read.
+    return m.readable and (m.writable or m.anonymous or m.path.startswith("[stack"))
+
+
 def layout(mappings: Iterable[Mapping]) -> bytes:
-    """The readable mappings as the sweep's layout (struct ur_layout_span)."""
+    """The mappings that may hold roots or blocks, as the sweep's layout
+    (struct ur_layout_span): pages outside them are not read."""
     return _native.abi_encode_array(
-        "ur_layout_span", [(m.start, m.end, m.demand_zero) for m in mappings if m.readable]
+        "ur_layout_span", [(m.start, m.end, m.demand_zero) for m in mappings if _may_hold_data(m)]
     )
 
 
