@@ -49,11 +49,13 @@ def build(
     digest = hashlib.sha256()
     for src in srcs:
         digest.update(src.read_bytes())
-    # A source's own directory too: its `#include "x.h"` headers (scenario.h).
+    # A source's own directory too, and that of each header it names by a
+    # relative path (`#include "../../scan/programs/scenario.h"`).
     include_dirs = [
         INCLUDE_DIR,
         *(Path(f[2:]) for f in flags if f.startswith("-I")),
         *(src.parent for src in srcs),
+        *(dir for src in srcs for dir in _quoted_include_dirs(src)),
     ]
     for directory in dict.fromkeys(include_dirs):
         for header in sorted(directory.rglob("*.h")):
@@ -73,6 +75,12 @@ def build(
         raise RuntimeError(f"compile failed: {' '.join(cmd)}\n{result.stderr}")
     tmp.rename(out)
     return out
+
+
+def _quoted_include_dirs(src: Path) -> list[Path]:
+    """The directories of the headers src includes by a path with a directory."""
+    names = re.findall(r'^\s*#\s*include\s+"([^"]+/[^"]+)"', src.read_text(), re.MULTILINE)
+    return [(src.parent / name).resolve().parent for name in names]
 
 
 # unit_test.h: CHECK and a seeded random source for the C unit tests.

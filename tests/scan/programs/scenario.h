@@ -21,11 +21,9 @@
 /* Keeps the compiler from proving a store dead or a block unused. */
 #define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
 
-/* Overwrite the stack below the caller and the caller-saved registers so no
- * stale pointer survives in them. */
-__attribute__((noinline, unused)) static void wipe(void) {
-  volatile char buf[32768];
-  memset((char *)buf, 0, sizeof buf);
+/* Overwrite the caller-saved registers, so that no stale pointer survives
+ * in them into the caller's next call. */
+__attribute__((noinline, unused)) static void clear_scratch_registers(void) {
   __asm__ volatile(
       "xor %%eax, %%eax\n xor %%ecx, %%ecx\n xor %%edx, %%edx\n"
       "xor %%esi, %%esi\n xor %%edi, %%edi\n xor %%r8d, %%r8d\n"
@@ -34,6 +32,15 @@ __attribute__((noinline, unused)) static void wipe(void) {
       :
       :
       : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11", "memory");
+}
+
+/* Overwrite the stack below the caller and the caller-saved registers so no
+ * stale pointer survives in them. */
+__attribute__((noinline, unused)) static void wipe(void) {
+  volatile char buf[32768];
+  memset((char *)buf, 0, sizeof buf);
+  __asm__ volatile("" : : "r"(buf) : "memory"); /* the memset is not dead */
+  clear_scratch_registers();
 }
 
 /* glibc's start-up leaves the high half of one of libc's addresses in a
@@ -54,8 +61,14 @@ __attribute__((unused)) static void *malloc_clear_of_4g(size_t size) {
   return p;
 }
 
-__attribute__((format(printf, 1, 2), unused)) static void ready(const char *fmt, ...) {
-  char line[512];
+/* READY and the line, on stdout: the test scans from then on. Called
+ * through the macro below: a variadic function's prologue stores every
+ * argument register in its frame, the ones no argument uses too, and those
+ * hold whatever the calls before left (the shim's own pointers into the
+ * heap among them), live on the stack while the scan looks; its buffers
+ * start zeroed for the same reason. */
+__attribute__((format(printf, 1, 2), unused)) static void ready_line(const char *fmt, ...) {
+  char line[512] = {0};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
@@ -68,10 +81,12 @@ __attribute__((format(printf, 1, 2), unused)) static void ready(const char *fmt,
 #endif
   /* Not dprintf: glibc's mallocs a 4 KiB buffer and frees it after the
    * write, so a scan started as soon as READY arrives could see it. */
-  char out[sizeof line + 8];
+  char out[sizeof line + 8] = {0};
   int n = snprintf(out, sizeof out, "READY %s\n", line);
   if (n > 0 && write(1, out, (size_t)n < sizeof out ? (size_t)n : sizeof out - 1) < 0) _exit(99);
 }
+
+#define ready(...) (clear_scratch_registers(), ready_line(__VA_ARGS__))
 
 /* Wait until the test closes stdin; runs no allocation. */
 __attribute__((unused)) static void wait_for_test(void) {
