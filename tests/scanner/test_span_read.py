@@ -88,3 +88,19 @@ def test_a_process_that_is_gone_raises(holder):
     with pytest.raises(OSError) as e:
         _native.read_spans(dead.pid, _pack([(addr, addr + PAGE)]), bytearray(PAGE), 1)
     assert e.value.errno == 3  # ESRCH
+
+
+def test_many_small_spans_land_each_in_its_place_around_an_unreadable_one(holder):
+    """Small spans, many of them (the concurrent mark's candidates), each
+    land in their place, and only the one that cannot be read stays zero."""
+    pid, addr = holder
+    # 240-byte spans every 700 bytes over pages 0-9 (page 3 among them),
+    # then over pages 4-9 only.
+    for first in (0, 4):
+        at = range(first * PAGE + 8, 10 * PAGE - 240, 700)
+        spans = [(addr + a, addr + a + 240) for a in at]
+        out = bytearray(240 * len(spans))
+        got = _native.read_spans(pid, _pack(spans), out, 1)
+        pages = [(a - addr) // PAGE for b, _ in spans for a in range(b, b + 240)]
+        assert bytes(out) == bytes(0 if page == 3 else page % 251 + 1 for page in pages)
+        assert got == sum(page != 3 for page in pages)
