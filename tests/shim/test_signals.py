@@ -4,6 +4,7 @@ glibc's sight while the program has one thread."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -195,6 +196,21 @@ def _helper_cpu_and_sleeps(pid: int, tid: int) -> tuple[float, int]:
     return cpu, sleeps
 
 
+def _where(pid: int, tid: int) -> str:
+    """Where a thread runs: its system call now, and its user stack (gdb)."""
+    with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+        where = f"system call {f.read().strip()}"
+    if shutil.which("gdb"):
+        bt = subprocess.run(
+            ["gdb", "-q", "-batch", "-p", str(pid), "-ex", "thread apply all bt"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        where += "\n" + bt.stdout
+    return where
+
+
 def test_the_helper_sleeps_while_a_call_it_waits_for_is_held(targets: TargetFactory) -> None:
     """The helper's request work first waits out the program's allocator
     calls in progress (ur_threads_wait_quiescent, as malloc_disable does).
@@ -215,6 +231,6 @@ def test_the_helper_sleeps_while_a_call_it_waits_for_is_held(targets: TargetFact
         time.sleep(0.01)
     assert cpu - cpu0 < 0.1, (
         f"the helper ran {cpu - cpu0:.3f} s of CPU and slept {sleeps - sleeps0} times"
-        " while the program's thread was held inside malloc"
+        " while the program's thread was held inside malloc; it was at " + _where(target.pid, tid)
     )
     assert sleeps - sleeps0 >= 20
