@@ -30,7 +30,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -114,9 +113,10 @@ static int gate_close(uint32_t tid) {
   uint32_t hw = ur_threads_high_water();
   for (uint32_t i = 0; i < hw; i++) {
     struct ur_thread_slot *s = &ur_g.threads[i];
+    unsigned looks = 0;
     while (ur_slot_in_call(s)) {
       if (now_ns() > deadline) return -1;
-      sched_yield();
+      ur_threads_wait_a_turn(&looks);
     }
   }
   return 0;

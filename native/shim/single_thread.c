@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <grp.h>
 #include <linux/membarrier.h>
-#include <sched.h>
 #include <sys/single_threaded.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -47,12 +46,13 @@ void ur_single_after_helper(int was_single) {
 }
 
 void ur_single_end(void) {
+  unsigned looks = 0;
   for (;;) {
     int s = FAKED;
     if (__atomic_compare_exchange_n(&g_state, &s, REAL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       break;
     if (s == REAL) return;
-    sched_yield(); /* a set*id() call has it: wait for the flag to come back */
+    ur_threads_wait_a_turn(&looks); /* a set*id() call has it: wait for the flag to come back */
   }
   flag_set(0);
   /* The program thread announces an allocator call before glibc reads the

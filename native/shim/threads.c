@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/membarrier.h>
@@ -204,9 +205,10 @@ void ur_go_multi(void) {
      * then wait out. After that it only touches the registry under locks. */
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    unsigned looks = 0;
     if (single)
       while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE && !thread_gone(single))
-        sched_yield();
+        ur_threads_wait_a_turn(&looks);
   }
   ur_unlock(&ur_g.multi_lock, 1);
 }
@@ -223,8 +225,28 @@ void ur_threads_wait_quiescent(void) {
   for (uint32_t i = 0; i < hw; i++) {
     struct ur_thread_slot *s = &ur_g.threads[i];
     if (s == mine) continue;
-    while (ur_slot_in_call(s)) sched_yield();
+    unsigned looks = 0;
+    while (ur_slot_in_call(s)) ur_threads_wait_a_turn(&looks);
   }
+}
+
+#define TURN_YIELDS 64u
+#define TURN_NAP_MIN_NS 62500L
+#define TURN_NAP_MAX_NS 1000000L
+
+void ur_threads_wait_a_turn(unsigned *looks) {
+  if (++*looks <= TURN_YIELDS) {
+    sched_yield();
+    return;
+  }
+  unsigned naps = *looks - TURN_YIELDS - 1;
+  long ns = naps >= 4 ? TURN_NAP_MAX_NS : TURN_NAP_MIN_NS << naps;
+  struct timespec ts = {0, ns};
+  /* The system call, not nanosleep(): no cancellation point inside the
+   * allocator (malloc_disable runs on the program's threads too). */
+  int saved = errno;
+  syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, 0, &ts, NULL);
+  errno = saved;
 }
 
 uint32_t ur_threads_high_water(void) {

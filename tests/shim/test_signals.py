@@ -4,13 +4,16 @@ glibc's sight while the program has one thread."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.shim.support import program, run, run_ok
+from tests.shim.support import PROGRAMS, program, run, run_ok
+from tests.support.targets import TargetFactory, wait_for_helper
 
 RUNS = 6  # a handler that waited on a lock its own thread held would hang ~2 runs in 3
 
@@ -182,3 +185,52 @@ def test_a_handler_that_needs_the_shims_memory_while_its_thread_holds_it_goes_wi
     assert missing == unregistered, out.stdout
     if unregistered:
         assert "a signal handler allocated while its thread was extending" in out.stderr
+
+
+def _helper_cpu_and_sleeps(pid: int, tid: int) -> tuple[float, int]:
+    """The thread's CPU time (s, schedstat: ns, not ticks) and how often it slept."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        cpu = int(f.read().split()[0]) / 1e9
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        sleeps = next(int(ln.split()[1]) for ln in f if ln.startswith("voluntary_ctxt_switches"))
+    return cpu, sleeps
+
+
+def _where(pid: int, tid: int) -> str:
+    """Where a thread runs: its system call now, and its user stack (gdb)."""
+    with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+        where = f"system call {f.read().strip()}"
+    if shutil.which("gdb"):
+        bt = subprocess.run(
+            ["gdb", "-q", "-batch", "-p", str(pid), "-ex", "thread apply all bt"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        where += "\n" + bt.stdout
+    return where
+
+
+def test_the_helper_sleeps_while_a_call_it_waits_for_is_held(targets: TargetFactory) -> None:
+    """The helper's request work first waits out the program's allocator
+    calls in progress (ur_threads_wait_quiescent, as malloc_disable does).
+    A thread held inside one (stopped by a debugger, a page fault that
+    waits) kept the helper yielding in a loop, a core of the target's
+    burnt for as long as it was held. It now sleeps between its looks:
+    over 20 of its sleeps it takes a few ms of CPU, where the loop took
+    half a second before sleeping once."""
+    target = targets.start(PROGRAMS / "held_in_malloc.c", options="log_allocator_stats_on_signal")
+    tid = wait_for_helper(target.pid)
+    cpu0, sleeps0 = _helper_cpu_and_sleeps(target.pid, tid)
+    os.kill(target.pid, signal.SIGRTMAX - 15)  # the stats request: the helper's work
+    deadline = time.monotonic() + 60  # a guard against a hang, not a measure
+    while True:
+        cpu, sleeps = _helper_cpu_and_sleeps(target.pid, tid)
+        if sleeps - sleeps0 >= 20 or cpu - cpu0 >= 0.5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert cpu - cpu0 < 0.1, (
+        f"the helper ran {cpu - cpu0:.3f} s of CPU and slept {sleeps - sleeps0} times"
+        " while the program's thread was held inside malloc; it was at " + _where(target.pid, tid)
+    )
+    assert sleeps - sleeps0 >= 20
