@@ -21,7 +21,8 @@ void ur_rec_dump(const char *path) {
   uint32_t tid = ur_self_tid();
   ur_lock_hard(&ur_debug.rec_lock, tid);
   __atomic_store_n(&ur_debug.rec_dumping, 1, __ATOMIC_SEQ_CST);
-  while (__atomic_load_n(&ur_debug.rec_inflight, __ATOMIC_SEQ_CST)) sched_yield();
+  unsigned looks = 0;
+  while (__atomic_load_n(&ur_debug.rec_inflight, __ATOMIC_SEQ_CST)) ur_wait_a_turn(&looks);
   uint64_t n = __atomic_load_n(&ur_debug.rec_cur, __ATOMIC_ACQUIRE);
   if (n > ur_debug.rec_total) n = ur_debug.rec_total;
   const char *why;

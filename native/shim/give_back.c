@@ -116,7 +116,7 @@ static int gate_close(uint32_t tid) {
     unsigned looks = 0;
     while (ur_slot_in_call(s)) {
       if (now_ns() > deadline) return -1;
-      ur_threads_wait_a_turn(&looks);
+      ur_wait_a_turn(&looks);
     }
   }
   return 0;

@@ -18,6 +18,8 @@
 #define UR_LOCK_H
 
 #include <errno.h>
+#include <sched.h>
+#include <time.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -26,6 +28,32 @@
 
 static inline long ur_futex(uint32_t *word, int op, uint32_t val) {
   return syscall(SYS_futex, word, op, val, NULL, NULL, 0);
+}
+
+#define UR_TURN_YIELDS 64u
+#define UR_TURN_NAP_MIN_NS 62500L
+#define UR_TURN_NAP_MAX_NS 1000000L
+
+/* Between two looks at something another thread is to finish (a call, a
+ * set*id(), an update of a shard or a record), *looks counting them from
+ * 0: such work ends within microseconds, so the first looks only yield the
+ * core. One that lasts past them has its thread held (stopped by a
+ * debugger or a scanner, waiting in a page fault, in a signal handler that
+ * blocks): the waiter, the helper among them, then sleeps between looks,
+ * up to a millisecond, instead of spinning on a core for as long. */
+static inline void ur_wait_a_turn(unsigned *looks) {
+  if (++*looks <= UR_TURN_YIELDS) {
+    sched_yield();
+    return;
+  }
+  unsigned naps = *looks - UR_TURN_YIELDS - 1;
+  long ns = naps >= 4 ? UR_TURN_NAP_MAX_NS : UR_TURN_NAP_MIN_NS << naps;
+  struct timespec ts = {0, ns};
+  /* The system call, not nanosleep(): no cancellation point inside the
+   * allocator (malloc_disable runs on the program's threads too). */
+  int saved = errno;
+  syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, 0, &ts, NULL);
+  errno = saved;
 }
 
 #define UR_TID_LOCK_WAITERS 0x80000000u

@@ -224,7 +224,11 @@ static void membarrier_all(void) {
 /* Wait until the thread in slot token-1 is out of shard idx. */
 static void wait_owner(uint32_t token, unsigned idx) {
   struct ur_thread_slot *o = &ur_g.threads[token - 1];
-  while (__atomic_load_n(&o->reserved0, __ATOMIC_ACQUIRE) == idx + 1) sched_yield();
+  unsigned looks = 0;
+  /* Yields, then naps: the owner may be held there for long (a handler
+   * that blocks, a debugger's stop), and the waiter may be the helper. */
+  while (__atomic_load_n(&o->reserved0, __ATOMIC_ACQUIRE) == idx + 1)
+    ur_wait_a_turn(&looks);
 }
 
 /* Take the shard for an update: owned, or locked (claiming it when nobody

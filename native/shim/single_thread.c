@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "lock.h"
 #include "state.h"
 #include "syms.h"
 #include "threads.h"
@@ -52,7 +53,7 @@ void ur_single_end(void) {
     if (__atomic_compare_exchange_n(&g_state, &s, REAL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
       break;
     if (s == REAL) return;
-    ur_threads_wait_a_turn(&looks); /* a set*id() call has it: wait for the flag to come back */
+    ur_wait_a_turn(&looks); /* a set*id() call has it: wait for the flag to come back */
   }
   flag_set(0);
   /* The program thread announces an allocator call before glibc reads the

@@ -208,7 +208,7 @@ void ur_go_multi(void) {
     unsigned looks = 0;
     if (single)
       while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE && !thread_gone(single))
-        ur_threads_wait_a_turn(&looks);
+        ur_wait_a_turn(&looks);
   }
   ur_unlock(&ur_g.multi_lock, 1);
 }
@@ -226,27 +226,8 @@ void ur_threads_wait_quiescent(void) {
     struct ur_thread_slot *s = &ur_g.threads[i];
     if (s == mine) continue;
     unsigned looks = 0;
-    while (ur_slot_in_call(s)) ur_threads_wait_a_turn(&looks);
+    while (ur_slot_in_call(s)) ur_wait_a_turn(&looks);
   }
-}
-
-#define TURN_YIELDS 64u
-#define TURN_NAP_MIN_NS 62500L
-#define TURN_NAP_MAX_NS 1000000L
-
-void ur_threads_wait_a_turn(unsigned *looks) {
-  if (++*looks <= TURN_YIELDS) {
-    sched_yield();
-    return;
-  }
-  unsigned naps = *looks - TURN_YIELDS - 1;
-  long ns = naps >= 4 ? TURN_NAP_MAX_NS : TURN_NAP_MIN_NS << naps;
-  struct timespec ts = {0, ns};
-  /* The system call, not nanosleep(): no cancellation point inside the
-   * allocator (malloc_disable runs on the program's threads too). */
-  int saved = errno;
-  syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, 0, &ts, NULL);
-  errno = saved;
 }
 
 uint32_t ur_threads_high_water(void) {

@@ -39,15 +39,6 @@ int ur_tid_gone(uint32_t tid);
  * gone meanwhile counts as outside). */
 void ur_threads_wait_quiescent(void);
 
-/* Between two looks at something another thread is to finish (a call, a
- * set*id()), *looks counting them from 0: a call ends within microseconds,
- * so the first looks only yield the core. One that lasts past them has its
- * thread held (stopped by a debugger or a scanner, waiting in a page fault,
- * in a signal handler that blocks): the waiter then sleeps between looks,
- * up to a millisecond, where it spun on a core for as long as the thread
- * was held. */
-void ur_threads_wait_a_turn(unsigned *looks);
-
 /* Slots [0, this) have been handed out at least once. */
 uint32_t ur_threads_high_water(void);
 
