@@ -1,6 +1,8 @@
 #include "registry.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -70,7 +72,10 @@ static struct ur_entry *first_free(struct ur_entry *t, uint64_t cap, uint64_t ha
  * busy (the handler's calls take the out-of-line paths), and their updates
  * of the shard being rebuilt wait here until it is published. So do a
  * handler's updates of any shard its thread is inside (inside(), below),
- * until the interrupted call leaves it (ur_registry_flush). */
+ * until the interrupted call leaves it (ur_registry_flush). The list may
+ * hold updates of more than one shard (a handler's call rebuilding a shard
+ * while its thread is inside, or rebuilding, another): each is applied to
+ * its own shard only. */
 #define DEFER_MAX UR_DEFER_MAX
 #define DEFER_REMOVE UINT64_MAX
 __thread struct ur_deferred_ops ur_deferred __attribute__((tls_model("initial-exec")));
@@ -106,16 +111,36 @@ static struct ur_entry *lookup_held(struct ur_shard *s, uint64_t key, uint64_t h
 static int resize_table(struct ur_shard *s);
 void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta);
 
-/* Apply what was put aside during the rebuild of s (still held). */
-static void apply_deferred(struct ur_shard *s) {
-  uint32_t n = ur_deferred.n;
-  if (!n) return;
-  uint64_t key[DEFER_MAX], meta[DEFER_MAX];
+/* Take s's updates off the list, in order, and keep the others'. With
+ * signals blocked (two system calls, only when something was put aside):
+ * a handler's call landing halfway would add to the list, or take from
+ * it, while it is compacted. */
+static uint32_t take_deferred(struct ur_shard *s, uint64_t *key, uint64_t *meta) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  uint32_t n = ur_deferred.n, mine = 0, kept = 0;
   for (uint32_t i = 0; i < n; i++) {
-    key[i] = ur_deferred.op[i].key;
-    meta[i] = ur_deferred.op[i].meta;
+    uint64_t k = ur_deferred.op[i].key, m = ur_deferred.op[i].meta, hash;
+    unsigned idx;
+    if (ur_shard_at(UR_UNMANGLE(k), &hash, &idx) == s) {
+      key[mine] = k;
+      meta[mine++] = m;
+    } else {
+      ur_deferred.op[kept].key = k;
+      ur_deferred.op[kept++].meta = m;
+    }
   }
-  ur_deferred.n = 0; /* a rebuild below starts its own list */
+  ur_deferred.n = kept;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return mine;
+}
+
+/* Apply what was put aside for s (held). */
+static void apply_deferred(struct ur_shard *s) {
+  if (!ur_deferred.n) return;
+  uint64_t key[DEFER_MAX], meta[DEFER_MAX];
+  uint32_t n = take_deferred(s, key, meta); /* a rebuild below starts on what is left */
   for (uint32_t i = 0; i < n; i++) {
     uint64_t hash;
     unsigned idx;
@@ -129,14 +154,17 @@ static void apply_deferred(struct ur_shard *s) {
   }
 }
 
-/* Build the new table completely, publish it, then recycle the old one. */
+/* Build the new table completely, publish it, then recycle the old one.
+ * A handler's call may rebuild another shard while this thread rebuilds
+ * one: the outer rebuild's mark is put back as it was. */
 static int resize(struct ur_shard *s) {
+  struct ur_shard *outer = ur_tls.resizing;
   ur_tls.busy++;
   ur_tls.resizing = s;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   int r = resize_table(s);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  ur_tls.resizing = NULL;
+  ur_tls.resizing = outer;
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   ur_tls.busy--;
   apply_deferred(s);
@@ -266,16 +294,23 @@ static void release(struct ur_shard *s, int how) {
 }
 
 /* Apply what handlers' calls put aside while this thread was inside their
- * shard (defer), once it is out of it. */
+ * shard (defer), shard by shard, for each it is out of. */
 __attribute__((noinline)) void ur_registry_flush(void) {
-  if (!ur_deferred.n || ur_tls.resizing) return; /* a rebuild applies its own */
-  uint64_t hash;
-  unsigned idx;
-  struct ur_shard *s = ur_shard_at(UR_UNMANGLE(ur_deferred.op[0].key), &hash, &idx);
-  if (inside(s)) return; /* a nested call leaving another shard: not yet */
-  int how = hold(s, idx, ur_single());
-  apply_deferred(s);
-  release(s, how);
+  for (uint32_t i = 0; i < ur_deferred.n;) {
+    uint64_t hash;
+    unsigned idx;
+    struct ur_shard *s = ur_shard_at(UR_UNMANGLE(ur_deferred.op[i].key), &hash, &idx);
+    /* Still rebuilding it (its rebuild applies them), or inside it (a nested
+     * call leaving another shard): not yet. */
+    if (s == ur_tls.resizing || inside(s)) {
+      i++;
+      continue;
+    }
+    int how = hold(s, idx, ur_single());
+    apply_deferred(s);
+    release(s, how);
+    i = 0; /* the list is shorter */
+  }
 }
 
 /* A signal handler's call nested in its own thread's use of the region gets

@@ -160,6 +160,27 @@ def test_a_handlers_call_takes_no_backtrace(shim: Path) -> None:
     assert captured == 0, out
 
 
+def test_a_handler_that_rebuilds_a_shard_while_its_thread_rebuilds_another_misplaces_nothing(
+    shim: Path,
+) -> None:
+    """A handler's free landing while its own thread rebuilds a shard's
+    table is put aside until the rebuild is published, even after the
+    handler rebuilt another shard itself (a big block's first table): that
+    rebuild applies only its own shard's updates and leaves the outer
+    rebuild's mark in place. It applied the outer shard's removal to its
+    own table, where it found nothing, and cleared the mark, so that the
+    next free emptied an entry the outer rebuild had already copied: both
+    blocks stayed registered after they were freed."""
+    try:
+        out = run(program("signal_rebuild.c"), "16", "60", shim=shim, options="backtrace=16")
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: a handler's rebuild nested in its thread's rebuild")
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    hits, stale = (int(w) for w in out.stdout.split()[1::2])
+    assert hits > 0, out.stdout
+    assert stale == 0, out.stdout
+
+
 def test_a_handler_that_needs_the_shims_memory_while_its_thread_holds_it_goes_without(
     shim: Path,
 ) -> None:
