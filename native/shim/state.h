@@ -97,7 +97,13 @@ struct ur_tls {
   uint32_t own_alloc;          /* >0: starting the helper; its blocks are the shim's (helper.h) */
   uint32_t unwinding;          /* >0: inside libunwind (a signal handler may nest) */
   struct ur_shard *resizing;   /* the shard whose table this thread rebuilds (registry.c) */
-  struct ur_thread_slot dummy; /* used when every shared slot is taken */
+  /* The spare slot, where a call nested in another on this thread (or in
+   * the shim's own work) announces, leaving the thread's slot alone
+   * (entry.c nested_begin). */
+  struct ur_thread_slot dummy;
+  /* The thread's slot when every shared one was taken: its own, so that
+   * its nested calls still take the spare. No scan reads it. */
+  struct ur_thread_slot unshared;
 };
 
 extern __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));

@@ -130,7 +130,9 @@ void ur_thread_attach(void) {
     if (ur_g.single_slot != s) ur_go_multi(); /* a second thread: locks from now on */
   }
   if (!s) {
-    ur_tls.slot = &ur_tls.dummy; /* untracked announcements beat no tracking */
+    /* Untracked announcements beat no tracking; not the spare slot, so
+     * that a handler's call nested in this thread's own is told apart. */
+    ur_tls.slot = &ur_tls.unshared;
     ur_tls.shard_token = 0;
     return;
   }
@@ -167,7 +169,7 @@ void ur_threads_after_fork_child(uint32_t new_tid) {
     s->op = UR_OP_NONE;
     s->state = UR_THREAD_EXITED; /* their stacks are in glibc's cache now */
   }
-  if (mine && mine != &ur_tls.dummy) {
+  if (mine && mine != &ur_tls.unshared) {
     mine->tid = new_tid;
     /* The forking thread is the child's main thread: its stack is [stack]
      * only if it was the parent's main thread, so keep the bounds we have. */

@@ -181,6 +181,24 @@ def test_a_handler_that_rebuilds_a_shard_while_its_thread_rebuilds_another_mispl
     assert stale == 0, out.stdout
 
 
+def test_a_handlers_call_on_a_thread_without_a_shared_slot_is_nested(shim: Path) -> None:
+    """On a thread started once every shared slot was taken, a handler's
+    malloc landing inside the thread's own call is nested as on any other
+    thread: registered without a backtrace, announced in the spare slot.
+    The thread's only slot was the spare one, so the handler's call took a
+    backtrace and cleared the interrupted call's announcement."""
+    try:
+        out = run(
+            program("signal_unshared.c"), "200", "60", shim=shim, options="backtrace=16"
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("hung: a handler's call on a thread without a shared slot")
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    hits, found, captured = (int(w) for w in out.stdout.split()[1::2])
+    assert hits > 0 and found > 0, out.stdout
+    assert captured == 0, out.stdout
+
+
 def test_a_handler_that_needs_the_shims_memory_while_its_thread_holds_it_goes_without(
     shim: Path,
 ) -> None:
