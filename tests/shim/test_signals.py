@@ -188,9 +188,7 @@ def test_a_handlers_call_on_a_thread_without_a_shared_slot_is_nested(shim: Path)
     The thread's only slot was the spare one, so the handler's call took a
     backtrace and cleared the interrupted call's announcement."""
     try:
-        out = run(
-            program("signal_unshared.c"), "200", "60", shim=shim, options="backtrace=16"
-        )
+        out = run(program("signal_unshared.c"), "200", "60", shim=shim, options="backtrace=16")
     except subprocess.TimeoutExpired:
         pytest.fail("hung: a handler's call on a thread without a shared slot")
     assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
