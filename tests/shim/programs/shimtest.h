@@ -151,4 +151,32 @@ static inline void every_100us(void (*fn)(int, siginfo_t *, void *)) {
   setitimer(ITIMER_REAL, &it, NULL);
 }
 
+/* Starts a thread that allocates once and then sleeps for ever, SIGALRM
+ * blocked in it so the timer interrupts only the caller's thread; returns
+ * once it has allocated, the shim then out of single-thread mode (whose
+ * thread marks no shard it is inside). 0 if it could not be started. */
+#include <pthread.h>
+#include <sched.h>
+static int shimtest_attached_;
+static void *shimtest_idle_(void *arg) {
+  (void)arg;
+  void *volatile p = malloc(1); /* volatile: not elided */
+  free(p);
+  __atomic_store_n(&shimtest_attached_, 1, __ATOMIC_RELEASE);
+  for (;;) pause();
+  return NULL;
+}
+
+static inline int start_idle_thread(void) {
+  sigset_t alarm, old;
+  sigemptyset(&alarm);
+  sigaddset(&alarm, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &alarm, &old);
+  pthread_t t;
+  int ok = pthread_create(&t, NULL, shimtest_idle_, NULL) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  while (ok && !__atomic_load_n(&shimtest_attached_, __ATOMIC_ACQUIRE)) sched_yield();
+  return ok;
+}
+
 #endif

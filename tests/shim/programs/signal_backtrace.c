@@ -38,30 +38,12 @@ static void on_alarm(int sig, siginfo_t *info, void *context) {
   hits++;
 }
 
-static int attached;
-
-static void *idle(void *arg) {
-  (void)arg;
-  void *volatile p = malloc(1); /* attached: no more single-thread mode */
-  free(p);
-  __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
-  pause();
-  return NULL;
-}
-
 int main(int argc, char **argv) {
   long want = argc > 1 ? atol(argv[1]) : 200;
   long seconds = argc > 2 ? atol(argv[2]) : 60;
   /* Out of single-thread mode (whose thread marks no shard it is inside),
    * with a thread the timer never interrupts. */
-  sigset_t alarm, old;
-  sigemptyset(&alarm);
-  sigaddset(&alarm, SIGALRM);
-  pthread_sigmask(SIG_BLOCK, &alarm, &old);
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, idle, NULL) == 0);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  while (!__atomic_load_n(&attached, __ATOMIC_ACQUIRE)) sched_yield();
+  CHECK(start_idle_thread());
   void *volatile first = malloc(24);
   uint32_t id = 0;
   CHECK(registry_find(first, NULL, &id) && id != 0); /* the program's own calls take one */
