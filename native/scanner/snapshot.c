@@ -102,7 +102,7 @@ static int finish_previous(struct ur_thread *t, int fd, uint64_t cmd_addr) {
   return rc;
 }
 
-static char thread_state(pid_t pid, pid_t tid) {
+char ur_thread_state(pid_t pid, pid_t tid) {
   char path[96], buf[512];
   snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int)pid, (int)tid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -123,7 +123,7 @@ int ur_snapshot_reap(pid_t pid, pid_t tid, uint64_t cmd_addr) {
   uint32_t cmd = UR_CMD_IDLE;
   int rc = rw_cmd(fd, cmd_addr, &cmd, 0);
   /* 'T': in its group stop, not traced by anyone. */
-  if (rc < 0 || cmd == UR_CMD_IDLE || thread_state(pid, tid) != 'T') goto out;
+  if (rc < 0 || cmd == UR_CMD_IDLE || ur_thread_state(pid, tid) != 'T') goto out;
   if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) {
     rc = -errno;
     goto out;

@@ -39,4 +39,8 @@ int ur_snapshot_close(pid_t child);
  * running helper reaps by itself: nothing is done then. Returns 0 or -errno. */
 int ur_snapshot_reap(pid_t pid, pid_t helper_tid, uint64_t cmd_addr);
 
+/* Thread tid's state letter in /proc/PID/task/TID/stat ('R', 'S', 'T',
+ * 'Z', ...), 0 where it cannot be read (gone). */
+char ur_thread_state(pid_t pid, pid_t tid);
+
 #endif

@@ -21,6 +21,7 @@
 
 #include "memory.h"
 #include "native.h"
+#include "snapshot.h"
 
 #define PIECE ((uint64_t)64 << 10)   /* bytes per call */
 #define PAGE ((uint64_t)4096)
@@ -63,16 +64,8 @@ static void *span_main(void *arg) {
 
 /* Whether the process has ended (a zombie's memory reads as nothing). */
 static int process_gone(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 1;
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 1;
-  buf[n] = 0;
-  const char *paren = strrchr(buf, ')');
-  return !paren || paren[1] != ' ' || paren[2] == 'Z' || paren[2] == 'X';
+  char state = ur_thread_state(pid, pid);
+  return state == 0 || state == 'Z' || state == 'X';
 }
 
 /* The bytes of the spans that were readable, read by up to `threads`. */

@@ -84,6 +84,18 @@ static inline const struct ur_entry *shard_entry(uint64_t a) {
 
 /* Look p up like the scanner: returns 1 and the entry if p is live. (p's
  * bytes are never read: always_inline keeps GCC from assuming they are.) */
+/* The shard whose table holds p's entry, or -1. */
+static inline int shard_of(const void *p) {
+  const struct ur_entry *e = shard_entry((uint64_t)(uintptr_t)p);
+  struct ur_descriptor *d = shim_desc();
+  const struct ur_shard *shards = (const struct ur_shard *)(uintptr_t)d->shards;
+  for (uint32_t i = 0; e && i < d->num_shards; i++) {
+    const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)shards[i].table;
+    if (e >= t && e < t + shards[i].capacity) return (int)i;
+  }
+  return -1;
+}
+
 static inline __attribute__((always_inline)) int registry_find(const void *p, uint64_t *size,
                                                                uint32_t *stack_id) {
   if (size_map_entry((uint64_t)(uintptr_t)p, size)) {

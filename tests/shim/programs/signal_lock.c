@@ -46,17 +46,6 @@ static void on_alarm(int sig) {
   hits++;
 }
 
-/* The shard whose table holds p's entry, or -1. */
-static int shard_of(const void *p) {
-  const struct ur_entry *e = shard_entry((uint64_t)(uintptr_t)p);
-  struct ur_descriptor *d = shim_desc();
-  for (uint32_t i = 0; e && i < d->num_shards; i++) {
-    const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)shards[i].table;
-    if (e >= t && e < t + shards[i].capacity) return (int)i;
-  }
-  return -1;
-}
-
 static int attached;
 
 /* Takes the target shard once (freeing a pool block), so that the main
