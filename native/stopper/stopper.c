@@ -21,8 +21,9 @@
  *        a header (tid, sp, regs length, xstate length) and its regs and
  *        xstate, then NSIGNALS 64-bit sigvals. INJECT_TID 0: no thread can
  *        take the clone (REASON says why); release and copy instead.
- *   clone TID FLAGS -> "ok CHILD PAUSE_NS": the child is frozen, the target runs
- *   release     -> "ok PAUSE_NS"
+ *   clone TID FLAGS -> "ok CHILD": the child is frozen, the target still
+ *     stopped (a failed clone lets it go)
+ *   release     -> "ok PAUSE_NS": the target runs
  *   close       -> "ok" (the child killed and reaped), and the stopper exits
  * UNREACHABLE_TEST_KILL_AT=clone|wait4 (tests only): with the injected
  * registers in place, the stopper says "hold STEP" and waits for a line or
@@ -335,13 +336,15 @@ static void cmd_clone(uint64_t ip, const char *args) {
     else if (!fail)
       fail = -ECHILD;
   }
-  release();
   if (fail || got < 0 || !child) {
+    release();
     int e = fail ? -fail : got < 0 ? (int)-got : ECHILD;
     say("err %d the injected clone failed: %s", e, strerror(e));
     return;
   }
-  say("ok %d %llu", (int)child, (unsigned long long)(pause_end - cap.t_first_seize_ns));
+  /* Still stopped: the scanner reads what the child lacks (memory kept out
+   * of forks) from the target, then says release. */
+  say("ok %d", (int)child);
 }
 
 /* One thread of the target stopped by itself, for the reap. */

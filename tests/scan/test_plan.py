@@ -361,3 +361,17 @@ def test_a_budget_without_the_shim_is_noted_on_the_injected_fork_and_the_whole_c
     forked, whole = _budget(facts, 10)
     assert "a fork snapshot is expected to pause the target about 30 ms" in forked.snapshot_note
     assert "a stopped scan is expected to pause the target about 350 ms" in whole.snapshot_note
+
+
+def test_without_the_shim_a_child_is_made_unless_it_lacks_more_than_the_scanner_holds():
+    facts = Facts(1, shim=False, no_shim="no shim", glibc_heap=True, anonymous_bytes=1 << 30)
+    # Past the size from which a scan under the shim copies: the whole copy
+    # would read that memory in its pause too, and the rest besides.
+    kept = replace(facts, kept_out=_kept_out(KEPT_OUT_PREFER_COPY_BYTES + 1))
+    assert [p.snapshot for p in _plan(kept)] == ["injected fork", "whole copy"]
+    # The read is part of the injected fork's expected pause.
+    assert expected_pause_ms(kept, "injected fork") > expected_pause_ms(facts, "injected fork")
+    [whole] = _plan(replace(facts, kept_out=_kept_out(200 * MIB, limit=100 * MIB)))
+    assert whole.snapshot == "whole copy"
+    assert "keeps 200 MiB out of forks" in whole.snapshot_note
+    assert "more than this scanner may hold" in whole.snapshot_note

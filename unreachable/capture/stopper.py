@@ -4,10 +4,11 @@ copy-on-write snapshot, in a session of its own so that it outlives the
 scanner (docs/glibc-heap.md, "The snapshot").
 
 Stopper(pid, syscall_ip) starts it; stop() stops every thread (running
-those inside malloc out of it), clone() makes the frozen child and lets the
-target go, release() lets it go without one, close() kills the child and
-has the target reap it. Closing the pipe in any state (the scanner killed)
-makes the stopper put everything back by itself.
+those inside malloc out of it), clone() makes the frozen child and leaves
+the target stopped (what the child lacks is read from it then), release()
+lets it go, close() kills the child and has the target reap it. Closing
+the pipe in any state (the scanner killed) makes the stopper put
+everything back by itself.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ class Stopper:
         return Stopped(left, threads, tid, " ".join(words[4:]), self._read(8 * nsig))
 
     def clone(self, tid: int, flags: int) -> int:
-        """The frozen child's pid; the target runs again."""
-        child, pause = (int(w) for w in self._ask(f"clone {tid} {flags:x}"))
-        self.child, self.pause_ns = child, pause
+        """The frozen child's pid; the target stays stopped until release()."""
+        (child,) = (int(w) for w in self._ask(f"clone {tid} {flags:x}"))
+        self.child = child
         return child
 
     def release(self) -> None:

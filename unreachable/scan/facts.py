@@ -110,7 +110,16 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     except TargetNotShimmed as e:
         glibc = runs_without_shim(pid)
         anonymous = resident_anonymous_bytes(pid) if glibc else 0
-        return Facts(pid, shim=False, no_shim=str(e), glibc_heap=glibc, anonymous_bytes=anonymous)
+        # What the injected fork's child would lack, read where auto may take one.
+        may_fork = glibc and options.snapshot == "auto" and options.sweep != "child"
+        return Facts(
+            pid,
+            shim=False,
+            no_shim=str(e),
+            glibc_heap=glibc,
+            anonymous_bytes=anonymous,
+            kept_out=fork_flags(pid) if may_fork else ForkFlags(),
+        )
     pid = target.pid
     # Counted before any snapshot: a copy-on-write copy's protection holds a
     # writing thread in a fault for a moment, not busy as it looks then. The

@@ -159,14 +159,25 @@ def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
             held.close()
 
 
+class SnapshotLacksHeap(Exception):
+    """A walk refused over a snapshot that lacks some of the process's
+    memory (a frozen child: what the process keeps out of forks), which may
+    be glibc's own: only a snapshot that has it all can tell."""
+
+
 def walked(
-    pid: int, libc: GlibcLibc, take: Callable[[int, GlibcLibc], S | str]
+    pid: int,
+    libc: GlibcLibc,
+    take: Callable[[int, GlibcLibc], S | str],
+    lacks: Callable[[S], str] | None = None,
 ) -> tuple[S, bytes, dict[str, int]]:
     """A snapshot taken by take (a copy, a frozen child) and its walked
     heap, stopping again while the heap is found mid-update or a check
     fails (a thread may have been inside malloc without a lock: a
     single-threaded process takes none). take returns why a stop was no
-    good instead (a thread stayed inside malloc)."""
+    good instead (a thread stayed inside malloc). lacks: what a snapshot
+    lacks of the process ("": nothing); a failed check over one that lacks
+    something raises SnapshotLacksHeap rather than stop again."""
     last, busy = "", False
     for attempt in range(ATTEMPTS):
         if attempt:
@@ -184,6 +195,11 @@ def walked(
             last, busy = str(e), True
         except HeapWalkFailed as e:
             last, busy = str(e), False
+            if lacks is not None and (why := lacks(got)):
+                got.close()
+                raise SnapshotLacksHeap(
+                    f"glibc's heap could not be walked in it ({last}): {why}"
+                ) from None
         got.close()
     if busy:
         raise TargetUnscannable(

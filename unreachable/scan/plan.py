@@ -39,9 +39,11 @@ The rules, for a target under the shim:
   plan that needs no tracking (a Retry that rules out "copy" rules it out
   too).
 Without the shim, glibc's heap is walked from a child made by a clone()
-injected into a stopped thread (scan/glibc_fork.py), or, when none can be
-had or with --snapshot stopped, from a copy made in the pause
-(scan/glibc.py); nothing that needs the shim is possible then. A core file
+injected into a stopped thread (scan/glibc_fork.py), which reads what the
+child lacks in its pause as a fork does; or, when none can be had, it
+would lack more than the scanner may hold, or with --snapshot stopped,
+from a copy made in the pause (scan/glibc.py); nothing that needs the shim
+is possible then. A core file
 is its own snapshot ("core", scan/core.py).
 """
 
@@ -194,9 +196,7 @@ def expected_pause_ms(facts: Facts, snapshot: Snapshot) -> float:
     gib = facts.anonymous_bytes / (1 << 30)
     if snapshot == "concurrent":
         return gib * CONCURRENT_MS_PER_GIB
-    if snapshot == "injected fork":
-        return gib * FORK_MS_PER_GIB
-    if snapshot == "fork":
+    if snapshot in ("fork", "injected fork"):
         return gib * FORK_MS_PER_GIB + facts.kept_out.resident / (1 << 30) * KEPT_OUT_MS_PER_GIB
     if snapshot == "copy":
         return gib * (COW_MS_PER_GIB if facts.cow else COPY_MS_PER_GIB)
@@ -340,5 +340,9 @@ def _without_shim(facts: Facts, options: ScanOptions, graph: bool) -> list[Plan]
     whole = Plan("whole copy", allocations="glibc heap")
     if options.snapshot == "stopped":
         return [whole]
+    # Past KEPT_OUT_PREFER_COPY_BYTES the child is still made: the whole
+    # copy's pause reads what it lacks too, and the rest of the memory.
+    if too_big := _kept_out_too_big(facts):
+        return [replace(whole, snapshot_note=too_big)]
     # The copy when no child can be had (scan/glibc_fork.py says why).
     return [Plan("injected fork", allocations="glibc heap"), whole]
