@@ -163,6 +163,31 @@ static inline void every_100us(void (*fn)(int, siginfo_t *, void *)) {
   setitimer(ITIMER_REAL, &it, NULL);
 }
 
+/* For a handler that acts only where it interrupted one of its thread's
+ * calls, inside the shim's code: the thread's slot and that code, taken by
+ * watch_calls_every_100us on the thread the timer then interrupts. */
+#include <ucontext.h>
+static struct ur_thread_slot *shimtest_mine_;
+static uintptr_t shimtest_text_lo_, shimtest_text_hi_;
+
+/* every_100us(fn), once the calling thread's slot and the shim's code are
+ * known; 0 where they are not. */
+static inline int watch_calls_every_100us(void (*fn)(int, siginfo_t *, void *)) {
+  shimtest_mine_ = my_slot();
+  shim_text(&shimtest_text_lo_, &shimtest_text_hi_);
+  if (!shimtest_mine_ || shimtest_text_hi_ <= shimtest_text_lo_) return 0;
+  every_100us(fn);
+  return 1;
+}
+
+/* Whether the handler's context is inside the shim's code during a call
+ * its thread announced. */
+static inline int landed_in_a_call(const void *context) {
+  uintptr_t pc = (uintptr_t)((const ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+  return pc >= shimtest_text_lo_ && pc < shimtest_text_hi_ &&
+         __atomic_load_n(&shimtest_mine_->op, __ATOMIC_RELAXED) != UR_OP_NONE;
+}
+
 /* Starts a thread that allocates once and then sleeps for ever, SIGALRM
  * blocked in it so the timer interrupts only the caller's thread; returns
  * once it has allocated, the shim then out of single-thread mode (whose

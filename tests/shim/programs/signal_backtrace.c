@@ -18,16 +18,12 @@
 
 #include "shimtest.h"
 
-static struct ur_thread_slot *mine;
 static volatile long hits, found, captured;
-static uintptr_t text_lo, text_hi; /* the shim's code */
 
 static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
   (void)info;
-  uintptr_t pc = (uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
-  if (pc < text_lo || pc >= text_hi) return;
-  if (__atomic_load_n(&mine->op, __ATOMIC_RELAXED) == UR_OP_NONE) return;
+  if (!landed_in_a_call(context)) return;
   void *volatile p = malloc(24);
   uint32_t id = 0;
   if (registry_find(p, NULL, &id)) {
@@ -48,11 +44,7 @@ int main(int argc, char **argv) {
   uint32_t id = 0;
   CHECK(registry_find(first, NULL, &id) && id != 0); /* the program's own calls take one */
   free(first);
-  mine = my_slot();
-  CHECK(mine != NULL);
-  shim_text(&text_lo, &text_hi);
-  CHECK(text_hi > text_lo);
-  every_100us(on_alarm);
+  CHECK(watch_calls_every_100us(on_alarm));
   time_t end = time(NULL) + seconds;
   void *ring[16] = {0};
   for (long i = 0; hits < want && (i & 0xfff || time(NULL) < end); i++) {

@@ -21,17 +21,13 @@
 #define KEPT 16
 #define RING 16
 
-static struct ur_thread_slot *mine;
 static volatile long hits;
-static uintptr_t text_lo, text_hi; /* the shim's code */
 static void *kept[KEPT];
 
 static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
   (void)info;
-  uintptr_t pc = (uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
-  if (pc < text_lo || pc >= text_hi) return;
-  if (__atomic_load_n(&mine->op, __ATOMIC_RELAXED) == UR_OP_NONE) return;
+  if (!landed_in_a_call(context)) return;
   for (int i = 0; i < 4; i++) {
     int k = (int)((hits * 4 + i) % KEPT);
     free(kept[k]);
@@ -47,11 +43,7 @@ int main(int argc, char **argv) {
    * (the handler is the main thread's alone). */
   CHECK(start_idle_thread());
   free(malloc(1));
-  mine = my_slot();
-  CHECK(mine != NULL);
-  shim_text(&text_lo, &text_hi);
-  CHECK(text_hi > text_lo);
-  every_100us(on_alarm);
+  CHECK(watch_calls_every_100us(on_alarm));
   time_t end = time(NULL) + seconds;
   void *ring[RING] = {0};
   for (long i = 0; hits < want && (i & 0xffff || time(NULL) < end); i++) {
