@@ -15,8 +15,7 @@ static void on_alarm(int sig, siginfo_t *si, void *uc) {
   (void)si;
   (void)uc;
   if (__atomic_load_n(&slot->op, __ATOMIC_ACQUIRE) == UR_OP_NONE) return;
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  stop_timer();
   static const char ready[] = "READY\n";
   if (write(1, ready, sizeof ready - 1) < 0) _exit(3);
   char c;

@@ -163,6 +163,12 @@ static inline void every_100us(void (*fn)(int, siginfo_t *, void *)) {
   setitimer(ITIMER_REAL, &it, NULL);
 }
 
+/* Ends every_100us's timer. */
+static inline void stop_timer(void) {
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+}
+
 /* For a handler that acts only where it interrupted one of its thread's
  * calls, inside the shim's code: the thread's slot and that code, taken by
  * watch_calls_every_100us on the thread the timer then interrupts. */

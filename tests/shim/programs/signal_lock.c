@@ -33,8 +33,10 @@ static volatile int npool;
 static volatile long hits;
 static uint32_t me;
 
-static void on_alarm(int sig) {
+static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
+  (void)info;
+  (void)context;
   const struct ur_shard *s = &shards[target];
   /* The thread is stopped here: the two words cannot change under us. */
   uint32_t lock = __atomic_load_n(&s->lock, __ATOMIC_RELAXED);
@@ -86,20 +88,13 @@ int main(int argc, char **argv) {
   CHECK(pthread_create(&t, NULL, other, NULL) == 0);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   while (!__atomic_load_n(&attached, __ATOMIC_ACQUIRE)) sched_yield();
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 100}, {0, 100}};
-  setitimer(ITIMER_REAL, &it, NULL);
+  every_100us(on_alarm);
   time_t end = time(NULL) + seconds;
   for (long i = 0; hits < want && (i & 0xfff || time(NULL) < end); i++) {
     void *volatile q = malloc(LOOP_SIZE);
     free(q);
   }
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  stop_timer();
   long missing = 0;
   for (int i = 0; i < npool; i++) missing += !registry_find(pool[i], NULL, NULL);
   printf("HITS %ld MISSING %ld\n", hits, missing);

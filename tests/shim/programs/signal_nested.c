@@ -60,8 +60,7 @@ int main(int argc, char **argv) {
       ring[k] = malloc((size_t)(i * 7) % 2000 + 1);
     }
   }
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  stop_timer();
   for (int k = 0; k < 64; k++) free(ring[k]);
   printf("HITS %ld CHANGED %ld\n", hits, changed);
   return 0;

@@ -91,13 +91,7 @@ int main(int argc, char **argv) {
   num_shards = d->num_shards;
   shim_text(&text_lo, &text_hi);
   CHECK(text_hi > text_lo);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_alarm;
-  sa.sa_flags = SA_RESTART | SA_SIGINFO;
-  sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 100}, {0, 100}};
-  setitimer(ITIMER_REAL, &it, NULL);
+  every_100us(on_alarm);
   time_t end = time(NULL) + seconds;
   while (hits < want && kept < MAX_BLOCKS && (kept & 0xfff || time(NULL) < end)) {
     void *p = malloc(BLOCK);
@@ -105,8 +99,7 @@ int main(int argc, char **argv) {
     blocks[kept] = p;
     kept = kept + 1;
   }
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  stop_timer();
   for (long i = 0; i < kept; i++) free(blocks[i]);
   for (int i = 0; i < hits; i++) free(bigs[i]);
   int stale = 0;

@@ -39,8 +39,10 @@ static long want, seconds;
 static sem_t reported;
 static volatile int slotless; /* set by the thread that found no slot */
 
-static void on_alarm(int sig) {
+static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
+  (void)info;
+  (void)context;
   /* The thread is stopped here: the lock word cannot change under us. */
   uint32_t lock = __atomic_load_n(&shards[target].lock, __ATOMIC_RELAXED) & 0x7fffffffu;
   if (lock != me) return;
@@ -60,24 +62,17 @@ static void run_test(void) {
   target = shard_of(p);
   CHECK(target >= 0); /* backtraces on: every block in a shard */
   free(p);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGALRM, &sa, NULL);
   sigset_t alarm;
   sigemptyset(&alarm);
   sigaddset(&alarm, SIGALRM);
   pthread_sigmask(SIG_UNBLOCK, &alarm, NULL);
-  struct itimerval it = {{0, 100}, {0, 100}};
-  setitimer(ITIMER_REAL, &it, NULL);
+  every_100us(on_alarm);
   time_t end = time(NULL) + seconds;
   for (long i = 0; hits < want && (i & 0xfff || time(NULL) < end); i++) {
     void *volatile q = malloc(LOOP_SIZE);
     free(q);
   }
-  struct itimerval off = {{0, 0}, {0, 0}};
-  setitimer(ITIMER_REAL, &off, NULL);
+  stop_timer();
   pthread_sigmask(SIG_BLOCK, &alarm, NULL);
 }
 
