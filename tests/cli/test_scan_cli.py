@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -318,19 +319,30 @@ def test_user_stopped_target_stays_stopped(targets):
 def test_target_in_secure_execution_mode_is_told_why(tmp_path):
     """LD_PRELOAD given, and dropped by the loader: the error says why."""
     from tests.support.setid import setgid_sleep
+
+    exe = setgid_sleep(tmp_path)
+    _assert_secure_scan_error(
+        [str(exe), "30"],
+        None,
+        r"not running under the unreachable shim: .*secure-exec.*set-group-ID; run a copy",
+    )
+
+
+def _assert_secure_scan_error(
+    argv: list[str], preexec: Callable[[], None] | None, pattern: str
+) -> None:
+    """Starts argv under the shim (preexec before its exec), waits until it
+    runs in secure-execution mode, and checks the scan's one-line error."""
     from unreachable._paths import shim_path
     from unreachable.process.secure_exec import runs_secure
 
-    exe = setgid_sleep(tmp_path)
-    proc = subprocess.Popen([str(exe), "30"], env=dict(os.environ, LD_PRELOAD=str(shim_path())))
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()))
+    proc = subprocess.Popen(argv, env=env, preexec_fn=preexec)
     try:
         deadline = time.monotonic() + 10
         while not runs_secure(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.01)  # until the exec is done
-        assert_one_line_error(
-            cli("scan", str(proc.pid)),
-            r"not running under the unreachable shim: .*secure-exec.*set-group-ID; run a copy",
-        )
+        assert_one_line_error(cli("scan", str(proc.pid)), pattern)
     finally:
         proc.kill()
         proc.wait()
@@ -340,26 +352,13 @@ def test_target_exec_ed_with_ids_that_differ_is_told_why():
     """squid's master, root with its real uid the proxy user's, execs its
     kids in secure-execution mode from a plain program: the error must not
     send the user looking for set-ID bits the program does not have."""
-    from unreachable._paths import shim_path
-    from unreachable.process.secure_exec import runs_secure
 
     if os.getuid() != 0:
         pytest.skip("exec'ing with a real uid other than the effective one takes root")
     sleep = shutil.which("sleep") or "/bin/sleep"
-    proc = subprocess.Popen(
+    _assert_secure_scan_error(
         [sleep, "30"],
-        env=dict(os.environ, LD_PRELOAD=str(shim_path())),
-        preexec_fn=lambda: os.setresuid(65534, 0, 0),
+        lambda: os.setresuid(65534, 0, 0),
+        r"secure-execution mode.*: it was exec'ed with real and effective user or group IDs"
+        r" that differ",
     )
-    try:
-        deadline = time.monotonic() + 10
-        while not runs_secure(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.01)  # until the exec is done
-        assert_one_line_error(
-            cli("scan", str(proc.pid)),
-            r"secure-execution mode.*: it was exec'ed with real and effective user or group IDs"
-            r" that differ",
-        )
-    finally:
-        proc.kill()
-        proc.wait()
