@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "between_calls.h"
 #include "helper.h"
 #include "shim.h"
 #include "state.h"
@@ -67,6 +68,7 @@ __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_
     }
     if (f & UR_SLOW_INERT) return UR_PASS_THROUGH;
     if (!ur_tls.slot) ur_thread_attach();
+    if (f & UR_SLOW_BETWEEN_CALLS) ur_calls_note_between();
     if (f & UR_SLOW_HELPER) {
       /* Forked child: whoever clears the flag starts the replacement helper;
        * its own allocations find the flag clear and cannot recurse. */
@@ -82,7 +84,7 @@ __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_
     __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier in malloc_disable */
     f = ur_load32(&ur_g.slow);
     if (!(f & UR_SLOW_GATE) || ur_load32(&ur_g.excl_tid) == ur_tls.tid) {
-      if (f & ~(UR_SLOW_GATE | UR_SLOW_NOT_A_REASON)) {
+      if (f & ~(UR_SLOW_GATE | UR_SLOW_BETWEEN_CALLS | UR_SLOW_NOT_A_REASON)) {
         ur_leave(s);
         continue;
       }

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "between_calls.h"
 #include "lock.h"
 #include "size_map.h"
 #include "threads.h"
@@ -111,15 +112,18 @@ static int gate_close(uint32_t tid) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
   uint64_t deadline = now_ns() + QUIESCENT_WAIT_NS;
   uint32_t hw = ur_threads_high_water();
-  for (uint32_t i = 0; i < hw; i++) {
+  uint32_t gen = ur_calls_wait_begin();
+  int r = 0;
+  for (uint32_t i = 0; i < hw && r == 0; i++) {
     struct ur_thread_slot *s = &ur_g.threads[i];
     unsigned looks = 0;
-    while (ur_slot_in_call(s)) {
-      if (now_ns() > deadline) return -1;
-      ur_wait_a_turn(&looks);
+    while (r == 0 && ur_slot_in_call(s) && !ur_calls_seen_between(s, gen)) {
+      if (now_ns() > deadline) r = -1;
+      else ur_wait_a_turn(&looks);
     }
   }
-  return 0;
+  ur_calls_wait_end();
+  return r;
 }
 
 static void gate_open(uint32_t tid) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "altstack.h"
+#include "between_calls.h"
 #include "debug_setup.h"
 #include "helper.h"
 #include "huge_arenas.h"
@@ -234,6 +235,7 @@ static void fork_child(void) {
   ur_size_maps_after_fork_child();
   ur_debug_after_fork_child();
   ur_g.multi_lock = 0;
+  ur_calls_after_fork_child();
   if (!fork_nested && membarrier_ok && ur_tls.slot && ur_tls.slot != &ur_tls.unshared) {
     ur_g.single_slot = ur_tls.slot; /* only this thread survived */
     __atomic_fetch_or(&ur_g.slow, UR_SLOW_SINGLE, __ATOMIC_SEQ_CST);

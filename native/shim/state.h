@@ -40,6 +40,9 @@ void *__libc_pvalloc(size_t n);
 /* Not a slow-path reason: only one thread has ever used the registry, so it
  * runs without locks. Cleared (ur_go_multi) before a second thread touches it. */
 #define UR_SLOW_SINGLE 16u
+/* A thread waits out the calls others are inside (between_calls.h): each
+ * thread's next call comes down the slow path to say it is between calls. */
+#define UR_SLOW_BETWEEN_CALLS 128u
 /* Not slow-path reasons either: malloc_debug's per-call options are on
  * (DEBUG: malloc and free leave their inline paths for the debug path),
  * backtraces are on (BACKTRACE: malloc leaves its inline path for the one

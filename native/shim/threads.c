@@ -9,6 +9,7 @@
 
 #include <linux/membarrier.h>
 
+#include "between_calls.h"
 #include "debug_record.h"
 #include "lock.h"
 #include "region.h"
@@ -207,10 +208,13 @@ void ur_go_multi(void) {
      * then wait out. After that it only touches the registry under locks. */
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    unsigned looks = 0;
-    if (single)
-      while (__atomic_load_n(&single->op, __ATOMIC_ACQUIRE) != UR_OP_NONE && !thread_gone(single))
+    if (single) {
+      uint32_t gen = ur_calls_wait_begin();
+      unsigned looks = 0;
+      while (ur_slot_in_call(single) && !ur_calls_seen_between(single, gen))
         ur_wait_a_turn(&looks);
+      ur_calls_wait_end();
+    }
   }
   ur_unlock(&ur_g.multi_lock, 1);
 }
@@ -222,14 +226,15 @@ int ur_slot_in_call(struct ur_thread_slot *s) {
 
 void ur_threads_wait_quiescent(void) {
   struct ur_thread_slot *mine = ur_tls.slot;
-  uint32_t hw = __atomic_load_n(&th.high_water, __ATOMIC_ACQUIRE);
-  if (hw > UR_MAX_THREADS) hw = UR_MAX_THREADS;
+  uint32_t hw = ur_threads_high_water();
+  uint32_t gen = ur_calls_wait_begin();
   for (uint32_t i = 0; i < hw; i++) {
     struct ur_thread_slot *s = &ur_g.threads[i];
     if (s == mine) continue;
     unsigned looks = 0;
-    while (ur_slot_in_call(s)) ur_wait_a_turn(&looks);
+    while (ur_slot_in_call(s) && !ur_calls_seen_between(s, gen)) ur_wait_a_turn(&looks);
   }
+  ur_calls_wait_end();
 }
 
 uint32_t ur_threads_high_water(void) {
