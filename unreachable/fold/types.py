@@ -43,7 +43,7 @@ MAX_TYPED = 1 << 20
 _WORD = struct.Struct("<Q")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Vtables:
     """Every vtable symbol of the mapped files, at its address in the
     process, sorted by start."""
