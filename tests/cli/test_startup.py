@@ -3,6 +3,8 @@ time, so what a scan does not use stays unimported."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import os
 import subprocess
@@ -94,16 +96,40 @@ def test_scan_without_backtraces_imports_no_symbol_reader(targets):
     assert not modules & set(UNUSED), modules & set(UNUSED)
 
 
+def test_the_records_a_scan_imports_make_no_repr(targets):
+    """dataclasses compiles a record's __repr__ when its class is made (about
+    4 ms of a scan's imports for its ~40 records): the records a scan
+    passes between its stages, never compared (eq=False), are made without
+    one."""
+    target = targets.start(PROGRAMS / "graph.c")
+    res, modules = imported_by_scan(str(target.pid), "--json")
+    assert res.returncode == 1, res.stderr
+    records = [
+        cls
+        for name in sorted(m for m in modules if m.startswith("unreachable."))
+        for cls in vars(importlib.import_module(name)).values()
+        if isinstance(cls, type)
+        and cls.__module__ == name
+        and dataclasses.is_dataclass(cls)
+        and not cls.__dataclass_params__.eq
+    ]
+    assert len(records) > 30, records
+    with_repr = [c.__qualname__ for c in records if c.__dataclass_params__.repr]
+    assert not with_repr, with_repr
+
+
 @pytest.mark.parametrize("snapshot", ["auto", "fork", "copy", "stopped"])
 def test_scan_with_its_symbol_cache_filled_imports_only_what_it_uses(targets, tmp_path, snapshot):
-    """The first scan reads the mapped files' vtables into the cache (and
-    demangles them); the next one imports neither reader, and a target
+    """The first scan reads the mapped files' vtables into the cache: a C
+    program's files have none, so nothing is demangled and no c++filt
+    process started. The next one imports neither reader, and a target
     without a unix socket needs no socket module, whatever its snapshot."""
     target = targets.start(PROGRAMS / "graph.c")
     env = {**os.environ, "UNREACHABLE_CACHE_DIR": str(tmp_path / "cache")}
     first, modules = imported_by_scan(str(target.pid), "--json", env=env)
     assert first.returncode == 1, first.stderr
-    assert "unreachable.symbolize.demangle" in modules
+    assert "unreachable.symbolize.data_symbols" in modules
+    assert not modules & {"unreachable.symbolize.demangle", "subprocess"}
     res, modules = imported_by_scan(str(target.pid), "--json", "--snapshot", snapshot, env=env)
     assert res.returncode == 1, res.stderr
     assert json.loads(res.stdout)["leak_count"] == 11

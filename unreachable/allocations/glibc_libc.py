@@ -72,7 +72,7 @@ class LibcUnsupported(Exception):
     """This libc cannot be walked (the message says why, in one line)."""
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class LibcFacts:
     """Link-time addresses in one libc.so.6 (add the load bias)."""
 

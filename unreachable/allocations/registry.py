@@ -16,7 +16,7 @@ THREAD_LIVE = _native.THREAD_LIVE
 THREAD_EXITED = _native.THREAD_EXITED
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ThreadSlot:
     """A thread as the shim knows it, with the operation it is inside, if any."""
 
@@ -38,7 +38,7 @@ class ThreadSlot:
         return [(p, s) for p, s in blocks if p]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Registry:
     """The shim's registry of live allocations, decoded."""
 

@@ -42,7 +42,7 @@ class AllocationSource(Protocol):
         ...
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ShimRegistry:
     """The shim's registry, found at its descriptor (capture/descriptor.py)."""
 

@@ -40,7 +40,7 @@ HELPER_COMM = b"ur-helper\n"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ShimLocation:
     """Where the shim is mapped in the target, and its descriptor there."""
 
@@ -52,7 +52,7 @@ class ShimLocation:
     bss: tuple[int, int] | None = None
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ShimImage:
     """What a scan reads of the shim's file: the descriptor symbol's value
     (-1: none), the vaddr of the PT_LOAD at file offset 0, and the .bss
@@ -250,7 +250,7 @@ def locate_shim(pid: int, mappings: list[Mapping]) -> ShimLocation:
 DESCRIPTOR_SIZE = _native.abi_sizeof("ur_descriptor")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class DescriptorHeader:
     """The shim's descriptor, as read from the target (abi.h struct ur_descriptor)."""
 

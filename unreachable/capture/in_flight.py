@@ -65,7 +65,7 @@ _libc.tee.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint
 _libc.tee.restype = ctypes.c_ssize_t
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class _Queue:
     """One pipe or unix socket of the target, as the scanner holds it."""
 
@@ -74,7 +74,7 @@ class _Queue:
     stream: bool
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class InFlight:
     """The target's pipes and unix sockets, and what they held in the pause."""
 

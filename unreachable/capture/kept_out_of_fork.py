@@ -46,7 +46,7 @@ KEPT_OUT_PREFER_COPY_BYTES = 16 << 20
 _PER_PROCESS = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class KeptOut:
     """The target's memory a fork snapshot's child lacks, read in the pause."""
 

@@ -102,7 +102,7 @@ def _count(texts: list[bytes]) -> int:
     return sum(text.count(b"\ntfd:") for text in texts)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class KernelHeld:
     """Pointers the kernel holds for the target: epoll, timers, signals, pipes, sockets."""
 

@@ -34,7 +34,7 @@ SnapshotMode = Literal["auto", "fork", "copy", "stopped", "concurrent"]
 Strategy = Literal["fork", "copy", "stopped"]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class CaptureRequest:
     """What a snapshot strategy is asked for."""
 
@@ -53,7 +53,7 @@ class CaptureRequest:
     roots: bool = True
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class CapturedThread:
     """One thread's registers and stack pointer, read in the pause."""
 
@@ -63,7 +63,7 @@ class CapturedThread:
     xstate: bytes
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Capture:
     """What the pause left to mark: the stopped session or snapshot, and the threads."""
 

@@ -18,7 +18,7 @@ from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import ProcessStatus, check_scannable, host_tid
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Target:
     """A process opened for a scan: its status, its shim and the shim's descriptor."""
 

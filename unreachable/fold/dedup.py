@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from unreachable import _native
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Leak:  # fields in the order of native/scanner/leak_dedup.h struct ur_dedup_leak
     """One report entry as the fold made it."""
 

@@ -43,7 +43,7 @@ MAX_TYPED = 1 << 20
 _WORD = struct.Struct("<Q")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Vtables:
     """Every vtable symbol of the mapped files, at its address in the
     process, sorted by start."""
@@ -137,12 +137,13 @@ def load_vtables(pid: int, mappings: list[Mapping]) -> Vtables:
             continue
         found += [(start + bias, end + bias, name) for start, end, name in vtables]
     # Every file read afresh is demangled in one batch (one c++filt),
-    # imported on a miss only, as its subprocess module is.
+    # imported only when one of them has a vtable (a C program's have
+    # none), as its subprocess module is.
     names: dict[str, str] = {}
-    if misses:
+    if mangled := {name for _, _, vtables in misses for _, _, name in vtables}:
         from unreachable.symbolize.demangle import demangle_all
 
-        names = demangle_all({name for _, _, vtables in misses for _, _, name in vtables})
+        names = demangle_all(mangled)
     for cache, bias, vtables in misses:
         named = [(start, end, names[n]) for start, end, n in vtables]
         # Not kept when a name stayed mangled (no c++filt here): a later

@@ -98,7 +98,7 @@ class ScanReport:
 UNLISTED = "[leaks in no listed entry]"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Weights:
     """What the exports count for each entry, and the rest of the totals."""
 

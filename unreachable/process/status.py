@@ -12,7 +12,7 @@ from unreachable.errors import (
 )
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ProcessStatus:
     """What /proc/PID/status says of a process that decides whether it can be scanned."""
 

@@ -27,7 +27,7 @@ SCHEMA_VERSION = 1
 T = TypeVar("T")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Codec:
     """A field that is a structure of its own (what suppressions and a
     baseline did to the report): its JSON keys at the report's top level,

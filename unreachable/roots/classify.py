@@ -55,7 +55,7 @@ Present = Callable[[Sequence[tuple[int, int]]], list[tuple[int, int]]]
 NOT_ROOTS = ("shim", "heap", "exited-thread stack", "read-only file")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Roots:
     """The ranges of memory that are roots, each with its kind."""
 

@@ -28,7 +28,7 @@ from unreachable.roots.signal_stacks import altstack_words
 Span = tuple[int, int]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class RootValues:
     """Words from one source that are roots wherever they lie."""
 

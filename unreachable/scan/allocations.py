@@ -17,7 +17,7 @@ from unreachable.roots.heap_words import heap_spans
 from unreachable.sweep.child import ChildSweeper
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Allocations:
     """The target's allocations and where in its memory they lie."""
 

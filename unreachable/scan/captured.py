@@ -78,7 +78,7 @@ class Subject(Protocol):
         ...
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Captured:
     """A capture with what the later stages read of it."""
 

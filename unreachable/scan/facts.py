@@ -42,7 +42,7 @@ def expected_allocations(memory: Memory, addr: int) -> int | None:
         return None  # reading the registry again says what is wrong
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ScannerRoom:
     """This process's memory cgroup room when the scan began (None: no
     limit) and the part of it its copies of target memory may take."""
@@ -74,7 +74,7 @@ class ScannerRoom:
             raise ScannerOutOfMemory(f"{why}; give the scanner more memory{also}")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Facts:
     """What is known of the target before a snapshot is chosen."""
 

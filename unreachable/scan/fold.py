@@ -13,7 +13,7 @@ from unreachable.scan.options import CONTENTS_BYTES, ScanOptions
 from unreachable.sweep.mark import SweepResult
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Folded:
     """The report's entries, with their types and first bytes."""
 

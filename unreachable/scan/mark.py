@@ -44,7 +44,7 @@ def sweep_places(
     return plan.sweeps, plan.sweep_note
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class MarkOver:
     """The memory the mark reads and how: a stopped target is let go
     (release) once the walk's memory is read; a frozen child is read first

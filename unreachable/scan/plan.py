@@ -128,7 +128,7 @@ class Plan:
         return self.sweeps[0] == "child"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Retry:
     """What a stage returns when the plan it runs cannot finish: the scan
     moves on to the next plan that rules_out leaves."""

@@ -12,7 +12,7 @@ from unreachable.scan.symbolize import Symbolized
 from unreachable.sweep.mark import SweepResult
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Scanned:
     """What the scan was of and how it held it."""
 

@@ -21,7 +21,7 @@ from unreachable.roots.sources import RootValues
 from unreachable.scan.allocations import Allocations
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class RootInputs:
     """What a capture holds beyond memory and threads, where it has it."""
 
@@ -34,7 +34,7 @@ class RootInputs:
     altstacks: tuple[int, int] | None = None  # the shim's sigaltstack table and its size
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class RootSet:
     """The roots a mark starts from."""
 

@@ -124,7 +124,7 @@ def run_plans(
     raise TargetUnscannable(last.reason + last.refusal)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class _Swept:
     """What a plan's mark produced, for the report."""
 

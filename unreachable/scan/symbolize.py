@@ -15,7 +15,7 @@ from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Backtraces:
     """The leaks' raw stacks and the objects to resolve them against."""
 
@@ -32,7 +32,7 @@ def read_backtraces(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak])
     return Backtraces(stacks, loaded)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Symbolized:
     """The leaks' stacks as frames."""
 

@@ -105,7 +105,7 @@ class ChildSweepFailed(Exception):
         self.frozen = frozen  # the child is stopped and its memory intact
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ChildIndex:
     """The snapshot child's reply once it has indexed the allocations."""
 
@@ -117,7 +117,7 @@ class ChildIndex:
     features: int
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class ChildSweepReply:
     """The snapshot child's reply once it has marked and folded."""
 

@@ -19,7 +19,7 @@ SweepPlace = Literal["child", "scanner"]
 __all__ = ["LEAK_RECORD_SIZE", "SweepResult", "direct_ranges", "sweep", "sweep_in_child"]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class SweepResult:
     """What the mark found: the totals and the leaks, packed."""
 

@@ -41,7 +41,7 @@ class NotElf(ValueError):
     pass
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Section:
     """One ELF section header."""
 
@@ -53,7 +53,7 @@ class Section:
     link: int
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Load:
     """One PT_LOAD program header."""
 

@@ -54,7 +54,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Triage:
     """The scan command's triage options, their files read."""
 
