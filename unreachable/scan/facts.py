@@ -108,6 +108,9 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     try:
         target = open_target(pid)
     except TargetNotShimmed as e:
+        # First, as under the shim: the copy made in the pause and what the
+        # injected fork's pause reads are bounded by this cgroup's room.
+        scanner_room = ScannerRoom.now()
         glibc = runs_without_shim(pid)
         anonymous = resident_anonymous_bytes(pid) if glibc else 0
         # What the injected fork's child would lack, read where auto may take one.
@@ -119,6 +122,7 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
             glibc_heap=glibc,
             anonymous_bytes=anonymous,
             kept_out=fork_flags(pid) if may_fork else ForkFlags(),
+            scanner_room=scanner_room,
         )
     pid = target.pid
     # Counted before any snapshot: a copy-on-write copy's protection holds a
