@@ -244,6 +244,9 @@ def test_a_scanner_under_a_limit_copies_no_more_than_its_room_without_the_shim(t
         doc = json.loads(forked.stdout)
         # glibc's usable sizes: a chunk's size less its header, 8 more than asked.
         count = target.int("leak_count")
-        assert (doc["leak_count"], doc["leak_bytes"]) == (count, target.int("leak_bytes") + 8 * count)
+        assert (doc["leak_count"], doc["leak_bytes"]) == (
+            count,
+            target.int("leak_bytes") + 8 * count,
+        )
         assert cg.oom_kills() == 0
     assert target.alive() and target.tracer() == 0 and target.state() != "t"
