@@ -17,6 +17,7 @@
 #include "child_sweep.h"
 #include "native.h"
 #include "pending_signals.h"
+#include "pin_gate.h"
 #include "seccomp_check.h"
 #include "snapshot.h"
 #include "thread_capture.h"
@@ -96,6 +97,7 @@ static void urgent_leave(Session *s) {
 static void do_release(Session *s) {
   if (s->state != ST_STOPPED) return;
   s->t_release_ns = ur_now_ns();
+  ur_pin_forbid(s->pid);
   ur_capture_release(&s->cap);
   s->t_end_ns = ur_now_ns();
   urgent_leave(s);
@@ -164,6 +166,7 @@ static PyObject *session_stop(Session *s, PyObject *args, PyObject *kwargs) {
   if (rc < 0) return ur_py_raise(rc, s->cap.err);
   s->owner_tid = gettid();
   s->state = ST_STOPPED;
+  ur_pin_allow(s->pid);
   s->t_start_ns = s->cap.t_first_seize_ns;
   s->t_interrupted_ns = s->cap.t_interrupted_ns;
   s->t_first_stop_ns = s->cap.t_first_stop_ns;
@@ -209,7 +212,9 @@ static PyObject *session_run_out(Session *s, PyObject *args) {
   int rc;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS
+  ur_pin_forbid(s->pid);
   rc = ur_capture_run_out(&s->cap, lo, hi, rounds);
+  if (rc >= 0) ur_pin_allow(s->pid);
   Py_END_ALLOW_THREADS
   s->busy = 0;
   if (rc < 0) return ur_py_raise(rc, "running a thread out of malloc failed");
@@ -236,6 +241,8 @@ static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) 
   pid_t child;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS
+  /* The helper runs alone for its clone(): a fork of the target. */
+  ur_pin_forbid(s->pid);
   child = ur_snapshot_take(&s->cap, helper, cmd_addr, err, sizeof(err));
   Py_END_ALLOW_THREADS
   s->busy = 0;
