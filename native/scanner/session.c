@@ -141,6 +141,8 @@ static void session_dealloc(Session *s) {
   /* From another thread ptrace would fail; the kernel still detaches
    * everything when the scanner exits. */
   if (!s->busy && (s->state != ST_STOPPED || s->owner_tid == gettid())) do_close(s);
+  /* Left stopped (the tracer thread's exit lets it go): no pin from now. */
+  if (s->state == ST_STOPPED) ur_pin_forbid(s->pid);
   Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -241,9 +243,12 @@ static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) 
   pid_t child;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS
-  /* The helper runs alone for its clone(): a fork of the target. */
+  /* The helper runs alone for its clone(): a fork of the target. It runs
+   * on after it, to reap the child, but clones no other while that child
+   * lives (native/shim/helper.c): the reads of what the child lacks pin. */
   ur_pin_forbid(s->pid);
   child = ur_snapshot_take(&s->cap, helper, cmd_addr, err, sizeof(err));
+  if (child > 0) ur_pin_allow(s->pid);
   Py_END_ALLOW_THREADS
   s->busy = 0;
   if (child < 0) return ur_py_raise(child, err);
