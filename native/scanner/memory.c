@@ -2,6 +2,7 @@
 
 #include "alloc.h"
 #include "cow.h"
+#include "pin_gate.h"
 #include "unreachable/linux_compat.h"
 
 #include <errno.h>
@@ -135,17 +136,23 @@ size_t ur_mem_read_direct(int fd, uint64_t addr, void *buf, size_t len) {
 #define PM_MMAP_EXCLUSIVE (UINT64_C(1) << 56)
 
 /* The pagemap entries of `pages` pages from addr (at most a chunk's), when
- * process_vm_readv may be tried: 1, or 0 (read everything through
- * /proc/PID/mem). */
-static int read_entries(int pagemap_fd, const int *refused, uint64_t addr, size_t pages,
-                        uint64_t *pm) {
+ * process_vm_readv may be tried: the pin gate's token (pin_gate.h), to be
+ * left once the read is done, or 0 (read everything through
+ * /proc/PID/mem). Tried only while every thread of pid is held stopped: a
+ * running process could fork between this read and the pin. */
+static int read_entries(int pagemap_fd, pid_t pid, const int *refused, uint64_t addr,
+                        size_t pages, uint64_t *pm) {
   if (pagemap_fd < 0 || __atomic_load_n(refused, __ATOMIC_RELAXED)) return 0;
+  int token = ur_pin_enter(pid);
+  if (!token) return 0;
   size_t want = pages * sizeof(uint64_t);
   off_t at = (off_t)((addr >> UR_PAGE_SHIFT) * sizeof(uint64_t));
   ssize_t r;
   do r = pread(pagemap_fd, pm, want, at);
   while (r < 0 && errno == EINTR);
-  return r == (ssize_t)want;
+  if (r == (ssize_t)want) return token;
+  ur_pin_leave(token);
+  return 0;
 }
 
 /* A page process_vm_readv may read: present, anonymous, and mapped by the
@@ -243,8 +250,9 @@ size_t ur_mem_read_live(int fd, int pagemap_fd, pid_t pid, int *refused, uint64_
     } else {
       n &= ~(size_t)(UR_PAGE_SIZE - 1);
       size_t pages = n >> UR_PAGE_SHIFT;
-      const uint64_t *pm = read_entries(pagemap_fd, refused, a, pages, entries) ? entries : NULL;
-      good += read_span(src, a, out + pos, n, NULL, 0, NULL, pm);
+      int token = read_entries(pagemap_fd, pid, refused, a, pages, entries);
+      good += read_span(src, a, out + pos, n, NULL, 0, NULL, token ? entries : NULL);
+      ur_pin_leave(token);
     }
     pos += n;
   }
@@ -369,12 +377,13 @@ static int chunk_layout(const struct ur_pread_mem *m, uint64_t base, uint64_t *g
 static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
   uint64_t gone[UR_CHUNK_PAGES / 64] = {0}, zero[UR_CHUNK_PAGES / 64] = {0};
   uint64_t entries[UR_CHUNK_PAGES];
-  const uint64_t *pm =
-      read_entries(m->pagemap_fd, &m->vm_read_refused, c->base, UR_CHUNK_PAGES, entries) ? entries
-                                                                                      : NULL;
+  int token =
+      read_entries(m->pagemap_fd, m->pid, &m->vm_read_refused, c->base, UR_CHUNK_PAGES, entries);
+  const uint64_t *pm = token ? entries : NULL;
   c->absent_known = 0;
   if (!chunk_layout(m, c->base, gone, zero, pm)) {
     read_span(source_of(m), c->base, c->data, UR_CHUNK_SIZE, c->bad, 0, &c->any_bad, pm);
+    ur_pin_leave(token);
     ur_cow_overlay(m->cow, c->base, c->data, UR_CHUNK_SIZE, c->bad, 0);
     c->fresh = 0;
     return;
@@ -413,6 +422,7 @@ static void read_chunk(const struct ur_pread_mem *m, struct ur_chunk *c) {
     }
     p = q;
   }
+  ur_pin_leave(token);
   /* Absent and zero, not unreadable (those are counted as they are met). */
   for (size_t w = 0; w < UR_CHUNK_PAGES / 64; w++) c->absent[w] = zero[w] & ~gone[w];
   c->absent_known = 1;
@@ -428,9 +438,10 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   c->absent_known = 0;
   int any = 0;
   uint64_t entries[UR_CHUNK_PAGES];
-  const uint64_t *pm =
-      read_entries(m->pagemap_fd, &m->vm_read_refused, addr, pages, entries) ? entries : NULL;
-  read_span(source_of(m), addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any, pm);
+  int token = read_entries(m->pagemap_fd, m->pid, &m->vm_read_refused, addr, pages, entries);
+  read_span(source_of(m), addr, c->data + (addr - c->base), (size_t)len, c->bad, first, &any,
+            token ? entries : NULL);
+  ur_pin_leave(token);
   ur_cow_overlay(m->cow, addr, c->data + (addr - c->base), (size_t)len, c->bad, first);
   c->fresh = 0;
   if (any) c->any_bad = 1;

@@ -17,6 +17,7 @@
 #include "child_sweep.h"
 #include "native.h"
 #include "pending_signals.h"
+#include "pin_gate.h"
 #include "seccomp_check.h"
 #include "snapshot.h"
 #include "thread_capture.h"
@@ -96,6 +97,7 @@ static void urgent_leave(Session *s) {
 static void do_release(Session *s) {
   if (s->state != ST_STOPPED) return;
   s->t_release_ns = ur_now_ns();
+  ur_pin_forbid(s->pid);
   ur_capture_release(&s->cap);
   s->t_end_ns = ur_now_ns();
   urgent_leave(s);
@@ -139,6 +141,8 @@ static void session_dealloc(Session *s) {
   /* From another thread ptrace would fail; the kernel still detaches
    * everything when the scanner exits. */
   if (!s->busy && (s->state != ST_STOPPED || s->owner_tid == gettid())) do_close(s);
+  /* Left stopped (the tracer thread's exit lets it go): no pin from now. */
+  if (s->state == ST_STOPPED) ur_pin_forbid(s->pid);
   Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -164,6 +168,7 @@ static PyObject *session_stop(Session *s, PyObject *args, PyObject *kwargs) {
   if (rc < 0) return ur_py_raise(rc, s->cap.err);
   s->owner_tid = gettid();
   s->state = ST_STOPPED;
+  ur_pin_allow(s->pid);
   s->t_start_ns = s->cap.t_first_seize_ns;
   s->t_interrupted_ns = s->cap.t_interrupted_ns;
   s->t_first_stop_ns = s->cap.t_first_stop_ns;
@@ -209,7 +214,9 @@ static PyObject *session_run_out(Session *s, PyObject *args) {
   int rc;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS
+  ur_pin_forbid(s->pid);
   rc = ur_capture_run_out(&s->cap, lo, hi, rounds);
+  if (rc >= 0) ur_pin_allow(s->pid);
   Py_END_ALLOW_THREADS
   s->busy = 0;
   if (rc < 0) return ur_py_raise(rc, "running a thread out of malloc failed");
@@ -236,7 +243,12 @@ static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) 
   pid_t child;
   s->busy = 1;
   Py_BEGIN_ALLOW_THREADS
+  /* The helper runs alone for its clone(): a fork of the target. It runs
+   * on after it, to reap the child, but clones no other while that child
+   * lives (native/shim/helper.c): the reads of what the child lacks pin. */
+  ur_pin_forbid(s->pid);
   child = ur_snapshot_take(&s->cap, helper, cmd_addr, err, sizeof(err));
+  if (child > 0) ur_pin_allow(s->pid);
   Py_END_ALLOW_THREADS
   s->busy = 0;
   if (child < 0) return ur_py_raise(child, err);

@@ -23,7 +23,7 @@ HARNESS = Path(__file__).parent / "c" / "walker_test.c"
 # and raw clones included, over the scanner's /proc reader and the pthread
 # team the scanner marks with.
 CORE = [
-    *native_sources("scanner", "memory.c", "cow.c", "pthread_team.c"),
+    *native_sources("scanner", "memory.c", "cow.c", "pin_gate.c", "pthread_team.c"),
     *cmake_sources("mark"),
     *cmake_sources("mark_child"),
 ]

@@ -119,7 +119,8 @@ def test_back_to_back_fork_scans_find_the_helper_free(targets):
     """The swept child is detached with SIGKILL in place of its own SIGSTOP
     and left to the target's helper to reap, the scanner not waiting for
     its exit: the next fork scan, at once, may find the helper still
-    waiting for it, lets it finish, and forks again; none is left after."""
+    waiting for it, waits for it before it stops the target
+    (capture/helper_free.py), and forks again; none is left after."""
     target = targets.start(PROGRAMS / "many.c", "200000", "50000")
     for _ in range(5):
         report = scan(target.pid, ScanOptions(snapshot="fork"))

@@ -215,3 +215,69 @@ def test_a_scanner_without_room_for_the_sweep_refuses_it(targets):
         assert (doc["sweep"], doc["leak_count"]) == ("child", target.int("leak_count"))
         assert cg.oom_kills() == 0
     assert target.alive() and target.tracer() == 0 and target.state() != "t"
+
+
+def test_a_scanner_under_a_limit_copies_no_more_than_its_room_without_the_shim(targets):
+    """The same 200 MiB heap in a process without the shim, the scanner in a
+    cgroup of 160 MiB: the copy it takes while the target is stopped is
+    bounded by the room its own cgroup leaves, as a shim target's is. The
+    copy that does not fit is refused (exit 2, one line) rather than the
+    scanner being OOM-killed mid-copy (--snapshot stopped); the
+    copy-on-write snapshot of the injected fork holds no copy and scans it."""
+    target = targets.start(PROGRAMS / "big_heap.c", "200", str(64 * 1024), preload=False)
+    with memory_cgroup("ur-scanner-noshim") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        cg.limit(160 * MIB)
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
+            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+
+        copied = cli("--snapshot", "stopped")
+        assert copied.returncode == 2, (copied.returncode, copied.stderr)
+        assert copied.stderr.count("\n") == 1, copied.stderr
+        assert "memory cgroup" in copied.stderr, copied.stderr
+        assert target.alive() and target.tracer() == 0 and target.state() != "t"
+        forked = cli("--json")
+        assert forked.returncode == 1, forked.stderr
+        doc = json.loads(forked.stdout)
+        # glibc's usable sizes: a chunk's size less its header, 8 more than asked.
+        count = target.int("leak_count")
+        assert (doc["leak_count"], doc["leak_bytes"]) == (
+            count,
+            target.int("leak_bytes") + 8 * count,
+        )
+        assert cg.oom_kills() == 0
+    assert target.alive() and target.tracer() == 0 and target.state() != "t"
+
+
+def test_a_scanner_without_room_for_the_sweep_refuses_it_without_the_shim(targets):
+    """The same 400k allocations in a process without the shim: their count
+    is known once glibc's heap is walked, and the sweep's room is checked
+    then, before the mark allocates. In a cgroup of 64 MiB the scan of the
+    injected fork's child was OOM-killed; now it refuses (exit 2, one line),
+    the target as it was. With room, the same scanner scans it."""
+    target = targets.start(PROGRAMS / "many.c", str(LIVE), str(LEAKED), preload=False)
+    with memory_cgroup("ur-scanner-sweep-noshim") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
+            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+
+        cg.limit(64 * MIB)
+        res = cli()
+        assert res.returncode == 2, (res.returncode, res.stderr)
+        assert res.stderr.count("\n") == 1 and "memory cgroup" in res.stderr, res.stderr
+        counted = re.search(r"sweeping (\d+) allocations", res.stderr)
+        assert counted and int(counted.group(1)) >= LIVE + LEAKED, res.stderr
+        assert cg.oom_kills() == 0
+        wait_until(lambda: children(target.pid) == [], what="snapshot child gone")
+        assert target.alive() and target.tracer() == 0 and target.state() != "t"
+        cg.limit(512 * MIB)
+        done = cli("--json")
+        assert done.returncode == 1, done.stderr
+        assert json.loads(done.stdout)["leak_count"] == target.int("leak_count")
+    assert target.alive() and target.tracer() == 0 and target.state() != "t"

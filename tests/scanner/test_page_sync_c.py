@@ -40,7 +40,8 @@ def run_scanner_c(name: str, sources: list[Path]) -> str:
 
 def test_page_sync() -> None:
     out = run_scanner_c(
-        "page_sync_test", native_sources("scanner", "page_sync.c", "memory.c", "cow.c")
+        "page_sync_test",
+        native_sources("scanner", "page_sync.c", "memory.c", "cow.c", "pin_gate.c"),
     )
     if out.startswith("skip:"):
         pytest.skip(out)
@@ -49,8 +50,11 @@ def test_page_sync() -> None:
 
 def test_read_live() -> None:
     """ur_mem_read_live (c/read_live_test.c): process_vm_readv for the pages
-    a process maps alone, /proc/PID/mem for the rest, spans of any alignment."""
+    a stopped process maps alone while the pin gate is open for it,
+    /proc/PID/mem for the rest, spans of any alignment."""
     assert (
-        run_scanner_c("read_live_test", native_sources("scanner", "memory.c", "cow.c"))
+        run_scanner_c(
+            "read_live_test", native_sources("scanner", "memory.c", "cow.c", "pin_gate.c")
+        )
         == "ok read_live"
     )

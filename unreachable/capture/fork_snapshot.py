@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 from unreachable import _native
+from unreachable.capture.helper_free import wait_helper_free
 from unreachable.capture.kept_out_of_fork import read_kept_out
 from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
 from unreachable.capture.target import Target, current_helper_tid
@@ -60,13 +61,19 @@ def _why_no_fork(capture: Capture, pid: int, helper_tid: int, unread_filter_ok: 
 def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
     pid = target.pid
     helper_tid, helper_cmd = target.header.helper_tid, target.header.helper_cmd
+    # A previous scan's child or tracking still ending: waited for before
+    # the stop, not inside it (helper_free.py).
+    if (busy := wait_helper_free(target)) and request.must:
+        raise TargetUnscannable(f"{request.must}{busy}")
     # Room for what the child lacks, its pages touched while the target runs.
     request.kept_out.make_room()
     with ExitStack() as cleanup:
         capture = stop_world(target, request.roots, cleanup, urgent=True)
         if helper_tid not in {t.tid for t in capture.threads}:
             helper_tid = current_helper_tid(target)  # replaced since it was read
-        capture.snapshot_error = _why_no_fork(capture, pid, helper_tid, request.unread_filter_ok)
+        capture.snapshot_error = busy or _why_no_fork(
+            capture, pid, helper_tid, request.unread_filter_ok
+        )
         if not capture.snapshot_error:
             session = capture.tracer
             try:

@@ -62,11 +62,17 @@ class ScannerRoom:
         this process over its limit: the kernel would OOM-kill it mid-sweep
         (and under systemd's default OOMPolicy= stop the daemon it runs in).
         A copy already made is charged; otherwise its budget is kept free."""
-        if self.at_start is None:
+        if self.at_start is not None:
+            self.check_sweep_of(expected_allocations(memory, addr), copied, fallback)
+
+    def check_sweep_of(self, expected: int | None, copied: bool, fallback: str = "") -> None:
+        """check_outside_sweep for a count known otherwise: a process
+        without the shim, once its glibc heap is walked (before the mark,
+        which takes most of it)."""
+        if self.at_start is None or expected is None:
             return
         room = memory_headroom(os.getpid())
-        expected = expected_allocations(memory, addr)
-        if room is None or expected is None:
+        if room is None:
             return
         free = room - (0 if copied else self.cache_budget)
         if why := no_room_for_outside_sweep(free, expected):
@@ -108,6 +114,9 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     try:
         target = open_target(pid)
     except TargetNotShimmed as e:
+        # First, as under the shim: the copy made in the pause and what the
+        # injected fork's pause reads are bounded by this cgroup's room.
+        scanner_room = ScannerRoom.now()
         glibc = runs_without_shim(pid)
         anonymous = resident_anonymous_bytes(pid) if glibc else 0
         # What the injected fork's child would lack, read where auto may take one.
@@ -119,6 +128,7 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
             glibc_heap=glibc,
             anonymous_bytes=anonymous,
             kept_out=fork_flags(pid) if may_fork else ForkFlags(),
+            scanner_room=scanner_room,
         )
     pid = target.pid
     # Counted before any snapshot: a copy-on-write copy's protection holds a

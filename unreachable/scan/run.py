@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from unreachable import _native
 from unreachable.capture.copy_snapshot import cow_broken
 from unreachable.capture.target import still_running
 from unreachable.capture.write_tracking import TrackingUnavailable, ended
@@ -316,6 +317,9 @@ def _sweep(
             if child is None and addr is not None:
                 room.check_outside_sweep(held.memory, addr, held.snapshot == "copy", sweep_note)
             allocations = find_allocations(got.source, held.memory, mappings, held.threads, child)
+            if child is None and addr is None:  # glibc's heap, walked: its count now known
+                copied = isinstance(held.memory, _native.MemoryCopy)
+                room.check_sweep_of(allocations.registry.count, copied, sweep_note)
             note("allocations")
             roots = find_roots(held.memory, mappings, held.threads, allocations, inputs)
             over = MarkOver.of(held, mappings)

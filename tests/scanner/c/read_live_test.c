@@ -1,9 +1,10 @@
-/* ur_mem_read_live (memory.c) against a real child: the pages the child
- * maps alone come through process_vm_readv, the pages it shares
- * copy-on-write with this process through /proc/PID/mem and stay shared,
- * a page the call cannot read (made PROT_NONE) through /proc/PID/mem
- * after it, and every span, aligned or not, reads what the child holds.
- * Built with ASan+UBSan. */
+/* ur_mem_read_live (memory.c) against a real child: while it is stopped
+ * and the pin gate open for it (pin_gate.h), the pages the child maps
+ * alone come through process_vm_readv, the pages it shares copy-on-write
+ * with this process through /proc/PID/mem and stay shared, a page the call
+ * cannot read (made PROT_NONE) through /proc/PID/mem after it; with the
+ * gate shut, everything through /proc/PID/mem. Either way every span,
+ * aligned or not, reads what the child holds. Built with ASan+UBSan. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "memory.h"
+#include "pin_gate.h"
 #include "unit_test.h"
 
 #define PAGES 64
@@ -76,16 +78,22 @@ int main(void) {
   CHECK(fd >= 0 && pm >= 0);
   CHECK_EQ(exclusive_pages(pm, shared), 0);
   CHECK_EQ(exclusive_pages(pm, own), PAGES);
-  int refused = 0;
+  int refused = 0, status;
+  CHECK(kill(pid, SIGSTOP) == 0 && waitpid(pid, &status, WUNTRACED) == pid);
+  ur_pin_allow(pid);
   const size_t spans[][2] = {{0, PAGES * PG},        {1, 100},
                              {PG - 3, 7},            {5 * PG + 17, 9 * PG},
                              {LOCKED * PG - 8, 16},  {0, LOCKED * PG + 1},
                              {3 * PG, 40 * PG}};
-  for (size_t k = 0; k < sizeof spans / sizeof spans[0]; k++) {
-    check_span(fd, pm, pid, &refused, own, spans[k][0], spans[k][1], own_byte);
-    check_span(fd, pm, pid, &refused, shared, spans[k][0], spans[k][1], shared_byte);
+  for (int open_gate = 1; open_gate >= 0; open_gate--) {
+    if (!open_gate) ur_pin_forbid(pid);
+    for (size_t k = 0; k < sizeof spans / sizeof spans[0]; k++) {
+      check_span(fd, pm, pid, &refused, own, spans[k][0], spans[k][1], own_byte);
+      check_span(fd, pm, pid, &refused, shared, spans[k][0], spans[k][1], shared_byte);
+    }
   }
   CHECK_EQ(refused, 0);
+  CHECK(kill(pid, SIGCONT) == 0);
   /* Still shared: a pin would have unshared them into the child. */
   CHECK_EQ(exclusive_pages(pm, shared), 0);
   close(done[1]);
