@@ -36,6 +36,7 @@ import struct
 import time
 from array import array
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -373,8 +374,9 @@ def concurrent_sweep(
     pid, addr = target.pid, target.shim.descriptor_addr
     rearm = _Rearm(pid)
     try:
-        with tracked_writes(target):
-            return _sweep(target, pid, addr, rearm, give_way_ms, mark_threads)
+        with ExitStack() as tracking:
+            tracking.enter_context(tracked_writes(target))
+            return _sweep(target, pid, addr, rearm, give_way_ms, mark_threads, tracking.close)
     except GaveWay:
         rearm.close()
         wait_untracked(target)
@@ -464,6 +466,7 @@ def _sweep(
     rearm: _Rearm,
     give_way_ms: float | None,
     mark_threads: int,
+    end_tracking: Callable[[], object],
 ) -> ConcurrentSweep:
     released: list[float] = []
     maps0 = read_maps(pid)
@@ -510,6 +513,7 @@ def _sweep(
         rearm,
         give_way_ms,
         team,
+        end_tracking,
     )
 
 
@@ -615,8 +619,10 @@ def _mark(
     rearm: _Rearm,
     give_way_ms: float | None,
     team: int,
+    end_tracking: Callable[[], object],
 ) -> ConcurrentSweep:
     plan = _Rounds(pid, _registry_spans(pid, addr, maps1), rearm, pause1, give_way_ms, team)
+    plan.end_tracking = end_tracking
     if give_way_ms is not None:
         plan.probe()
     # The first mark, over the live memory.
@@ -690,6 +696,9 @@ class _Rounds:
     read_bytes: int = 0
     read_s: float = 0.0
     pending: bytes = b""  # the rounds' words that the last stop decides on (remark)
+    # Takes the write tracking down (in the background, write_tracking.py
+    # end_in_background): called once the last stop is released.
+    end_tracking: Callable[[], object] | None = None
 
     def predict_ms(self, walk_s: float, nbytes: int) -> float:
         """The last stop, were it taken now: the first stop's length, the
@@ -908,6 +917,12 @@ def _finish(
 ) -> ConcurrentSweep:
     rounds, rescued = plan.run(cands, state, store)
     after = _second_stop(target, pid, addr, copy, second, plan.pending, released)
+    # Nothing after the last stop reads a written page (its pages were read
+    # in it): the tracking's teardown, a walk of the target's page tables,
+    # runs beside the decoding, the re-mark and the fold rather than after
+    # the report, where the process's exit waited for it.
+    if plan.end_tracking is not None:
+        plan.end_tracking()
     threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = after
     final = _read_registry(copy, addr, threads2)
     rounds.append(len(page_bytes))
