@@ -30,6 +30,7 @@ docs/pause.md ("The concurrent mark") argues why no leak can be invented.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import struct
@@ -39,6 +40,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import accumulate
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry, read_registry, settle_gone_threads
@@ -213,7 +215,10 @@ def _subtract(ranges: list[tuple[int, int]], holes: Sequence[Span3]) -> list[tup
 
 
 def _pairs(packed: bytes) -> list[tuple[int, int]]:
-    return [(r["begin"], r["end"]) for r in _native.abi_decode_array("ur_range", packed)]
+    """Packed ur_range pairs (two u64 each) as tuples: a memoryview's slices,
+    not a dict per range (thousands: a candidate's entry page each)."""
+    words = memoryview(packed).cast("Q")
+    return list(zip(words[::2], words[1::2], strict=True))
 
 
 def _candidate_spans(
@@ -223,11 +228,17 @@ def _candidate_spans(
     of the candidates' entries (_native.size_map_pages): a copy of these
     decodes each candidate as a whole copy would. A map made after bodies
     were found is copied whole."""
-    holes = [(b, e, 0) for b, e in bodies]
+    holes = sorted((b, e, 0) for b, e in bodies)
+    pages = sorted(pages)
+    begins = [pb for pb, _ in pages]
+    # The furthest end up to each page: every page before the first whose
+    # reach passes b ends at or before b.
+    reach = list(accumulate((pe for _, pe in pages), max))
     out: list[Span3] = []
     for b, e, flags in spans:
         kept = _subtract([(b, e)], holes)
-        kept += [(max(pb, b), min(pe, e)) for pb, pe in pages if pb < e and b < pe]
+        first, last = bisect.bisect_right(reach, b), bisect.bisect_left(begins, e)
+        kept += [(max(pb, b), min(pe, e)) for pb, pe in pages[first:last] if pb < e and b < pe]
         out += [(lo, hi, flags) for lo, hi in _merge(kept)]
     return out
 
