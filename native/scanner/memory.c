@@ -447,6 +447,91 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
   if (any) c->any_bad = 1;
 }
 
+/* read_span for n (addr, len) page runs of the chunk at cbase (its buffer
+ * data), ascending and disjoint, given the pagemap entries of the pages
+ * from pm_lo on: the pages the process maps alone, of every run, in one
+ * process_vm_readv; every other page, and whatever the call did not read,
+ * through /proc/PID/mem. */
+static void read_runs(struct live_source src, uint64_t cbase, uint8_t *data, const uint64_t *runs,
+                      size_t n, uint64_t *bad, int *any_bad, const uint64_t *pm, uint64_t pm_lo) {
+  struct iovec local[UR_CHUNK_PAGES], remote[UR_CHUNK_PAGES];
+  size_t nv = 0;
+  for (size_t k = 0; k < n; k++) {
+    uint64_t addr = runs[2 * k];
+    size_t pages = (size_t)(runs[2 * k + 1] >> UR_PAGE_SHIFT);
+    const uint64_t *e = pm + ((addr - pm_lo) >> UR_PAGE_SHIFT);
+    for (size_t p = 0; p < pages;) {
+      int pin = pinnable(e[p]);
+      size_t q = p + 1;
+      while (q < pages && pinnable(e[q]) == pin) q++;
+      uint64_t at = addr + ((uint64_t)p << UR_PAGE_SHIFT);
+      size_t bytes = (q - p) << UR_PAGE_SHIFT;
+      if (pin && nv < UR_CHUNK_PAGES) {
+        local[nv] = (struct iovec){data + (at - cbase), bytes};
+        remote[nv] = (struct iovec){(void *)(uintptr_t)at, bytes};
+        nv++;
+      } else {
+        read_pages(src.fd, at, data + (at - cbase), bytes, bad,
+                   (size_t)((at - cbase) >> UR_PAGE_SHIFT), any_bad);
+      }
+      p = q;
+    }
+  }
+  if (!nv) return;
+  ssize_t got = process_vm_readv(src.pid, local, (unsigned long)nv, remote, (unsigned long)nv, 0);
+  if (got < 0) {
+    if (errno == EPERM || errno == ENOSYS) __atomic_store_n(src.refused, 1, __ATOMIC_RELAXED);
+    got = 0;
+  }
+  __atomic_fetch_add(src.vm_bytes, (uint64_t)got, __ATOMIC_RELAXED);
+  /* It stops at the first page it cannot read (gone since the pagemap was
+   * read): the rest of the runs the page-by-page way. */
+  size_t done = (size_t)got;
+  for (size_t k = 0; k < nv; k++) {
+    if (done >= local[k].iov_len) {
+      done -= local[k].iov_len;
+      continue;
+    }
+    size_t skip = done & ~(size_t)(UR_PAGE_SIZE - 1);
+    done = 0;
+    uint64_t at = (uint64_t)(uintptr_t)remote[k].iov_base + skip;
+    read_pages(src.fd, at, (uint8_t *)local[k].iov_base + skip, local[k].iov_len - skip, bad,
+               (size_t)((at - cbase) >> UR_PAGE_SHIFT), any_bad);
+  }
+}
+
+void ur_mem_read_runs_into(const struct ur_pread_mem *m, struct ur_chunk *c, const uint64_t *runs,
+                           size_t n) {
+  if (n == 0) return;
+  uint64_t lo = runs[0], hi = runs[2 * n - 2] + runs[2 * n - 1];
+  uint64_t entries[UR_CHUNK_PAGES];
+  int have = read_entries(m->pagemap_fd, &m->vm_read_refused, lo,
+                          (size_t)((hi - lo) >> UR_PAGE_SHIFT), entries);
+  int any = 0;
+  c->absent_known = 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t first = (size_t)((runs[2 * k] - c->base) >> UR_PAGE_SHIFT);
+    for (size_t p = first; p < first + (runs[2 * k + 1] >> UR_PAGE_SHIFT); p++)
+      c->bad[p / 64] &= ~(UINT64_C(1) << (p % 64));
+  }
+  if (have) {
+    read_runs(source_of(m), c->base, c->data, runs, n, c->bad, &any, entries, lo);
+  } else {
+    for (size_t k = 0; k < n; k++) {
+      uint64_t addr = runs[2 * k];
+      read_span(source_of(m), addr, c->data + (addr - c->base), (size_t)runs[2 * k + 1], c->bad,
+                (size_t)((addr - c->base) >> UR_PAGE_SHIFT), &any, NULL);
+    }
+  }
+  for (size_t k = 0; k < n; k++) {
+    uint64_t addr = runs[2 * k];
+    ur_cow_overlay(m->cow, addr, c->data + (addr - c->base), (size_t)runs[2 * k + 1], c->bad,
+                   (size_t)((addr - c->base) >> UR_PAGE_SHIFT));
+  }
+  c->fresh = 0;
+  if (any) c->any_bad = 1;
+}
+
 static struct ur_chunk *load_chunk(struct ur_pread_mem *m, uint64_t base) {
   struct ur_chunk *c = reserve_chunk(m, base);
   read_chunk(m, c);

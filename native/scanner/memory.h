@@ -171,6 +171,14 @@ size_t ur_mem_read_cached(struct ur_pread_mem *m, uint64_t addr, void *buf, size
  * (ur_mem_chunk). Touches only that chunk. */
 void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t addr,
                       uint64_t len);
+/* ur_mem_read_into for n (addr, len) page runs of one chunk, ascending and
+ * disjoint: the pagemap of the pages from the first to the last read once,
+ * and the pages the process maps alone, of every run, in one
+ * process_vm_readv (the concurrent mark's second registry copy holds a few
+ * scattered pages of each chunk of the size maps: a read of the pagemap and
+ * a call a page). */
+void ur_mem_read_runs_into(const struct ur_pread_mem *m, struct ur_chunk *c, const uint64_t *runs,
+                           size_t n);
 
 /* The slot holding the chunk at base, or NULL. */
 struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base);

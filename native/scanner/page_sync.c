@@ -183,13 +183,26 @@ struct read_job {
   unsigned k, threads;
 };
 
-/* A chunk's runs all go to one thread: runs of one chunk share its bitmaps. */
+/* A chunk's runs all go to one thread: runs of one chunk share its bitmaps.
+ * Its runs that follow each other in ascending order are read together
+ * (ur_mem_read_runs_into). */
 static void *read_part(void *arg) {
   const struct read_job *j = arg;
-  for (size_t i = 0; i < j->n; i++) {
+  uint64_t pairs[2 * UR_CHUNK_PAGES];
+  for (size_t i = 0; i < j->n;) {
     const struct read_run *r = &j->runs[i];
-    if ((size_t)(r->chunk - j->m->chunks) % j->threads == j->k)
-      ur_mem_read_into(j->m, r->chunk, r->addr, r->len);
+    size_t e = i + 1;
+    while (e < j->n && e - i < UR_CHUNK_PAGES && j->runs[e].chunk == r->chunk &&
+           j->runs[e].addr >= j->runs[e - 1].addr + j->runs[e - 1].len)
+      e++;
+    if ((size_t)(r->chunk - j->m->chunks) % j->threads == j->k) {
+      for (size_t q = i; q < e; q++) {
+        pairs[2 * (q - i)] = j->runs[q].addr;
+        pairs[2 * (q - i) + 1] = j->runs[q].len;
+      }
+      ur_mem_read_runs_into(j->m, r->chunk, pairs, e - i);
+    }
+    i = e;
   }
   return NULL;
 }

@@ -19,12 +19,13 @@ import pytest
 from tests.support.tracking import copy_unsupported, wait_untracked
 from unreachable import _native
 from unreachable.allocations.registry import read_registry
+from unreachable.capture import write_tracking
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import read_maps
-from unreachable.scan import ScanOptions, scan
+from unreachable.scan import ScanOptions, concurrent, scan
 from unreachable.scan.concurrent import (
     _candidate_spans,
     _held_spans,
@@ -70,6 +71,32 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
         exact(target, report)
         assert report.snapshot == "concurrent"
     wait_untracked(target.pid)
+    assert target.alive() and target.tracer() == 0
+
+
+@needs_tracking
+def test_the_tracking_ends_once_the_last_stop_is_released(targets, monkeypatch):
+    """Nothing after the second stop reads a written page: the tracking's
+    teardown (a walk of the target's page tables) has begun by the time the
+    registry of that stop is decoded, beside it rather than after the
+    report, and the verdicts stay exact."""
+    target = targets.start(HERE / "programs" / "mover.c")
+    seen: list[int] = []
+    decode = concurrent._read_registry
+
+    def spied(copy, addr, threads):
+        seen.append(len(write_tracking._ending.get(target.pid, [])))
+        return decode(copy, addr, threads)
+
+    monkeypatch.setattr(concurrent, "_read_registry", spied)
+    for _ in range(3):
+        seen.clear()
+        report = scan(target.pid, ScanOptions(snapshot="concurrent"))
+        exact(target, report)
+        assert report.snapshot == "concurrent"
+        # The first stop's registry, then the second's.
+        assert len(seen) == 2 and seen[0] == 0 and seen[1] >= 1, seen
+        wait_untracked(target.pid)
     assert target.alive() and target.tracer() == 0
 
 

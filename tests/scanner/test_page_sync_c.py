@@ -58,3 +58,13 @@ def test_read_live() -> None:
         )
         == "ok read_live"
     )
+
+
+def test_read_runs() -> None:
+    """ur_mem_read_runs_into (c/read_runs_test.c): scattered runs of one chunk
+    read in one pass, shared pages through /proc/PID/mem and left shared,
+    the process's own through one process_vm_readv, an unreadable page bad."""
+    assert (
+        run_scanner_c("read_runs_test", native_sources("scanner", "memory.c", "cow.c"))
+        == "ok read_runs"
+    )

@@ -30,14 +30,17 @@ docs/pause.md ("The concurrent mark") argues why no leak can be invented.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import struct
 import time
 from array import array
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from functools import partial
+from itertools import accumulate
 
 from unreachable import _native
 from unreachable.allocations.registry import Registry, read_registry, settle_gone_threads
@@ -212,7 +215,10 @@ def _subtract(ranges: list[tuple[int, int]], holes: Sequence[Span3]) -> list[tup
 
 
 def _pairs(packed: bytes) -> list[tuple[int, int]]:
-    return [(r["begin"], r["end"]) for r in _native.abi_decode_array("ur_range", packed)]
+    """Packed ur_range pairs (two u64 each) as tuples: a memoryview's slices,
+    not a dict per range (thousands: a candidate's entry page each)."""
+    words = memoryview(packed).cast("Q")
+    return list(zip(words[::2], words[1::2], strict=True))
 
 
 def _candidate_spans(
@@ -222,11 +228,17 @@ def _candidate_spans(
     of the candidates' entries (_native.size_map_pages): a copy of these
     decodes each candidate as a whole copy would. A map made after bodies
     were found is copied whole."""
-    holes = [(b, e, 0) for b, e in bodies]
+    holes = sorted((b, e, 0) for b, e in bodies)
+    pages = sorted(pages)
+    begins = [pb for pb, _ in pages]
+    # The furthest end up to each page: every page before the first whose
+    # reach passes b ends at or before b.
+    reach = list(accumulate((pe for _, pe in pages), max))
     out: list[Span3] = []
     for b, e, flags in spans:
         kept = _subtract([(b, e)], holes)
-        kept += [(max(pb, b), min(pe, e)) for pb, pe in pages if pb < e and b < pe]
+        first, last = bisect.bisect_right(reach, b), bisect.bisect_left(begins, e)
+        kept += [(max(pb, b), min(pe, e)) for pb, pe in pages[first:last] if pb < e and b < pe]
         out += [(lo, hi, flags) for lo, hi in _merge(kept)]
     return out
 
@@ -373,8 +385,9 @@ def concurrent_sweep(
     pid, addr = target.pid, target.shim.descriptor_addr
     rearm = _Rearm(pid)
     try:
-        with tracked_writes(target):
-            return _sweep(target, pid, addr, rearm, give_way_ms, mark_threads)
+        with ExitStack() as tracking:
+            tracking.enter_context(tracked_writes(target))
+            return _sweep(target, pid, addr, rearm, give_way_ms, mark_threads, tracking.close)
     except GaveWay:
         rearm.close()
         wait_untracked(target)
@@ -464,6 +477,7 @@ def _sweep(
     rearm: _Rearm,
     give_way_ms: float | None,
     mark_threads: int,
+    end_tracking: Callable[[], object],
 ) -> ConcurrentSweep:
     released: list[float] = []
     maps0 = read_maps(pid)
@@ -510,6 +524,7 @@ def _sweep(
         rearm,
         give_way_ms,
         team,
+        end_tracking,
     )
 
 
@@ -615,8 +630,10 @@ def _mark(
     rearm: _Rearm,
     give_way_ms: float | None,
     team: int,
+    end_tracking: Callable[[], object],
 ) -> ConcurrentSweep:
     plan = _Rounds(pid, _registry_spans(pid, addr, maps1), rearm, pause1, give_way_ms, team)
+    plan.end_tracking = end_tracking
     if give_way_ms is not None:
         plan.probe()
     # The first mark, over the live memory.
@@ -690,6 +707,9 @@ class _Rounds:
     read_bytes: int = 0
     read_s: float = 0.0
     pending: bytes = b""  # the rounds' words that the last stop decides on (remark)
+    # Takes the write tracking down (in the background, write_tracking.py
+    # end_in_background): called once the last stop is released.
+    end_tracking: Callable[[], object] | None = None
 
     def predict_ms(self, walk_s: float, nbytes: int) -> float:
         """The last stop, were it taken now: the first stop's length, the
@@ -908,6 +928,12 @@ def _finish(
 ) -> ConcurrentSweep:
     rounds, rescued = plan.run(cands, state, store)
     after = _second_stop(target, pid, addr, copy, second, plan.pending, released)
+    # Nothing after the last stop reads a written page (its pages were read
+    # in it): the tracking's teardown, a walk of the target's page tables,
+    # runs beside the decoding, the re-mark and the fold rather than after
+    # the report, where the process's exit waited for it.
+    if plan.end_tracking is not None:
+        plan.end_tracking()
     threads2, held2, maps2, runs, page_bytes, altstacks, pause2, stop2 = after
     final = _read_registry(copy, addr, threads2)
     rounds.append(len(page_bytes))
