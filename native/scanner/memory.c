@@ -505,8 +505,8 @@ void ur_mem_read_runs_into(const struct ur_pread_mem *m, struct ur_chunk *c, con
   if (n == 0) return;
   uint64_t lo = runs[0], hi = runs[2 * n - 2] + runs[2 * n - 1];
   uint64_t entries[UR_CHUNK_PAGES];
-  int have = read_entries(m->pagemap_fd, &m->vm_read_refused, lo,
-                          (size_t)((hi - lo) >> UR_PAGE_SHIFT), entries);
+  int token = read_entries(m->pagemap_fd, m->pid, &m->vm_read_refused, lo,
+                           (size_t)((hi - lo) >> UR_PAGE_SHIFT), entries);
   int any = 0;
   c->absent_known = 0;
   for (size_t k = 0; k < n; k++) {
@@ -514,8 +514,9 @@ void ur_mem_read_runs_into(const struct ur_pread_mem *m, struct ur_chunk *c, con
     for (size_t p = first; p < first + (runs[2 * k + 1] >> UR_PAGE_SHIFT); p++)
       c->bad[p / 64] &= ~(UINT64_C(1) << (p % 64));
   }
-  if (have) {
+  if (token) {
     read_runs(source_of(m), c->base, c->data, runs, n, c->bad, &any, entries, lo);
+    ur_pin_leave(token);
   } else {
     for (size_t k = 0; k < n; k++) {
       uint64_t addr = runs[2 * k];

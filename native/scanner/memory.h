@@ -174,7 +174,8 @@ void ur_mem_read_into(const struct ur_pread_mem *m, struct ur_chunk *c, uint64_t
 /* ur_mem_read_into for n (addr, len) page runs of one chunk, ascending and
  * disjoint: the pagemap of the pages from the first to the last read once,
  * and the pages the process maps alone, of every run, in one
- * process_vm_readv (the concurrent mark's second registry copy holds a few
+ * process_vm_readv while the pin gate allows it (the concurrent mark's
+ * second stop: its second registry copy holds a few
  * scattered pages of each chunk of the size maps: a read of the pagemap and
  * a call a page). */
 void ur_mem_read_runs_into(const struct ur_pread_mem *m, struct ur_chunk *c, const uint64_t *runs,

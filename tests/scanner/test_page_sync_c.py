@@ -63,8 +63,11 @@ def test_read_live() -> None:
 def test_read_runs() -> None:
     """ur_mem_read_runs_into (c/read_runs_test.c): scattered runs of one chunk
     read in one pass, shared pages through /proc/PID/mem and left shared,
-    the process's own through one process_vm_readv, an unreadable page bad."""
+    the process's own through one process_vm_readv while the pin gate is
+    open, none with it shut, the page it made PROT_NONE read all the same."""
     assert (
-        run_scanner_c("read_runs_test", native_sources("scanner", "memory.c", "cow.c"))
+        run_scanner_c(
+            "read_runs_test", native_sources("scanner", "memory.c", "cow.c", "pin_gate.c")
+        )
         == "ok read_runs"
     )

@@ -7,7 +7,9 @@
  * runs come through /proc/PID/mem, which reads it), no page is bad, the pages between the runs are left as they were,
  * only the child's own pages come through process_vm_readv, and the shared
  * pages stay shared (a pin would have unshared them into the child).
- * Built with ASan+UBSan. */
+ * The child waits in a read, as if held stopped, and the pin gate is opened
+ * for it (pin_gate.h); with the gate shut, every page comes through
+ * /proc/PID/mem. Built with ASan+UBSan. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include "memory.h"
+#include "pin_gate.h"
 #include "unit_test.h"
 
 #define PG 4096ul
@@ -82,20 +85,25 @@ int main(void) {
     for (size_t p = spans[k][0]; p < spans[k][0] + spans[k][1]; p++)
       own += p >= HALF && p < LOCKED;
   }
-  memset(ch->data, 0xee, UR_CHUNK_SIZE);
-  ur_mem_read_runs_into(&m, ch, runs, n);
-  for (size_t p = 0; p < UR_CHUNK_PAGES; p++) {
-    int in = 0;
-    for (size_t k = 0; k < n; k++) in |= p >= spans[k][0] && p < spans[k][0] + spans[k][1];
-    CHECK_EQ((int)(ch->bad[p / 64] >> (p % 64) & 1), 0);
-    for (size_t i = p * PG; i < (p + 1) * PG; i += 509) {
-      uint8_t want = in ? byte_at(i) : 0xee;
-      CHECK_EQ(ch->data[i], want);
+  for (int open_gate = 1; open_gate >= 0; open_gate--) {
+    if (open_gate) ur_pin_allow(pid);
+    else ur_pin_forbid(pid);
+    uint64_t before = m.bytes_vm_read;
+    memset(ch->data, 0xee, UR_CHUNK_SIZE);
+    ur_mem_read_runs_into(&m, ch, runs, n);
+    for (size_t p = 0; p < UR_CHUNK_PAGES; p++) {
+      int in = 0;
+      for (size_t k = 0; k < n; k++) in |= p >= spans[k][0] && p < spans[k][0] + spans[k][1];
+      CHECK_EQ((int)(ch->bad[p / 64] >> (p % 64) & 1), 0);
+      for (size_t i = p * PG; i < (p + 1) * PG; i += 509) {
+        uint8_t want = in ? byte_at(i) : 0xee;
+        CHECK_EQ(ch->data[i], want);
+      }
     }
+    /* The call stops at the locked page; the rest came through /proc/PID/mem. */
+    CHECK_EQ(m.bytes_vm_read - before, open_gate ? own * PG : 0);
+    CHECK_EQ(exclusive(m.pagemap_fd, base, 0, HALF), 0);
   }
-  /* The call stops at the locked page; the rest came through /proc/PID/mem. */
-  CHECK_EQ(m.bytes_vm_read, own * PG);
-  CHECK_EQ(exclusive(m.pagemap_fd, base, 0, HALF), 0);
   ur_mem_close(&m);
   close(done[1]);
   waitpid(pid, NULL, 0);
