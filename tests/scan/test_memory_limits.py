@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,16 @@ def _leave_room(cg: MemoryCgroup, pid: int, room: int) -> None:
     cg.limit(cg.usage() + room - (seen - room))
     seen = memory_headroom(pid)
     assert seen is not None and abs(seen - room) < 2 * MIB, (seen, room)
+
+
+def _scanner_in(cg: MemoryCgroup, pid: int) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """The CLI scanning pid from inside the cgroup cg."""
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid), *args]
+        return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+
+    return cli
 
 
 def _exact_and_released(target, report) -> None:
@@ -159,10 +170,7 @@ def test_a_scanner_under_a_limit_copies_no_more_than_its_room(targets):
         if cg is None:
             pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
         cg.limit(160 * MIB)
-
-        def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
-            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+        cli = _scanner_in(cg, target.pid)
 
         stopped = cli("--snapshot", "stopped", "--json")
         assert stopped.returncode == 1, stopped.stderr
@@ -195,10 +203,7 @@ def test_a_scanner_without_room_for_the_sweep_refuses_it(targets):
         if cg is None:
             pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
         cg.limit(64 * MIB)
-
-        def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
-            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+        cli = _scanner_in(cg, target.pid)
 
         for mode in ("stopped", "fork"):
             res = cli("--snapshot", mode, "--sweep", "scanner")
@@ -229,10 +234,7 @@ def test_a_scanner_under_a_limit_copies_no_more_than_its_room_without_the_shim(t
         if cg is None:
             pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
         cg.limit(160 * MIB)
-
-        def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
-            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+        cli = _scanner_in(cg, target.pid)
 
         copied = cli("--snapshot", "stopped")
         assert copied.returncode == 2, (copied.returncode, copied.stderr)
@@ -262,10 +264,7 @@ def test_a_scanner_without_room_for_the_sweep_refuses_it_without_the_shim(target
     with memory_cgroup("ur-scanner-sweep-noshim") as cg:
         if cg is None:
             pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
-
-        def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            cmd = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid), *args]
-            return subprocess.run(cmd, preexec_fn=cg.enter, capture_output=True, text=True)
+        cli = _scanner_in(cg, target.pid)
 
         cg.limit(64 * MIB)
         res = cli()
