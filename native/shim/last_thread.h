@@ -6,6 +6,9 @@
  * with the helper left, the process stayed, its leader a zombie, every
  * signal but SIGKILL left pending (the helper blocks them), and its parent
  * waited for ever (sshd's monitor for its preauth child).
+ *
+ * The leader's state and exit code, and the threads left, are read from
+ * /proc/self: where it is missing (a chroot without /proc) nothing is done.
  */
 #ifndef UR_LAST_THREAD_H
 #define UR_LAST_THREAD_H
