@@ -16,6 +16,7 @@
 #include "child.h"
 #include "give_back.h"
 #include "huge_arenas.h"
+#include "last_thread.h"
 #include "self_maps.h"
 #include "single_thread.h"
 #include "state.h"
@@ -265,6 +266,7 @@ static void *helper_main(void *arg) {
     /* Not while writes are tracked: the pages given back are written again. */
     if (!tracking_ns && now_ns() >= give_back_due) {
       ur_tls.busy++;
+      ur_last_thread_check();
       ur_give_back_step();
       ur_tls.busy--;
       give_back_due = now_ns() + UR_GIVE_BACK_PERIOD_NS;

@@ -87,3 +87,16 @@ def test_threads_that_fork_at_once_while_others_unwind_all_finish(shim: Path) ->
     for unwinding threads that no longer woke it (glibc's
     tst-malloc-fork-deadlock under backtrace=16, about one run in a hundred)."""
     assert run_ok(program("fork_gate.c"), shim=shim, options="backtrace=16") == "OK\n"
+
+
+@pytest.mark.parametrize("options", ["backtrace=16", "backtrace=16 free_track=10"])
+def test_a_program_in_its_own_seccomp_sandbox_is_not_killed_by_the_unwinder(
+    shim: Path, options: str
+) -> None:
+    """A child that installs a seccomp filter (OpenSSH's preauth child) and
+    then allocates through a frame without unwind information: libunwind's
+    address check called mincore(), which the filter refused, and the
+    kernel killed the thread (sshd's login hung behind the helper thread)."""
+    exe = program("seccomp_sandbox.c")
+    assert run_ok(exe, shim=shim, options=options).strip() == "ok"
+    assert run_ok(exe, shim=None).strip() == "ok"
