@@ -444,10 +444,35 @@ def test_cancel_during_the_copy_ends_the_tracking(daemon, targets):
     assert target.read_line(timeout=20) == "SIGUSR1"
 
 
+def _worker(daemon_pid: int, pid: int) -> int:
+    """The daemon's worker process scanning pid, once it has started."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            found = children(daemon_pid)
+        except OSError:
+            found = []  # one of its threads ended while we looked
+        for child in found:
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue  # gone: a worker that ended
+            if b"unreachable.daemon.worker" in cmdline and f'"pid": {pid},'.encode() in cmdline:
+                return child
+        assert time.monotonic() < deadline, "the daemon started no worker"
+        time.sleep(0.001)
+
+
 def test_deadline_aborts_scan(daemon, targets):
+    """A deadline that passes while the scan runs ends it. The worker is held
+    stopped, so the scan is still running when its deadline passes: a
+    deadline that passes before the daemon has read the request ends the
+    call in grpc, which never runs the handler (nothing to cancel or log)."""
     target = targets.start(BIG_HEAP)
     s = stub(daemon.address)
-    call = s.Scan(pb.ScanRequest(pid=target.pid, snapshot=pb.SNAPSHOT_STOPPED), timeout=0.05)
+    call = s.Scan(pb.ScanRequest(pid=target.pid, snapshot=pb.SNAPSHOT_STOPPED), timeout=10)
+    os.kill(_worker(daemon.proc.pid, target.pid), signal.SIGSTOP)
     with pytest.raises(grpc.RpcError) as info:
         list(call)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED

@@ -31,6 +31,11 @@ static unsigned target;      /* the loop block's shard */
 static void *pool[POOL];     /* blocks in the target shard */
 static volatile int npool;
 static volatile long hits;
+/* The loop looks at hits only between its calls, and a second tick can land
+ * in the same hold of the lock (pending while the handler ran): the handler
+ * stops itself at argv[1], so that HITS says exactly how many it was asked
+ * for. */
+static long want;
 static uint32_t me;
 
 static void on_alarm(int sig, siginfo_t *info, void *context) {
@@ -41,7 +46,7 @@ static void on_alarm(int sig, siginfo_t *info, void *context) {
   /* The thread is stopped here: the two words cannot change under us. */
   uint32_t lock = __atomic_load_n(&s->lock, __ATOMIC_RELAXED);
   uint32_t owner = __atomic_load_n(&s->owner_tid, __ATOMIC_RELAXED);
-  if (lock == 0 || owner == me || npool <= 1) return;
+  if (lock == 0 || owner == me || npool <= 1 || hits >= want) return;
   npool--;
   free(pool[npool]);
   pool[npool] = NULL;
@@ -63,7 +68,7 @@ static void *other(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  long want = argc > 1 ? atol(argv[1]) : 16;
+  want = argc > 1 ? atol(argv[1]) : 16;
   long seconds = argc > 2 ? atol(argv[2]) : 60;
   CHECK(want < POOL - 1);
   me = (uint32_t)gettid();

@@ -35,19 +35,23 @@ static struct ur_thread_slot *mine;
 static uintptr_t mprotect_lo; /* libc's mprotect: a system call and a return */
 static void *kept[KEPT];
 static volatile int hits;
+/* The loop looks at hits only between its calls, and a second tick can land
+ * in the same mprotect (pending while the handler ran): the handler stops
+ * itself at argv[1], so that HITS says exactly how many it was asked for. */
+static long want;
 
 static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
   (void)info;
   uintptr_t pc = (uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
-  if (pc < mprotect_lo || pc >= mprotect_lo + 32 || hits == KEPT) return;
+  if (pc < mprotect_lo || pc >= mprotect_lo + 32 || hits >= want) return;
   if (__atomic_load_n(&mine->op, __ATOMIC_RELAXED) == UR_OP_NONE) return;
   kept[hits] = malloc(BIG);
   hits++;
 }
 
 int main(int argc, char **argv) {
-  long want = argc > 1 ? atol(argv[1]) : 8;
+  want = argc > 1 ? atol(argv[1]) : 8;
   long seconds = argc > 2 ? atol(argv[2]) : 60;
   CHECK(want <= KEPT);
   mprotect_lo = (uintptr_t)dlsym(RTLD_DEFAULT, "mprotect");
