@@ -180,6 +180,35 @@ static struct live_source source_of(const struct ur_pread_mem *m) {
                               (uint64_t *)&m->bytes_vm_read};
 }
 
+/* The n runs (local, remote) in one process_vm_readv, and the rest of a
+ * run it did not finish through /proc/PID/mem: it stops at the first page
+ * it cannot read (gone since the pagemap was read). bad's page 0 is at
+ * bad_base. Returns the bytes that were readable. */
+static size_t pin_runs(struct live_source src, const struct iovec *local,
+                       const struct iovec *remote, size_t n, uint64_t bad_base, uint64_t *bad,
+                       int *any_bad) {
+  ssize_t got = process_vm_readv(src.pid, local, (unsigned long)n, remote, (unsigned long)n, 0);
+  if (got < 0) {
+    if (errno == EPERM || errno == ENOSYS) __atomic_store_n(src.refused, 1, __ATOMIC_RELAXED);
+    got = 0;
+  }
+  __atomic_fetch_add(src.vm_bytes, (uint64_t)got, __ATOMIC_RELAXED);
+  size_t good = (size_t)got, done = (size_t)got;
+  for (size_t k = 0; k < n; k++) {
+    if (done >= local[k].iov_len) {
+      done -= local[k].iov_len;
+      continue;
+    }
+    size_t skip = done & ~(size_t)(UR_PAGE_SIZE - 1);
+    good -= done - skip; /* a part of a page counted in got: read again */
+    done = 0;
+    uint64_t at = (uint64_t)(uintptr_t)remote[k].iov_base + skip;
+    good += read_pages(src.fd, at, (uint8_t *)local[k].iov_base + skip, local[k].iov_len - skip,
+                       bad, (size_t)((at - bad_base) >> UR_PAGE_SHIFT), any_bad);
+  }
+  return good;
+}
+
 /* read_pages for a page-aligned span of at most a chunk, given its pagemap
  * entries (pm, or NULL: all through /proc/PID/mem): the runs of pages the
  * process maps alone in one process_vm_readv, which copies each page once
@@ -207,29 +236,9 @@ static size_t read_span(struct live_source src, uint64_t addr, uint8_t *buf, siz
     p = q;
   }
   if (!n) return good;
-  ssize_t got = process_vm_readv(src.pid, local, (unsigned long)n, remote, (unsigned long)n, 0);
-  if (got < 0) {
-    if (errno == EPERM || errno == ENOSYS) __atomic_store_n(src.refused, 1, __ATOMIC_RELAXED);
-    got = 0;
-  }
-  __atomic_fetch_add(src.vm_bytes, (uint64_t)got, __ATOMIC_RELAXED);
-  good += (size_t)got;
-  /* It stops at the first page it cannot read (gone since the pagemap
-   * was read): the rest of the runs the page-by-page way. */
-  size_t done = (size_t)got;
-  for (size_t k = 0; k < n; k++) {
-    if (done >= local[k].iov_len) {
-      done -= local[k].iov_len;
-      continue;
-    }
-    size_t skip = done & ~(size_t)(UR_PAGE_SIZE - 1);
-    good -= done - skip; /* a part of a page counted in got: read again */
-    done = 0;
-    uint64_t at = (uint64_t)(uintptr_t)remote[k].iov_base + skip;
-    good += read_pages(src.fd, at, (uint8_t *)local[k].iov_base + skip, local[k].iov_len - skip,
-                       bad, first_page + (size_t)((at - addr) >> UR_PAGE_SHIFT), any_bad);
-  }
-  return good;
+  /* bad's page 0 (wrapping is harmless: only differences are taken) */
+  uint64_t bad_base = addr - ((uint64_t)first_page << UR_PAGE_SHIFT);
+  return good + pin_runs(src, local, remote, n, bad_base, bad, any_bad);
 }
 
 size_t ur_mem_read_live(int fd, int pagemap_fd, pid_t pid, int *refused, uint64_t addr, void *buf,
@@ -477,27 +486,7 @@ static void read_runs(struct live_source src, uint64_t cbase, uint8_t *data, con
       p = q;
     }
   }
-  if (!nv) return;
-  ssize_t got = process_vm_readv(src.pid, local, (unsigned long)nv, remote, (unsigned long)nv, 0);
-  if (got < 0) {
-    if (errno == EPERM || errno == ENOSYS) __atomic_store_n(src.refused, 1, __ATOMIC_RELAXED);
-    got = 0;
-  }
-  __atomic_fetch_add(src.vm_bytes, (uint64_t)got, __ATOMIC_RELAXED);
-  /* It stops at the first page it cannot read (gone since the pagemap was
-   * read): the rest of the runs the page-by-page way. */
-  size_t done = (size_t)got;
-  for (size_t k = 0; k < nv; k++) {
-    if (done >= local[k].iov_len) {
-      done -= local[k].iov_len;
-      continue;
-    }
-    size_t skip = done & ~(size_t)(UR_PAGE_SIZE - 1);
-    done = 0;
-    uint64_t at = (uint64_t)(uintptr_t)remote[k].iov_base + skip;
-    read_pages(src.fd, at, (uint8_t *)local[k].iov_base + skip, local[k].iov_len - skip, bad,
-               (size_t)((at - cbase) >> UR_PAGE_SHIFT), any_bad);
-  }
+  if (nv) pin_runs(src, local, remote, nv, cbase, bad, any_bad);
 }
 
 void ur_mem_read_runs_into(const struct ur_pread_mem *m, struct ur_chunk *c, const uint64_t *runs,

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "forked_holder.h"
 #include "memory.h"
 #include "pin_gate.h"
 #include "unit_test.h"
@@ -52,24 +53,8 @@ int main(void) {
   uint8_t *own = mmap(NULL, PAGES * PG, prot, flags, -1, 0);
   CHECK(shared != MAP_FAILED && own != MAP_FAILED);
   for (size_t i = 0; i < PAGES * PG; i++) shared[i] = shared_byte(i);
-  int ready[2], done[2];
-  CHECK(pipe(ready) == 0 && pipe(done) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(done[1]);
-    for (size_t i = 0; i < PAGES * PG; i++) own[i] = own_byte(i);
-    mprotect(own + LOCKED * PG, PG, PROT_NONE);
-    char c = 1;
-    if (write(ready[1], &c, 1) != 1) _exit(1);
-    while (read(done[0], &c, 1) > 0) {
-    }
-    _exit(0);
-  }
-  close(done[0]);
-  char c;
-  CHECK(read(ready[0], &c, 1) == 1);
+  struct holder h = start_holder(own, 0, PAGES * PG, own_byte, own + LOCKED * PG);
+  pid_t pid = h.pid;
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
   int fd = open(path, O_RDONLY);
@@ -96,8 +81,7 @@ int main(void) {
   CHECK(kill(pid, SIGCONT) == 0);
   /* Still shared: a pin would have unshared them into the child. */
   CHECK_EQ(exclusive_pages(pm, shared), 0);
-  close(done[1]);
-  waitpid(pid, NULL, 0);
+  end_holder(h);
   close(fd);
   close(pm);
   printf("ok read_live\n");

@@ -7,9 +7,8 @@
  * runs come through /proc/PID/mem, which reads it), no page is bad, the pages between the runs are left as they were,
  * only the child's own pages come through process_vm_readv, and the shared
  * pages stay shared (a pin would have unshared them into the child).
- * The child waits in a read, as if held stopped, and the pin gate is opened
- * for it (pin_gate.h); with the gate shut, every page comes through
- * /proc/PID/mem. Built with ASan+UBSan. */
+ * The child is stopped and the pin gate opened for it (pin_gate.h); with
+ * the gate shut, every page comes through /proc/PID/mem. Built with ASan+UBSan. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "forked_holder.h"
 #include "memory.h"
 #include "pin_gate.h"
 #include "unit_test.h"
@@ -45,24 +45,8 @@ int main(void) {
   CHECK(raw != MAP_FAILED);
   uint8_t *base = (uint8_t *)(((uintptr_t)raw + UR_CHUNK_SIZE - 1) & ~(UR_CHUNK_SIZE - 1));
   for (size_t i = 0; i < HALF * PG; i++) base[i] = byte_at(i);
-  int ready[2], done[2];
-  CHECK(pipe(ready) == 0 && pipe(done) == 0);
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(done[1]);
-    for (size_t i = HALF * PG; i < UR_CHUNK_SIZE; i++) base[i] = byte_at(i);
-    mprotect(base + LOCKED * PG, PG, PROT_NONE);
-    char c = 1;
-    if (write(ready[1], &c, 1) != 1) _exit(1);
-    while (read(done[0], &c, 1) > 0) {
-    }
-    _exit(0);
-  }
-  close(done[0]);
-  char c;
-  CHECK(read(ready[0], &c, 1) == 1);
+  struct holder h = start_holder(base, HALF * PG, UR_CHUNK_SIZE, byte_at, base + LOCKED * PG);
+  pid_t pid = h.pid;
   struct ur_pread_mem m;
   CHECK_EQ(ur_mem_open(&m, pid, 4 * UR_CHUNK_SIZE), 0);
   CHECK(m.pagemap_fd >= 0);
@@ -85,6 +69,8 @@ int main(void) {
     for (size_t p = spans[k][0]; p < spans[k][0] + spans[k][1]; p++)
       own += p >= HALF && p < LOCKED;
   }
+  int status;
+  CHECK(kill(pid, SIGSTOP) == 0 && waitpid(pid, &status, WUNTRACED) == pid);
   for (int open_gate = 1; open_gate >= 0; open_gate--) {
     if (open_gate) ur_pin_allow(pid);
     else ur_pin_forbid(pid);
@@ -104,9 +90,9 @@ int main(void) {
     CHECK_EQ(m.bytes_vm_read - before, open_gate ? own * PG : 0);
     CHECK_EQ(exclusive(m.pagemap_fd, base, 0, HALF), 0);
   }
+  CHECK(kill(pid, SIGCONT) == 0);
   ur_mem_close(&m);
-  close(done[1]);
-  waitpid(pid, NULL, 0);
+  end_holder(h);
   printf("ok read_runs\n");
   return 0;
 }
