@@ -169,6 +169,21 @@ static inline void stop_timer(void) {
   setitimer(ITIMER_REAL, &off, NULL);
 }
 
+/* malloc and free of size bytes back to back, fn ticking every 100 us,
+ * until *hits reaches want or seconds have passed (the clock read every
+ * 4096 calls); the timer is stopped after. */
+#include <time.h>
+static inline void churn_until_hits(void (*fn)(int, siginfo_t *, void *), size_t size,
+                                    volatile long *hits, long want, long seconds) {
+  every_100us(fn);
+  time_t end = time(NULL) + seconds;
+  for (long i = 0; *hits < want && (i & 0xfff || time(NULL) < end); i++) {
+    void *volatile q = malloc(size);
+    free(q);
+  }
+  stop_timer();
+}
+
 /* For a handler that acts only where it interrupted one of its thread's
  * calls, inside the shim's code: the thread's slot and that code, taken by
  * watch_calls_every_100us on the thread the timer then interrupts. */

@@ -93,13 +93,7 @@ int main(int argc, char **argv) {
   CHECK(pthread_create(&t, NULL, other, NULL) == 0);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   while (!__atomic_load_n(&attached, __ATOMIC_ACQUIRE)) sched_yield();
-  every_100us(on_alarm);
-  time_t end = time(NULL) + seconds;
-  for (long i = 0; hits < want && (i & 0xfff || time(NULL) < end); i++) {
-    void *volatile q = malloc(LOOP_SIZE);
-    free(q);
-  }
-  stop_timer();
+  churn_until_hits(on_alarm, LOOP_SIZE, &hits, want, seconds);
   long missing = 0;
   for (int i = 0; i < npool; i++) missing += !registry_find(pool[i], NULL, NULL);
   printf("HITS %ld MISSING %ld\n", hits, missing);

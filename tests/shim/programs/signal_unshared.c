@@ -66,13 +66,7 @@ static void run_test(void) {
   sigemptyset(&alarm);
   sigaddset(&alarm, SIGALRM);
   pthread_sigmask(SIG_UNBLOCK, &alarm, NULL);
-  every_100us(on_alarm);
-  time_t end = time(NULL) + seconds;
-  for (long i = 0; hits < want && (i & 0xfff || time(NULL) < end); i++) {
-    void *volatile q = malloc(LOOP_SIZE);
-    free(q);
-  }
-  stop_timer();
+  churn_until_hits(on_alarm, LOOP_SIZE, &hits, want, seconds);
   pthread_sigmask(SIG_BLOCK, &alarm, NULL);
 }
 
