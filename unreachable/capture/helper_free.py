@@ -17,9 +17,8 @@ from __future__ import annotations
 import os
 import time
 
-from unreachable import _native
 from unreachable.capture.target import Target
-from unreachable.capture.write_tracking import ON, START, STOP, ended
+from unreachable.capture.write_tracking import ON, START, STOP, ended, read_tracker
 from unreachable.errors import ScanError
 from unreachable.process.status import pid_namespace, read_status
 
@@ -28,7 +27,6 @@ from unreachable.process.status import pid_namespace, read_status
 HELPER_FREE_S = 5.0
 _POLL_S = 0.002
 _CMD_IDLE = 0  # abi.h UR_CMD_IDLE
-_TRACKER_SIZE = _native.abi_sizeof("ur_write_tracker")
 
 
 def _scanner_gone(pid: int, scanner: int) -> bool:
@@ -53,8 +51,7 @@ def _busy(target: Target, mem: int) -> str:
         return "the shim's helper still holds a previous scan's snapshot child"
     if not header.write_tracker:
         return ""
-    raw = os.pread(mem, _TRACKER_SIZE, header.write_tracker)
-    tracker = _native.abi_decode("ur_write_tracker", raw)
+    tracker = read_tracker(mem, header.write_tracker)
     if tracker["cmd"] == STOP or (
         tracker["cmd"] in (START, ON) and _scanner_gone(target.pid, tracker["scanner_pid"])
     ):

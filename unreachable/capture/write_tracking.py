@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from unreachable import _native
 from unreachable.capture.in_flight import _getfd, _pidfd
@@ -25,6 +26,9 @@ from unreachable.capture.target import Target, current_helper_tid
 from unreachable.errors import ScanError
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.status import pid_namespace, read_status, thread_seccomp
+
+if TYPE_CHECKING:
+    from unreachable._native import WriteTracker
 
 IDLE, START, ON, STOP, FAILED = (
     _native.TRACK_IDLE,
@@ -128,7 +132,7 @@ class _Tracking:
         )
 
     def cmd(self) -> tuple[int, int, int]:
-        t = _native.abi_decode("ur_write_tracker", os.pread(self.fd, _TRACKER_SIZE, self.addr))
+        t = read_tracker(self.fd, self.addr)
         return t["cmd"], t["error"], t["ranges"]
 
     def wait_while(self, state: int, timeout_s: float) -> None:
@@ -305,16 +309,18 @@ def wait_untracked(target: Target, timeout_s: float = 2.0) -> bool:
     deadline = time.monotonic() + timeout_s
     try:
         with open(f"/proc/{target.pid}/mem", "rb", buffering=0) as f:
-            while True:
-                f.seek(addr)
-                raw = _native.abi_decode("ur_write_tracker", f.read(_TRACKER_SIZE))
-                if raw["cmd"] in (IDLE, FAILED):
-                    return True
+            while read_tracker(f.fileno(), addr)["cmd"] not in (IDLE, FAILED):
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.002)
+            return True
     except OSError:
         return False  # the target is gone: the next step says so
+
+
+def read_tracker(fd: int, addr: int) -> WriteTracker:
+    """The tracker at addr, read through fd (the target's /proc/PID/mem)."""
+    return _native.abi_decode("ur_write_tracker", os.pread(fd, _TRACKER_SIZE, addr))
 
 
 def _write_field(fd: int, addr: int, name: str, value: int) -> None:
