@@ -300,6 +300,17 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
     c->fresh = 1;
     m->used_chunks++;
     update_room(m);
+  } else if (m->last && base > m->last->base) {
+    /* Full, and read on in address order (the graph's pass, a live mark's
+     * reads, the roots): the slot of the chunk viewed last, whose buffer
+     * was just written and read and is still in the CPU's cache, where the
+     * clock's pick was touched a cache's worth of chunks ago: the kernel's
+     * copy into it and the mark's reads of it are cheaper (docs/pause.md,
+     * "The whole scan's time"). A full cache keeps no view for a further
+     * call (room 0). */
+    c = m->last;
+    table_remove(m, c->base);
+    c->fresh = 0;
   } else {
     /* Clock: skip recently used chunks once, evict the first cold one. */
     for (;;) {
