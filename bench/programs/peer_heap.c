@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
@@ -53,7 +54,11 @@ struct gap {
   uint64_t from, to;
   int cpu0, cpu1;
 };
-static struct gap g_log[LOG_MAX];
+/* Shared memory, which a copy or concurrent scan does not write-protect:
+ * the heartbeat's writes there never wait for the scanner. Its other
+ * variables lie in the page of .data the file maps, which no scan protects
+ * either (a 96 KiB array in .bss would push them into anonymous memory). */
+static struct gap *g_log;
 static atomic_ulong g_logged; /* gaps logged since r; the log's slot is this % LOG_MAX */
 
 static uint64_t now_ns(void) {
@@ -166,7 +171,9 @@ int main(int argc, char **argv) {
   g_cap = g_bytes / g_min + (size_t)g_threads;
   g_live = calloc(g_cap, sizeof(void *));
   struct share *shares = calloc((size_t)g_threads, sizeof(*shares));
-  if (!g_live || !shares) return 2;
+  g_log = mmap(NULL, LOG_MAX * sizeof(*g_log), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+               -1, 0);
+  if (!g_live || !shares || g_log == MAP_FAILED) return 2;
   size_t per = g_cap / (size_t)g_threads;
   pthread_t t;
   for (int i = 0; i < g_threads; i++) {
