@@ -375,19 +375,24 @@ def _inflight(registry: Registry) -> dict[int, int]:
 
 
 def concurrent_sweep(
-    target: Target, give_way_ms: float | None = None, mark_threads: int = 0
+    target: Target, give_way_ms: float | None = None, mark_threads: int = 0, spare: int = 0
 ) -> ConcurrentSweep:
     """The whole concurrent mark (module docstring), by mark_threads
-    marking threads (0: mark_threads_beside). Raises
-    TrackingUnavailable, having reported nothing, when writes cannot be
-    tracked; GaveWay, before its last stop, when that stop is predicted to
-    pause longer than give_way_ms."""
+    marking threads (0: the spare cores). spare: the cores the target's
+    busy threads leave the scan (mark_threads_beside; 0: counted here);
+    with one, the tracking's end runs on this thread, not beside the rest
+    of the scan (end_in_background). Raises TrackingUnavailable, having
+    reported nothing, when writes cannot be tracked; GaveWay, before its
+    last stop, when that stop is predicted to pause longer than
+    give_way_ms."""
     pid, addr = target.pid, target.shim.descriptor_addr
+    spare = spare or mark_threads_beside(pid, (target.header.helper_tid,))
     rearm = _Rearm(pid)
     try:
         with ExitStack() as tracking:
-            tracking.enter_context(tracked_writes(target))
-            return _sweep(target, pid, addr, rearm, give_way_ms, mark_threads, tracking.close)
+            tracking.enter_context(tracked_writes(target, beside=spare > 1))
+            team = mark_threads or spare
+            return _sweep(target, pid, addr, rearm, give_way_ms, team, tracking.close)
     except GaveWay:
         rearm.close()
         wait_untracked(target)
@@ -482,7 +487,7 @@ def _sweep(
     released: list[float] = []
     maps0 = read_maps(pid)
     rearm.start(maps0)
-    team = mark_threads or mark_threads_beside(pid, (target.header.helper_tid,))
+    team = mark_threads
     copy = _registry_copy(pid, _registry_spans(pid, addr, maps0), team)
     try:
         # First stop: the allocation set of this moment, and the registers.
