@@ -9,8 +9,13 @@ pause we report, the whole scan (the CLI's wall time, Python start-up
 included, its modules byte-compiled first as an installed package's are)
 and the CPU time it took (the scanner's, and the snapshot
 child's once reaped), the stall the target itself felt (its heartbeat
-thread's longest gap during the scan, against an idle baseline measured the
-same way), the CPU the target's own threads had during the scan (their CPU
+thread's gaps during the scan: the longest that overlaps one of the scan's
+stops, the pause as the target felt it, and the longest elsewhere, the
+CPU the scan's threads took from it or what the machine does anyway;
+against the longest gap with no scan, alone and beside a process that
+spins in the bench's session, where the scanner runs: a virtual machine's
+host may run its vCPUs less when all of them are busy), the CPU the
+target's own threads had during the scan (their CPU
 time over the scan's wall time, in cores: what the scan left it), the
 scanner's peak RSS and what it comes to per allocation beside the goal of
 64 MB + 48 B per allocation (docs/pause.md, "The scanner's memory"); and
