@@ -25,6 +25,7 @@ from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import read_maps
+from unreachable.process.status import thread_state
 from unreachable.scan import ScanOptions, concurrent, scan
 from unreachable.scan.concurrent import (
     _candidate_spans,
@@ -130,6 +131,27 @@ def test_the_tracking_ends_beside_the_scan_only_with_a_core_to_spare(targets, mo
         assert seen[1][0] == 1, seen
     wait_untracked(target.pid)
     assert target.alive() and target.tracer() == 0
+
+
+@needs_tracking
+def test_the_reads_while_the_target_runs_take_the_team(targets, monkeypatch):
+    """With one core to spare (mover.c's four threads keep busy), every read
+    of the target's pages made while it runs (the candidates' bytes, the
+    rounds) takes one thread; only the stops read with more."""
+    target = targets.start(HERE / "programs" / "mover.c")
+    calls: list[tuple[int, bool]] = []
+    read = concurrent._read_runs
+
+    def spied(pid, runs, threads=concurrent.READ_THREADS):
+        stopped = all(thread_state(pid, t) == "t" for t in os.listdir(f"/proc/{pid}/task"))
+        calls.append((threads, stopped))
+        return read(pid, runs, threads)
+
+    monkeypatch.setattr(concurrent, "_read_runs", spied)
+    concurrent.concurrent_sweep(open_target(target.pid), mark_threads=1, spare=1)
+    running = [threads for threads, stopped in calls if not stopped]
+    assert running and set(running) == {1}, calls
+    wait_untracked(target.pid)
 
 
 @needs_tracking

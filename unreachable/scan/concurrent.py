@@ -608,17 +608,18 @@ def _altstacks(target: Target) -> tuple[int, int]:
 
 
 def _candidates(
-    pid: int, registry: Registry, raw: _native.SweepResult
+    pid: int, registry: Registry, raw: _native.SweepResult, team: int
 ) -> tuple[bytes, list[int], bytearray, bytearray]:
     """Every block the first mark left unmarked, sorted by address: their
-    (begin, size) pairs, stack ids, re-mark states and stored bytes."""
+    (begin, size) pairs, stack ids, re-mark states and stored bytes, read
+    by team threads (the target runs)."""
     pairs = registry.allocs
     ids = registry.stack_ids
     idx = sorted(array("I", raw["unreachable"]), key=partial(_begin_of, pairs))
     cands = _native.abi_encode_array("ur_block", [(pairs[2 * i], pairs[2 * i + 1]) for i in idx])
     cand_ids = [ids[i] for i in idx]
-    store = _read_runs(pid, _pack([(pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx]))
-    return cands, cand_ids, bytearray(len(idx)), store
+    runs = _pack([(pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx])
+    return cands, cand_ids, bytearray(len(idx)), _read_runs(pid, runs, team)
 
 
 def _mark(
@@ -663,7 +664,7 @@ def _mark(
     finally:
         # The registry copies are bounded by the scanner's own room only.
         _native.set_cache_budget(scanner_cache_budget(memory_headroom(os.getpid())))
-    cands, cand_ids, state, store = _candidates(pid, registry, raw)
+    cands, cand_ids, state, store = _candidates(pid, registry, raw, team)
     del allocs, registry
     # The registry copy for the second stop, made before the last rounds:
     # whatever the target writes meanwhile is then read by a round, not in
