@@ -10,7 +10,8 @@ included, its modules byte-compiled first as an installed package's are)
 and the CPU time it took (the scanner's, and the snapshot
 child's once reaped), the stall the target itself felt (its heartbeat
 thread's gaps during the scan: the longest that overlaps one of the scan's
-stops, the pause as the target felt it, and the longest elsewhere, the
+stops, from the stop's start, the pause as the target felt it, and the
+longest elsewhere, the
 CPU the scan's threads took from it or what the machine does anyway;
 against the longest gap with no scan, alone and beside a process that
 spins in the bench's session, where the scanner runs: a virtual machine's
@@ -424,15 +425,18 @@ def scanner_peak(errs: str) -> tuple[str, float, list[tuple[int, int]]]:
 
 
 def split_gaps(gaps: list[tuple[int, int]], stops: list[tuple[int, int]]) -> tuple[float, float]:
-    """The longest of the target's gaps that overlaps a stop, and the longest
-    of the others, in ms (0 where there is none: every gap under 0.2 ms)."""
+    """The longest of the target's gaps that overlap a stop, from the stop's
+    start (the heartbeat may have been off its core before, for reasons of
+    its own) to the gap's end (it waits for a core again after the
+    release), and the longest of the others, in ms (0 where there is none:
+    every gap under 0.2 ms)."""
     at_stops = elsewhere = 0.0
     for start, end in gaps:
-        ms = (end - start) / 1e6
-        if any(start < b and end > a for a, b in stops):
-            at_stops = max(at_stops, ms)
+        over = [a for a, b in stops if start < b and end > a]
+        if over:
+            at_stops = max(at_stops, (end - max(start, min(over))) / 1e6)
         else:
-            elsewhere = max(elsewhere, ms)
+            elsewhere = max(elsewhere, (end - start) / 1e6)
     return at_stops, elsewhere
 
 
