@@ -17,7 +17,11 @@ scanner's, the child's and the stops are the scan's own, whatever the
 load. Each core's tick is traced too (irq_vectors:local_timer_entry): a
 stretch longer than a tick with no event on any core is time the host of a
 virtual machine did not run it, which a gap holds with the heartbeat on
-its core.
+its core. And how long two or more of the scan's threads wanted a core at
+once (running or runnable), by thread: beside a target whose busy threads
+leave one core free, that is a core the target's thread shares. The CLI's
+Python threads carry their names (`untrack`, the tracker's beat) in the
+trace.
 
     python bench/felt_trace_bench.py [BYTES MIN MAX THREADS] [--modes copy,concurrent]
         [--repeat N] [--scan-args ARGS]
@@ -60,6 +64,17 @@ STAMP = re.compile(r"\]\s+\S+\s+([\d.]+): ")
 # this with no event on any core is time the machine's host did not run it.
 SILENT_MS = 4.5
 SHOWN = 1.0  # ms: waits at least this long are listed one by one
+# The CLI, its Python threads named in the kernel (PR_SET_NAME) as in Python.
+NAMED = """
+import ctypes, sys, threading
+from unreachable.cli.main import main
+run = threading.Thread._bootstrap_inner
+def named(self):
+    ctypes.CDLL(None).prctl(15, self.name[:15].encode(), 0, 0, 0)
+    run(self)
+threading.Thread._bootstrap_inner = named
+sys.exit(main())
+"""
 
 
 def tids(pid: int) -> set[int]:
@@ -131,6 +146,34 @@ class Waits:
         kept[1] += 1
         if ms >= SHOWN:
             self.long.append((ms, cause, at))
+
+    def wanting(self, trace: str) -> dict[str, float]:
+        """ms during which two or more scanner threads wanted a core at
+        once (running or runnable), by their names."""
+        runnable: set[int] = set()
+        name: dict[int, str] = {self.scanner_pid: "main"}
+        out: dict[str, float] = {}
+        since, tids = 0.0, set()
+        for line in trace.splitlines():
+            if (m := SWITCH.search(line)) is not None:
+                at, prev, nxt = float(m[2]), int(m[3]), int(m[6])
+                if not m[4].startswith("R"):
+                    runnable.discard(prev)
+                if nxt in self.scanner:
+                    runnable.add(nxt)
+                    name.setdefault(nxt, m[5].strip())
+            elif (w := WAKEUP.search(line)) is not None and int(w[2]) in self.scanner:
+                at = float(w[1])
+                runnable.add(int(w[2]))
+            else:
+                continue
+            if len(runnable) >= 2:
+                since, tids = since or at, tids | runnable
+            elif since:
+                key = "+".join(sorted(name.get(t, str(t)) for t in tids))
+                out[key] = out.get(key, 0.0) + (at - since) * 1000
+                since, tids = 0.0, set()
+        return out
 
     def read(self, trace: str) -> None:
         running: dict[int, tuple[int, int]] = {}  # cpu: (pid, prio)
@@ -226,7 +269,7 @@ def scan(pid: int, mode: str, ask, waits: Waits, extra: str) -> None:
     write(TRACE / "tracing_on", "1")
     t0 = time.monotonic()
     cli = subprocess.Popen(
-        [sys.executable, "-m", "unreachable.cli.main", "scan", str(pid), "--json"]
+        [sys.executable, "-c", NAMED, "scan", str(pid), "--json"]
         + ["--snapshot", mode, "--symbol-budget", "5", *shlex.split(extra)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -240,12 +283,19 @@ def scan(pid: int, mode: str, ask, waits: Waits, extra: str) -> None:
     gap = int(ask("g").split()[1]) / 1000
     report = json.loads(out)
     waits.scanner, waits.child, waits.scanner_pid = watch.scanner, watch.child, cli.pid
-    waits.read((TRACE / "trace").read_text())
+    trace = (TRACE / "trace").read_text()
+    waits.read(trace)
     causes = "; ".join(f"{k} {v[0]:.1f} ms ({v[1]:.0f})" for k, v in sorted(waits.by_cause.items()))
     print(
         f"{mode}: pause {report['pause_ms']:.1f} ms, mark_threads {report.get('mark_threads')},"
         f" longest gap {gap:.1f} ms, scan {wall:.2f} s, load average {os.getloadavg()[0]:.1f}."
         f" Off its core, longest (times): {causes}",
+        flush=True,
+    )
+    want = waits.wanting(trace)
+    print(
+        f"    the scan's threads wanted two cores or more {sum(want.values()):.1f} ms: "
+        + ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(want.items(), key=lambda kv: -kv[1])),
         flush=True,
     )
     if waits.silences:

@@ -9,8 +9,14 @@ pause we report, the whole scan (the CLI's wall time, Python start-up
 included, its modules byte-compiled first as an installed package's are)
 and the CPU time it took (the scanner's, and the snapshot
 child's once reaped), the stall the target itself felt (its heartbeat
-thread's longest gap during the scan, against an idle baseline measured the
-same way), the CPU the target's own threads had during the scan (their CPU
+thread's gaps during the scan: the longest that overlaps one of the scan's
+stops, from the stop's start, the pause as the target felt it, and the
+longest elsewhere, the
+CPU the scan's threads took from it or what the machine does anyway;
+against the longest gap with no scan, alone and beside a process that
+spins in the bench's session, where the scanner runs: a virtual machine's
+host may run its vCPUs less when all of them are busy), the CPU the
+target's own threads had during the scan (their CPU
 time over the scan's wall time, in cores: what the scan left it), the
 scanner's peak RSS and what it comes to per allocation beside the goal of
 64 MB + 48 B per allocation (docs/pause.md, "The scanner's memory"); and
@@ -81,9 +87,23 @@ MARK = "<!-- peer_lsan_bench -->"
 # bench's own peak (145 MB once memcpy_s had run) for a scanner of 25.
 CLI = """
 import atexit, sys
+from unreachable import _native
 from unreachable.cli.main import main
 
+# Every stop's window on the target's clock (Session.window_ns), so that the
+# target's gaps can be set against them.
+sessions = []
+made = _native.Session
+
+def session(*args, **kwargs):
+    sessions.append(made(*args, **kwargs))
+    return sessions[-1]
+
+_native.Session = session
+
 def peak() -> None:
+    stops = " ".join(f"{w[0]},{w[1]}" for s in sessions if (w := s.window_ns))
+    sys.stderr.write(f"\\n{STOPS} {stops}\\n")
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
@@ -93,6 +113,7 @@ atexit.register(peak)
 sys.exit(main())
 """
 PEAK = "peer_lsan_bench peak kB"
+STOPS = "peer_lsan_bench stops ns"
 # --nice: the scanner's nice value (negative ones need CAP_SYS_NICE); it
 # weighs the scanner's threads against the others of its scheduling group.
 CLI_NICE: int | None = None
@@ -166,6 +187,17 @@ class Heap:
 
     def gap_ms(self) -> float:
         return int(self.ask("g").split()[1]) / 1000
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """The heartbeat's gaps of 0.2 ms or more since r: (start, end) in
+        CLOCK_MONOTONIC ns."""
+        out, line = [], self.ask("h")
+        assert self.proc.stdout is not None
+        while line != "end":  # the rest of the answer is already buffered or on its way
+            start, end = line.split()[:2]
+            out.append((int(start), int(end)))
+            line = self.proc.stdout.readline().strip()
+        return out
 
     def close(self) -> None:
         self.proc.kill()
@@ -246,7 +278,12 @@ class Scan:
     pause_ms: float = float("nan")
     scan_s: float = float("nan")
     cpu_s: float = float("nan")
-    stall_ms: float = float("nan")
+    # The longest gap that overlaps one of the scan's stops (the pause as the
+    # target felt it) and the longest elsewhere while the scan ran (its
+    # threads' CPU, or what the machine does without a scan: against the
+    # idle stalls).
+    stop_stall_ms: float = float("nan")
+    other_stall_ms: float = float("nan")
     target_cores: float = float("nan")  # the target's CPU time during the scan / its wall time
     rss_mb: float = float("nan")
     child_mb: float = 0.0  # the most memory the snapshot child added (ChildWatch)
@@ -318,7 +355,8 @@ class ChildWatch:
 def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
     heap.ask("r")
     watch = ChildWatch(heap.proc.pid)
-    cli = [sys.executable, "-c", CLI.replace("{PEAK}", PEAK), "scan", str(heap.proc.pid), "--json"]
+    code = CLI.replace("{PEAK}", PEAK).replace("{STOPS}", STOPS)
+    cli = [sys.executable, "-c", code, "scan", str(heap.proc.pid), "--json"]
     cli += ["--snapshot", mode, "--symbol-budget", "5", *extra]
     target0, reaped0 = threads_cpu_s(heap.proc.pid), reaped_cpu_s(heap.proc.pid)
     t0 = time.monotonic()
@@ -329,7 +367,7 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
         out = p.stdout.read()
         _, status, usage = os.wait4(p.pid, 0)
         err.seek(0)
-        errs, rss_kb = scanner_peak(err.read())
+        errs, rss_kb, stops = scanner_peak(err.read())
     wall = time.monotonic() - t0
     target_cores = (threads_cpu_s(heap.proc.pid) - target0) / wall
     child_mb = watch.stop()
@@ -340,7 +378,7 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
             break
         time.sleep(0.01)
     child_cpu = reaped_cpu_s(heap.proc.pid) - reaped0
-    stall = heap.gap_ms()
+    at_stops, elsewhere = split_gaps(heap.gaps(), stops)
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):
         return Scan(note=(errs.strip().splitlines() or ["?"])[-1][:80])
@@ -355,7 +393,8 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
         scan_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
         child_cpu_s=child_cpu,
-        stall_ms=stall,
+        stop_stall_ms=at_stops,
+        other_stall_ms=elsewhere,
         target_cores=target_cores,
         rss_mb=rss_kb / 1024,
         child_mb=child_mb,
@@ -369,15 +408,36 @@ def renice() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, CLI_NICE)
 
 
-def scanner_peak(errs: str) -> tuple[str, float]:
-    """The CLI's stderr without the line CLI adds, and the peak RSS it gives."""
-    lines, peak = [], float("nan")
+def scanner_peak(errs: str) -> tuple[str, float, list[tuple[int, int]]]:
+    """The CLI's stderr without the lines CLI adds, the peak RSS and the
+    stops' windows they give."""
+    lines, peak, stops = [], float("nan"), []
     for line in errs.splitlines():
         if line.startswith(PEAK):
             peak = float(line.split()[-1])
+        elif line.startswith(STOPS):
+            for w in line[len(STOPS) :].split():
+                start, end = w.split(",")
+                stops.append((int(start), int(end)))
         else:
             lines.append(line)
-    return "\n".join(lines), peak
+    return "\n".join(lines), peak, stops
+
+
+def split_gaps(gaps: list[tuple[int, int]], stops: list[tuple[int, int]]) -> tuple[float, float]:
+    """The longest of the target's gaps that overlap a stop, from the stop's
+    start (the heartbeat may have been off its core before, for reasons of
+    its own) to the gap's end (it waits for a core again after the
+    release), and the longest of the others, in ms (0 where there is none:
+    every gap under 0.2 ms)."""
+    at_stops = elsewhere = 0.0
+    for start, end in gaps:
+        over = [a for a, b in stops if start < b and end > a]
+        if over:
+            at_stops = max(at_stops, (end - max(start, min(over))) / 1e6)
+        else:
+            elsewhere = max(elsewhere, (end - start) / 1e6)
+    return at_stops, elsewhere
 
 
 def process_cpu_s(pid: int) -> float:
@@ -426,6 +486,23 @@ def idle_stall(heap: Heap, seconds: float = 1.0) -> tuple[float, float]:
     time.sleep(seconds)
     cores = (threads_cpu_s(heap.proc.pid) - cpu0) / (time.monotonic() - t0)
     return heap.gap_ms(), cores
+
+
+def busy_stall(heap: Heap, seconds: float = 1.0) -> float:
+    """The longest gap the target feels with no scan while a process of the
+    bench's session, where the scanner runs, spins: the cores the machine
+    has then, without anything of ours (a virtual machine's host may run
+    its vCPUs less when all of them are busy; docs/pause.md "What the
+    target feels")."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.05)
+        heap.ask("r")
+        time.sleep(seconds)
+        return heap.gap_ms()
+    finally:
+        spin.kill()
+        spin.wait()
 
 
 def machine() -> str:
@@ -487,8 +564,10 @@ def run(
     lines = [
         f"Machine: {machine()}.",
         "",
-        "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) | idle stall, CPU "
-        "| mode | pause | target's stall | target's CPU | whole scan (CPU) | scanner RSS "
+        "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) "
+        "| idle stall (beside a busy core), CPU "
+        "| mode | pause | target's stall at the stops / elsewhere | target's CPU "
+        "| whole scan (CPU) | scanner RSS "
         f"| per allocation (goal {FIXED_MB} MB + {PER_ALLOCATION} B) | leaks |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -512,6 +591,7 @@ def run(
         try:
             where = where or placement_of(heap.proc.pid)
             idle, idle_cores = idle_stall(heap)
+            busy = busy_stall(heap)
             results = [(mode, scan(heap, mode, extra)) for mode in modes]
             blocks = heap.blocks
         finally:
@@ -522,13 +602,14 @@ def run(
             head = (
                 f"| {what} | {blocks:,} | {threads} | {copy_ms:.0f} ms "
                 f"| {lsan_text(lsan_ms, lsan_stall, lsan_cpu)} "
-                f"| {idle:.1f} ms, {idle_cores:.2f} cores "
+                f"| {idle:.1f} ms ({busy:.1f} ms), {idle_cores:.2f} cores "
                 if i == 0
                 else "| | | | | | "
             )
             tail = f" ({r.note})" if r.note else ""
             lines.append(
-                f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms | {fmt(r.stall_ms, '.1f')} ms "
+                f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms "
+                f"| {fmt(r.stop_stall_ms, '.1f')} / {fmt(r.other_stall_ms, '.1f')} ms "
                 f"| {fmt(r.target_cores, '.2f')} cores "
                 f"| {fmt(r.scan_s, '.2f')} s ({cpu(r)}) | {memory(r)} "
                 f"| {per_allocation(r, blocks)} | {r.leaks if r.leaks >= 0 else '-'}{tail} |"

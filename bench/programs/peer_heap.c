@@ -15,15 +15,22 @@
  * Commands on stdin, one per line, answers on stdout:
  *   r   reset the longest gap          -> "ok"
  *   g   the longest gap since r, in us -> "gap US AT" (AT: CLOCK_MONOTONIC ns at its end)
+ *   h   every gap of LOG_NS or more since r, oldest first, then "end":
+ *       "FROM TO CPU0 CPU1" per gap (CLOCK_MONOTONIC ns at its start and end,
+ *       the core the heartbeat ran on before it and after); the log keeps
+ *       the last LOG_MAX.
  *   l   LSan's recoverable leak check  -> "lsan US LEAKED" (or "lsan none")
  * Prints "READY N" once the heap is made. */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
@@ -37,6 +44,22 @@ static atomic_int g_made;
 static atomic_llong g_gap_ns;
 static atomic_llong g_gap_at; /* CLOCK_MONOTONIC ns at the end of the longest gap */
 static atomic_int g_reset;
+
+/* Every gap, not only the longest: which of them overlap a scan's stops
+ * and which lie outside them, and how many a quiet second has
+ * (bench/peer_lsan_bench.py, docs/pause.md "What the target feels"). */
+#define LOG_NS 200000
+#define LOG_MAX 4096
+struct gap {
+  uint64_t from, to;
+  int cpu0, cpu1;
+};
+/* Shared memory, which a copy or concurrent scan does not write-protect:
+ * the heartbeat's writes there never wait for the scanner. Its other
+ * variables lie in the page of .data the file maps, which no scan protects
+ * either (a 96 KiB array in .bss would push them into anonymous memory). */
+static struct gap *g_log;
+static atomic_ulong g_logged; /* gaps logged since r; the log's slot is this % LOG_MAX */
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -102,17 +125,40 @@ static void *worker(void *arg) {
 static void *heartbeat(void *arg) {
   (void)arg;
   uint64_t last = now_ns();
+  int cpu = sched_getcpu();
   for (;;) {
     uint64_t t = now_ns();
+    int now_cpu = sched_getcpu();
     if (atomic_exchange(&g_reset, 0)) {
       atomic_store(&g_gap_ns, 0);
-    } else if ((long long)(t - last) > atomic_load(&g_gap_ns)) {
-      atomic_store(&g_gap_ns, (long long)(t - last));
-      atomic_store(&g_gap_at, (long long)t);
+      atomic_store(&g_logged, 0);
+    } else {
+      if ((long long)(t - last) > atomic_load(&g_gap_ns)) {
+        atomic_store(&g_gap_ns, (long long)(t - last));
+        atomic_store(&g_gap_at, (long long)t);
+      }
+      if (t - last >= LOG_NS) {
+        unsigned long n = atomic_load(&g_logged);
+        g_log[n % LOG_MAX] = (struct gap){last, t, cpu, now_cpu};
+        atomic_store(&g_logged, n + 1);
+      }
     }
     last = t;
+    cpu = now_cpu;
   }
   return NULL;
+}
+
+/* Read while the heartbeat may log more: a slot it rewrites meanwhile is
+ * one of the oldest, read last of all only if the log wrapped. */
+static void print_log(void) {
+  unsigned long n = atomic_load(&g_logged), first = n > LOG_MAX ? n - LOG_MAX : 0;
+  for (unsigned long i = first; i < n; i++) {
+    struct gap g = g_log[i % LOG_MAX];
+    printf("%llu %llu %d %d\n", (unsigned long long)g.from, (unsigned long long)g.to, g.cpu0,
+           g.cpu1);
+  }
+  printf("end\n");
 }
 
 int main(int argc, char **argv) {
@@ -125,7 +171,9 @@ int main(int argc, char **argv) {
   g_cap = g_bytes / g_min + (size_t)g_threads;
   g_live = calloc(g_cap, sizeof(void *));
   struct share *shares = calloc((size_t)g_threads, sizeof(*shares));
-  if (!g_live || !shares) return 2;
+  g_log = mmap(NULL, LOG_MAX * sizeof(*g_log), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+               -1, 0);
+  if (!g_live || !shares || g_log == MAP_FAILED) return 2;
   size_t per = g_cap / (size_t)g_threads;
   pthread_t t;
   for (int i = 0; i < g_threads; i++) {
@@ -145,6 +193,8 @@ int main(int argc, char **argv) {
       printf("ok\n");
     } else if (line[0] == 'g') {
       printf("gap %lld %lld\n", atomic_load(&g_gap_ns) / 1000, atomic_load(&g_gap_at));
+    } else if (line[0] == 'h') {
+      print_log();
     } else if (line[0] == 'l') {
       if (!__lsan_do_recoverable_leak_check) {
         printf("lsan none\n");

@@ -437,6 +437,14 @@ static PyObject *get_pause_ns(Session *s, void *Py_UNUSED(c)) {
   return PyLong_FromUnsignedLongLong(end - s->t_start_ns);
 }
 
+/* The pause on the clock the target's own threads read (CLOCK_MONOTONIC):
+ * a target's record of when it stalled is set against it
+ * (bench/peer_lsan_bench.py). */
+static PyObject *get_window_ns(Session *s, void *Py_UNUSED(c)) {
+  if (!s->t_start_ns || s->state != ST_RELEASED) Py_RETURN_NONE;
+  return Py_BuildValue("(KK)", (unsigned long long)s->t_start_ns, (unsigned long long)s->t_end_ns);
+}
+
 /* Where the pause went, in ms from its start: each mark 0.0 until reached. */
 static PyObject *get_timings(Session *s, void *Py_UNUSED(c)) {
   uint64_t t0 = s->t_start_ns;
@@ -516,6 +524,8 @@ static PyGetSetDef session_getset[] = {
     {"snapshot_pid", (getter)get_snapshot_pid, NULL, "snapshot child pid or None", NULL},
     {"pause_ns", (getter)get_pause_ns, NULL,
      "ns from the first PTRACE_SEIZE to the end of release (to now while not released)", NULL},
+    {"window_ns", (getter)get_window_ns, NULL,
+     "(first PTRACE_SEIZE, end of release) in CLOCK_MONOTONIC ns once released, else None", NULL},
     {"timings", (getter)get_timings, NULL,
      "ms from the first PTRACE_SEIZE to: the first pass's interrupts sent, the first and the "
      "last thread seen stopped, the registers read, release begun, released (0.0: not yet)",

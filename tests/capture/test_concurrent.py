@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tracking import copy_unsupported, wait_untracked
+from tests.support.tracking import copy_unsupported, wait_untracked, write_protected
 from unreachable import _native
 from unreachable.allocations.registry import read_registry
 from unreachable.capture import write_tracking
@@ -25,6 +25,7 @@ from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
 from unreachable.process.maps import read_maps
+from unreachable.process.status import thread_state
 from unreachable.scan import ScanOptions, concurrent, scan
 from unreachable.scan.concurrent import (
     _candidate_spans,
@@ -78,14 +79,15 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
 def test_the_tracking_ends_once_the_last_stop_is_released(targets, monkeypatch):
     """Nothing after the second stop reads a written page: the tracking's
     teardown (a walk of the target's page tables) has begun by the time the
-    registry of that stop is decoded, beside it rather than after the
-    report, and the verdicts stay exact."""
+    registry of that stop is decoded, beside it where the scan has a core
+    to spare (else before it: the next test), and the verdicts stay exact."""
     target = targets.start(HERE / "programs" / "mover.c")
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
     decode = concurrent._read_registry
 
     def spied(copy, addr, threads):
-        seen.append(len(write_tracking._ending.get(target.pid, [])))
+        ending = len(write_tracking._ending.get(target.pid, []))
+        seen.append((ending, len(write_protected(target.pid))))
         return decode(copy, addr, threads)
 
     monkeypatch.setattr(concurrent, "_read_registry", spied)
@@ -94,10 +96,62 @@ def test_the_tracking_ends_once_the_last_stop_is_released(targets, monkeypatch):
         report = scan(target.pid, ScanOptions(snapshot="concurrent"))
         exact(target, report)
         assert report.snapshot == "concurrent"
-        # The first stop's registry, then the second's.
-        assert len(seen) == 2 and seen[0] == 0 and seen[1] >= 1, seen
+        # The first stop's registry (tracked), then the second's: the
+        # teardown running beside it, or over.
+        assert len(seen) == 2 and seen[0][0] == 0 and seen[0][1] > 0, seen
+        assert seen[1][0] >= 1 or seen[1][1] == 0, seen
         wait_untracked(target.pid)
     assert target.alive() and target.tracer() == 0
+
+
+@needs_tracking
+@pytest.mark.parametrize("spare", [1, 2])
+def test_the_tracking_ends_beside_the_scan_only_with_a_core_to_spare(targets, monkeypatch, spare):
+    """mover.c's four threads keep busy. With one core to spare beside
+    them, the scan's own thread takes the tracking down before it decodes
+    the last registry: a second thread of the scan would share a core with
+    one of the target's, which then waits a scheduler slice at a time
+    (docs/pause.md "What the target feels"). With two, the teardown runs
+    on a thread of its own, beside the decode."""
+    target = targets.start(HERE / "programs" / "mover.c")
+    seen: list[tuple[int, int]] = []
+    decode = concurrent._read_registry
+
+    def spied(copy, addr, threads):
+        ending = len(write_tracking._ending.get(target.pid, []))
+        seen.append((ending, len(write_protected(target.pid))))
+        return decode(copy, addr, threads)
+
+    monkeypatch.setattr(concurrent, "_read_registry", spied)
+    concurrent.concurrent_sweep(open_target(target.pid), mark_threads=1, spare=spare)
+    assert len(seen) == 2 and seen[0] == (0, seen[0][1]) and seen[0][1] > 0, seen
+    if spare == 1:
+        assert seen[1] == (0, 0), seen
+    else:
+        assert seen[1][0] == 1, seen
+    wait_untracked(target.pid)
+    assert target.alive() and target.tracer() == 0
+
+
+@needs_tracking
+def test_the_reads_while_the_target_runs_take_the_team(targets, monkeypatch):
+    """With one core to spare (mover.c's four threads keep busy), every read
+    of the target's pages made while it runs (the candidates' bytes, the
+    rounds) takes one thread; only the stops read with more."""
+    target = targets.start(HERE / "programs" / "mover.c")
+    calls: list[tuple[int, bool]] = []
+    read = concurrent._read_runs
+
+    def spied(pid, runs, threads=concurrent.READ_THREADS):
+        stopped = all(thread_state(pid, t) == "t" for t in os.listdir(f"/proc/{pid}/task"))
+        calls.append((threads, stopped))
+        return read(pid, runs, threads)
+
+    monkeypatch.setattr(concurrent, "_read_runs", spied)
+    concurrent.concurrent_sweep(open_target(target.pid), mark_threads=1, spare=1)
+    running = [threads for threads, stopped in calls if not stopped]
+    assert running and set(running) == {1}, calls
+    wait_untracked(target.pid)
 
 
 @needs_tracking

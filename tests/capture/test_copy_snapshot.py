@@ -28,7 +28,7 @@ from tests.support.tracking import (
     write_protected,
 )
 from unreachable import _native
-from unreachable.capture import copy_snapshot
+from unreachable.capture import copy_snapshot, write_tracking
 from unreachable.capture.copy_snapshot import (
     COPY_FROM_BYTES,
     COPY_MAX_ALLOCATIONS,
@@ -164,6 +164,28 @@ def test_pages_written_during_the_protection_are_saved_by_the_stop(targets):
     assert stats["seal_saved"] >= len({a >> 12 for a in addrs}), stats
     assert stats["dirty_faults"] == 0, stats
     wait_untracked(pid)
+
+
+@pytest.mark.parametrize("spare", [1, 2])
+def test_the_copy_ends_beside_the_scan_only_with_a_core_to_spare(targets, spare):
+    """The copy's end (unregistering, a walk of the target's page tables,
+    or the classic copy's free) runs beside the rest of the scan only where
+    the target's busy threads leave the scan a second core: with one, the
+    scan's own thread ends it as the capture's block ends, and a second
+    thread of the scan never shares a core with one of the target's
+    (docs/pause.md "What the target feels")."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < spare:
+        pytest.skip(f"{cpus} CPU")
+    target = targets.start(HERE / "programs" / "writer.c")
+    with first_capture(target.pid, "copy", busy_threads=cpus - spare) as (capture, _):
+        assert capture.snapshot == "copy"
+    ending = write_tracking._ending.get(target.pid, [])
+    if spare == 1:
+        assert not ending and not write_protected(target.pid)
+    else:
+        assert len(ending) == 1
+    wait_untracked(target.pid)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a target that drops it")

@@ -45,6 +45,7 @@ def test_stop_returns_every_thread_with_registers(target) -> None:
     proc, counter, r12_tid, xmm_tid = target
     tids = {int(t) for t in os.listdir(f"/proc/{proc.pid}/task")}
     maps = _mappings(proc.pid)
+    began = time.monotonic_ns()
     with _native.Session(proc.pid) as s:
         threads = s.stop()
         assert {t[0] for t in threads} == tids
@@ -67,9 +68,14 @@ def test_stop_returns_every_thread_with_registers(target) -> None:
         assert counter.read() == before
         assert state(proc.pid) == "t"
         assert s.pause_ns > 0
+        assert s.window_ns is None  # not released yet
         s.release()
         paused = s.pause_ns
         assert s.pause_ns == paused  # frozen once released
+        # The pause on the target's clock (CLOCK_MONOTONIC, time.monotonic_ns):
+        # after the session began, by now over, as long as pause_ns.
+        start, end = s.window_ns
+        assert began <= start < end <= time.monotonic_ns() and end - start == paused
         s.release()  # idempotent
     wait_until(lambda: counter.loops > before[0], what="progress after release")
     assert proc.poll() is None

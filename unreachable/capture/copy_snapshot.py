@@ -251,7 +251,7 @@ def cow_capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
         # rest of the scan: whatever ends the block, the process's exit
         # waits for it (end_in_background).
         ending = ExitStack()
-        cleanup.callback(end_in_background, target.pid, ending.close)
+        cleanup.callback(end_in_background, target.pid, ending.close, request.teardown_beside)
         ending.enter_context(tracked_writes(target, mode=MODE_COW))
         uffd = helper_uffd(target.pid, asynchronous=False)
         if uffd < 0:
@@ -318,7 +318,7 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
                 raise TargetUnscannable(f"{request.must}{e}") from None
             raise
         # Freeing the copy (the size of the heap) beside the rest of the scan.
-        cleanup.callback(end_in_background, target.pid, copy.close)
+        cleanup.callback(end_in_background, target.pid, copy.close, request.teardown_beside)
         capture = stop_world(target, request.roots, cleanup, urgent=True)
         try:
             capture.mappings = refresh(copy, target.pid)

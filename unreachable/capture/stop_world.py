@@ -51,6 +51,10 @@ class CaptureRequest:
     # False: the caller reads no roots (a heap dump), so neither the memory
     # a fork lacks nor the pointers the kernel holds are looked for.
     roots: bool = True
+    # A copy's: its end runs beside the rest of the scan (write_tracking.py
+    # end_in_background); False where the target's busy threads leave the
+    # scan a single core.
+    teardown_beside: bool = True
 
 
 @dataclass(slots=True, eq=False, repr=False)

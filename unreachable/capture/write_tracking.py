@@ -93,7 +93,9 @@ def _trackable_helper(target: Target) -> int:
 
 
 @contextmanager
-def tracked_writes(target: Target, mode: int = 0, arm_here: bool = True) -> Iterator[int]:
+def tracked_writes(
+    target: Target, mode: int = 0, arm_here: bool = True, beside: bool = True
+) -> Iterator[int]:
     """Writes tracked until the block ends; yields the mappings tracked.
     Raises TrackingUnavailable, having changed nothing, when it cannot be.
     mode MODE_COW: the helper opens a synchronous userfaultfd and registers
@@ -102,9 +104,9 @@ def tracked_writes(target: Target, mode: int = 0, arm_here: bool = True) -> Iter
     protects the target's mappings through a duplicate of it (_arm), so
     that the page-table walks run in the scan's scheduling group; the
     helper arms them itself where that duplicate cannot be had, or where
-    its shim predates MODE_SCANNER."""
+    its shim predates MODE_SCANNER. beside: end_in_background's."""
     ended(target.pid)
-    tracking = _Tracking(target, _trackable_helper(target))
+    tracking = _Tracking(target, _trackable_helper(target), beside)
     try:
         yield tracking.begin(mode, arm_here)
     finally:
@@ -115,8 +117,8 @@ class _Tracking:
     """One tracking of a target's writes, spoken through its tracker's
     fields in /proc/PID/mem."""
 
-    def __init__(self, target: Target, helper: int) -> None:
-        self.target, self.helper = target, helper
+    def __init__(self, target: Target, helper: int, beside: bool = True) -> None:
+        self.target, self.helper, self.beside = target, helper, beside
         self.pid, self.addr = target.pid, target.header.write_tracker
         try:
             self.fd = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
@@ -221,7 +223,7 @@ class _Tracking:
         # beside the rest of the scan (fold, symbolize, report) rather
         # than before it. The next tracking of the target, and the
         # interpreter's exit, wait for it.
-        end_in_background(self.pid, self.end)
+        end_in_background(self.pid, self.end, self.beside)
 
     def end(self) -> None:
         if self.uffd >= 0:
@@ -246,14 +248,23 @@ class _Tracking:
 _ending: dict[int, list[threading.Thread]] = {}
 
 
-def end_in_background(pid: int, end: Callable[[], object]) -> None:
+def end_in_background(pid: int, end: Callable[[], object], beside: bool = True) -> None:
     """Run end (a tracking's or a snapshot's teardown) on a thread of its
     own, beside the rest of the scan. The next tracking of pid and the
     next plan's capture (ended) wait for it, and so does the interpreter's
     exit (the thread is not a daemon):
     a scan that returns has its target let go by the time its process
     exits. Should the scanner die first, the helper's own teardown ends
-    what this would have."""
+    what this would have.
+
+    beside False: the target's busy threads leave the scan one core, which
+    the calling thread holds; a second thread of the scan would share the
+    core of one of the target's threads, which then waits a scheduler
+    slice at a time (docs/pause.md "What the target feels"). So end runs
+    here, before the rest of the scan."""
+    if not beside:
+        end()
+        return
     ending = threading.Thread(target=end, name="untrack")
     _ending[pid] = [t for t in _ending.get(pid, ()) if t.is_alive()] + [ending]
     ending.start()

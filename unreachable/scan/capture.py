@@ -22,6 +22,7 @@ from unreachable.capture.write_tracking import TrackingUnavailable
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
 from unreachable.scan.plan import RETRY_ELSEWHERE, Plan, Retry
+from unreachable.sweep.child import mark_threads_beside
 
 CaptureStage = Callable[[Facts, Plan], AbstractContextManager[Captured | Retry]]
 
@@ -33,6 +34,10 @@ def capture(target: Target, facts: Facts, plan: Plan) -> Iterator[Capture | Retr
     scanner may hold (known only once the child exists)."""
     assert plan.snapshot in ("fork", "copy", "stopped")
     request = CaptureRequest(plan.snapshot, plan.must, facts.kept_out, plan.unread_filter_ok)
+    if plan.snapshot == "copy":
+        # Its end beside the rest of the scan only where a second core is free.
+        helper = target.header.helper_tid
+        request.teardown_beside = mark_threads_beside(target.pid, (helper,), facts.busy_threads) > 1
     with ExitStack() as held:
         try:
             got = held.enter_context(take_snapshot(target, request))

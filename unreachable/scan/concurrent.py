@@ -375,19 +375,24 @@ def _inflight(registry: Registry) -> dict[int, int]:
 
 
 def concurrent_sweep(
-    target: Target, give_way_ms: float | None = None, mark_threads: int = 0
+    target: Target, give_way_ms: float | None = None, mark_threads: int = 0, spare: int = 0
 ) -> ConcurrentSweep:
     """The whole concurrent mark (module docstring), by mark_threads
-    marking threads (0: mark_threads_beside). Raises
-    TrackingUnavailable, having reported nothing, when writes cannot be
-    tracked; GaveWay, before its last stop, when that stop is predicted to
-    pause longer than give_way_ms."""
+    marking threads (0: the spare cores). spare: the cores the target's
+    busy threads leave the scan (mark_threads_beside; 0: counted here);
+    with one, the tracking's end runs on this thread, not beside the rest
+    of the scan (end_in_background). Raises TrackingUnavailable, having
+    reported nothing, when writes cannot be tracked; GaveWay, before its
+    last stop, when that stop is predicted to pause longer than
+    give_way_ms."""
     pid, addr = target.pid, target.shim.descriptor_addr
+    spare = spare or mark_threads_beside(pid, (target.header.helper_tid,))
     rearm = _Rearm(pid)
     try:
         with ExitStack() as tracking:
-            tracking.enter_context(tracked_writes(target))
-            return _sweep(target, pid, addr, rearm, give_way_ms, mark_threads, tracking.close)
+            tracking.enter_context(tracked_writes(target, beside=spare > 1))
+            team = mark_threads or spare
+            return _sweep(target, pid, addr, rearm, give_way_ms, team, tracking.close)
     except GaveWay:
         rearm.close()
         wait_untracked(target)
@@ -482,7 +487,7 @@ def _sweep(
     released: list[float] = []
     maps0 = read_maps(pid)
     rearm.start(maps0)
-    team = mark_threads or mark_threads_beside(pid, (target.header.helper_tid,))
+    team = mark_threads
     copy = _registry_copy(pid, _registry_spans(pid, addr, maps0), team)
     try:
         # First stop: the allocation set of this moment, and the registers.
@@ -603,17 +608,18 @@ def _altstacks(target: Target) -> tuple[int, int]:
 
 
 def _candidates(
-    pid: int, registry: Registry, raw: _native.SweepResult
+    pid: int, registry: Registry, raw: _native.SweepResult, team: int
 ) -> tuple[bytes, list[int], bytearray, bytearray]:
     """Every block the first mark left unmarked, sorted by address: their
-    (begin, size) pairs, stack ids, re-mark states and stored bytes."""
+    (begin, size) pairs, stack ids, re-mark states and stored bytes, read
+    by team threads (the target runs)."""
     pairs = registry.allocs
     ids = registry.stack_ids
     idx = sorted(array("I", raw["unreachable"]), key=partial(_begin_of, pairs))
     cands = _native.abi_encode_array("ur_block", [(pairs[2 * i], pairs[2 * i + 1]) for i in idx])
     cand_ids = [ids[i] for i in idx]
-    store = _read_runs(pid, _pack([(pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx]))
-    return cands, cand_ids, bytearray(len(idx)), store
+    runs = _pack([(pairs[2 * i], pairs[2 * i] + pairs[2 * i + 1]) for i in idx])
+    return cands, cand_ids, bytearray(len(idx)), _read_runs(pid, runs, team)
 
 
 def _mark(
@@ -658,7 +664,7 @@ def _mark(
     finally:
         # The registry copies are bounded by the scanner's own room only.
         _native.set_cache_budget(scanner_cache_budget(memory_headroom(os.getpid())))
-    cands, cand_ids, state, store = _candidates(pid, registry, raw)
+    cands, cand_ids, state, store = _candidates(pid, registry, raw, team)
     del allocs, registry
     # The registry copy for the second stop, made before the last rounds:
     # whatever the target writes meanwhile is then read by a round, not in

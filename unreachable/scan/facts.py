@@ -134,8 +134,10 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     # Counted before any snapshot: a copy-on-write copy's protection holds a
     # writing thread in a fault for a moment, not busy as it looks then. The
     # first look now, the others after the facts below (count() sleeps only
-    # for what is left of the gap between looks).
-    busy = BusyLooks(pid) if not options.mark_threads and options.snapshot != "stopped" else None
+    # for what is left of the gap between looks). With a named team too: a
+    # copy's or a concurrent mark's end runs beside the scan only where a
+    # core is spare (write_tracking.py end_in_background).
+    busy = BusyLooks(pid) if options.snapshot != "stopped" else None
     # First: what a fork may read of the memory it lacks is bounded by it.
     scanner_room = ScannerRoom.now()
     headroom = memory_headroom(pid)

@@ -238,9 +238,9 @@ def run_concurrent(
     assert target is not None
     pid = target.pid
     try:
-        # The team from the facts' count of busy threads, not a second count.
-        team = options.mark_threads or default_team("concurrent", facts)
-        done = concurrent_sweep(target, planned.give_way_ms, team)
+        # The spare cores from the facts' count of busy threads, not a second count.
+        spare = default_team("concurrent", facts)
+        done = concurrent_sweep(target, planned.give_way_ms, options.mark_threads, spare)
         note("marked")
         folded = fold(done.result, options, pid, done.mappings, pid)
         note("folded")
