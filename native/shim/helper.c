@@ -364,6 +364,7 @@ void ur_helper_start(void) {
    * the array glibc was freeing (SIGSEGV). The answer is cached. */
   (void)ur_huge_arenas_wanted();
   ur_self_maps_keep();
+  ur_last_thread_keep();
   unreachable_descriptor.child_box = (uint64_t)(uintptr_t)&ur_child_box;
   unreachable_descriptor.write_tracker = (uint64_t)(uintptr_t)&ur_write_tracker;
   sigset_t all, old;
@@ -433,5 +434,6 @@ void ur_helper_after_fork_child(void) {
   ur_g.pending = 0; /* the parent's requests are the parent's */
   ur_write_tracking_after_fork_child();
   ur_self_maps_after_fork_child();
+  ur_last_thread_after_fork_child();
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
 }

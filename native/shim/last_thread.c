@@ -2,68 +2,57 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "kept_file.h"
 #include "state.h"
 
-/* A thread's state letter and exit_code (proc(5) stat fields 3 and 52).
- * -1: unreadable (the thread reaped meanwhile). */
-static int task_stat(pid_t tid, char *state, long *exit_code) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
+/* The process's stat, opened as the helper starts and in a forked child
+ * (kept_file.h): sshd's preauth child chroots into an empty directory as
+ * soon as it is forked, and it is there that its filter kills its thread. */
+static struct ur_kept_file g_stat = UR_KEPT_FILE_NONE;
+
+void ur_last_thread_keep(void) { ur_kept_file_open(&g_stat, "/proc/self/stat"); }
+
+void ur_last_thread_after_fork_child(void) {
+  ur_kept_file_drop(&g_stat); /* the parent's */
+  ur_last_thread_keep();
+}
+
+/* From /proc/self/stat (proc(5) fields 3, 20 and 52), which are the
+ * leader's state and exit_code, and the threads not yet released, the
+ * exited leader counted. -1: unreadable. */
+static int self_stat(char *state, long *threads, long *exit_code) {
+  int kept = ur_kept_file_fd(&g_stat), fd = kept;
+  if (fd < 0 && (fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC)) < 0) return -1;
   char buf[1024];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0); /* a seq_file read at 0 starts again */
+  if (fd != kept) close(fd);
   if (n <= 0) return -1;
   buf[n] = 0;
   const char *p = strrchr(buf, ')'); /* the command may hold anything */
   if (!p || p[1] != ' ' || !p[2]) return -1;
   *state = p[2];
-  *exit_code = -1;
+  *threads = *exit_code = -1;
   int field = 3;
-  for (const char *q = p + 2; *q; q++)
-    if (*q == ' ' && ++field == 52) {
-      *exit_code = strtol(q + 1, NULL, 10);
-      break;
-    }
+  for (const char *q = p + 2; *q && field < 52; q++) {
+    if (*q != ' ') continue;
+    if (++field == 20) *threads = strtol(q + 1, NULL, 10);
+    if (field == 52) *exit_code = strtol(q + 1, NULL, 10);
+  }
   return 0;
 }
 
-/* Whether a thread other than the helper still runs: read from the
- * directory with getdents64, which needs no allocation. */
-static int other_thread_runs(pid_t self) {
-  int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return 1;
-  char buf[4096];
-  long n;
-  int runs = 0;
-  while (!runs && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0)
-    for (long off = 0; off < n && !runs;) {
-      const char *name = buf + off + 19; /* struct linux_dirent64's d_name */
-      off += *(const uint16_t *)(const void *)(buf + off + 16);
-      pid_t tid = (pid_t)atoi(name);
-      char state;
-      long code;
-      if (tid <= 0 || tid == self || task_stat(tid, &state, &code) != 0) continue;
-      runs = state != 'Z' && state != 'X';
-    }
-  close(fd);
-  return runs || n < 0;
-}
-
 void ur_last_thread_check(void) {
-  pid_t pid = getpid(), self = (pid_t)syscall(SYS_gettid);
   char state;
-  long code;
-  if (task_stat(pid, &state, &code) != 0 || state != 'Z' || code < 0) return;
-  if (other_thread_runs(self)) return;
+  long threads, code;
+  /* Two: the exited leader, a zombie until the group ends, and this helper. */
+  if (self_stat(&state, &threads, &code) != 0 || state != 'Z' || code < 0 || threads != 2) return;
+  pid_t pid = getpid(), self = (pid_t)syscall(SYS_gettid);
   int sig = (int)(code & 0x7f);
   if (sig) {
     /* The default action, whatever the program's handler: the kernel's own

@@ -1,8 +1,6 @@
 #include "registry.h"
 
-#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -70,15 +68,14 @@ static struct ur_entry *first_free(struct ur_entry *t, uint64_t cap, uint64_t ha
  * would change the old table after its entry was copied: a freed block
  * would come back in the new one, registered for good. So the rebuild runs
  * busy (the handler's calls take the out-of-line paths), and their updates
- * of the shard being rebuilt wait here until it is published. So do a
+ * of the shard being rebuilt wait on a list (deferred_ops.h, as long as
+ * the handler makes them) until it is published. So do a
  * handler's updates of any shard its thread is inside (inside(), below),
  * until the interrupted call leaves it (ur_registry_flush). The list may
  * hold updates of more than one shard (a handler's call rebuilding a shard
  * while its thread is inside, or rebuilding, another): each is applied to
  * its own shard only. */
-#define DEFER_MAX UR_DEFER_MAX
-#define DEFER_REMOVE UINT64_MAX
-__thread struct ur_deferred_ops ur_deferred __attribute__((tls_model("initial-exec")));
+#define DEFER_REMOVE UR_DEFER_REMOVE
 
 /* Whether this thread is inside shard s already, so that the caller is a
  * signal handler's call nested in the thread's own update of it: owning s
@@ -96,14 +93,22 @@ static int inside(struct ur_shard *s) {
   return tid && ur_lock_holder(&s->lock) == tid && ur_load32(&ur_g.excl_tid) != tid;
 }
 
+/* An update put aside that there was no memory to keep: the registry is
+ * no longer exact, and scans say so. */
+static void lost_update(void) {
+  if (__atomic_fetch_add(&unreachable_descriptor.unregistered, 1, __ATOMIC_RELAXED) == 0) {
+    static const char msg[] =
+        "unreachable: no memory to keep a signal handler's registry update: a block may "
+        "go unregistered or stay registered once freed, and scans may miss or invent leaks\n";
+    ur_write_stderr(msg, sizeof msg - 1);
+  }
+}
+
 /* Whether the update was put aside (s is being rebuilt by this thread, or
  * this thread's interrupted call is inside it). */
 static int defer(struct ur_shard *s, uint64_t key, uint64_t meta) {
-  if ((UR_LIKELY(ur_tls.resizing != s) && !inside(s)) || ur_deferred.n >= DEFER_MAX) return 0;
-  ur_deferred.op[ur_deferred.n].key = key;
-  ur_deferred.op[ur_deferred.n].meta = meta;
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  ur_deferred.n++;
+  if (UR_LIKELY(ur_tls.resizing != s) && !inside(s)) return 0;
+  if (ur_deferred_add(key, meta) != 0) lost_update();
   return 1;
 }
 
@@ -111,45 +116,26 @@ static struct ur_entry *lookup_held(struct ur_shard *s, uint64_t key, uint64_t h
 static int resize_table(struct ur_shard *s);
 void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, uint64_t meta);
 
-/* Take s's updates off the list, in order, and keep the others'. With
- * signals blocked (two system calls, only when something was put aside):
- * a handler's call landing halfway would add to the list, or take from
- * it, while it is compacted. */
-static uint32_t take_deferred(struct ur_shard *s, uint64_t *key, uint64_t *meta) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  uint32_t n = ur_deferred.n, mine = 0, kept = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t k = ur_deferred.op[i].key, m = ur_deferred.op[i].meta, hash;
-    unsigned idx;
-    if (ur_shard_at(UR_UNMANGLE(k), &hash, &idx) == s) {
-      key[mine] = k;
-      meta[mine++] = m;
-    } else {
-      ur_deferred.op[kept].key = k;
-      ur_deferred.op[kept++].meta = m;
-    }
-  }
-  ur_deferred.n = kept;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  return mine;
+static int of_shard(uint64_t key, void *s) {
+  uint64_t hash;
+  unsigned idx;
+  return ur_shard_at(UR_UNMANGLE(key), &hash, &idx) == s;
 }
 
-/* Apply what was put aside for s (held). */
+/* Apply what was put aside for s (held), in order, one update at a time
+ * taken off the list: an insert applied here may rebuild s, and that
+ * rebuild then applies the next ones, still in order. The others' stay. */
 static void apply_deferred(struct ur_shard *s) {
-  if (!ur_deferred.n) return;
-  uint64_t key[DEFER_MAX], meta[DEFER_MAX];
-  uint32_t n = take_deferred(s, key, meta); /* a rebuild below starts on what is left */
-  for (uint32_t i = 0; i < n; i++) {
+  uint64_t key, meta;
+  while (ur_deferred_take(of_shard, s, &key, &meta)) {
     uint64_t hash;
     unsigned idx;
-    ur_shard_at(UR_UNMANGLE(key[i]), &hash, &idx);
-    if (meta[i] == DEFER_REMOVE) {
-      struct ur_entry *e = lookup_held(s, key[i], hash);
+    ur_shard_at(UR_UNMANGLE(key), &hash, &idx);
+    if (meta == DEFER_REMOVE) {
+      struct ur_entry *e = lookup_held(s, key, hash);
       if (e) ur_registry_kill_held(s, e);
     } else {
-      ur_registry_insert_held(s, hash, key[i], meta[i]);
+      ur_registry_insert_held(s, hash, key, meta);
     }
   }
 }
@@ -296,10 +282,11 @@ static void release(struct ur_shard *s, int how) {
 /* Apply what handlers' calls put aside while this thread was inside their
  * shard (defer), shard by shard, for each it is out of. */
 __attribute__((noinline)) void ur_registry_flush(void) {
-  for (uint32_t i = 0; i < ur_deferred.n;) {
+  uint64_t key;
+  for (uint32_t i = 0; ur_deferred_key(i, &key);) {
     uint64_t hash;
     unsigned idx;
-    struct ur_shard *s = ur_shard_at(UR_UNMANGLE(ur_deferred.op[i].key), &hash, &idx);
+    struct ur_shard *s = ur_shard_at(UR_UNMANGLE(key), &hash, &idx);
     /* Still rebuilding it (its rebuild applies them), or inside it (a nested
      * call leaving another shard): not yet. */
     if (s == ur_tls.resizing || inside(s)) {
@@ -378,7 +365,7 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
   uint64_t key = UR_MANGLE(p), hash;
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
-  if (UR_UNLIKELY(ur_tls.resizing == s || inside(s)) && ur_deferred.n + 2 <= DEFER_MAX) {
+  if (UR_UNLIKELY(ur_tls.resizing == s || inside(s))) {
     defer(s, key, DEFER_REMOVE);
     uint8_t *m = map_for(p, size, stack_id);
     if (m) ur_size_map_put(m, addr, size);

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "state.h"
+#include "deferred_ops.h"
 #include "size_map.h"
 
 _Static_assert(UR_NUM_SHARDS == 256, "ur_shard_of takes the shard from the top 8 hash bits");
@@ -116,16 +117,8 @@ static inline __attribute__((always_inline)) int ur_registry_try_hold(unsigned i
   return UR_HOLD_LOCKED;
 }
 
-/* Updates a signal handler's calls put aside while their thread was inside
- * the shard (registry.c defer), applied by ur_registry_flush once it is out. */
-#define UR_DEFER_MAX 32
-struct ur_deferred_ops {
-  uint32_t n;
-  struct {
-    uint64_t key, meta; /* meta UINT64_MAX: a removal */
-  } op[UR_DEFER_MAX];
-};
-extern __thread struct ur_deferred_ops ur_deferred __attribute__((tls_model("initial-exec")));
+/* Applies what a signal handler's calls put aside (deferred_ops.h) for the
+ * shards this thread is out of. */
 void ur_registry_flush(void);
 
 /* Undo ur_registry_try_hold (nothing to undo unless it returned BIASED). */

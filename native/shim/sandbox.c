@@ -3,27 +3,59 @@
  * child, a privilege-separated worker) may make only the system calls the
  * filter allows, and the shim's calls count as the program's. libunwind,
  * reaching a frame with no unwind information, checks each address it reads
- * with mincore() (and then a byte through its pipe): sshd's filter allows
- * neither, and kills the thread on the first (the preauth child killed, the
- * helper thread keeping the process alive, the login hung). Once the program
- * has installed a filter, libunwind's mincore() is answered "not mapped"
- * without the call: the backtrace ends at that frame, as at any address it
- * cannot read, and no pipe is written.
+ * with mincore() (or msync(), where its first mincore() failed) and then a
+ * byte through its pipe: sshd's filter allows none of them, and kills the
+ * thread on the first (the preauth child killed, the helper thread keeping
+ * the process alive, the login hung). Once the process is under a filter,
+ * libunwind's checks are answered "not mapped" without the call: the
+ * backtrace ends at that frame, as at any address it cannot read. Its pipe
+ * is not made either (unwinder_fds.c asks ur_unwinder_sandboxed).
  *
- * Filters (and strict mode) installed through prctl(PR_SET_SECCOMP) are
- * seen here; a filter
- * inherited across exec, or set with the seccomp() system call through
- * syscall(), is not.
+ * A filter comes three ways, all seen here: prctl(PR_SET_SECCOMP); the
+ * seccomp() system call through syscall() (glibc has no wrapper; libseccomp
+ * and minijail call it so); and from before the program started (a filter
+ * set by a parent before exec, a container's or a service manager's):
+ * /proc/self/status says so as the shim starts, and where it cannot be
+ * read (no /proc) the process is taken as filtered. A filter is for good,
+ * and a forked child inherits both the filter and this flag.
  */
+#include "sandbox.h"
+
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "state.h"
+#include "raw_syscall.h"
 
-static int filtered;
+int ur_sandbox_filtered;
+
+static void note_filter(void) { __atomic_store_n(&ur_sandbox_filtered, 1, __ATOMIC_RELAXED); }
+
+/* The "Seccomp:" line of /proc/self/status: 0 none, 1 strict, 2 filter. */
+void ur_sandbox_init(void) {
+  int saved = errno;
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  char buf[4096];
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0) close(fd);
+  errno = saved;
+  if (n <= 0) {
+    note_filter(); /* cannot tell: a check made without the call is the safe side */
+    return;
+  }
+  buf[n] = '\0';
+  const char *line = strstr(buf, "\nSeccomp:");
+  if (!line) return; /* a kernel without seccomp */
+  line += sizeof "\nSeccomp:" - 1;
+  while (*line == ' ' || *line == '\t') line++;
+  if (*line != '0') note_filter();
+}
 
 UR_EXPORT int prctl(int option, ...) {
   va_list ap;
@@ -33,14 +65,47 @@ UR_EXPORT int prctl(int option, ...) {
   va_end(ap);
   /* Set before the call: once it returns, every call this thread makes is
    * the filter's to judge. */
-  if (option == PR_SET_SECCOMP) __atomic_store_n(&filtered, 1, __ATOMIC_RELAXED);
+  if (option == PR_SET_SECCOMP) note_filter();
   return (int)syscall(SYS_prctl, option, a2, a3, a4, a5);
 }
 
+/* glibc's syscall() as its assembly does it: six arguments taken whatever
+ * the caller passed (the unused ones are registers and the caller's stack),
+ * -1 and errno for the kernel's -4095..-1. */
+UR_EXPORT long syscall(long nr, ...) {
+  va_list ap;
+  va_start(ap, nr);
+  long a = va_arg(ap, long), b = va_arg(ap, long), c = va_arg(ap, long);
+  long d = va_arg(ap, long), e = va_arg(ap, long), f = va_arg(ap, long);
+  va_end(ap);
+  if (UR_UNLIKELY(nr == SYS_seccomp || nr == SYS_prctl) &&
+      ((nr == SYS_seccomp && (a == SECCOMP_SET_MODE_FILTER || a == SECCOMP_SET_MODE_STRICT)) ||
+       (nr == SYS_prctl && a == PR_SET_SECCOMP)))
+    note_filter();
+  long r = ur_sys6(nr, a, b, c, d, e, f);
+  if (ur_sys_failed(r)) {
+    errno = (int)-r;
+    return -1;
+  }
+  return r;
+}
+
 UR_EXPORT int mincore(void *addr, size_t length, unsigned char *vec) {
-  if (UR_UNLIKELY(ur_tls.unwinding && __atomic_load_n(&filtered, __ATOMIC_RELAXED))) {
+  if (UR_UNLIKELY(ur_unwinder_sandboxed())) {
     errno = ENOMEM;
     return -1;
   }
   return (int)syscall(SYS_mincore, addr, length, vec);
+}
+
+UR_EXPORT int msync(void *addr, size_t length, int flags) {
+  if (UR_UNLIKELY(ur_unwinder_sandboxed())) {
+    errno = ENOMEM;
+    return -1;
+  }
+  /* glibc's msync is a cancellation point: a cancellation already asked
+   * for is acted on here as there (one arriving during the call waits for
+   * the next point). */
+  pthread_testcancel();
+  return (int)syscall(SYS_msync, addr, length, flags);
 }

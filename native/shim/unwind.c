@@ -4,6 +4,7 @@
 #include <link.h>
 
 #include "lock.h"
+#include "sandbox.h"
 
 #include "state.h"
 
@@ -26,7 +27,12 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *data) {
 }
 
 void ur_unwind_init(void) {
+  /* libunwind starts here: it makes its pipe and tries mincore() once,
+   * calls a filter the process started under may refuse (sandbox.c). */
+  ur_sandbox_init();
+  ur_tls.unwinding++;
   unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+  ur_tls.unwinding--;
   dl_iterate_phdr(find_self, NULL);
 }
 

@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "sandbox.h"
 #include "state.h"
 #include "unwind.h"
 
@@ -62,6 +63,11 @@ static int move_high(int fd) {
 }
 
 UR_EXPORT int pipe2(int fds[2], int flags) {
+  /* libunwind's, under a filter: its checks are answered without it. */
+  if (UR_UNLIKELY(ur_unwinder_sandboxed())) {
+    errno = EMFILE;
+    return -1;
+  }
   if (syscall(SYS_pipe2, fds, flags) != 0) return -1;
   if (flags == (O_CLOEXEC | O_NONBLOCK) && from_libunwind(__builtin_return_address(0))) {
     fds[0] = move_high(fds[0]);

@@ -117,6 +117,51 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
   return 0;
 }
 
+/* Unregister [lo, hi) in one call: a stretch with no page (nor marker) in
+ * it, whose unregistering clears no protection, so the mmap lock is held
+ * for no walk of pages. */
+static void unregister_whole(uint64_t lo, uint64_t hi) {
+  struct uffdio_range range = {lo, hi - lo};
+  ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
+  ioctl(g_uffd, UFFDIO_WAKE, &range);
+}
+
+/* Unregister [lo, hi) at a cost that follows its pages, not its size: the
+ * runs of pages (present, swapped, or a protection marker, which the
+ * pagemap counts as swapped) in UR_WALK_CHUNK pieces, each stretch between
+ * them in one call. Each pagemap walk stops after a piece's worth of
+ * pages, so it too holds the lock (for reading) no longer than a piece.
+ * Without the pagemap (a process that changed its uid, a chroot) all of it
+ * goes in pieces. A page that appears meanwhile in a stretch costs that
+ * call its walk, no more. */
+static void unregister_mapping(uint64_t lo, uint64_t hi) {
+  static struct page_region vec[256]; /* helper thread only */
+  uint64_t pos = lo;
+  while (g_pagemap >= 0 && pos < hi) {
+    struct pm_scan_arg a = {
+        .size = sizeof(a),
+        .start = pos,
+        .end = hi,
+        .vec = (uint64_t)(uintptr_t)vec,
+        .vec_len = sizeof vec / sizeof vec[0],
+        .max_pages = UR_WALK_CHUNK / 4096,
+        .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+    };
+    int n = ioctl(g_pagemap, PAGEMAP_SCAN, &a);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || a.walk_end <= pos) break;
+    for (int i = 0; i < n; i++) {
+      if (vec[i].start > pos) unregister_whole(pos, vec[i].start);
+      ur_unregister_pieces(g_uffd, vec[i].start, vec[i].end);
+      pos = vec[i].end;
+    }
+    if (a.walk_end > pos) unregister_whole(pos, a.walk_end);
+    pos = a.walk_end;
+  }
+  if (pos < hi) ur_unregister_pieces(g_uffd, pos, hi);
+}
+
 /* Closing the descriptor unregisters too, but only once its last copy is
  * closed, and a child forked meanwhile without our atfork handler holds one
  * (so does a copy-on-write snapshot's scanner, stopped or not). */
@@ -125,13 +170,22 @@ static int untrack_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg
   char perms[5];
   /* A mapping with no access was never registered (only private writable
    * ones are), and one made so since holds no page a thread could fault
-   * on: the descriptor's close unregisters it. Walked in pieces, a
-   * runtime's address-space reservation kept the helper busy for seconds
-   * (MariaDB's 8 TiB: 1M pieces, 2 s of CPU), and a fork snapshot asked
-   * for meanwhile paused the target until it was done. */
+   * on: the descriptor's close unregisters it. A runtime's read-write
+   * reservation (MariaDB's 8 TiB) is mostly a stretch without pages: in
+   * 8 MiB pieces it kept the helper busy for seconds (1M pieces). */
   if (ur_maps_perms(rest, perms) && perms[0] == '-' && perms[1] == '-') return 0;
-  ur_unregister_pieces(g_uffd, lo, hi);
+  unregister_mapping(lo, hi);
   return 0;
+}
+
+/* Every mapping still registered unregistered, through the pagemap where
+ * it can be opened (thread-self: a process whose main thread exited has no
+ * /proc/self/pagemap). */
+static void untrack_all(void) {
+  g_pagemap = open("/proc/thread-self/pagemap", O_RDONLY | O_CLOEXEC);
+  ur_self_maps_foreach(untrack_mapping, NULL);
+  if (g_pagemap >= 0) close(g_pagemap);
+  g_pagemap = -1;
 }
 
 static int no_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) {
@@ -198,7 +252,7 @@ static void stop_tracking(void) {
   struct ur_write_tracker *t = &ur_write_tracker;
   if (g_scanner_fd >= 0) close(g_scanner_fd);
   g_scanner_fd = -1;
-  ur_self_maps_foreach(untrack_mapping, NULL);
+  untrack_all();
   close(g_uffd);
   g_uffd = -1;
   /* A new START (a scanner that came back) is kept for the next round. */
@@ -237,7 +291,7 @@ void ur_write_tracking_begin(void) {
     if (g_pagemap >= 0) close(g_pagemap);
     g_pagemap = -1;
     if (rc < 0 || (n == 0 && !scanner_arms)) {
-      ur_self_maps_foreach(untrack_mapping, NULL);
+      untrack_all();
       close(fd);
       g_uffd = -1;
       fd = rc < 0 ? rc : -ENOENT;

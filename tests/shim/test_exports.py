@@ -33,7 +33,7 @@ EXPECTED_FUNCS = {
     # keep libunwind's pipe out of the program's way (unwinder_fds.c)
     "pipe2", "close", "close_range", "closefrom",
     # libunwind's address check is not made under the program's seccomp filter (sandbox.c)
-    "prctl", "mincore",
+    "prctl", "syscall", "mincore", "msync",
     # records each thread's alternate signal stack for the scanner (altstack.c)
     "sigaltstack",
     # the helper thread steps aside for calls that need a single thread (namespaces.c)

@@ -3,6 +3,7 @@ when and as it would without the shim (native/shim/last_thread.c)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -26,6 +27,23 @@ def test_a_process_whose_only_thread_ends_unknown_to_glibc_ends(
     monitor waited for ever for its preauth child)."""
     exe = program("seccomp_kill_thread.c")
     args = [arg] if arg else []
+    assert run(exe, *args, shim=None, timeout=30).returncode == status
+    assert run(exe, *args, shim=shim, timeout=30).returncode == status
+
+
+@pytest.mark.parametrize("where", ["chroot", "fork"])
+@pytest.mark.parametrize(("arg", "status"), [("kill", -signal.SIGSYS), ("exit", 7)])
+def test_a_process_whose_only_thread_ends_in_a_chroot_without_proc_ends(
+    shim: Path, tmp_path: Path, where: str, arg: str, status: int
+) -> None:
+    """The same ends in an empty chroot (sshd's preauth child: forked,
+    chrooted, then sandboxed), where /proc cannot be opened: the helper
+    read the leader's state and the threads left through /proc/self and
+    saw nothing there, and the process stayed."""
+    if os.geteuid() != 0:
+        pytest.skip("chroot needs root")
+    exe = program("seccomp_kill_thread.c")
+    args = [arg, f"{where}:{tmp_path}"]
     assert run(exe, *args, shim=None, timeout=30).returncode == status
     assert run(exe, *args, shim=shim, timeout=30).returncode == status
 

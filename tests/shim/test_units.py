@@ -14,14 +14,22 @@ from unreachable.capture.copy_snapshot import cow_possible
 
 
 def test_registry_and_stack_table_under_sanitizers() -> None:
-    exe = unit("registry_unit.c", "registry.c", "size_map.c", "region.c", "stacks.c", "modules.c")
+    exe = unit(
+        "registry_unit.c",
+        "registry.c",
+        "deferred_ops.c",
+        "size_map.c",
+        "region.c",
+        "stacks.c",
+        "modules.c",
+    )
     assert run_ok(exe, shim=None) == "OK\n"
 
 
 def test_a_registry_out_of_room_counts_and_says_what_it_left_out() -> None:
     srcs = [
         PROGRAMS / "region_full.c",
-        *native_sources("shim", "region.c", "registry.c", "size_map.c"),
+        *native_sources("shim", "region.c", "registry.c", "deferred_ops.c", "size_map.c"),
     ]
     exe = build(srcs, cflags=[f"-I{SHIM_SRC}"])
     result = run(exe, shim=None)
@@ -36,7 +44,7 @@ def test_a_snapshot_the_helper_ends_leaves_no_writer_waiting() -> None:
         pytest.skip("no synchronous userfaultfd write protection here")
     srcs = [
         PROGRAMS / "cow_untrack.c",
-        *native_sources("shim", "write_tracking.c", "self_maps.c"),
+        *native_sources("shim", "write_tracking.c", "self_maps.c", "kept_file.c"),
     ]
     exe = build(srcs, cflags=[f"-I{SHIM_SRC}"])
     assert run_ok(exe, shim=None) == "OK\n"

@@ -12,9 +12,7 @@
  * waitpid(-1, WNOHANG) says. Three 100-byte blocks leak. */
 #include <errno.h>
 #include <stdarg.h>
-#include <linux/filter.h>
 #include <linux/futex.h>
-#include <linux/seccomp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -22,11 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../../support/c/seccomp_filter.h"
 
 static volatile sig_atomic_t sigchld;
 static int fds[2];
@@ -83,15 +82,7 @@ static __attribute__((noinline)) void leak(void) {
 }
 
 static int filter(int nr, uint32_t action) {
-  struct sock_filter f[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, action),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_fprog prog = {sizeof(f) / sizeof(*f), f};
-  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
-         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+  return refuse_call(nr, action, FILTER_SYSCALL, SECCOMP_FILTER_FLAG_TSYNC);
 }
 
 int main(int argc, char **argv) {

@@ -5,17 +5,22 @@
  * a frame with no unwind information (a hand-written one here; a JIT's, or
  * code built without tables, in programs), where libunwind checks each
  * address before it reads it. Exits 0 having allocated; killed by SIGSYS
- * when anything it called made a system call the filter refuses. */
+ * when anything it called made a system call the filter refuses.
+ *
+ * argv[1] says how the filter comes: "prctl" (the default) or "syscall"
+ * (the seccomp() system call, libseccomp's way) installs the worker's
+ * filter; "inherited" installs one that kills on the unwinder's calls
+ * (mincore, msync, pipe2) and allows the rest, then execs itself as "run",
+ * which starts under it (a filter set by a parent, a container's) and
+ * allocates as the others do. */
 #include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "../../support/c/seccomp_filter.h"
 
 /* Calls fn(arg) from a frame that has a frame pointer and no CFI. */
 __asm__(".text\n"
@@ -42,7 +47,7 @@ static void *allocate(void *arg) {
 #define ALLOW(nr) \
   BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 
-static int sandbox(void) {
+static int sandbox(enum filter_route route) {
   struct sock_filter f[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
@@ -57,19 +62,35 @@ static int sandbox(void) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
   };
   struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
-  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+  return install_filter(&prog, route, 0);
 }
 
-int main(void) {
-  /* Before the sandbox, as the child's start does: the shim and the
-   * unwinder are up, the frame without unwind information not yet seen. */
-  free(allocate((void *)100));
-  if (sandbox() != 0) {
-    perror("sandbox");
-    return 2;
-  }
+static int run(void) {
   for (size_t i = 1; i <= 200; i++) free(no_cfi_call(allocate, (void *)(i * 24)));
   static const char ok[] = "ok\n";
   return write(1, ok, sizeof ok - 1) == sizeof ok - 1 ? 0 : 3;
+}
+
+int main(int argc, char **argv) {
+  const char *how = argc > 1 ? argv[1] : "prctl";
+  if (strcmp(how, "run") == 0) return run();
+  /* Before the sandbox, as the child's start does: the shim and the
+   * unwinder are up, the frame without unwind information not yet seen. */
+  free(allocate((void *)100));
+  if (strcmp(how, "inherited") == 0) {
+    static const int unwinders[] = {SYS_mincore, SYS_msync, SYS_pipe2};
+    if (refuse_calls(unwinders, 3, SECCOMP_RET_KILL_PROCESS, FILTER_PRCTL, 0) != 0) {
+      perror("sandbox");
+      return 2;
+    }
+    char *args[] = {argv[0], "run", NULL};
+    execv("/proc/self/exe", args);
+    perror("execv");
+    return 4;
+  }
+  if (sandbox(strcmp(how, "syscall") == 0 ? FILTER_SYSCALL : FILTER_PRCTL) != 0) {
+    perror("sandbox");
+    return 2;
+  }
+  return run();
 }

@@ -21,7 +21,15 @@
  * blocks the handler freed that the registry still lists (a removal put
  * aside and then applied to the other shard's table, where it found
  * nothing; or one made in the old table after the rebuild had copied the
- * entry). */
+ * entry).
+ *
+ * argv[3] "many": the handler instead frees the last MANY blocks the loop
+ * kept, when all lie in the shard due for its rebuild (blocks kept one
+ * after another share their 1 MiB and so their shard), and allocates MANY
+ * blocks of its own, which mostly land there too: more updates of the
+ * shard than a short list of put-aside updates holds. It prints "HITS n
+ * STALE s MISSING m": m of the blocks the handler kept that the registry
+ * does not list. */
 #include <signal.h>
 #include <sys/time.h>
 #include <time.h>
@@ -33,6 +41,7 @@
 #define MAX_BLOCKS (1 << 20)
 #define BIG ((size_t)17 << 20)
 #define MAX_HITS 64
+#define MANY 80
 
 static struct ur_thread_slot *mine;
 static struct ur_shard *shards;
@@ -40,8 +49,8 @@ static uint32_t num_shards;
 static uintptr_t text_lo, text_hi; /* the shim's code */
 static void *blocks[MAX_BLOCKS];
 static volatile long kept; /* blocks[0, kept) allocated by the loop */
-static void *freed[2 * MAX_HITS], *bigs[MAX_HITS];
-static volatile int hits, nfreed;
+static void *freed[MANY * MAX_HITS], *bigs[MAX_HITS], *made[MANY * MAX_HITS];
+static volatile int hits, nfreed, nmade, many;
 
 /* A shard due for its rebuild, or NULL. */
 static const struct ur_shard *due(void) {
@@ -60,6 +69,26 @@ static int in_table(const struct ur_shard *s, const void *p) {
   return 0;
 }
 
+/* The index of the shard p's entry goes to (registry.h ur_shard_at). */
+static long shard_index(const void *p) {
+  return (long)((((uint64_t)(uintptr_t)p >> 20) * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
+}
+
+/* "many": the loop's last MANY blocks, all in s, freed; MANY blocks made. */
+static void free_and_make_many(const struct ur_shard *s) {
+  long k = kept;
+  if (k < MANY) return;
+  for (long i = k - MANY; i < k; i++)
+    if (!blocks[i] || shard_index(blocks[i]) != s - shards) return;
+  for (long i = k - MANY; i < k; i++) {
+    free(blocks[i]);
+    freed[nfreed++] = blocks[i];
+    blocks[i] = NULL;
+  }
+  for (int i = 0; i < MANY; i++) made[nmade++] = malloc(BLOCK);
+  hits++;
+}
+
 static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)sig;
   (void)info;
@@ -67,6 +96,10 @@ static void on_alarm(int sig, siginfo_t *info, void *context) {
   if (pc < text_lo || pc >= text_hi || hits == MAX_HITS || kept < 2) return;
   if (__atomic_load_n(&mine->op, __ATOMIC_RELAXED) == UR_OP_NONE) return;
   const struct ur_shard *s = due();
+  if (many) {
+    if (s) free_and_make_many(s);
+    return;
+  }
   long k = kept - 1;
   void *a = blocks[k], *b = blocks[k - 1];
   if (!s || !a || !b || !in_table(s, a) || !in_table(s, b)) return;
@@ -82,6 +115,7 @@ static void on_alarm(int sig, siginfo_t *info, void *context) {
 int main(int argc, char **argv) {
   long want = argc > 1 ? atol(argv[1]) : 16;
   long seconds = argc > 2 ? atol(argv[2]) : 60;
+  many = argc > 3 && strcmp(argv[3], "many") == 0;
   if (want > MAX_HITS) want = MAX_HITS;
   free(malloc(1)); /* attach this thread's slot */
   mine = my_slot();
@@ -102,8 +136,11 @@ int main(int argc, char **argv) {
   stop_timer();
   for (long i = 0; i < kept; i++) free(blocks[i]);
   for (int i = 0; i < hits; i++) free(bigs[i]);
-  int stale = 0;
+  int stale = 0, missing = 0;
+  for (int i = 0; i < nmade; i++) missing += made[i] && !registry_find(made[i], NULL, NULL);
+  for (int i = 0; i < nmade; i++) free(made[i]); /* before: they reuse freed addresses */
   for (int i = 0; i < nfreed; i++) stale += registry_find(freed[i], NULL, NULL);
-  printf("HITS %d STALE %d\n", hits, stale);
+  if (many) printf("HITS %d STALE %d MISSING %d\n", hits, stale, missing);
+  else printf("HITS %d STALE %d\n", hits, stale);
   return 0;
 }

@@ -1,0 +1,50 @@
+/* Seccomp filters for the test programs, installed either way a program
+ * can: prctl(PR_SET_SECCOMP), or the seccomp() system call through
+ * syscall() (glibc has no wrapper; libseccomp calls it so). Included by a
+ * path relative to the program. */
+#ifndef UR_TESTS_SECCOMP_FILTER_H
+#define UR_TESTS_SECCOMP_FILTER_H
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum filter_route { FILTER_PRCTL, FILTER_SYSCALL };
+
+/* flags: the seccomp() call's (SECCOMP_FILTER_FLAG_TSYNC), FILTER_SYSCALL only. */
+static inline int install_filter(struct sock_fprog *prog, enum filter_route route,
+                                 unsigned flags) {
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  if (route == FILTER_PRCTL) return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog);
+  return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, prog);
+}
+
+#define REFUSE_MAX 8
+
+/* A filter that answers `action` to the n system calls in nrs and allows
+ * every other one. 0, or -1 with errno. */
+static inline int refuse_calls(const int *nrs, unsigned n, uint32_t action,
+                               enum filter_route route, unsigned flags) {
+  struct sock_filter f[2 + 2 * REFUSE_MAX];
+  unsigned len = 0;
+  if (n > REFUSE_MAX) return -1;
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, nr));
+  for (unsigned i = 0; i < n; i++) {
+    f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
+    f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, action);
+  }
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  struct sock_fprog prog = {.len = (unsigned short)len, .filter = f};
+  return install_filter(&prog, route, flags);
+}
+
+static inline int refuse_call(int nr, uint32_t action, enum filter_route route, unsigned flags) {
+  return refuse_calls(&nr, 1, action, route, flags);
+}
+
+#endif
