@@ -19,7 +19,8 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # The tests' extras: a library and five services the tests start and scan
 # themselves (tests/scan/test_real_services.py); gdb's gcore makes the core
 # files tests/scan/test_core.py scans, and libc6-dbg's symbols check the
-# glibc heap walk's own way of finding glibc's structures. No service may start during
+# glibc heap walk's own way of finding glibc's structures; strace counts the
+# shim helper's system calls (tests/shim/test_teardown.py). No service may start during
 # the install (policy-rc.d says 101, unless the machine has its own policy).
 if [ "${1:-}" = "--test" ]; then
   policy=/usr/sbin/policy-rc.d
@@ -31,7 +32,7 @@ if [ "${1:-}" = "--test" ]; then
     $SUDO chmod 755 "$policy"
   fi
   $SUDO apt-get install -y -qq --no-install-recommends \
-    libjemalloc2 redis-server memcached nginx-light bind9 nodejs gdb libc6-dbg >/dev/null
+    libjemalloc2 redis-server memcached nginx-light bind9 nodejs gdb libc6-dbg strace >/dev/null
   if [ -n "$made_policy" ]; then $SUDO rm -f "$policy"; trap - EXIT; fi
   # glibc 2.31, 2.35, 2.39, 2.41, 2.42 and 2.43 beside this system's, unpacked under tests/.glibc for
   # the glibc heap walk's tests (tests/scan/test_glibc_versions.py).
