@@ -372,7 +372,9 @@ def test_the_scanner_arms_the_write_tracking_not_the_helper(targets):
     scanner does it through the helper's userfaultfd, and the helper's CPU
     time over a whole tracking of 256 MiB is a small part of what the same
     tracking costs it when it arms by itself (arm_here=False, the way of a
-    scanner that cannot take the descriptor). Both leave nothing behind."""
+    scanner that cannot take the descriptor): both include the helper's
+    teardown, whose pagemap walk and unregisters of the whole heap are
+    about a sixth of the arming. Both leave nothing behind."""
     target = targets.start(PROGRAMS / "big_heap.c", "256")
     opened = open_target(target.pid)
     helper = opened.header.helper_tid
@@ -388,7 +390,7 @@ def test_the_scanner_arms_the_write_tracking_not_the_helper(targets):
 
     itself = helper_ns(arm_here=False)
     scanner_armed = helper_ns(arm_here=True)
-    assert scanner_armed * 8 < itself, (scanner_armed, itself)
+    assert scanner_armed * 4 < itself, (scanner_armed, itself)
     exact(target, scan(target.pid, ScanOptions(snapshot="concurrent")))
     wait_untracked(target.pid)
 
