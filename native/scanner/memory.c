@@ -300,9 +300,9 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
     c->fresh = 1;
     m->used_chunks++;
     update_room(m);
-  } else if (m->last && base > m->last->base) {
-    /* Full, and read on in address order (the graph's pass, a live mark's
-     * reads, the roots): the slot of the chunk viewed last, whose buffer
+  } else if (m->last && base == m->last->base + UR_CHUNK_SIZE) {
+    /* Full, and reading the chunk right after the one viewed last (the
+     * graph's pass, a live mark's reads, the roots): that slot, whose buffer
      * was just written and read and is still in the CPU's cache, where the
      * clock's pick was touched a cache's worth of chunks ago: the kernel's
      * copy into it and the mark's reads of it are cheaper (docs/pause.md,
