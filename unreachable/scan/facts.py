@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from unreachable import _native
+from unreachable.allocations.glibc_heap import refuse_not_glibc
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off, cow_possible
 from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
 from unreachable.capture.target import Target, open_target, runs_without_shim
@@ -24,6 +25,7 @@ from unreachable.process.cgroup_memory import (
     no_room_for_outside_sweep,
     scanner_cache_budget,
 )
+from unreachable.process.maps import read_maps
 from unreachable.process.memory import Memory
 from unreachable.process.status import resident_anonymous_bytes
 from unreachable.scan.options import ScanOptions
@@ -118,13 +120,20 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         # injected fork's pause reads are bounded by this cgroup's room.
         scanner_room = ScannerRoom.now()
         glibc = runs_without_shim(pid)
+        why = str(e)
+        if glibc:
+            # Another allocator is named first, whatever else was asked.
+            try:
+                refuse_not_glibc(pid, read_maps(pid))
+            except TargetNotShimmed as other:
+                glibc, why = False, str(other)
         anonymous = resident_anonymous_bytes(pid) if glibc else 0
         # What the injected fork's child would lack, read where auto may take one.
         may_fork = glibc and options.snapshot == "auto" and options.sweep != "child"
         return Facts(
             pid,
             shim=False,
-            no_shim=str(e),
+            no_shim=why,
             glibc_heap=glibc,
             anonymous_bytes=anonymous,
             kept_out=fork_flags(pid) if may_fork else ForkFlags(),
