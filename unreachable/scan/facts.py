@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from unreachable import _native
-from unreachable.allocations.glibc_heap import refuse_not_glibc
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off, cow_possible
 from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
 from unreachable.capture.target import Target, open_target, runs_without_shim
@@ -27,7 +26,7 @@ from unreachable.process.cgroup_memory import (
 )
 from unreachable.process.maps import read_maps
 from unreachable.process.memory import Memory
-from unreachable.process.status import resident_anonymous_bytes
+from unreachable.process.status import check_scannable, resident_anonymous_bytes
 from unreachable.scan.options import ScanOptions
 from unreachable.sweep.child import BusyLooks
 
@@ -111,6 +110,18 @@ class Facts:
     busy_threads: int | None = None
 
 
+def _other_allocator(pid: int) -> str:
+    """The line refusing a process without the shim whose malloc is not
+    glibc's, or "" (read from a live thread: the leader may have exited)."""
+    from unreachable.allocations.glibc_heap import refuse_not_glibc  # scans without the shim
+
+    try:
+        refuse_not_glibc(pid, read_maps(check_scannable(pid).proc))
+    except TargetNotShimmed as other:
+        return str(other)
+    return ""
+
+
 def gather_facts(pid: int, options: ScanOptions) -> Facts:
     """The facts the plan may need for these options, each read once."""
     try:
@@ -120,13 +131,9 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         # injected fork's pause reads are bounded by this cgroup's room.
         scanner_room = ScannerRoom.now()
         glibc = runs_without_shim(pid)
-        why = str(e)
-        if glibc:
-            # Another allocator is named first, whatever else was asked.
-            try:
-                refuse_not_glibc(pid, read_maps(pid))
-            except TargetNotShimmed as other:
-                glibc, why = False, str(other)
+        # Another allocator is named first, whatever else was asked.
+        why = (_other_allocator(pid) if glibc else "") or str(e)
+        glibc = glibc and why == str(e)
         anonymous = resident_anonymous_bytes(pid) if glibc else 0
         # What the injected fork's child would lack, read where auto may take one.
         may_fork = glibc and options.snapshot == "auto" and options.sweep != "child"
