@@ -38,7 +38,7 @@ static void *finish_alloc(struct ur_thread_slot *s, void *p, size_t n) {
 
 static void *dbg_malloc(size_t n) {
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_malloc(n);
+  if (UR_UNLIKELY(!s)) return ur_libc.malloc(n);
   void *p = ur_alloc_block(n, 0, false);
   ur_fill_alloc(p);
   return finish_alloc(s, p, n);
@@ -53,7 +53,7 @@ void *ur_dbg_malloc(size_t n) {
 void *ur_dbg_calloc(size_t n, size_t m) {
   size_t total = n * m; /* the caller checked for overflow */
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_calloc(n, m);
+  if (UR_UNLIKELY(!s)) return ur_libc.calloc(n, m);
   void *p = finish_alloc(s, ur_alloc_block(total, 0, true), total);
   ur_rec_add(UR_REC_CALLOC, UR_MANGLE(p), n, m);
   return p;
@@ -61,7 +61,7 @@ void *ur_dbg_calloc(size_t n, size_t m) {
 
 void *ur_dbg_memalign(size_t align, size_t n) {
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_memalign(align, n);
+  if (UR_UNLIKELY(!s)) return ur_libc.memalign(align, n);
   void *p = ur_alloc_block(n, align, false);
   ur_fill_alloc(p);
   finish_alloc(s, p, n);
@@ -103,13 +103,13 @@ static void release_block(void *p, uint32_t stack_id, bool guards) {
       if (!ur_ft_verify((uintptr_t)p, ev.e.frames, ev.e.nframes)) return; /* leaked on purpose */
     }
   }
-  __libc_free(ur_orig_of(p));
+  ur_libc.free(ur_orig_of(p));
 }
 
 static void dbg_free(void *p) {
   struct ur_thread_slot *s = ur_begin(UR_OP_FREE, p, 0);
   if (UR_UNLIKELY(!s)) {
-    __libc_free(p);
+    ur_libc.free(p);
     return;
   }
   /* free keeps errno, as glibc's does since 2.33; free_track's first unwind
@@ -118,7 +118,7 @@ static void dbg_free(void *p) {
   uint64_t size;
   uint32_t id;
   if (!ur_registry_take(p, &size, &id)) {
-    if (!ur_bad_pointer(p, "free")) __libc_free(p);
+    if (!ur_bad_pointer(p, "free")) ur_libc.free(p);
   } else if (ur_bad_tag(p, "free")) {
     ur_registry_insert(p, size, id); /* left alone, as bionic does */
   } else {
@@ -145,14 +145,14 @@ void *ur_dbg_realloc(void *p, size_t n) {
     return NULL;
   }
   struct ur_thread_slot *s = ur_begin(UR_OP_REALLOC, p, n);
-  if (UR_UNLIKELY(!s)) return __libc_realloc(p, n);
+  if (UR_UNLIKELY(!s)) return ur_libc.realloc(p, n);
   int64_t ri = ur_rec_reserve();
   void *q = NULL;
   uint64_t size;
   uint32_t id;
   size_t prev;
   if (!ur_registry_find(p, &size, &id)) {
-    if (!ur_bad_pointer(p, "realloc")) q = __libc_realloc(p, n); /* never went through us */
+    if (!ur_bad_pointer(p, "realloc")) q = ur_libc.realloc(p, n); /* never went through us */
     /* The program has it now (a header-less block has no tag to check). */
     if (q && !ur_debug.header) {
       ur_announce_out(s, q, n);
@@ -183,7 +183,7 @@ void *ur_dbg_realloc(void *p, size_t n) {
       goto out;
     }
     if (usable && real <= usable) { /* fits: glibc shrinks in place */
-      q = __libc_realloc(p, real);
+      q = ur_libc.realloc(p, real);
       if (q) {
         ur_announce_out(s, q, n);
         if (q == p) {

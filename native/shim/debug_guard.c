@@ -32,7 +32,7 @@ void *ur_alloc_block(size_t n, size_t align, bool zero) {
       errno = ENOMEM;
       return NULL;
     }
-    void *orig = __libc_malloc(real); /* 16-aligned, like bionic's memalign(16) */
+    void *orig = ur_libc.malloc(real); /* 16-aligned, like bionic's memalign(16) */
     if (!orig) return NULL;
     uintptr_t u = ((uintptr_t)orig + ur_debug.offset + a - 1) & ~(uintptr_t)(a - 1);
     struct ur_hdr *h = ur_hdr_of((void *)u);
@@ -55,8 +55,8 @@ void *ur_alloc_block(size_t n, size_t align, bool zero) {
     errno = ENOMEM;
     return NULL;
   }
-  if (align) return __libc_memalign(align, real);
-  return zero ? __libc_calloc(1, real) : __libc_malloc(real);
+  if (align) return ur_libc.memalign(align, real);
+  return zero ? ur_libc.calloc(1, real) : ur_libc.malloc(real);
 }
 
 void ur_fill_alloc(void *p) {

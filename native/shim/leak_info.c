@@ -17,6 +17,7 @@
 #include "shim.h"
 #include "stacks.h"
 #include "state.h"
+#include "syms.h"
 #include "threads.h"
 #include "unreachable/malloc_debug.h"
 
@@ -206,7 +207,7 @@ UR_EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t
   for (size_t i = 0; i < n; i++)
     if (i == 0 || recs[i].size != recs[i - 1].size || recs[i].id != recs[i - 1].id) unique++;
   size_t rec_bytes = (2 + frames) * sizeof(uintptr_t);
-  uint8_t *out = unique ? __libc_calloc(unique, rec_bytes) : NULL; /* untracked on purpose */
+  uint8_t *out = unique ? ur_libc.calloc(unique, rec_bytes) : NULL; /* untracked on purpose */
   if (out) {
     size_t *w = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -226,4 +227,4 @@ UR_EXPORT void get_malloc_leak_info(uint8_t **info, size_t *overall_size, size_t
   munmap(recs, cap * sizeof *recs);
 }
 
-UR_EXPORT void free_malloc_leak_info(uint8_t *info) { __libc_free(info); }
+UR_EXPORT void free_malloc_leak_info(uint8_t *info) { ur_libc.free(info); }

@@ -40,8 +40,8 @@ static inline __attribute__((always_inline)) void *finish(struct ur_thread_slot 
 __attribute__((noinline)) static void *malloc_slow(size_t n) {
   if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_malloc(n);
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_malloc(n);
-  void *p = __libc_malloc(n);
+  if (UR_UNLIKELY(!s)) return ur_libc.malloc(n);
+  void *p = ur_libc.malloc(n);
   if (p) {
     ur_announce_out(s, p, n);
     uint32_t id =
@@ -74,11 +74,11 @@ __attribute__((noinline)) static void free_slow(void *p) {
   }
   struct ur_thread_slot *s = ur_begin(UR_OP_FREE, p, 0);
   if (UR_UNLIKELY(!s)) {
-    __libc_free(p);
+    ur_libc.free(p);
     return;
   }
   if (s == &ur_tls.dummy || !ur_registry_try_remove(p, ur_single())) ur_registry_remove(p);
-  __libc_free(p);
+  ur_libc.free(p);
   ur_leave(s);
 }
 
@@ -104,7 +104,7 @@ static inline __attribute__((always_inline)) void *do_malloc(size_t n) {
     ur_leave_op(s);
     return malloc_slow(n);
   }
-  void *p = __libc_malloc(n);
+  void *p = ur_libc.malloc(n);
   if (UR_UNLIKELY(p == NULL)) {
     ur_leave_op(ur_tls_slot_again());
     return NULL;
@@ -128,15 +128,15 @@ static inline __attribute__((always_inline)) void do_free(void *p) {
     return free_slow(p);
   }
   if (UR_UNLIKELY(!ur_registry_try_remove(p, (f & UR_SLOW_SINGLE) != 0))) ur_registry_remove(p);
-  __libc_free(p);
+  ur_libc.free(p);
   ur_leave_op(ur_tls_slot_again()); /* loaded again, as in do_malloc: no register to save */
 }
 
 static void *do_memalign(size_t align, size_t n) {
   if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_memalign(align, n);
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_memalign(align, n);
-  return finish(s, __libc_memalign(align, n), n);
+  if (UR_UNLIKELY(!s)) return ur_libc.memalign(align, n);
+  return finish(s, ur_libc.memalign(align, n), n);
 }
 
 UR_EXPORT void *malloc(size_t n) { return do_malloc(n); }
@@ -154,8 +154,8 @@ UR_EXPORT void *calloc(size_t n, size_t m) {
   }
   if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_calloc(n, m);
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_calloc(n, m);
-  return finish(s, __libc_calloc(n, m), total);
+  if (UR_UNLIKELY(!s)) return ur_libc.calloc(n, m);
+  return finish(s, ur_libc.calloc(n, m), total);
 }
 
 /* A block that must move is moved here, not by glibc: glibc's realloc frees
@@ -166,13 +166,13 @@ UR_EXPORT void *calloc(size_t n, size_t m) {
  * intact until the copy is registered, so every stop sees one complete copy.
  * Growth that glibc could have done in place or by mremap becomes a copy. */
 static void *move_block(struct ur_thread_slot *s, void *p, size_t n, size_t old_usable) {
-  void *q = __libc_malloc(n);
+  void *q = ur_libc.malloc(n);
   if (!q) return NULL;
   ur_announce_out(s, q, n);
   __builtin_memcpy(q, p, old_usable < n ? old_usable : n);
   ur_registry_insert(q, n, ur_maybe_capture(s, n));
   ur_registry_remove(p);
-  __libc_free(p);
+  ur_libc.free(p);
   return q;
 }
 
@@ -184,7 +184,7 @@ UR_EXPORT void *realloc(void *p, size_t n) {
     return NULL;
   }
   struct ur_thread_slot *s = ur_begin(UR_OP_REALLOC, p, n);
-  if (UR_UNLIKELY(!s)) return __libc_realloc(p, n);
+  if (UR_UNLIKELY(!s)) return ur_libc.realloc(p, n);
   uint64_t old_size;
   uint32_t old_id;
   void *q;
@@ -192,7 +192,7 @@ UR_EXPORT void *realloc(void *p, size_t n) {
     /* Not a block the registry knows (already freed, never allocated):
      * glibc decides, as without the shim. A realloc of a freed block
      * survives in glibc 2.36, and moving it here freed it a second time. */
-    q = __libc_realloc(p, n);
+    q = ur_libc.realloc(p, n);
     if (q) {
       ur_announce_out(s, q, n);
       ur_registry_set(q, n, ur_maybe_capture(s, n));
@@ -204,7 +204,7 @@ UR_EXPORT void *realloc(void *p, size_t n) {
   if (n <= usable || usable == 0) {
     /* Fits: glibc shrinks in place (mremap shrinks an mmap'ed chunk in place).
      * usable == 0: libc's malloc_usable_size was not found; let glibc do it. */
-    q = __libc_realloc(p, n);
+    q = ur_libc.realloc(p, n);
     if (q == p) {
       ur_announce_out(s, q, n);
       /* Every realloc re-records the site, as bionic does since P. */
@@ -263,8 +263,8 @@ UR_EXPORT void *aligned_alloc(size_t align, size_t n) {
 UR_EXPORT void *valloc(size_t n) {
   if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_memalign((size_t)sysconf(_SC_PAGESIZE), n);
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_valloc(n);
-  return finish(s, __libc_valloc(n), n);
+  if (UR_UNLIKELY(!s)) return ur_libc.valloc(n);
+  return finish(s, ur_libc.valloc(n), n);
 }
 
 UR_EXPORT void *pvalloc(size_t n) {
@@ -276,8 +276,8 @@ UR_EXPORT void *pvalloc(size_t n) {
   rounded &= ~(ps - 1); /* the caller owns the whole rounded size */
   if (UR_UNLIKELY(ur_load32(&ur_g.debug)) && ur_dbg_ready()) return ur_dbg_memalign(ps, rounded);
   struct ur_thread_slot *s = ur_begin(UR_OP_MALLOC, NULL, 0);
-  if (UR_UNLIKELY(!s)) return __libc_pvalloc(n);
-  return finish(s, __libc_pvalloc(n), rounded);
+  if (UR_UNLIKELY(!s)) return ur_libc.pvalloc(n);
+  return finish(s, ur_libc.pvalloc(n), rounded);
 }
 
 

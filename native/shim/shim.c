@@ -35,6 +35,7 @@
 
 static struct ur_options opts;
 static int options_ok;
+static const char *other_malloc; /* the object whose malloc the program calls, when not ours */
 /* The forker's own: the next forker sets them in its prepare handler while
  * this one may still be in its parent handler. */
 static __thread int fork_nested __attribute__((tls_model("initial-exec"))); /* holds malloc_disable */
@@ -107,6 +108,11 @@ void ur_init(void) {
     if (!options_ok) {
       d->disabled = ur_g.options ? UR_DISABLED_OPTIONS : UR_DISABLED_NO_MEMORY;
       d->disabled_errno = ur_g.options ? 0 : ur_region_error();
+      state = UR_SLOW_INERT;
+    } else if ((other_malloc = ur_sym_first_definer("malloc")) != NULL) {
+      /* The program allocates elsewhere: a registry left empty would
+       * report no leak. */
+      d->disabled = UR_DISABLED_OTHER_MALLOC;
       state = UR_SLOW_INERT;
     }
   }
@@ -288,7 +294,15 @@ __attribute__((constructor)) static void ur_constructor(void) {
     return; /* inert: every call goes straight to glibc */
   }
   if (ur_load32(&ur_g.slow) & UR_SLOW_INERT) {
-    log_no_memory();
+    if (other_malloc) {
+      snprintf(msg, sizeof msg,
+               "%s: malloc is %s's, found before the shim's (preload the shim first); "
+               "disabled",
+               prog, other_malloc);
+      log_line(NULL, msg);
+    } else {
+      log_no_memory();
+    }
     return;
   }
   for (unsigned i = 0; i < opts.num_unimplemented; i++) {

@@ -132,8 +132,8 @@ static int visit(struct dl_phdr_info *info, size_t size, void *arg) {
       s->past_self = contains(info, (uintptr_t)&ur_sym_next);
       return 0;
     }
-  } else if (!contains(info, (uintptr_t)&__libc_malloc)) {
-    return 0;
+  } else if (!contains(info, (uintptr_t)&gnu_get_libc_version)) {
+    return 0; /* not __libc_malloc: other allocators define it too */
   }
   s->found = lookup(info, s->name, s->data);
   return s->found != NULL || s->want == WANT_LIBC;
@@ -145,8 +145,80 @@ static void *search(const char *name, int want, int data) {
   return s.found;
 }
 
+struct first {
+  const char *name;
+  const char *definer; /* NULL: the shim's own, or none */
+};
+
+static int visit_first(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  struct first *f = arg;
+  if (contains(info, (uintptr_t)&ur_sym_first_definer)) return 1; /* ours comes first */
+  if (!lookup(info, f->name, 0)) return 0;
+  f->definer = info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "the executable";
+  return 1;
+}
+
+const char *ur_sym_first_definer(const char *name) {
+  struct first f = {name, NULL};
+  dl_iterate_phdr(visit_first, &f);
+  return f.definer;
+}
+
 void *ur_sym_next(const char *name) { return search(name, WANT_NEXT, 0); }
 void *ur_sym_libc(const char *name) { return search(name, WANT_LIBC, 0); }
+
+static void *first_malloc(size_t n) {
+  ur_syms_init();
+  return ur_libc.malloc(n);
+}
+static void first_free(void *p) {
+  ur_syms_init();
+  ur_libc.free(p);
+}
+static void *first_calloc(size_t n, size_t m) {
+  ur_syms_init();
+  return ur_libc.calloc(n, m);
+}
+static void *first_realloc(void *p, size_t n) {
+  ur_syms_init();
+  return ur_libc.realloc(p, n);
+}
+static void *first_memalign(size_t align, size_t n) {
+  ur_syms_init();
+  return ur_libc.memalign(align, n);
+}
+static void *first_valloc(size_t n) {
+  ur_syms_init();
+  return ur_libc.valloc(n);
+}
+static void *first_pvalloc(size_t n) {
+  ur_syms_init();
+  return ur_libc.pvalloc(n);
+}
+
+struct ur_libc_alloc ur_libc = {first_malloc,   first_free,   first_calloc, first_realloc,
+                                first_memalign, first_valloc, first_pvalloc};
+
+/* libc's definition of name, else the one the link bound (a libc without
+ * the name in its dynamic symbols, which glibc 2.31-2.43 all have). */
+#define LIBC_OR(name, bound) (__typeof__(&bound))or_bound(ur_sym_libc(name), (void *)&bound)
+static void *or_bound(void *found, void *bound) { return found ? found : bound; }
+
+static void resolve_allocator(void) {
+  struct ur_libc_alloc a = {
+      LIBC_OR("__libc_malloc", __libc_malloc),     LIBC_OR("__libc_free", __libc_free),
+      LIBC_OR("__libc_calloc", __libc_calloc),     LIBC_OR("__libc_realloc", __libc_realloc),
+      LIBC_OR("__libc_memalign", __libc_memalign), LIBC_OR("__libc_valloc", __libc_valloc),
+      LIBC_OR("__libc_pvalloc", __libc_pvalloc)};
+  __atomic_store_n(&ur_libc.free, a.free, __ATOMIC_RELAXED);
+  __atomic_store_n(&ur_libc.calloc, a.calloc, __ATOMIC_RELAXED);
+  __atomic_store_n(&ur_libc.realloc, a.realloc, __ATOMIC_RELAXED);
+  __atomic_store_n(&ur_libc.memalign, a.memalign, __ATOMIC_RELAXED);
+  __atomic_store_n(&ur_libc.valloc, a.valloc, __ATOMIC_RELAXED);
+  __atomic_store_n(&ur_libc.pvalloc, a.pvalloc, __ATOMIC_RELAXED);
+  __atomic_store_n(&ur_libc.malloc, a.malloc, __ATOMIC_RELEASE);
+}
 
 void ur_syms_init(void) {
   if (__atomic_load_n(&ur_syms.usable_size, __ATOMIC_ACQUIRE)) return;
@@ -160,6 +232,7 @@ void ur_syms_init(void) {
   /* libc's own storage, which its code reads, even when the program has a
    * copy of the variable (a copy relocation) that our GOT would name. */
   ur_syms.single_threaded = search("__libc_single_threaded", WANT_LIBC, 1);
+  resolve_allocator();
   __atomic_store_n(&ur_syms.usable_size, (size_t(*)(void *))ur_sym_libc("malloc_usable_size"),
                    __ATOMIC_RELEASE);
 }

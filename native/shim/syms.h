@@ -20,6 +20,12 @@ void ur_syms_init(void);
  * start-up), or NULL. */
 void *ur_sym_next(const char *name);
 
+/* The object whose definition of name the program's calls reach when it
+ * is not the shim's: the first loaded before the shim that defines it (an
+ * allocator preloaded ahead of the shim, a malloc in the executable), as
+ * its path or "the executable"; NULL when the shim's comes first. */
+const char *ur_sym_first_definer(const char *name);
+
 /* The default-version definition of name in glibc's libc.so, or NULL. */
 void *ur_sym_libc(const char *name);
 
@@ -30,6 +36,26 @@ struct ur_syms {
   char *single_threaded;                  /* libc's __libc_single_threaded (single_thread.h) */
 };
 extern struct ur_syms ur_syms;
+
+/* glibc's own allocator: the __libc_* functions of libc.so itself, which
+ * every block the shim registers comes from. Not the first definitions of
+ * those names, which a reference would bind to: tcmalloc and mimalloc define
+ * them too (for glibc's own calls), and a program linked with one, or
+ * preloading it after the shim, had the shim register that allocator's
+ * blocks, whose word before is no glibc chunk header (free's removal reads
+ * it: size_map.h). Each starts as a function that resolves them all
+ * (ur_syms_init) and calls on. */
+struct ur_libc_alloc {
+  void *(*malloc)(size_t);
+  void (*free)(void *);
+  void *(*calloc)(size_t, size_t);
+  void *(*realloc)(void *, size_t);
+  void *(*memalign)(size_t, size_t);
+  void *(*valloc)(size_t);
+  void *(*pvalloc)(size_t);
+};
+/* hidden: addressed from the instruction pointer, not through the GOT */
+extern struct ur_libc_alloc ur_libc __attribute__((visibility("hidden")));
 
 /* glibc's malloc_usable_size (0 while it is still being resolved).
  * glibc 2.36 exports malloc_usable_size only as a weak symbol with no

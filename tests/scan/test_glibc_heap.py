@@ -300,6 +300,33 @@ def test_program_with_its_own_malloc_gets_one_line(targets):
     assert target.alive() and target.tracer() == 0
 
 
+def test_another_allocator_is_named_whatever_was_asked(targets):
+    """A process that maps another allocator gets the line that names it,
+    not a line about the snapshot or sweep it asked for, whose advice
+    (drop the option) only led to that line."""
+    lib = build(PROGRAMS / "libc_names_lib.c", shared=True, name="libtcmalloc_stand_in")
+    target = targets.start(
+        PROGRAMS / "libc_names.c", ldflags=[str(lib)], preload=False, wait_helper=False
+    )
+    for asked in ([], ["--snapshot", "fork"], ["--snapshot", "concurrent"], ["--sweep", "child"]):
+        res = _cli("scan", str(target.pid), *asked)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, (asked, res.stdout, lines)
+        assert "it allocates with tcmalloc (libtcmalloc_stand_in-" in lines[0], (asked, lines)
+    assert target.alive() and target.tracer() == 0
+
+
+def test_a_program_whose_malloc_comes_before_the_shims_gets_one_line(targets):
+    """Its calls never reach the shim, whose empty registry would report
+    nothing leaked: the shim stays inert, and the scan says why."""
+    target = targets.start(PROGRAMS / "own_malloc.c", wait_helper=False)
+    res = _cli("scan", str(target.pid))
+    assert res.returncode == 2, res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "its malloc is another object's" in lines[0], lines
+    assert target.alive() and target.tracer() == 0
+
+
 def test_a_pause_budget_the_whole_copy_passes_is_said_in_the_report(targets):
     target = targets.start(PROGRAMS / "globals.c", preload=False, wait_helper=False)
     report = scan(target.pid, ScanOptions(max_pause_ms=0.001))

@@ -331,6 +331,17 @@ def test_a_program_linked_with_jemalloc(targets):
     assert sizes == [48, 48, 48, 200, 300], sizes
 
 
+@pytest.mark.parametrize("snapshot", ["fork", "copy", "stopped"])
+def test_a_program_linked_with_an_allocator_defining_glibcs_names(targets, snapshot):
+    """tcmalloc and mimalloc define __libc_malloc and the rest too: the
+    shim's blocks still come from glibc, whose chunk header free reads, so
+    a freed block leaves the registry and is no leak."""
+    lib = build(PROGRAMS / "libc_names_lib.c", shared=True)
+    target = targets.start(PROGRAMS / "libc_names.c", ldflags=[str(lib)])
+    check_exact(target, snapshot=snapshot)
+    assert target.int("foreign_blocks") == 0
+
+
 def test_malloc_usable_size_is_the_requested_size(targets):
     target = targets.start(PROGRAMS / "usable_slack.c")
     assert target.int("usable") == 9

@@ -80,14 +80,20 @@ def not_glibc_malloc(mappings: Sequence[Mapping]) -> str:
     return ""
 
 
-def find_libc(pid: int, mappings: Sequence[Mapping]) -> GlibcLibc:
-    """glibc's libc in the process, its facts and load bias. Raises
-    TargetNotShimmed with one line when its malloc cannot be walked."""
+def refuse_not_glibc(pid: int, mappings: Sequence[Mapping]) -> None:
+    """Raises TargetNotShimmed with one line when something else than
+    glibc's malloc allocates in the process."""
     if why := not_glibc_malloc(mappings):
         raise TargetNotShimmed(
             f"pid {pid} is not running under the unreachable shim and its heap cannot be"
             f" walked without it: {why}; {UNDER_SHIM}"
         )
+
+
+def find_libc(pid: int, mappings: Sequence[Mapping]) -> GlibcLibc:
+    """glibc's libc in the process, its facts and load bias. Raises
+    TargetNotShimmed with one line when its malloc cannot be walked."""
+    refuse_not_glibc(pid, mappings)
     first = next(
         m for m in mappings if m.offset == 0 and LIBC.match(os.path.basename(mapped_path(m)))
     )

@@ -277,6 +277,13 @@ def disabled_reason(disabled: int, err: int) -> str:
             f"it had no memory for its registry at start ({cause}): the address-space "
             "limit (ulimit -v) or strict overcommit (vm.overcommit_memory=2) left it no room"
         )
+    if disabled == _native.DISABLED_OTHER_MALLOC:
+        return (
+            "its malloc is another object's, found before the shim's (an allocator "
+            "preloaded ahead of it, or a malloc in the executable; the process's stderr "
+            "names it), so the shim saw none of its allocations: put the shim first in "
+            "LD_PRELOAD (unreachable-cli run does)"
+        )
     return "its UNREACHABLE_MALLOC_OPTIONS were rejected at start (see the process's stderr)"
 
 

@@ -260,16 +260,28 @@ def _held_spans(
     return sorted(out)
 
 
+def _may_hold_words(m: Mapping) -> bool:
+    """Writable or anonymous readable memory."""
+    return m.readable and m.path not in SPECIAL and (m.writable or m.inode == 0)
+
+
 def _tracked(mappings: Sequence[Mapping], skip: Sequence[Span3]) -> bytes:
-    """Where words may be roots or candidates: writable or anonymous readable
-    memory, the registry's own left out (never a root, and its write marks
-    are the registry copy's: a round must not clear them)."""
-    out = [
-        (m.start, m.end)
-        for m in mappings
-        if m.readable and m.path not in SPECIAL and (m.writable or m.inode == 0)
-    ]
+    """Where words may be roots or candidates and writes are tracked: the
+    private memory of _may_hold_words, the registry's own left out (never a
+    root, and its write marks are the registry copy's: a round must not
+    clear them)."""
+    out = [(m.start, m.end) for m in mappings if m.private and _may_hold_words(m)]
     return _pack(_subtract(_merge(out), skip))
+
+
+def _shared(mappings: Sequence[Mapping]) -> bytes:
+    """Shared memory that may hold words. Its writes are not tracked (another
+    process writes it through page tables of its own), so a round or the
+    stop would list every present page: it is read after the last stop is
+    released instead, as a fork or copy snapshot reads it, live."""
+    return _pack(
+        _merge([(m.start, m.end) for m in mappings if not m.private and _may_hold_words(m)])
+    )
 
 
 def _read_runs(pid: int, runs: bytes, threads: int = READ_THREADS) -> bytearray:
@@ -952,6 +964,9 @@ def _finish(
     values2["code immediates"] = values1["code immediates"] + now
     values2["exited threads' control blocks"] = values1["exited threads' control blocks"]
     gone = _drop_changed(cands, state, final)
+    shared = _native.written_pages(pid, _shared(maps2), False, READ_THREADS)
+    runs += shared
+    page_bytes += _read_runs(pid, shared)
     got, pending = _native.remark(
         cands, state, store, runs, page_bytes, b"".join(values2.values()), True, plan.pending
     )

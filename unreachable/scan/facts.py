@@ -24,8 +24,9 @@ from unreachable.process.cgroup_memory import (
     no_room_for_outside_sweep,
     scanner_cache_budget,
 )
+from unreachable.process.maps import read_maps
 from unreachable.process.memory import Memory
-from unreachable.process.status import resident_anonymous_bytes
+from unreachable.process.status import check_scannable, resident_anonymous_bytes
 from unreachable.scan.options import ScanOptions
 from unreachable.sweep.child import BusyLooks
 
@@ -109,6 +110,18 @@ class Facts:
     busy_threads: int | None = None
 
 
+def _other_allocator(pid: int) -> str:
+    """The line refusing a process without the shim whose malloc is not
+    glibc's, or "" (read from a live thread: the leader may have exited)."""
+    from unreachable.allocations.glibc_heap import refuse_not_glibc  # scans without the shim
+
+    try:
+        refuse_not_glibc(pid, read_maps(check_scannable(pid).proc))
+    except TargetNotShimmed as other:
+        return str(other)
+    return ""
+
+
 def gather_facts(pid: int, options: ScanOptions) -> Facts:
     """The facts the plan may need for these options, each read once."""
     try:
@@ -118,13 +131,16 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
         # injected fork's pause reads are bounded by this cgroup's room.
         scanner_room = ScannerRoom.now()
         glibc = runs_without_shim(pid)
+        # Another allocator is named first, whatever else was asked.
+        why = (_other_allocator(pid) if glibc else "") or str(e)
+        glibc = glibc and why == str(e)
         anonymous = resident_anonymous_bytes(pid) if glibc else 0
         # What the injected fork's child would lack, read where auto may take one.
         may_fork = glibc and options.snapshot == "auto" and options.sweep != "child"
         return Facts(
             pid,
             shim=False,
-            no_shim=str(e),
+            no_shim=why,
             glibc_heap=glibc,
             anonymous_bytes=anonymous,
             kept_out=fork_flags(pid) if may_fork else ForkFlags(),

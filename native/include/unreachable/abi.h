@@ -518,6 +518,7 @@ enum ur_disabled {
   UR_DISABLED_NONE = 0,       /* enabled, or not initialised yet */
   UR_DISABLED_OPTIONS = 1,    /* UNREACHABLE_MALLOC_OPTIONS rejected (details on stderr) */
   UR_DISABLED_NO_MEMORY = 2,  /* no address space or memory for the registry at start */
+  UR_DISABLED_OTHER_MALLOC = 3, /* the program's malloc is another object's, found before ours */
 };
 
 struct ur_descriptor {
