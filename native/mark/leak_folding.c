@@ -6,6 +6,8 @@
 #include "alloc.h"
 
 #define NONE UINT32_MAX
+/* At most one block in this many unreachable: nodes found by a search. */
+#define FEW_UNREACHABLE 64
 
 struct frame {
   uint32_t v;
@@ -144,15 +146,30 @@ out:
 
 struct edge_ctx {
   struct ur_walker *w;
-  const uint32_t *node_of;
+  const uint32_t *node_of; /* per block, or NULL: search sorted_idx */
+  const uint32_t *sorted_idx;
+  size_t n;
   uint32_t self;
   uint32_t *adj;
   size_t nadj, cap;
 };
 
+/* The unreachable block idx's node, or NONE for a marked block. */
+static uint32_t node_of(const struct edge_ctx *c, size_t idx) {
+  if (c->node_of) return c->node_of[idx];
+  if (c->w->marked[idx]) return NONE;
+  size_t lo = 0, hi = c->n; /* sorted_idx ascends */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->sorted_idx[mid] < idx) lo = mid + 1;
+    else hi = mid;
+  }
+  return (uint32_t)lo; /* unmarked, so present */
+}
+
 static int edge_hit(void *p, size_t idx) {
   struct edge_ctx *c = p;
-  uint32_t t = c->node_of[idx];
+  uint32_t t = node_of(c, idx);
   if (t == NONE || t == c->self) return 0;
   if (c->nadj == c->cap) {
     size_t cap = c->cap ? c->cap * 2 : 4096;
@@ -174,7 +191,12 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
   size_t n = 0;
   for (size_t i = 0; i < w->n; i++) n += !w->marked[i];
   int rc = -ENOMEM;
-  uint32_t *node_of = ur_big_calloc(1, (w->n ? w->n : 1) * sizeof(*node_of));
+  /* A node per block only where many are unreachable: with few, the edges
+   * of the unreachable blocks are few, and a search of them costs less than
+   * writing 4 bytes per block into fresh memory (17 MB at 4M blocks). */
+  uint32_t *node_of = n > w->n / FEW_UNREACHABLE
+                          ? ur_big_calloc(1, (w->n ? w->n : 1) * sizeof(*node_of))
+                          : NULL;
   uint32_t *unreachable = ur_big_calloc(1, (n ? n : 1) * sizeof(*unreachable));
   uint32_t *sorted_idx = ur_big_calloc(1, (n ? n : 1) * sizeof(*sorted_idx));
   uint64_t *size = ur_big_calloc(1, (n ? n : 1) * sizeof(*size));
@@ -182,20 +204,23 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
   struct edge_ctx ec = {.w = w};
   struct ur_leak *leaks = NULL;
   size_t nleaks = 0;
-  if (!node_of || !unreachable || !sorted_idx || !size || !off) goto out;
+  if ((!node_of && n > w->n / FEW_UNREACHABLE) || !unreachable || !sorted_idx || !size || !off)
+    goto out;
   size_t k = 0;
   for (size_t i = 0; i < w->n; i++) {
     if (w->marked[i]) {
-      node_of[i] = NONE;
+      if (node_of) node_of[i] = NONE;
       continue;
     }
-    node_of[i] = (uint32_t)k;
+    if (node_of) node_of[i] = (uint32_t)k;
     sorted_idx[k] = (uint32_t)i;
     unreachable[k] = ur_walker_orig(w, i);
     size[k] = ur_walker_size(w, i);
     k++;
   }
   ec.node_of = node_of;
+  ec.sorted_idx = sorted_idx;
+  ec.n = n;
   for (size_t v = 0; v < n; v++) {
     off[v] = ec.nadj;
     ec.self = (uint32_t)v;

@@ -45,7 +45,7 @@ struct builder {
   uint32_t *to;
   uint64_t len;
   size_t next_first; /* the next block whose first edge is still to be set */
-  size_t block;      /* the block scan_part reads */
+  size_t block;      /* the long block scan_part reads */
   uint64_t ahead;    /* the page last touched early (PAGES_AHEAD) */
   uint64_t cand[BATCH];
   uint32_t src[BATCH];
@@ -87,21 +87,30 @@ static int flush(struct builder *b) {
   return 0;
 }
 
-/* The words of [a, end) (a 8-aligned) of block b->block. */
-static int scan_part(void *ctx, uint64_t a, uint64_t end) {
-  struct builder *b = ctx;
-  const size_t i = b->block;
-  const struct ur_alloc_index *ix = b->s->ix;
-  /* Locals: the compiler cannot tell the candidate stores from the walker. */
-  const uint64_t lo = ix->lo, span = ix->hi - ix->lo;
-  const struct ur_page_index pages = ix->pages;
-  size_t nc = b->nc;
-  uint64_t ahead = b->ahead;
+/* What scan_words needs of the index, loaded once per run of blocks. */
+struct scan_consts {
+  uint64_t lo, span;
+  struct ur_page_index pages;
+  const struct ur_alloc_index *ix;
+};
+
+/* The words of [a, end) (a 8-aligned) of block i, a page at a time, each
+ * page touching the one PAGES_AHEAD on; *nc and *ahead are the builder's,
+ * kept in the caller's registers across the blocks of a run. */
+static inline __attribute__((always_inline)) int scan_words(struct builder *b,
+                                                            const struct scan_consts *k,
+                                                            size_t i, uint64_t a, uint64_t end,
+                                                            size_t *ncp, uint64_t *aheadp) {
+  size_t nc = *ncp;
+  uint64_t ahead = *aheadp;
+  int rc = 0;
   while (a < end) {
     uint64_t avail;
     const uint8_t *p = ur_mem_view(b->mem, a, end, &avail);
-    if (!p) return -ENOMEM;
-    /* A page at a time, each touching the one PAGES_AHEAD on. */
+    if (!p) {
+      rc = -ENOMEM;
+      break;
+    }
     uint64_t page = (a >> UR_PAGE_SHIFT) + PAGES_AHEAD;
     if (page != ahead) {
       ur_mem_prefetch(b->mem, page << UR_PAGE_SHIFT);
@@ -115,20 +124,20 @@ static int scan_part(void *ctx, uint64_t a, uint64_t end) {
     for (size_t g = 0; g < nwords; g += 4) {
       size_t m = nwords - g < 4 ? nwords - g : 4;
       if (m == 4 && ur_zero_words4(p + 8 * g)) continue;
-      for (size_t k = g; k < g + m; k++) {
+      for (size_t w = g; w < g + m; w++) {
         uint64_t v;
-        memcpy(&v, p + 8 * k, 8);
-        if (v - lo >= span) continue;
+        memcpy(&v, p + 8 * w, 8);
+        if (v - k->lo >= k->span) continue;
         if (nc == BATCH) {
           b->nc = nc;
-          int r = flush(b);
-          if (r) return r;
+          rc = flush(b);
           nc = 0;
+          if (rc) goto out;
         }
         b->cand[nc] = v;
         b->src[nc++] = (uint32_t)i;
-        __builtin_prefetch(pages.slots ? ur_page_slot(&pages, v)
-                                       : ur_alloc_index_lookup_line(ix, v));
+        __builtin_prefetch(k->pages.slots ? ur_page_slot(&k->pages, v)
+                                          : ur_alloc_index_lookup_line(k->ix, v));
       }
     }
     b->bytes_scanned += avail;
@@ -136,17 +145,60 @@ static int scan_part(void *ctx, uint64_t a, uint64_t end) {
     if (next < a) break; /* wrapped at the top of the address space */
     a = next;
   }
-  b->ahead = ahead;
-  b->nc = nc;
-  return 0;
+out:
+  *ncp = nc;
+  *aheadp = ahead;
+  return rc;
 }
 
-static int scan_block(struct builder *b, size_t i) {
+static void consts_of(const struct ur_alloc_index *ix, struct scan_consts *k) {
+  *k = (struct scan_consts){ix->lo, ix->hi - ix->lo, ix->pages, ix};
+}
+
+/* The words of [a, end) (a 8-aligned) of block b->block: a part of a long
+ * block (ur_mem_each_part). */
+static int scan_part(void *ctx, uint64_t a, uint64_t end) {
+  struct builder *b = ctx;
+  struct scan_consts k;
+  consts_of(b->s->ix, &k);
+  size_t nc = b->nc;
+  uint64_t ahead = b->ahead;
+  int rc = scan_words(b, &k, b->block, a, end, &nc, &ahead);
+  b->nc = nc;
+  b->ahead = ahead;
+  return rc;
+}
+
+/* Blocks [first, last) in order: the short ones read in this loop, the
+ * index's bounds and the batch's fill kept in registers across them (a call
+ * through ur_mem_each_part per block cost a 1 GB heap of 240 B blocks ~10%
+ * of its graph's pass); a long one, which may be read only where its pages
+ * exist, through ur_mem_each_part. */
+static int scan_blocks(struct builder *b, size_t first, size_t last) {
   const struct ur_alloc_index *ix = b->s->ix;
-  if (ur_block_begin(ix->pairs, i) > UINT64_MAX - 7) return 0;
-  uint64_t a = (ur_block_begin(ix->pairs, i) + 7) & ~UINT64_C(7);
-  b->block = i;
-  return ur_mem_each_part(b->mem, a, ur_block_end(ix->pairs, i), scan_part, b);
+  struct scan_consts k;
+  consts_of(ix, &k);
+  size_t nc = b->nc;
+  uint64_t ahead = b->ahead;
+  int rc = 0;
+  for (size_t i = first; i < last && !rc; i++) {
+    uint64_t begin = ur_block_begin(ix->pairs, i), end = ur_block_end(ix->pairs, i);
+    if (begin > UINT64_MAX - 7) continue;
+    uint64_t a = (begin + 7) & ~UINT64_C(7);
+    if (b->mem->present && end > a && end - a >= UR_SPARSE_MIN) {
+      b->nc = nc;
+      b->ahead = ahead;
+      b->block = i;
+      rc = ur_mem_each_part(b->mem, a, end, scan_part, b);
+      nc = b->nc;
+      ahead = b->ahead;
+      continue;
+    }
+    rc = scan_words(b, &k, i, a, end, &nc, &ahead);
+  }
+  b->nc = nc;
+  b->ahead = ahead;
+  return rc;
 }
 
 static int build_chunk(struct builder *b, size_t c) {
@@ -156,11 +208,9 @@ static int build_chunk(struct builder *b, size_t c) {
   if (last > g->n) last = g->n;
   uint64_t start = b->len;
   b->next_first = first;
-  for (size_t i = first; i < last; i++) {
-    int r = scan_block(b, i);
-    if (r) return r;
-  }
-  int r = flush(b);
+  int r = scan_blocks(b, first, last);
+  if (r) return r;
+  r = flush(b);
   if (r) return r;
   if (last > 0) open_blocks_up_to(b, last - 1);
   g->chunk_end[c] = (uint32_t)b->len;

@@ -584,6 +584,43 @@ static void t_fold_dominator_cycle(void) {
   fold_check((struct expect){3, 5 * W, 2, WANT(LEAK(0, 0), LEAK(1, W), BELOW)});
 }
 
+/* Few unreachable blocks among many marked ones (one in 64 or fewer): the
+ * fold finds their nodes by a search, not a table per block. Their edges to
+ * marked blocks count for nothing; the structure among them folds as
+ * fold_dominator_cycle's. */
+static void t_fold_few_among_many(void) {
+  enum { n = 256 };
+  static void *reached[n][1];
+  static void *holder[n];
+  static void *buffer1[2], *buffer2[2], *buffer3[1];
+  static struct want want[n + 3];
+  reset();
+  for (size_t i = 0; i < n; i++) {
+    holder[i] = reached[i];
+    reached[i][0] = i % 2 ? reached[i - 1] : NULL;
+    ALLOC(reached[i]);
+    want[i] = (struct want)BELOW;
+  }
+  buffer1[0] = &buffer2;
+  buffer1[1] = reached[7];
+  buffer2[0] = &buffer1;
+  buffer2[1] = &buffer3;
+  buffer3[0] = reached[200];
+  escape(holder);
+  escape(reached);
+  escape(buffer1);
+  escape(buffer2);
+  escape(buffer3);
+  ALLOC(buffer1);
+  ALLOC(buffer2);
+  ALLOC(buffer3);
+  root(BEGIN(holder), END(holder));
+  want[n] = (struct want)LEAK(0, 0);
+  want[n + 1] = (struct want)LEAK(1, W);
+  want[n + 2] = (struct want)BELOW;
+  fold_check((struct expect){3, 5 * W, 2, want});
+}
+
 static void t_fold_two_cycles(void) {
   void *b1[1], *b2[1], *b3[1], *b4[1], *b5[1], *b6[1];
   b1[0] = b3;
@@ -1338,6 +1375,7 @@ static const struct test tests[] = {
     {"fold_dominator", t_fold_dominator},
     {"fold_cycle", t_fold_cycle},
     {"fold_dominator_cycle", t_fold_dominator_cycle},
+    {"fold_few_among_many", t_fold_few_among_many},
     {"fold_two_cycles", t_fold_two_cycles},
     {"fold_two_dominator_cycles", t_fold_two_dominator_cycles},
     {"fold_giant_dominator_cycle", t_fold_giant_dominator_cycle},
