@@ -416,7 +416,7 @@ void ur_cow_close(struct ur_cow *c) {
        * a copy-on-write snapshot needs 6.7): one walk of the page tables,
        * not two; in pieces, so the target's mmap lock is let go between
        * them, each followed by its wake (write_protect.h). */
-      ur_unregister_pieces(c->uffd, c->ranges[2 * i], c->ranges[2 * i + 1]);
+      ur_unregister_pieces(c->uffd, c->ranges[2 * i], c->ranges[2 * i + 1], UR_WALK_CHUNK);
     }
   }
   if (c->serving) {

@@ -46,11 +46,14 @@ static PyMethodDef methods[] = {
      "track_arm(uffd, pid, ranges) -> int\n\n"
      "Register the (begin, end, anonymous) ranges (packed u64) of process pid with its "
      "asynchronous userfaultfd uffd (a duplicate) and write-protect them, anonymous ones "
-     "their present pages only, in 8 MiB pieces. A range refused stays untracked. Returns "
+     "their runs of present pages only, found first, in 8 MiB pieces. A range refused stays "
+     "untracked. Returns "
      "how many were armed; OSError when pid's pagemap cannot be opened."},
     {"track_disarm", ur_py_track_disarm, METH_VARARGS,
-     "track_disarm(uffd, ranges): unregister the (begin, end) ranges (packed u64) from "
-     "uffd in 8 MiB pieces, clearing their write protection; errors are ignored."},
+     "track_disarm(uffd, pid, ranges): unregister the (begin, end) ranges (packed u64) of "
+     "process pid from uffd, clearing their write protection: its runs of pages in 8 MiB "
+     "pieces, each stretch without pages in one call (all in pieces without pid's "
+     "pagemap); errors are ignored."},
     {"remark", ur_py_remark, METH_VARARGS,
      "remark(candidates, state, store, runs, page_bytes, values, roots, pending) -> "
      "(int, bytes)\n\n"

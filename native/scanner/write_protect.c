@@ -55,7 +55,7 @@ PyObject *ur_py_track_arm(PyObject *Py_UNUSED(self), PyObject *args) {
     if (rc == 0)
       armed++;
     else
-      ur_unregister_pieces(uffd, lo, hi);
+      ur_unregister_present(uffd, pagemap, lo, hi, vec, sizeof vec / sizeof vec[0]);
   }
   Py_END_ALLOW_THREADS
   close(pagemap);
@@ -64,14 +64,22 @@ PyObject *ur_py_track_arm(PyObject *Py_UNUSED(self), PyObject *args) {
 }
 
 PyObject *ur_py_track_disarm(PyObject *Py_UNUSED(self), PyObject *args) {
-  int uffd;
+  int uffd, pid;
   Py_buffer ranges;
-  if (!PyArg_ParseTuple(args, "iy*", &uffd, &ranges)) return NULL;
+  if (!PyArg_ParseTuple(args, "iiy*", &uffd, &pid, &ranges)) return NULL;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/pagemap", pid);
+  /* Without it (the target gone, or out of reach) every range goes in
+   * pieces. */
+  int pagemap = open(path, O_RDONLY | O_CLOEXEC);
   const uint64_t *r = ranges.buf;
   size_t nr = (size_t)ranges.len / 16;
+  struct page_region vec[256];
   Py_BEGIN_ALLOW_THREADS
-  for (size_t i = 0; i < nr; i++) ur_unregister_pieces(uffd, r[2 * i], r[2 * i + 1]);
+  for (size_t i = 0; i < nr; i++)
+    ur_unregister_present(uffd, pagemap, r[2 * i], r[2 * i + 1], vec, sizeof vec / sizeof vec[0]);
   Py_END_ALLOW_THREADS
+  if (pagemap >= 0) close(pagemap);
   PyBuffer_Release(&ranges);
   Py_RETURN_NONE;
 }

@@ -117,49 +117,11 @@ static int track_mapping(uint64_t lo, uint64_t hi, const char *rest, void *arg) 
   return 0;
 }
 
-/* Unregister [lo, hi) in one call: a stretch with no page (nor marker) in
- * it, whose unregistering clears no protection, so the mmap lock is held
- * for no walk of pages. */
-static void unregister_whole(uint64_t lo, uint64_t hi) {
-  struct uffdio_range range = {lo, hi - lo};
-  ioctl(g_uffd, UFFDIO_UNREGISTER, &range);
-  ioctl(g_uffd, UFFDIO_WAKE, &range);
-}
-
-/* Unregister [lo, hi) at a cost that follows its pages, not its size: the
- * runs of pages (present, swapped, or a protection marker, which the
- * pagemap counts as swapped) in UR_WALK_CHUNK pieces, each stretch between
- * them in one call. Each pagemap walk stops after a piece's worth of
- * pages, so it too holds the lock (for reading) no longer than a piece.
- * Without the pagemap (a process that changed its uid, a chroot) all of it
- * goes in pieces. A page that appears meanwhile in a stretch costs that
- * call its walk, no more. */
+/* Unregister [lo, hi) at a cost that follows its pages, not its size
+ * (write_protect.h). */
 static void unregister_mapping(uint64_t lo, uint64_t hi) {
   static struct page_region vec[256]; /* helper thread only */
-  uint64_t pos = lo;
-  while (g_pagemap >= 0 && pos < hi) {
-    struct pm_scan_arg a = {
-        .size = sizeof(a),
-        .start = pos,
-        .end = hi,
-        .vec = (uint64_t)(uintptr_t)vec,
-        .vec_len = sizeof vec / sizeof vec[0],
-        .max_pages = UR_WALK_CHUNK / 4096,
-        .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-    };
-    int n = ioctl(g_pagemap, PAGEMAP_SCAN, &a);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || a.walk_end <= pos) break;
-    for (int i = 0; i < n; i++) {
-      if (vec[i].start > pos) unregister_whole(pos, vec[i].start);
-      ur_unregister_pieces(g_uffd, vec[i].start, vec[i].end);
-      pos = vec[i].end;
-    }
-    if (a.walk_end > pos) unregister_whole(pos, a.walk_end);
-    pos = a.walk_end;
-  }
-  if (pos < hi) ur_unregister_pieces(g_uffd, pos, hi);
+  ur_unregister_present(g_uffd, g_pagemap, lo, hi, vec, sizeof vec / sizeof vec[0]);
 }
 
 /* Closing the descriptor unregisters too, but only once its last copy is

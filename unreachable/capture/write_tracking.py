@@ -297,7 +297,7 @@ def _disarm(uffd: int, pid: int) -> None:
     except (OSError, ScanError):
         return  # gone: nothing to take down
     pairs = [x for m in _disarmed(maps) for x in (m.start, m.end)]
-    _native.track_disarm(uffd, struct.pack(f"<{len(pairs)}Q", *pairs))
+    _native.track_disarm(uffd, pid, struct.pack(f"<{len(pairs)}Q", *pairs))
 
 
 def _disarmed(maps: list[Mapping]) -> list[Mapping]:

@@ -964,7 +964,8 @@ def _finish(
     values2["code immediates"] = values1["code immediates"] + now
     values2["exited threads' control blocks"] = values1["exited threads' control blocks"]
     gone = _drop_changed(cands, state, final)
-    # The target runs again: read by the readers its busy threads leave room for.
+    # The target runs again: its shared memory walked and read by the team
+    # (the cores its busy threads leave), as every read while it runs.
     shared = _native.written_pages(pid, _shared(maps2), False, plan.threads)
     runs += shared
     page_bytes += _read_runs(pid, shared, plan.threads)
