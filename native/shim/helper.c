@@ -1,6 +1,7 @@
 #include "helper.h"
 
 #include <errno.h>
+#include <linux/close_range.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -17,10 +18,24 @@
 #include "give_back.h"
 #include "huge_arenas.h"
 #include "last_thread.h"
+#include "sandbox.h"
 #include "self_maps.h"
 #include "single_thread.h"
 #include "state.h"
 #include "write_tracking.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+/* The child's own descriptor table, empty: it takes no reference to the
+ * target's open files. CLOSE_RANGE_UNSHARE over every descriptor copies
+ * none of them (Linux 5.9+); where it fails, a copy as fork makes. 0, or -1
+ * (then the child must not run on the target's table). */
+static int own_empty_table(void) {
+  if (syscall(SYS_close_range, 0U, ~0U, CLOSE_RANGE_UNSHARE) == 0) return 0;
+  return syscall(SYS_unshare, CLONE_FILES) == 0 ? 0 : -1;
+}
 
 /* Returns the child's pid, or 0 if the clone failed. */
 static pid_t snapshot(void) {
@@ -28,9 +43,18 @@ static pid_t snapshot(void) {
    * that stopped threads may hold. Exit signal 0, no CLONE_VM: a frozen
    * copy-on-write image. The scanner traces us with PTRACE_O_TRACECLONE, so
    * the child stops before it runs; it then sweeps itself if the scanner
-   * asked it to in its copy of the box (child.c), else it just exits. */
-  long pid = syscall(SYS_clone, 0, 0, NULL, NULL, 0);
+   * asked it to in its copy of the box (child.c), else it just exits.
+   * CLONE_FILES: a copy of the table would hold every file the target has
+   * open while the child lives, so a socket the target closes meanwhile
+   * stays open (its peer sees no end) and stays in the target's epoll sets,
+   * reporting its events under a descriptor number the target reuses
+   * (haproxy answered 502). Under a seccomp filter the call stays the one
+   * the scanner proves the filter allows (clone with no flag, then nothing
+   * new in the child). */
+  int filtered = __atomic_load_n(&ur_sandbox_filtered, __ATOMIC_RELAXED);
+  long pid = syscall(SYS_clone, filtered ? 0UL : (unsigned long)CLONE_FILES, 0, NULL, NULL, 0);
   if (pid == 0) {
+    if (!filtered && own_empty_table() < 0) syscall(SYS_exit_group, 0);
     ur_child_run();
     syscall(SYS_exit_group, 0);
   }

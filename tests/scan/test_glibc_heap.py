@@ -53,6 +53,7 @@ MMAPPED = {
     "big_block.c": MMAP_SLACK,
     "registry_homes.c": MMAP_SLACK,
     "aligned_big.c": 65536 + MMAP_SLACK,
+    "split_mapping.c": MMAP_SLACK,
 }
 
 
@@ -64,7 +65,7 @@ NOT_WITHOUT_SHIM = {"signal_stack.c"}
 @pytest.mark.parametrize(
     "program",
     [p for p in SCENARIOS if p not in NOT_WITHOUT_SHIM]
-    + ["arena_heap.c", "graph.c", "aligned_big.c"],
+    + ["arena_heap.c", "graph.c", "aligned_big.c", "split_mapping.c"],
 )
 def test_scenario_without_shim(targets, program):
     target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)

@@ -323,3 +323,22 @@ def test_a_cxx_global_is_named_demangled(targets):
     assert (root["symbol"], root["name"]) == ("cache::table", f"cache::table+0x0 in {_exe(t)}")
     names = [r["name"] for r in retainers(t.pid, ScanOptions())["roots"]]
     assert f"cache::table in {_exe(t)}" in names
+
+
+def test_a_stripped_programs_bss_is_named_as_its_globals(targets):
+    """The .bss past a stripped program's file pages is an anonymous
+    mapping, but it holds the program's globals: why and retainers say so,
+    not "anonymous memory"."""
+    t = targets.start(PROGRAM.parent / "stripped_bss.c", ldflags=["-s"])
+    with open(f"/proc/{t.pid}/maps") as maps:
+        slot = t.int("slot")
+        line = next(
+            ln
+            for ln in maps
+            if int(ln.split("-")[0], 16) <= slot < int(ln.split()[0].split("-")[1], 16)
+        )
+    assert len(line.split()) == 5, line  # precondition: no file named there
+    root = why(t.pid, t.int("block"), ScanOptions())["root"]
+    assert (root["kind"], root["region"]) == ("global", f"globals of {_exe(t)}"), root
+    names = [r["name"] for r in retainers(t.pid, ScanOptions())["roots"]]
+    assert f"globals of {_exe(t)}" in names, names

@@ -133,6 +133,24 @@ def test_print_suppressions_suppresses_exactly_the_current_leaks(targets, tmp_pa
     assert (doc["leak_count"], doc["suppressed_count"], doc["suppressed_bytes"]) == (0, 4, 175)
 
 
+def test_a_stripped_programs_strdup_leak_is_not_suppressed_by_strdup(targets, tmp_path):
+    """Its only named frames are libc's (__strdup): a rule naming one would
+    set aside every strdup leak the program makes later. The generated rule
+    names the block instead, and a new strdup leak is still reported."""
+    target = targets.start(PROGRAMS / "stripped_strdup.c", options="backtrace=16", ldflags=["-s"])
+    out = tmp_path / "gen.supp"
+    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
+    assert res.returncode == 1, res.stderr
+    rules = [line for line in out.read_text().splitlines() if line.startswith("leak:")]
+    assert rules == ["leak:size=17,contents=" + b"mail_version=3.7\0".hex()], rules
+    target.send("grow")
+    assert target.read_line().startswith("GROWN")
+    again = cli("scan", str(target.pid), "--json", "--suppressions", str(out))
+    assert again.returncode == 1, again.stderr
+    doc = json.loads(again.stdout)
+    assert (doc["leak_count"], doc["suppressed_count"]) == (1, 1), doc
+
+
 def test_block_rules_match_leaks_without_backtraces(targets, tmp_path):
     target = targets.start(PROGRAMS / "sites.c")  # no backtraces
     supp = tmp_path / "blocks.supp"

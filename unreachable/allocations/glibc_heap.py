@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from unreachable import _native
@@ -206,6 +206,20 @@ def thread_tcaches(
     return fits[0]
 
 
+def _joined(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Adjacent spans as one: a chunk mmap'ed alone is one mmap, but the
+    program's madvise or mprotect over part of it splits it into several
+    mappings (numpy advises its large arrays onto huge pages past their
+    header's page), and the walk looks for each chunk inside one span."""
+    out: list[tuple[int, int]] = []
+    for b, e in spans:
+        if out and out[-1][1] == b:
+            out[-1] = (out[-1][0], e)
+        else:
+            out.append((b, e))
+    return out
+
+
 def walk(
     memory: Memory,
     libc: GlibcLibc,
@@ -214,11 +228,11 @@ def walk(
 ) -> tuple[bytes, dict[str, int]]:
     """The live chunks: packed (user address, usable size) pairs in address
     order, and the walk's counts. Raises HeapBusy or HeapWalkFailed."""
-    spans = [
+    spans = _joined(
         (m.start, m.end)
         for m in mappings
         if m.readable and m.writable and m.private and m.inode == 0
-    ]
+    )
     anon = b"".join(struct.pack("<QQ", b, e) for b, e in spans)
     # A live process (a frozen snapshot child) is read through /proc: the
     # pages it lacks are not read, which would cost a read each (a 64 GiB

@@ -53,6 +53,7 @@ REGISTERS_SIZE = _native.abi_sizeof("user_regs_struct")
 # values are thread-local too (2,304 bytes in glibc 2.36; rounded up).
 THREAD_DESCRIPTOR = 0x1000
 STACK_COPY = 8 << 20  # of each thread's stack, from SP up, kept for unwinding
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # Root kinds, in order of preference for naming a chain's root.
 KINDS = (
@@ -168,8 +169,10 @@ class GraphCollector:
             self._copy_stacks(mappings, memory)
             if kernel_held is not None:
                 self.epoll_owners = _epoll_owners(kernel_held)
-        specials = _special_intervals(labels, mappings, threads, self.pid, self.root)
-        intervals = _root_range_intervals(labels, roots, mappings, threads, specials)
+        objects = _objects(mappings, self.pid, self.root)
+        specials = _special_intervals(labels, objects, threads)
+        bss = _bss_regions(labels, objects)
+        intervals = _root_range_intervals(labels, roots, mappings, threads, specials, bss)
         intervals += _in_flight_intervals(labels, registry)
         value_regions = self._value_regions(labels, values)
         default = labels.region(("other",), RootRegion("other", "other root memory"))
@@ -444,19 +447,41 @@ def _objects(mappings: list[Mapping], pid: int, root: str) -> dict[str, tuple[in
     return out
 
 
+def _bss_regions(
+    labels: _Labels, objects: dict[str, tuple[int, str]]
+) -> list[tuple[int, int, int]]:
+    """Each object's .bss past its file's pages, sorted: the kernel maps it
+    anonymous, so its mapping names no file, but it holds the object's
+    globals (all that a stripped program's lack a symbol to name them by)."""
+    out: list[tuple[int, int, int]] = []
+    for obj, (bias, path) in objects.items():
+        try:
+            loads = read_elf(path).loads
+        except (OSError, NotElf, ValueError):
+            continue
+        for seg in loads:
+            lo = _round_up(bias + seg.vaddr + seg.filesz, PAGE)
+            hi = _round_up(bias + seg.vaddr + seg.memsz, PAGE)
+            if hi > lo:
+                key = ("global", obj, "", lo)
+                rid = labels.region(
+                    key, RootRegion("global", f"globals of {obj}", object=obj, start=lo)
+                )
+                out.append((lo, hi, rid))
+    return sorted(out)
+
+
 def _special_intervals(
     labels: _Labels,
-    mappings: list[Mapping],
+    objects: dict[str, tuple[int, str]],
     threads: Sequence[CapturedThread],
-    pid: int,
-    root: str,
 ) -> list[tuple[int, int, int]]:
     """Labelled parts of root memory, sorted, disjoint: every variable of
     every object, every thread's TLS."""
     out: list[tuple[int, int, int]] = []
     tls_total = 0
     loaded: list[tuple[str, int, DataSymbols]] = []
-    for obj, (bias, path) in _objects(mappings, pid, root).items():
+    for obj, (bias, path) in objects.items():
         symbols = load_data_symbols(path)
         if symbols is None:
             continue
@@ -499,29 +524,65 @@ def _root_range_intervals(
     mappings: list[Mapping],
     threads: Sequence[CapturedThread],
     specials: list[tuple[int, int, int]],
+    bss: list[tuple[int, int, int]],
 ) -> list[tuple[int, int, int]]:
     """Each root range labelled: by the special intervals (variables, TLS)
-    where they lie in it, by its mapping's region elsewhere."""
+    where they lie in it, by its mapping's region elsewhere (an object's
+    globals in the anonymous part of its .bss)."""
     starts = [s for s, _, _ in specials]
     intervals: list[tuple[int, int, int]] = []
     stacks = _stack_mappings(mappings, threads)
     for (begin, end), kind in zip(roots.ranges, roots.range_kinds, strict=True):
         m = find_mapping(mappings, begin)
         base = _base_region(labels, kind, m, begin, stacks)
-        at = begin
-        i = max(bisect.bisect_right(starts, begin) - 1, 0)
-        while i < len(specials) and specials[i][0] < end:
-            s, e, rid = specials[i]
-            i += 1
-            if e <= at:
-                continue
-            if s > at:
-                intervals.append((at, s, base))
-            intervals.append((max(s, at), min(e, end), rid))
-            at = min(e, end)
-        if at < end:
-            intervals.append((at, end, base))
+        pieces = _split(begin, end, bss, base) if kind == "anonymous" else [(begin, end, base)]
+        for piece in pieces:
+            _overlay(intervals, piece, specials, starts)
     return intervals
+
+
+def _split(
+    begin: int, end: int, regions: list[tuple[int, int, int]], base: int
+) -> list[tuple[int, int, int]]:
+    """[begin, end) cut into the given regions where they cover it, base elsewhere."""
+    out: list[tuple[int, int, int]] = []
+    at = begin
+    for lo, hi, rid in regions[max(bisect.bisect_right(regions, (begin,)) - 1, 0) :]:
+        if lo >= end:
+            break
+        if hi <= at:
+            continue
+        if lo > at:
+            out.append((at, lo, base))
+        out.append((max(lo, at), min(hi, end), rid))
+        at = min(hi, end)
+    if at < end:
+        out.append((at, end, base))
+    return out
+
+
+def _overlay(
+    intervals: list[tuple[int, int, int]],
+    piece: tuple[int, int, int],
+    specials: list[tuple[int, int, int]],
+    starts: list[int],
+) -> None:
+    """piece (begin, end, base) labelled by the special intervals where they
+    lie in it, by base elsewhere; starts: the specials' starts."""
+    begin, end, base = piece
+    at = begin
+    i = max(bisect.bisect_right(starts, begin) - 1, 0)
+    while i < len(specials) and specials[i][0] < end:
+        s, e, rid = specials[i]
+        i += 1
+        if e <= at:
+            continue
+        if s > at:
+            intervals.append((at, s, base))
+        intervals.append((max(s, at), min(e, end), rid))
+        at = min(e, end)
+    if at < end:
+        intervals.append((at, end, base))
 
 
 def _in_flight_intervals(labels: _Labels, registry: Registry) -> list[tuple[int, int, int]]:

@@ -242,14 +242,23 @@ def rule_for(leak: LeakEntry) -> str:
     """One rule that suppresses this entry: the innermost named frame outside
     the C and C++ runtimes (else the innermost named frame) as an exact
     function name; a module path when no frame is named; the block's size
-    and contents when there is no backtrace."""
+    and contents when there is no backtrace, or when the only frames outside
+    the runtimes have no name (a stripped program's leak through strdup:
+    `^__strdup$` would set aside every later strdup leak)."""
     named = [f for f in leak.backtrace if f.function]
     if named:
-        own = [f for f in named if not _RUNTIME.search(f.map)]
-        return f"^{(own or named)[0].function}$"
+        own = [f for f in leak.backtrace if not _RUNTIME.search(f.map)]
+        own_named = [f for f in own if f.function]
+        if own_named or not own:
+            return f"^{(own_named or named)[0].function}$"
+        return _block_rule(leak)
     modules = [f.map for f in leak.backtrace if f.map]
     if modules:
         return f"^{modules[0]}$"
+    return _block_rule(leak)
+
+
+def _block_rule(leak: LeakEntry) -> str:
     rule = f"size={leak.size}"
     if leak.contents:
         rule += f",contents={leak.contents.hex()}"
