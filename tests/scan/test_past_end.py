@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from unreachable.retention.why import format_text, why
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -42,3 +43,19 @@ def test_one_past_the_end_keeps_a_block_under_the_shim(targets, snapshot):
         (hex(e.address), e.size) for e in report.leaks
     ]
     assert target.alive() and target.tracer() == 0
+
+
+def test_why_follows_a_pointer_one_past_the_end(targets):
+    """why names the block a value one past its end refers to, and the word
+    in another block that holds such a value as the chain's edge."""
+    target = targets.start(PROGRAMS / "past_end.c")
+    end = target.int("end_slack")
+    data = why(target.pid, end)
+    assert (data["block"]["address"], data["block"]["offset"]) == (end - 32, 32)
+    assert data["reachable"] and data["root"]["value"] == end
+    assert "one past the end of a 32-byte block" in format_text(data)
+    held = target.int("end_held")
+    data = why(target.pid, held - 1)
+    chain = [(s["address"], s["size"], s["pointer_offset"]) for s in data["chain"]]
+    assert chain == [(target.int("holder"), 16, 8), (held - 128, 128, None)], chain
+    assert data["chain"][0]["points_to"] == held

@@ -34,7 +34,8 @@ __attribute__((noinline)) static void setup(void) {
 int main(void) {
   setup();
   wipe();
-  ready("leak_count=1 leak_bytes=40");
+  ready("leak_count=1 leak_bytes=40 end_slack=%p end_held=%p holder=%p", (void *)g_end_slack,
+        (void *)g_holder[1], (void *)g_holder);
   wait_for_test();
   return 0;
 }
