@@ -60,6 +60,7 @@ SCENARIOS = [
     Program("tls.c"),
     Program("mmap_page.c"),
     Program("interior.c"),
+    Program("past_end.c"),
     Program("alloc_funcs.c"),
     Program("big_block.c"),
     Program("exited_thread.c"),

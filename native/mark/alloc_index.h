@@ -28,8 +28,8 @@
 
 struct ur_alloc_index {
   size_t n;              /* allocations, sorted by begin, none overlapping */
-  const uint64_t *pairs; /* (begin, size) per allocation (ur_block_begin, ur_block_end) */
-  uint64_t lo, hi;     /* [lowest begin, highest end): the fast reject */
+  const uint64_t *pairs; /* (begin, size) per allocation (ur_block_begin, ur_block_reach) */
+  uint64_t lo, hi;     /* [lowest begin, highest reach): the fast reject */
   struct ur_run_index runs;   /* chunks of equal blocks, looked up first */
   struct ur_page_index pages; /* pages dense in small blocks, looked up next */
   struct ur_bucket *buckets;  /* NULL: plain binary search */
@@ -82,7 +82,7 @@ static inline ssize_t ur_alloc_index_search(const struct ur_alloc_index *w, uint
     len -= half;
   }
   size_t i = (size_t)(base - w->pairs) / 2;
-  return (*base <= v && v < ur_block_end(w->pairs, i)) ? (ssize_t)i : -1;
+  return (*base <= v && v < ur_block_reach(w->pairs, i)) ? (ssize_t)i : -1;
 }
 
 /* Where v's lookup starts: its page entry if pages are indexed, else its
@@ -109,8 +109,8 @@ static inline ssize_t ur_alloc_index_direct(const struct ur_alloc_index *w, uint
   return idx != UR_PAGE_UNKNOWN ? idx : ur_page_find(&w->pages, w->pairs, v);
 }
 
-/* Sorted index of the allocation containing v, or -1. One past the end is
- * outside. */
+/* Sorted index of the allocation v refers to (ur_block_reach: inside it or
+ * one past its end), or -1. */
 static inline ssize_t ur_alloc_index_find(const struct ur_alloc_index *w, uint64_t v) {
   size_t lo, hi;
   if (v - w->lo >= w->hi - w->lo) return -1;

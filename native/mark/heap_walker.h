@@ -77,8 +77,8 @@ static inline uint32_t ur_walker_orig(const struct ur_walker *w, size_t i) {
   return w->orig ? w->orig[i] : (uint32_t)i;
 }
 
-/* Sorted index of the allocation containing v, or -1. One past the end is
- * outside. */
+/* Sorted index of the allocation v refers to (ur_block_reach: inside it or
+ * one past its end), or -1. */
 static inline ssize_t ur_walker_find(const struct ur_walker *w, uint64_t v) {
   return ur_alloc_index_find(&w->index, v);
 }
@@ -86,7 +86,7 @@ static inline ssize_t ur_walker_find(const struct ur_walker *w, uint64_t v) {
 typedef int (*ur_hit_fn)(void *ctx, size_t idx);
 
 /* Calls fn for every 8-aligned word in [begin, end) (start rounded up; the
- * last word may straddle end) whose value lies inside an allocation. A
+ * last word may straddle end) whose value refers to an allocation. A
  * nonzero return from fn stops the scan and is returned. */
 int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx);
 

@@ -125,11 +125,12 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t 
       *p = (struct ur_page_entry){
           .key = page + 1, .base = (uint32_t)i, .irregular = (uint32_t)run_off_grid(pairs, i, j)};
       /* Blocks do not overlap, so the only one reaching into the page from
-       * below is the one just before its first begin. */
-      if (i > 0) mark_full(p, page, ur_block_begin(pairs, i - 1), ur_block_end(pairs, i - 1));
+       * below (by its reach: one past its end) is the one just before its
+       * first begin. */
+      if (i > 0) mark_full(p, page, ur_block_begin(pairs, i - 1), ur_block_reach(pairs, i - 1));
       for (size_t k = i; k < j; k++) {
         p->starts |= UINT64_C(1) << ((ur_block_begin(pairs, k) >> UR_GRANULE_SHIFT) & 63);
-        mark_full(p, page, ur_block_begin(pairs, k), ur_block_end(pairs, k));
+        mark_full(p, page, ur_block_begin(pairs, k), ur_block_reach(pairs, k));
       }
       pi->pages++;
     }
@@ -156,7 +157,7 @@ void ur_page_index_answered(const struct ur_page_index *pi, const struct ur_run_
     if (!run_answers(pi, runs, pairs, i, j)) continue;
     uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
     for (size_t k = i; k < j; k++) {
-      uint64_t last = (ur_block_end(pairs, k) - 1) >> UR_PAGE_INDEX_SHIFT;
+      uint64_t last = (ur_block_reach(pairs, k) - 1) >> UR_PAGE_INDEX_SHIFT;
       /* Blocks do not overlap: a page the block reaches past its own holds
        * no begin but the next block's, so it answers only if it is the next
        * page and the next block's run answers there. */

@@ -103,7 +103,7 @@ static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_
   size_t k = (size_t)e->base + (size_t)ur_popcount64(at_or_below);
   if (k == 0) return -1;
   if ((e->full >> g) & 1) return (ssize_t)(k - 1);
-  return v < ur_block_end(pairs, k - 1) ? (ssize_t)(k - 1) : -1;
+  return v < ur_block_reach(pairs, k - 1) ? (ssize_t)(k - 1) : -1;
 }
 
 #endif

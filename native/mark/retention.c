@@ -146,7 +146,7 @@ out:
 
 int64_t ur_retention_edge(struct ur_walker *w, uint32_t from, uint32_t to, uint64_t *value) {
   if (from >= w->n || to >= w->n || ur_walker_begin(w, from) > UINT64_MAX - 7) return -1;
-  uint64_t lo = ur_walker_begin(w, to), hi = ur_walker_end(w, to);
+  uint64_t lo = ur_walker_begin(w, to), hi = ur_block_reach(w->pairs, to);
   uint64_t a = (ur_walker_begin(w, from) + 7) & ~UINT64_C(7), end = ur_walker_end(w, from);
   while (a < end) {
     uint64_t avail;
@@ -156,7 +156,8 @@ int64_t ur_retention_edge(struct ur_walker *w, uint32_t from, uint32_t to, uint6
     for (size_t k = 0; k < nwords; k++) {
       uint64_t v;
       memcpy(&v, p + 8 * k, 8);
-      if (v - lo < hi - lo) {
+      /* The lookup settles a value that is also the next block's begin. */
+      if (v - lo < hi - lo && ur_walker_find(w, v) == (ssize_t)to) {
         *value = v;
         return (int64_t)(a + 8 * (uint64_t)k - ur_walker_begin(w, from));
       }

@@ -56,8 +56,8 @@ int ur_retention_hits(struct ur_walker *w, const uint64_t *ranges, size_t nrange
 int ur_retention_path(const struct ur_walker *w, const uint32_t *sources, size_t nsources,
                       uint32_t target, uint32_t **path, size_t *len, size_t *source);
 
-/* Offset in block `from` of its first word pointing into block `to` (and
- * that word in *value), or -1. Reads memory through w->mem. */
+/* Offset in block `from` of its first word referring to block `to` (into it
+ * or one past its end; that word in *value), or -1. Reads memory through w->mem. */
 int64_t ur_retention_edge(struct ur_walker *w, uint32_t from, uint32_t to, uint64_t *value);
 
 /* idom of a block, as ur_retention_dominators writes it. */

@@ -21,10 +21,10 @@ static size_t chunk_run_end(const uint64_t *pairs, size_t n, size_t i) {
  * entry and all of one length and spacing. */
 static int uniform(const uint64_t *pairs, size_t i, size_t j) {
   if (j - i < UR_RUN_MIN_BEGINS) return 0;
-  uint64_t length = ur_block_end(pairs, i) - ur_block_begin(pairs, i);
+  uint64_t length = ur_block_reach(pairs, i) - ur_block_begin(pairs, i);
   uint64_t stride = ur_block_begin(pairs, i + 1) - ur_block_begin(pairs, i);
   for (size_t k = i; k < j; k++) {
-    if (ur_block_end(pairs, k) - ur_block_begin(pairs, k) != length) return 0;
+    if (ur_block_reach(pairs, k) - ur_block_begin(pairs, k) != length) return 0;
     if (k + 1 < j && ur_block_begin(pairs, k + 1) - ur_block_begin(pairs, k) != stride) return 0;
   }
   return 1;
@@ -58,8 +58,9 @@ int ur_run_index_build(struct ur_run_index *ri, const uint64_t *pairs, size_t n,
     size_t i = starts[c], j = chunk_run_end(pairs, n, i);
     uint64_t chunk = ur_block_begin(pairs, i) >> UR_RUN_SHIFT, start = chunk * CHUNK_BYTES;
     /* Blocks do not overlap: only the one before the first begin can reach
-     * into the chunk, and not past that begin. */
-    uint64_t below = i > 0 && ur_block_end(pairs, i - 1) > start ? ur_block_end(pairs, i - 1) - start
+     * into the chunk, and at most one byte past that begin (its end, which
+     * a lookup at or above the begin never asks for). */
+    uint64_t below = i > 0 && ur_block_reach(pairs, i - 1) > start ? ur_block_reach(pairs, i - 1) - start
                                                                 : 0;
     uint64_t slot = ur_page_hash(chunk + 1) & ri->mask;
     while (ri->slots[slot].key) slot = (slot + 1) & ri->mask;
@@ -69,7 +70,7 @@ int ur_run_index_build(struct ur_run_index *ri, const uint64_t *pairs, size_t n,
         .count = (uint32_t)(j - i),
         .begin = (uint32_t)(ur_block_begin(pairs, i) - start),
         .stride = (uint32_t)(ur_block_begin(pairs, i + 1) - ur_block_begin(pairs, i)),
-        .length = (uint32_t)(ur_block_end(pairs, i) - ur_block_begin(pairs, i)),
+        .length = (uint32_t)(ur_block_reach(pairs, i) - ur_block_begin(pairs, i)),
         .below = (uint32_t)below,
     };
   }
@@ -82,7 +83,7 @@ void ur_run_index_answered(const struct ur_run_index *ri, const uint64_t *pairs,
                            uint8_t *answered) {
   if (!ri->slots) return;
   /* From the entries, not the blocks: every block of a chunk but its last
-   * ends before the next begins, inside the chunk. */
+   * reaches no further than the next begin, inside the chunk. */
   for (uint64_t s = 0; s <= ri->mask; s++) {
     const struct ur_run_entry *e = &ri->slots[s];
     if (!e->key) continue;
@@ -90,7 +91,7 @@ void ur_run_index_answered(const struct ur_run_index *ri, const uint64_t *pairs,
     /* The last may reach past the chunk: answered only if every chunk it
      * reaches has an entry (those it spans whole have no begin: none). */
     size_t k = (size_t)e->first + e->count - 1;
-    uint64_t last = (ur_block_end(pairs, k) - 1) >> UR_RUN_SHIFT;
+    uint64_t last = (ur_block_reach(pairs, k) - 1) >> UR_RUN_SHIFT;
     uint64_t c = e->key; /* the chunk after its own (key: chunk + 1) */
     while (c <= last && ur_run_entry_of(ri, c)) c++;
     if (c > last) answered[k] = 1;

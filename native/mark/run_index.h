@@ -32,7 +32,7 @@ struct ur_run_entry {
   uint32_t count;  /* blocks beginning in the chunk */
   uint32_t begin;  /* the first one's offset in the chunk */
   uint32_t stride; /* from one begin to the next */
-  uint32_t length; /* each block's end less its begin (ur_block_end) */
+  uint32_t length; /* each block's reach less its begin (ur_block_reach) */
   uint32_t below;  /* offsets under this one are inside block first - 1 */
 };
 

@@ -33,6 +33,7 @@
 
 #include "memory.h"
 #include "native.h"
+#include "sorted_blocks.h"
 
 #define WORD 8u
 #define VEC 512
@@ -232,8 +233,8 @@ struct remark {
   size_t *stack;
   size_t top;
   uint64_t rescued;
-  uint64_t lo, hi; /* [lowest begin, highest end) */
-  uint64_t *pages; /* a bit per hashed 4 KiB page that a candidate overlaps */
+  uint64_t lo, hi; /* [lowest begin, highest reach) */
+  uint64_t *pages; /* a bit per hashed 4 KiB page that a candidate reaches */
   uint64_t *pending; /* (address, candidate) pairs */
   size_t npending, cap;
   int nomem;
@@ -245,7 +246,7 @@ static inline uint64_t page_slot(uint64_t v) {
   return ((v >> 12) * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - PAGE_BITS);
 }
 
-/* The candidate whose block holds v, or n. */
+/* The candidate v refers to (ur_block_reach, the mark's rule), or n. */
 static size_t find(const struct remark *m, uint64_t v) {
   size_t lo = 0, hi = m->n;
   while (lo < hi) {
@@ -256,9 +257,7 @@ static size_t find(const struct remark *m, uint64_t v) {
       hi = mid;
   }
   if (lo == 0) return m->n;
-  size_t i = lo - 1;
-  uint64_t b = m->cand[2 * i], s = m->cand[2 * i + 1];
-  return v - b < (s ? s : 1) ? i : m->n;
+  return v < ur_block_reach(m->cand, lo - 1) ? lo - 1 : m->n;
 }
 
 /* The candidate v points into, if one still is (else n). */
@@ -428,7 +427,7 @@ static int remark_setup(struct remark *m, Py_buffer *cand, Py_buffer *state, Py_
   m->off[0] = 0;
   m->lo = UINT64_MAX;
   for (size_t i = 0; i < m->n; i++) {
-    uint64_t b = m->cand[2 * i], sz = m->cand[2 * i + 1], e = b + (sz ? sz : 1);
+    uint64_t b = m->cand[2 * i], sz = m->cand[2 * i + 1], e = ur_block_reach(m->cand, i);
     m->off[i + 1] = m->off[i] + sz;
     if (b < m->lo) m->lo = b;
     if (e > m->hi) m->hi = e;

@@ -259,6 +259,27 @@ def test_remark_rescues_through_pages_values_and_rescued_blocks():
     assert list(state) == [1, 2, 1, 1]
 
 
+def test_remark_counts_a_value_one_past_a_candidates_end():
+    """The re-mark's lookup is the mark's (docs/design.md "What refers to a
+    block"): a value one past a candidate's end rescues it, also where that
+    end is the next 4 KiB page's first byte; one further rescues nothing; an
+    end that is the next candidate's begin is that candidate's."""
+    a, b, c = 0x10000, 0x11000 - 32, 0x20000
+    cands = _pairs((a, 32), (b, 32), (c, 16), (c + 16, 16))
+    store = bytearray(96)
+
+    def rescued(*values: int) -> list[int]:
+        state = bytearray(4)
+        _native.remark(cands, state, store, b"", b"", _words(*values), True, b"")
+        return [i for i in range(4) if state[i]]
+
+    assert rescued(a + 32) == [0]
+    assert rescued(b + 32) == [1]
+    assert rescued(a + 33, b + 33, c + 33) == []
+    assert rescued(c + 16) == [3]
+    assert rescued(c + 32) == [3]
+
+
 def test_remark_reads_words_by_address_after_a_candidate_of_odd_size():
     """A candidate of 501 bytes ends 5 bytes into a word. The words after it
     on a written page, up to the next candidate, are pending at their own

@@ -39,6 +39,7 @@ SCENARIOS = [
     "tls.c",
     "mmap_page.c",
     "interior.c",
+    "past_end.c",
     "alloc_funcs.c",
     "big_block.c",
     "registry_homes.c",

@@ -81,6 +81,8 @@ def format_json(data: dict[str, Any]) -> str:
 def _where(block: dict[str, Any]) -> str:
     off = block["offset"]
     into = "the start" if off == 0 else f"{off} bytes into"
+    if off and off == block["size"]:
+        into = "one past the end"
     return f"{into} of a {block['size']}-byte block at {block['address']:#x}"
 
 

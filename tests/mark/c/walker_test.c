@@ -205,7 +205,10 @@ static void t_allocation(void) {
   CHECK_EQ(ur_walker_begin(&w, 0), 1);
   CHECK_EQ(ur_walker_orig(&w, 0), 2);
   CHECK_EQ(ur_walker_find(&w, 3), 1);
-  CHECK_EQ(ur_walker_find(&w, 4), (uint64_t)-1);
+  CHECK_EQ(ur_walker_find(&w, 4), 1); /* one past its end */
+  CHECK_EQ(ur_walker_find(&w, 6), 2);
+  CHECK_EQ(ur_walker_find(&w, 7), (uint64_t)-1);
+  CHECK_EQ(ur_walker_find(&w, 0), (uint64_t)-1);
   ur_walker_free(&w);
 }
 
@@ -1079,9 +1082,13 @@ static void t_cache_tree(void) {
 
 /* The containing block by brute force: the reference for ur_walker_find. */
 static ssize_t find_slowly(const struct ur_walker *w, uint64_t v) {
+  /* Inside or one past the end; of a block's end and the next one's
+   * begin, the begin (the last match). */
+  ssize_t hit = -1;
   for (size_t i = 0; i < w->n; i++)
-    if (ur_walker_begin(w, i) <= v && v < ur_walker_end(w, i)) return (ssize_t)i;
-  return -1;
+    if (ur_walker_begin(w, i) <= v && v - ur_walker_begin(w, i) <= ur_walker_size(w, i))
+      hit = (ssize_t)i;
+  return hit;
 }
 
 static void t_page_index(void) {
@@ -1120,7 +1127,7 @@ static void t_page_index(void) {
   for (size_t i = 0; i < w.n; i++) {
     int want = 1;
     for (uint64_t p = ur_walker_begin(&w, i) >> UR_PAGE_INDEX_SHIFT;
-         p <= (ur_walker_end(&w, i) - 1) >> UR_PAGE_INDEX_SHIFT; p++)
+         p <= (ur_walker_begin(&w, i) + ur_walker_size(&w, i)) >> UR_PAGE_INDEX_SHIFT; p++)
       if (!ur_page_entry_of(&w.index.pages, p)) want = 0;
     CHECK_EQ(answered[i], want);
     left_out += want;
@@ -1191,7 +1198,8 @@ static ssize_t find_sorted(const struct ur_walker *w, uint64_t v) {
     if (ur_walker_begin(w, mid) <= v) lo = mid + 1;
     else hi = mid;
   }
-  return lo > 0 && v < ur_walker_end(w, lo - 1) ? (ssize_t)lo - 1 : -1;
+  return lo > 0 && v - ur_walker_begin(w, lo - 1) <= ur_walker_size(w, lo - 1) ? (ssize_t)lo - 1
+                                                                               : -1;
 }
 
 /* n blocks of size bytes, stride apart, from at. */
@@ -1252,7 +1260,7 @@ static void t_run_index(void) {
   for (size_t i = 0; i < w.n; i++) {
     int want = 1;
     for (uint64_t k = ur_walker_begin(&w, i) >> UR_RUN_SHIFT;
-         k <= (ur_walker_end(&w, i) - 1) >> UR_RUN_SHIFT; k++)
+         k <= (ur_walker_begin(&w, i) + ur_walker_size(&w, i)) >> UR_RUN_SHIFT; k++)
       if (!ur_run_entry_of(&w.index.runs, k)) want = 0;
     CHECK_EQ(answered[i], want);
   }
@@ -1266,11 +1274,11 @@ static void t_run_index(void) {
   ur_walker_free(&w);
 }
 
-static void t_run_sweep(void) {
-  /* A heap of equal blocks (40 bytes, 48 apart, across two chunks and more)
-   * marked through the run index: interior pointers reach, a pointer one
-   * past a block's end (into the gap before the next) does not. Blocks
-   * 0-999 are a chain from the root; 1000-2047 a chain nothing reaches. */
+/* A heap of equal blocks (40 bytes, 48 apart, across two chunks and more)
+ * marked through the run index: blocks 0-999 are a chain from the root of
+ * interior pointers, and block 999 holds block 1000's begin + beyond, the
+ * only way to the chain 1000-2047. */
+static void run_sweep_case(uint64_t beyond, size_t unreachable) {
   enum { N = 2048, STRIDE = 48, SIZE = 40 };
   static uint8_t heap[N * STRIDE + 64] __attribute__((aligned(1 << UR_RUN_SHIFT)));
   uint8_t *base = heap + 16;
@@ -1280,7 +1288,7 @@ static void t_run_sweep(void) {
     uintptr_t next = (uintptr_t)(base + (i + 1) * STRIDE + (i % 5) * 8 + 1);
     memcpy(base + i * STRIDE, &next, sizeof(next));
   }
-  uintptr_t past = (uintptr_t)(base + 1000 * STRIDE + SIZE); /* one past block 1000's end */
+  uintptr_t past = (uintptr_t)(base + 1000 * STRIDE + beyond);
   memcpy(base + 999 * STRIDE + 8, &past, sizeof(past));
   escape(heap);
   reset();
@@ -1291,9 +1299,15 @@ static void t_run_sweep(void) {
   root(BEGIN(rw), END(rw));
   struct result r;
   sweep(&r);
-  CHECK_EQ(r.nunreachable, N - 1000);
+  CHECK_EQ(r.nunreachable, unreachable);
   for (size_t i = 0; i < r.nunreachable; i++) CHECK(r.unreachable[i] >= 1000);
   result_free(&r);
+}
+
+static void t_run_sweep(void) {
+  run_sweep_case(39, 0);   /* its last byte */
+  run_sweep_case(40, 0);   /* one past its end: a C array kept by its end */
+  run_sweep_case(41, 1048); /* into the gap before the next block: none */
 }
 
 static void t_graph_budget(void) {
