@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "child_sweep.h"
@@ -269,6 +270,11 @@ static PyObject *session_seccomp_allows_clone(Session *s, PyObject *args) {
   /* The helper's snapshot call, exactly (native/shim/helper.c). */
   const uint64_t args5[UR_SECCOMP_ARGS_KNOWN] = {0, 0, 0, 0, 0};
   int rc = ur_seccomp_allows(tid, SYS_clone, args5);
+  /* And its wait4(child, NULL, __WALL | WNOHANG, NULL) that reaps the child
+   * (child_gone): an allowlist granting clone (for threads) but not wait4
+   * killed the target after the snapshot. The child's pid is not known. */
+  const uint64_t reap[UR_SECCOMP_ARGS_KNOWN] = {0, 0, __WALL | WNOHANG, 0, 0};
+  if (rc == 1) rc = ur_seccomp_allows_known(tid, SYS_wait4, reap, 0x1e, true);
   if (rc < 0) return ur_py_raise(rc, "cannot read the target's seccomp filters");
   return PyBool_FromLong(rc);
 }

@@ -11,6 +11,7 @@
 
 #include "between_calls.h"
 #include "helper.h"
+#include "other_malloc.h"
 #include "shim.h"
 #include "state.h"
 #include "threads.h"
@@ -27,6 +28,7 @@
  * takes no backtrace. Only before the registry exists does it go straight
  * to glibc. */
 static int nested_begin(struct ur_thread_slot **out) {
+  ur_other_malloc_note();
   for (;;) {
     uint32_t f = ur_load32(&ur_g.slow);
     if (f & (UR_SLOW_UNINIT | UR_SLOW_INERT)) return UR_PASS_THROUGH;

@@ -20,6 +20,7 @@
 #include "last_thread.h"
 #include "sandbox.h"
 #include "self_maps.h"
+#include "sandbox.h"
 #include "single_thread.h"
 #include "state.h"
 #include "write_tracking.h"
@@ -110,7 +111,7 @@ static uint64_t now_ns(void) {
 static void wait_for_work(uint32_t *cmd, uint64_t until, int requests) {
   static int no_waitv;
   int saved = errno;
-  if (!no_waitv) {
+  if (!no_waitv && !ur_helper_confined()) {
     /* The tracker's word at its present value (idle, on, or a failed
      * start): a scanner's START is seen as the command word's is. Without
      * requests (they wait), the pending word is left out. */
@@ -204,6 +205,16 @@ static void publish_frames(uint64_t top) {
   __atomic_store_n(&unreachable_descriptor.helper_frames, top, __ATOMIC_RELEASE);
 }
 
+/* Confinement (sandbox.h): the helper, seeing it, says so here before its
+ * next system call, which is then a plain futex wait. */
+static uint32_t g_confined_seen;
+
+static void note_confined(void) {
+  if (__atomic_load_n(&g_confined_seen, __ATOMIC_ACQUIRE)) return;
+  __atomic_store_n(&g_confined_seen, 1, __ATOMIC_RELEASE);
+  syscall(SYS_futex, &g_confined_seen, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 static void *helper_main(void *arg) {
   (void)arg;
   prctl(PR_SET_NAME, "ur-helper", 0, 0, 0);
@@ -217,6 +228,7 @@ static void *helper_main(void *arg) {
   int huge = ur_huge_arenas_wanted();
   uint64_t huge_due = 0, give_back_due = now_ns() + UR_GIVE_BACK_PERIOD_NS;
   for (;;) {
+    if (ur_helper_confined()) note_confined();
     if (ur_write_tracking_requested()) {
       ur_tls.busy++;
       ur_write_tracking_begin();
@@ -248,7 +260,11 @@ static void *helper_main(void *arg) {
      * snapshot should the scanner die. */
     int cow = ur_write_tracking_cow();
     uint32_t req = cow ? 0 : __atomic_exchange_n(&ur_g.pending, 0, __ATOMIC_ACQ_REL);
-    if (req & ~UR_REQ_STEP_ASIDE) {
+    /* Confined, the helper makes no call an allowlist may refuse (its
+     * filter would kill the process): the program's dumps and statistics
+     * (files, sockets) are dropped, and the periodic checks below skipped. */
+    int confined = ur_helper_confined();
+    if ((req & ~UR_REQ_STEP_ASIDE) && !confined) {
       /* The helper's own work (dumps, stats, the notify socket): whatever
        * glibc allocates for it is registered as a nested call (busy). */
       ur_single_end(); /* dumps and stats enter glibc's allocator and its locks */
@@ -280,7 +296,7 @@ static void *helper_main(void *arg) {
       continue;
     }
     /* Collapsing would fail on write-protected ranges and remember them done. */
-    if (huge && !tracking_ns && now_ns() >= huge_due) {
+    if (huge && !confined && !tracking_ns && now_ns() >= huge_due) {
       ur_tls.busy++;
       int more = ur_huge_arenas_step(helper_wanted, cmd);
       ur_tls.busy--;
@@ -288,7 +304,7 @@ static void *helper_main(void *arg) {
       continue;
     }
     /* Not while writes are tracked: the pages given back are written again. */
-    if (!tracking_ns && now_ns() >= give_back_due) {
+    if (!confined && !tracking_ns && now_ns() >= give_back_due) {
       ur_tls.busy++;
       ur_last_thread_check();
       ur_give_back_step();
@@ -301,6 +317,7 @@ static void *helper_main(void *arg) {
      * a long scan, are no deadline: the wait would return at once, and the
      * helper spun on one of the target's cores until the tracking ended. */
     if (tracking_ns) until = now_ns() + tracking_ns;
+    if (confined) until = 0;
     wait_for_work(cmd, until, !cow);
   }
   return NULL;
@@ -367,6 +384,9 @@ static int create_thread(pthread_attr_t *attr) {
   return r;
 }
 
+#define START_WAIT_TRIES 1000000 /* sched_yield rounds */
+static void confine(void);
+
 void ur_helper_start(void) {
   int none = HELPER_NONE;
   if (!ur_g.helper_cmd || !__atomic_compare_exchange_n(&g_running, &none, HELPER_STARTING, 0,
@@ -389,6 +409,8 @@ void ur_helper_start(void) {
   (void)ur_huge_arenas_wanted();
   ur_self_maps_keep();
   ur_last_thread_keep();
+  ur_sandbox_helper_starting();
+  ur_sandbox_on_confine(confine);
   unreachable_descriptor.child_box = (uint64_t)(uintptr_t)&ur_child_box;
   unreachable_descriptor.write_tracker = (uint64_t)(uintptr_t)&ur_write_tracker;
   sigset_t all, old;
@@ -398,10 +420,38 @@ void ur_helper_start(void) {
   pthread_attr_init(&attr);
   /* Joinable (the default): ur_helper_step_aside waits for its end. Room
    * for the dump writers and stdio (malloc_info) besides the snapshot. */
+  __atomic_store_n(&g_confined_seen, 0, __ATOMIC_RELAXED);
   int created = create_thread(&attr) == 0;
   __atomic_store_n(&g_running, created ? HELPER_RUNNING : HELPER_NONE, __ATOMIC_RELEASE);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  /* Until its start-up calls are made (glibc's rseq and robust list, its
+   * name): a program that puts a filter on every thread next (TSYNC) would
+   * otherwise have the new thread's first calls judged by it. */
+  for (int i = 0; created && i < START_WAIT_TRIES &&
+                  !__atomic_load_n(&unreachable_descriptor.helper_tid, __ATOMIC_ACQUIRE);
+       i++)
+    sched_yield();
+}
+
+#define CONFINE_WAIT_TRIES 200 /* of 10 ms: a scanner may hold the helper stopped */
+
+/* The program puts a filter on every thread, the helper's too (sandbox.c,
+ * TSYNC), right after this returns: wakes the helper and waits until it has
+ * seen it is confined, so that its next call is one it may make. */
+static void confine(void) {
+  uint32_t *cmd = ur_g.helper_cmd;
+  if (__atomic_load_n(&g_running, __ATOMIC_ACQUIRE) != HELPER_RUNNING || !cmd) return;
+  int saved = errno;
+  for (int i = 0; i < CONFINE_WAIT_TRIES && !__atomic_load_n(&g_confined_seen, __ATOMIC_ACQUIRE);
+       i++) {
+    /* It may sleep in futex_waitv, which a filter's allowlist rarely names:
+     * a scan's stop would restart that call under the filter. */
+    syscall(SYS_futex, cmd, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    syscall(SYS_futex, &g_confined_seen, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+  }
+  errno = saved;
 }
 
 #define ASIDE_WAIT_NS (2000ull * 1000 * 1000) /* a scanner may hold the helper stopped */

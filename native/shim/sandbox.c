@@ -34,27 +34,42 @@
 #include "raw_syscall.h"
 
 int ur_sandbox_filtered;
+int ur_sandbox_helper_confined;
 
 static void note_filter(void) { __atomic_store_n(&ur_sandbox_filtered, 1, __ATOMIC_RELAXED); }
 
-/* The "Seccomp:" line of /proc/self/status: 0 none, 1 strict, 2 filter. */
-void ur_sandbox_init(void) {
+/* The "Seccomp:" field of a status file: 0 none, 1 strict, 2 filter; -1
+ * unreadable (a chroot without /proc). */
+static int seccomp_mode(const char *path) {
   int saved = errno;
-  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   char buf[4096];
   ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
   if (fd >= 0) close(fd);
   errno = saved;
-  if (n <= 0) {
-    note_filter(); /* cannot tell: a check made without the call is the safe side */
-    return;
-  }
+  if (n <= 0) return -1;
   buf[n] = '\0';
   const char *line = strstr(buf, "\nSeccomp:");
-  if (!line) return; /* a kernel without seccomp */
+  if (!line) return 0; /* a kernel without seccomp */
   line += sizeof "\nSeccomp:" - 1;
   while (*line == ' ' || *line == '\t') line++;
-  if (*line != '0') note_filter();
+  return *line - '0';
+}
+
+static void (*on_confine)(void);
+
+void ur_sandbox_on_confine(void (*fn)(void)) { __atomic_store_n(&on_confine, fn, __ATOMIC_RELEASE); }
+
+/* A new thread inherits its creator's filters: the helper starts confined
+ * if the thread starting it is filtered. */
+void ur_sandbox_helper_starting(void) {
+  __atomic_store_n(&ur_sandbox_helper_confined, seccomp_mode("/proc/thread-self/status") > 0,
+                   __ATOMIC_RELAXED);
+}
+
+void ur_sandbox_init(void) {
+  /* Unreadable: a check made without the call is the safe side. */
+  if (seccomp_mode("/proc/self/status") != 0) note_filter();
 }
 
 UR_EXPORT int prctl(int option, ...) {
@@ -80,8 +95,15 @@ UR_EXPORT long syscall(long nr, ...) {
   va_end(ap);
   if (UR_UNLIKELY(nr == SYS_seccomp || nr == SYS_prctl) &&
       ((nr == SYS_seccomp && (a == SECCOMP_SET_MODE_FILTER || a == SECCOMP_SET_MODE_STRICT)) ||
-       (nr == SYS_prctl && a == PR_SET_SECCOMP)))
+       (nr == SYS_prctl && a == PR_SET_SECCOMP))) {
     note_filter();
+    /* Every thread of the process, the helper too (helper.c: confined). */
+    if (nr == SYS_seccomp && a == SECCOMP_SET_MODE_FILTER && (b & SECCOMP_FILTER_FLAG_TSYNC)) {
+      __atomic_store_n(&ur_sandbox_helper_confined, 1, __ATOMIC_RELAXED);
+      void (*confine)(void) = __atomic_load_n(&on_confine, __ATOMIC_ACQUIRE);
+      if (confine) confine();
+    }
+  }
   long r = ur_sys6(nr, a, b, c, d, e, f);
   if (ur_sys_failed(r)) {
     errno = (int)-r;

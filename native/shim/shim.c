@@ -24,6 +24,7 @@
 #include "lock.h"
 #include "modules.h"
 #include "options.h"
+#include "other_malloc.h"
 #include "region.h"
 #include "registry.h"
 #include "single_thread.h"
@@ -109,11 +110,10 @@ void ur_init(void) {
       d->disabled = ur_g.options ? UR_DISABLED_OPTIONS : UR_DISABLED_NO_MEMORY;
       d->disabled_errno = ur_g.options ? 0 : ur_region_error();
       state = UR_SLOW_INERT;
-    } else if ((other_malloc = ur_sym_first_definer("malloc")) != NULL) {
-      /* The program allocates elsewhere: a registry left empty would
-       * report no leak. */
-      d->disabled = UR_DISABLED_OTHER_MALLOC;
-      state = UR_SLOW_INERT;
+    } else {
+      /* Whether its calls reach the shim is the constructor's to find out
+       * (other_malloc.c): until then the shim runs as usual. */
+      other_malloc = ur_other_malloc_find();
     }
   }
   if (!state) {
@@ -284,6 +284,18 @@ static void log_no_memory(void) {
   log_line(NULL, msg);
 }
 
+/* The program allocates elsewhere and the shim hears none of it: a
+ * registry left empty would report no leak. Before the program runs and
+ * before the helper exists, so no scan has started; no block the program
+ * holds came through the shim, so none is handed to glibc's free. */
+static void go_inert_other_malloc(void) {
+  struct ur_descriptor *d = &unreachable_descriptor;
+  d->disabled = UR_DISABLED_OTHER_MALLOC;
+  __atomic_store_n(&d->enabled, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&ur_g.debug, 0, __ATOMIC_RELEASE);
+  __atomic_fetch_or(&ur_g.slow, UR_SLOW_INERT, __ATOMIC_SEQ_CST);
+}
+
 __attribute__((constructor)) static void ur_constructor(void) {
   if (ur_load32(&ur_g.slow) & UR_SLOW_UNINIT) ur_init();
   const char *prog = program_invocation_name ? program_invocation_name : "<unknown>";
@@ -293,6 +305,8 @@ __attribute__((constructor)) static void ur_constructor(void) {
     else log_no_memory();
     return; /* inert: every call goes straight to glibc */
   }
+  if (other_malloc && !(ur_load32(&ur_g.slow) & UR_SLOW_INERT) && !ur_other_malloc_forwards())
+    go_inert_other_malloc();
   if (ur_load32(&ur_g.slow) & UR_SLOW_INERT) {
     if (other_malloc) {
       snprintf(msg, sizeof msg,

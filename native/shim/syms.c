@@ -148,20 +148,22 @@ static void *search(const char *name, int want, int data) {
 struct first {
   const char *name;
   const char *definer; /* NULL: the shim's own, or none */
+  void *found;
 };
 
 static int visit_first(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
   struct first *f = arg;
   if (contains(info, (uintptr_t)&ur_sym_first_definer)) return 1; /* ours comes first */
-  if (!lookup(info, f->name, 0)) return 0;
+  if (!(f->found = lookup(info, f->name, 0))) return 0;
   f->definer = info->dlpi_name && *info->dlpi_name ? info->dlpi_name : "the executable";
   return 1;
 }
 
-const char *ur_sym_first_definer(const char *name) {
-  struct first f = {name, NULL};
+const char *ur_sym_first_definer(const char *name, void **found) {
+  struct first f = {name, NULL, NULL};
   dl_iterate_phdr(visit_first, &f);
+  *found = f.definer ? f.found : NULL;
   return f.definer;
 }
 

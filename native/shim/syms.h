@@ -23,8 +23,9 @@ void *ur_sym_next(const char *name);
 /* The object whose definition of name the program's calls reach when it
  * is not the shim's: the first loaded before the shim that defines it (an
  * allocator preloaded ahead of the shim, a malloc in the executable), as
- * its path or "the executable"; NULL when the shim's comes first. */
-const char *ur_sym_first_definer(const char *name);
+ * its path or "the executable", and its definition in *found; NULL when
+ * the shim's comes first. */
+const char *ur_sym_first_definer(const char *name, void **found);
 
 /* The default-version definition of name in glibc's libc.so, or NULL. */
 void *ur_sym_libc(const char *name);
