@@ -6,27 +6,36 @@ Protocol, one request per connection on a unix STREAM socket:
                       this pid), or `ERR <reason>\\n`; then the daemon closes.
 The daemon checks with SO_PEERCRED that the peer is the process it asks about
 (pid in the daemon's namespace, or the innermost NSpid for a peer inside a pid
-namespace), so a peer can only have itself scanned. The reply comes before
-the scan: the caller is never kept waiting while its process is stopped.
+namespace), so a peer can only have itself scanned. SO_PEERCRED is the pid
+of whoever connected, which may have exited and left its pid to another
+process while a child it forked kept the connection; so the peer's pidfd
+(SO_PEERPIDFD) must still name a live process once its identity (pid, start
+time) is read, and the scan runs only if that identity still holds. The
+reply comes before the scan: the caller is never kept waiting while its
+process is stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import signal
 import socket
 import stat
 import struct
 from collections.abc import Callable
 
 from unreachable.daemon.config import ConfigError
+from unreachable.daemon.matching import ProcessInfo, read_process
 from unreachable.daemon.sockets import created_as
 
 log = logging.getLogger("unreachabled.notify")
 LINE_MAX = 64
 READ_TIMEOUT = 5.0
 _UCRED = struct.Struct("3i")
+SO_PEERPIDFD = 77  # Linux 6.5; the socket module does not name it
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -34,6 +43,32 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
     return pid, uid, gid
+
+
+def peer_pidfd(sock: socket.socket) -> int | None:
+    """A pidfd of the process that connected (None: a kernel before 6.5)."""
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        return None
+
+
+def _alive(pidfd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError as e:
+        return e.errno == errno.EPERM
+    return True
+
+
+def _peer_identity(pid: int, pidfd: int | None) -> ProcessInfo | None:
+    """The peer's identity read through its pid; None when the peer exited
+    (its pid may since name another process). Read first, then the pidfd
+    must still be alive: a live peer's pid named the peer all along."""
+    info = read_process(pid)
+    if pidfd is not None and not _alive(pidfd):
+        return None
+    return info
 
 
 def _innermost_pid(pid: int) -> int:
@@ -58,9 +93,10 @@ def parse_request(line: bytes) -> int:
 
 
 class NotifyListener:
-    """Accepts scan requests; `request(pid)` returns False when one is already pending."""
+    """Accepts scan requests; `request(pid, identity)` returns False when one
+    is already pending."""
 
-    def __init__(self, path: str, mode: int, request: Callable[[int], bool]) -> None:
+    def __init__(self, path: str, mode: int, request: Callable[[int, ProcessInfo], bool]) -> None:
         self.path = path
         self._mode = mode
         self._request = request
@@ -98,6 +134,16 @@ class NotifyListener:
 
     async def _answer(self, reader: asyncio.StreamReader, sock: socket.socket) -> str:
         peer_pid, uid, _gid = peer_credentials(sock)
+        pidfd = peer_pidfd(sock)
+        try:
+            return await self._answer_peer(reader, peer_pid, uid, pidfd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    async def _answer_peer(
+        self, reader: asyncio.StreamReader, peer_pid: int, uid: int, pidfd: int | None
+    ) -> str:
         try:
             line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
         except TimeoutError:
@@ -114,7 +160,11 @@ class NotifyListener:
                 "notify: pid %d (uid %d) asked for a scan of pid %d: refused", peer_pid, uid, pid
             )
             return "ERR a process may only ask for a scan of itself"
-        if not self._request(peer_pid):
+        identity = _peer_identity(peer_pid, pidfd)
+        if identity is None:
+            log.warning("notify: pid %d (uid %d) exited before its request was read", peer_pid, uid)
+            return "ERR the process that connected has exited"
+        if not self._request(peer_pid, identity):
             return "BUSY"
         log.info("notify: pid %d (uid %d) asked for a scan", peer_pid, uid)
         return "OK"
