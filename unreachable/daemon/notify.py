@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from unreachable.daemon.config import ConfigError
 from unreachable.daemon.matching import ProcessInfo, read_process
+from unreachable.daemon.notify_limits import ConnectionGate, WarningBudget
 from unreachable.daemon.sockets import created_as
 
 log = logging.getLogger("unreachabled.notify")
@@ -101,6 +102,12 @@ class NotifyListener:
         self._mode = mode
         self._request = request
         self._server: asyncio.base_events.Server | None = None
+        self._gate = ConnectionGate()
+        self._warnings = WarningBudget()
+
+    def _warn(self, message: str, *args: object) -> None:
+        if self._warnings.allow():
+            log.warning(message + "%s", *args, self._warnings.take_dropped())
 
     async def start(self) -> None:
         _remove_stale_socket(self.path)
@@ -123,13 +130,23 @@ class NotifyListener:
             _remove_stale_socket(self.path)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        uid = peer_credentials(sock)[1]
+        if not self._gate.enter(uid):
+            # Closed at once, unread: a user holding connections open must
+            # not hold the daemon's file descriptors with them.
+            self._warn("notify: uid %d has too many requests waiting: refused", uid)
+            writer.write(b"ERR too many requests waiting\n")
+            writer.close()
+            return
         try:
-            reply = await self._answer(reader, writer.get_extra_info("socket"))
+            reply = await self._answer(reader, sock)
             writer.write(reply.encode() + b"\n")
             await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
         except (OSError, TimeoutError):
             pass
         finally:
+            self._gate.leave(uid)
             writer.close()
 
     async def _answer(self, reader: asyncio.StreamReader, sock: socket.socket) -> str:
@@ -153,16 +170,16 @@ class NotifyListener:
         try:
             pid = parse_request(line)
         except ValueError as e:
-            log.warning("notify: bad request from pid %d: %s", peer_pid, e)
+            self._warn("notify: bad request from pid %d: %s", peer_pid, e)
             return f"ERR {e}"
         if pid != peer_pid and pid != _innermost_pid(peer_pid):
-            log.warning(
+            self._warn(
                 "notify: pid %d (uid %d) asked for a scan of pid %d: refused", peer_pid, uid, pid
             )
             return "ERR a process may only ask for a scan of itself"
         identity = _peer_identity(peer_pid, pidfd)
         if identity is None:
-            log.warning("notify: pid %d (uid %d) exited before its request was read", peer_pid, uid)
+            self._warn("notify: pid %d (uid %d) exited before its request was read", peer_pid, uid)
             return "ERR the process that connected has exited"
         if not self._request(peer_pid, identity):
             return "BUSY"
