@@ -96,3 +96,15 @@ def test_why_bad_address_over_the_daemon(daemon, targets):
     with pytest.raises(grpc.RpcError) as info:
         stub.Retainers(pb.RetainersRequest(pid=t.pid, site="**"), timeout=RPC_TIMEOUT)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_site_longer_than_an_argument_is_answered(daemon, targets):
+    """A Retainers site of 200,000 characters (an exec argument holds 128
+    KiB) is a pattern like any other: no site matches, the reply is a
+    report, and the daemon logs no traceback."""
+    t = targets.start(PROGRAM)
+    stub = pb_grpc.UnreachableStub(grpc.insecure_channel(daemon.address))
+    reply = stub.Retainers(pb.RetainersRequest(pid=t.pid, site="x" * 200_000), timeout=RPC_TIMEOUT)
+    assert json.loads(reply.json)["pid"] == t.pid
+    assert not any("Traceback" in line for line in daemon.log)
+    assert t.alive() and t.tracer() == 0

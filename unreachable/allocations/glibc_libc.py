@@ -22,6 +22,7 @@ are recognised in the file itself (docs/glibc-heap.md):
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import struct
@@ -31,9 +32,13 @@ from typing import TYPE_CHECKING
 
 from unreachable.symbolize.config import default_debug_dirs
 from unreachable.symbolize.elf_file import NotElf, read_elf
+from unreachable.symbolize.files import FilePolicy, open_checked
 
 if TYPE_CHECKING:
     from elftools.elf.elffile import ELFFile
+
+# A libc of a few MiB, or tens with its DWARF left in; _facts reads it whole.
+LIBC_FILE = FilePolicy(max_bytes=256 << 20)
 
 # pyelftools is imported where it is used: a scan of a process under the shim
 # never reads libc, and the leak check at exit runs a scan in every process
@@ -248,7 +253,7 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
     wanted = {"main_arena", "mp_", "tcache", *MALLOC_ENTRIES}
     out: dict[str, tuple[int, int]] = {}
     try:
-        with open(found.path, "rb") as f:
+        with open_checked(found.path) as f:
             symtab = ELFFile(f).get_section_by_name(".symtab")
             if not isinstance(symtab, SymbolTableSection):
                 return None
@@ -275,10 +280,12 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
     from elftools.elf.sections import NoteSection
 
     del dev, ino, mtime_ns  # cache key only
-    with open(path, "rb") as f:
+    # The path is the target's: it may be swapped for a FIFO or a huge sparse
+    # file after the stat above, so the one inode read is checked and bounded.
+    with open_checked(path, LIBC_FILE) as f:
         data = f.read()
     try:
-        elf = ELFFile(open(path, "rb"))  # noqa: SIM115 (closed below)
+        elf = ELFFile(io.BytesIO(data))
     except ELFError as e:
         raise LibcUnsupported(f"not an ELF file: {e}") from None
     try:

@@ -33,6 +33,12 @@ pointer off by one), so a stream's 8-byte values are taken at every byte
 offset, as for JIT code; only those inside the heap's bounds are kept
 (roots/heap_words.py).
 
+Each duplicate is a descriptor of the scanner's until the pause: a target
+holding thousands of pipes and sockets would take them all (a scan then
+failed with EMFILE starting its stopper). So the scanner raises its soft
+RLIMIT_NOFILE to the hard limit and keeps FDS_RESERVED of it free; the
+queues past that are not read.
+
 In the pause each queue costs one FIONREAD (most are empty), a non-empty
 one a tee or a few peeks (~10 us). At most QUEUED_MAX_BYTES are read per
 scan; past that the rest of the queues is not read.
@@ -55,6 +61,7 @@ from unreachable.process.status import thread_seccomp
 QUEUED_MAX_BYTES = 64 << 20
 PEEK_CHUNK = 256 << 10  # a unix datagram is at most the sender's sndbuf (~208 KiB)
 _SYS_PIDFD_GETFD = 438
+FDS_RESERVED = 256  # the scan's own files, pipes and children after the listing
 _SPLICE_F_NONBLOCK = 2
 _F_GETPIPE_SZ = 1032
 _F_SETPIPE_SZ = 1031
@@ -87,6 +94,7 @@ class InFlight:
     def before_stop(cls, pid: int, links: dict[int, str]) -> InFlight:
         """links: the target's descriptors and what /proc/PID/fd says of each."""
         found = cls()
+        room = _descriptors_free()
         pidfd = _pidfd(pid)
         pipes: dict[str, list[int]] = {}
         # Only unix sockets are duplicated: a server's thousands of TCP
@@ -94,6 +102,8 @@ class InFlight:
         unix = _unix_socket_inodes(pid) if pidfd is not None else set()
         try:
             for fd, link in sorted(links.items()):
+                if len(found.queues) + len(pipes) >= room:
+                    break
                 if link.startswith("pipe:"):
                     pipes.setdefault(link, []).append(fd)
                 elif link.startswith("socket:") and link[8:-1] in unix and pidfd is not None:
@@ -208,6 +218,21 @@ def _getfd_allowed() -> bool:
         os._exit(0 if r < 0 and ctypes.get_errno() == errno.EBADF else 1)
     _, status = os.waitpid(child, 0)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _descriptors_free() -> int:
+    """How many duplicates this scan may hold: the soft limit, raised to the
+    hard one, less FDS_RESERVED and what is open now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):
+            pass
+    return max(0, soft - FDS_RESERVED - len(os.listdir("/proc/self/fd")))
 
 
 def _getfd(pidfd: int, fd: int) -> int:

@@ -6,27 +6,37 @@ Protocol, one request per connection on a unix STREAM socket:
                       this pid), or `ERR <reason>\\n`; then the daemon closes.
 The daemon checks with SO_PEERCRED that the peer is the process it asks about
 (pid in the daemon's namespace, or the innermost NSpid for a peer inside a pid
-namespace), so a peer can only have itself scanned. The reply comes before
-the scan: the caller is never kept waiting while its process is stopped.
+namespace), so a peer can only have itself scanned. SO_PEERCRED is the pid
+of whoever connected, which may have exited and left its pid to another
+process while a child it forked kept the connection; so the peer's pidfd
+(SO_PEERPIDFD) must still name a live process once its identity (pid, start
+time) is read, and the scan runs only if that identity still holds. The
+reply comes before the scan: the caller is never kept waiting while its
+process is stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import signal
 import socket
 import stat
 import struct
 from collections.abc import Callable
 
 from unreachable.daemon.config import ConfigError
+from unreachable.daemon.matching import ProcessInfo, read_process
+from unreachable.daemon.notify_limits import ConnectionGate, WarningBudget
 from unreachable.daemon.sockets import created_as
 
 log = logging.getLogger("unreachabled.notify")
 LINE_MAX = 64
 READ_TIMEOUT = 5.0
 _UCRED = struct.Struct("3i")
+SO_PEERPIDFD = 77  # Linux 6.5; the socket module does not name it
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -34,6 +44,32 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     pid, uid, gid = _UCRED.unpack(raw)
     return pid, uid, gid
+
+
+def peer_pidfd(sock: socket.socket) -> int | None:
+    """A pidfd of the process that connected (None: a kernel before 6.5)."""
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        return None
+
+
+def _alive(pidfd: int) -> bool:
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError as e:
+        return e.errno == errno.EPERM
+    return True
+
+
+def _peer_identity(pid: int, pidfd: int | None) -> ProcessInfo | None:
+    """The peer's identity read through its pid; None when the peer exited
+    (its pid may since name another process). Read first, then the pidfd
+    must still be alive: a live peer's pid named the peer all along."""
+    info = read_process(pid)
+    if pidfd is not None and not _alive(pidfd):
+        return None
+    return info
 
 
 def _innermost_pid(pid: int) -> int:
@@ -58,13 +94,20 @@ def parse_request(line: bytes) -> int:
 
 
 class NotifyListener:
-    """Accepts scan requests; `request(pid)` returns False when one is already pending."""
+    """Accepts scan requests; `request(pid, identity)` returns False when one
+    is already pending."""
 
-    def __init__(self, path: str, mode: int, request: Callable[[int], bool]) -> None:
+    def __init__(self, path: str, mode: int, request: Callable[[int, ProcessInfo], bool]) -> None:
         self.path = path
         self._mode = mode
         self._request = request
         self._server: asyncio.base_events.Server | None = None
+        self._gate = ConnectionGate()
+        self._warnings = WarningBudget()
+
+    def _warn(self, message: str, *args: object) -> None:
+        if self._warnings.allow():
+            log.warning(message + "%s", *args, self._warnings.take_dropped())
 
     async def start(self) -> None:
         _remove_stale_socket(self.path)
@@ -87,17 +130,37 @@ class NotifyListener:
             _remove_stale_socket(self.path)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        uid = peer_credentials(sock)[1]
+        if not self._gate.enter(uid):
+            # Closed at once, unread: a user holding connections open must
+            # not hold the daemon's file descriptors with them.
+            self._warn("notify: uid %d has too many requests waiting: refused", uid)
+            writer.write(b"ERR too many requests waiting\n")
+            writer.close()
+            return
         try:
-            reply = await self._answer(reader, writer.get_extra_info("socket"))
+            reply = await self._answer(reader, sock)
             writer.write(reply.encode() + b"\n")
             await asyncio.wait_for(writer.drain(), READ_TIMEOUT)
         except (OSError, TimeoutError):
             pass
         finally:
+            self._gate.leave(uid)
             writer.close()
 
     async def _answer(self, reader: asyncio.StreamReader, sock: socket.socket) -> str:
         peer_pid, uid, _gid = peer_credentials(sock)
+        pidfd = peer_pidfd(sock)
+        try:
+            return await self._answer_peer(reader, peer_pid, uid, pidfd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    async def _answer_peer(
+        self, reader: asyncio.StreamReader, peer_pid: int, uid: int, pidfd: int | None
+    ) -> str:
         try:
             line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
         except TimeoutError:
@@ -107,14 +170,18 @@ class NotifyListener:
         try:
             pid = parse_request(line)
         except ValueError as e:
-            log.warning("notify: bad request from pid %d: %s", peer_pid, e)
+            self._warn("notify: bad request from pid %d: %s", peer_pid, e)
             return f"ERR {e}"
         if pid != peer_pid and pid != _innermost_pid(peer_pid):
-            log.warning(
+            self._warn(
                 "notify: pid %d (uid %d) asked for a scan of pid %d: refused", peer_pid, uid, pid
             )
             return "ERR a process may only ask for a scan of itself"
-        if not self._request(peer_pid):
+        identity = _peer_identity(peer_pid, pidfd)
+        if identity is None:
+            self._warn("notify: pid %d (uid %d) exited before its request was read", peer_pid, uid)
+            return "ERR the process that connected has exited"
+        if not self._request(peer_pid, identity):
             return "BUSY"
         log.info("notify: pid %d (uid %d) asked for a scan", peer_pid, uid)
         return "OK"

@@ -117,6 +117,11 @@ class ReportProducer:
             if info is None:
                 message = f"pid {pid} is gone"
                 return
+            if not still_running(info.key):
+                # The process asked for is gone, and its pid may name another
+                # one by now: that one did not ask.
+                message = f"pid {pid} is gone"
+                return
             baseline = self.baseline_for(info)
             # The first scan becomes the baseline: every entry, or leaks past
             # the list would look new at every later scan.

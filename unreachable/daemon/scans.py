@@ -1,7 +1,7 @@
 """Run scans and heap dumps in subprocesses, one pid at a time, many pids at once.
 
 Each scan is a worker process, `python -P -m unreachable.daemon.worker
-REQUEST` (daemon/worker.py: a JSON request as its argument; JSON progress
+-` (daemon/worker.py: a JSON request on its stdin; JSON progress
 lines, then the result or the error with its gRPC status on stdout),
 started with asyncio.create_subprocess_exec (no fork without exec after grpc
 has started). The ptrace work therefore never touches the daemon's threads,
@@ -160,8 +160,8 @@ class ScanRunner:
             "-P",
             "-m",
             WORKER_MODULE,
-            text,
-            stdin=asyncio.subprocess.DEVNULL,
+            "-",
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self._env,
@@ -172,6 +172,7 @@ class ScanRunner:
         self._procs.add(proc)
         last: dict[str, Any] | None = None
         try:
+            await _send(proc, text)
             assert proc.stdout is not None and proc.stderr is not None
             stderr = asyncio.ensure_future(proc.stderr.read())
             try:
@@ -228,3 +229,17 @@ def _failure(code: int, last: dict[str, Any] | None, text: list[str]) -> ScanFai
         return ScanFailed(grpc.StatusCode.INTERNAL, f"the scanner died of signal {-code}")
     last_line = text[-1] if text else f"the scanner exited with status {code} without a result"
     return ScanFailed(grpc.StatusCode.INTERNAL, last_line)
+
+
+async def _send(proc: asyncio.subprocess.Process, text: str) -> None:
+    """The request on the worker's stdin, not in its argv: a client's string
+    (a Retainers site) may be longer than one argument can be (128 KiB), and
+    argv is readable by every local user in /proc/PID/cmdline."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(text.encode())
+        await proc.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the worker died at start: its exit status says why
+    finally:
+        proc.stdin.close()

@@ -450,7 +450,7 @@ async def _start_listening(
             notify = NotifyListener(
                 safe_socket_path(config.notify_socket, "notify socket"),
                 config.notify_mode,
-                lambda pid: producer.request(pid, pb.TRIGGER_SIGNAL),
+                lambda pid, info: producer.request(pid, pb.TRIGGER_SIGNAL, info),
             )
         await server.start()
         if notify is not None:

@@ -5,6 +5,7 @@ the ptrace work never touches the daemon's threads, and killing the worker
 releases the target at once):
 
     python -P -m unreachable.daemon.worker REQUEST
+    python -P -m unreachable.daemon.worker -      (REQUEST on stdin: the daemon's way)
 
 REQUEST is one JSON object: `command` ("scan", "why", "retainers" or
 "heapdump"), `pid`, and the command's options (WORKER_OPTIONS below, each
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         out.close()
         return EXIT_FAILED
     try:
-        return run(args[0], out)
+        return run(sys.stdin.read() if args[0] == "-" else args[0], out)
     finally:
         out.close()
 

@@ -27,6 +27,7 @@ from typing import Any
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.symbolize.elf_file import NotElf, read_elf
+from unreachable.symbolize.files import open_checked
 
 # DWARF register numbers (x86-64 psABI) of the user_regs_struct fields.
 _DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6, "rsp": 7}
@@ -62,7 +63,9 @@ def _load_cfi(path: str, dev: int, ino: int, mtime: int) -> _Cfi | None:
     from elftools.elf.elffile import ELFFile
 
     try:
-        with open(path, "rb") as f:
+        # open_checked: the path may have become a FIFO or a device since
+        # the stat that keyed this cache.
+        with open_checked(path) as f:
             elf = ELFFile(f)
             dwarf = elf.get_dwarf_info(follow_links=False)
             entries = dwarf.EH_CFI_entries() if dwarf.has_EH_CFI() else []

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_NOBITS, ElfImage, NotElf, read_elf
+from unreachable.symbolize.files import open_checked
 
 STT_OBJECT = 1
 STT_TLS = 6
@@ -22,6 +23,7 @@ PT_TLS = 7
 _SYM = "<IBBHQQ"
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
+MAX_TABLE = 64 << 20  # as read_elf's: real program header tables are a few KiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +75,10 @@ def _symbols(
 
 
 def _tls_segment(path: str) -> tuple[int, int]:
-    with open(path, "rb") as f:
+    # Opened again by path, which the target's user may have swapped for a
+    # FIFO or a huge file since read_elf: the inode is checked again, and the
+    # table read no longer than read_elf reads one.
+    with open_checked(path) as f:
         head = f.read(_EHDR.size)
         if len(head) < _EHDR.size:
             return 0, 0
@@ -82,7 +87,7 @@ def _tls_segment(path: str) -> tuple[int, int]:
         if not phoff or phentsize < _PHDR.size:
             return 0, 0
         f.seek(phoff)
-        table = f.read(phentsize * phnum)
+        table = f.read(min(phentsize * phnum, MAX_TABLE))
     for i in range(len(table) // phentsize):
         p_type, _flags, _off, _vaddr, _pa, _filesz, memsz, align = _PHDR.unpack_from(
             table, i * phentsize
