@@ -75,6 +75,21 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
     assert target.alive() and target.tracer() == 0
 
 
+def _spy_decodes(monkeypatch, pid: int) -> list[tuple[int, int]]:
+    """At each registry decode of a concurrent mark: the teardown threads
+    running and the mappings still write-protected."""
+    seen: list[tuple[int, int]] = []
+    decode = concurrent._read_registry
+
+    def spied(copy, addr, threads):
+        ending = len(write_tracking._ending.get(pid, []))
+        seen.append((ending, len(write_protected(pid))))
+        return decode(copy, addr, threads)
+
+    monkeypatch.setattr(concurrent, "_read_registry", spied)
+    return seen
+
+
 @needs_tracking
 def test_the_tracking_ends_once_the_last_stop_is_released(targets, monkeypatch):
     """Nothing after the second stop reads a written page: the tracking's
@@ -82,15 +97,7 @@ def test_the_tracking_ends_once_the_last_stop_is_released(targets, monkeypatch):
     registry of that stop is decoded, beside it where the scan has a core
     to spare (else before it: the next test), and the verdicts stay exact."""
     target = targets.start(HERE / "programs" / "mover.c")
-    seen: list[tuple[int, int]] = []
-    decode = concurrent._read_registry
-
-    def spied(copy, addr, threads):
-        ending = len(write_tracking._ending.get(target.pid, []))
-        seen.append((ending, len(write_protected(target.pid))))
-        return decode(copy, addr, threads)
-
-    monkeypatch.setattr(concurrent, "_read_registry", spied)
+    seen = _spy_decodes(monkeypatch, target.pid)
     for _ in range(3):
         seen.clear()
         report = scan(target.pid, ScanOptions(snapshot="concurrent"))
@@ -114,15 +121,7 @@ def test_the_tracking_ends_beside_the_scan_only_with_a_core_to_spare(targets, mo
     (docs/pause.md "What the target feels"). With two, the teardown runs
     on a thread of its own, beside the decode."""
     target = targets.start(HERE / "programs" / "mover.c")
-    seen: list[tuple[int, int]] = []
-    decode = concurrent._read_registry
-
-    def spied(copy, addr, threads):
-        ending = len(write_tracking._ending.get(target.pid, []))
-        seen.append((ending, len(write_protected(target.pid))))
-        return decode(copy, addr, threads)
-
-    monkeypatch.setattr(concurrent, "_read_registry", spied)
+    seen = _spy_decodes(monkeypatch, target.pid)
     concurrent.concurrent_sweep(open_target(target.pid), mark_threads=1, spare=spare)
     assert len(seen) == 2 and seen[0] == (0, seen[0][1]) and seen[0][1] > 0, seen
     if spare == 1:
