@@ -20,7 +20,6 @@
 #include "last_thread.h"
 #include "sandbox.h"
 #include "self_maps.h"
-#include "sandbox.h"
 #include "single_thread.h"
 #include "state.h"
 #include "write_tracking.h"
