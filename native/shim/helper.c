@@ -383,7 +383,6 @@ static int create_thread(pthread_attr_t *attr) {
   return r;
 }
 
-#define START_WAIT_TRIES 1000000 /* sched_yield rounds */
 static void confine(void);
 
 void ur_helper_start(void) {
@@ -424,25 +423,21 @@ void ur_helper_start(void) {
   __atomic_store_n(&g_running, created ? HELPER_RUNNING : HELPER_NONE, __ATOMIC_RELEASE);
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  /* Until its start-up calls are made (glibc's rseq and robust list, its
-   * name): a program that puts a filter on every thread next (TSYNC) would
-   * otherwise have the new thread's first calls judged by it. */
-  for (int i = 0; created && i < START_WAIT_TRIES &&
-                  !__atomic_load_n(&unreachable_descriptor.helper_tid, __ATOMIC_ACQUIRE);
-       i++)
-    sched_yield();
 }
 
 #define CONFINE_WAIT_TRIES 200 /* of 10 ms: a scanner may hold the helper stopped */
 
 /* The program puts a filter on every thread, the helper's too (sandbox.c,
  * TSYNC), right after this returns: wakes the helper and waits until it has
- * seen it is confined, so that its next call is one it may make. */
+ * seen it is confined, so that its next call is one it may make. A helper
+ * still starting sees it at its loop's top, past its start-up calls
+ * (glibc's rseq and robust list, its name), which the filter would judge. */
 static void confine(void) {
   uint32_t *cmd = ur_g.helper_cmd;
-  if (__atomic_load_n(&g_running, __ATOMIC_ACQUIRE) != HELPER_RUNNING || !cmd) return;
+  if (__atomic_load_n(&g_running, __ATOMIC_ACQUIRE) == HELPER_NONE || !cmd) return;
   int saved = errno;
-  for (int i = 0; i < CONFINE_WAIT_TRIES && !__atomic_load_n(&g_confined_seen, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < CONFINE_WAIT_TRIES && !__atomic_load_n(&g_confined_seen, __ATOMIC_ACQUIRE) &&
+                  __atomic_load_n(&g_running, __ATOMIC_ACQUIRE) != HELPER_NONE;
        i++) {
     /* It may sleep in futex_waitv, which a filter's allowlist rarely names:
      * a scan's stop would restart that call under the filter. */
