@@ -23,45 +23,42 @@ static inline int install_filter(struct sock_fprog *prog, enum filter_route rout
   return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, prog);
 }
 
+#define FILTER_CALLS_MAX 48
+
+/* A filter that answers `matched` to the n system calls in nrs and
+ * `otherwise` to every other one. 0, or -1 with errno. */
+static inline int filter_calls(const int *nrs, unsigned n, uint32_t matched, uint32_t otherwise,
+                               enum filter_route route, unsigned flags) {
+  struct sock_filter f[2 + 2 * FILTER_CALLS_MAX];
+  unsigned len = 0;
+  if (n > FILTER_CALLS_MAX) return -1;
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, nr));
+  for (unsigned i = 0; i < n; i++) {
+    f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
+    f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, matched);
+  }
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, otherwise);
+  struct sock_fprog prog = {.len = (unsigned short)len, .filter = f};
+  return install_filter(&prog, route, flags);
+}
+
 #define REFUSE_MAX 8
 
 /* A filter that answers `action` to the n system calls in nrs and allows
  * every other one. 0, or -1 with errno. */
 static inline int refuse_calls(const int *nrs, unsigned n, uint32_t action,
                                enum filter_route route, unsigned flags) {
-  struct sock_filter f[2 + 2 * REFUSE_MAX];
-  unsigned len = 0;
   if (n > REFUSE_MAX) return -1;
-  f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-                                          offsetof(struct seccomp_data, nr));
-  for (unsigned i = 0; i < n; i++) {
-    f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
-    f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, action);
-  }
-  f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  struct sock_fprog prog = {.len = (unsigned short)len, .filter = f};
-  return install_filter(&prog, route, flags);
+  return filter_calls(nrs, n, action, SECCOMP_RET_ALLOW, route, flags);
 }
-
-#define ALLOW_MAX 48
 
 /* A filter that allows the n system calls in nrs and answers `action` to
  * every other one (an allowlist, as Chrome's and OpenSSH's sandboxes are).
  * 0, or -1 with errno. */
 static inline int allow_only(const int *nrs, unsigned n, uint32_t action,
                              enum filter_route route, unsigned flags) {
-  struct sock_filter f[3 + 2 * ALLOW_MAX];
-  unsigned len = 0;
-  if (n > ALLOW_MAX) return -1;
-  f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-                                          offsetof(struct seccomp_data, nr));
-  for (unsigned i = 0; i < n; i++) {
-    f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
-    f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  }
-  f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, action);
-  struct sock_fprog prog = {.len = (unsigned short)len, .filter = f};
-  return install_filter(&prog, route, flags);
+  return filter_calls(nrs, n, SECCOMP_RET_ALLOW, action, route, flags);
 }
 
 static inline int refuse_call(int nr, uint32_t action, enum filter_route route, unsigned flags) {
