@@ -530,35 +530,20 @@ def _root_range_intervals(
     where they lie in it, by its mapping's region elsewhere (an object's
     globals in the anonymous part of its .bss)."""
     starts = [s for s, _, _ in specials]
+    bss_starts = [s for s, _, _ in bss]
     intervals: list[tuple[int, int, int]] = []
     stacks = _stack_mappings(mappings, threads)
     for (begin, end), kind in zip(roots.ranges, roots.range_kinds, strict=True):
         m = find_mapping(mappings, begin)
         base = _base_region(labels, kind, m, begin, stacks)
-        pieces = _split(begin, end, bss, base) if kind == "anonymous" else [(begin, end, base)]
+        pieces = [(begin, end, base)]
+        if kind == "anonymous":
+            # Cut into the objects' .bss where they cover it, base elsewhere.
+            pieces = []
+            _overlay(pieces, (begin, end, base), bss, bss_starts)
         for piece in pieces:
             _overlay(intervals, piece, specials, starts)
     return intervals
-
-
-def _split(
-    begin: int, end: int, regions: list[tuple[int, int, int]], base: int
-) -> list[tuple[int, int, int]]:
-    """[begin, end) cut into the given regions where they cover it, base elsewhere."""
-    out: list[tuple[int, int, int]] = []
-    at = begin
-    for lo, hi, rid in regions[max(bisect.bisect_right(regions, (begin,)) - 1, 0) :]:
-        if lo >= end:
-            break
-        if hi <= at:
-            continue
-        if lo > at:
-            out.append((at, lo, base))
-        out.append((max(lo, at), min(hi, end), rid))
-        at = min(hi, end)
-    if at < end:
-        out.append((at, end, base))
-    return out
 
 
 def _overlay(
