@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
       mems[k] = &m[k].mem;
     }
     struct ur_walker w;
-    if (ur_walker_init(&w, mems[0], pairs, n) != 0) return 1;
+    if (ur_walker_init(&w, mems[0], pairs, n, UR_SIZES_REQUESTED) != 0) return 1;
     struct ur_raw_threads team = {.n = 0};
     const struct ur_team_ops ops = {ur_raw_thread_start, ur_raw_thread_join, &team};
     t0 = now();

@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     struct ur_mem *mems[1] = {&m.mem};
     struct ur_walker w;
     double t0 = cpu_now();
-    if (ur_walker_init(&w, mems[0], pairs, n) != 0) return 1;
+    if (ur_walker_init(&w, mems[0], pairs, n, UR_SIZES_REQUESTED) != 0) return 1;
     double t1 = cpu_now();
     struct ur_raw_threads team = {.n = 0};
     const struct ur_team_ops ops = {ur_raw_thread_start, ur_raw_thread_join, &team};

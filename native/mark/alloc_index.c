@@ -27,7 +27,7 @@ static uint64_t count_buckets(const struct ur_alloc_index *w, unsigned shift,
   for (size_t i = 0; i < w->n; i++) {
     if (skip[i]) continue;
     uint64_t first = ur_block_begin(w->pairs, i) >> shift;
-    uint64_t final = (ur_block_reach(w->pairs, i) - 1) >> shift;
+    uint64_t final = (ur_block_reach(w->pairs, i, w->sizes) - 1) >> shift;
     total += final - first + (first != last);
     last = final;
   }
@@ -69,7 +69,7 @@ static void build_buckets(struct ur_alloc_index *w) {
           1);
     if (skip[i]) continue;
     uint64_t first = ur_block_begin(w->pairs, i) >> shift;
-    uint64_t final = (ur_block_reach(w->pairs, i) - 1) >> shift;
+    uint64_t final = (ur_block_reach(w->pairs, i, w->sizes) - 1) >> shift;
     for (uint64_t b = first;; b++) {
       if (cur && cur->key == b + 1) {
         cur->hi = (uint32_t)i + 1;
@@ -89,17 +89,19 @@ out:
   ur_big_free(skip);
 }
 
-int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *pairs, size_t n) {
+int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *pairs, size_t n,
+                         enum ur_sizes sizes) {
   memset(ix, 0, sizeof(*ix));
   ix->n = n;
   ix->pairs = pairs;
+  ix->sizes = sizes;
   if (!n) return 0;
   ix->lo = ur_block_begin(pairs, 0);
-  ix->hi = ur_block_reach(pairs, n - 1);
+  ix->hi = ur_block_reach(pairs, n - 1, sizes);
   uint64_t bytes = PAGE_INDEX_BYTES_PER_ALLOC * (uint64_t)n + PAGE_INDEX_FIXED_BYTES;
-  if (ur_run_index_build(&ix->runs, pairs, n, bytes) < 0) return -ENOMEM;
+  if (ur_run_index_build(&ix->runs, pairs, n, sizes, bytes) < 0) return -ENOMEM;
   bytes -= ur_run_index_bytes(&ix->runs);
-  if (ur_page_index_build(&ix->pages, pairs, n, bytes, &ix->runs) < 0) {
+  if (ur_page_index_build(&ix->pages, pairs, n, sizes, bytes, &ix->runs) < 0) {
     ur_run_index_free(&ix->runs);
     return -ENOMEM;
   }

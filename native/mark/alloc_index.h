@@ -29,6 +29,7 @@
 struct ur_alloc_index {
   size_t n;              /* allocations, sorted by begin, none overlapping */
   const uint64_t *pairs; /* (begin, size) per allocation (ur_block_begin, ur_block_reach) */
+  enum ur_sizes sizes;   /* what those sizes are */
   uint64_t lo, hi;     /* [lowest begin, highest reach): the fast reject */
   struct ur_run_index runs;   /* chunks of equal blocks, looked up first */
   struct ur_page_index pages; /* pages dense in small blocks, looked up next */
@@ -45,7 +46,8 @@ struct ur_bucket {
 /* Index the n allocations of pairs (sorted, not overlapping; the array is
  * kept, not copied, and must outlive the index). Returns 0 or -ENOMEM;
  * without room for the buckets lookups fall back to binary search. */
-int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *pairs, size_t n);
+int ur_alloc_index_build(struct ur_alloc_index *ix, const uint64_t *pairs, size_t n,
+                         enum ur_sizes sizes);
 void ur_alloc_index_free(struct ur_alloc_index *ix);
 
 static inline uint64_t ur_bucket_hash(uint64_t key) {
@@ -82,7 +84,7 @@ static inline ssize_t ur_alloc_index_search(const struct ur_alloc_index *w, uint
     len -= half;
   }
   size_t i = (size_t)(base - w->pairs) / 2;
-  return (*base <= v && v < ur_block_reach(w->pairs, i)) ? (ssize_t)i : -1;
+  return (*base <= v && v < ur_block_reach(w->pairs, i, w->sizes)) ? (ssize_t)i : -1;
 }
 
 /* Where v's lookup starts: its page entry if pages are indexed, else its

@@ -69,7 +69,8 @@ nomem:
   return -ENOMEM;
 }
 
-int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n) {
+int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n,
+                   enum ur_sizes sizes) {
   memset(w, 0, sizeof(*w));
   w->mem = mem;
   w->allocs = allocs;
@@ -83,7 +84,7 @@ int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allo
     goto nomem;
   }
   w->max_edges = UR_GRAPH_EDGES_PER_ALLOC * (uint64_t)w->n + UR_GRAPH_EDGES_FIXED;
-  if (ur_alloc_index_build(&w->index, w->pairs, w->n) < 0) goto nomem;
+  if (ur_alloc_index_build(&w->index, w->pairs, w->n, sizes) < 0) goto nomem;
   return 0;
 nomem:
   ur_walker_free(w);

@@ -54,8 +54,11 @@ struct ur_walker {
 
 /* allocs: n pairs (begin, size), any order; must outlive the walker.
  * Overlapping or duplicate ranges keep the first (lowest begin, then lowest
- * input index) as libmemunreachable does. Returns 0, -ENOMEM or -E2BIG. */
-int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n);
+ * input index) as libmemunreachable does. sizes: what the sizes are (how far
+ * a block's references reach, ur_block_reach). Returns 0, -ENOMEM or
+ * -E2BIG. */
+int ur_walker_init(struct ur_walker *w, struct ur_mem *mem, const uint64_t *allocs, size_t n,
+                   enum ur_sizes sizes);
 void ur_walker_free(struct ur_walker *w);
 
 /* Requested size of sorted allocation i. */

@@ -73,8 +73,9 @@ static size_t page_run_end(const uint64_t *pairs, size_t n, size_t i) {
 }
 
 int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t n,
-                        uint64_t max_bytes, const struct ur_run_index *runs) {
+                        enum ur_sizes sizes, uint64_t max_bytes, const struct ur_run_index *runs) {
   memset(pi, 0, sizeof(*pi));
+  pi->sizes = sizes;
   /* Pages by how many blocks begin there (more than GRANULES, off the
    * grid, count as GRANULES), then summed from the top: dense[k] pages
    * with at least k begins, holding blocks[k] blocks. */
@@ -127,10 +128,11 @@ int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t 
       /* Blocks do not overlap, so the only one reaching into the page from
        * below (by its reach: one past its end) is the one just before its
        * first begin. */
-      if (i > 0) mark_full(p, page, ur_block_begin(pairs, i - 1), ur_block_reach(pairs, i - 1));
+      if (i > 0)
+        mark_full(p, page, ur_block_begin(pairs, i - 1), ur_block_reach(pairs, i - 1, sizes));
       for (size_t k = i; k < j; k++) {
         p->starts |= UINT64_C(1) << ((ur_block_begin(pairs, k) >> UR_GRANULE_SHIFT) & 63);
-        mark_full(p, page, ur_block_begin(pairs, k), ur_block_reach(pairs, k));
+        mark_full(p, page, ur_block_begin(pairs, k), ur_block_reach(pairs, k, sizes));
       }
       pi->pages++;
     }
@@ -157,7 +159,7 @@ void ur_page_index_answered(const struct ur_page_index *pi, const struct ur_run_
     if (!run_answers(pi, runs, pairs, i, j)) continue;
     uint64_t page = ur_block_begin(pairs, i) >> UR_PAGE_INDEX_SHIFT;
     for (size_t k = i; k < j; k++) {
-      uint64_t last = (ur_block_reach(pairs, k) - 1) >> UR_PAGE_INDEX_SHIFT;
+      uint64_t last = (ur_block_reach(pairs, k, pi->sizes) - 1) >> UR_PAGE_INDEX_SHIFT;
       /* Blocks do not overlap: a page the block reaches past its own holds
        * no begin but the next block's, so it answers only if it is the next
        * page and the next block's run answers there. */

@@ -45,6 +45,7 @@ struct ur_page_index {
   uint64_t mask;
   size_t pages;
   size_t min_begins; /* a page with this many begins is indexed */
+  enum ur_sizes sizes; /* the blocks' (ur_block_reach) */
 };
 
 /* Build over n sorted, non-overlapping blocks (pairs: ur_block_begin), using
@@ -52,7 +53,7 @@ struct ur_page_index {
  * out the pages of the chunks runs answers for (runs may be NULL). Returns 0
  * or -ENOMEM; with no dense page, no index. */
 int ur_page_index_build(struct ur_page_index *pi, const uint64_t *pairs, size_t n,
-                        uint64_t max_bytes, const struct ur_run_index *runs);
+                        enum ur_sizes sizes, uint64_t max_bytes, const struct ur_run_index *runs);
 void ur_page_index_free(struct ur_page_index *pi);
 
 /* For each of the n blocks the index was built over (with runs, as built):
@@ -103,7 +104,7 @@ static inline ssize_t ur_page_find(const struct ur_page_index *pi, const uint64_
   size_t k = (size_t)e->base + (size_t)ur_popcount64(at_or_below);
   if (k == 0) return -1;
   if ((e->full >> g) & 1) return (ssize_t)(k - 1);
-  return v < ur_block_reach(pairs, k - 1) ? (ssize_t)(k - 1) : -1;
+  return v < ur_block_reach(pairs, k - 1, pi->sizes) ? (ssize_t)(k - 1) : -1;
 }
 
 #endif

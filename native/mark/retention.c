@@ -146,7 +146,7 @@ out:
 
 int64_t ur_retention_edge(struct ur_walker *w, uint32_t from, uint32_t to, uint64_t *value) {
   if (from >= w->n || to >= w->n || ur_walker_begin(w, from) > UINT64_MAX - 7) return -1;
-  uint64_t lo = ur_walker_begin(w, to), hi = ur_block_reach(w->pairs, to);
+  uint64_t lo = ur_walker_begin(w, to), hi = ur_block_reach(w->pairs, to, w->index.sizes);
   uint64_t a = (ur_walker_begin(w, from) + 7) & ~UINT64_C(7), end = ur_walker_end(w, from);
   while (a < end) {
     uint64_t avail;

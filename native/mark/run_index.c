@@ -19,20 +19,21 @@ static size_t chunk_run_end(const uint64_t *pairs, size_t n, size_t i) {
 
 /* Whether the blocks [i, j), all beginning in one chunk, are enough for an
  * entry and all of one length and spacing. */
-static int uniform(const uint64_t *pairs, size_t i, size_t j) {
+static int uniform(const uint64_t *pairs, enum ur_sizes sizes, size_t i, size_t j) {
   if (j - i < UR_RUN_MIN_BEGINS) return 0;
-  uint64_t length = ur_block_reach(pairs, i) - ur_block_begin(pairs, i);
+  uint64_t length = ur_block_reach(pairs, i, sizes) - ur_block_begin(pairs, i);
   uint64_t stride = ur_block_begin(pairs, i + 1) - ur_block_begin(pairs, i);
   for (size_t k = i; k < j; k++) {
-    if (ur_block_reach(pairs, k) - ur_block_begin(pairs, k) != length) return 0;
+    if (ur_block_reach(pairs, k, sizes) - ur_block_begin(pairs, k) != length) return 0;
     if (k + 1 < j && ur_block_begin(pairs, k + 1) - ur_block_begin(pairs, k) != stride) return 0;
   }
   return 1;
 }
 
 int ur_run_index_build(struct ur_run_index *ri, const uint64_t *pairs, size_t n,
-                       uint64_t max_bytes) {
+                       enum ur_sizes sizes, uint64_t max_bytes) {
   memset(ri, 0, sizeof(*ri));
+  ri->sizes = sizes;
   /* One pass over the blocks, noting where each uniform chunk's blocks
    * start (at most one chunk per UR_RUN_MIN_BEGINS blocks), then the
    * table, sized for what was found. */
@@ -41,7 +42,7 @@ int ur_run_index_build(struct ur_run_index *ri, const uint64_t *pairs, size_t n,
   size_t chunks = 0;
   for (size_t i = 0, j; i < n; i = j) {
     j = chunk_run_end(pairs, n, i);
-    if (uniform(pairs, i, j)) starts[chunks++] = (uint32_t)i;
+    if (uniform(pairs, sizes, i, j)) starts[chunks++] = (uint32_t)i;
   }
   uint64_t size = 1;
   while (size < 2 * (uint64_t)chunks) size <<= 1; /* at most half full */
@@ -60,8 +61,8 @@ int ur_run_index_build(struct ur_run_index *ri, const uint64_t *pairs, size_t n,
     /* Blocks do not overlap: only the one before the first begin can reach
      * into the chunk, and at most one byte past that begin (its end, which
      * a lookup at or above the begin never asks for). */
-    uint64_t below = i > 0 && ur_block_reach(pairs, i - 1) > start ? ur_block_reach(pairs, i - 1) - start
-                                                                : 0;
+    uint64_t reach = i > 0 ? ur_block_reach(pairs, i - 1, sizes) : 0;
+    uint64_t below = reach > start ? reach - start : 0;
     uint64_t slot = ur_page_hash(chunk + 1) & ri->mask;
     while (ri->slots[slot].key) slot = (slot + 1) & ri->mask;
     ri->slots[slot] = (struct ur_run_entry){
@@ -70,7 +71,7 @@ int ur_run_index_build(struct ur_run_index *ri, const uint64_t *pairs, size_t n,
         .count = (uint32_t)(j - i),
         .begin = (uint32_t)(ur_block_begin(pairs, i) - start),
         .stride = (uint32_t)(ur_block_begin(pairs, i + 1) - ur_block_begin(pairs, i)),
-        .length = (uint32_t)(ur_block_reach(pairs, i) - ur_block_begin(pairs, i)),
+        .length = (uint32_t)(ur_block_reach(pairs, i, sizes) - ur_block_begin(pairs, i)),
         .below = (uint32_t)below,
     };
   }
@@ -91,7 +92,7 @@ void ur_run_index_answered(const struct ur_run_index *ri, const uint64_t *pairs,
     /* The last may reach past the chunk: answered only if every chunk it
      * reaches has an entry (those it spans whole have no begin: none). */
     size_t k = (size_t)e->first + e->count - 1;
-    uint64_t last = (ur_block_reach(pairs, k) - 1) >> UR_RUN_SHIFT;
+    uint64_t last = (ur_block_reach(pairs, k, ri->sizes) - 1) >> UR_RUN_SHIFT;
     uint64_t c = e->key; /* the chunk after its own (key: chunk + 1) */
     while (c <= last && ur_run_entry_of(ri, c)) c++;
     if (c > last) answered[k] = 1;

@@ -40,12 +40,13 @@ struct ur_run_index {
   struct ur_run_entry *slots; /* NULL: no index */
   uint64_t mask;
   size_t chunks;
+  enum ur_sizes sizes; /* the blocks' (ur_block_reach) */
 };
 
 /* Build over n sorted, non-overlapping blocks (pairs: ur_block_begin), using
  * at most max_bytes (else no index). Returns 0 or -ENOMEM. */
 int ur_run_index_build(struct ur_run_index *ri, const uint64_t *pairs, size_t n,
-                       uint64_t max_bytes);
+                       enum ur_sizes sizes, uint64_t max_bytes);
 void ur_run_index_free(struct ur_run_index *ri);
 
 static inline uint64_t ur_run_index_bytes(const struct ur_run_index *ri) {

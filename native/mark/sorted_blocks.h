@@ -20,6 +20,11 @@ static inline uint64_t ur_block_end(const uint64_t *pairs, size_t i) {
   return b + s < b ? UINT64_MAX : b + s;
 }
 
+/* What the sizes are: the shim's registry holds the sizes asked for; a
+ * walk of glibc's heap without the shim holds its chunks' usable sizes
+ * (malloc_usable_size). */
+enum ur_sizes { UR_SIZES_REQUESTED = 0, UR_SIZES_USABLE = 1 };
+
 /* The mark's one rule for what refers to a block: any value in
  * [begin, begin + size], its interior and the pointer one past its end (C
  * lets a program keep an array by its end, and free it through end - 1;
@@ -27,10 +32,16 @@ static inline uint64_t ur_block_end(const uint64_t *pairs, size_t i) {
  * its own address. Blocks may touch: a value that is both one block's end
  * and the next one's begin is the next one's (every lookup takes the last
  * block beginning at or below the value). Under glibc it never is: every
- * block's user pointer follows its own chunk's size word. */
-static inline uint64_t ur_block_reach(const uint64_t *pairs, size_t i) {
+ * block's user pointer follows its own chunk's size word.
+ * Usable sizes end where a request filling its chunk ends (then the next
+ * chunk's size word, ending on 8 and never on a page), or, for a chunk
+ * mmap'ed alone before glibc 2.43, at its mapping's end, which no request
+ * reaches (it ends at least 8 bytes short) and where a value is the next
+ * mapping's start: such an end is not one past anything. */
+static inline uint64_t ur_block_reach(const uint64_t *pairs, size_t i, enum ur_sizes sizes) {
   uint64_t b = pairs[2 * i], s = pairs[2 * i + 1];
-  return b + s + 1 <= b ? UINT64_MAX : b + s + 1;
+  uint64_t past = sizes == UR_SIZES_USABLE && s && !((b + s) & 4095) ? 0 : 1;
+  return b + s + past <= b ? UINT64_MAX : b + s + past;
 }
 
 #define UR_PAGE_UNKNOWN (-2)

@@ -246,7 +246,9 @@ static inline uint64_t page_slot(uint64_t v) {
   return ((v >> 12) * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - PAGE_BITS);
 }
 
-/* The candidate v refers to (ur_block_reach, the mark's rule), or n. */
+/* The candidate v refers to (ur_block_reach, the mark's rule), or n. The
+ * candidates are the shim's registry's (the concurrent mark runs on its
+ * write tracking): requested sizes. */
 static size_t find(const struct remark *m, uint64_t v) {
   size_t lo = 0, hi = m->n;
   while (lo < hi) {
@@ -257,7 +259,7 @@ static size_t find(const struct remark *m, uint64_t v) {
       hi = mid;
   }
   if (lo == 0) return m->n;
-  return v < ur_block_reach(m->cand, lo - 1) ? lo - 1 : m->n;
+  return v < ur_block_reach(m->cand, lo - 1, UR_SIZES_REQUESTED) ? lo - 1 : m->n;
 }
 
 /* The candidate v points into, if one still is (else n). */
@@ -427,7 +429,7 @@ static int remark_setup(struct remark *m, Py_buffer *cand, Py_buffer *state, Py_
   m->off[0] = 0;
   m->lo = UINT64_MAX;
   for (size_t i = 0; i < m->n; i++) {
-    uint64_t b = m->cand[2 * i], sz = m->cand[2 * i + 1], e = ur_block_reach(m->cand, i);
+    uint64_t b = m->cand[2 * i], sz = m->cand[2 * i + 1], e = ur_block_reach(m->cand, i, UR_SIZES_REQUESTED);
     m->off[i + 1] = m->off[i] + sz;
     if (b < m->lo) m->lo = b;
     if (e > m->hi) m->hi = e;

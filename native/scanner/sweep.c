@@ -379,20 +379,20 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   static char *kwlist[] = {"memory",   "allocs",  "root_ranges", "root_values", "stack_ids",
                            "excluded", "cache_mb", "release",    "threads",     "layout",
                            "frozen",   "regions", "value_regions", "default_region",
-                           "region_ids", "why",   "dominators", "live", NULL};
+                           "region_ids", "why",   "dominators", "live", "usable", NULL};
   PyObject *source;
   int pid = -1;
   unsigned long long cache_mb = 0;
   unsigned threads = 1;
-  int frozen = 0, live = 0;
+  int frozen = 0, live = 0, usable = 0;
   PyObject *release_obj = NULL;
   Py_buffer ab, rb, vb, sb = {0}, eb = {0}, zb = {0}, gb = {0}, gvb = {0};
   struct graph_query gq = {0};
   PyObject *why_obj = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*py*y*IIOpp", kwlist, &source,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Oy*y*y*|$y*y*KOIy*py*y*IIOppp", kwlist, &source,
                                    &ab, &rb, &vb, &sb, &eb, &cache_mb, &release_obj, &threads,
                                    &zb, &frozen, &gb, &gvb, &gq.default_region, &gq.nregion_ids,
-                                   &why_obj, &gq.dominators, &live))
+                                   &why_obj, &gq.dominators, &live, &usable))
     return NULL;
   gq.on = gb.buf != NULL;
   if (why_obj && why_obj != Py_None) {
@@ -511,7 +511,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     if (released) in_place = 0;
   }
   /* The walker only keeps the reader's address until marking starts. */
-  if (rc == 0) rc = ur_walker_init(&w, &mem->mem, allocs, nallocs);
+  if (rc == 0) rc = ur_walker_init(&w, &mem->mem, allocs, nallocs,
+                                     usable ? UR_SIZES_USABLE : UR_SIZES_REQUESTED);
   /* The graph is what graph mode is for: a far larger budget than the
    * mark's own, still address space until edges are written. */
   if (rc == 0 && gq.on) w.max_edges = GRAPH_EDGES_PER_ALLOC * (uint64_t)w.n + UR_GRAPH_EDGES_FIXED;

@@ -151,7 +151,7 @@ static int build_index(void) {
   /* With every block in the shards (backtraces) nothing is in order yet:
    * the walker's own sort then takes less memory than sorting here. */
   rc = from_maps ? ur_entries_order_maps_first(st.pairs, st.ids, n, from_maps) : 0;
-  if (!rc) rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n);
+  if (!rc) rc = ur_walker_init(&st.w, &st.dm.mem, st.pairs, n, UR_SIZES_REQUESTED);
   if (rc) return rc;
   st.indexed = 1;
   st.index_reply = (struct ur_child_index){

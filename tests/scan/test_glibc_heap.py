@@ -52,6 +52,7 @@ MMAPPED = {
     "registry_homes.c": MMAP_SLACK,
     "aligned_big.c": 65536 + MMAP_SLACK,
     "split_mapping.c": MMAP_SLACK,
+    "mapping_end.c": MMAP_SLACK,
 }
 
 
@@ -63,7 +64,7 @@ NOT_WITHOUT_SHIM = {"signal_stack.c"}
 @pytest.mark.parametrize(
     "program",
     [p for p in SCENARIOS if p not in NOT_WITHOUT_SHIM]
-    + ["arena_heap.c", "graph.c", "aligned_big.c", "split_mapping.c"],
+    + ["arena_heap.c", "graph.c", "aligned_big.c", "split_mapping.c", "mapping_end.c"],
 )
 def test_scenario_without_shim(targets, program):
     target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)

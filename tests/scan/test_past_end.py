@@ -45,6 +45,21 @@ def test_one_past_the_end_keeps_a_block_under_the_shim(targets, snapshot):
     assert target.alive() and target.tracer() == 0
 
 
+@pytest.mark.parametrize("under_shim", [False, True])
+def test_a_value_where_a_blocks_mapping_ends_does_not_keep_it(targets, under_shim):
+    """Without the shim a block mapped alone ends where its mapping ends
+    (its usable size, before glibc 2.43); the value there is the next
+    mapping's start, not one past the block, which leaks. Under the shim
+    the block's requested end lies short of it."""
+    alone = {} if under_shim else {"preload": False, "wait_helper": False}
+    target = targets.start(PROGRAMS / "mapping_end.c", **alone)
+    report = scan(target.pid, ScanOptions(snapshot="stopped"))
+    assert (report.allocations == "glibc heap") is not under_shim
+    assert [e.address + e.size <= target.int("next_mapping") for e in report.leaks] == [True]
+    assert report.leak_count == target.int("leak_count") == 1
+    assert target.alive() and target.tracer() == 0
+
+
 def test_why_follows_a_pointer_one_past_the_end(targets):
     """why names the block a value one past its end refers to, and the word
     in another block that holds such a value as the chain's edge."""

@@ -43,6 +43,7 @@ class GlibcHeap:
             regions=[],
             options="",
             max_frames=0,
+            usable_sizes=True,
         )
 
 

@@ -53,6 +53,9 @@ class Registry:
     max_frames: int
     unregistered: int = 0  # blocks the shim had no memory to register
     helper_frames: int = 0  # the helper's stack below holds the shim's values only; 0: none
+    # Sizes are glibc chunks' usable sizes (a walk without the shim), not
+    # the sizes asked for: the mark's rule for an end pointer differs.
+    usable_sizes: bool = False
 
     @property
     def total_bytes(self) -> int:

@@ -107,6 +107,7 @@ def sweep(
         threads=threads,
         frozen=frozen,
         layout=layout(mappings),
+        usable=registry.usable_sizes,
         **(graph or {}),
     )
     return SweepResult(

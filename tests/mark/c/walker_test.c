@@ -148,7 +148,7 @@ static void sweep_with(const uint64_t *a, size_t na, const uint64_t *r, size_t n
   for (unsigned k = 0; k < nteam; k++) mems[k] = &ms[k].mem;
 #endif
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, mems[0], a, na), 0);
+  CHECK_EQ(ur_walker_init(&w, mems[0], a, na, UR_SIZES_REQUESTED), 0);
   set_edge_budget(&w);
   if (nteam > 1)
     CHECK_EQ(ur_walker_mark_team(&w, mems, nteam, &ops, r, nr, v, nv), 0);
@@ -199,7 +199,7 @@ static void t_allocation(void) {
   alloc(1, 2);
   struct ur_mem m = {0};
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs), 0);
+  CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs, UR_SIZES_REQUESTED), 0);
   CHECK_EQ(w.n, 3);
   CHECK_EQ(w.overlapping, 0);
   CHECK_EQ(ur_walker_begin(&w, 0), 1);
@@ -212,13 +212,33 @@ static void t_allocation(void) {
   ur_walker_free(&w);
 }
 
+/* Usable sizes (a glibc walk without the shim): a block ending on a page,
+ * as one mmap'ed alone ends its mapping, is not reached past its end; one
+ * ending elsewhere is, as with requested sizes. */
+static void t_usable_end(void) {
+  reset();
+  alloc(0x10010, 0x11000);
+  alloc(0x20010, 0x20028);
+  struct ur_mem m = {0};
+  struct ur_walker w;
+  for (int usable = 0; usable < 2; usable++) {
+    CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs, usable ? UR_SIZES_USABLE : UR_SIZES_REQUESTED),
+             0);
+    CHECK_EQ(ur_walker_find(&w, 0x10ff8), 0);
+    CHECK_EQ(ur_walker_find(&w, 0x11000), usable ? (uint64_t)-1 : 0);
+    CHECK_EQ(ur_walker_find(&w, 0x20028), 1);
+    CHECK_EQ(ur_walker_find(&w, 0x20029), (uint64_t)-1);
+    ur_walker_free(&w);
+  }
+}
+
 static size_t overlaps(uint64_t b1, uint64_t e1, uint64_t b2, uint64_t e2) {
   reset();
   alloc(b1, e1);
   alloc(b2, e2);
   struct ur_mem m = {0};
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs), 0);
+  CHECK_EQ(ur_walker_init(&w, &m, allocs, nallocs, UR_SIZES_REQUESTED), 0);
   size_t o = w.overlapping;
   CHECK_EQ(w.n + o, 2);
   ur_walker_free(&w);
@@ -1042,7 +1062,7 @@ static void mark_through_4_chunks(char **blocks, size_t n, size_t sz, size_t liv
   CHECK_EQ(ur_mem_open(&m, getpid(), 4 * UR_CHUNK_SIZE), 0);
   CHECK_EQ(m.max_chunks, 4);
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m.mem, a, n), 0);
+  CHECK_EQ(ur_walker_init(&w, &m.mem, a, n, UR_SIZES_REQUESTED), 0);
   set_edge_budget(&w);
   CHECK_EQ(ur_walker_mark(&w, r, 1, NULL, 0), 0);
   for (size_t i = 0; i < w.n; i++) CHECK_EQ(w.marked[i], ur_walker_orig(&w, i) < live);
@@ -1112,7 +1132,7 @@ static void t_page_index(void) {
   }
   struct ur_mem m = {0};
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
+  CHECK_EQ(ur_walker_init(&w, &m, a, n, UR_SIZES_REQUESTED), 0);
   CHECK(w.index.pages.slots != NULL);
   CHECK(w.index.pages.pages > 10);
   size_t irregular = 0;
@@ -1168,7 +1188,7 @@ static void page_share_case(size_t sparse, int want_index) {
   }
   struct ur_mem m = {0};
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
+  CHECK_EQ(ur_walker_init(&w, &m, a, n, UR_SIZES_REQUESTED), 0);
   CHECK_EQ(w.index.pages.slots != NULL, want_index);
   if (want_index) CHECK_EQ(w.index.pages.pages, 16);
   size_t hits = 0;
@@ -1243,7 +1263,7 @@ static void t_run_index(void) {
   uint64_t top = c + 9 * CHUNK;
   struct ur_mem m = {0};
   struct ur_walker w;
-  CHECK_EQ(ur_walker_init(&w, &m, a, n), 0);
+  CHECK_EQ(ur_walker_init(&w, &m, a, n, UR_SIZES_REQUESTED), 0);
   CHECK_EQ(w.index.runs.chunks, 5); /* chunks 0, 1, 4, 7 and 8 */
   for (uint64_t k = 0; k <= 8; k++) {
     int want = k == 0 || k == 1 || k == 4 || k == 7 || k == 8;
@@ -1410,6 +1430,7 @@ static const struct test tests[] = {
     {"run_index", t_run_index},
     {"run_sweep", t_run_sweep},
     {"graph_budget", t_graph_budget},
+    {"usable_end", t_usable_end},
 };
 
 int main(int argc, char **argv) {
