@@ -184,3 +184,39 @@ def test_the_collector_is_left_as_found_and_frozen_at_exit(targets):
     enabled, walked, frozen = json.loads(res.stderr.strip().splitlines()[-1])
     assert enabled and frozen > 0
     assert walked < 5_000, walked
+
+
+# Runs the CLI, then says on stderr's last line which modules it imported
+# beyond those the interpreter's start had loaded (an environment's .pth
+# files may load some of them before any of ours).
+FRESH_PROBE = """
+import json, sys
+before = set(sys.modules)
+from unreachable.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps(sorted(set(sys.modules) - before)), file=sys.stderr)
+sys.exit(code)
+"""
+# ctypes (~2 ms with libffi): the two calls the in-flight queues need are
+# _native's; shutil with its compression modules (~2.5 ms): argparse imports
+# it for the terminal's width, which the CLI's formatter reads itself.
+NOT_BY_ANY_SCAN = ("ctypes", "_ctypes", "shutil", "zlib", "bz2", "lzma", "fnmatch")
+
+
+@pytest.mark.parametrize("snapshot", ["fork", "copy", "stopped", "concurrent"])
+def test_a_scan_imports_neither_ctypes_nor_shutil(targets, snapshot):
+    """graph.c's stdin and stdout are pipes, so the scan reads what they
+    hold (capture/in_flight.py: pidfd_getfd and tee)."""
+    target = targets.start(PROGRAMS / "graph.c")
+    res = subprocess.run(
+        [sys.executable, "-c", FRESH_PROBE, "scan", str(target.pid), "--json"]
+        + ["--snapshot", snapshot],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["leak_count"] == 11
+    imported = set(json.loads(res.stderr.strip().splitlines()[-1]))
+    assert "unreachable.capture.in_flight" in imported
+    assert not imported & set(NOT_BY_ANY_SCAN), imported & set(NOT_BY_ANY_SCAN)
