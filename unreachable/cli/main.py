@@ -52,7 +52,7 @@ def _columns() -> int:
 
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's formatter, told the width: given none, it imports shutil
-    for it (with zlib, bz2, lzma and fnmatch: ~2.5 ms of every command's
+    for it (with bz2, lzma and fnmatch: ~2.5 ms of every command's
     start-up), and argparse makes one for every argument added, help or
     not."""
 
