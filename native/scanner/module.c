@@ -27,6 +27,13 @@ static PyMethodDef methods[] = {
     {"nudge_thread", ur_py_nudge_thread, METH_VARARGS,
      "nudge_thread(tid): stop one thread under ptrace and let it go at once, so that a "
      "futex wait it sleeps in restarts and re-reads its words."},
+    {"pidfd_getfd", ur_py_pidfd_getfd, METH_VARARGS,
+     "pidfd_getfd(pidfd, fd) -> int\n\n"
+     "A duplicate of another process's descriptor fd (pidfd_getfd(2)); OSError on failure."},
+    {"tee", ur_py_tee, METH_VARARGS,
+     "tee(fd_in, fd_out, len, flags) -> int\n\n"
+     "Copy up to len bytes of pipe fd_in into pipe fd_out without consuming them (tee(2)); "
+     "the bytes copied, OSError on failure."},
     {"present_ranges", ur_py_present_ranges, METH_VARARGS,
      "present_ranges(memory, ranges) -> bytes\n\n"
      "The parts of the sorted (begin, end) ranges (packed u64) that hold pages: present or "

@@ -184,3 +184,41 @@ def test_the_collector_is_left_as_found_and_frozen_at_exit(targets):
     enabled, walked, frozen = json.loads(res.stderr.strip().splitlines()[-1])
     assert enabled and frozen > 0
     assert walked < 5_000, walked
+
+
+# ctypes (~2 ms with libffi): the two calls the in-flight queues need are
+# _native's; shutil with bz2, lzma and fnmatch (~2.5 ms): argparse imports
+# it for the terminal's width, which the CLI's formatter reads itself.
+# (zlib stays: the ELF reader's, for compressed sections.)
+NOT_BY_ANY_SCAN = ("ctypes", "shutil", "bz2", "lzma", "fnmatch")
+# Runs the CLI and says on stderr's last line which of NOT_BY_ANY_SCAN it
+# imported. An environment's .pth files may have loaded some of them before
+# (this VM's certifi hook loads shutil): they are taken out of sys.modules
+# first, so that an import by the CLI puts them back.
+FRESH_PROBE = f"""
+import json, sys
+names = {NOT_BY_ANY_SCAN!r}
+for name in names:
+    sys.modules.pop(name, None)
+from unreachable.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps([n for n in names if n in sys.modules]), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("snapshot", ["fork", "copy", "stopped", "concurrent"])
+def test_a_scan_imports_neither_ctypes_nor_shutil(targets, snapshot):
+    """graph.c's stdin and stdout are pipes, so the scan reads what they
+    hold (capture/in_flight.py: pidfd_getfd and tee)."""
+    target = targets.start(PROGRAMS / "graph.c")
+    res = subprocess.run(
+        [sys.executable, "-c", FRESH_PROBE, "scan", str(target.pid), "--json"]
+        + ["--snapshot", snapshot],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["leak_count"] == 11
+    assert json.loads(res.stderr.strip().splitlines()[-1]) == []

@@ -46,7 +46,6 @@ scan; past that the rest of the queues is not read.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import functools
@@ -56,20 +55,16 @@ import termios
 import threading
 from dataclasses import dataclass, field
 
+from unreachable import _native
 from unreachable.process.status import thread_seccomp
 
 QUEUED_MAX_BYTES = 64 << 20
 PEEK_CHUNK = 256 << 10  # a unix datagram is at most the sender's sndbuf (~208 KiB)
-_SYS_PIDFD_GETFD = 438
 FDS_RESERVED = 256  # the scan's own files, pipes and children after the listing
 _SPLICE_F_NONBLOCK = 2
 _F_GETPIPE_SZ = 1032
 _F_SETPIPE_SZ = 1031
 _SO_PEEK_OFF = 42
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.tee.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint]
-_libc.tee.restype = ctypes.c_ssize_t
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -214,8 +209,11 @@ def _getfd_allowed() -> bool:
         return True
     child = os.fork()
     if child == 0:
-        r = _libc.syscall(_SYS_PIDFD_GETFD, -1, 0, 0)
-        os._exit(0 if r < 0 and ctypes.get_errno() == errno.EBADF else 1)
+        try:
+            _native.pidfd_getfd(-1, 0)
+        except OSError as e:
+            os._exit(0 if e.errno == errno.EBADF else 1)
+        os._exit(1)
     _, status = os.waitpid(child, 0)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
@@ -236,8 +234,10 @@ def _descriptors_free() -> int:
 
 
 def _getfd(pidfd: int, fd: int) -> int:
-    r = _libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
-    return r if r >= 0 else -1
+    try:
+        return _native.pidfd_getfd(pidfd, fd)
+    except OSError:
+        return -1
 
 
 def _queued(fd: int) -> int:
@@ -262,9 +262,12 @@ def _tee(source: int, budget: int) -> bytes:
             fcntl.fcntl(w, _F_SETPIPE_SZ, size)
         except OSError:
             pass  # over fs.pipe-max-size without the privilege: what fits
-        n = _libc.tee(source, w, min(size, budget), _SPLICE_F_NONBLOCK)
-        if n <= 0:
+        try:
+            n = _native.tee(source, w, min(size, budget), _SPLICE_F_NONBLOCK)
+        except OSError:
             return b""  # empty (EAGAIN), or not a pipe after all
+        if n <= 0:
+            return b""
         chunks, left = [], n
         while left > 0:
             chunk = os.read(r, left)

@@ -11,7 +11,6 @@ the message names the rule that applies, not a guess at a remedy.
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 CAP_SYS_PTRACE = 19
@@ -152,6 +151,10 @@ def _active_security_modules() -> str:
             return f.read().strip().replace(",", ", ")
     except OSError:
         pass
+    # Imported here: only a refused scan on a kernel without securityfs
+    # gets this far, and ctypes was ~2 ms of every scan's imports.
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         ids = (ctypes.c_uint64 * 64)()
