@@ -352,3 +352,56 @@ def test_timings_follow_the_pause_in_order(target) -> None:
         values = [t[k] for k in order]
         assert values == sorted(values) and values[0] > 0
         assert t["released"] == pytest.approx(s.pause_ns / 1e6, abs=1e-3)
+
+
+def _task_state(pid: int, tid: int) -> str:
+    text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+    return text[text.rindex(")") + 2]
+
+
+def _tracer(pid: int, tid: int) -> int:
+    for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+        if line.startswith("TracerPid:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_a_running_thread_is_interrupted_once_the_sleeping_ones_stopped() -> None:
+    """A thread that cannot reach the stop yet (held in vfork until its child
+    reads a byte) does not hold the running main thread: that one is
+    interrupted only once every other thread has stopped, then stops too."""
+    proc = subprocess.Popen(
+        [str(program("held_in_vfork"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    got: list[object] = []
+
+    def stop_and_release() -> None:
+        # A session is driven from the thread that stopped the target.
+        with _native.Session(proc.pid) as s:
+            got.append(len(s.stop()))
+            got.append(_task_state(proc.pid, proc.pid))
+            s.release()
+
+    try:
+        held = int(proc.stdout.readline().split()[1])
+        wait_until(lambda: _task_state(proc.pid, held) == "D", what="the vfork wait")
+        stopper = threading.Thread(target=stop_and_release)
+        stopper.start()
+        try:
+            # TracerPid names the tracing thread: the stopper's.
+            wait_until(lambda: _tracer(proc.pid, held) != 0, what="the seize")
+            looks = []
+            for _ in range(50):
+                looks.append(_task_state(proc.pid, proc.pid))
+                time.sleep(0.005)
+            assert "t" not in looks, looks  # the main thread ran on
+        finally:
+            proc.stdin.write(b"x")
+            proc.stdin.flush()
+            stopper.join(30)
+        assert got == [2, "t"]
+        wait_until(lambda: state(proc.pid) in "RS", what="the release")
+    finally:
+        proc.kill()
+        proc.wait()
