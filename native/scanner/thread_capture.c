@@ -269,35 +269,6 @@ static int fail(struct ur_capture *c, int rc) {
   return rc;
 }
 
-/* Wait for the stop of every thread from first_new on that was interrupted
- * (not `later`), all interrupted before the first wait, so they stop in
- * parallel. 0, or -ETIMEDOUT with c->err set. */
-static int wait_new_stops(struct ur_capture *c, size_t first_new) {
-  for (size_t i = first_new; i < c->n;) {
-    struct ur_thread *t = &c->threads[i];
-    if (!t->running || t->later) {
-      i++;
-      continue;
-    }
-    int status = 0;
-    int r = ur_wait_stop(t->tid, &status, STOP_TIMEOUT_NS);
-    if (r == 0) {
-      snprintf(c->err, sizeof(c->err), "thread %d did not stop within %llu s (state %c)",
-               (int)t->tid, STOP_TIMEOUT_NS / 1000000000ull, task_state(c->pid, t->tid));
-      return -ETIMEDOUT;
-    }
-    if (r < 0 || !classify_stop(c, t, status)) {
-      drop_thread(c, t, r > 0); /* the last thread takes its slot: looked at next */
-      continue;
-    }
-    t->running = false;
-    c->t_last_stop_ns = ur_now_ns();
-    if (!c->t_first_stop_ns) c->t_first_stop_ns = c->t_last_stop_ns;
-    i++;
-  }
-  return 0;
-}
-
 int ur_capture_stop(struct ur_capture *c, pid_t pid) {
   memset(c, 0, sizeof(*c));
   c->pid = pid;
@@ -349,25 +320,31 @@ int ur_capture_stop(struct ur_capture *c, pid_t pid) {
       }
       t->attached = true;
       t->running = true;
-      /* A thread asleep must be woken and get a core to reach the stop; one
-       * that runs stops at once. The sleeping ones are interrupted first and
-       * the running ones only when those have stopped, so the threads doing
-       * the program's work are not held while the others wait for a core
-       * (an interrupted thread runs no code of its own before its stop). */
-      t->later = task_state(pid, tid) == 'R';
-      if (!t->later) ptrace(PTRACE_INTERRUPT, tid, NULL, NULL); /* ESRCH: reported by the wait */
+      ptrace(PTRACE_INTERRUPT, tid, NULL, NULL); /* ESRCH: the wait reports the exit */
     }
     free(tids);
     if (!c->t_interrupted_ns) c->t_interrupted_ns = ur_now_ns();
     if (c->n == first_new) break;
-    int waited = wait_new_stops(c, first_new);
-    for (size_t i = first_new; waited == 0 && i < c->n; i++) {
-      if (!c->threads[i].later) continue;
-      c->threads[i].later = false;
-      ptrace(PTRACE_INTERRUPT, c->threads[i].tid, NULL, NULL);
+    /* Wait for the new ones after interrupting all of them, so busy threads
+     * stop in parallel. */
+    for (size_t i = first_new; i < c->n;) {
+      struct ur_thread *t = &c->threads[i];
+      int status = 0;
+      int r = ur_wait_stop(t->tid, &status, STOP_TIMEOUT_NS);
+      if (r == 0) {
+        snprintf(c->err, sizeof(c->err), "thread %d did not stop within %llu s (state %c)",
+                 (int)t->tid, STOP_TIMEOUT_NS / 1000000000ull, task_state(pid, t->tid));
+        return fail(c, -ETIMEDOUT);
+      }
+      if (r < 0 || !classify_stop(c, t, status)) {
+        drop_thread(c, t, r > 0);
+        continue;
+      }
+      t->running = false;
+      c->t_last_stop_ns = ur_now_ns();
+      if (!c->t_first_stop_ns) c->t_first_stop_ns = c->t_last_stop_ns;
+      i++;
     }
-    if (waited == 0) waited = wait_new_stops(c, first_new);
-    if (waited < 0) return fail(c, waited);
   }
   for (size_t i = 0; i < c->n;) {
     int r = ur_read_regs(&c->threads[i]);

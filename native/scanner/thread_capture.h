@@ -20,7 +20,6 @@ struct ur_thread {
   bool attached;        /* seized and not yet detached */
   bool running;         /* attached but resumed by us (the snapshot helper) */
   bool group_stop;      /* was in a group-stop (the user's SIGSTOP) */
-  bool later;           /* seized running: interrupted once the others stopped */
   int resume_sig;       /* signal caught in a signal-delivery-stop: re-injected at detach */
   struct user_regs_struct regs;
   uint8_t *xstate;
