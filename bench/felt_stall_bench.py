@@ -64,7 +64,7 @@ def main() -> int:
             ask("r")
             t0 = time.monotonic()
             with copy_capture(open_target(pid), CaptureRequest("copy")) as cap:
-                rel, pause = time.monotonic(), cap.pause_ms
+                rel, pause, hold = time.monotonic(), cap.pause_ms, cap.hold_ms
                 # Held as a scan holds it: the target's first writes wait
                 # for the scanner's server meanwhile.
                 time.sleep(HOLD_S)
@@ -72,7 +72,7 @@ def main() -> int:
             time.sleep(SETTLE_S)
             g, at = gap()
             print(
-                f"copy: pause {pause:.1f} ms; longest gap {g:.1f} ms, ending"
+                f"copy: pause {pause:.1f} ms (hold {hold:.1f}); longest gap {g:.1f} ms, ending"
                 f" {1000 * (at - rel):+.1f} ms from the release (the copy took"
                 f" {1000 * (rel - t0) - pause:.0f} ms before the stop); pages written"
                 f" before the stop {stats.get('dirty', 0)}, saved by it"
@@ -86,7 +86,8 @@ def main() -> int:
             g, at = gap()
             r1, r2 = done.released_at
             print(
-                f"concurrent: stops {done.pauses_ms[0]:.1f} / {done.pauses_ms[1]:.1f} ms;"
+                f"concurrent: stops {done.pauses_ms[0]:.1f} / {done.pauses_ms[1]:.1f} ms"
+                f" (hold {done.hold_ms:.1f});"
                 f" longest gap {g:.1f} ms, ending {1000 * (at - r1):+.1f} ms from the first"
                 f" release, {1000 * (at - r2):+.1f} ms from the second"
                 f" (scan {1000 * (r2 - t0):.0f} ms)",

@@ -276,6 +276,7 @@ def placement_of(pid: int) -> str:
 @dataclass
 class Scan:
     pause_ms: float = float("nan")
+    hold_ms: float = float("nan")  # the pause from its last thread stopped on
     scan_s: float = float("nan")
     cpu_s: float = float("nan")
     # The longest gap that overlaps one of the scan's stops (the pause as the
@@ -401,6 +402,7 @@ def scan(heap: Heap, mode: str, extra: list[str]) -> Scan:
         note = f"stops {stops[1]} + {stops[2]} ms"
     return Scan(
         pause_ms=report["pause_ms"],
+        hold_ms=report.get("hold_ms", float("nan")),
         scan_s=wall,
         cpu_s=usage.ru_utime + usage.ru_stime,
         child_cpu_s=child_cpu,
@@ -577,7 +579,7 @@ def run(
         "",
         "| heap | blocks | threads | memcpy of it | LSan check (stall, CPU) "
         "| idle stall (beside a busy core), CPU "
-        "| mode | pause | target's stall at the stops / elsewhere | target's CPU "
+        "| mode | pause (hold) | target's stall at the stops / elsewhere | target's CPU "
         "| whole scan (CPU) | scanner RSS "
         f"| per allocation (goal {FIXED_MB} MB + {PER_ALLOCATION} B) | leaks |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -619,7 +621,7 @@ def run(
             )
             tail = f" ({r.note})" if r.note else ""
             lines.append(
-                f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ms "
+                f"{head}| {mode} | {fmt(r.pause_ms, '.1f')} ({fmt(r.hold_ms, '.1f')}) ms "
                 f"| {fmt(r.stop_stall_ms, '.1f')} / {fmt(r.other_stall_ms, '.1f')} ms "
                 f"| {fmt(r.target_cores, '.2f')} cores "
                 f"| {fmt(r.scan_s, '.2f')} s ({cpu(r)}) | {memory(r)} "

@@ -211,6 +211,18 @@ def test_a_pause_past_the_budget_is_said(targets):
 
 
 @needs_tracking
+def test_the_hold_is_the_pause_from_its_last_thread_stopped(targets):
+    """hold_ms: the part of pause_ms after the last thread stopped, in every
+    mode (the concurrent mark's: the longer of its two stops' holds)."""
+    target = targets.start(SCAN_PROGRAMS / "globals.c")
+    for snapshot in ("concurrent", "copy", "fork", "stopped"):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        exact(target, report)
+        assert 0 < report.hold_ms <= report.pause_ms, (snapshot, report.hold_ms, report.pause_ms)
+        wait_untracked(target.pid)
+
+
+@needs_tracking
 def test_cli_concurrent_snapshot(targets):
     target = targets.start(SCAN_PROGRAMS / "globals.c")
     out = subprocess.run(

@@ -61,6 +61,7 @@ def test_json_report_schema(targets):
         "allocation_count",
         "allocation_bytes",
         "pause_ms",
+        "hold_ms",
         "scan_ms",
         "leaks",
     ):
@@ -81,6 +82,8 @@ def test_json_report_schema(targets):
     ):
         assert key in leak
     assert doc["pause_ms"] >= 0 and doc["scan_ms"] >= doc["pause_ms"]
+    # The hold is the pause from its last thread stopped: part of it.
+    assert 0 < doc["hold_ms"] <= doc["pause_ms"]
 
 
 def test_no_leaks_exit_zero(targets):

@@ -157,7 +157,7 @@ def test_cli_remote_prints_what_embedded_prints(daemon, targets):
     assert local.returncode == remote.returncode == 1, remote.stderr
     a, b = json.loads(local.stdout), json.loads(remote.stdout)
     for doc in (a, b):
-        doc.pop("pause_ms"), doc.pop("scan_ms")
+        doc.pop("pause_ms"), doc.pop("hold_ms"), doc.pop("scan_ms")
     assert a == b
     assert len(b["leaks"]) == 2
 
@@ -184,7 +184,7 @@ def test_cli_remote_reports_why_it_swept_stopped(daemon, targets):
     assert local.returncode == remote.returncode == 1, remote.stderr
     a, b = json.loads(local.stdout), json.loads(remote.stdout)
     for doc in (a, b):
-        doc.pop("pause_ms"), doc.pop("scan_ms")
+        doc.pop("pause_ms"), doc.pop("hold_ms"), doc.pop("scan_ms")
     assert a == b
     assert b["snapshot"] == "stopped" and "seccomp" in b["snapshot_note"]
 

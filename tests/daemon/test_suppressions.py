@@ -74,7 +74,7 @@ def _scan(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 # What differs between two scans of one process: when and how it was taken.
-TIMINGS = ("pause_ms", "scan_ms", "snapshot", "snapshot_note", "sweep", "sweep_note")
+TIMINGS = ("pause_ms", "hold_ms", "scan_ms", "snapshot", "snapshot_note", "sweep", "sweep_note")
 
 
 def _same_scan(doc: dict) -> dict:

@@ -157,7 +157,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-TIMINGS = ("pause_ms", "scan_ms", "snapshot", "snapshot_note", "sweep", "sweep_note")
+TIMINGS = ("pause_ms", "hold_ms", "scan_ms", "snapshot", "snapshot_note", "sweep", "sweep_note")
 
 
 def test_remote_scan_against_the_daemons_baseline_prints_a_local_one(daemons, targets, tmp_path):

@@ -75,6 +75,7 @@ def full_report() -> ScanReport:
         snapshot="copy",
         threads=3,
         leaks=leaks,
+        hold_ms=0.25,
         roots={"stack": 4096, "globals": 512},
         pages_skipped=2,
         bytes_scanned=65536,

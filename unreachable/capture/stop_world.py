@@ -108,6 +108,21 @@ class Capture:
             return self.frozen_pause_ns / 1e6
         return self.session.pause_ns / 1e6
 
+    @property
+    def hold_ms(self) -> float:
+        """The pause from its last thread stopped to the end of the release;
+        the whole pause where its steps are not timed (a stopper's)."""
+        if self.session is None:
+            return self.pause_ms
+        return hold_ms(self.session.timings)
+
+
+def hold_ms(timings: dict[str, float]) -> float:
+    """A stop's hold from Session.timings (ms from the first seize): its
+    threads reaching the stop left out. 0.0 before the release."""
+    released = timings.get("released", 0.0)
+    return max(0.0, released - timings.get("last stopped", 0.0)) if released else 0.0
+
 
 def stop_error(pid: int, e: OSError) -> Exception:
     """The scan's error for a failed stop (ptrace attach or interrupt) of pid."""

@@ -68,6 +68,10 @@ class ScanReport:
     snapshot: str
     threads: int
     leaks: list[LeakEntry]
+    # The part of the pause after its last thread stopped: the scan's own work
+    # in it. pause_ms less hold_ms is the threads reaching the stop
+    # (docs/pause.md, "What the stops hold").
+    hold_ms: float = field(default=0.0, metadata=wire(json_digits=3))
     # bytes per root/skip class; over gRPC a RootBytes(kind, bytes) each
     roots: dict[str, int] = field(
         default_factory=dict, metadata=wire(proto_pairs=("kind", "bytes"))

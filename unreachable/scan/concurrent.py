@@ -47,7 +47,7 @@ from unreachable.allocations.registry import Registry, read_registry, settle_gon
 from unreachable.capture.copy_snapshot import SYNC_ANON, SYNC_HELD
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
-from unreachable.capture.stop_world import CapturedThread, stop_error
+from unreachable.capture.stop_world import CapturedThread, hold_ms, stop_error
 from unreachable.capture.target import Target
 from unreachable.capture.write_tracking import (
     TrackingUnavailable,
@@ -118,6 +118,12 @@ class ConcurrentSweep:
     def pause_ms(self) -> float:
         """The longer of the two stops: what the target felt at once."""
         return max(self.pauses_ms)
+
+    @property
+    def hold_ms(self) -> float:
+        """The longer of the two stops' holds, each from its last thread stopped."""
+        stops = (self.stop1_ms, self.stop2_ms)
+        return max(hold_ms({k[1:]: v for k, v in s.items() if k[:1] == "@"}) for s in stops)
 
 
 class GaveWay(Exception):

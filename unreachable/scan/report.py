@@ -24,6 +24,7 @@ class Scanned:
     started: float  # time.monotonic() when the scan began
     snapshot_note: str = ""
     sweep_note: str = ""
+    hold_ms: float = 0.0  # the pause from its last thread stopped on
 
 
 def join_notes(*notes: str) -> str:
@@ -60,6 +61,7 @@ def build_report(
         snapshot=scanned.snapshot,
         threads=scanned.threads,
         leaks=entries,
+        hold_ms=scanned.hold_ms,
         roots=roots,
         pages_skipped=result.pages_skipped,
         bytes_scanned=result.bytes_scanned,

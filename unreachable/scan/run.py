@@ -206,6 +206,7 @@ def run_plan(
         started,
         join_notes(planned.snapshot_note, held.snapshot_error, over_budget(options, held.pause_ms)),
         swept.sweep_note,
+        held.hold_ms,
     )
     roots = swept.roots.counts()
     return build_report(scanned, swept.result, folded, symbolized, roots, got.source.name)
@@ -277,6 +278,7 @@ def run_concurrent(
         done.pause_ms,
         started,
         join_notes(planned.snapshot_note, stops, over_budget(options, done.pause_ms)),
+        hold_ms=done.hold_ms,
     )
     roots = dict(done.roots.kinds) | done.value_counts
     return build_report(scanned, done.result, folded, symbolized, roots, planned.allocations)

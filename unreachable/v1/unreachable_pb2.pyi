@@ -223,7 +223,7 @@ class RootBytes(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ScanReport(_message.Message):
-    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads", "allocations", "symbol_note", "suppressed", "baseline")
+    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads", "allocations", "symbol_note", "suppressed", "baseline", "hold_ms")
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +247,7 @@ class ScanReport(_message.Message):
     SYMBOL_NOTE_FIELD_NUMBER: _ClassVar[int]
     SUPPRESSED_FIELD_NUMBER: _ClassVar[int]
     BASELINE_FIELD_NUMBER: _ClassVar[int]
+    HOLD_MS_FIELD_NUMBER: _ClassVar[int]
     schema: int
     pid: int
     command: str
@@ -270,7 +271,8 @@ class ScanReport(_message.Message):
     symbol_note: str
     suppressed: Suppressed
     baseline: BaselineComparison
-    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ..., allocations: _Optional[str] = ..., symbol_note: _Optional[str] = ..., suppressed: _Optional[_Union[Suppressed, _Mapping]] = ..., baseline: _Optional[_Union[BaselineComparison, _Mapping]] = ...) -> None: ...
+    hold_ms: float
+    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ..., allocations: _Optional[str] = ..., symbol_note: _Optional[str] = ..., suppressed: _Optional[_Union[Suppressed, _Mapping]] = ..., baseline: _Optional[_Union[BaselineComparison, _Mapping]] = ..., hold_ms: _Optional[float] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("pid", "name", "contents")
