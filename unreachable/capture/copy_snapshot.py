@@ -125,7 +125,9 @@ def copy_while_running(target: Target) -> Iterator[_native.MemoryCopy]:
         # not on the mappings (a sparse reservation takes nothing).
         copy = _native.MemoryCopy(target.pid)
         try:
-            copy.sync(sync_ranges(mappings, shared=False), threads=_threads())
+            # Shared memory too, read again after the stop (read_shared):
+            # the copy's bound is met, or not, before the target stops.
+            copy.sync(sync_ranges(mappings), threads=_threads())
         except MemoryError:
             copy.close()
             raise TrackingUnavailable(
@@ -153,11 +155,11 @@ def refresh(copy: _native.MemoryCopy, pid: int) -> list[Mapping]:
 
 
 def read_shared(copy: _native.MemoryCopy, mappings: Sequence[Mapping]) -> None:
-    """Add the shared memory of mappings and finish the copy. Its writes are
-    not tracked (another process writes it through its own page tables), so
-    a refresh in the stop would read it whole (PostgreSQL's 128 MiB of
-    shared buffers paused the postmaster 26-43 ms): it is read once the
-    target runs, as a fork or a copy-on-write snapshot reads it."""
+    """Read the shared memory of mappings again and finish the copy. Its
+    writes are not tracked (another process writes it through its own page
+    tables), so a refresh in the stop would read it whole (PostgreSQL's 128
+    MiB of shared buffers paused the postmaster 26-43 ms): it is read once
+    the target runs, as a fork or a copy-on-write snapshot reads it."""
     copy.sync(sync_ranges(mappings, shared=True), threads=_threads())
     copy.finish()
 
@@ -338,10 +340,15 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
         capture = stop_world(target, request.roots, cleanup, urgent=True)
         try:
             capture.mappings = refresh(copy, target.pid)
-            capture.tracer.release()
-            read_shared(copy, capture.mappings)
-            capture.snapshot, capture.copy = "copy", copy
         except (OSError, MemoryError) as e:
             capture.snapshot_error = f"the copy could not be brought up to date: {e}"
+        else:
+            capture.tracer.release()
+            try:
+                read_shared(copy, capture.mappings)
+            except (OSError, MemoryError) as e:
+                # Released: it cannot be swept stopped.
+                raise TargetUnscannable(f"reading the target's shared memory failed: {e}") from None
+            capture.snapshot, capture.copy = "copy", copy
         tracking.close()  # writes are not tracked a moment longer
         yield capture
