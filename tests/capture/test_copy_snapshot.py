@@ -35,6 +35,7 @@ from unreachable.capture.copy_snapshot import (
     _cow_ranges,
     _helper_stack,
     copy_while_running,
+    read_shared,
     refresh,
 )
 from unreachable.capture.target import open_target
@@ -98,6 +99,29 @@ def test_the_stop_reads_again_only_what_was_written(targets):
     held_pages = stats["bytes_held"] // 4096
     assert stats["pages_read"] + stats["pages_untracked"] > 0, stats
     assert stats["pages_kept"] > 0 and stats["pages_read"] * 4 < held_pages, stats
+
+
+def test_the_classic_copys_stop_leaves_shared_memory_to_after_it(targets):
+    """Shared memory carries no write tracking of this process, so the
+    classic copy's stop read all of it again (PostgreSQL's postmaster,
+    which may not use a synchronous userfaultfd: 26-43 ms against a fork's
+    2-10). It is read after the release, as a fork or a copy-on-write
+    snapshot reads it; its words still keep what they point to."""
+    target = targets.start(HERE / "programs" / "shared_memory.c")
+    shared_pages = target.int("shared_bytes") // 4096
+    copy_snapshot._classic_next.add(target.pid)
+    with first_capture(target.pid, "copy") as (capture, _):
+        assert capture.snapshot == "copy" and capture.copy is not None
+        stats = capture.copy.stats
+    assert target.tracer() == 0
+    wait_untracked(target.pid)
+    assert stats["pages_untracked"] < shared_pages // 4, stats
+    copy_snapshot._classic_next.add(target.pid)
+    report = scan(target.pid, ScanOptions(snapshot="copy"))
+    assert report.snapshot == "copy" and report.snapshot_note == ""
+    exact(target, report)
+    wait_untracked(target.pid)
+    assert target.alive() and target.tracer() == 0
 
 
 def _anonymous_kib(pid: int) -> int:
@@ -246,10 +270,11 @@ def test_the_copy_holds_memory_as_it_was_at_the_stop(targets, privileges):
                 assert time.monotonic() < deadline, "the writer made no progress"
             session.stop()
             try:
-                refresh(copy, pid)
+                maps = refresh(copy, pid)
                 at_stop = [_live_u64(pid, a) for a in addrs]
             finally:
                 session.release()
+        read_shared(copy, maps)
         held = [int.from_bytes(copy.read(a, 8), "little") for a in addrs]
         copy.close()
     finally:

@@ -342,3 +342,36 @@ def test_a_stripped_programs_bss_is_named_as_its_globals(targets):
     assert (root["kind"], root["region"]) == ("global", f"globals of {_exe(t)}"), root
     names = [r["name"] for r in retainers(t.pid, ScanOptions())["roots"]]
     assert f"globals of {_exe(t)}" in names, names
+
+
+def _sections(path: str) -> dict[str, tuple[int, int]]:
+    """name -> (address, end) of each section, as readelf prints them."""
+    out = subprocess.run(["readelf", "-SW", path], capture_output=True, text=True, check=True)
+    sections = {}
+    for line in out.stdout.splitlines():
+        f = line.replace("[ ", "[").split()
+        if len(f) > 5 and f[0].startswith("[") and f[1].startswith("."):
+            sections[f[1]] = (int(f[3], 16), int(f[3], 16) + int(f[5], 16))
+    return sections
+
+
+@pytest.mark.parametrize("held", ["", "data_"])
+def test_a_global_without_a_symbol_is_named_by_its_address_in_the_object(targets, held):
+    """Without a symbol, a global is named by the word's address in the
+    object's own address space (what readelf and gdb show, as a frame's
+    rel_pc is), in .bss past the file's pages and in .data alike: an offset
+    into its mapping points nowhere in the file (0x58 into a stripped
+    library's .data page named its ELF header)."""
+    t = targets.start(PROGRAM.parent / "stripped_bss.c", ldflags=["-s"])
+    exe = _exe(t)
+    with open(f"/proc/{t.pid}/maps") as maps:
+        first = next(ln for ln in maps if ln.rstrip().endswith(exe))
+    assert first.split()[2] == "00000000", first  # precondition: a PIE, linked at 0
+    vaddr = t.int(held + "slot") - int(first.split("-")[0], 16)
+    section = ".bss" if held == "" else ".data"
+    lo, hi = _sections(exe)[section]
+    assert lo <= vaddr < hi, (hex(vaddr), section, hex(lo), hex(hi))
+    root = why(t.pid, t.int(held + "block"), ScanOptions())["root"]
+    assert root["kind"] == "global" and "symbol" not in root, root
+    assert root["name"] == f"{exe}+{vaddr:#x} (no symbol)", root
+    assert root["vaddr"] == vaddr, root

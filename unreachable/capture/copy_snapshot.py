@@ -58,10 +58,16 @@ def _copied(m: Mapping) -> bool:
     return m.readable and m.path not in SPECIAL and (m.writable or m.inode == 0)
 
 
-def sync_ranges(mappings: Sequence[Mapping]) -> bytes:
+def sync_ranges(mappings: Sequence[Mapping], shared: bool | None = None) -> bytes:
+    """The ranges a copy holds; shared: only shared memory (True), none of it
+    (False), or all (None)."""
     return _native.abi_encode_array(
         "ur_sync_range",
-        [(m.start, m.end, SYNC_ANON if m.demand_zero else 0) for m in mappings if _copied(m)],
+        [
+            (m.start, m.end, SYNC_ANON if m.demand_zero else 0)
+            for m in mappings
+            if _copied(m) and (shared is None or shared != m.private)
+        ],
     )
 
 
@@ -119,6 +125,8 @@ def copy_while_running(target: Target) -> Iterator[_native.MemoryCopy]:
         # not on the mappings (a sparse reservation takes nothing).
         copy = _native.MemoryCopy(target.pid)
         try:
+            # Shared memory too, read again after the stop (read_shared):
+            # the copy's bound is met, or not, before the target stops.
             copy.sync(sync_ranges(mappings), threads=_threads())
         except MemoryError:
             copy.close()
@@ -137,13 +145,23 @@ def copy_while_running(target: Target) -> Iterator[_native.MemoryCopy]:
 
 
 def refresh(copy: _native.MemoryCopy, pid: int) -> list[Mapping]:
-    """The target stopped: bring the copy to this moment and finish it.
-    Returns the maps it was brought up to. Raises OSError or MemoryError."""
+    """The target stopped: bring the copy of its private memory to this
+    moment. Returns the maps it was brought up to; read_shared finishes the
+    copy. Raises OSError or MemoryError."""
     mappings = read_maps(pid)
     copy.reset_stats()
-    copy.sync(sync_ranges(mappings), refresh=True, threads=_threads())
-    copy.finish()
+    copy.sync(sync_ranges(mappings, shared=False), refresh=True, threads=_threads())
     return mappings
+
+
+def read_shared(copy: _native.MemoryCopy, mappings: Sequence[Mapping]) -> None:
+    """Read the shared memory of mappings again and finish the copy. Its
+    writes are not tracked (another process writes it through its own page
+    tables), so a refresh in the stop would read it whole (PostgreSQL's 128
+    MiB of shared buffers paused the postmaster 26-43 ms): it is read once
+    the target runs, as a fork or a copy-on-write snapshot reads it."""
+    copy.sync(sync_ranges(mappings, shared=True), threads=_threads())
+    copy.finish()
 
 
 def _helper_stack(target: Target) -> list[int]:
@@ -322,9 +340,15 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
         capture = stop_world(target, request.roots, cleanup, urgent=True)
         try:
             capture.mappings = refresh(copy, target.pid)
-            capture.tracer.release()
-            capture.snapshot, capture.copy = "copy", copy
         except (OSError, MemoryError) as e:
             capture.snapshot_error = f"the copy could not be brought up to date: {e}"
+        else:
+            capture.tracer.release()
+            try:
+                read_shared(copy, capture.mappings)
+            except (OSError, MemoryError) as e:
+                # Released: it cannot be swept stopped.
+                raise TargetUnscannable(f"reading the target's shared memory failed: {e}") from None
+            capture.snapshot, capture.copy = "copy", copy
         tracking.close()  # writes are not tracked a moment longer
         yield capture

@@ -147,6 +147,7 @@ class GraphCollector:
         self.mappings: list[Mapping] = []
         self.stack_copies: dict[int, tuple[int, bytes]] = {}
         self.epoll_owners: dict[int, list[tuple[int, int]]] = {}  # data -> (epoll fd, fd)
+        self.biases: dict[str, int] = {}  # object -> load bias
 
     # -- before the sweep ---------------------------------------------------
 
@@ -170,6 +171,7 @@ class GraphCollector:
             if kernel_held is not None:
                 self.epoll_owners = _epoll_owners(kernel_held)
         objects = _objects(mappings, self.pid, self.root)
+        self.biases = {obj: bias for obj, (bias, _) in objects.items()}
         specials = _special_intervals(labels, objects, threads)
         bss = _bss_regions(labels, objects)
         intervals = _root_range_intervals(labels, roots, mappings, threads, specials, bss)
@@ -303,6 +305,11 @@ class GraphCollector:
             else:
                 out["offset"] = hit.where - region.start
                 out["name"] = f"{region.object}+{hit.where - region.start:#x} (no symbol)"
+                if region.object in self.biases:
+                    # The object's own address, as a frame's rel_pc is: what
+                    # readelf and gdb name; an offset into a mapping is not.
+                    out["vaddr"] = hit.where - self.biases[region.object]
+                    out["name"] = f"{region.object}+{out['vaddr']:#x} (no symbol)"
         elif region.kind == "tls":
             out["name"] = self._tls_name(region, hit.where)
         elif region.kind == "stack" and region.thread in self.threads:
