@@ -5,6 +5,7 @@ in a later report nor take the library's for its own."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from tests.support.cbuild import build
@@ -53,3 +54,44 @@ def test_the_same_file_reads_its_entries_back(tmp_path):
     assert entries
     assert name_at(genuine, "genuine_library_function", tmp_path) == "genuine_library_function"
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.json")) == entries
+
+
+def _debug_dir(directory: Path, library_file: Path, build_id: str) -> Path:
+    """A debug directory holding library_file's debug part under .build-id."""
+    dest = directory / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    dest.parent.mkdir(parents=True)
+    subprocess.run(
+        ["objcopy", "--only-keep-debug", str(library_file), str(dest)],
+        check=True,
+        capture_output=True,
+    )
+    return directory
+
+
+def test_a_debug_file_claiming_the_build_id_keeps_its_own_names(tmp_path):
+    """One stripped library, two debug files with its build-id: the system's,
+    and one a target's root holds (made-up names). Each symbolization gets
+    the names of the debug file it was given, whichever came first."""
+    genuine, forged = library("genuine_library_function"), library("forged_target_function")
+    stripped = tmp_path / "libstripped.so"
+    subprocess.run(
+        ["objcopy", "--strip-all", str(genuine), str(stripped)], check=True, capture_output=True
+    )
+    build_id = read_elf(str(stripped)).build_id
+    system = _debug_dir(tmp_path / "system", genuine, build_id)
+    target_root = _debug_dir(tmp_path / "target", forged, build_id)
+    value = next(
+        v
+        for v, _, _, name in read_elf(str(genuine)).function_symbols(".symtab")
+        if name == "genuine_library_function"
+    )
+    maps = [Mapping(BASE, BASE + (1 << 20), "r-xp", 0, 0, str(stripped))]
+    cache = tmp_path / "cache"
+
+    def name_with(debug_dir: Path) -> str:
+        objects.clear_memory_cache()
+        sym = Symbolizer(None, maps, cache_dir=str(cache), debug_dirs=[str(debug_dir)])
+        return sym.symbolize_pcs([BASE + value + 1])[0].function
+
+    assert name_with(target_root) == "forged_target_function"
+    assert name_with(system) == "genuine_library_function"
