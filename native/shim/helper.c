@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -485,7 +486,28 @@ int ur_helper_step_aside(void) {
   return 1;
 }
 
+/* The parent's helper did not come along, but its stack did: no thread
+ * runs on it in the child, so a scan takes it for anonymous memory, a root,
+ * and its frames hold the shim's values and stale words (publish_frames:
+ * never roots). They are cleared: the bytes below the frames' top on its
+ * page (the frames rarely go deeper), and the whole pages below dropped, so
+ * that they read as zero (not under a seccomp filter, which may refuse the
+ * call). The start frame, TLS and thread control block above stay (the
+ * DTV). One page copied per forked child. */
+static void clear_parent_frames(void) {
+  uint64_t top = unreachable_descriptor.helper_frames;
+  uint64_t lo = (uint64_t)(uintptr_t)g_stack + 4096; /* above the guard page */
+  if (!g_stack || g_own_mark >= OWN_MAX || top <= lo || top > lo + HELPER_STACK) return;
+  uint64_t page = top & ~(uint64_t)4095;
+  memset((void *)(uintptr_t)page, 0, (size_t)(top - page));
+  if (page <= lo || __atomic_load_n(&ur_sandbox_filtered, __ATOMIC_RELAXED)) return;
+  int saved = errno;
+  syscall(SYS_madvise, (void *)(uintptr_t)lo, (size_t)(page - lo), MADV_DONTNEED);
+  errno = saved;
+}
+
 void ur_helper_after_fork_child(void) {
+  if (g_running == HELPER_RUNNING) clear_parent_frames();
   /* The parent's helper did not come along, and glibc forgets a thread on
    * a stack of the caller's without freeing its DTV: give it back, through
    * the registry (nothing here points at it once a new helper reuses the

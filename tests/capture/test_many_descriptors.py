@@ -1,9 +1,12 @@
 """A target holding more unix sockets than the scanner may open files: the
 scan duplicates their queues only as far as its descriptor limit leaves
-room, and still finishes (it failed with EMFILE, an internal error)."""
+room, and still finishes (it failed with EMFILE, an internal error); the
+report says how many it did not read (it said nothing)."""
 
 from __future__ import annotations
 
+import json
+import re
 import resource
 import subprocess
 import sys
@@ -45,6 +48,48 @@ def test_a_target_with_more_sockets_than_the_scanner_may_open(tmp_path):
         )
         assert res.returncode in (0, 1), res.stderr
         assert holder.poll() is None
+        note = json.loads(res.stdout)["snapshot_note"]
+        unread = re.search(r"(\d+) of the target's pipe and unix socket descriptors not read", note)
+        assert unread, note
+        # 1,200 sockets, at most 1,024 - 256 descriptors to spare.
+        assert 1200 - (1024 - 256) <= int(unread.group(1)) < 1200, note
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+# 72 pipes holding 1 MiB each: past the 64 MiB a scan reads of queues.
+FULL_PIPES = """
+import fcntl, os, sys
+held = []
+for _ in range(72):
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+    os.set_blocking(w, False)
+    os.write(w, bytes(1 << 20))
+    held.append((r, w))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_queues_past_the_bytes_a_scan_reads_are_counted():
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FULL_PIPES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        res = subprocess.run(
+            [sys.executable, "-m", "unreachable.cli.main", "scan", str(holder.pid), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert res.returncode in (0, 1), res.stderr
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    note = json.loads(res.stdout)["snapshot_note"]
+    unread = re.search(r"(\d+) queues of pipes or unix sockets not read \(past 64 MiB", note)
+    assert unread and 1 <= int(unread.group(1)) <= 72 - 64, note

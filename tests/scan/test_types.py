@@ -84,7 +84,7 @@ def test_vtables_kept_in_the_symbol_cache(targets, tmp_path, monkeypatch):
     monkeypatch.setenv("UNREACHABLE_CACHE_DIR", str(tmp_path))
     target = _start(targets, True)
     first = _groups(scan(target.pid, ScanOptions()))
-    entries = list(tmp_path.glob("symbols/v1/*/*-vtables/vtables.json"))
+    entries = list(tmp_path.glob("symbols/v2/*/*-vtables/vtables.json"))
     own = [p for p in entries if "zoo::Fish" in p.read_text()]
     assert len(own) == 1 and len(entries) > 1, entries
     own[0].write_text(own[0].read_text().replace("zoo::Fish", "zoo::Kept"))

@@ -107,14 +107,14 @@ def test_second_run_pays_nothing(run, tmp_path, monkeypatch):
     monkeypatch.setattr(dwarf_lines.LineTable, "_build_index", boom)
     monkeypatch.setattr(demangle, "demangle_all", boom)
     assert _symbolize(run, cache_dir=str(tmp_path)) == first
-    assert list((tmp_path / "symbols" / "v1").glob("*/*/resolved.json"))
+    assert list((tmp_path / "symbols" / "v2").glob("*/*/resolved.json"))
 
 
 def test_new_addresses_use_cached_units(run, tmp_path, monkeypatch):
     """A warm cache without the exact pcs still skips symbol and aranges parsing."""
     _symbolize(run, cache_dir=str(tmp_path))
     objects.clear_memory_cache()
-    for path in (tmp_path / "symbols" / "v1").glob("*/*/resolved.json"):
+    for path in (tmp_path / "symbols" / "v2").glob("*/*/resolved.json"):
         path.unlink()
 
     def boom(*args, **kwargs):

@@ -270,6 +270,8 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
                     out.setdefault(sym.name, (sym["st_value"], sym["st_size"]))
     except (OSError, ELFError):
         return None
+    except Exception:  # noqa: BLE001 - a made-up debug file (_facts): the heuristics then
+        return None
     return out
 
 
@@ -277,7 +279,6 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
 def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import NoteSection
 
     del dev, ino, mtime_ns  # cache key only
     # The path is the target's: it may be swapped for a FIFO or a huge sparse
@@ -289,50 +290,66 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
     except ELFError as e:
         raise LibcUnsupported(f"not an ELF file: {e}") from None
     try:
-        version, minor = _version(data)
-        build_id = ""
-        for sec in elf.iter_sections():
-            if isinstance(sec, NoteSection):
-                for note in sec.iter_notes():
-                    if note["n_type"] == "NT_GNU_BUILD_ID":
-                        build_id = note["n_desc"]
-        slots = _tpoff_slots(elf)
-        end = max(
-            (g["p_vaddr"] + g["p_memsz"] for g in elf.iter_segments() if g["p_type"] == "PT_LOAD"),
-            default=0,
-        )
-        syms = _debug_symbols(path, root)
-        if syms and "main_arena" in syms and "mp_" in syms:
-            code = [v for n, v in syms.items() if n not in ("main_arena", "mp_", "tcache")]
-            span = (min(v for v, _ in code), max(v + s for v, s in code)) if code else (0, 0)
-            return LibcFacts(
-                path,
-                build_id,
-                version,
-                minor,
-                syms["main_arena"][0],
-                syms["mp_"][0],
-                slots,
-                syms["tcache"][0] if "tcache" in syms else -1,
-                span,
-                "debug symbols",
-                end,
-            )
+        return _facts_of(elf, data, path, root)
+    except LibcUnsupported:
+        raise
+    except Exception as e:  # noqa: BLE001 - see below
+        # pyelftools reads sections as they are walked: a file whose section
+        # headers are made up (the loader reads none of them, so the process
+        # runs) raises ELFError, construct's or struct's errors, KeyError...
+        # from deep inside, long after the header parsed. The file's fault,
+        # not the scanner's: one line naming it, never an internal error.
+        raise LibcUnsupported(f"unreadable ELF: {type(e).__name__}: {e}") from None
+    finally:
+        elf.stream.close()
+
+
+def _facts_of(elf: ELFFile, data: bytes, path: str, root: str) -> LibcFacts:
+    """The facts, by debug symbols, else by heuristics."""
+    from elftools.elf.sections import NoteSection
+
+    version, minor = _version(data)
+    build_id = ""
+    for sec in elf.iter_sections():
+        if isinstance(sec, NoteSection):
+            for note in sec.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    build_id = note["n_desc"]
+    slots = _tpoff_slots(elf)
+    end = max(
+        (g["p_vaddr"] + g["p_memsz"] for g in elf.iter_segments() if g["p_type"] == "PT_LOAD"),
+        default=0,
+    )
+    syms = _debug_symbols(path, root)
+    if syms and "main_arena" in syms and "mp_" in syms:
+        code = [v for n, v in syms.items() if n not in ("main_arena", "mp_", "tcache")]
+        span = (min(v for v, _ in code), max(v + s for v, s in code)) if code else (0, 0)
         return LibcFacts(
             path,
             build_id,
             version,
             minor,
-            _find_main_arena(elf, data, minor),
-            _find_mp(elf, data, minor),
+            syms["main_arena"][0],
+            syms["mp_"][0],
             slots,
-            -1,
-            _dynsym_span(elf),
-            "heuristics",
+            syms["tcache"][0] if "tcache" in syms else -1,
+            span,
+            "debug symbols",
             end,
         )
-    finally:
-        elf.stream.close()
+    return LibcFacts(
+        path,
+        build_id,
+        version,
+        minor,
+        _find_main_arena(elf, data, minor),
+        _find_mp(elf, data, minor),
+        slots,
+        -1,
+        _dynsym_span(elf),
+        "heuristics",
+        end,
+    )
 
 
 def libc_facts(path: str, root: str = "") -> LibcFacts:

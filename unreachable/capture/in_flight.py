@@ -37,11 +37,13 @@ Each duplicate is a descriptor of the scanner's until the pause: a target
 holding thousands of pipes and sockets would take them all (a scan then
 failed with EMFILE starting its stopper). So the scanner raises its soft
 RLIMIT_NOFILE to the hard limit and keeps FDS_RESERVED of it free; the
-queues past that are not read.
+queues past that are not read, and the report's snapshot_note says how many
+(a block whose only pointer is queued in one of them may be reported leaked).
 
 In the pause each queue costs one FIONREAD (most are empty), a non-empty
 one a tee or a few peeks (~10 us). At most QUEUED_MAX_BYTES are read per
-scan; past that the rest of the queues is not read.
+scan; past that the rest of the queues is not read, and the note counts the
+ones that held bytes.
 """
 
 from __future__ import annotations
@@ -84,6 +86,26 @@ class InFlight:
     pipe_streams: list[bytes] = field(default_factory=list)
     socket_streams: list[bytes] = field(default_factory=list)
     socket_messages: list[bytes] = field(default_factory=list)
+    over_limit: int = 0  # pipes and unix sockets left out: no descriptor to spare
+    over_budget: int = 0  # queues holding bytes, not read: QUEUED_MAX_BYTES reached
+
+    @property
+    def note(self) -> str:
+        """What was not read, for the report ("" when everything was)."""
+        parts = []
+        if self.over_limit:
+            parts.append(
+                f"{self.over_limit} of the target's pipe and unix socket descriptors not read"
+                " (the scanner's open-file limit)"
+            )
+        if self.over_budget:
+            parts.append(
+                f"{self.over_budget} queues of pipes or unix sockets not read"
+                f" (past {QUEUED_MAX_BYTES >> 20} MiB of queued bytes)"
+            )
+        if not parts:
+            return ""
+        return "; ".join(parts) + ": a block only they point to is reported as a leak"
 
     @classmethod
     def before_stop(cls, pid: int, links: dict[int, str]) -> InFlight:
@@ -97,11 +119,16 @@ class InFlight:
         unix = _unix_socket_inodes(pid) if pidfd is not None else set()
         try:
             for fd, link in sorted(links.items()):
-                if len(found.queues) + len(pipes) >= room:
-                    break
-                if link.startswith("pipe:"):
-                    pipes.setdefault(link, []).append(fd)
-                elif link.startswith("socket:") and link[8:-1] in unix and pidfd is not None:
+                pipe = link.startswith("pipe:")
+                if not pipe and not (link.startswith("socket:") and link[8:-1] in unix):
+                    continue
+                if pipe and link in pipes:
+                    pipes[link].append(fd)  # one more end of a pipe taken: no descriptor
+                elif len(found.queues) + len(pipes) >= room:
+                    found.over_limit += 1
+                elif pipe:
+                    pipes[link] = [fd]
+                elif pidfd is not None:
                     found._add_socket(pidfd, fd)
             for fds in pipes.values():
                 found._add_pipe(pid, pidfd, fds)
@@ -155,10 +182,11 @@ class InFlight:
         """What each queue holds now, nothing consumed. Closes the duplicates."""
         try:
             for q in self.queues:
-                if budget <= 0:
-                    break
                 if not _queued(q.fd):
                     continue  # most are empty: one ioctl each (~1 us), no more
+                if budget <= 0:
+                    self.over_budget += 1
+                    continue
                 if q.pipe:
                     data = _tee(q.fd, budget)
                     if data:

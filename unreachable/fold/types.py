@@ -111,8 +111,8 @@ def _file_vtables(path: str) -> FileVtables:
 def load_vtables(pid: int, mappings: list[Mapping]) -> Vtables:
     """The vtables of every file mapped in pid (its .symtab when it has one,
     else the vtables .dynsym exports). Each file's, demangled, is kept in
-    the on-disk symbol cache under its build-id (or its identity without
-    one): reading its symbols in Python, and demangling them in a c++filt
+    the on-disk symbol cache under its build-id and identity
+    (symbolize/cache.py): reading its symbols in Python, and demangling them in a c++filt
     process, took milliseconds of every scan; a rebuilt file has a key of
     its own."""
     root = _root(pid)

@@ -113,6 +113,7 @@ class ConcurrentSweep:
     # time.monotonic() as each release begins, every thread still stopped: a
     # thread's clock reading before it came before the stop's end.
     released_at: list[float] = field(default_factory=list)
+    unread: str = ""  # queues of pipes and sockets the last stop did not read (in_flight.py)
 
     @property
     def pause_ms(self) -> float:
@@ -1009,4 +1010,5 @@ def _finish(
         stop1,
         stop2,
         released,
+        held2.in_flight.note,
     )

@@ -204,7 +204,12 @@ def run_plan(
         len(held.threads),
         held.pause_ms,
         started,
-        join_notes(planned.snapshot_note, held.snapshot_error, over_budget(options, held.pause_ms)),
+        join_notes(
+            planned.snapshot_note,
+            held.snapshot_error,
+            over_budget(options, held.pause_ms),
+            held.kernel_held.in_flight.note if held.kernel_held else "",
+        ),
         swept.sweep_note,
         held.hold_ms,
     )
@@ -277,7 +282,7 @@ def run_concurrent(
         len(done.threads),
         done.pause_ms,
         started,
-        join_notes(planned.snapshot_note, stops, over_budget(options, done.pause_ms)),
+        join_notes(planned.snapshot_note, stops, over_budget(options, done.pause_ms), done.unread),
         hold_ms=done.hold_ms,
     )
     roots = dict(done.roots.kinds) | done.value_counts

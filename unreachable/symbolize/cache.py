@@ -1,9 +1,11 @@
-"""The on-disk symbol cache: small JSON files per ELF object, keyed by build-id.
+"""The on-disk symbol cache: small JSON files per ELF object, keyed by build-id and file.
 
-Layout: ``<cache_dir>/symbols/v1/<key[:2]>/<key[2:]>/<name>.json``. The key is
-the build-id (plus a variant naming the debug file used, see objects.py), so
-an upgraded library gets a fresh entry and a second scan of the same binaries
-reads back what the first one computed instead of parsing ELF and DWARF.
+Layout: ``<cache_dir>/symbols/v2/<key[:2]>/<key[2:]>/<name>.json``. The key is
+the build-id and the file's identity (plus a variant naming the debug file
+used, see objects.py), so an upgraded library gets a fresh entry, a file
+claiming another's build-id gets its own, and a second scan of the same
+binaries reads back what the first one computed instead of parsing ELF and
+DWARF.
 
 JSON rather than pickle or marshal: the directory may be shared, and reading
 it must never execute or crash anything. Every failure is a cache miss.
@@ -19,23 +21,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from unreachable.symbolize.elf_file import ElfImage
 
-FORMAT = "v1"
+FORMAT = "v2"
 _SAFE = re.compile(r"^[0-9A-Za-z._-]+$")
 
 
 def object_key(image: ElfImage) -> str:
-    """The cache key of an ELF object: its build-id, else the file's identity."""
-    if image.build_id:
-        return image.build_id
-    # No build-id: the file's identity, so a rebuilt file never reuses stale entries.
-    import hashlib  # here: a scan imports this module, and most files have a build-id
+    """The cache key of an ELF object: its build-id and the file's identity.
 
-    try:
-        st = os.stat(image.path)
-        ident = f"{image.path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
-    except OSError:
-        ident = image.path
-    return "nobid" + hashlib.sha1(ident.encode(), usedforsecurity=False).hexdigest()
+    A build-id alone is a claim the file makes: a target's own file can carry
+    a system library's, and its entries would then name that library's
+    frames in every later report (a root daemon's cache serves every
+    target). The identity is the one file read (fstat of the open file:
+    device, inode, size, mtime and ctime, the last of which no user sets),
+    so a file can only ever read back what was learnt from itself."""
+    return f"{image.build_id or 'nobid'}-{file_digest(image)}"
+
+
+def file_digest(image: ElfImage) -> str:
+    """16 hex digits naming the file `image` was read from."""
+    import hashlib  # here: a scan imports this module, a cache miss needs it
+
+    ident = "\0".join(str(v) for v in image.identity) if image.identity else image.path
+    return hashlib.sha1(ident.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
 class ObjectCache:

@@ -8,9 +8,11 @@ DWARF (unreachable.symbolize.dwarf_lines). 64-bit little-endian only.
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from unreachable.symbolize.files import ANY_OWNER, MAX_SECTION_BYTES, FilePolicy, open_checked
 
@@ -74,6 +76,8 @@ class ElfImage:
     build_id: str = ""
     debuglink: tuple[str, int] | None = None  # (file name, CRC32)
     policy: FilePolicy = ANY_OWNER  # what every reopening of `path` must pass
+    # The file read, as fstat saw it then: (dev, ino, size, mtime_ns, ctime_ns).
+    identity: tuple[int, ...] = ()
     _by_name: dict[str, Section] = field(default_factory=dict)
 
     def section(self, name: str) -> Section | None:
@@ -149,6 +153,12 @@ def _notes(data: bytes) -> list[tuple[int, bytes, bytes]]:
     return out
 
 
+def _identity(f: BinaryIO) -> tuple[int, ...]:
+    """The open file's (dev, ino, size, mtime_ns, ctime_ns): ElfImage.identity."""
+    st = os.fstat(f.fileno())
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def read_elf(path: str, policy: FilePolicy = ANY_OWNER) -> ElfImage:
     """Parse the headers of the ELF file at `path`, which must pass `policy`
     (unreachable.symbolize.files; NotElf, OSError)."""
@@ -198,7 +208,7 @@ def read_elf(path: str, policy: FilePolicy = ANY_OWNER) -> ElfImage:
             end = names.find(b"\0", sh_name)
             name = names[sh_name : end if end >= 0 else len(names)].decode(errors="replace")
             sections.append(Section(name, sh_type, sh_flags, sh_offset, sh_size, sh_link))
-        image = ElfImage(path, e_type, loads, sections, policy=policy)
+        image = ElfImage(path, e_type, loads, sections, policy=policy, identity=_identity(f))
         image._by_name = {s.name: s for s in reversed(sections) if s.name}
 
         note_blobs: list[bytes] = []

@@ -2,8 +2,9 @@
 
 Everything an object learns is kept twice: in memory (an LRU of objects keyed
 by the file's identity, for the daemon's repeated scans) and on disk under
-its build-id (unreachable.symbolize.cache), so a second process symbolizing
-the same binaries only reads a few small JSON files.
+its build-id and the file's identity (unreachable.symbolize.cache), so a
+second process symbolizing the same binaries only reads a few small JSON
+files.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from unreachable.symbolize.cache import ObjectCache, object_key
+from unreachable.symbolize.cache import ObjectCache, file_digest, object_key
 from unreachable.symbolize.config import SymbolConfig
 from unreachable.symbolize.debuginfo import DebugFile, find_debug_file
 from unreachable.symbolize.dwarf_lines import LineTable
@@ -42,7 +43,9 @@ class SymbolObject:
             image, obj_path, config.debug_dirs, root, image.policy, deadline, refused
         )
         if self.debug is not None:
-            variant = f"d{(self.debug.image.build_id or self.debug.how)[:16]}"
+            # The debug file by its identity too: the target's root may hold
+            # one with the right build-id and made-up symbols.
+            variant = f"d{file_digest(self.debug.image)}"
         elif image.has_dwarf_lines:
             variant = "self"
         else:
