@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cbuild import build
 from unreachable.triage.suppressions import template_match
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -149,6 +150,38 @@ def test_a_stripped_programs_strdup_leak_is_not_suppressed_by_strdup(targets, tm
     assert again.returncode == 1, again.stderr
     doc = json.loads(again.stdout)
     assert (doc["leak_count"], doc["suppressed_count"]) == (1, 1), doc
+
+
+@pytest.mark.parametrize(
+    "strip,expected",
+    [
+        (False, "leak:^load_users$"),
+        (True, "leak:size=40,contents=" + (b"users" + bytes(27)).hex()),
+    ],
+)
+def test_a_librarys_allocation_wrapper_is_not_the_rule(targets, tmp_path, strip, expected):
+    """The leak comes through its library's malloc wrapper (table_alloc), as
+    postfix's libdb leaks come through __os_malloc: a rule naming the
+    wrapper would set aside every later leak made through it. The rule
+    names the wrapper's caller, or the block when the caller has no name
+    (a stripped program), and a new leak through the wrapper is still
+    reported."""
+    lib = build(PROGRAMS / "table_alloc.c", shared=True, name="libtable_alloc")
+    ldflags = ["-s"] * strip + [str(lib)]
+    target = targets.start(PROGRAMS / "wrapped_leaks.c", options="backtrace=16", ldflags=ldflags)
+    out = tmp_path / "gen.supp"
+    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
+    assert res.returncode == 1, res.stderr
+    text = out.read_text()
+    assert "table_alloc" in text  # the wrapper is in the comments' backtrace
+    rules = [line for line in text.splitlines() if line.startswith("leak:")]
+    assert rules == [expected], text
+    target.send("grow")
+    assert target.read_line().startswith("GROWN")
+    again = cli("scan", str(target.pid), "--json", "--suppressions", str(out))
+    assert again.returncode == 1, again.stderr
+    doc = json.loads(again.stdout)
+    assert (doc["leak_count"], doc["leak_bytes"], doc["suppressed_count"]) == (1, 40, 1), doc
 
 
 def test_block_rules_match_leaks_without_backtraces(targets, tmp_path):
