@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cbuild import build
 from tests.support.targets import Target
 from tests.support.tracking import copy_unsupported
 from unreachable.errors import InvalidArgument
@@ -342,6 +343,39 @@ def test_a_stripped_programs_bss_is_named_as_its_globals(targets):
     assert (root["kind"], root["region"]) == ("global", f"globals of {_exe(t)}"), root
     names = [r["name"] for r in retainers(t.pid, ScanOptions())["roots"]]
     assert f"globals of {_exe(t)}" in names, names
+
+
+def test_a_stripped_programs_data_and_bss_are_one_retainer(targets):
+    """.data (the file's writable pages) and .bss past them (anonymous) are
+    one object's globals: one entry, holding both blocks, not two entries
+    of one name."""
+    t = targets.start(PROGRAM.parent / "stripped_bss.c", ldflags=["-s"])
+    name = f"globals of {_exe(t)}"
+    mine = [r for r in retainers(t.pid, ScanOptions())["roots"] if r["name"] == name]
+    assert [(r["retained_count"], r["retained_bytes"]) for r in mine] == [(2, 300)], mine
+    regions = {
+        why(t.pid, t.int(b), ScanOptions())["root"]["region"] for b in ("block", "data_block")
+    }
+    assert regions == {name}, regions
+
+
+def test_two_loads_of_one_library_are_two_retainers(targets):
+    """dlmopen loads one stripped library twice: each load's .data and .bss
+    are one entry of its own, named by where it is loaded, holding its own
+    two blocks."""
+    lib = build(PROGRAM.parent / "twice_loaded_lib.c", shared=True, ldflags=["-s"])
+    t = targets.start(PROGRAM.parent / "twice_loaded.c", str(lib))
+    with open(f"/proc/{t.pid}/maps") as maps:
+        # Each load's first mapping: the file's first page (a library is linked at 0).
+        firsts = [ln for ln in maps if ln.rstrip().endswith(str(lib)) and ln.split()[2] == "0" * 8]
+    names = [f"globals of {lib} (loaded at {int(ln.split('-')[0], 16):#x})" for ln in firsts]
+    assert len(names) == 2, firsts
+    held = {
+        r["name"]: (r["retained_count"], r["retained_bytes"])
+        for r in retainers(t.pid, ScanOptions())["roots"]
+        if str(lib) in r["name"]
+    }
+    assert held == dict.fromkeys(names, (2, 300)), held
 
 
 def _sections(path: str) -> dict[str, tuple[int, int]]:

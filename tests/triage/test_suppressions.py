@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from unreachable.triage.suppressions import template_match
+from tests.support.cbuild import build
+from unreachable.model.report import LeakEntry
+from unreachable.symbolize.frames import Frame
+from unreachable.triage.suppressions import rule_for, template_match
 
 PROGRAMS = Path(__file__).parent / "programs"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]
@@ -149,6 +152,78 @@ def test_a_stripped_programs_strdup_leak_is_not_suppressed_by_strdup(targets, tm
     assert again.returncode == 1, again.stderr
     doc = json.loads(again.stdout)
     assert (doc["leak_count"], doc["suppressed_count"]) == (1, 1), doc
+
+
+@pytest.mark.parametrize(
+    "strip,expected",
+    [
+        (False, "leak:^load_users$"),
+        (True, "leak:size=40,contents=" + (b"users" + bytes(27)).hex()),
+    ],
+)
+def test_a_librarys_allocation_wrapper_is_not_the_rule(targets, tmp_path, strip, expected):
+    """The leak comes through its library's entry point (table_new) and
+    malloc wrapper (table_alloc), as postfix's libdb leaks come through
+    db_create and __os_malloc: a rule naming either would set aside every
+    later leak made through them. The rule names the call into the
+    library, or the block when the caller has no name (a stripped program),
+    and a new leak through the library is still reported."""
+    lib = build(PROGRAMS / "table_alloc.c", shared=True, name="libtable_alloc")
+    ldflags = ["-s"] * strip + [str(lib)]
+    target = targets.start(PROGRAMS / "wrapped_leaks.c", options="backtrace=16", ldflags=ldflags)
+    out = tmp_path / "gen.supp"
+    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
+    assert res.returncode == 1, res.stderr
+    text = out.read_text()
+    assert "table_alloc" in text and "table_new" in text  # in the comments' backtrace
+    rules = [line for line in text.splitlines() if line.startswith("leak:")]
+    assert rules == [expected], text
+    target.send("grow")
+    assert target.read_line().startswith("GROWN")
+    again = cli("scan", str(target.pid), "--json", "--suppressions", str(out))
+    assert again.returncode == 1, again.stderr
+    doc = json.loads(again.stdout)
+    assert (doc["leak_count"], doc["leak_bytes"], doc["suppressed_count"]) == (1, 40, 1), doc
+
+
+LIBDB = "/usr/lib/x86_64-linux-gnu/libdb-5.3.so"
+LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+
+
+@pytest.mark.parametrize(
+    "frames,expected",
+    [
+        # Debian's libdb 5.3 under a stripped program's db_create, as recorded.
+        (
+            [(LIBDB, "__os_malloc"), (LIBDB, "__os_calloc"), (LIBDB, "__db_create_internal")]
+            + [(LIBDB, "db_create"), ("/usr/sbin/prog", ""), (LIBC, "__libc_start_call_main")],
+            "size=16,contents=6b6579",
+        ),
+        # The same, called from a named function of the program.
+        (
+            [(LIBDB, "__os_malloc"), (LIBDB, "db_create"), ("/usr/sbin/prog", "open_map")],
+            "^open_map$",
+        ),
+        # Called from main: a rule naming main would set aside every leak.
+        ([(LIBDB, "__os_malloc"), ("/usr/sbin/prog", "main")], "size=16,contents=6b6579"),
+        ([(LIBC, "__strdup"), ("/usr/sbin/prog", "main")], "size=16,contents=6b6579"),
+        # A program's own wrapper: only the wrapper is skipped, not the
+        # program's frames up to a library that calls back into it.
+        (
+            [("/usr/sbin/prog", "xmalloc"), ("/usr/sbin/prog", "xstrdup")]
+            + [("/usr/sbin/prog", "on_event"), ("/usr/lib/libevent-2.1.so.7", "event_loop")],
+            "^on_event$",
+        ),
+        # The backtrace ends inside the library.
+        ([(LIBDB, "__os_malloc"), (LIBDB, "db_create")], "size=16,contents=6b6579"),
+        # A function that is no wrapper is the site, in a library or not.
+        ([(LIBDB, "__db_open"), ("/usr/sbin/prog", "main")], "^__db_open$"),
+    ],
+)
+def test_generated_rule_names_the_site_on_recorded_backtraces(frames, expected):
+    backtrace = [Frame(0x1000 + i, m, 0x10 * i, f, 0) for i, (m, f) in enumerate(frames)]
+    leak = LeakEntry(0x5000, 16, 0, 0, 0, 0, 0, 0, 16, b"key", backtrace)
+    assert rule_for(leak) == expected
 
 
 def test_block_rules_match_leaks_without_backtraces(targets, tmp_path):

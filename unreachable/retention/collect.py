@@ -33,6 +33,7 @@ from unreachable.errors import ScannerOutOfMemory, TargetUnscannable
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.process.memory import Memory, read_anonymous
+from unreachable.retention.loads import Loads, ObjectLoad, every_load, load_of, object_loads
 from unreachable.retention.unwind import frame_of, stack_reader, unwind
 from unreachable.roots.classify import RED_ZONE, Roots
 from unreachable.symbolize.data_symbols import DataSymbols, load_data_symbols
@@ -81,6 +82,7 @@ class RootRegion:
     symbol: str = ""
     start: int = 0  # address of the symbol, thread pointer, mapping...
     id: int = -1
+    bias: int | None = None  # an object's globals: its load's bias
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +149,6 @@ class GraphCollector:
         self.mappings: list[Mapping] = []
         self.stack_copies: dict[int, tuple[int, bytes]] = {}
         self.epoll_owners: dict[int, list[tuple[int, int]]] = {}  # data -> (epoll fd, fd)
-        self.biases: dict[str, int] = {}  # object -> load bias
 
     # -- before the sweep ---------------------------------------------------
 
@@ -170,11 +171,10 @@ class GraphCollector:
             self._copy_stacks(mappings, memory)
             if kernel_held is not None:
                 self.epoll_owners = _epoll_owners(kernel_held)
-        objects = _objects(mappings, self.pid, self.root)
-        self.biases = {obj: bias for obj, (bias, _) in objects.items()}
-        specials = _special_intervals(labels, objects, threads)
-        bss = _bss_regions(labels, objects)
-        intervals = _root_range_intervals(labels, roots, mappings, threads, specials, bss)
+        loads = object_loads(mappings, self.pid, self.root)
+        specials = _special_intervals(labels, loads, threads)
+        bss = _bss_regions(labels, loads)
+        intervals = _root_range_intervals(labels, roots, mappings, threads, (specials, bss), loads)
         intervals += _in_flight_intervals(labels, registry)
         value_regions = self._value_regions(labels, values)
         default = labels.region(("other",), RootRegion("other", "other root memory"))
@@ -305,10 +305,10 @@ class GraphCollector:
             else:
                 out["offset"] = hit.where - region.start
                 out["name"] = f"{region.object}+{hit.where - region.start:#x} (no symbol)"
-                if region.object in self.biases:
+                if region.bias is not None:
                     # The object's own address, as a frame's rel_pc is: what
                     # readelf and gdb name; an offset into a mapping is not.
-                    out["vaddr"] = hit.where - self.biases[region.object]
+                    out["vaddr"] = hit.where - region.bias
                     out["name"] = f"{region.object}+{out['vaddr']:#x} (no symbol)"
         elif region.kind == "tls":
             out["name"] = self._tls_name(region, hit.where)
@@ -438,73 +438,69 @@ def _exe_symbols(pid: int, mappings: list[Mapping], root: str) -> DataSymbols | 
     return None
 
 
-def _objects(mappings: list[Mapping], pid: int, root: str) -> dict[str, tuple[int, str]]:
-    """Each mapped ELF object with a writable mapping: (load bias, file to read)."""
-    out: dict[str, tuple[int, str]] = {}
-    writable = {m.path for m in mappings if m.writable and m.path.startswith("/")}
-    for m in mappings:
-        if m.path not in writable or m.path in out:
-            continue
-        path, _ = file_for(pid, m, root)
-        try:
-            image = read_elf(path)
-        except (OSError, NotElf, ValueError):
-            continue
-        out[m.path] = (m.start - image.file_offset_to_vaddr(m.offset), path)
-    return out
-
-
-def _bss_regions(
-    labels: _Labels, objects: dict[str, tuple[int, str]]
-) -> list[tuple[int, int, int]]:
-    """Each object's .bss past its file's pages, sorted: the kernel maps it
+def _bss_regions(labels: _Labels, loads: Loads) -> list[tuple[int, int, int]]:
+    """Each load's .bss past its file's pages, sorted: the kernel maps it
     anonymous, so its mapping names no file, but it holds the object's
-    globals (all that a stripped program's lack a symbol to name them by)."""
+    globals (all that a stripped program's lack a symbol to name them by),
+    one region with its .data's."""
     out: list[tuple[int, int, int]] = []
-    for obj, (bias, path) in objects.items():
+    for load in every_load(loads):
         try:
-            loads = read_elf(path).loads
+            segments = read_elf(load.file).loads
         except (OSError, NotElf, ValueError):
             continue
-        for seg in loads:
-            lo = _round_up(bias + seg.vaddr + seg.filesz, PAGE)
-            hi = _round_up(bias + seg.vaddr + seg.memsz, PAGE)
+        for seg in segments:
+            lo = _round_up(load.bias + seg.vaddr + seg.filesz, PAGE)
+            hi = _round_up(load.bias + seg.vaddr + seg.memsz, PAGE)
             if hi > lo:
-                key = ("global", obj, "", lo)
-                rid = labels.region(
-                    key, RootRegion("global", f"globals of {obj}", object=obj, start=lo)
-                )
-                out.append((lo, hi, rid))
+                out.append((lo, hi, _globals_region(labels, load, lo)))
     return sorted(out)
+
+
+def _globals_region(labels: _Labels, load: ObjectLoad, at: int) -> int:
+    """The region of a load's globals no symbol covers: its .data and .bss
+    alike, which start at its lowest writable address (at, if none seen)."""
+    start = load.data_start or at
+    return labels.region(
+        ("global", load.object, load.bias),
+        RootRegion(
+            "global", f"globals of {load.name}", object=load.object, start=start, bias=load.bias
+        ),
+    )
 
 
 def _special_intervals(
     labels: _Labels,
-    objects: dict[str, tuple[int, str]],
+    loads: Loads,
     threads: Sequence[CapturedThread],
 ) -> list[tuple[int, int, int]]:
     """Labelled parts of root memory, sorted, disjoint: every variable of
-    every object, every thread's TLS."""
+    every load of every object, every thread's TLS."""
     out: list[tuple[int, int, int]] = []
     tls_total = 0
-    loaded: list[tuple[str, int, DataSymbols]] = []
-    for obj, (bias, path) in objects.items():
-        symbols = load_data_symbols(path)
+    loaded: list[tuple[ObjectLoad, DataSymbols]] = []
+    for load in every_load(loads):
+        symbols = load_data_symbols(load.file)
         if symbols is None:
             continue
-        if symbols.tls_memsz:
+        if symbols.tls_memsz and load is loads[load.object][0]:
             tls_total += _round_up(symbols.tls_memsz, symbols.tls_align)
-        loaded.append((obj, bias, symbols))
+        loaded.append((load, symbols))
     # A C++ program's globals are printed as its functions are, demangled
     # (fde::Table, not _ZN3fde5TableE): one batch for every object's names.
-    shown = demangle_all({n for _, _, symbols in loaded for n in symbols.names if n[:2] == "_Z"})
-    for obj, bias, symbols in loaded:
+    shown = demangle_all({n for _, symbols in loaded for n in symbols.names if n[:2] == "_Z"})
+    for load, symbols in loaded:
+        bias = load.bias
         for start, end, name in zip(symbols.starts, symbols.ends, symbols.names, strict=True):
             symbol = shown.get(name, name)
             rid = labels.region(
-                ("global", obj, name, start),
+                ("global", load.object, name, start + bias),
                 RootRegion(
-                    "global", f"{symbol} in {obj}", object=obj, symbol=symbol, start=start + bias
+                    "global",
+                    f"{symbol} in {load.name}",
+                    object=load.object,
+                    symbol=symbol,
+                    start=start + bias,
                 ),
             )
             out.append((start + bias, end + bias, rid))
@@ -530,19 +526,20 @@ def _root_range_intervals(
     roots: Roots,
     mappings: list[Mapping],
     threads: Sequence[CapturedThread],
-    specials: list[tuple[int, int, int]],
-    bss: list[tuple[int, int, int]],
+    labelled: tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]],
+    loads: Loads,
 ) -> list[tuple[int, int, int]]:
     """Each root range labelled: by the special intervals (variables, TLS)
     where they lie in it, by its mapping's region elsewhere (an object's
-    globals in the anonymous part of its .bss)."""
+    globals in the anonymous part of its .bss: labelled = (specials, bss))."""
+    specials, bss = labelled
     starts = [s for s, _, _ in specials]
     bss_starts = [s for s, _, _ in bss]
     intervals: list[tuple[int, int, int]] = []
     stacks = _stack_mappings(mappings, threads)
     for (begin, end), kind in zip(roots.ranges, roots.range_kinds, strict=True):
         m = find_mapping(mappings, begin)
-        base = _base_region(labels, kind, m, begin, stacks)
+        base = _base_region(labels, kind, m, begin, stacks, loads)
         pieces = [(begin, end, base)]
         if kind == "anonymous":
             # Cut into the objects' .bss where they cover it, base elsewhere.
@@ -618,11 +615,19 @@ def _stack_mappings(mappings: list[Mapping], threads: Sequence[CapturedThread]) 
 
 
 def _base_region(
-    labels: _Labels, kind: str, m: Mapping | None, begin: int, stacks: dict[int, int]
+    labels: _Labels,
+    kind: str,
+    m: Mapping | None,
+    begin: int,
+    stacks: dict[int, int],
+    loads: Loads,
 ) -> int:
     start = m.start if m else begin
     path = m.path if m else ""
-    if kind == "globals":
+    load = load_of(loads, m) if m and kind == "globals" else None
+    if load is not None:
+        return _globals_region(labels, load, start)
+    if kind == "globals":  # a writable file that is no object's
         return labels.region(
             ("global", path, "", start),
             RootRegion("global", f"globals of {path}", object=path, start=start),

@@ -237,24 +237,56 @@ def apply(report: ScanReport, rules: Sequence[Rule], limit: int) -> ScanReport:
 # made through them, so a generated rule names the first frame outside them.
 _RUNTIME = re.compile(r"/(libc|libstdc\+\+|libgcc_s|ld-linux[^/]*|libunreachable_shim)[.-][^/]*$")
 
+# A program's or library's own allocation wrapper (libdb's __os_malloc,
+# postfix's mymalloc, xstrdup, g_malloc0, sqlite3_malloc64, CRYPTO_zalloc,
+# a class's operator new) serves every caller of its object, so it is no
+# more a site than malloc is: told by its bare name's ending, any case.
+_WRAPPER = re.compile(r"(?<!de)(alloc|allocate|(str|mem)n?dup)(\d*)(_n|_\d+)?$|^operator new", re.I)
+_LIBRARY = re.compile(r"\.so(\.[0-9.]+)?$")
+
+
+def _is_wrapper(function: str) -> bool:
+    bare = function.split("(", 1)[0]
+    while (shorter := re.sub(r"<[^<>]*>", "", bare)) != bare:
+        bare = shorter  # template arguments may hold "::" of their own
+    return bool(_WRAPPER.search(bare.rsplit("::", 1)[-1].lstrip("_")))
+
+
+def _site(own: Sequence[Frame]) -> Frame | None:
+    """The frame that identifies where a leak was allocated: the innermost
+    one outside allocation wrappers and, when the wrappers are a library's,
+    outside that library (libdb's db_create allocates through __os_calloc
+    and __os_malloc on behalf of whoever called it: the call into the
+    library is the site). None when the backtrace ends first."""
+    at = 0
+    while at < len(own) and own[at].function and _is_wrapper(own[at].function):
+        at += 1
+    if 0 < at and _LIBRARY.search(library := own[at - 1].map):
+        while at < len(own) and own[at].map == library:
+            at += 1
+    return own[at] if at < len(own) else None
+
 
 def rule_for(leak: LeakEntry) -> str:
-    """One rule that suppresses this entry: the innermost named frame outside
-    the C and C++ runtimes (else the innermost named frame) as an exact
-    function name; a module path when no frame is named; the block's size
-    and contents when there is no backtrace, or when the only frames outside
-    the runtimes have no name (a stripped program's leak through strdup:
-    `^__strdup$` would set aside every later strdup leak)."""
+    """One rule that suppresses this entry, naming its allocation site
+    (_site, outside the C and C++ runtimes) as an exact function name. The
+    block's size and contents when that frame has no name (a stripped
+    program's leak through strdup or through a library: the runtime's or
+    library's name would set aside every later leak made through it), is
+    main (every leak of the main thread passes through it), or is past the
+    backtrace's end; also when there is no backtrace. A module path when no
+    frame is named; the innermost named frame when every frame is the
+    runtimes'."""
     named = [f for f in leak.backtrace if f.function]
-    if named:
-        own = [f for f in leak.backtrace if not _RUNTIME.search(f.map)]
-        own_named = [f for f in own if f.function]
-        if own_named or not own:
-            return f"^{(own_named or named)[0].function}$"
-        return _block_rule(leak)
-    modules = [f.map for f in leak.backtrace if f.map]
-    if modules:
-        return f"^{modules[0]}$"
+    if not named:
+        modules = [f.map for f in leak.backtrace if f.map]
+        return f"^{modules[0]}$" if modules else _block_rule(leak)
+    own = [f for f in leak.backtrace if not _RUNTIME.search(f.map)]
+    if not own:
+        return f"^{named[0].function}$"
+    site = _site(own)
+    if site is not None and site.function and site.function != "main":
+        return f"^{site.function}$"
     return _block_rule(leak)
 
 
