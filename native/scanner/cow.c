@@ -170,9 +170,49 @@ static void save(struct ur_cow *c, uint64_t page) {
   unprotect(c, page, PAGE);
 }
 
+/* The runs of pages noted while the target ran, sorted and merged once
+ * they are first looked up (after the seal, outside the pause). Under the
+ * lock. */
+static void sort_present(struct ur_cow *c) {
+  if (c->present_sorted) return;
+  c->present_sorted = 1;
+  qsort(c->present, c->npresent, 2 * sizeof(uint64_t), ur_by_first_u64);
+  size_t k = 0;
+  for (size_t i = 0; i < c->npresent; i++) {
+    uint64_t *last = k ? &c->present[2 * k - 1] : NULL;
+    if (last && c->present[2 * i] <= *last) {
+      if (c->present[2 * i + 1] > *last) *last = c->present[2 * i + 1];
+      continue;
+    }
+    c->present[2 * k] = c->present[2 * i];
+    c->present[2 * k + 1] = c->present[2 * i + 1];
+    k++;
+  }
+  c->npresent = k;
+}
+
+/* Whether the page held memory at the seal (the rest was zero in the
+ * snapshot, and a first touch since is saved as zero: missing()). Under
+ * the lock. */
+static int was_present(struct ur_cow *c, uint64_t page) {
+  if (!c->present_known) return 1;
+  sort_present(c);
+  size_t lo = 0, hi = c->npresent;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (c->present[2 * mid + 1] <= page)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < c->npresent && c->present[2 * lo] <= page;
+}
+
 /* Memory the target released (munmap, MADV_DONTNEED, mremap's source)
- * after the seal: its pages not saved are lost to the snapshot. The event
- * has let the target go on as it was read, so they cannot be saved now. */
+ * after the seal: its pages that held memory then and were not saved are
+ * lost to the snapshot. The event has let the target go on as it was
+ * read, so they cannot be saved now. They are kept as runs: whether the
+ * scan needed them (a root, a block) is known only once it has run. */
 static void released(struct ur_cow *c, uint64_t begin, uint64_t end) {
   if (!__atomic_load_n(&c->sealed, __ATOMIC_ACQUIRE)) return;
   uint64_t lost = 0;
@@ -180,11 +220,50 @@ static void released(struct ur_cow *c, uint64_t begin, uint64_t end) {
   for (size_t i = 0; i < c->nranges; i++) {
     uint64_t b = c->ranges[2 * i] > begin ? c->ranges[2 * i] : begin;
     uint64_t e = c->ranges[2 * i + 1] < end ? c->ranges[2 * i + 1] : end;
-    for (uint64_t p = b & ~(uint64_t)(PAGE - 1); p < e; p += PAGE)
-      if (!lookup(c, p)) lost += PAGE;
+    for (uint64_t p = b & ~(uint64_t)(PAGE - 1); p < e; p += PAGE) {
+      if (lookup(c, p) || !was_present(c, p)) continue;
+      lost += PAGE;
+      size_t k = c->nlost;
+      if (k && c->lost_runs[2 * k - 1] == p)
+        c->lost_runs[2 * k - 1] = p + PAGE;
+      else if (add_pair(&c->lost_runs, &c->nlost, &c->lost_cap, p, p + PAGE) < 0)
+        c->present_known = 0; /* unrecorded: counted, and the scan redone */
+    }
   }
+  if (!c->present_known) c->lost_unrecorded = 1;
   pthread_mutex_unlock(&c->lock);
   __atomic_fetch_add(&c->lost, lost, __ATOMIC_RELEASE);
+}
+
+/* A run of pages there at the seal. Under the lock, or before any fault
+ * can come (the protection). Unrecorded: every page counts as present. */
+static void note_run(struct ur_cow *c, uint64_t b, uint64_t e) {
+  if (!c->present_known) return;
+  size_t k = c->npresent;
+  if (k && c->present[2 * k - 1] == b) {
+    c->present[2 * k - 1] = e;
+  } else {
+    if (k && c->present[2 * k - 2] > b) c->present_sorted = 0;
+    if (add_pair(&c->present, &c->npresent, &c->present_cap, b, e) < 0) c->present_known = 0;
+  }
+}
+
+/* The runs of pages of [lo, hi) now, by PAGEMAP_SCAN in pieces (the walk
+ * holds the target's mmap lock for reading: ur_pages_ahead). Pages that
+ * appear afterwards fault first (the range is registered for missing
+ * pages): missing() notes those. The target runs: this costs no pause. */
+static void walk_present(struct ur_cow *c, uint64_t lo, uint64_t hi) {
+  struct page_region vec[64];
+  for (uint64_t pos = lo; pos < hi && c->present_known;) {
+    uint64_t walk_end = hi;
+    int n = ur_pages_ahead(c->pagemap, pos, hi, vec, 64, &walk_end);
+    pthread_mutex_lock(&c->lock);
+    if (n < 0) c->present_known = 0;
+    for (int i = 0; i < n; i++) note_run(c, vec[i].start, vec[i].end);
+    pthread_mutex_unlock(&c->lock);
+    if (n == 64) walk_end = vec[63].end; /* the vector was full: go on after it */
+    pos = walk_end;
+  }
 }
 
 static const uint8_t zero_page[PAGE] __attribute__((aligned(PAGE)));
@@ -209,8 +288,11 @@ static void missing(struct ur_cow *c, uint64_t page, int write) {
       c->keys[i] = page + 1;
       __atomic_store_n(&c->n, c->n + 1, __ATOMIC_RELEASE);
     }
-  } else if (!sealed && !write) {
-    ok = add_pair(&c->dirty, &c->ndirty, &c->dirty_cap, page, page + PAGE) == 0;
+  } else if (!sealed) {
+    /* A page that appears before the seal was there at it: the walk of
+     * present pages (ur_cow_protect) ran before, or misses it. */
+    note_run(c, page, page + PAGE);
+    if (!write) ok = add_pair(&c->dirty, &c->ndirty, &c->dirty_cap, page, page + PAGE) == 0;
   }
   if (!ok) __atomic_store_n(&c->failed, 1, __ATOMIC_RELEASE);
   int rc;
@@ -274,8 +356,12 @@ int ur_cow_open(struct ur_cow *c, pid_t pid, int uffd, uint64_t limit) {
   c->uffd = uffd;
   c->limit = limit;
   c->wake[0] = c->wake[1] = -1;
+  c->present_sorted = 1;
   pthread_mutex_init(&c->lock, NULL);
   char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+  c->pagemap = open(path, O_RDONLY | O_CLOEXEC);
+  c->present_known = c->pagemap >= 0;
   snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
   if ((c->memfd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || pipe2(c->wake, O_CLOEXEC) < 0) {
     int e = errno;
@@ -386,8 +472,12 @@ int ur_cow_protect(struct ur_cow *c) {
       return -e;
     }
   }
+  uint64_t t1 = now_ns();
+  for (size_t i = c->protected_upto; i < c->nranges; i++)
+    walk_present(c, c->ranges[2 * i], c->ranges[2 * i + 1]);
+  c->present_ns += now_ns() - t1;
   c->protected_upto = c->nranges;
-  c->protect_ns += now_ns() - t0;
+  c->protect_ns += t1 - t0;
   return 0;
 }
 
@@ -427,6 +517,7 @@ void ur_cow_close(struct ur_cow *c) {
   }
   if (c->uffd >= 0) close(c->uffd);
   if (c->memfd >= 0) close(c->memfd);
+  if (c->pagemap >= 0) close(c->pagemap);
   if (c->wake[0] >= 0) close(c->wake[0]);
   if (c->wake[1] >= 0) close(c->wake[1]);
   for (size_t i = 0; i < c->nslabs; i++) munmap(c->slabs[i], SLAB);
@@ -436,15 +527,66 @@ void ur_cow_close(struct ur_cow *c) {
   free(c->ranges);
   free(c->refused);
   free(c->dirty);
+  free(c->present);
+  free(c->lost_runs);
+  c->present = c->lost_runs = NULL;
+  c->npresent = c->present_cap = c->nlost = c->lost_cap = 0;
   c->dirty = NULL;
   c->ndirty = 0;
   c->refused = NULL;
   c->nrefused = 0;
   pthread_mutex_destroy(&c->lock);
-  c->uffd = c->memfd = c->wake[0] = c->wake[1] = -1;
+  c->uffd = c->memfd = c->pagemap = c->wake[0] = c->wake[1] = -1;
   c->slabs = NULL;
   c->keys = NULL;
   c->vals = NULL;
   c->ranges = NULL;
   c->nslabs = c->cap = c->n = c->nranges = 0;
+}
+
+static int present_parts(struct ur_cow *c, const uint64_t *in, size_t n, uint64_t **out,
+                         size_t *n_out);
+
+int ur_cow_present(struct ur_cow *c, const uint64_t *in, size_t n, uint64_t **out, size_t *n_out) {
+  *out = NULL;
+  *n_out = 0;
+  pthread_mutex_lock(&c->lock);
+  int rc = present_parts(c, in, n, out, n_out);
+  pthread_mutex_unlock(&c->lock);
+  return rc;
+}
+
+static int present_parts(struct ur_cow *c, const uint64_t *in, size_t n, uint64_t **out,
+                         size_t *n_out) {
+  if (!c->present_known) return -1;
+  sort_present(c);
+  size_t cap = 0;
+  for (size_t i = 0, k = 0; i < n; i++) {
+    uint64_t b = in[2 * i], e = in[2 * i + 1];
+    while (k < c->npresent && c->present[2 * k + 1] <= b) k++;
+    for (size_t j = k; j < c->npresent && c->present[2 * j] < e; j++) {
+      uint64_t lo = c->present[2 * j] > b ? c->present[2 * j] : b;
+      uint64_t hi = c->present[2 * j + 1] < e ? c->present[2 * j + 1] : e;
+      if (lo < hi && add_pair(out, n_out, &cap, lo, hi) < 0) return -1;
+    }
+  }
+  return 0;
+}
+
+uint64_t *ur_cow_lost(struct ur_cow *c, size_t *n) {
+  pthread_mutex_lock(&c->lock);
+  uint64_t *v = c->nlost ? malloc(c->nlost * 2 * sizeof(*v)) : NULL;
+  *n = v ? c->nlost : 0;
+  if (v) memcpy(v, c->lost_runs, c->nlost * 2 * sizeof(*v));
+  pthread_mutex_unlock(&c->lock);
+  return v;
+}
+
+int ur_cow_covers(struct ur_cow *c, uint64_t addr, size_t len) {
+  int found = 0;
+  pthread_mutex_lock(&c->lock);
+  for (size_t i = 0; i < c->nranges && !found; i++)
+    found = c->ranges[2 * i] < addr + len && addr < c->ranges[2 * i + 1];
+  pthread_mutex_unlock(&c->lock);
+  return found;
 }

@@ -52,6 +52,15 @@ struct ur_cow {
   size_t ndirty, dirty_cap;
   size_t seal_saved;     /* of those, saved by the seal and left unprotected */
   uint64_t dirty_faults; /* faults after the seal on pages that were dirty */
+  int pagemap;           /* the target's /proc/PID/pagemap */
+  uint64_t *present;     /* runs of pages there at the seal (present or */
+  size_t npresent, present_cap; /* swapped; the rest read as zero) */
+  int present_sorted;    /* sorted and merged (sort_present) */
+  int present_known;     /* 0: not recorded, every page counts as present */
+  uint64_t *lost_runs;   /* (begin, end) runs released unsaved, present at the seal */
+  size_t nlost, lost_cap;
+  int lost_unrecorded;   /* some loss is not in lost_runs: all of it matters */
+  uint64_t present_ns;   /* the walks of the pagemap (the target running) */
 };
 
 /* 0 or -errno. Takes uffd (closed by ur_cow_close). */
@@ -75,6 +84,16 @@ int ur_cow_protect(struct ur_cow *c);
  * saves what could not be registered; from now on each first write is saved.
  * Only the pages written since the protection cost the pause. 0 or -errno. */
 int ur_cow_seal(struct ur_cow *c);
+/* The parts of sorted (begin, end) pairs `in` that held pages at the seal,
+ * as pairs in *out (malloc'ed), *n_out of them; -1 when that was not
+ * recorded (no walk of the pagemap), else 0. */
+int ur_cow_present(struct ur_cow *c, const uint64_t *in, size_t n, uint64_t **out, size_t *n_out);
+/* Copy of the lost runs (pairs), *n of them (malloc'ed, NULL when none). */
+uint64_t *ur_cow_lost(struct ur_cow *c, size_t *n);
+/* Whether [addr, addr + len) meets memory the snapshot holds: there, what
+ * the target has unmapped since is the snapshot's still (saved pages, zero
+ * where it held none, and what it lost counted in lost). */
+int ur_cow_covers(struct ur_cow *c, uint64_t addr, size_t len);
 /* Replace saved pages in buf = [addr, addr + len); clears their bits in bad
  * (indexed by page from first_page) when given. */
 void ur_cow_overlay(struct ur_cow *c, uint64_t addr, uint8_t *buf, size_t len, uint64_t *bad,

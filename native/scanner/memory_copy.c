@@ -180,6 +180,9 @@ static PyObject *copy_read(MemoryCopy *c, PyObject *args) {
   if (c->cow) {
     got = ur_mem_read_direct(c->cow_fd, addr, PyBytes_AS_STRING(out), (size_t)n);
     ur_cow_overlay(c->cow, addr, (uint8_t *)PyBytes_AS_STRING(out), (size_t)n, NULL, 0);
+    /* Memory of the snapshot the target has unmapped since: its saved
+     * pages, the rest zero (or lost, and counted so). */
+    if (got == 0 && n > 0 && ur_cow_covers(c->cow, addr, (size_t)n)) got = (size_t)n;
   } else {
     got = ur_mem_read_cached(&c->mem, addr, PyBytes_AS_STRING(out), (size_t)n);
   }
@@ -284,6 +287,15 @@ static PyObject *copy_cow_seal(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
   Py_RETURN_NONE;
 }
 
+static PyObject *copy_cow_lost(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
+  if (!c->cow) return PyBytes_FromStringAndSize(NULL, 0);
+  size_t n = 0;
+  uint64_t *v = ur_cow_lost(c->cow, &n);
+  PyObject *out = PyBytes_FromStringAndSize((const char *)v, (Py_ssize_t)(n * 16));
+  free(v);
+  return out;
+}
+
 static PyObject *copy_cow_failed(MemoryCopy *c, PyObject *Py_UNUSED(ignored)) {
   return PyBool_FromLong(c->cow && __atomic_load_n(&c->cow->failed, __ATOMIC_ACQUIRE));
 }
@@ -310,7 +322,7 @@ static PyObject *copy_get_pid(MemoryCopy *c, void *Py_UNUSED(closure)) {
 
 static PyObject *copy_get_stats(MemoryCopy *c, void *Py_UNUSED(closure)) {
   if (c->cow)
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_lost",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_lost",
                          (unsigned long long)__atomic_load_n(&c->cow->lost, __ATOMIC_ACQUIRE),
                          "pages_saved", (unsigned long long)c->cow->n,
                          "faults", (unsigned long long)c->cow->faults, "bytes_held",
@@ -319,7 +331,10 @@ static PyObject *copy_get_stats(MemoryCopy *c, void *Py_UNUSED(closure)) {
                          (unsigned long long)c->cow->seal_ns, "dirty",
                          (unsigned long long)c->cow->ndirty, "seal_saved",
                          (unsigned long long)c->cow->seal_saved, "dirty_faults",
-                         (unsigned long long)c->cow->dirty_faults);
+                         (unsigned long long)c->cow->dirty_faults, "present_ns",
+                         (unsigned long long)c->cow->present_ns, "lost_unrecorded",
+                         (unsigned long long)__atomic_load_n(&c->cow->lost_unrecorded,
+                                                             __ATOMIC_ACQUIRE));
   return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "pages_read",
                        (unsigned long long)c->stats.pages_read, "pages_zeroed",
                        (unsigned long long)c->stats.pages_zeroed, "pages_kept",
@@ -355,6 +370,9 @@ static PyMethodDef copy_methods[] = {
      "cow_save(pairs): the process stopped: save these ranges whole as they are."},
     {"cow_protect", (PyCFunction)copy_cow_protect, METH_NOARGS,
      "cow_protect(): the process stopped: protect what is registered; the snapshot is taken."},
+    {"cow_lost", (PyCFunction)copy_cow_lost, METH_NOARGS,
+     "cow_lost() -> bytes: packed u64 (begin, end) runs the target released after the seal, "
+     "unsaved, that held pages then."},
     {"cow_seal", (PyCFunction)copy_cow_seal, METH_NOARGS,
      "cow_seal(): the process stopped, all protected: the snapshot is this moment."},
     {"cow_failed", (PyCFunction)copy_cow_failed, METH_NOARGS,
@@ -508,6 +526,40 @@ static int held_parts(struct ur_pread_mem *m, const uint64_t *in, size_t n, PyOb
   return 0;
 }
 
+/* The live pages' runs and those a copy-on-write snapshot's seal recorded,
+ * as one sorted list (a range the target released since is gone from the
+ * first, not from the snapshot). Replaces *parts; 0 or -ENOMEM. */
+static int with_sealed(struct ur_cow *cow, const uint64_t *in, size_t n, uint64_t **parts,
+                       size_t *np) {
+  uint64_t *sealed = NULL;
+  size_t ns = 0;
+  if (ur_cow_present(cow, in, n, &sealed, &ns) != 0 || ns == 0) {
+    free(sealed);
+    return 0;
+  }
+  uint64_t *all = realloc(*parts, (*np + ns) * 2 * sizeof(uint64_t));
+  if (!all) {
+    free(sealed);
+    return -ENOMEM;
+  }
+  memcpy(all + 2 * *np, sealed, ns * 2 * sizeof(uint64_t));
+  free(sealed);
+  size_t total = *np + ns, k = 0;
+  qsort(all, total, 2 * sizeof(uint64_t), ur_by_first_u64);
+  for (size_t i = 0; i < total; i++) {
+    if (k && all[2 * i] <= all[2 * k - 1]) {
+      if (all[2 * i + 1] > all[2 * k - 1]) all[2 * k - 1] = all[2 * i + 1];
+      continue;
+    }
+    all[2 * k] = all[2 * i];
+    all[2 * k + 1] = all[2 * i + 1];
+    k++;
+  }
+  *parts = all;
+  *np = k;
+  return 0;
+}
+
 PyObject *ur_py_present_ranges(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *source;
@@ -521,8 +573,9 @@ PyObject *ur_py_present_ranges(PyObject *self, PyObject *args) {
     goto out;
   }
   int cow_pid = 0;
-  if (ur_memory_copy_cow(source, &cow_pid)) {
-    source = NULL; /* the live process's pages: what is saved was present */
+  struct ur_cow *cow = ur_memory_copy_cow(source, &cow_pid);
+  if (cow) {
+    source = NULL; /* the live process's pages and those the seal recorded */
   } else if (PyObject_TypeCheck(source, &ur_memory_copy_type)) {
     struct ur_pread_mem *m = ur_memory_copy_mem(source);
     if (!m) {
@@ -552,6 +605,7 @@ PyObject *ur_py_present_ranges(PyObject *self, PyObject *args) {
   int rc;
   Py_BEGIN_ALLOW_THREADS
   rc = ur_present_pages(fd, in, n, &parts, &np);
+  if (rc == 0 && cow) rc = with_sealed(cow, in, n, &parts, &np);
   Py_END_ALLOW_THREADS
   close(fd);
   if (rc == -ENOTTY || rc == -EINVAL) {

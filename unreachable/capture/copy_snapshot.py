@@ -237,22 +237,43 @@ def cow_wanted(pid: int) -> bool:
     return True
 
 
-def cow_broken(memory: object, pid: int) -> str:
+def _lost_read(memory: _native.MemoryCopy, read: Sequence[tuple[int, int]] | None) -> int:
+    """Bytes of the memory lost to the snapshot that the scan read: the
+    pages released unsaved that held memory at the seal, within read (the
+    roots, the heap, the shim's own memory). None: all of them."""
+    stats = memory.stats
+    lost = stats.get("bytes_lost", 0)
+    if not lost or read is None or stats.get("lost_unrecorded", 0):
+        return lost
+    runs = sorted(struct.iter_unpack("<QQ", memory.cow_lost()))
+    spans = sorted(read)
+    total, k = 0, 0
+    for begin, end in runs:
+        while k < len(spans) and spans[k][1] <= begin:
+            k += 1
+        j = k
+        while j < len(spans) and spans[j][0] < end:
+            total += min(end, spans[j][1]) - max(begin, spans[j][0])
+            j += 1
+    return total
+
+
+def cow_broken(memory: object, pid: int, read: Sequence[tuple[int, int]] | None = None) -> str:
     """Why a finished scan over a copy-on-write snapshot may be wrong ("":
     it is not): memory the target released before its pages were saved
     (munmap, MADV_DONTNEED, mremap; the kernel reports it only after the
-    fact), or pages the scanner had no room to save. The scan is then made
-    again over a classic copy."""
+    fact) that held pages at the seal and lies where the scan read (read:
+    sorted ranges, None for anywhere), or pages the scanner had no room to
+    save. The scan is then made again over a classic copy. An exited
+    thread's stack glibc unmaps is none of these: it is not a root."""
     if not isinstance(memory, _native.MemoryCopy):
         return ""
-    stats = memory.stats
-    lost = stats.get("bytes_lost", 0)
     why = ""
     if (tracker := _trackers.get(id(memory))) and _tracker_cmd(*tracker) != ON:
         why = "the target's helper ended the copy-on-write snapshot, its faults unserved"
     elif memory.cow_failed():
         why = "the copy-on-write snapshot had no room for the pages the target wrote"
-    elif lost:
+    elif lost := _lost_read(memory, read):
         why = f"the target released {lost >> 10} KiB the copy-on-write snapshot had not saved"
     if why:
         _classic_next.add(pid)

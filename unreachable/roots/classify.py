@@ -64,6 +64,11 @@ class Roots:
     kinds: Counter[str] = field(default_factory=Counter)  # bytes per kind of region
     holes: list[tuple[int, int]] = field(default_factory=list)  # never roots
     dead_stacks: list[Mapping] = field(default_factory=list)
+    # Their control blocks' DTV words, from the one read that found each
+    # block: a copy-on-write snapshot's unsaved page read once is the
+    # snapshot's or counted lost (copy_snapshot.cow_broken), a second read
+    # after the target unmapped the stack would be neither.
+    dead_dtvs: list[int] = field(default_factory=list)
 
     def add(self, kind: str, begin: int, end: int) -> None:
         for hole_begin, hole_end in self.holes:
@@ -115,8 +120,9 @@ def classify(
     roots = Roots(holes=sorted([*allocator_state, *registry.regions]))
     stacks = live_stacks(mappings, thread_sps, heap)
     exited = exited_stack_bounds(registry, thread_sps)
+    blocks: dict[Mapping, tuple[int, int]] = {}
     kinds = {
-        m: _kind(m, registry, shim_path, stacks, heap, exited, memory)
+        m: _kind(m, registry, shim_path, stacks, heap, (exited, blocks), memory)
         for m in mappings
         if m.readable and m.path not in SPECIAL
     }
@@ -125,6 +131,8 @@ def classify(
             roots.skip(kind, m)
         if kind == "exited-thread stack":
             roots.dead_stacks.append(m)
+            if m in blocks:
+                roots.dead_dtvs.append(blocks[m][1])
 
     def of(kind: str) -> list[Mapping]:
         return [m for m, k in kinds.items() if k == kind]
@@ -244,10 +252,11 @@ def _kind(
     shim_path: str,
     stacks: dict[Mapping, int],
     heap: dict[Mapping, list[Span]],
-    exited: set[tuple[int, int]],
+    exited: tuple[set[tuple[int, int]], dict[Mapping, tuple[int, int]]],
     memory: Memory | None,
 ) -> str:
-    """What a readable mapping holds, first match wins."""
+    """What a readable mapping holds, first match wins. exited: the bounds
+    of exited threads' stacks, and where each control block found goes."""
     if any(begin <= m.start and m.end <= end for begin, end in registry.regions):
         return "shim"
     if m.path == shim_path:
@@ -256,7 +265,7 @@ def _kind(
         return "stack"
     if m.path == "[heap]" or heap.get(m) == [(m.start, m.end)]:
         return "heap"
-    if m.anonymous and _is_dead_stack(m, exited, memory):
+    if m.anonymous and _is_dead_stack(m, *exited, memory):
         return "exited-thread stack"
     if m.anonymous or m.path.startswith("[stack"):
         return "anonymous"
@@ -337,7 +346,12 @@ def _in_heap(m: Mapping, sp: int, heap: dict[Mapping, list[Span]]) -> bool:
     return m.path == "[heap]" or any(b <= sp < e for b, e in heap.get(m, []))
 
 
-def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]], memory: Memory | None) -> bool:
+def _is_dead_stack(
+    m: Mapping,
+    dead: set[tuple[int, int]],
+    found: dict[Mapping, tuple[int, int]],
+    memory: Memory | None,
+) -> bool:
     # glibc's pthread_getattr_np reports the stack without its guard page, and
     # before 2.42 the guard is its own PROT_NONE mapping, so the bounds match
     # exactly; a stack inside a larger mapping is a piece of its own by now.
@@ -345,7 +359,12 @@ def _is_dead_stack(m: Mapping, dead: set[tuple[int, int]], memory: Memory | None
         return False
     # glibc unmaps a stack its cache cannot hold, and the program may map its
     # own memory there: a cached stack still ends in its control block.
-    return memory is None or control_block(memory, m.start, m.end) is not None
+    if memory is None:
+        return True
+    block = control_block(memory, m.start, m.end)
+    if block is not None:
+        found[m] = block
+    return block is not None
 
 
 def register_words(regsets: list[bytes]) -> bytes:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import struct
 
-from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, read_anonymous
 
 
@@ -31,12 +30,3 @@ def control_block(memory: Memory, begin: int, end: int) -> tuple[int, int] | Non
         if words[i] == addr and words[i + 2] == addr:
             return addr, words[i + 1]
     return None
-
-
-def dtv_words(memory: Memory, dead_stacks: list[Mapping]) -> bytes:
-    out = bytearray()
-    for m in dead_stacks:
-        found = control_block(memory, m.start, m.end)
-        if found:
-            out += struct.pack("<Q", found[1])
-    return bytes(out)

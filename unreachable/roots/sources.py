@@ -10,6 +10,7 @@ both read off the same list (scan/roots.py).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,6 @@ from unreachable.capture.stop_world import CapturedThread
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
 from unreachable.roots.classify import register_words
-from unreachable.roots.exited_threads import dtv_words
 from unreachable.roots.heap_words import anonymous_spans, message_words, stream_words, words_in
 from unreachable.roots.jit_code import code_words
 from unreachable.roots.signal_stacks import altstack_words
@@ -97,10 +97,11 @@ def registers(threads: Sequence[CapturedThread], registry: Registry) -> list[Roo
     ]
 
 
-def exited_threads_dtvs(memory: Memory, dead_stacks: list[Mapping]) -> RootValues:
-    """The TLS vectors of threads that exited, whose stacks glibc caches:
-    their dynamic TLS blocks are the DTV's, and outlive the thread."""
-    return RootValues("exited threads' control blocks", dtv_words(memory, dead_stacks))
+def exited_threads_dtvs(dtvs: list[int]) -> RootValues:
+    """The TLS vectors of threads that exited, whose stacks glibc caches
+    (classify found their control blocks): their dynamic TLS blocks are the
+    DTV's, and outlive the thread."""
+    return RootValues("exited threads' control blocks", struct.pack(f"<{len(dtvs)}Q", *dtvs))
 
 
 def jit_code(

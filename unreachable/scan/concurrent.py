@@ -565,9 +565,7 @@ def _first_roots(
     roots, spans = _root_ranges(target, pid, registry, maps1, threads1, present=True)
     values1 = _values(threads1, held1, maps1, registry)
     values1["signal stacks"] = sources.signal_stacks(pid, _altstacks(target), threads1).words
-    values1["exited threads' control blocks"] = sources.exited_threads_dtvs(
-        pid, roots.dead_stacks
-    ).words
+    values1["exited threads' control blocks"] = sources.exited_threads_dtvs(roots.dead_dtvs).words
     values1["code immediates"] = sources.jit_code(pid, maps1, spans, KeptOut()).words
     return roots, spans, values1
 

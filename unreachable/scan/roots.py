@@ -80,7 +80,7 @@ def find_roots(
         sources.socket_data(held, mappings),
         sources.signal_stacks(memory, inputs.altstacks, threads),
         *sources.registers(threads, allocations.registry),
-        sources.exited_threads_dtvs(memory, ranges.dead_stacks),
+        sources.exited_threads_dtvs(ranges.dead_dtvs),
         sources.jit_code(memory, mappings, spans, inputs.kept_out),
         sources.kept_out_of_fork(inputs.kept_out, inputs.kept_candidates, spans),
     ]

@@ -177,7 +177,7 @@ def run_plan(
             note("folded")
             # Only the shim's registry keeps backtraces (its stack depot).
             backtraces = read_backtraces(memory, addr, folded.leaks) if addr else Backtraces()
-            broken = cow_broken(memory, pid)
+            broken = cow_broken(memory, pid, _read_by_the_scan(swept))
     except (ProcessLookupError, TargetNotFound):
         # The target (or its frozen copy) vanished between two reads. A child
         # killed under a running target: the next plan, a new snapshot. A
@@ -215,6 +215,14 @@ def run_plan(
     )
     roots = swept.roots.counts()
     return build_report(scanned, swept.result, folded, symbolized, roots, got.source.name)
+
+
+def _read_by_the_scan(swept: _Swept) -> list[tuple[int, int]]:
+    """Where the scan read the target's memory for what it reports: the
+    roots, the heap's blocks and the shim's own memory (the registry, the
+    stack depot). Memory released elsewhere cannot change the report."""
+    registry = swept.allocations.registry
+    return sorted([*swept.roots.ranges.ranges, *swept.allocations.spans, *registry.regions])
 
 
 def over_budget(options: ScanOptions, pause_ms: float) -> str:
