@@ -15,13 +15,13 @@ RECORD = struct.Struct("<iiQQ")  # struct ur_signal_stack: tid, pad, sp, size
 @dataclass(frozen=True, slots=True)
 class SignalStacks:
     records: bytes = b""  # struct ur_signal_stack, one per thread with a stack
-    unread: int = 0  # threads not asked
+    unread: int = 0  # threads not asked (-1: none was)
     why: str = ""  # why the first of them was not
     tids: frozenset[int] | None = None  # the threads stopped when asked (None: these)
 
     def of(self, tids: Iterable[int]) -> SignalStacks:
         """Asked in an earlier stop: the threads of the later one not asked then count as unread."""
-        if self.tids is None:
+        if self.tids is None or self.unread < 0:
             return self
         new = [t for t in tids if t not in self.tids]
         if not new:
@@ -37,7 +37,12 @@ class SignalStacks:
     def note(self) -> str:
         if not self.unread:
             return ""
+        which = (
+            "the threads' signal stacks"
+            if self.unread < 0
+            else f"the signal stacks of {self.unread} thread(s)"
+        )
         return (
-            f"the signal stacks of {self.unread} thread(s) were not read ({self.why}): a block"
-            " only such a stack holds may be reported leaked"
+            f"{which} were not read ({self.why}): a block only such a stack holds may be"
+            " reported leaked"
         )

@@ -178,14 +178,17 @@ def _ask_signal_stacks(pid: int, ip: int) -> SignalStacks:
     would leave a thread running the scanner's registers if the scanner died
     in it, where the stopper finishes the call and puts them back."""
     if not ip:
-        return SignalStacks(b"", 1, "no syscall instruction was found to ask them from")
-    stopper = Stopper(pid, ip)
+        return SignalStacks(b"", -1, "no syscall instruction was found to ask them from")
+    try:
+        stopper = Stopper(pid, ip)
+    except OSError as e:
+        return SignalStacks(b"", -1, f"the stopper did not start: {e.strerror or e}")
     try:
         got = stopper.stop((0, 0), 0, 0)
         asked = stopper.signal_stacks(frozenset(t[0] for t in got.threads))
         stopper.release()
     except OSError as e:
-        return SignalStacks(b"", 1, f"the stop to ask them failed: {e.strerror or e}")
+        return SignalStacks(b"", -1, f"the stop to ask them failed: {e.strerror or e}")
     finally:
         stopper.close()
     return asked

@@ -16,7 +16,9 @@
 #include "../../support/c/seccomp_filter.h"
 #include "scenario.h"
 
+#ifndef THREADS
 #define THREADS 4
+#endif
 #define STACK_SIZE 13504
 
 static pthread_barrier_t set;
