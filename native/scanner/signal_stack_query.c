@@ -44,9 +44,11 @@ static bool peek(pid_t tid, uint64_t at, uint64_t w[OLD_WORDS]) {
   return true;
 }
 
-static void poke(pid_t tid, uint64_t at, const uint64_t w[OLD_WORDS]) {
+/* Put back the words of w that differ from now (all when now is unknown). */
+static void poke(pid_t tid, uint64_t at, const uint64_t w[OLD_WORDS], const uint64_t *now) {
   for (int i = 0; i < OLD_WORDS; i++)
-    ptrace(PTRACE_POKEDATA, tid, (void *)(at + 8u * (unsigned)i), (void *)w[i]);
+    if (!now || now[i] != w[i])
+      ptrace(PTRACE_POKEDATA, tid, (void *)(at + 8u * (unsigned)i), (void *)w[i]);
 }
 
 /* One thread's stack into *s: 1 with one, 0 without (or gone), or -1 with
@@ -57,7 +59,9 @@ static int ask(struct ur_capture *c, struct ur_thread *t, uint64_t ip,
     *why = "a thread was taking a signal or in a group stop";
     return -1;
   }
-  uint64_t old = (t->regs.rsp - RED_ZONE - 8u * OLD_WORDS) & ~UINT64_C(15);
+  /* 32-byte aligned: the 24 bytes lie in one page, so the kernel's write
+   * is whole or none. */
+  uint64_t old = (t->regs.rsp - RED_ZONE - 8u * OLD_WORDS) & ~UINT64_C(31);
   if (*(*why = seccomp_refuses(c->pid, t->tid, old))) return -1;
   uint64_t saved[OLD_WORDS], got[OLD_WORDS];
   if (!peek(t->tid, old, saved)) {
@@ -69,7 +73,9 @@ static int ask(struct ur_capture *c, struct ur_thread *t, uint64_t ip,
   long rc = ur_inject_syscall(t, ip, SYS_sigaltstack, a, hold, "sigaltstack", NULL, &fail);
   if (fail == -ESRCH) return 0; /* exited: its stack is nobody's root */
   bool read = !fail && rc == 0 && peek(t->tid, old, got);
-  poke(t->tid, old, saved);
+  /* A failed call wrote nothing (EFAULT on a guard page, which a forced
+   * write would fill with a page of its own); else the words it changed. */
+  if (fail || rc == 0) poke(t->tid, old, saved, read ? got : NULL);
   if (!read) {
     *why = fail || rc ? "the injected sigaltstack() failed" : "the answer could not be read";
     return -1;

@@ -10,6 +10,8 @@ the sleeping threads' interrupted calls go on."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,32 @@ from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
 HEAP_SLACK = 24  # a chunk's usable bytes beyond the request, at most
+BELOW = 512  # bytes read below each thread's SP: the red zone and the query's words
+
+
+def _sps(pid: int) -> dict[int, int]:
+    """Each thread's SP once every one sleeps in a call (/proc/PID/task/TID/syscall)."""
+    for _ in range(500):
+        sps = {}
+        for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+            with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+                fields = f.read().split()
+            if len(fields) == 9:
+                sps[tid] = int(fields[7], 16)
+        if len(sps) == len(os.listdir(f"/proc/{pid}/task")):
+            return sps
+        time.sleep(0.01)
+    raise AssertionError("a thread never went to sleep")
+
+
+def _below_sps(pid: int) -> dict[int, bytes]:
+    """The bytes below each sleeping thread's SP."""
+    found = {}
+    with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for tid, sp in _sps(pid).items():
+            mem.seek(sp - BELOW)
+            found[tid] = mem.read(BELOW)
+    return found
 
 
 def _leaks(report) -> list[tuple[str, int]]:
@@ -29,6 +57,7 @@ def _leaks(report) -> list[tuple[str, int]]:
 @pytest.mark.parametrize(("snapshot", "made"), [("auto", "fork"), ("stopped", "stopped")])
 def test_dropped_signal_stacks_are_not_leaks_without_the_shim(targets, snapshot, made):
     target = targets.start(PROGRAMS / "dropped_signal_stacks.c", preload=False, wait_helper=False)
+    before = _below_sps(target.pid)
     for _ in range(2):  # a second scan finds the stacks the first put back
         report = scan(target.pid, ScanOptions(snapshot=snapshot))
         assert report.allocations == "glibc heap" and report.snapshot == made
@@ -36,6 +65,8 @@ def test_dropped_signal_stacks_are_not_leaks_without_the_shim(targets, snapshot,
         assert 40 <= report.leak_bytes <= 40 + HEAP_SLACK
         assert "signal stacks" not in report.snapshot_note, report.snapshot_note
         assert target.alive() and target.tracer() == 0
+    # Asleep all along: the words the kernel answered in are put back.
+    assert _below_sps(target.pid) == before
     target.send("signal")
     assert target.read_line() == "on_altstack=4"
     target.send("signal")
