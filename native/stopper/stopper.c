@@ -10,7 +10,8 @@
  * line; stdout: replies); when the pipe closes, whatever the scanner was
  * doing, the stopper finishes the step it is in, lets every thread go with
  * its own registers and signal mask, kills the snapshot child and reaps it
- * through the target, then exits. It never writes the target's memory.
+ * through the target, then exits. It writes the target's memory only to
+ * put back the dead stack words a sigaltstack() query answered in.
  *
  * Commands and replies (errors: "err ERRNO message"):
  * Started as "unreachable-stopper PID SYSCALL_IP" (a syscall instruction
@@ -21,11 +22,14 @@
  *        a header (tid, sp, regs length, xstate length) and its regs and
  *        xstate, then NSIGNALS 64-bit sigvals. INJECT_TID 0: no thread can
  *        take the clone (REASON says why); release and copy instead.
+ *   signal-stacks -> "ok N UNREAD WHY..." then N records of struct
+ *     ur_signal_stack (each thread's sigaltstack, asked by an injected call;
+ *     UNREAD threads could not be asked, WHY says why)
  *   clone TID FLAGS -> "ok CHILD": the child is frozen, the target still
  *     stopped (a failed clone lets it go)
  *   release     -> "ok PAUSE_NS": the target runs
  *   close       -> "ok" (the child killed and reaped), and the stopper exits
- * UNREACHABLE_TEST_KILL_AT=clone|wait4 (tests only): with the injected
+ * UNREACHABLE_TEST_KILL_AT=sigaltstack|clone|wait4 (tests only): with the injected
  * registers in place, the stopper says "hold STEP" and waits for a line or
  * the end of the pipe before it goes on.
  */
@@ -47,19 +51,15 @@
 
 #include "pending_signals.h"
 #include "seccomp_check.h"
+#include "signal_stack_query.h"
+#include "syscall_inject.h"
 #include "thread_capture.h"
 
 #ifndef __x86_64__
 #error "the injected clone is written for x86-64"
 #endif
 
-/* The kernel's restart codes (include/linux/errno.h): never seen by user
- * space, only in a stopped thread's rax. */
-#define K_ERESTARTSYS 512
-#define K_ERESTARTNOINTR 513
-#define K_ERESTARTNOHAND 514
-#define K_ERESTART_RESTARTBLOCK 516
-#define STEP_NS 2000000000ull
+#define STEP_NS UR_INJECT_STEP_NS
 #define REAP_TRIES 50
 
 static struct ur_capture cap;
@@ -112,109 +112,6 @@ static void hold(const char *step) {
   char line[64];
   say("hold %s", step);
   get_line(line, sizeof(line));
-}
-
-/* A thread stopped inside an interrupted system call resumes through the
- * kernel's restart logic only on its way out of a signal stop; let go
- * from the injected call's syscall-exit-stop it would see the restart code
- * in rax. So the registers it gets back are the ones the kernel would
- * have given it: the call again (rip back over the 2-byte syscall
- * instruction), or restart_syscall, which resumes a sleep or a timed wait
- * from the thread's restart block (clone and wait4 leave it alone). No
- * signal is being delivered to the thread (one that was is never picked),
- * so ERESTARTSYS and ERESTARTNOHAND restart as with no handler. */
-static struct user_regs_struct as_resumed(struct user_regs_struct r) {
-  if ((long long)r.orig_rax < 0) return r;
-  switch (-(long long)r.rax) {
-  case K_ERESTARTSYS:
-  case K_ERESTARTNOINTR:
-  case K_ERESTARTNOHAND:
-    r.rax = r.orig_rax;
-    r.rip -= 2;
-    break;
-  case K_ERESTART_RESTARTBLOCK:
-    r.rax = SYS_restart_syscall;
-    r.rip -= 2;
-    break;
-  }
-  return r;
-}
-
-/* Run the system call nr(a...) in the stopped thread t, from the syscall
- * instruction at ip, with every signal blocked, and put its registers and
- * mask back. Returns the call's result (-errno from the call itself), or
- * sets *fail to the -errno of the injection. A clone's child, reported
- * by PTRACE_EVENT_CLONE, goes to *born. */
-static long inject(struct ur_thread *t, uint64_t ip, long nr, const uint64_t a[5],
-                   const char *step, pid_t *born, int *fail) {
-  pid_t tid = t->tid;
-  long result = 0;
-  struct user_regs_struct saved, r;
-  uint64_t oldmask = 0, all = ~UINT64_C(0);
-  *fail = 0;
-  if (ptrace(PTRACE_GETREGS, tid, NULL, &saved) < 0 ||
-      ptrace(PTRACE_GETSIGMASK, tid, (void *)sizeof(oldmask), &oldmask) < 0) {
-    *fail = -errno;
-    return 0;
-  }
-  long opts = PTRACE_O_TRACESYSGOOD | (born ? PTRACE_O_TRACECLONE : 0);
-  r = saved;
-  r.rip = ip;
-  r.rax = (unsigned long long)nr;
-  r.orig_rax = (unsigned long long)-1; /* no restart on the way to our call */
-  r.rdi = a[0], r.rsi = a[1], r.rdx = a[2], r.r10 = a[3], r.r8 = a[4];
-  if (ptrace(PTRACE_SETSIGMASK, tid, (void *)sizeof(all), &all) < 0 ||
-      ptrace(PTRACE_SETOPTIONS, tid, NULL, (void *)opts) < 0 ||
-      ptrace(PTRACE_SETREGS, tid, NULL, &r) < 0) {
-    *fail = -errno;
-    goto restore;
-  }
-  hold(step);
-  int syscall_stops = 0;
-  while (syscall_stops < 2) {
-    int status;
-    if (ptrace(PTRACE_SYSCALL, tid, NULL, NULL) < 0) {
-      *fail = -errno;
-      goto restore;
-    }
-    int w = ur_wait_stop(tid, &status, STEP_NS);
-    if (w == 0) {
-      /* Stuck in the call (D state): it is let go with its own registers
-       * only, so it is waited for as long as it takes to stop. */
-      ptrace(PTRACE_INTERRUPT, tid, NULL, NULL);
-      while ((w = ur_wait_stop(tid, &status, STEP_NS)) == 0) {
-      }
-      *fail = -ETIMEDOUT;
-    }
-    if (w != 1 || WIFEXITED(status) || WIFSIGNALED(status)) {
-      t->attached = false;
-      *fail = -ESRCH;
-      return 0;
-    }
-    if (*fail) goto restore;
-    int event = status >> 16;
-    if (WSTOPSIG(status) == (SIGTRAP | 0x80)) {
-      syscall_stops++;
-    } else if (event == PTRACE_EVENT_CLONE && born) {
-      unsigned long msg = 0;
-      ptrace(PTRACE_GETEVENTMSG, tid, NULL, &msg);
-      *born = (pid_t)msg;
-    } else if (event == 0 && !t->resume_sig) {
-      /* SIGSTOP (the rest are blocked): handed back when it is let go. */
-      t->resume_sig = WSTOPSIG(status);
-    }
-  }
-  if (ptrace(PTRACE_GETREGS, tid, NULL, &r) < 0) {
-    *fail = -errno;
-    goto restore;
-  }
-  result = (long)r.rax;
-restore:;
-  struct user_regs_struct back = as_resumed(saved);
-  if (ptrace(PTRACE_SETREGS, tid, NULL, &back) < 0 && !*fail) *fail = -errno;
-  ptrace(PTRACE_SETSIGMASK, tid, (void *)sizeof(oldmask), &oldmask);
-  ptrace(PTRACE_SETOPTIONS, tid, NULL, NULL);
-  return result;
 }
 
 static struct ur_thread *pick(void) {
@@ -311,6 +208,27 @@ static void cmd_stop(pid_t pid, const char *args) {
   free(sigvals);
 }
 
+/* Each thread's alternate signal stack (signal_stack_query.h), asked
+ * before the clone so the scratch words are back when the child copies
+ * them. */
+static void cmd_signal_stacks(uint64_t ip) {
+  if (!stopped || child) {
+    say("err %d bad signal-stacks command", EINVAL);
+    return;
+  }
+  struct ur_signal_stack *out = calloc(cap.n + 1, sizeof(*out));
+  if (!out) {
+    say("err %d out of memory", ENOMEM);
+    return;
+  }
+  size_t n = 0;
+  char why[160];
+  size_t unread = ur_query_signal_stacks(&cap, ip, hold, out, &n, why, sizeof(why));
+  say("ok %zu %zu %s", n, unread, why);
+  put(out, n * sizeof(*out));
+  free(out);
+}
+
 static void cmd_clone(uint64_t ip, const char *args) {
   unsigned long long flags;
   int tid;
@@ -323,7 +241,7 @@ static void cmd_clone(uint64_t ip, const char *args) {
   const uint64_t a[5] = {flags, 0, 0, 0, 0};
   pid_t born = 0;
   int fail;
-  long got = inject(t, ip, SYS_clone, a, "clone", &born, &fail);
+  long got = ur_inject_syscall(t, ip, SYS_clone, a, hold, "clone", &born, &fail);
   if (born > 0) {
     /* Ours to kill and reap whatever happens next. Auto-attached, it stops
      * before its first instruction. */
@@ -417,7 +335,7 @@ static int close_child(pid_t pid, uint64_t ip) {
     if (!t.resume_sig && !*filter_refuses(pid, tid, 0)) {
       const uint64_t a[5] = {(uint64_t)child, 0, __WALL | WNOHANG, 0, 0};
       int fail;
-      long got = inject(&t, ip, SYS_wait4, a, "wait4", NULL, &fail);
+      long got = ur_inject_syscall(&t, ip, SYS_wait4, a, hold, "wait4", NULL, &fail);
       if (!fail && (got == child || got == -ECHILD)) rc = 0;
       else if (!fail && got != 0) rc = (int)got;
     }
@@ -449,6 +367,8 @@ int main(int argc, char **argv) {
   while (get_line(line, sizeof(line))) {
     if (strncmp(line, "stop ", 5) == 0) {
       cmd_stop(pid, line + 5);
+    } else if (strcmp(line, "signal-stacks") == 0) {
+      cmd_signal_stacks(ip);
     } else if (strncmp(line, "clone ", 6) == 0) {
       cmd_clone(ip, line + 6);
     } else if (strcmp(line, "release") == 0) {

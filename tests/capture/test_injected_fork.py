@@ -173,11 +173,11 @@ def test_a_filter_that_would_kill_on_clone_is_never_given_one(targets, variant, 
     assert target.alive() and target.tracer() == 0 and _children(target.pid) == []
 
 
-@pytest.mark.parametrize("step", ["stopped", "clone", "child", "wait4"])
+@pytest.mark.parametrize("step", ["stopped", "sigaltstack", "clone", "child", "wait4"])
 def test_a_scanner_killed_at_any_step_leaves_the_target_as_found(targets, step):
-    """stopped: the target stopped by the stopper; clone and wait4: a
-    thread holding the injected call's registers; child: the frozen child
-    alive, the target running."""
+    """stopped: the target stopped by the stopper; sigaltstack, clone and
+    wait4: a thread holding the injected call's registers; child: the
+    frozen child alive, the target running."""
     target = _start(targets, "read")
     before = _registers(target.pid)[target.pid]
     env = dict(os.environ, UNREACHABLE_TEST_KILL_AT=step)

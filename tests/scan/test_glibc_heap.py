@@ -56,15 +56,9 @@ MMAPPED = {
 }
 
 
-# A malloc'ed signal stack only the kernel holds (sigaltstack) is found
-# through the shim's record of it alone (docs/glibc-heap.md: limits).
-NOT_WITHOUT_SHIM = {"signal_stack.c"}
-
-
 @pytest.mark.parametrize(
     "program",
-    [p for p in SCENARIOS if p not in NOT_WITHOUT_SHIM]
-    + ["arena_heap.c", "graph.c", "aligned_big.c", "split_mapping.c", "mapping_end.c"],
+    [*SCENARIOS, "arena_heap.c", "graph.c", "aligned_big.c", "split_mapping.c", "mapping_end.c"],
 )
 def test_scenario_without_shim(targets, program):
     target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scan.test_glibc_heap import EXPECTED, HEAP_SLACK, MMAPPED, NOT_WITHOUT_SHIM
+from tests.scan.test_glibc_heap import EXPECTED, HEAP_SLACK, MMAPPED
 from tests.scan.test_scenarios import SCENARIOS
 from tests.support.glibcs import SUITES, Glibc, glibc
 from tests.support.targets import Target, TargetFactory
@@ -24,7 +24,8 @@ from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.scan import ScanOptions, scan
 
 PROGRAMS = Path(__file__).parent / "programs"
-WITHOUT_SHIM = [p for p in SCENARIOS if p not in NOT_WITHOUT_SHIM] + [
+WITHOUT_SHIM = [
+    *SCENARIOS,
     "arena_heap.c",
     "graph.c",
     "aligned_big.c",

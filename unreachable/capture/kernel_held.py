@@ -1,5 +1,6 @@
 """Pointers only the kernel holds: the data of epoll registrations, the
-values of POSIX timers and of queued signals.
+values of POSIX timers and of queued signals, and, without the shim,
+the alternate signal stacks of its threads.
 
 An event loop may keep a connection object nowhere but in its epoll
 registration: epoll_ctl gets the pointer as event.data, epoll_wait hands it
@@ -33,6 +34,12 @@ pause through ptrace (native/scanner/pending_signals.c).
 
 Bytes written to a pipe or a unix socket and not yet read are read in the
 pause too (in_flight.py).
+
+A program may malloc a stack, install it with sigaltstack() and keep no
+pointer to it (Erlang's VM does, for each thread). The shim records each
+thread's (roots/signal_stacks.py); without it, the stopped threads are
+asked with an injected sigaltstack(NULL, &old) (signal_stacks.py), and
+each enabled stack's address is a root, as the shim's record is.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import struct
 from dataclasses import dataclass, field
 
 from unreachable.capture.in_flight import InFlight
+from unreachable.capture.signal_stacks import SignalStacks
 
 IN_PAUSE_MAX = 4096  # registrations read in the pause (~5 ms)
 
@@ -114,6 +122,9 @@ class KernelHeld:
     timers: bytes = b""  # /proc/PID/timers while stopped
     signals: bytes = b""  # queued signals' values while stopped, as words
     in_flight: InFlight = field(default_factory=InFlight)  # pipes' and sockets' bytes
+    # Without the shim: each thread's sigaltstack as the kernel answered it, as words
+    signal_stacks: bytes = b""
+    signal_stacks_note: str = ""  # why some threads' were not asked
 
     @classmethod
     def before_stop(cls, pid: int) -> KernelHeld:
@@ -121,6 +132,14 @@ class KernelHeld:
         fds = epoll_fds(pid, links)
         before = read_registrations(pid, fds) if fds else []
         return cls(pid, fds, before, _count(before), in_flight=InFlight.before_stop(pid, links))
+
+    def take_signal_stacks(self, asked: SignalStacks) -> None:
+        self.signal_stacks = asked.words()
+        self.signal_stacks_note = asked.note()
+
+    @property
+    def note(self) -> str:
+        return "; ".join(n for n in (self.in_flight.note, self.signal_stacks_note) if n)
 
     def read_in_pause(self, limit: int = IN_PAUSE_MAX) -> None:
         self.timers = read_timers(self.pid)

@@ -4,7 +4,8 @@ copy-on-write snapshot, in a session of its own so that it outlives the
 scanner (docs/glibc-heap.md, "The snapshot").
 
 Stopper(pid, syscall_ip) starts it; stop() stops every thread (running
-those inside malloc out of it), clone() makes the frozen child and leaves
+those inside malloc out of it), signal_stacks() asks each its sigaltstack,
+clone() makes the frozen child and leaves
 the target stopped (what the child lacks is read from it then), release()
 lets it go, close() kills the child and has the target reap it. Closing
 the pipe in any state (the scanner killed) makes the stopper put
@@ -21,10 +22,11 @@ import subprocess
 from dataclasses import dataclass
 
 from unreachable._paths import package_file
+from unreachable.capture.signal_stacks import RECORD, SignalStacks
 
 STOPPER_NAME = "unreachable-stopper"
 # Tests only: the step at which the scanner kills itself ("stopped",
-# "clone", "child", "wait4"); the stopper holds its injections there.
+# "sigaltstack", "clone", "child", "wait4"); the stopper holds its injections there.
 KILL_AT = "UNREACHABLE_TEST_KILL_AT"
 _THREAD = struct.Struct("<iiQII")  # tid, pad, sp, regs length, xstate length
 
@@ -106,6 +108,15 @@ class Stopper:
             t, _pad, sp, regs_len, xstate_len = _THREAD.unpack(self._read(_THREAD.size))
             threads.append((t, sp, self._read(regs_len), self._read(xstate_len)))
         return Stopped(left, threads, tid, " ".join(words[4:]), self._read(8 * nsig))
+
+    def signal_stacks(self, tids: frozenset[int] | None = None) -> SignalStacks:
+        """Each stopped thread's sigaltstack; tids: the threads of this stop,
+        when the scan's own stop comes later. Before clone(): the words the
+        answers were written to are back by then."""
+        words = self._ask("signal-stacks")
+        n, unread = int(words[0]), int(words[1])
+        records = self._read(n * RECORD.size)
+        return SignalStacks(records, unread, " ".join(words[2:]), tids)
 
     def clone(self, tid: int, flags: int) -> int:
         """The frozen child's pid; the target stays stopped until release()."""

@@ -76,13 +76,19 @@ def socket_data(held: KernelHeld | None, mappings: Sequence[Mapping]) -> RootVal
 
 
 def signal_stacks(
-    memory: Memory, altstacks: tuple[int, int] | None, threads: Sequence[CapturedThread]
+    memory: Memory,
+    altstacks: tuple[int, int] | None,
+    threads: Sequence[CapturedThread],
+    held: KernelHeld | None = None,
 ) -> RootValues:
-    """Live threads' sigaltstacks, from the shim's table (address, count)."""
+    """Live threads' sigaltstacks, from the shim's table (address, count),
+    or without the shim as the kernel answered for each stopped thread."""
+    asked = held.signal_stacks if held else b""
     if altstacks is None:
-        return _counted("signal stacks", b"")
+        return _counted("signal stacks", asked)
     table, count = altstacks
-    return _counted("signal stacks", altstack_words(memory, table, count, {t.tid for t in threads}))
+    tids = {t.tid for t in threads}
+    return _counted("signal stacks", altstack_words(memory, table, count, tids) + asked)
 
 
 def registers(threads: Sequence[CapturedThread], registry: Registry) -> list[RootValues]:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol, TypeVar
 
 from unreachable import _native
@@ -48,7 +49,9 @@ from unreachable.allocations.glibc_source import GlibcHeap
 from unreachable.capture.copy_snapshot import sync_ranges
 from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kernel_held import KernelHeld
+from unreachable.capture.signal_stacks import SignalStacks
 from unreachable.capture.stop_world import Capture, CapturedThread, stop_error
+from unreachable.capture.stopper import Stopper
 from unreachable.capture.target import command_line
 from unreachable.errors import (
     ScannerOutOfMemory,
@@ -62,6 +65,7 @@ from unreachable.process.status import check_scannable
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
 from unreachable.scan.plan import Plan, Retry
+from unreachable.scan.syscall_site import syscall_instruction
 
 RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped again
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
@@ -110,10 +114,12 @@ def _copy_threads() -> int:
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
-def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
+def _stop_and_copy(pid: int, libc: GlibcLibc, ip: int = 0) -> _Copied | str:
     """The process's memory as it was with every thread stopped, or why this
-    stop was no good (a thread inside malloc)."""
+    stop was no good (a thread inside malloc). ip: a syscall instruction
+    each thread is asked its sigaltstack from (0: none found, not asked)."""
     held = KernelHeld.before_stop(pid)
+    asked = _ask_signal_stacks(pid, ip)
     session = _native.Session(pid)
     copy: _native.MemoryCopy | None = None
     done: _Copied | None = None
@@ -136,6 +142,7 @@ def _stop_and_copy(pid: int, libc: GlibcLibc) -> _Copied | str:
         try:
             held.read_in_pause()
             held.signals = session.pending_signal_values()
+            held.take_signal_stacks(asked.of(t.tid for t in threads))
             mappings = read_maps(pid)
             tls = tls_offsets(pid, libc)
             copy = _native.MemoryCopy(pid)
@@ -163,6 +170,28 @@ class SnapshotLacksHeap(Exception):
     """A walk refused over a snapshot that lacks some of the process's
     memory (a frozen child: what the process keeps out of forks), which may
     be glibc's own: only a snapshot that has it all can tell."""
+
+
+def _ask_signal_stacks(pid: int, ip: int) -> SignalStacks:
+    """Each thread's sigaltstack, asked in a short stop of the stopper's
+    just before the copy's: run by this process's Session, an injected call
+    would leave a thread running the scanner's registers if the scanner died
+    in it, where the stopper finishes the call and puts them back."""
+    if not ip:
+        return SignalStacks(b"", -1, "no syscall instruction was found to ask them from")
+    try:
+        stopper = Stopper(pid, ip)
+    except OSError as e:
+        return SignalStacks(b"", -1, f"the stopper did not start: {e.strerror or e}")
+    try:
+        got = stopper.stop((0, 0), 0, 0)
+        asked = stopper.signal_stacks(frozenset(t[0] for t in got.threads))
+        stopper.release()
+    except OSError as e:
+        return SignalStacks(b"", -1, f"the stop to ask them failed: {e.strerror or e}")
+    finally:
+        stopper.close()
+    return asked
 
 
 def walked(
@@ -236,8 +265,10 @@ def whole_copy(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
     over it, then the stages every scan runs."""
     pid = facts.pid
     proc = check_scannable(pid).proc
-    libc = find_libc(proc, read_maps(proc))
-    got, allocs, stats = walked(proc, libc, _stop_and_copy)
+    mappings = read_maps(proc)
+    libc = find_libc(proc, mappings)
+    ip = syscall_instruction(proc, libc, mappings)
+    got, allocs, stats = walked(proc, libc, partial(_stop_and_copy, ip=ip))
     try:
         # Made in the pause and let go: the stages read the copy, as a
         # stopped scan's would read the target.

@@ -6,7 +6,8 @@ child lacks, not a copy of the heap.
 
 capture: the stopper (capture/stopper.py, native/stopper) stops every
 thread and runs those inside malloc out of it, as the whole copy does;
-the pointers the kernel holds are read, then one thread runs a raw
+the pointers the kernel holds are read (each thread's sigaltstack asked
+with an injected call, kernel_held.py), then one thread runs a raw
 clone(CLONE_FILES, exit signal 0) from a syscall instruction of the
 process's libc, its registers and signal mask put back as they were.
 Still stopped, the process's memory the child lacks or has wiped
@@ -43,20 +44,17 @@ from unreachable.capture.stopper import Stopper, kill_here, stopper_path
 from unreachable.errors import TargetUnscannable
 from unreachable.process.cgroup_memory import oom_victim_first
 from unreachable.process.maps import Mapping, parse_maps, read_maps, read_maps_text
-from unreachable.process.memory import Read, memory_reader, present_ranges
 from unreachable.process.status import check_scannable
 from unreachable.scan.captured import Captured
 from unreachable.scan.facts import Facts
 from unreachable.scan.glibc import RUN_OUT_ROUNDS, SnapshotLacksHeap, no_shim_captured, walked
 from unreachable.scan.plan import Plan, Retry
+from unreachable.scan.syscall_site import syscall_instruction
 
 # Shares the descriptor table: the child holds no descriptor of its own, so
 # a pipe or socket the target closes meanwhile is closed at once, not when
 # the child dies. Exit signal 0 (the low byte): its death sends no SIGCHLD.
 CLONE_FILES = 0x400
-SYSCALL = b"\x0f\x05"
-SEARCHED = 4 << 20  # bytes of executable code looked through for a syscall instruction
-PAGE = 4096
 
 
 class NoInjectedFork(Exception):
@@ -87,37 +85,6 @@ class _Forked:
             ) from None
         finally:
             self.held.close()
-
-
-def syscall_instruction(pid: int, libc: GlibcLibc, mappings: list[Mapping]) -> int:
-    """The address of a syscall instruction in the process's libc code, or
-    its vDSO: where the injected thread is pointed. Any two bytes 0f 05
-    decode as one from there, whatever instruction they belong to."""
-    path = libc.mapping.path
-    code = [m for m in mappings if m.executable and m.path == path]
-    code += [m for m in mappings if m.executable and m.path == "[vdso]"]
-    with memory_reader(pid) as read:
-        for m in code:
-            span = (m.start, min(m.end, m.start + SEARCHED))
-            # A page at a time, those the process maps already first: a page
-            # of code read through /proc is faulted into the target, and
-            # reading all of libc's text at once grew a server's RSS by the
-            # 744 KiB of it the server had never run.
-            for begin, end in [*present_ranges(pid, [span]), span]:
-                if (at := _find_syscall(read, begin, end)) is not None:
-                    return at
-    raise NoInjectedFork("no syscall instruction was found in its libc or vDSO")
-
-
-def _find_syscall(read: Read, begin: int, end: int) -> int | None:
-    for page in range(begin, end, PAGE):
-        try:
-            text = read(page, min(PAGE, end - page))
-        except OSError:
-            return None
-        if (at := text.find(SYSCALL)) >= 0:
-            return page + at
-    return None
 
 
 def _why_not() -> str:
@@ -169,6 +136,7 @@ def _stop_and_fork(pid: int, libc: GlibcLibc, ip: int, flags: ForkFlags) -> _For
         kill_here("stopped")
         held.read_in_pause()
         held.signals = got.signal_values
+        held.take_signal_stacks(stopper.signal_stacks())
         target_maps = read_maps_text(pid)
         tls = tls_offsets(pid, libc)
         try:
@@ -208,7 +176,8 @@ def injected_fork(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
     try:
         if why := _why_not():
             raise NoInjectedFork(why)
-        ip = syscall_instruction(proc, libc, mappings)
+        if not (ip := syscall_instruction(proc, libc, mappings)):
+            raise NoInjectedFork("no syscall instruction was found in its libc or vDSO")
         flags.make_room()  # its pages touched while the target runs
         take = partial(_stop_and_fork, ip=ip, flags=flags)
         got, allocs, stats = walked(proc, libc, take, _lacks)

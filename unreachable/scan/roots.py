@@ -78,7 +78,7 @@ def find_roots(
         sources.signal_values(held),
         sources.pipe_data(held, mappings),
         sources.socket_data(held, mappings),
-        sources.signal_stacks(memory, inputs.altstacks, threads),
+        sources.signal_stacks(memory, inputs.altstacks, threads, held),
         *sources.registers(threads, allocations.registry),
         sources.exited_threads_dtvs(ranges.dead_dtvs),
         sources.jit_code(memory, mappings, spans, inputs.kept_out),

@@ -208,7 +208,7 @@ def run_plan(
             planned.snapshot_note,
             held.snapshot_error,
             over_budget(options, held.pause_ms),
-            held.kernel_held.in_flight.note if held.kernel_held else "",
+            held.kernel_held.note if held.kernel_held else "",
         ),
         swept.sweep_note,
         held.hold_ms,

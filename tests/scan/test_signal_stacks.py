@@ -1,0 +1,89 @@
+"""A malloc'ed alternate signal stack only the kernel holds is in use
+without the shim too, in every snapshot mode: each stopped thread is asked
+with an injected sigaltstack() (native/scanner/signal_stack_query.c), as
+the shim records each call (docs/glibc-heap.md "Signal stacks").
+
+dropped_signal_stacks.c gives four threads a 13,504-byte stack each, as
+Erlang's VM does, drops every pointer to them, and leaks one 40-byte block.
+After the scan a signal still arrives on each thread's alternate stack, and
+the sleeping threads' interrupted calls go on."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from unreachable.scan import ScanOptions, scan
+
+PROGRAMS = Path(__file__).parent / "programs"
+HEAP_SLACK = 24  # a chunk's usable bytes beyond the request, at most
+BELOW = 512  # bytes read below each thread's SP: the red zone and the query's words
+
+
+def _sps(pid: int) -> dict[int, int]:
+    """Each thread's SP once every one sleeps in a call (/proc/PID/task/TID/syscall)."""
+    for _ in range(500):
+        sps = {}
+        for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+            with open(f"/proc/{pid}/task/{tid}/syscall") as f:
+                fields = f.read().split()
+            if len(fields) == 9:
+                sps[tid] = int(fields[7], 16)
+        if len(sps) == len(os.listdir(f"/proc/{pid}/task")):
+            return sps
+        time.sleep(0.01)
+    raise AssertionError("a thread never went to sleep")
+
+
+def _below_sps(pid: int) -> dict[int, bytes]:
+    """The bytes below each sleeping thread's SP."""
+    found = {}
+    with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for tid, sp in _sps(pid).items():
+            mem.seek(sp - BELOW)
+            found[tid] = mem.read(BELOW)
+    return found
+
+
+def _leaks(report) -> list[tuple[str, int]]:
+    return [(hex(e.address), e.size) for e in report.leaks]
+
+
+# The default is a copy-on-write child made by an injected clone; "stopped"
+# copies the whole heap while the process is stopped.
+@pytest.mark.parametrize(("snapshot", "made"), [("auto", "fork"), ("stopped", "stopped")])
+def test_dropped_signal_stacks_are_not_leaks_without_the_shim(targets, snapshot, made):
+    target = targets.start(PROGRAMS / "dropped_signal_stacks.c", preload=False, wait_helper=False)
+    before = _below_sps(target.pid)
+    for _ in range(2):  # a second scan finds the stacks the first put back
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert report.allocations == "glibc heap" and report.snapshot == made
+        assert report.leak_count == target.int("leak_count") == 1, _leaks(report)
+        assert 40 <= report.leak_bytes <= 40 + HEAP_SLACK
+        assert "signal stacks" not in report.snapshot_note, report.snapshot_note
+        assert target.alive() and target.tracer() == 0
+    # Asleep all along: the words the kernel answered in are put back.
+    assert _below_sps(target.pid) == before
+    target.send("signal")
+    assert target.read_line() == "on_altstack=4"
+    target.send("signal")
+    assert target.read_line() == "on_altstack=4"
+    assert target.state() in "SR"
+
+
+@pytest.mark.parametrize(("snapshot", "made"), [("auto", "fork"), ("stopped", "stopped")])
+def test_a_filter_refusing_sigaltstack_is_said_and_the_process_left_alone(targets, snapshot, made):
+    """A filter that kills on sigaltstack(): the threads are not asked, the
+    stacks are reported as before, and the note says why."""
+    target = targets.start(
+        PROGRAMS / "dropped_signal_stacks.c", "refuse", preload=False, wait_helper=False
+    )
+    report = scan(target.pid, ScanOptions(snapshot=snapshot))
+    assert report.snapshot == made
+    assert "signal stacks of 5 thread(s) were not read" in report.snapshot_note
+    assert "seccomp filter does not provably allow sigaltstack()" in report.snapshot_note
+    assert report.leak_count == 1 + 4, _leaks(report)
+    assert target.alive() and target.tracer() == 0
