@@ -294,20 +294,24 @@ static void table_remove(struct ur_pread_mem *m, uint64_t base) {
 /* A slot for base, entered in the table, its bytes not read yet. */
 static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
   struct ur_chunk *c;
+  int next = m->last && base == m->last->base + UR_CHUNK_SIZE;
   if (m->used_chunks < m->max_chunks) {
     c = &m->chunks[m->used_chunks];
     c->data = m->arena + m->used_chunks * UR_CHUNK_SIZE;
     c->fresh = 1;
     m->used_chunks++;
     update_room(m);
-  } else if (m->last && base == m->last->base + UR_CHUNK_SIZE) {
-    /* Full, and reading the chunk right after the one viewed last (the
-     * graph's pass, a live mark's reads, the roots): that slot, whose buffer
-     * was just written and read and is still in the CPU's cache, where the
-     * clock's pick was touched a cache's worth of chunks ago: the kernel's
-     * copy into it and the mark's reads of it are cheaper (docs/pause.md,
-     * "The whole scan's time"). A full cache keeps no view for a further
-     * call (room 0). */
+  } else if (next && m->last->streamed) {
+    /* Full, and reading on from a chunk itself entered from the one before
+     * it (the graph's pass, a live mark's reads, the roots): that slot,
+     * whose buffer was just written and read and is still in the CPU's
+     * cache, where the clock's pick was touched a cache's worth of chunks
+     * ago: the kernel's copy into it and the mark's reads of it are cheaper
+     * (docs/pause.md, "The whole scan's time"). Not from a chunk entered
+     * anywhere else: a builder taking another's share from the back reads
+     * a piece of it from that chunk across into the next, then goes back
+     * to the chunk for the piece before. A full cache keeps no view for a
+     * further call (room 0). */
     c = m->last;
     table_remove(m, c->base);
     c->fresh = 0;
@@ -323,6 +327,7 @@ static struct ur_chunk *reserve_chunk(struct ur_pread_mem *m, uint64_t base) {
     c->fresh = 0;
   }
   c->base = base;
+  c->streamed = next;
   c->referenced = 1;
   c->any_bad = 0;
   memset(c->bad, 0, sizeof(c->bad));

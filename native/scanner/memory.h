@@ -60,6 +60,9 @@ struct ur_chunk {
   int any_bad;
   int referenced;                         /* clock bit */
   int fresh;                              /* data never written since mapped: all zero */
+  /* Loaded right after the chunk viewed before it: a read moving forward
+   * through memory, which does not come back to the chunk before. */
+  int streamed;
 };
 
 struct ur_pread_mem {

@@ -51,8 +51,15 @@ def test_live_team_marks_as_one_thread_reading_each_piece_about_once(holder):
     )
     assert team["leaks"] == alone["leaks"]
     # One thread reads the 1 MiB pieces under the 32 MiB once (33 of them
-    # unless the mapping is aligned); the team at most one piece more per
-    # builder's share (where two shares meet), not every piece twice as when
-    # the graph's chunks were dealt to the builders in turn.
+    # unless the mapping is aligned). The team reads each piece once per
+    # stretch of graph chunks a reader takes in a row: each builder's own
+    # share from its front, and the one that finishes first the other's
+    # from its back. Those three stretches meet at two places, and only the
+    # piece at each meeting is read twice (by two readers, or by one that
+    # read a cache's worth in between): two pieces more however the threads
+    # are scheduled, as long as no reader evicts a piece it comes back to (a
+    # builder taking a share from the back crosses from a piece into the
+    # next, then returns: c/chunk_cache_test.c). Dealt to the builders in
+    # turn, the graph's chunks had every piece read twice.
     assert alone["bytes_read"] <= SIZE + (1 << 20)
     assert team["bytes_read"] <= alone["bytes_read"] + (2 << 20)

@@ -71,3 +71,16 @@ def test_read_runs() -> None:
         )
         == "ok read_runs"
     )
+
+
+def test_chunk_cache() -> None:
+    """The chunk cache's slot choice once full (c/chunk_cache_test.c): a
+    forward read reuses the slot of the chunk before; a read that entered a
+    chunk mid-way (a graph builder taking another's share from the back)
+    crosses into the next without evicting it, so no piece loads twice."""
+    assert (
+        run_scanner_c(
+            "chunk_cache_test", native_sources("scanner", "memory.c", "cow.c", "pin_gate.c")
+        )
+        == "ok chunk_cache"
+    )
