@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.cbuild import build
 from tests.support.plans import first_capture
-from tests.support.targets import wait_state
+from tests.support.targets import Target, wait_state
 from tests.support.tracking import (
     copy_unsupported,
     kill_scanner_while_tracking,
@@ -678,15 +678,7 @@ def test_memory_released_during_a_copy_on_write_scan_invents_no_leak(targets):
     done, so the bytes the snapshot had not saved are gone, and the scan is
     made again over a classic copy. Exactly the dropped blocks are reported
     every time, until a scan has met such an unmap (most do)."""
-    target = targets.start(HERE / "programs" / "unmapper.c")
-    notes: list[str] = []
-    while not any("had not saved; copied" in n for n in notes):
-        assert len(notes) < 30, set(notes)
-        report = scan(target.pid, ScanOptions(snapshot="copy"))
-        exact(target, report)
-        assert report.snapshot == "copy"
-        notes.append(report.snapshot_note)
-    wait_untracked(target.pid)
+    _exact_until_made_again(targets.start(HERE / "programs" / "unmapper.c"), at_least=1)
 
 
 def test_roots_released_during_a_copy_on_write_scan_invent_no_leak(targets):
@@ -695,9 +687,14 @@ def test_roots_released_during_a_copy_on_write_scan_invent_no_leak(targets):
     the time: a page that held memory at the stop, lost before it was
     saved, is a root the scan needed. It is made again over a classic copy,
     and exactly the dropped blocks are reported every time."""
-    target = targets.start(HERE / "programs" / "root_unmapper.c")
+    _exact_until_made_again(targets.start(HERE / "programs" / "root_unmapper.c"), at_least=4)
+
+
+def _exact_until_made_again(target: Target, at_least: int) -> None:
+    """Copy scans of target, each exact, until at least at_least were made
+    and one of them was made again over a classic copy (30 at most)."""
     notes: list[str] = []
-    while len(notes) < 4 or not any("had not saved; copied" in n for n in notes):
+    while len(notes) < at_least or not any("had not saved; copied" in n for n in notes):
         assert len(notes) < 30, set(notes)
         report = scan(target.pid, ScanOptions(snapshot="copy"))
         exact(target, report)

@@ -10,6 +10,7 @@ import re
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 
 # 600 connections to its own listening socket: 1,200 unix sockets.
 HOLDER = """
@@ -33,9 +34,14 @@ def _limit_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
 
-def test_a_target_with_more_sockets_than_the_scanner_may_open(tmp_path):
+def _scan_note(holder_source: str, preexec: Callable[[], None] | None = None) -> str:
+    """The snapshot note of a CLI scan of a Python process running
+    holder_source, which must stay alive through it."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", holder_source],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
@@ -44,18 +50,22 @@ def test_a_target_with_more_sockets_than_the_scanner_may_open(tmp_path):
             capture_output=True,
             text=True,
             timeout=300,
-            preexec_fn=_limit_files,
+            preexec_fn=preexec,
         )
         assert res.returncode in (0, 1), res.stderr
         assert holder.poll() is None
-        note = json.loads(res.stdout)["snapshot_note"]
-        unread = re.search(r"(\d+) of the target's pipe and unix socket descriptors not read", note)
-        assert unread, note
-        # 1,200 sockets, at most 1,024 - 256 descriptors to spare.
-        assert 1200 - (1024 - 256) <= int(unread.group(1)) < 1200, note
     finally:
         holder.kill()
         holder.wait(timeout=10)
+    return str(json.loads(res.stdout)["snapshot_note"])
+
+
+def test_a_target_with_more_sockets_than_the_scanner_may_open():
+    note = _scan_note(HOLDER, _limit_files)
+    unread = re.search(r"(\d+) of the target's pipe and unix socket descriptors not read", note)
+    assert unread, note
+    # 1,200 sockets, at most 1,024 - 256 descriptors to spare.
+    assert 1200 - (1024 - 256) <= int(unread.group(1)) < 1200, note
 
 
 # 72 pipes holding 1 MiB each: past the 64 MiB a scan reads of queues.
@@ -74,22 +84,6 @@ sys.stdin.read()
 
 
 def test_queues_past_the_bytes_a_scan_reads_are_counted():
-    holder = subprocess.Popen(
-        [sys.executable, "-c", FULL_PIPES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
-        res = subprocess.run(
-            [sys.executable, "-m", "unreachable.cli.main", "scan", str(holder.pid), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert res.returncode in (0, 1), res.stderr
-        assert holder.poll() is None
-    finally:
-        holder.kill()
-        holder.wait(timeout=10)
-    note = json.loads(res.stdout)["snapshot_note"]
+    note = _scan_note(FULL_PIPES)
     unread = re.search(r"(\d+) queues of pipes or unix sockets not read \(past 64 MiB", note)
     assert unread and 1 <= int(unread.group(1)) <= 72 - 64, note
