@@ -275,3 +275,22 @@ def test_link_inside_a_root_that_escapes_to_a_device(work_dir, waiters):
     frame = in_thread(lambda: sym.symbolize_pcs([w.pc])[0])
     assert frame.function == FUNCTION
     assert f"{debug}: not a regular file" in sym.note
+
+
+def test_a_file_swapped_after_its_headers_were_read_gives_no_sections(work_dir):
+    """The sections are read by path after the headers: a target's user
+    who puts another file there meanwhile (a rename over it) must not have
+    that file's symbols read as this one's."""
+    from unreachable.symbolize.elf_file import read_elf
+    from unreachable.symbolize.files import UnsafeFile
+
+    path = work_dir / "libswapped.so"
+    shutil.copy(build(WAITER), path)
+    image = read_elf(str(path))
+    names = [name for *_, name in image.function_symbols(".symtab")]
+    assert FUNCTION in names
+    other = work_dir / "other"
+    shutil.copy(build(LEAKER), other)
+    os.rename(other, path)
+    with pytest.raises(UnsafeFile, match="replaced or changed"):
+        image.function_symbols(".symtab")

@@ -20,9 +20,16 @@ from unreachable.symbolize.files import ANY_OWNER, FilePolicy, open_checked
 
 
 class LineTable:
-    def __init__(self, path: str, cache: ObjectCache, policy: FilePolicy = ANY_OWNER) -> None:
+    def __init__(
+        self,
+        path: str,
+        cache: ObjectCache,
+        policy: FilePolicy = ANY_OWNER,
+        identity: tuple[int, ...] = (),
+    ) -> None:
         self._path = path
         self._policy = policy
+        self._identity = identity  # the file's when its headers were read (open_checked)
         self._cache = cache
         self._file: Any = None
         self._dwarf: Any = None
@@ -36,7 +43,8 @@ class LineTable:
         if self._dwarf is None:
             from elftools.elf.elffile import ELFFile
 
-            self._file = open_checked(self._path, self._policy)  # kept open while in use
+            # kept open while in use
+            self._file = open_checked(self._path, self._policy, self._identity)
             self._dwarf = ELFFile(self._file).get_dwarf_info()
         return self._dwarf
 

@@ -14,7 +14,13 @@ import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from unreachable.symbolize.files import ANY_OWNER, MAX_SECTION_BYTES, FilePolicy, open_checked
+from unreachable.symbolize.files import (
+    ANY_OWNER,
+    MAX_SECTION_BYTES,
+    FilePolicy,
+    file_identity,
+    open_checked,
+)
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
@@ -107,7 +113,7 @@ class ElfImage:
     def read_section(self, sec: Section) -> bytes:
         if sec.type == SHT_NOBITS or not sec.size or sec.size > MAX_SECTION_BYTES:
             return b""
-        with open_checked(self.path, self.policy) as f:
+        with open_checked(self.path, self.policy, self.identity) as f:
             f.seek(sec.offset)
             data = f.read(sec.size)
         if sec.flags & SHF_COMPRESSED:
@@ -154,9 +160,8 @@ def _notes(data: bytes) -> list[tuple[int, bytes, bytes]]:
 
 
 def _identity(f: BinaryIO) -> tuple[int, ...]:
-    """The open file's (dev, ino, size, mtime_ns, ctime_ns): ElfImage.identity."""
-    st = os.fstat(f.fileno())
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    """The open file's identity (files.file_identity): ElfImage.identity."""
+    return file_identity(os.fstat(f.fileno()))
 
 
 def read_elf(path: str, policy: FilePolicy = ANY_OWNER) -> ElfImage:

@@ -79,11 +79,24 @@ def stat_checked(path: str, policy: FilePolicy = ANY_OWNER) -> os.stat_result:
     return st
 
 
-def open_checked(path: str, policy: FilePolicy = ANY_OWNER) -> BinaryIO:
-    """The file at `path` opened for reading, if it passes `policy` (OSError)."""
+def file_identity(st: os.stat_result) -> tuple[int, ...]:
+    """(dev, ino, size, mtime_ns, ctime_ns): which file, as it was then."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def open_checked(
+    path: str, policy: FilePolicy = ANY_OWNER, identity: tuple[int, ...] = ()
+) -> BinaryIO:
+    """The file at `path` opened for reading, if it passes `policy` (OSError).
+    identity: the file's when it was first read (file_identity); a file
+    replaced or written since is refused, so that a target's user cannot
+    swap it between the headers' read and a section's."""
     pinned = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
-        policy.check(path, os.fstat(pinned))
+        st = os.fstat(pinned)
+        policy.check(path, st)
+        if identity and file_identity(st) != identity:
+            raise UnsafeFile(f"{path}: replaced or changed since its headers were read")
         fd = os.open(f"/proc/self/fd/{pinned}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
     finally:
         os.close(pinned)

@@ -54,13 +54,15 @@ class SymbolObject:
         self.cache = ObjectCache(config.cache_dir, f"{key}-{variant}")
         self._symbols: ElfSymbols | None = None
         self._lines: LineTable | None = None
-        self._lines_source = (
-            self.debug.path
+        lines_image = (
+            self.debug.image
             if self.debug is not None and self.debug.image.has_dwarf_lines
-            else image.path
+            else image
             if image.has_dwarf_lines
-            else ""
+            else None
         )
+        self._lines_source = lines_image.path if lines_image is not None else ""
+        self._lines_identity = lines_image.identity if lines_image is not None else ()
         loaded = self.cache.load("resolved")
         self.resolved: dict[int, Resolved] = {}
         if isinstance(loaded, dict):
@@ -90,7 +92,9 @@ class SymbolObject:
         if not self._lines_source:
             return None
         if self._lines is None:
-            self._lines = LineTable(self._lines_source, self.cache, self.image.policy)
+            self._lines = LineTable(
+                self._lines_source, self.cache, self.image.policy, self._lines_identity
+            )
         return self._lines.lookup(vaddr)
 
     def lookup_raw(self, vaddr: int) -> tuple[str, int, str, int]:
