@@ -154,6 +154,13 @@ def _pack(ranges: Sequence[tuple[int, int]]) -> bytes:
     return _native.abi_encode_array("ur_range", ranges)
 
 
+def _merged_runs(listed: Sequence[bytes]) -> bytes:
+    """Runs of written pages listed at different times, as one sorted list
+    of disjoint runs."""
+    decoded = (_native.abi_decode_array("ur_range", runs) for runs in listed)
+    return _pack(_merge([(r["begin"], r["end"]) for runs in decoded for r in runs]))
+
+
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for b, e in sorted(ranges):
@@ -733,6 +740,10 @@ class _Rounds:
     # Takes the write tracking down (in the background, write_tracking.py
     # end_in_background): called once the last stop is released.
     end_tracking: Callable[[], object] | None = None
+    # The pages the probe listed (and protected again): the first mark may
+    # not read them all (a block allocated since the first stop is not in
+    # its registry), so the first round reads them with its own.
+    probed: list[bytes] = field(default_factory=list)
 
     def predict_ms(self, walk_s: float, nbytes: int) -> float:
         """The last stop, were it taken now: the first stop's length, the
@@ -761,17 +772,21 @@ class _Rounds:
         written in t, taking longer than t, the next reads at least as
         much. So if W(PROBE_S) takes longer than PROBE_S to read, and that
         read would make the last stop pass the bound, the mark gives way
-        now. Protecting the pages without reading them is sound: the mark
-        reads every page after this, and the rounds list what is written
-        after that."""
-        if self._listed() is None:
+        now. The pages it lists (written since the arming, protected
+        again) are kept for the first round: the first mark reads only the
+        blocks of the first stop's registry, and a block allocated since
+        may hold the only pointer to one of them."""
+        first = self._listed()
+        if first is None:
             return
+        self.probed.append(first[0])
         t0 = time.monotonic()
         time.sleep(PROBE_S)
         got = self._listed()
         if got is None:
             return
         runs, walk_s = got
+        self.probed.append(runs)
         spans = _native.abi_decode_array("ur_range", runs)
         written = sum(r["end"] - r["begin"] for r in spans)
         if written <= SMALL_ROUND:
@@ -801,10 +816,13 @@ class _Rounds:
         rescued = 0
         for i in range(MAX_ROUNDS):
             got = self._listed()
-            if got is None:
+            if got is None and not self.probed:
                 # Marks cannot be cleared: the stop reads all written since the start.
                 break
-            runs, walk_s = got
+            runs, walk_s = got if got is not None else (b"", 0.0)
+            if self.probed:
+                runs = _merged_runs([*self.probed, runs])
+                self.probed.clear()
             t1 = time.monotonic()
             page_bytes = _read_runs(self.pid, runs, self.threads)
             t2 = time.monotonic()
