@@ -24,6 +24,7 @@ from unreachable.capture.copy_snapshot import COPY_FROM_BYTES
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
 from unreachable.errors import TargetUnscannable
+from unreachable.model.report import ScanReport
 from unreachable.process.maps import read_maps
 from unreachable.process.status import thread_state
 from unreachable.scan import ScanOptions, concurrent, scan
@@ -63,16 +64,21 @@ def test_threads_moving_and_freeing_pointers_during_the_mark(targets, program):
         exact(target, report)
         assert report.snapshot == "concurrent"
     # As auto takes it, with a bound it never passes: the probe before the
-    # first mark protects the pages written so far without reading them.
-    options = ScanOptions()
-    facts = gather_facts(target.pid, options)
-    bounded = Plan("concurrent", give_way_ms=1e9, give_way_to="fork")
+    # first mark lists the pages written so far for the first round.
     for _ in range(3):
-        report = run_plans(facts, [bounded], options)
+        report = _probed_scan(target.pid)
         exact(target, report)
         assert report.snapshot == "concurrent"
     wait_untracked(target.pid)
     assert target.alive() and target.tracer() == 0
+
+
+def _probed_scan(pid: int) -> ScanReport:
+    """A concurrent scan as auto takes it, with a stop bound it never
+    passes: the probe before the first mark runs."""
+    options = ScanOptions()
+    bounded = Plan("concurrent", give_way_ms=1e9, give_way_to="fork")
+    return run_plans(gather_facts(pid, options), [bounded], options)
 
 
 def _spy_decodes(monkeypatch, pid: int) -> list[tuple[int, int]]:
@@ -840,13 +846,10 @@ def test_the_probe_keeps_the_pages_written_before_the_first_mark(targets):
     (and protected again) those pages. Their writes must reach the first
     round: no leak, with the probe and without."""
     target = targets.start(HERE / "programs" / "moved_at_arming.c")
-    options = ScanOptions()
-    facts = gather_facts(target.pid, options)
-    bounded = Plan("concurrent", give_way_ms=1e9, give_way_to="fork")
     # Before the probe's pages reached the first round: 1 leak (3,000
     # bytes) in 15 of 16 such scans; the mark without the probe: 0 of 16.
     for _ in range(8):
-        report = run_plans(facts, [bounded], options)
+        report = _probed_scan(target.pid)
         exact(target, report)
         assert report.snapshot == "concurrent"
         wait_untracked(target.pid)

@@ -4,15 +4,12 @@ mappings: counted in ioctls, with strace on the scanner."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.targets import TargetFactory
-from tests.support.tracking import copy_unsupported, wait_untracked
+from tests.support.tracking import strace_for_tracking, wait_untracked
 
 RESERVATION = Path(__file__).parent / "programs" / "rw_reservation.c"
 PIECE = 8 << 20  # write_protect.h UR_WALK_CHUNK
@@ -36,11 +33,7 @@ def test_a_read_write_reservation_is_armed_and_disarmed_in_few_calls(
     ioctls per 8 MiB (24,576 calls here, MariaDB's 8 TiB three million).
     Now the runs of pages are found first: a stretch without pages costs
     no protecting walk and one unregistering call."""
-    if why := copy_unsupported():
-        pytest.skip(why)
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("no strace to count the scanner's calls")
+    strace = strace_for_tracking("scanner's")
     target = targets.start(RESERVATION, "64")
     reserved = target.int("reserved")
     log = tmp_path / "ioctls"

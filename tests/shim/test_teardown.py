@@ -3,7 +3,6 @@ memory holds, not the size of its mappings (native/shim/write_tracking.c)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.targets import TargetFactory
-from tests.support.tracking import copy_unsupported, wait_untracked
+from tests.support.tracking import strace_for_tracking, wait_untracked
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
 
@@ -36,11 +35,7 @@ def test_a_read_write_reservation_is_unregistered_in_few_calls(targets: TargetFa
     time, two ioctls a piece (16,384 here; MariaDB's 8 TiB took 2.5 s).
     Now each stretch without pages is one call. Counted with strace on
     the helper thread, from the tracking's end to the helper's IDLE."""
-    if why := copy_unsupported():
-        pytest.skip(why)
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("no strace to count the helper's calls")
+    strace = strace_for_tracking("helper's")
     target = targets.start(RESERVATION, "64")
     reserved = target.int("reserved")
     opened = open_target(target.pid)

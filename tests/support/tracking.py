@@ -6,10 +6,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from unreachable import _native
 from unreachable.capture.target import open_target
@@ -65,6 +68,18 @@ _UFFD_USER_MODE_ONLY = 1
 _UFFD_API = 0xAA
 _UFFDIO_API = 0xC018AA3F  # _IOWR(0xAA, 0x3F, struct uffdio_api)
 _UFFD_FEATURE_WP_ASYNC = 1 << 15
+
+
+def strace_for_tracking(whose: str) -> str:
+    """strace's path, for a test that counts whose ioctls over a write
+    tracking; skips the test where this machine has no copy snapshots or
+    no strace."""
+    if why := copy_unsupported():
+        pytest.skip(why)
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip(f"no strace to count the {whose} calls")
+    return strace
 
 
 def copy_unsupported() -> str:
