@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "unreachable/linux_compat.h"
+#include "unreachable/write_protect.h"
 
 #define VEC 512
 
@@ -37,33 +37,24 @@ int ur_present_pages(int pagemap_fd, const uint64_t *in, size_t n, uint64_t **ou
   for (size_t i = 0; rc == 0 && i < n; i++) {
     uint64_t pos = in[2 * i] & ~(uint64_t)4095, end = in[2 * i + 1];
     while (rc == 0 && pos < end) {
-      struct pm_scan_arg a = {
-          .size = sizeof(a),
-          .start = pos,
-          .end = end,
-          .vec = (uint64_t)(uintptr_t)vec,
-          .vec_len = VEC,
-          .category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-          .return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-      };
-      long got = ioctl(pagemap_fd, PAGEMAP_SCAN, &a);
-      if (got < 0 && errno == EINTR) continue;
+      uint64_t walk_end;
+      int got = ur_pages_ahead(pagemap_fd, pos, end, vec, VEC, &walk_end);
       if (got < 0 && errno == EFAULT) { /* not the process's to walk: keep it all */
         rc = push(&p, pos > in[2 * i] ? pos : in[2 * i], end);
         break;
       }
+      if (got < 0 && errno == EIO) break; /* no progress: the rest of the range is gone */
       if (got < 0) {
         rc = -errno;
         break;
       }
-      for (long k = 0; rc == 0 && k < got; k++) {
+      for (int k = 0; rc == 0 && k < got; k++) {
         /* The ranges need not be page aligned (a root after a hole). */
         uint64_t b = vec[k].start < in[2 * i] ? in[2 * i] : vec[k].start;
         uint64_t e = vec[k].end > end ? end : vec[k].end;
         if (e > b) rc = push(&p, b, e);
       }
-      if (a.walk_end <= pos) break; /* no progress: the rest of the range is gone */
-      pos = a.walk_end;
+      pos = walk_end;
     }
   }
   if (rc < 0) {
