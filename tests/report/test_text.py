@@ -63,6 +63,13 @@ def test_summary_says_why_the_target_stayed_paused():
     assert stopped.endswith(f"scan 3.0 ms; swept stopped: {why})")
 
 
+def test_summary_gives_the_hold_beside_the_pause():
+    held = format_summary(make_report([], pause_ms=41.5, hold_ms=1.25))
+    assert "(pid 1, paused 41.50 ms (held 1.25 ms), scan 3.0 ms)" in held
+    # a scan that never stopped its target has no hold to give
+    assert "held" not in format_summary(make_report([], pause_ms=0.0))
+
+
 def test_summary_says_why_the_child_did_not_sweep():
     why = "the target's memory cgroup had 20 MiB left, and sweeping in the snapshot child ..."
     line = format_summary(make_report([], sweep_note=why))

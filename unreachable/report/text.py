@@ -110,6 +110,12 @@ def _allocations_line(report: ScanReport) -> list[str]:
     ]
 
 
+def _held(report: ScanReport) -> str:
+    # A pause far above its hold was threads slow to reach the stop, not the
+    # scan's work in it (docs/pause.md); a scan with no stop has neither.
+    return f" (held {report.hold_ms:.2f} ms)" if report.hold_ms > 0 else ""
+
+
 def format_summary(report: ScanReport) -> str:
     """One line for logs: libmemunreachable's closing summary plus timings,
     and why the scan fell back to the snapshot it took, or to sweeping it
@@ -125,6 +131,7 @@ def format_summary(report: ScanReport) -> str:
         f" allocation{_plural(report.leak_count)} unreachable out of"
         f" {report.allocation_bytes} bytes in {report.allocation_count}"
         f" allocation{_plural(report.allocation_count)}"
-        f" (pid {report.pid}, paused {report.pause_ms:.2f} ms, scan {report.scan_ms:.1f} ms"
+        f" (pid {report.pid}, paused {report.pause_ms:.2f} ms{_held(report)},"
+        f" scan {report.scan_ms:.1f} ms"
         f"{stopped})"
     )
