@@ -409,3 +409,21 @@ def test_a_global_without_a_symbol_is_named_by_its_address_in_the_object(targets
     assert root["kind"] == "global" and "symbol" not in root, root
     assert root["name"] == f"{exe}+{vaddr:#x} (no symbol)", root
     assert root["vaddr"] == vaddr, root
+
+
+def test_two_file_statics_of_one_name_are_told_apart(targets):
+    """Two source files' `static void *table` are two variables: retainers
+    gives each its own entry and why its own root, named with its address
+    in the object (readelf's), not two entries of one name."""
+    t = targets.start([PROGRAM.parent / "static_twice.c", PROGRAM.parent / "static_twice_other.c"])
+    exe = _exe(t)
+    held = {
+        r["name"]: r["retained_bytes"]
+        for r in retainers(t.pid, ScanOptions())["roots"]
+        if r.get("symbol", "").startswith("table")
+    }
+    assert len(held) == 2 and sorted(held.values()) == [100, 200], held
+    roots = [why(t.pid, t.int(b), ScanOptions())["root"] for b in ("block", "other")]
+    assert roots[0]["region"] != roots[1]["region"], roots
+    for root, size in zip(roots, (100, 200), strict=True):
+        assert held[root["region"]] == size and root["region"].endswith(f" in {exe}"), root

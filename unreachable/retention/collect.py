@@ -21,6 +21,7 @@ import errno
 import os
 import re
 from array import array
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -491,8 +492,11 @@ def _special_intervals(
     shown = demangle_all({n for _, symbols in loaded for n in symbols.names if n[:2] == "_Z"})
     for load, symbols in loaded:
         bias = load.bias
+        # File-static variables of one name in several source files (HotSpot
+        # has two _local_table) are told apart by their address in the object.
+        twice = {n for n, k in Counter(symbols.names).items() if k > 1}
         for start, end, name in zip(symbols.starts, symbols.ends, symbols.names, strict=True):
-            symbol = shown.get(name, name)
+            symbol = shown.get(name, name) + (f" (+{start:#x})" if name in twice else "")
             rid = labels.region(
                 ("global", load.object, name, start + bias),
                 RootRegion(
