@@ -20,18 +20,77 @@
 
 /* Bucket entries needed with 2^shift-byte buckets (a bucket shared by the
  * end of one allocation and the start of the next counts once), leaving out
- * the blocks the page index answers for (skip). */
-static uint64_t count_buckets(const struct ur_alloc_index *w, unsigned shift,
-                              const uint8_t *skip) {
+ * the blocks the page index answers for (skip). sizes is a constant where
+ * this is inlined (count_buckets): ur_block_reach's test for usable sizes
+ * leaves the loop. */
+static inline __attribute__((always_inline)) uint64_t count_buckets_as(
+    const struct ur_alloc_index *w, unsigned shift, const uint8_t *skip, enum ur_sizes sizes) {
   uint64_t total = 0, last = UINT64_MAX;
   for (size_t i = 0; i < w->n; i++) {
     if (skip[i]) continue;
     uint64_t first = ur_block_begin(w->pairs, i) >> shift;
-    uint64_t final = (ur_block_reach(w->pairs, i, w->sizes) - 1) >> shift;
+    uint64_t final = (ur_block_reach(w->pairs, i, sizes) - 1) >> shift;
     total += final - first + (first != last);
     last = final;
   }
   return total;
+}
+
+static uint64_t count_buckets(const struct ur_alloc_index *w, unsigned shift,
+                              const uint8_t *skip) {
+  return w->sizes == UR_SIZES_USABLE ? count_buckets_as(w, shift, skip, UR_SIZES_USABLE)
+                                     : count_buckets_as(w, shift, skip, UR_SIZES_REQUESTED);
+}
+
+/* The smallest shift from 8 to 40 whose buckets number at most limit (else
+ * 40), and their count. The blocks are sorted and apart, so the count is
+ * that of the distinct buckets they touch, and one shift more at least
+ * halves it: from count C at a shift, no shift less than log2(C / limit)
+ * more can do, and those are not counted (the heap of 16-1040 B blocks
+ * went from five passes over its blocks to two). */
+static unsigned bucket_shift(struct ur_alloc_index *w, const uint8_t *skip, uint64_t limit,
+                             uint64_t *count) {
+  unsigned shift = 8;
+  *count = count_buckets(w, shift, skip);
+  w->bucket_passes = 1;
+  while (*count > limit && shift < 40) {
+    unsigned more = 1;
+    while (more < 32 && (*count >> more) > limit) more++;
+    shift = shift + more < 40 ? shift + more : 40;
+    *count = count_buckets(w, shift, skip);
+    w->bucket_passes++;
+  }
+  return shift;
+}
+
+/* The buckets' entries (build_buckets), sizes a constant as in count_buckets_as. */
+static inline __attribute__((always_inline)) void fill_buckets_as(
+    const struct ur_alloc_index *w, const uint8_t *skip, struct ur_bucket *t, uint64_t mask,
+    unsigned shift, enum ur_sizes sizes) {
+  struct ur_bucket *cur = NULL;
+  /* A bucket's run of indices may span blocks left out: a search only
+   * steps over them. Each new bucket is a probe of a random slot, a cache
+   * miss: the slot of the block PREFETCH_AHEAD on is loaded meanwhile. */
+  for (size_t i = 0; i < w->n; i++) {
+    if (i + PREFETCH_AHEAD < w->n && !skip[i + PREFETCH_AHEAD])
+      __builtin_prefetch(
+          &t[ur_bucket_hash((ur_block_begin(w->pairs, i + PREFETCH_AHEAD) >> shift) + 1) & mask],
+          1);
+    if (skip[i]) continue;
+    uint64_t first = ur_block_begin(w->pairs, i) >> shift;
+    uint64_t final = (ur_block_reach(w->pairs, i, sizes) - 1) >> shift;
+    for (uint64_t b = first;; b++) {
+      if (cur && cur->key == b + 1) {
+        cur->hi = (uint32_t)i + 1;
+      } else {
+        uint64_t j = ur_bucket_hash(b + 1) & mask;
+        while (t[j].key) j = (j + 1) & mask;
+        cur = &t[j];
+        *cur = (struct ur_bucket){b + 1, (uint32_t)i, (uint32_t)i + 1};
+      }
+      if (b == final) break;
+    }
+  }
 }
 
 /* The buckets, for the blocks the run and page indexes do not answer for: a
@@ -49,39 +108,17 @@ static void build_buckets(struct ur_alloc_index *w) {
    * small blocks). The search inside a bucket then steps over a few
    * neighbouring begins, which share a cache line or two. Huge allocations
    * push the buckets up (one entry per bucket they span). */
-  unsigned shift = 8;
-  uint64_t limit = (uint64_t)w->n / BUCKET_ALLOCS_PER_ENTRY + 4096;
-  uint64_t count = count_buckets(w, shift, skip);
-  while (count > limit && shift < 40) count = count_buckets(w, ++shift, skip);
+  uint64_t limit = (uint64_t)w->n / BUCKET_ALLOCS_PER_ENTRY + 4096, count;
+  unsigned shift = bucket_shift(w, skip, limit, &count);
   uint64_t size = 1;
   while (count <= limit && 2 * size < 3 * count) size <<= 1;
   struct ur_bucket *t = count <= limit ? ur_big_calloc(size, sizeof(*t)) : NULL;
   if (!t) goto out; /* binary search still works */
   uint64_t mask = size - 1;
-  struct ur_bucket *cur = NULL;
-  /* A bucket's run of indices may span blocks left out: a search only
-   * steps over them. Each new bucket is a probe of a random slot, a cache
-   * miss: the slot of the block PREFETCH_AHEAD on is loaded meanwhile. */
-  for (size_t i = 0; i < w->n; i++) {
-    if (i + PREFETCH_AHEAD < w->n && !skip[i + PREFETCH_AHEAD])
-      __builtin_prefetch(
-          &t[ur_bucket_hash((ur_block_begin(w->pairs, i + PREFETCH_AHEAD) >> shift) + 1) & mask],
-          1);
-    if (skip[i]) continue;
-    uint64_t first = ur_block_begin(w->pairs, i) >> shift;
-    uint64_t final = (ur_block_reach(w->pairs, i, w->sizes) - 1) >> shift;
-    for (uint64_t b = first;; b++) {
-      if (cur && cur->key == b + 1) {
-        cur->hi = (uint32_t)i + 1;
-      } else {
-        uint64_t j = ur_bucket_hash(b + 1) & mask;
-        while (t[j].key) j = (j + 1) & mask;
-        cur = &t[j];
-        *cur = (struct ur_bucket){b + 1, (uint32_t)i, (uint32_t)i + 1};
-      }
-      if (b == final) break;
-    }
-  }
+  if (w->sizes == UR_SIZES_USABLE)
+    fill_buckets_as(w, skip, t, mask, shift, UR_SIZES_USABLE);
+  else
+    fill_buckets_as(w, skip, t, mask, shift, UR_SIZES_REQUESTED);
   w->buckets = t;
   w->bucket_mask = mask;
   w->bucket_shift = shift;

@@ -36,6 +36,7 @@ struct ur_alloc_index {
   struct ur_bucket *buckets;  /* NULL: plain binary search */
   uint64_t bucket_mask;
   unsigned bucket_shift;
+  unsigned bucket_passes; /* passes over the blocks that chose bucket_shift */
 };
 
 struct ur_bucket {

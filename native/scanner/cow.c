@@ -61,22 +61,28 @@ static int grow(struct ur_cow *c) {
   return 0;
 }
 
-static uint8_t *page_buffer(struct ur_cow *c) {
-  if (c->slab_left < PAGE) {
-    if (c->held + SLAB > c->limit) return NULL;
-    void **s = realloc(c->slabs, (c->nslabs + 1) * sizeof(*s));
-    if (!s) return NULL;
-    c->slabs = s;
-    void *m = mmap(NULL, SLAB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return NULL;
-    c->slabs[c->nslabs++] = m;
-    c->slab = m;
-    c->slab_left = SLAB;
-    c->held += SLAB;
-  }
+/* Room for at least a page in the current slab (a new slab if not). 0, or
+ * -1 when the snapshot's limit is reached. */
+static int slab_room(struct ur_cow *c) {
+  if (c->slab_left >= PAGE) return 0;
+  if (c->held + SLAB > c->limit) return -1;
+  void **s = realloc(c->slabs, (c->nslabs + 1) * sizeof(*s));
+  if (!s) return -1;
+  c->slabs = s;
+  void *m = mmap(NULL, SLAB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return -1;
+  c->slabs[c->nslabs++] = m;
+  c->slab = m;
+  c->slab_left = SLAB;
+  c->held += SLAB;
+  return 0;
+}
+
+/* The next len bytes of the slab (slab_room first; len <= slab_left). */
+static uint8_t *slab_take(struct ur_cow *c, uint64_t len) {
   uint8_t *p = c->slab;
-  c->slab += PAGE;
-  c->slab_left -= PAGE;
+  c->slab += len;
+  c->slab_left -= len;
   return p;
 }
 
@@ -96,34 +102,69 @@ static void give_up(struct ur_cow *c) {
     unprotect(c, c->ranges[2 * i], c->ranges[2 * i + 1] - c->ranges[2 * i]);
 }
 
-/* The page's bytes now, saved unless saved already. 0, or -1 when no room. */
-static int keep(struct ur_cow *c, uint64_t page) {
+static int saved_already(struct ur_cow *c, uint64_t page) {
   pthread_mutex_lock(&c->lock);
   int have = lookup(c, page) != NULL;
   pthread_mutex_unlock(&c->lock);
-  if (have) return 0;
-  uint8_t *buf = page_buffer(c);
-  if (!buf) return -1;
-  ssize_t r = pread(c->memfd, buf, PAGE, (off_t)page);
-  if (r < (ssize_t)PAGE) memset(buf + (r > 0 ? r : 0), 0, PAGE - (size_t)(r > 0 ? r : 0));
+  return have;
+}
+
+/* Enter the saved pages [page, page + len) held at buf. 0, or -1 when no room. */
+static int enter(struct ur_cow *c, uint64_t page, uint8_t *buf, uint64_t len) {
   pthread_mutex_lock(&c->lock);
-  if ((c->n + 1) * 2 > c->cap && grow(c) < 0) {
-    pthread_mutex_unlock(&c->lock);
-    return -1;
+  for (uint64_t off = 0; off < len; off += PAGE) {
+    if ((c->n + 1) * 2 > c->cap && grow(c) < 0) {
+      pthread_mutex_unlock(&c->lock);
+      return -1;
+    }
+    size_t i = slot(page + off, c->cap - 1);
+    while (c->keys[i]) i = (i + 1) & (c->cap - 1);
+    c->vals[i] = buf + off;
+    c->keys[i] = page + off + 1;
+    __atomic_store_n(&c->n, c->n + 1, __ATOMIC_RELEASE);
   }
-  size_t i = slot(page, c->cap - 1);
-  while (c->keys[i]) i = (i + 1) & (c->cap - 1);
-  c->vals[i] = buf;
-  c->keys[i] = page + 1;
-  __atomic_store_n(&c->n, c->n + 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&c->lock);
   return 0;
 }
 
+/* Read [page, page + len) into buf, what a page cannot give as zeros: one
+ * read for the run, then page by page from the first page it fell short
+ * in, so that an unreadable page costs only itself. Returns the reads. */
+static unsigned read_pages(struct ur_cow *c, uint64_t page, uint8_t *buf, uint64_t len) {
+  unsigned reads = 1;
+  ssize_t r = pread(c->memfd, buf, len, (off_t)page);
+  uint64_t off = r > 0 ? (uint64_t)r & ~(uint64_t)(PAGE - 1) : 0;
+  for (; off < len; off += PAGE, reads++) {
+    r = pread(c->memfd, buf + off, PAGE, (off_t)(page + off));
+    if (r < (ssize_t)PAGE) memset(buf + off + (r > 0 ? r : 0), 0, PAGE - (size_t)(r > 0 ? r : 0));
+  }
+  return reads;
+}
+
+/* The page's bytes now, saved unless saved already. 0, or -1 when no room. */
+static int keep(struct ur_cow *c, uint64_t page) {
+  if (saved_already(c, page)) return 0;
+  if (slab_room(c) < 0) return -1;
+  uint8_t *buf = slab_take(c, PAGE);
+  read_pages(c, page, buf, PAGE);
+  return enter(c, page, buf, PAGE);
+}
+
+/* The pages of the pairs not saved yet, a run of them at a time: one read
+ * per run that fits the slab (a read per page took ~150 reads of the
+ * shim's own memory and the helper's stack inside the pause). */
 int ur_cow_save(struct ur_cow *c, const uint64_t *pairs, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    for (uint64_t p = pairs[2 * i]; p < pairs[2 * i + 1]; p += PAGE)
-      if (keep(c, p) < 0) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    for (uint64_t p = pairs[2 * i], e = pairs[2 * i + 1], q; p < e; p = q) {
+      q = p + PAGE;
+      if (saved_already(c, p)) continue;
+      if (slab_room(c) < 0) return -ENOMEM;
+      while (q < e && q - p < c->slab_left && !saved_already(c, q)) q += PAGE;
+      uint8_t *buf = slab_take(c, q - p);
+      c->save_reads += read_pages(c, p, buf, q - p);
+      if (enter(c, p, buf, q - p) < 0) return -ENOMEM;
+    }
+  }
   return 0;
 }
 

@@ -61,6 +61,7 @@ struct ur_cow {
   size_t nlost, lost_cap;
   int lost_unrecorded;   /* some loss is not in lost_runs: all of it matters */
   uint64_t present_ns;   /* the walks of the pagemap (the target running) */
+  uint64_t save_reads;   /* reads of the target's memory by ur_cow_save (in the pause) */
 };
 
 /* 0 or -errno. Takes uffd (closed by ur_cow_close). */

@@ -322,7 +322,7 @@ static PyObject *copy_get_pid(MemoryCopy *c, void *Py_UNUSED(closure)) {
 
 static PyObject *copy_get_stats(MemoryCopy *c, void *Py_UNUSED(closure)) {
   if (c->cow)
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_lost",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "bytes_lost",
                          (unsigned long long)__atomic_load_n(&c->cow->lost, __ATOMIC_ACQUIRE),
                          "pages_saved", (unsigned long long)c->cow->n,
                          "faults", (unsigned long long)c->cow->faults, "bytes_held",
@@ -332,7 +332,8 @@ static PyObject *copy_get_stats(MemoryCopy *c, void *Py_UNUSED(closure)) {
                          (unsigned long long)c->cow->ndirty, "seal_saved",
                          (unsigned long long)c->cow->seal_saved, "dirty_faults",
                          (unsigned long long)c->cow->dirty_faults, "present_ns",
-                         (unsigned long long)c->cow->present_ns, "lost_unrecorded",
+                         (unsigned long long)c->cow->present_ns, "save_reads",
+                         (unsigned long long)c->cow->save_reads, "lost_unrecorded",
                          (unsigned long long)__atomic_load_n(&c->cow->lost_unrecorded,
                                                              __ATOMIC_ACQUIRE));
   return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "pages_read",

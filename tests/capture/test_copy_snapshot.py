@@ -190,6 +190,23 @@ def test_pages_written_during_the_protection_are_saved_by_the_stop(targets):
     wait_untracked(pid)
 
 
+def test_the_stop_saves_what_it_leaves_unprotected_a_run_of_pages_at_a_time(targets):
+    """The shim's own memory and the helper's stack (some 150 pages, the
+    target stopped) and the file-private pages the kernel would not
+    register are read a run of pages at a time, not a page at a time."""
+    target = targets.start(HERE / "programs" / "writer.c")
+    with first_capture(target.pid, "copy") as (capture, _):
+        assert capture.snapshot == "copy" and capture.copy is not None
+        opened = open_target(target.pid)
+        _, saved = _cow_ranges(opened, capture.mappings, _helper_stack(opened))
+        stats = capture.copy.stats
+    pairs = list(struct.iter_unpack("<QQ", saved))
+    pages = sum((e - b) >> 12 for b, e in pairs)
+    assert pages >= 32, pairs
+    assert 0 < stats["save_reads"] * 4 < pages, (stats, pages)
+    wait_untracked(target.pid)
+
+
 @pytest.mark.parametrize("spare", [1, 2])
 def test_the_copy_ends_beside_the_scan_only_with_a_core_to_spare(targets, spare):
     """The copy's end (unregistering, a walk of the target's page tables,

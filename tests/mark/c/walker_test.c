@@ -1386,6 +1386,64 @@ static void t_graph_budget(void) {
   result_free(&small);
 }
 
+/* Buckets touched by the blocks the run and page indexes leave to them,
+ * counted at one shift: the reference for the bucket size. */
+static uint64_t buckets_slowly(const struct ur_alloc_index *ix, const uint8_t *skip,
+                               unsigned shift) {
+  uint64_t total = 0, last = UINT64_MAX;
+  for (size_t i = 0; i < ix->n; i++) {
+    if (skip[i]) continue;
+    uint64_t b = ix->pairs[2 * i], first = b >> shift;
+    uint64_t final = (b + ix->pairs[2 * i + 1]) >> shift; /* one past the end reaches */
+    total += final - first + (first != last);
+    last = final;
+  }
+  return total;
+}
+
+/* The buckets' size is the smallest from 2^8 bytes whose buckets number at
+ * most a quarter of the blocks and 4096 more, as counting every size in
+ * turn finds it; in fewer passes over the blocks than that takes. */
+static void bucket_case(const uint64_t *a, size_t n) {
+  struct ur_mem m = {0};
+  struct ur_walker w;
+  CHECK_EQ(ur_walker_init(&w, &m, a, n, UR_SIZES_REQUESTED), 0);
+  static uint8_t skip[40000];
+  CHECK(w.index.n <= sizeof skip);
+  ur_page_index_answered(&w.index.pages, &w.index.runs, w.index.pairs, w.index.n, skip);
+  ur_run_index_answered(&w.index.runs, w.index.pairs, skip);
+  uint64_t limit = w.index.n / 4 + 4096;
+  unsigned shift = 8;
+  while (buckets_slowly(&w.index, skip, shift) > limit && shift < 40) shift++;
+  CHECK(w.index.buckets != NULL);
+  CHECK_EQ(w.index.bucket_shift, shift);
+  CHECK(shift > 9);
+  CHECK(w.index.bucket_passes < shift - 8 + 1);
+  for (size_t i = 0; i < n; i += 97) CHECK_EQ(ur_walker_find(&w, a[2 * i] + 1), (ssize_t)i);
+  ur_walker_free(&w);
+}
+
+static void t_bucket_shift(void) {
+  static uint64_t a[2 * 40000];
+  /* Small blocks 64 KiB apart: each its own bucket up to 2^16 bytes. */
+  for (size_t i = 0; i < 20000; i++) {
+    a[2 * i] = 0x10000000 + i * 65536 + 16 * (i % 5);
+    a[2 * i + 1] = 16 + 8 * (i % 7);
+  }
+  bucket_case(a, 20000);
+  /* A heap of 16-1040 B blocks (log-uniform) side by side, as
+   * bench/peer_lsan_bench.py's. */
+  uint64_t at = 0x20000000;
+  for (size_t i = 0; i < 40000; i++) {
+    uint64_t size = 16 << (rnd() % 7);
+    size += rnd() % size;
+    a[2 * i] = at;
+    a[2 * i + 1] = size;
+    at += (size + 16 + 15) & ~UINT64_C(15);
+  }
+  bucket_case(a, 40000);
+}
+
 struct test {
   const char *name;
   void (*fn)(void);
@@ -1431,6 +1489,7 @@ static const struct test tests[] = {
     {"run_sweep", t_run_sweep},
     {"graph_budget", t_graph_budget},
     {"usable_end", t_usable_end},
+    {"bucket_shift", t_bucket_shift},
 };
 
 int main(int argc, char **argv) {
