@@ -216,24 +216,53 @@ static void run_reads(const struct ur_pread_mem *m, const struct read_run *runs,
   ur_mem_parallel(threads, read_part, jobs, sizeof jobs[0]);
 }
 
-/* The anonymous ranges: where a chunk the cache does not hold was absent. */
+/* The zero ranges of an earlier sync that meet none of this sync's ranges
+ * (span: its (begin, end) pairs, sorted), after the k in out, merged in
+ * order with them. Returns the new count. */
+static size_t keep_others(const struct ur_pread_mem *m, const uint64_t *span, size_t n,
+                          uint64_t *out, size_t k, uint64_t *merged) {
+  size_t s = 0, a = 0, t = 0;
+  for (size_t j = 0; j < m->n_zero_ranges; j++) {
+    uint64_t b = m->zero_ranges[2 * j], e = m->zero_ranges[2 * j + 1];
+    while (s < n && span[2 * s + 1] <= b) s++;
+    int met = 0; /* spans may overlap one another: any of those beginning before e */
+    for (size_t q = s; q < n && span[2 * q] < e && !met; q++) met = span[2 * q + 1] > b;
+    if (met) continue; /* this sync decides there */
+    for (; a < k && out[2 * a] < b; a++, t++) memcpy(&merged[2 * t], &out[2 * a], 16);
+    merged[2 * t] = b;
+    merged[2 * t + 1] = e;
+    t++;
+  }
+  for (; a < k; a++, t++) memcpy(&merged[2 * t], &out[2 * a], 16);
+  return t;
+}
+
+/* The anonymous ranges: where a chunk the cache does not hold was absent.
+ * A sync of some of the mappings (the classic copy's shared memory, read
+ * after its stop) says nothing of the others: their zero ranges stay. */
 static int set_zero_ranges(struct ur_pread_mem *m, const struct ur_sync_range *ranges, size_t n) {
-  uint64_t *pairs = malloc((n ? n : 1) * 2 * sizeof(uint64_t));
-  if (!pairs) return -ENOMEM;
+  size_t cap = n + m->n_zero_ranges + 1;
+  uint64_t *pairs = malloc(cap * 2 * sizeof(uint64_t)), *span = malloc(cap * 2 * sizeof(uint64_t));
+  uint64_t *merged = malloc(cap * 2 * sizeof(uint64_t));
+  int rc = pairs && span && merged ? 0 : -ENOMEM;
   size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    span[2 * i] = ranges[i].begin;
+    span[2 * i + 1] = ranges[i].end;
     if (!(ranges[i].flags & UR_SYNC_ANON) || ranges[i].end <= ranges[i].begin) continue;
     if (ranges[i].flags & UR_SYNC_HELD) continue; /* not all of it is the copy's */
-    if (k && ranges[i].begin < pairs[2 * k - 1]) { /* the maps come sorted; anything else is refused */
-      free(pairs);
-      return -EINVAL;
-    }
-    pairs[2 * k] = ranges[i].begin;
+    if (k && ranges[i].begin < pairs[2 * k - 1]) rc = -EINVAL; /* the maps come sorted; */
+    pairs[2 * k] = ranges[i].begin;                            /* anything else is refused */
     pairs[2 * k + 1] = ranges[i].end;
     k++;
   }
-  int rc = ur_mem_set_zero_ranges(m, pairs, k);
+  if (rc == 0) {
+    qsort(span, n, 2 * sizeof(uint64_t), ur_by_first_u64);
+    rc = ur_mem_set_zero_ranges(m, merged, keep_others(m, span, n, pairs, k, merged));
+  }
   free(pairs);
+  free(span);
+  free(merged);
   return rc;
 }
 

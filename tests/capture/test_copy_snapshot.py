@@ -771,3 +771,19 @@ def test_thread_stacks_released_during_a_copy_on_write_scan_keep_the_snapshot(ta
         exact(target, report)
         assert (report.snapshot, report.snapshot_note) == ("copy", "")
     wait_untracked(target.pid)
+
+
+def test_the_classic_copy_reads_untouched_private_memory_as_zero(targets):
+    """A big block whose middle pages the program never wrote (R's vectors):
+    absent when copied, so no chunk of the copy holds them; they read as
+    zero because they lie in anonymous private memory. Reading the shared
+    memory after the stop took that knowledge away (the sweep failed with
+    EFAULT, `sweep failed`)."""
+    target = targets.start(HERE / "programs" / "sparse_big_block.c")
+    for _ in range(2):
+        copy_snapshot._classic_next.add(target.pid)
+        report = scan(target.pid, ScanOptions(snapshot="copy"))
+        assert report.snapshot == "copy" and report.snapshot_note == ""
+        exact(target, report)
+        wait_untracked(target.pid)
+    assert target.alive() and target.tracer() == 0
