@@ -86,7 +86,7 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
             isinstance(memory, int) and not still_running(memory)
         ):
             raise TargetNotFound(f"process {memory} exited while its registry was read") from None
-        raise TargetNotShimmed(f"the shim's registry is unreadable: {e}") from None
+        raise _forged(e) from None
     if not raw["enabled"]:
         why = disabled_reason(raw["disabled"], raw["disabled_errno"])
         raise TargetNotShimmed(f"the shim in this process is inert: {why}")
@@ -110,6 +110,26 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
         unregistered=raw["unregistered"],
         helper_frames=raw["helper_frames"],
     )
+
+
+def _forged(e: ValueError) -> TargetNotShimmed:
+    return TargetNotShimmed(f"the shim's registry is unreadable: {e}")
+
+
+def size_map_pages(pid: int, descriptor_addr: int, blocks: bytes) -> tuple[bytes, bytes]:
+    """_native.size_map_pages; a registry refused as forged is TargetNotShimmed."""
+    try:
+        return _native.size_map_pages(pid, descriptor_addr, blocks)
+    except ValueError as e:
+        raise _forged(e) from None
+
+
+def size_map_pages_around(pid: int, descriptor_addr: int, ranges: bytes) -> bytes:
+    """_native.size_map_pages_around; a registry refused as forged is TargetNotShimmed."""
+    try:
+        return _native.size_map_pages_around(pid, descriptor_addr, ranges)
+    except ValueError as e:
+        raise _forged(e) from None
 
 
 def settle_gone_threads(registry: Registry, memory: Memory, stopped: Collection[int]) -> None:
