@@ -21,7 +21,10 @@
 #include "unreachable/abi.h"
 
 #define MAX_SHARDS (1u << 16)
-#define MAX_THREAD_SLOTS (1u << 22)
+/* The shim makes 8192 (state.h's UR_MAX_THREADS): room to grow, and no
+ * more, as the slots are read whole (64 bytes each) and each used one is a
+ * Python object; a registry claiming more is forged. */
+#define MAX_THREAD_SLOTS (1u << 16)
 #define READ_BATCH (1u << 20) /* entries per pread: 16 MiB */
 #define MAX_OPTIONS 4096
 
@@ -258,8 +261,14 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   uint32_t nspans = 0;
   if (read_descriptor(&rd, addr, &d) < 0) goto out;
 
-  uint32_t nshards = d.num_shards <= MAX_SHARDS ? d.num_shards : 0;
-  uint32_t nslots = d.max_threads <= MAX_THREAD_SLOTS ? d.max_threads : 0;
+  if (d.num_shards > MAX_SHARDS || d.max_threads > MAX_THREAD_SLOTS) {
+    PyErr_Format(PyExc_ValueError,
+                 "it is corrupt (%u shards, %u thread slots: more than the shim makes): the "
+                 "process overwrote it, so nothing read from it can be trusted",
+                 d.num_shards, d.max_threads);
+    goto out;
+  }
+  uint32_t nshards = d.num_shards, nslots = d.max_threads;
   shards = calloc(nshards ? nshards : 1, sizeof(*shards));
   slots = calloc(nslots ? nslots : 1, sizeof(*slots));
   if (!shards || !slots) {

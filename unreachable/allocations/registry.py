@@ -116,6 +116,18 @@ def _forged(e: ValueError) -> TargetNotShimmed:
     return TargetNotShimmed(f"the shim's registry is unreadable: {e}")
 
 
+def registry_regions(pid: int, descriptor_addr: int) -> list[tuple[int, int]]:
+    """The shim's regions alone (no entries, no count of the size maps'); a
+    registry refused as forged is TargetNotShimmed."""
+    try:
+        regions: list[tuple[int, int]] = _native.read_registry(pid, descriptor_addr, False, False)[
+            "regions"
+        ]
+    except ValueError as e:
+        raise _forged(e) from None
+    return regions
+
+
 def size_map_pages(pid: int, descriptor_addr: int, blocks: bytes) -> tuple[bytes, bytes]:
     """_native.size_map_pages; a registry refused as forged is TargetNotShimmed."""
     try:

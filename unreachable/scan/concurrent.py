@@ -46,6 +46,7 @@ from unreachable import _native
 from unreachable.allocations.registry import (
     Registry,
     read_registry,
+    registry_regions,
     settle_gone_threads,
     size_map_pages,
     size_map_pages_around,
@@ -190,7 +191,7 @@ def _registry_spans(pid: int, addr: int, mappings: list[Mapping]) -> list[Span3]
     )
     points = [addr, *(int(raw[name]) for name in _POINTERS if raw.get(name))]  # type: ignore[literal-required]
     # Not read_registry(): that counts every size map's entries.
-    regions: list[tuple[int, int]] = _native.read_registry(pid, addr, False, False)["regions"]
+    regions = registry_regions(pid, addr)
     want = list(regions)
     for m in mappings:
         if any(m.start <= p < m.end and not any(b <= p < e for b, e in regions) for p in points):

@@ -8,6 +8,7 @@
  *   maps N    N size-map refs of distinct bases, every one naming the
  *             fullest real map
  *   stacks    a stack table claiming 2^28 stacks of 4096 frames each
+ *   threads   2^22 thread slots (256 MiB, mapped but never touched)
  * It keeps BLOCKS small blocks live, forges, prints READY and waits; it
  * allocates nothing after the forgery (the shim's own paths would read it).
  */
@@ -76,6 +77,13 @@ static void forge_stacks(struct ur_descriptor *d) {
   d->stacks = (uintptr_t)st;
 }
 
+static void forge_threads(struct ur_descriptor *d) {
+  uint32_t slots = UINT32_C(1) << 22;
+  d->threads = (uintptr_t)mmap(NULL, (size_t)slots * sizeof(struct ur_thread_slot), PROT_READ,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  d->max_threads = slots;
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "";
   uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 0) : 0;
@@ -94,6 +102,8 @@ int main(int argc, char **argv) {
     forge_maps(d, n);
   else if (!strcmp(what, "stacks"))
     forge_stacks(d);
+  else if (!strcmp(what, "threads"))
+    forge_threads(d);
   if (write(1, ready, (size_t)len) != len) return 1;
   char c;
   while (read(0, &c, 1) > 0) {
