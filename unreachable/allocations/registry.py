@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from unreachable import _native
 from unreachable.capture.descriptor import disabled_reason
 from unreachable.capture.target import still_running
 from unreachable.errors import TargetNotFound, TargetNotShimmed
+from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
 from unreachable.process.status import pid_namespace
 
@@ -110,6 +111,36 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
         unregistered=raw["unregistered"],
         helper_frames=raw["helper_frames"],
     )
+
+
+def _never_the_shims(path: str) -> bool:
+    # Anonymous memory may be named (prctl PR_SET_VMA_ANON_NAME: "[anon:...]",
+    # glibc's decorated arenas) or merged into the brk heap's mapping.
+    return bool(path) and path != "[heap]" and not path.startswith("[anon")
+
+
+def check_regions(registry: Registry, mappings: Sequence[Mapping]) -> None:
+    """The shim's regions are cut out of the roots, so a forged one would
+    hide roots and make leaks of the blocks they keep. The shim's memory is
+    anonymous: a region over a file mapping or the main stack is forged
+    (TargetNotShimmed). One over another anonymous mapping cannot be told
+    from the shim's own."""
+    named = sorted((m.start, m.end, m.path) for m in mappings if _never_the_shims(m.path))
+    i = 0
+    for b, e in sorted(registry.regions):
+        while i < len(named) and named[i][1] <= b:
+            i += 1
+        j = i
+        while j < len(named) and named[j][0] < e:
+            if named[j][1] > b:
+                raise _forged(
+                    ValueError(
+                        f"it is corrupt (a region of the shim's memory, {b:#x}-{e:#x}, "
+                        f"covers {named[j][2]}, which the shim never maps): the process "
+                        "overwrote it, so nothing read from it can be trusted"
+                    )
+                )
+            j += 1
 
 
 def _forged(e: ValueError) -> TargetNotShimmed:

@@ -9,6 +9,9 @@
  *             fullest real map
  *   stacks    a stack table claiming 2^28 stacks of 4096 frames each
  *   threads   2^22 thread slots (256 MiB, mapped but never touched)
+ *   regions   one more span of "the shim's memory" (never a root) over the
+ *             page of this program's .data that holds `held`, the only
+ *             pointer to a block: read as it is, the block is a leak
  * It keeps BLOCKS small blocks live, forges, prints READY and waits; it
  * allocates nothing after the forgery (the shim's own paths would read it).
  */
@@ -25,6 +28,7 @@
 #define BLOCKS 20000
 
 void *kept[BLOCKS]; /* not static: the compiler would drop the mallocs */
+void *held = &held; /* in .data: a page of the program's file mapping */
 
 static void *room(size_t bytes) {
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -84,11 +88,22 @@ static void forge_threads(struct ur_descriptor *d) {
   d->max_threads = slots;
 }
 
+static void forge_regions(struct ur_descriptor *d) {
+  uint64_t n = d->num_regions;
+  struct ur_region_span *spans = room((n + 1) * sizeof(*spans));
+  if (n) memcpy(spans, (void *)(uintptr_t)d->regions, n * sizeof(*spans));
+  spans[n].begin = (uintptr_t)&held & ~(uintptr_t)4095;
+  spans[n].end = spans[n].begin + 4096;
+  d->regions = (uintptr_t)spans;
+  d->num_regions = n + 1;
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "";
   uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 0) : 0;
   for (int i = 0; i < BLOCKS; i++) kept[i] = malloc(32);
   kept[0] = NULL; /* one leak: its backtrace is read */
+  held = malloc(64);
   struct ur_descriptor *d = dlsym(RTLD_DEFAULT, "unreachable_descriptor");
   if (!d) {
     fprintf(stderr, "no shim\n");
@@ -104,6 +119,8 @@ int main(int argc, char **argv) {
     forge_stacks(d);
   else if (!strcmp(what, "threads"))
     forge_threads(d);
+  else if (!strcmp(what, "regions"))
+    forge_regions(d);
   if (write(1, ready, (size_t)len) != len) return 1;
   char c;
   while (read(0, &c, 1) > 0) {
