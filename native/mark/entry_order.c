@@ -5,6 +5,67 @@
 
 #include "alloc.h"
 #include "radix_sort.h"
+#include "registry_walk.h"
+
+/* Whether any two of the n ranges [begin, begin + len) overlap, or one is
+ * empty or wraps: 1, 0, or -ENOMEM. */
+static int ranges_overlap(const uint64_t *begins, const uint64_t *lens, size_t n) {
+  uint64_t *keys = ur_big_calloc(n ? n : 1, sizeof(*keys));
+  uint32_t *order = ur_big_calloc(n ? n : 1, sizeof(*order));
+  int rc = -ENOMEM;
+  if (!keys || !order || n > UINT32_MAX) goto out;
+  for (size_t i = 0; i < n; i++) {
+    keys[i] = begins[i];
+    order[i] = (uint32_t)i;
+  }
+  if ((rc = ur_radix_sort(keys, order, n)) != 0) goto out;
+  uint64_t reached = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    uint64_t b = begins[order[i]], e = b + lens[order[i]];
+    if (e <= b || (i && b < reached)) rc = 1;
+    reached = e;
+  }
+out:
+  ur_big_free(keys);
+  ur_big_free(order);
+  return rc;
+}
+
+int ur_registry_forged(const struct ur_shard *shards, uint32_t nshards,
+                       const struct ur_size_map_ref *refs, uint64_t nrefs) {
+  const uint64_t span = UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT;
+  size_t most = nshards > nrefs ? nshards : (size_t)nrefs;
+  uint64_t *begins = ur_big_calloc(most ? most : 1, sizeof(*begins));
+  uint64_t *lens = ur_big_calloc(most ? most : 1, sizeof(*lens));
+  int rc = -ENOMEM;
+  if (!begins || !lens) goto out;
+  size_t n = 0;
+  for (uint32_t s = 0; s < nshards; s++) {
+    uint64_t table, cap;
+    if (!ur_registry_table(&shards[s], &table, &cap)) continue;
+    begins[n] = table;
+    lens[n++] = cap * sizeof(struct ur_entry);
+  }
+  if ((rc = ranges_overlap(begins, lens, n)) != 0) {
+    rc = rc > 0 ? UR_FORGED_TABLES : rc;
+    goto out;
+  }
+  for (int pass = 0; pass < 2 && rc == 0; pass++) {
+    n = 0;
+    for (uint64_t k = 0; k < nrefs; k++) {
+      if (!refs[k].map) continue;
+      if (refs[k].base & (span - 1)) rc = 1;
+      begins[n] = pass ? refs[k].map : refs[k].base;
+      lens[n++] = pass ? UR_SIZE_MAP_BYTES : span;
+    }
+    if (rc == 0) rc = ranges_overlap(begins, lens, n);
+    if (rc > 0) rc = UR_FORGED_MAPS;
+  }
+out:
+  ur_big_free(begins);
+  ur_big_free(lens);
+  return rc;
+}
 
 int ur_size_map_order(const struct ur_size_map_ref *refs, size_t n, uint32_t **order) {
   uint64_t *bases = ur_big_calloc(n ? n : 1, sizeof(*bases));

@@ -15,6 +15,19 @@
 
 #include "unreachable/abi.h"
 
+/* A registry its process overwrote (a heap overflow, a hostile program)
+ * must not steer its readers: the shim never gives two shards one table,
+ * nor two size maps one base or one map's bytes, so pieces that overlap
+ * are forged, and read as they are they multiply one table's entries by
+ * the number of shards naming it (the reader's memory and time, and
+ * blocks at made-up addresses). Returns UR_FORGED_TABLES or
+ * UR_FORGED_MAPS for such a registry (its shards' tables, its size-map
+ * refs whose map is not 0), 0 for a sane one, or -ENOMEM. */
+#define UR_FORGED_TABLES 1
+#define UR_FORGED_MAPS 2
+int ur_registry_forged(const struct ur_shard *shards, uint32_t nshards,
+                       const struct ur_size_map_ref *refs, uint64_t nrefs);
+
 /* The order in which to read n size maps: by base. *order is
  * ur_big_calloc'ed (the caller frees it). Returns 0 or -ENOMEM. */
 int ur_size_map_order(const struct ur_size_map_ref *refs, size_t n, uint32_t **order);

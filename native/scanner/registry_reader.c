@@ -21,11 +21,31 @@
 #include "unreachable/abi.h"
 
 #define MAX_SHARDS (1u << 16)
-#define MAX_THREAD_SLOTS (1u << 22)
+/* The shim makes 8192 (state.h's UR_MAX_THREADS): room to grow, and no
+ * more, as the slots are read whole (64 bytes each) and each used one is a
+ * Python object; a registry claiming more is forged. */
+#define MAX_THREAD_SLOTS (1u << 16)
 #define READ_BATCH (1u << 20) /* entries per pread: 16 MiB */
 #define MAX_OPTIONS 4096
 
 static const char bad_descriptor[] = "registry descriptor not found or incompatible (magic/version)";
+
+/* A read refused as forged (entry_order.h: ur_registry_forged). */
+#define RC_FORGED_TABLES (-1000 - UR_FORGED_TABLES)
+#define RC_FORGED_MAPS (-1000 - UR_FORGED_MAPS)
+
+static int forged_rc(int forged) { return forged > 0 ? -1000 - forged : forged; }
+
+/* The Python error for a failed read: rc is RC_FORGED_* or -ENOMEM. */
+static void set_read_error(int rc) {
+  if (rc == RC_FORGED_TABLES || rc == RC_FORGED_MAPS)
+    PyErr_Format(PyExc_ValueError,
+                 "it is corrupt (%s overlap, which the shim never makes): the process "
+                 "overwrote it, so nothing read from it can be trusted",
+                 rc == RC_FORGED_TABLES ? "its shards' tables" : "its size maps");
+  else
+    PyErr_NoMemory();
+}
 
 /* Reads and validates the descriptor; sets ValueError on failure. */
 static int read_descriptor(struct ur_reader *r, uint64_t addr, struct ur_descriptor *d) {
@@ -81,6 +101,8 @@ static int entries_to_python(struct entries *e, PyObject **pairs, PyObject **ids
 }
 
 static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
+  int forged = forged_rc(ur_registry_forged(shards, nshards, NULL, 0));
+  if (forged) return forged;
   /* Size the arrays once from the shards' counts: growing them by doubling
    * touches (and has the kernel zero) several times the final memory. */
   uint64_t expected = ur_registry_expected(shards, nshards);
@@ -119,6 +141,8 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
   int64_t total = -ENOMEM;
   if (!refs || !map) goto out;
   ur_reader_read_anon(r, h.refs, refs, nrefs * sizeof(*refs));
+  if ((total = forged_rc(ur_registry_forged(NULL, 0, refs, nrefs))) != 0) goto out;
+  total = -ENOMEM;
   /* By base: the entries then come in address order (entry_order.h). */
   if (ur_size_map_order(refs, nrefs, &order)) goto out;
   total = 0;
@@ -237,8 +261,14 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   uint32_t nspans = 0;
   if (read_descriptor(&rd, addr, &d) < 0) goto out;
 
-  uint32_t nshards = d.num_shards <= MAX_SHARDS ? d.num_shards : 0;
-  uint32_t nslots = d.max_threads <= MAX_THREAD_SLOTS ? d.max_threads : 0;
+  if (d.num_shards > MAX_SHARDS || d.max_threads > MAX_THREAD_SLOTS) {
+    PyErr_Format(PyExc_ValueError,
+                 "it is corrupt (%u shards, %u thread slots: more than the shim makes): the "
+                 "process overwrote it, so nothing read from it can be trusted",
+                 d.num_shards, d.max_threads);
+    goto out;
+  }
+  uint32_t nshards = d.num_shards, nslots = d.max_threads;
   shards = calloc(nshards ? nshards : 1, sizeof(*shards));
   slots = calloc(nslots ? nslots : 1, sizeof(*slots));
   if (!shards || !slots) {
@@ -278,7 +308,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     rc = -ENOMEM;
   Py_END_ALLOW_THREADS
   if (rc < 0) {
-    PyErr_NoMemory();
+    set_read_error(rc);
     goto out;
   }
 
@@ -371,6 +401,16 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
   uint32_t count = st.count < st.capacity ? st.count : st.capacity;
   uint32_t maxf = st.max_frames;
   if (!st.frames || !st.frame_counts || maxf == 0 || maxf > 4096) count = 0;
+  /* The table's count is the target's word: up to 2^32 stacks (8 GiB of
+   * counts, and as much of the scanner's memory read from a mapping that
+   * costs the target nothing). Only the ids asked for are read. */
+  uint32_t top = 0;
+  for (size_t i = 0; i < (size_t)ids.len / 4; i++) {
+    uint32_t id;
+    memcpy(&id, (const char *)ids.buf + 4 * i, 4);
+    if (id > top) top = id;
+  }
+  if (count > top) count = top + 1;
   counts = calloc(count ? count : 1, sizeof(*counts));
   one = calloc(maxf ? maxf : 1, sizeof(*one));
   if (!counts || !one) {
@@ -499,10 +539,19 @@ static int load_refs(struct ur_reader *rd, unsigned long long addr, struct ur_si
     return -1;
   }
   *nrefs = h.count;
+  int rc;
   Py_BEGIN_ALLOW_THREADS
   ur_reader_read_anon(rd, h.refs, *refs, *nrefs * sizeof(**refs));
+  rc = forged_rc(ur_registry_forged(NULL, 0, *refs, *nrefs));
   qsort(*refs, *nrefs, sizeof(**refs), ur_by_first_u64);
   Py_END_ALLOW_THREADS
+  if (rc) {
+    set_read_error(rc);
+    free(*refs);
+    *refs = NULL;
+    *nrefs = 0;
+    return -1;
+  }
   return 0;
 }
 

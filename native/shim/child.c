@@ -96,6 +96,7 @@ static int build_index(void) {
   const struct ur_descriptor *d = &unreachable_descriptor;
   const struct ur_shard *shards = (const struct ur_shard *)(uintptr_t)d->shards;
   uint32_t nshards = shards ? d->num_shards : 0;
+  if (nshards && !in_region(d->shards, (uint64_t)nshards * sizeof *shards)) return -EUCLEAN;
   /* Room for every slot of every table: reserved, only what is written is
    * touched (the maps' entries get theirs as they are read). */
   size_t room = 0;
@@ -112,7 +113,14 @@ static int build_index(void) {
       in_region(maps->refs, maps->count * sizeof *refs)) {
     refs = (const struct ur_size_map_ref *)(uintptr_t)maps->refs;
     nrefs = maps->count;
+  } else if (maps && in_region(d->size_maps, sizeof *maps) && maps->count) {
+    return -EUCLEAN; /* a list moved out of the region: its blocks would be lost */
   }
+  /* A registry the process overwrote is not read (entry_order.h): its
+   * forged pieces would multiply this child's work and make up blocks
+   * (as would shards outside the shim's region, checked first). */
+  int forged = ur_registry_forged(shards, nshards, refs, nrefs);
+  if (forged) return forged < 0 ? forged : -EUCLEAN;
   if (!room) room = 1;
   st.pairs = ur_big_calloc(2 * room, sizeof(*st.pairs));
   st.ids = ur_big_calloc(room, sizeof(*st.ids));

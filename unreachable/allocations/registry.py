@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 from unreachable import _native
 from unreachable.capture.descriptor import disabled_reason
 from unreachable.capture.target import still_running
 from unreachable.errors import TargetNotFound, TargetNotShimmed
+from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
 from unreachable.process.status import pid_namespace
 
@@ -86,7 +87,7 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
             isinstance(memory, int) and not still_running(memory)
         ):
             raise TargetNotFound(f"process {memory} exited while its registry was read") from None
-        raise TargetNotShimmed(f"the shim's registry is unreadable: {e}") from None
+        raise _forged(e) from None
     if not raw["enabled"]:
         why = disabled_reason(raw["disabled"], raw["disabled_errno"])
         raise TargetNotShimmed(f"the shim in this process is inert: {why}")
@@ -110,6 +111,68 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
         unregistered=raw["unregistered"],
         helper_frames=raw["helper_frames"],
     )
+
+
+def _never_the_shims(path: str) -> bool:
+    # Anonymous memory may be named (prctl PR_SET_VMA_ANON_NAME: "[anon:...]",
+    # glibc's decorated arenas) or merged into the brk heap's mapping.
+    return bool(path) and path != "[heap]" and not path.startswith("[anon")
+
+
+def check_regions(registry: Registry, mappings: Sequence[Mapping]) -> None:
+    """The shim's regions are cut out of the roots, so a forged one would
+    hide roots and make leaks of the blocks they keep. The shim's memory is
+    anonymous: a region over a file mapping or the main stack is forged
+    (TargetNotShimmed). One over another anonymous mapping cannot be told
+    from the shim's own."""
+    named = sorted((m.start, m.end, m.path) for m in mappings if _never_the_shims(m.path))
+    i = 0
+    for b, e in sorted(registry.regions):
+        while i < len(named) and named[i][1] <= b:
+            i += 1
+        j = i
+        while j < len(named) and named[j][0] < e:
+            if named[j][1] > b:
+                raise _forged(
+                    ValueError(
+                        f"it is corrupt (a region of the shim's memory, {b:#x}-{e:#x}, "
+                        f"covers {named[j][2]}, which the shim never maps): the process "
+                        "overwrote it, so nothing read from it can be trusted"
+                    )
+                )
+            j += 1
+
+
+def _forged(e: ValueError) -> TargetNotShimmed:
+    return TargetNotShimmed(f"the shim's registry is unreadable: {e}")
+
+
+def registry_regions(pid: int, descriptor_addr: int) -> list[tuple[int, int]]:
+    """The shim's regions alone (no entries, no count of the size maps'); a
+    registry refused as forged is TargetNotShimmed."""
+    try:
+        regions: list[tuple[int, int]] = _native.read_registry(pid, descriptor_addr, False, False)[
+            "regions"
+        ]
+    except ValueError as e:
+        raise _forged(e) from None
+    return regions
+
+
+def size_map_pages(pid: int, descriptor_addr: int, blocks: bytes) -> tuple[bytes, bytes]:
+    """_native.size_map_pages; a registry refused as forged is TargetNotShimmed."""
+    try:
+        return _native.size_map_pages(pid, descriptor_addr, blocks)
+    except ValueError as e:
+        raise _forged(e) from None
+
+
+def size_map_pages_around(pid: int, descriptor_addr: int, ranges: bytes) -> bytes:
+    """_native.size_map_pages_around; a registry refused as forged is TargetNotShimmed."""
+    try:
+        return _native.size_map_pages_around(pid, descriptor_addr, ranges)
+    except ValueError as e:
+        raise _forged(e) from None
 
 
 def settle_gone_threads(registry: Registry, memory: Memory, stopped: Collection[int]) -> None:

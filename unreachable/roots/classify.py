@@ -39,7 +39,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from unreachable.allocations.registry import THREAD_EXITED, THREAD_LIVE, Registry
+from unreachable.allocations.registry import (
+    THREAD_EXITED,
+    THREAD_LIVE,
+    Registry,
+    check_regions,
+)
 from unreachable.capture.stop_world import CapturedThread
 from unreachable.process.maps import SPECIAL, Mapping, find_mapping
 from unreachable.process.memory import Memory
@@ -117,6 +122,7 @@ def classify(
     )
     # A piece of the shim's memory the kernel merged with a neighbour of the
     # same protection is cut out of it, as the allocator's state is.
+    check_regions(registry, mappings)
     roots = Roots(holes=sorted([*allocator_state, *registry.regions]))
     stacks = live_stacks(mappings, thread_sps, heap)
     exited = exited_stack_bounds(registry, thread_sps)

@@ -43,7 +43,14 @@ from functools import partial
 from itertools import accumulate
 
 from unreachable import _native
-from unreachable.allocations.registry import Registry, read_registry, settle_gone_threads
+from unreachable.allocations.registry import (
+    Registry,
+    read_registry,
+    registry_regions,
+    settle_gone_threads,
+    size_map_pages,
+    size_map_pages_around,
+)
 from unreachable.capture.copy_snapshot import SYNC_ANON, SYNC_HELD
 from unreachable.capture.kept_out_of_fork import KeptOut
 from unreachable.capture.kernel_held import KernelHeld
@@ -184,7 +191,7 @@ def _registry_spans(pid: int, addr: int, mappings: list[Mapping]) -> list[Span3]
     )
     points = [addr, *(int(raw[name]) for name in _POINTERS if raw.get(name))]  # type: ignore[literal-required]
     # Not read_registry(): that counts every size map's entries.
-    regions: list[tuple[int, int]] = _native.read_registry(pid, addr, False, False)["regions"]
+    regions = registry_regions(pid, addr)
     want = list(regions)
     for m in mappings:
         if any(m.start <= p < m.end and not any(b <= p < e for b, e in regions) for p in points):
@@ -697,7 +704,7 @@ def _mark(
     # pages of the candidates' entries.
     maps_now = read_maps(pid)
     reg_maps = _registry_spans(pid, addr, maps_now)
-    bodies, pages = _native.size_map_pages(pid, addr, cands)
+    bodies, pages = size_map_pages(pid, addr, cands)
     copy = _registry_copy(pid, _candidate_spans(reg_maps, _pairs(bodies), _pairs(pages)), team)
     second = partial(_held_spans, copied=reg_maps)
     try:
@@ -883,7 +890,7 @@ def _second_stop(
         t.append(time.monotonic())
         page_bytes = _read_runs(pid, runs)
         t.append(time.monotonic())
-        entries = _pairs(_native.size_map_pages_around(pid, addr, runs + words_at))
+        entries = _pairs(size_map_pages_around(pid, addr, runs + words_at))
         spans = _sync_ranges(second(reg_maps, whole=entries))
         copy.sync(spans, refresh=True, threads=READ_THREADS)
         copy.finish()

@@ -121,6 +121,33 @@ static void maps_by_base(void) {
   ur_big_free(order);
 }
 
+/* Shards' tables and size maps that overlap are forged; touching ones,
+ * and shards or refs without a table or map, are not. */
+static void forged_registries(void) {
+  struct ur_shard shards[3] = {{.table = 0x10000, .capacity = 16},
+                               {.table = 0x10100, .capacity = 4},
+                               {.table = 0, .capacity = 0}};
+  CHECK_EQ(ur_registry_forged(shards, 3, NULL, 0), 0); /* end to end: 16 entries are 0x100 bytes */
+  shards[1].table = 0x100f0;
+  CHECK_EQ(ur_registry_forged(shards, 3, NULL, 0), UR_FORGED_TABLES);
+  shards[1].table = 0x10000; /* the same table twice */
+  CHECK_EQ(ur_registry_forged(shards, 3, NULL, 0), UR_FORGED_TABLES);
+  shards[1] = (struct ur_shard){.table = UINT64_MAX - 0x10, .capacity = 4}; /* wraps */
+  CHECK_EQ(ur_registry_forged(shards, 3, NULL, 0), UR_FORGED_TABLES);
+  const uint64_t span = UINT64_C(1) << UR_SIZE_MAP_SPAN_SHIFT;
+  struct ur_size_map_ref refs[3] = {{.base = 5 * span, .map = 0x100000},
+                                    {.base = 6 * span, .map = 0x100000 + UR_SIZE_MAP_BYTES},
+                                    {.base = 5 * span, .map = 0}};
+  CHECK_EQ(ur_registry_forged(NULL, 0, refs, 3), 0);
+  refs[1].base = 5 * span; /* one base twice */
+  CHECK_EQ(ur_registry_forged(NULL, 0, refs, 3), UR_FORGED_MAPS);
+  refs[1].base = 6 * span + 4096; /* not a span's */
+  CHECK_EQ(ur_registry_forged(NULL, 0, refs, 3), UR_FORGED_MAPS);
+  refs[1] = (struct ur_size_map_ref){.base = 6 * span, .map = 0x100000 + 4096}; /* maps overlap */
+  CHECK_EQ(ur_registry_forged(NULL, 0, refs, 3), UR_FORGED_MAPS);
+  CHECK_EQ(ur_registry_forged(NULL, 0, NULL, 0), 0);
+}
+
 int main(void) {
   run(0, 0, 0);
   run(1, 1, 0);
@@ -141,6 +168,7 @@ int main(void) {
   run_maps_first(1, 0, 0);
   radix_in_order();
   maps_by_base();
+  forged_registries();
   printf("ok entry_order\n");
   return 0;
 }

@@ -1,0 +1,27 @@
+"""unreachabled, often root, scanning a process that overwrote the shim's
+registry in its own memory: the scan is FAILED_PRECONDITION with the one
+line the CLI prints, and the target is left running, untraced. The memory
+bound is the CLI's test (tests/scan/test_forged_registry.py): the worker
+runs the same reader."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from tests.daemon.test_daemon import rpc_code, stub, wait_untraced
+from tests.scan.test_forged_registry import CORRUPT, PROGRAM
+from unreachable.v1 import unreachable_pb2 as pb
+
+
+@pytest.mark.parametrize("snapshot", [pb.SNAPSHOT_AUTO, pb.SNAPSHOT_STOPPED])
+@pytest.mark.parametrize("what", ["shards", "maps"])
+def test_a_forged_registry_is_a_failed_precondition(daemon, targets, what, snapshot):
+    options = "backtrace=4" if what == "shards" else ""
+    target = targets.start(PROGRAM, what, "1024", options=options)
+    request = pb.ScanRequest(pid=target.pid, snapshot=snapshot)
+    code, details = rpc_code(stub(daemon.address).Scan, request, timeout=120)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    assert CORRUPT in details and "\n" not in details.strip()
+    assert target.alive()
+    assert wait_untraced(target.pid) in "SR"

@@ -1,0 +1,129 @@
+/*
+ * A program that overwrites the shim's registry in its own memory, as a
+ * heap overflow or a hostile program could: the scanner reads it and must
+ * neither trust its counts nor let it make the scanner's memory grow
+ * without bound. argv[1] picks what is forged:
+ *   shards N  N shards (a new array), every one naming the table of the
+ *             fullest real shard: N times its entries for one table's bytes
+ *   maps N    N size-map refs of distinct bases, every one naming the
+ *             fullest real map
+ *   stacks    a stack table claiming 2^28 stacks of 4096 frames each
+ *   threads   2^22 thread slots (256 MiB, mapped but never touched)
+ *   regions   one more span of "the shim's memory" (never a root) over the
+ *             page of this program's .data that holds `held`, the only
+ *             pointer to a block: read as it is, the block is a leak
+ * It keeps BLOCKS small blocks live, forges, prints READY and waits; it
+ * allocates nothing after the forgery (the shim's own paths would read it).
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "unreachable/abi.h"
+
+#define BLOCKS 20000
+
+void *kept[BLOCKS]; /* not static: the compiler would drop the mallocs */
+void *held = &held; /* in .data: a page of the program's file mapping */
+
+static void *room(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap");
+    exit(1);
+  }
+  return p;
+}
+
+static void forge_shards(struct ur_descriptor *d, uint32_t n) {
+  struct ur_shard *real = (struct ur_shard *)(uintptr_t)d->shards, *best = &real[0];
+  for (uint32_t i = 1; i < d->num_shards; i++)
+    if (real[i].count > best->count) best = &real[i];
+  struct ur_shard *forged = room((size_t)n * sizeof(*forged));
+  for (uint32_t i = 0; i < n; i++) {
+    forged[i] = *best;
+    forged[i].lock = 0;
+  }
+  d->shards = (uintptr_t)forged;
+  d->num_shards = n;
+}
+
+static void forge_maps(struct ur_descriptor *d, uint64_t n) {
+  struct ur_size_maps *h = (struct ur_size_maps *)(uintptr_t)d->size_maps;
+  if (!h || !h->count) {
+    fprintf(stderr, "no size maps\n");
+    exit(1);
+  }
+  struct ur_size_map_ref *real = (struct ur_size_map_ref *)(uintptr_t)h->refs;
+  struct ur_size_map_ref *forged = room(n * sizeof(*forged));
+  for (uint64_t i = 0; i < n; i++) {
+    forged[i].base = real[0].base + (i << UR_SIZE_MAP_SPAN_SHIFT);
+    forged[i].map = real[0].map;
+  }
+  h->refs = (uintptr_t)forged;
+  h->capacity = h->count = n;
+}
+
+static void forge_stacks(struct ur_descriptor *d) {
+  /* Mapped but never touched: reads as zeros, costs the target nothing. */
+  uint32_t stacks = UINT32_C(1) << 28; /* 512 MiB of counts (2^32: 8 GiB) */
+  size_t counts = (size_t)stacks * 2;
+  struct ur_stack_table *st = room(sizeof(*st));
+  st->frames = (uintptr_t)room(4096);
+  st->frame_counts = (uintptr_t)mmap(NULL, counts, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  st->capacity = stacks;
+  st->count = stacks;
+  st->max_frames = 4096;
+  d->stacks = (uintptr_t)st;
+}
+
+static void forge_threads(struct ur_descriptor *d) {
+  uint32_t slots = UINT32_C(1) << 22;
+  d->threads = (uintptr_t)mmap(NULL, (size_t)slots * sizeof(struct ur_thread_slot), PROT_READ,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  d->max_threads = slots;
+}
+
+static void forge_regions(struct ur_descriptor *d) {
+  uint64_t n = d->num_regions;
+  struct ur_region_span *spans = room((n + 1) * sizeof(*spans));
+  if (n) memcpy(spans, (void *)(uintptr_t)d->regions, n * sizeof(*spans));
+  spans[n].begin = (uintptr_t)&held & ~(uintptr_t)4095;
+  spans[n].end = spans[n].begin + 4096;
+  d->regions = (uintptr_t)spans;
+  d->num_regions = n + 1;
+}
+
+int main(int argc, char **argv) {
+  const char *what = argc > 1 ? argv[1] : "";
+  uint64_t n = argc > 2 ? strtoull(argv[2], NULL, 0) : 0;
+  for (int i = 0; i < BLOCKS; i++) kept[i] = malloc(32);
+  kept[0] = NULL; /* one leak: its backtrace is read */
+  held = malloc(64);
+  struct ur_descriptor *d = dlsym(RTLD_DEFAULT, "unreachable_descriptor");
+  if (!d) {
+    fprintf(stderr, "no shim\n");
+    return 1;
+  }
+  char ready[64];
+  int len = snprintf(ready, sizeof(ready), "READY blocks=%d\n", BLOCKS);
+  if (!strcmp(what, "shards"))
+    forge_shards(d, (uint32_t)n);
+  else if (!strcmp(what, "maps"))
+    forge_maps(d, n);
+  else if (!strcmp(what, "stacks"))
+    forge_stacks(d);
+  else if (!strcmp(what, "threads"))
+    forge_threads(d);
+  else if (!strcmp(what, "regions"))
+    forge_regions(d);
+  if (write(1, ready, (size_t)len) != len) return 1;
+  char c;
+  while (read(0, &c, 1) > 0) {
+  }
+  return 0;
+}

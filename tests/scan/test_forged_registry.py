@@ -1,0 +1,85 @@
+"""A target that overwrites the shim's registry in its own memory (a heap
+overflow, a hostile program) steers neither the scanner's memory nor its
+time, and gets no leaks made of forged entries: shards naming one table,
+size maps naming one map, 2^22 thread slots, a span of "the shim's
+memory" over the program's globals (its roots: 493 made-up leaks where
+there is 1), a stack table claiming 2^28 stacks. Each scan
+ends with one line and exit 2 (or, for the stack table, the real leak),
+its peak memory near a clean scan's, the target left running untraced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.targets import Target, TargetFactory
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "forged_registry.c"
+CORRUPT = "the shim's registry is unreadable: it is corrupt"
+# Above a clean scan's peak: a forged registry may cost this much more,
+# not the 1-2.5 GiB it cost when its pieces were read as they were.
+SLACK_BYTES = 48 << 20
+
+# Run the CLI and print its peak memory (its own and its children's).
+_PEAK = """
+import json, resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(json.dumps({"rc": r.returncode, "stderr": r.stderr, "peak": peak}))
+"""
+
+
+def scan(target: Target, mode: str) -> tuple[int, str, int]:
+    """(exit code, stderr, peak bytes) of `unreachable-cli scan`."""
+    cli = [sys.executable, "-m", "unreachable.cli.main", "scan", "--snapshot", mode]
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK, *cli, str(target.pid)],
+        capture_output=True,
+        text=True,
+        timeout=300,  # a safety net: the scan's own bounds end it long before
+        check=True,
+    )
+    res = json.loads(out.stdout)
+    return res["rc"], res["stderr"], res["peak"]
+
+
+def left_as_found(target: Target) -> None:
+    assert target.alive()
+    assert target.state() in "SR"
+    assert target.tracer() == 0
+
+
+def clean_peak(targets: TargetFactory, mode: str, options: str) -> int:
+    clean = targets.start(PROGRAM, "none", options=options)
+    rc, err, peak = scan(clean, mode)
+    assert rc == 1, err  # its one real leak
+    return peak
+
+
+@pytest.mark.parametrize("mode", ["stopped", "auto", "concurrent"])
+@pytest.mark.parametrize("what", ["shards", "maps", "threads", "regions"])
+def test_a_forged_registry_is_refused_in_one_line(targets, mode, what):
+    # Shards hold the blocks only with backtraces; without, the size maps do.
+    options = "backtrace=4" if what == "shards" else ""
+    base = clean_peak(targets, mode, options)
+    target = targets.start(PROGRAM, what, "1024", options=options)
+    rc, err, peak = scan(target, mode)
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert CORRUPT in err
+    assert "internal error" not in err and "Traceback" not in err
+    assert peak <= base + SLACK_BYTES, (peak >> 20, base >> 20)
+    left_as_found(target)
+
+
+def test_a_stack_table_claiming_millions_of_stacks_reads_only_those_asked(targets):
+    base = clean_peak(targets, "stopped", "backtrace=4")
+    target = targets.start(PROGRAM, "stacks", options="backtrace=4")
+    rc, err, peak = scan(target, "stopped")
+    assert rc == 1, err
+    assert peak <= base + SLACK_BYTES, (peak >> 20, base >> 20)
+    left_as_found(target)
