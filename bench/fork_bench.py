@@ -3,10 +3,12 @@ fork(), as a forking server (Exim, PostgreSQL, Apache prefork) feels it.
 
 Not a test: runs bench/programs/fork_latency.c with and without the shim,
 alternated, R rounds per heap shape, and prints each side's median fork
-time and the ratio (median of the rounds' ratios). The load average is
-printed before and after: other work on the machine moves every number.
+time, the ratio (median of the rounds' ratios) and each side's page faults
+per fork in the parent (the median round's; a count the load does not
+move). The load average is printed before and after: other work on the
+machine moves every time. --results writes the output to bench/RESULTS.md.
 
-    python bench/fork_bench.py [--forks N] [--repeat R] [--shim OTHER_SHIM.so]
+    python bench/fork_bench.py [--forks N] [--repeat R] [--shim OTHER_SHIM.so] [--results]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import results  # noqa: E402
 from tests.support.cbuild import build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
@@ -29,7 +32,10 @@ PROGRAM = REPO / "bench" / "programs" / "fork_latency.c"
 SHAPES = [(1000, 0), (100_000, 0), (100_000, 4)]
 
 
-def fork_ns(exe: Path, forks: int, blocks: int, threads: int, shim: Path | None) -> int:
+def fork_ns(
+    exe: Path, forks: int, blocks: int, threads: int, shim: Path | None
+) -> tuple[int, float]:
+    """The median fork's time in ns and the page faults per fork."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if shim is not None:
@@ -42,8 +48,8 @@ def fork_ns(exe: Path, forks: int, blocks: int, threads: int, shim: Path | None)
         check=True,
         timeout=300,
     ).stdout
-    line = next(x for x in out.splitlines() if x.startswith("fork_ns "))
-    return int(line.split()[1])
+    fields = {x.split()[0]: x.split()[1] for x in out.splitlines() if x.strip()}
+    return int(fields["fork_ns"]), float(fields["faults_per_fork"])
 
 
 def main() -> int:
@@ -55,7 +61,10 @@ def main() -> int:
     shim = args.shim or shim_path()
     exe = build(PROGRAM)
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"{'blocks':>8} {'threads':>7} {'glibc us':>9} {'shim us':>8} {'ratio':>6}")
+    print(
+        f"{'blocks':>8} {'threads':>7} {'glibc us':>9} {'shim us':>8} {'ratio':>6}"
+        f" {'glibc faults':>12} {'shim faults':>11}"
+    )
     for blocks, threads in SHAPES:
         plain, shimmed, ratios = [], [], []
         for _ in range(args.repeat):
@@ -63,14 +72,17 @@ def main() -> int:
             b = fork_ns(exe, args.forks, blocks, threads, shim)
             plain.append(a)
             shimmed.append(b)
-            ratios.append(b / a)
+            ratios.append(b[0] / a[0])
         print(
-            f"{blocks:>8} {threads:>7} {statistics.median(plain) / 1e3:>9.1f}"
-            f" {statistics.median(shimmed) / 1e3:>8.1f} {statistics.median(ratios):>5.2f}x"
+            f"{blocks:>8} {threads:>7} {statistics.median(x[0] for x in plain) / 1e3:>9.1f}"
+            f" {statistics.median(x[0] for x in shimmed) / 1e3:>8.1f}"
+            f" {statistics.median(ratios):>5.2f}x"
+            f" {statistics.median(x[1] for x in plain):>12.2f}"
+            f" {statistics.median(x[1] for x in shimmed):>11.2f}"
         )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    results.run("fork_bench", "fork() under the shim (bench/fork_bench.py)", main)

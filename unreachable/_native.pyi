@@ -72,6 +72,7 @@ class Descriptor(TypedDict):
     disabled_errno: int
     unregistered: int
     helper_frames: int
+    shard_locks: int
 
 class WriteTracker(TypedDict):
     cmd: int

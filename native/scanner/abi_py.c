@@ -50,6 +50,7 @@ static const struct abi_field descriptor_fields[] = {
     FIELD(ur_descriptor, disabled_errno, ABI_I32),
     FIELD(ur_descriptor, unregistered, ABI_U64),
     FIELD(ur_descriptor, helper_frames, ABI_U64),
+    FIELD(ur_descriptor, shard_locks, ABI_U64),
 };
 
 static const struct abi_field write_tracker_fields[] = {

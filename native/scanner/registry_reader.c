@@ -100,6 +100,18 @@ static int entries_to_python(struct entries *e, PyObject **pairs, PyObject **ids
   return -1;
 }
 
+/* A shim that keeps the shards' lock words apart (descriptor.shard_locks):
+ * into each shard's lock field, as an older one has them. */
+static void read_shard_locks(struct ur_reader *r, const struct ur_descriptor *d,
+                             struct ur_shard *shards, uint32_t nshards) {
+  if (!d->shard_locks || !nshards) return;
+  uint32_t *locks = calloc(nshards, sizeof *locks);
+  if (!locks) return; /* diagnostics only */
+  ur_reader_read_anon(r, d->shard_locks, locks, nshards * sizeof *locks);
+  for (uint32_t i = 0; i < nshards; i++) shards[i].lock = locks[i];
+  free(locks);
+}
+
 static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
   int forged = forged_rc(ur_registry_forged(shards, nshards, NULL, 0));
   if (forged) return forged;
@@ -281,6 +293,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   uint64_t expected = 0;
   Py_BEGIN_ALLOW_THREADS
   if (d.shards) ur_reader_read_anon(&rd, d.shards, shards, nshards * sizeof(*shards));
+  read_shard_locks(&rd, &d, shards, nshards);
   if (d.threads) ur_reader_read_anon(&rd, d.threads, slots, nslots * sizeof(*slots));
   if (d.options) {
     ur_reader_read(&rd, d.options, options, MAX_OPTIONS);

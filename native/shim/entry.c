@@ -45,7 +45,7 @@ static int nested_begin(struct ur_thread_slot **out) {
       ur_go_multi();
       continue;
     }
-    if ((f & UR_SLOW_GATE) && ur_load32(&ur_g.excl_tid) != ur_self_tid()) {
+    if ((f & UR_SLOW_GATE) && ur_load32(&ur_fork->excl_tid) != ur_self_tid()) {
       int saved = errno;
       syscall(SYS_futex, &ur_g.slow, FUTEX_WAIT_PRIVATE, f, NULL, NULL, 0);
       errno = saved;
@@ -85,7 +85,7 @@ __attribute__((noinline)) int ur_slow_begin(struct ur_thread_slot **out, uint32_
     ur_announce(s, op, in, in_size);
     __atomic_signal_fence(__ATOMIC_SEQ_CST); /* paired with membarrier in malloc_disable */
     f = ur_load32(&ur_g.slow);
-    if (!(f & UR_SLOW_GATE) || ur_load32(&ur_g.excl_tid) == ur_tls.tid) {
+    if (!(f & UR_SLOW_GATE) || ur_load32(&ur_fork->excl_tid) == ur_tls.tid) {
       if (f & ~(UR_SLOW_GATE | UR_SLOW_BETWEEN_CALLS | UR_SLOW_NOT_A_REASON)) {
         ur_leave(s);
         continue;

@@ -101,7 +101,7 @@ static int gate_close(uint32_t tid) {
   ur_lock_hard(&ur_g.disable_lock, tid);
   /* A fork in progress holds every lock as excl_tid: not now. */
   uint32_t none = 0;
-  if (!__atomic_compare_exchange_n(&ur_g.excl_tid, &none, tid, 0, __ATOMIC_SEQ_CST,
+  if (!__atomic_compare_exchange_n(&ur_fork->excl_tid, &none, tid, 0, __ATOMIC_SEQ_CST,
                                    __ATOMIC_SEQ_CST)) {
     ur_unlock(&ur_g.disable_lock, 1);
     return -2;
@@ -127,7 +127,7 @@ static int gate_close(uint32_t tid) {
 }
 
 static void gate_open(uint32_t tid) {
-  __atomic_compare_exchange_n(&ur_g.excl_tid, &tid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  __atomic_compare_exchange_n(&ur_fork->excl_tid, &tid, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   syscall(SYS_futex, &ur_g.slow, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
   ur_unlock(&ur_g.disable_lock, 1);

@@ -102,7 +102,7 @@ UR_EXPORT void malloc_disable(void) {
   }
   ur_lock_hard(&ur_g.disable_lock, tid);
   ur_g.disable_depth = 1;
-  __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&ur_fork->excl_tid, tid, __ATOMIC_SEQ_CST);
   __atomic_fetch_or(&ur_g.slow, UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   /* Entry points announce, then read the gate, with no fence between; this
    * barrier on every running thread makes one of the two sides see the other. */
@@ -120,7 +120,7 @@ UR_EXPORT void malloc_enable(void) {
   if (--ur_g.disable_depth > 0) return;
   ur_stacks_unlock();
   ur_registry_unlock_all();
-  __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&ur_fork->excl_tid, 0, __ATOMIC_SEQ_CST);
   __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   syscall(SYS_futex, &ur_g.slow, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
   ur_unlock(&ur_g.disable_lock, 1);

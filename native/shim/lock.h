@@ -12,7 +12,7 @@
  * A thread that holds every lock on behalf of everyone (malloc_disable, or
  * fork between prepare and parent/child) must still be able to allocate, so
  * ur_lock() returns 0 without locking when the lock is busy and the caller is
- * ur_g.excl_tid; the caller passes that result back to ur_unlock().
+ * ur_fork->excl_tid; the caller passes that result back to ur_unlock().
  */
 #ifndef UR_LOCK_H
 #define UR_LOCK_H
@@ -99,7 +99,7 @@ static inline int ur_lock(uint32_t *lock, uint32_t tid) {
   uint32_t c = 0;
   if (UR_UNLIKELY(!__atomic_compare_exchange_n(lock, &c, tid, 0, __ATOMIC_ACQUIRE,
                                                __ATOMIC_RELAXED))) {
-    uint32_t excl = ur_load32(&ur_g.excl_tid);
+    uint32_t excl = ur_load32(&ur_fork->excl_tid);
     if (excl != 0 && excl == tid) return 0;
     /* Held by this very thread: a signal handler's malloc or free landed
      * while the thread was inside the registry. The nested call runs on

@@ -114,6 +114,16 @@ void *ur_region_alloc(size_t size) {
   return out; /* fresh pages are zero: a piece only grows */
 }
 
+void *ur_region_alloc_unshared(size_t size) {
+  size_t ps = page_size();
+  size = (size + ps - 1) & ~(ps - 1);
+  void *p = ur_region_alloc(size); /* a page or more starts on a page */
+  /* The range becomes a mapping of its own: a page or two of address
+   * space lost with it if the kernel refuses. */
+  if (p && madvise(p, size, MADV_WIPEONFORK) != 0) return NULL;
+  return p;
+}
+
 void ur_region_use_huge_pages(void) {
   /* Whole 2 MiB steps, so every range the kernel could back with a huge
    * page is read/write when first touched; later pieces are advised as

@@ -30,6 +30,12 @@ void ur_region_use_huge_pages(void);
  * recycler's functions do the same: no table, or the table not recycled. */
 void *ur_region_alloc(size_t size);
 
+/* Zeroed pages of the region that a forked child does not inherit
+ * (MADV_WIPEONFORK: it gets them zeroed), so fork leaves the parent's
+ * writable; NULL if the kernel cannot (before Linux 4.14) or as
+ * ur_region_alloc. */
+void *ur_region_alloc_unshared(size_t size);
+
 /* Shard tables: recycled by capacity class so resizes reuse old tables. */
 void *ur_region_table_get(uint64_t capacity);
 void ur_region_table_put(void *table, uint64_t capacity);

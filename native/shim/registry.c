@@ -90,7 +90,7 @@ static int inside(struct ur_shard *s) {
   struct ur_thread_slot *me = ur_tls.slot;
   if (me && ur_load32(&me->reserved0) == idx + 1) return 1;
   uint32_t tid = ur_tls.tid;
-  return tid && ur_lock_holder(&s->lock) == tid && ur_load32(&ur_g.excl_tid) != tid;
+  return tid && ur_lock_holder(&ur_fork->shard_lock[idx]) == tid && ur_load32(&ur_fork->excl_tid) != tid;
 }
 
 /* An update put aside that there was no memory to keep: the registry is
@@ -228,7 +228,6 @@ static struct ur_entry *lookup_held(struct ur_shard *s, uint64_t key, uint64_t h
  * readers: they stop the target and rely only on the publication order of
  * abi.h, never on the lock. */
 
-uint32_t ur_shard_bias[UR_NUM_SHARDS];
 
 static void membarrier_all(void) {
   if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
@@ -247,7 +246,7 @@ static void wait_owner(uint32_t token, unsigned idx) {
 
 /* Take the shard for an update: owned, or locked (claiming it when nobody
  * owns it, taking it from its owner when someone does). */
-static int hold(struct ur_shard *s, unsigned idx, int single) {
+static int hold(unsigned idx, int single) {
   /* The thread's slot names a shard: this is a handler's call nested in
    * an update of it (inside() kept it from that one). Naming its own shard
    * there, and clearing the slot as it left, would leave the interrupted
@@ -255,14 +254,14 @@ static int hold(struct ur_shard *s, unsigned idx, int single) {
   struct ur_thread_slot *me = ur_tls.slot;
   int how = me && ur_load32(&me->reserved0) ? UR_HOLD_LOCKED : ur_registry_try_hold(idx, single);
   if (how != UR_HOLD_LOCKED) return how;
-  int locked = ur_lock(&s->lock, ur_tls.tid);
-  uint32_t b = ur_load32(&ur_shard_bias[idx]), tok = ur_tls.shard_token;
+  int locked = ur_lock(&ur_fork->shard_lock[idx], ur_tls.tid);
+  uint32_t b = ur_load32(&ur_fork->shard_bias[idx]), tok = ur_tls.shard_token;
   if (b == 0) {
     /* Claim it: under the lock, so no other thread is inside. */
     if (locked && tok && ur_load32(&ur_g.bias_ok))
-      __atomic_store_n(&ur_shard_bias[idx], tok, __ATOMIC_RELAXED);
+      __atomic_store_n(&ur_fork->shard_bias[idx], tok, __ATOMIC_RELAXED);
   } else if (b != UR_BIAS_SHARED && b != tok) {
-    __atomic_store_n(&ur_shard_bias[idx], UR_BIAS_SHARED, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ur_fork->shard_bias[idx], UR_BIAS_SHARED, __ATOMIC_SEQ_CST);
     membarrier_all();
     wait_owner(b, idx);
   }
@@ -272,7 +271,7 @@ static int hold(struct ur_shard *s, unsigned idx, int single) {
 
 static void release(struct ur_shard *s, int how) {
   if (how == UR_HOLD_LOCKED) {
-    ur_unlock(&s->lock, 1);
+    ur_unlock(&ur_fork->shard_lock[s - ur_g.shards], 1);
     if (UR_UNLIKELY(ur_deferred.n)) ur_registry_flush();
   } else {
     ur_registry_release_held(how);
@@ -293,7 +292,7 @@ __attribute__((noinline)) void ur_registry_flush(void) {
       i++;
       continue;
     }
-    int how = hold(s, idx, ur_single());
+    int how = hold(idx, ur_single());
     apply_deferred(s);
     release(s, how);
     i = 0; /* the list is shorter */
@@ -341,7 +340,7 @@ void ur_registry_insert(const void *p, size_t size, uint32_t stack_id) {
   unsigned idx;
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
   if (defer(s, UR_MANGLE(p), UR_META(size, stack_id))) return;
-  int how = hold(s, idx, ur_single());
+  int how = hold(idx, ur_single());
   ur_registry_insert_held(s, hash, UR_MANGLE(p), UR_META(size, stack_id));
   release(s, how);
 }
@@ -372,7 +371,7 @@ void ur_registry_set(const void *p, size_t size, uint32_t stack_id) {
     else if (size <= UR_META_MAX_SIZE) defer(s, key, UR_META(size, stack_id));
     return;
   }
-  int how = hold(s, idx, ur_single());
+  int how = hold(idx, ur_single());
   struct ur_entry *e = lookup_held(s, key, hash);
   uint8_t *m = map_for(p, size, stack_id);
   if (m) {
@@ -403,7 +402,7 @@ static int lookup(const void *p, uint64_t *size, uint32_t *stack_id, int kill) {
   struct ur_shard *s = ur_shard_at((uint64_t)(uintptr_t)p, &hash, &idx);
   /* This thread holds it (a rebuild, or the call a handler interrupted): read as is. */
   int rebuilding = UR_UNLIKELY(ur_tls.resizing == s) || inside(s);
-  int how = rebuilding ? UR_HOLD_NONE : hold(s, idx, ur_single());
+  int how = rebuilding ? UR_HOLD_NONE : hold(idx, ur_single());
   struct ur_entry *e = lookup_held(s, key, hash);
   if (e) {
     *size = UR_META_SIZE(e->meta);
@@ -433,7 +432,7 @@ int ur_registry_find(const void *p, uint64_t *size, uint32_t *stack_id) {
 size_t ur_registry_foreach_in_shard(unsigned shard, int lock, ur_registry_fn fn, void *arg) {
   if (!ur_g.shards || shard >= UR_NUM_SHARDS) return 0;
   struct ur_shard *s = &ur_g.shards[shard];
-  int how = lock ? hold(s, shard, ur_single()) : UR_HOLD_NONE;
+  int how = lock ? hold(shard, ur_single()) : UR_HOLD_NONE;
   const struct ur_entry *t = (const struct ur_entry *)(uintptr_t)s->table;
   uint64_t cap = s->capacity;
   size_t n = 0;
@@ -466,41 +465,39 @@ uint64_t ur_registry_count(void) {
 
 /* ---- every shard at once ------------------------------------------------------ */
 
-/* Ownership before lock_all (written and read with every lock held). */
-static uint32_t bias_before[UR_NUM_SHARDS];
 
 void ur_registry_lock_all(uint32_t tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++)
-    ur_lock_hard(&ur_g.shards[i].lock, tid);
+    ur_lock_hard(&ur_fork->shard_lock[i], tid);
   /* Owners do not take the lock: make every shard shared, then wait them out. */
   int any = 0;
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
-    uint32_t b = ur_load32(&ur_shard_bias[i]);
-    bias_before[i] = b;
+    uint32_t b = ur_load32(&ur_fork->shard_bias[i]);
+    ur_fork->bias_before[i] = b;
     any |= b != 0 && b != UR_BIAS_SHARED;
-    __atomic_store_n(&ur_shard_bias[i], UR_BIAS_SHARED, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ur_fork->shard_bias[i], UR_BIAS_SHARED, __ATOMIC_SEQ_CST);
   }
   if (!any) return;
   membarrier_all();
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++)
-    if (bias_before[i] != 0 && bias_before[i] != UR_BIAS_SHARED) wait_owner(bias_before[i], i);
+    if (ur_fork->bias_before[i] != 0 && ur_fork->bias_before[i] != UR_BIAS_SHARED) wait_owner(ur_fork->bias_before[i], i);
 }
 
 void ur_registry_unlock_all(void) {
   for (unsigned i = UR_NUM_SHARDS; i-- > 0;) {
     /* A shard two threads used stays shared; one that was owned (or unused)
      * is up for grabs again: its owner may be gone (fork child). */
-    if (bias_before[i] != UR_BIAS_SHARED) __atomic_store_n(&ur_shard_bias[i], 0, __ATOMIC_RELAXED);
-    ur_unlock(&ur_g.shards[i].lock, 1);
+    if (ur_fork->bias_before[i] != UR_BIAS_SHARED) __atomic_store_n(&ur_fork->shard_bias[i], 0, __ATOMIC_RELAXED);
+    ur_unlock(&ur_fork->shard_lock[i], 1);
   }
 }
 
 void ur_registry_reset_locks(uint32_t owner_tid) {
   for (unsigned i = 0; i < UR_NUM_SHARDS; i++) {
-    ur_g.shards[i].lock = owner_tid;
+    ur_fork->shard_lock[i] = owner_tid;
     /* The child's only thread owns nothing yet. Still held by the forking
      * thread (it had malloc_disable()d): shared until malloc_enable. */
-    ur_shard_bias[i] = owner_tid ? UR_BIAS_SHARED : 0;
-    bias_before[i] = 0;
+    ur_fork->shard_bias[i] = owner_tid ? UR_BIAS_SHARED : 0;
+    ur_fork->bias_before[i] = 0;
   }
 }

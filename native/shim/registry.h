@@ -86,10 +86,9 @@ void ur_registry_reset_locks(uint32_t owner_tid);
  *
  * Holding a shard: a shard is unowned, owned by one thread, or shared. Its
  * owner updates it without touching the lock word (registry.c explains why
- * that is safe); everyone else locks it. ur_shard_bias[i]: 0 unowned,
+ * that is safe); everyone else locks it. ur_fork->shard_bias[i]: 0 unowned,
  * UR_BIAS_SHARED, or the owner's ur_tls.shard_token. */
 #define UR_BIAS_SHARED UINT32_MAX
-extern uint32_t ur_shard_bias[UR_NUM_SHARDS];
 /* Per shard, the most entries (live + tombstones) the table may use before it
  * is rebuilt: 70% of capacity, 0 while there is no table. */
 extern uint64_t ur_shard_limit[UR_NUM_SHARDS];
@@ -111,7 +110,7 @@ static inline __attribute__((always_inline)) int ur_registry_try_hold(unsigned i
     struct ur_thread_slot *me = ur_tls.slot;
     __atomic_store_n(&me->reserved0, idx + 1, __ATOMIC_RELAXED);
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
-    if (UR_LIKELY(ur_load32(&ur_shard_bias[idx]) == tok)) return UR_HOLD_BIASED;
+    if (UR_LIKELY(ur_load32(&ur_fork->shard_bias[idx]) == tok)) return UR_HOLD_BIASED;
     __atomic_store_n(&me->reserved0, 0, __ATOMIC_RELAXED);
   }
   return UR_HOLD_LOCKED;

@@ -38,13 +38,19 @@ static struct ur_options opts;
 static int options_ok;
 static const char *other_malloc; /* the object whose malloc the program calls, when not ours */
 /* The forker's own: the next forker sets them in its prepare handler while
- * this one may still be in its parent handler. */
+ * this one may still be in its parent handler. Stored only when they
+ * change (set_tls): the page they share with errno and glibc's own
+ * thread state is write-protected by every fork, and a store there, even
+ * of the same value, costs a fault and a page copy while the child lives. */
 static __thread int fork_nested __attribute__((tls_model("initial-exec"))); /* holds malloc_disable */
 static __thread int fork_io_locked __attribute__((tls_model("initial-exec"))); /* took stdio's list lock */
+static __thread uint32_t fork_token __attribute__((tls_model("initial-exec"))); /* slot + 1 at prepare */
 /* A signal handler may fork while its thread is inside these handlers (glibc
  * allows it in a single-threaded process): the inner fork must not wait for
- * locks its own thread is taking, nor undo what the outer one set. */
-static __thread uint32_t fork_depth __attribute__((tls_model("initial-exec")));
+ * locks its own thread is taking, nor undo what the outer one set. Whether
+ * the thread is inside is ur_fork->in_fork[its slot] (set and cleared on
+ * every fork, so not in TLS), or fork_depth for a thread with no slot. */
+static __thread uint8_t fork_depth __attribute__((tls_model("initial-exec")));
 static __thread uint32_t fork_reentered __attribute__((tls_model("initial-exec")));
 static int membarrier_ok; /* needed for the lock-free single-thread mode */
 extern char **__environ;
@@ -80,6 +86,18 @@ static char *read_options(void) {
   return copy;
 }
 
+/* Nobody holds a lock yet (ur_init's thread runs alone in the registry),
+ * so the words move as they are. */
+static void use_unshared_fork_words(void) {
+  int saved = errno;
+  struct ur_fork_words *w = ur_region_alloc_unshared(sizeof *w);
+  errno = saved;
+  if (!w) return;
+  *w = *ur_fork;
+  __atomic_store_n(&ur_fork, w, __ATOMIC_RELEASE);
+  unreachable_descriptor.shard_locks = (uint64_t)(uintptr_t)w->shard_lock;
+}
+
 void ur_init(void) {
   uint32_t tid = ur_self_tid(), expected = 0;
   if (!__atomic_compare_exchange_n(&ur_g.init_tid, &expected, tid, 0, __ATOMIC_ACQUIRE,
@@ -99,6 +117,7 @@ void ur_init(void) {
     d->disabled_errno = errno;
     state = UR_SLOW_INERT;
   } else {
+    use_unshared_fork_words(); /* before huge pages: its page splits the piece */
     if (ur_huge_arenas_wanted()) ur_region_use_huge_pages();
     ur_g.options = read_options();
     d->region_begin = ur_region_begin();
@@ -171,6 +190,10 @@ extern void _IO_list_lock(void);
 extern void _IO_list_unlock(void);
 extern void _IO_list_resetlock(void);
 
+static void set_tls(int *word, int value) {
+  if (*word != value) *word = value;
+}
+
 static void lock_for_fork(uint32_t tid) {
   /* glibc's fork takes stdio's list lock before its malloc locks (glibc bug
    * 19431): a thread may hold a FILE lock while it allocates (getline),
@@ -180,23 +203,30 @@ static void lock_for_fork(uint32_t tid) {
    * glibc sees threads: with one, glibc's fork takes no lock, so that it
    * works from a signal handler, and the code the handler interrupted may
    * hold this one (fclose) with no other thread to wait for. */
-  fork_io_locked = !ur_single_glibc_sees_one();
+  set_tls(&fork_io_locked, !ur_single_glibc_sees_one());
   if (fork_io_locked) _IO_list_lock();
   ur_registry_lock_all(tid);
   ur_stacks_lock(tid);
-  __atomic_store_n(&ur_g.excl_tid, tid, __ATOMIC_RELEASE);
+  __atomic_store_n(&ur_fork->excl_tid, tid, __ATOMIC_RELEASE);
+}
+
+/* The forking thread's "inside the fork handlers" flag. */
+static uint8_t *fork_depth_of(uint32_t token) {
+  return token ? &ur_fork->in_fork[token - 1] : &fork_depth;
 }
 
 static void fork_prepare(void) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
-  if (fork_depth) {
+  uint32_t token = ur_tls.shard_token;
+  if (*fork_depth_of(token)) {
     fork_reentered++;
     return;
   }
-  fork_depth = 1;
+  *fork_depth_of(token) = 1;
+  if (fork_token != token) fork_token = token;
   ur_go_multi(); /* a thread that never allocated may fork */
   uint32_t tid = ur_self_tid();
-  fork_nested = ur_load32(&ur_g.excl_tid) == tid;
+  set_tls(&fork_nested, ur_load32(&ur_fork->excl_tid) == tid);
   if (!fork_nested) lock_for_fork(tid); /* else malloc_disable already holds everything */
   ur_unwind_gate_close(tid); /* last: threads kept waiting there hold none of the above */
 }
@@ -208,7 +238,7 @@ static void fork_parent(void) {
     return;
   }
   if (!fork_nested) {
-    __atomic_store_n(&ur_g.excl_tid, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&ur_fork->excl_tid, 0, __ATOMIC_RELEASE);
     ur_stacks_unlock();
     ur_registry_unlock_all();
     if (fork_io_locked) _IO_list_unlock();
@@ -217,7 +247,7 @@ static void fork_parent(void) {
   /* Only once every lock is given back: a handler's fork meanwhile would
    * wait on the locks its own thread still holds. */
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  fork_depth = 0;
+  *fork_depth_of(fork_token) = 0;
 }
 
 static void fork_child(void) {
@@ -225,7 +255,9 @@ static void fork_child(void) {
   /* Forked from a handler inside our own prepare: the one thread left holds
    * some of the locks, in no update of what they guard; all are free here. */
   if (fork_reentered) fork_nested = 0;
-  fork_reentered = 0; /* fork_depth stays set until the locks are reset */
+  fork_reentered = 0;
+  /* Set until the locks are reset (the child's copy of ur_fork is zero). */
+  *fork_depth_of(fork_token) = 1;
   uint32_t tid = (uint32_t)syscall(SYS_gettid);
   ur_altstacks_after_fork_child(ur_tls.tid, tid);
   ur_tls.tid = tid;
@@ -254,12 +286,12 @@ static void fork_child(void) {
     ur_g.disable_lock = ur_g.disable_depth = 0;
     __atomic_fetch_and(&ur_g.slow, ~UR_SLOW_GATE, __ATOMIC_SEQ_CST);
   }
-  __atomic_store_n(&ur_g.excl_tid, owner, __ATOMIC_RELEASE);
+  __atomic_store_n(&ur_fork->excl_tid, owner, __ATOMIC_RELEASE);
   ur_threads_after_fork_child(tid);
   unreachable_descriptor.pid = (uint64_t)getpid();
   ur_helper_after_fork_child();
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  fork_depth = 0;
+  *fork_depth_of(fork_token) = 0;
 }
 
 /* ---- constructor --------------------------------------------------------- */

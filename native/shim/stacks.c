@@ -7,7 +7,6 @@
 #include "region.h"
 
 static struct {
-  uint32_t lock;
   uint32_t *index;   /* open addressing: hash slot -> id (0 empty) */
   uint64_t *hashes;  /* per id, to reject most mismatches without comparing frames */
   uint64_t index_mask;
@@ -97,7 +96,7 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
   uint32_t id = probe(f, n, h, &slot);
   if (id) return remember(f, n, id);
   ur_modules_note(); /* its pcs' objects, while they are loaded */
-  int locked = ur_lock(&st.lock, ur_tls.tid);
+  int locked = ur_lock(&ur_fork->stacks_lock, ur_tls.tid);
   id = probe(f, n, h, &slot); /* someone may have added it meanwhile */
   if (!id) {
     uint32_t next = t->count;
@@ -112,7 +111,7 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
       id = next;
     }
   }
-  ur_unlock(&st.lock, locked);
+  ur_unlock(&ur_fork->stacks_lock, locked);
   return remember(f, n, id);
 }
 
@@ -135,8 +134,8 @@ const uint64_t *ur_stacks_frames(uint32_t id, size_t *n) {
   return &st.frames[(uint64_t)id * t->max_frames];
 }
 
-void ur_stacks_lock(uint32_t tid) { ur_lock_hard(&st.lock, tid); }
-void ur_stacks_unlock(void) { ur_unlock(&st.lock, 1); }
+void ur_stacks_lock(uint32_t tid) { ur_lock_hard(&ur_fork->stacks_lock, tid); }
+void ur_stacks_unlock(void) { ur_unlock(&ur_fork->stacks_lock, 1); }
 void ur_stacks_reset_lock(uint32_t owner_tid) {
-  st.lock = owner_tid;
+  ur_fork->stacks_lock = owner_tid;
 }

@@ -15,6 +15,8 @@ UR_EXPORT struct ur_descriptor unreachable_descriptor = {
 };
 
 struct ur_globals ur_g = {.slow = UR_SLOW_UNINIT, .debug = UR_DBG_UNINIT};
+static struct ur_fork_words fork_words_shared;
+struct ur_fork_words *ur_fork = &fork_words_shared;
 __thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
 
 uint32_t ur_self_tid(void) {

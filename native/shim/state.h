@@ -63,7 +63,6 @@ struct ur_globals {
   uint32_t slow;
   uint32_t debug;
   uint32_t pending;      /* signal requests for the helper (helper.h UR_REQ_*) */
-  uint32_t excl_tid;     /* thread holding every lock (malloc_disable or fork), 0 if none */
   uint32_t init_tid;     /* thread running ur_init, 0 when none */
   uint32_t bt_frames;    /* backtrace=N (0: no backtrace option) */
   uint32_t bt_active;    /* capture currently on (toggled by signal) */
@@ -79,7 +78,6 @@ struct ur_globals {
   struct ur_thread_slot *threads;
   struct ur_thread_slot *single_slot; /* the one thread while UR_SLOW_SINGLE */
   uint32_t multi_lock;
-  uint32_t unwind_gate; /* tid of a forking thread keeping others out of libunwind, 0 open */
   uint32_t unwinders;   /* threads inside libunwind (unwind.h) */
   uint32_t bias_ok; /* membarrier works: threads may own registry shards (registry.c) */
   struct ur_stack_table *stacks;
@@ -88,6 +86,24 @@ struct ur_globals {
 };
 
 extern struct ur_globals ur_g;
+
+/* The words fork's handlers write, on a page of their own that a forked
+ * child does not share (MADV_WIPEONFORK): fork write-protects every page it
+ * shares copy-on-write, so each of these the parent wrote there after a fork
+ * would cost it a page fault and a page copy per fork (docs/shim.md, "fork").
+ * The child gets the page zeroed, so 0 means free/unowned/none in each, and
+ * its fork handler sets the rest. Until ur_init makes the page, and where
+ * the kernel has no MADV_WIPEONFORK, ur_fork points at an ordinary copy. */
+struct ur_fork_words {
+  uint32_t shard_lock[UR_NUM_SHARDS]; /* each shard's lock (lock.h); shards' own stay 0 */
+  uint32_t shard_bias[UR_NUM_SHARDS]; /* each shard's owner (registry.h) */
+  uint32_t bias_before[UR_NUM_SHARDS]; /* owners before lock_all (registry.c) */
+  uint32_t excl_tid;    /* thread holding every lock (malloc_disable or fork), 0 if none */
+  uint32_t unwind_gate; /* tid of a forking thread keeping others out of libunwind, 0 open */
+  uint32_t stacks_lock; /* the stack table's (stacks.c) */
+  uint8_t in_fork[UR_MAX_THREADS]; /* by thread slot: inside fork's handlers (shim.c) */
+};
+extern struct ur_fork_words *ur_fork;
 extern struct ur_descriptor unreachable_descriptor;
 
 /* Per-thread state. initial-exec so the hot path is one %fs-relative load. */

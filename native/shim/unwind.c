@@ -43,11 +43,11 @@ size_t ur_unwind(uintptr_t *out, size_t max) { return ur_unwind_here(out, max); 
  * (its other fork handlers, or a handler's malloc, may take a backtrace). */
 void ur_unwind_wait_gate(void) {
   uint32_t gate, self = ur_self_tid();
-  while ((gate = __atomic_load_n(&ur_g.unwind_gate, __ATOMIC_SEQ_CST)) != 0 && gate != self) {
+  while ((gate = __atomic_load_n(&ur_fork->unwind_gate, __ATOMIC_SEQ_CST)) != 0 && gate != self) {
     __atomic_fetch_sub(&ur_g.unwinders, 1, __ATOMIC_SEQ_CST);
     ur_unwind_wake_gate();
     int saved = errno;
-    ur_futex(&ur_g.unwind_gate, FUTEX_WAIT_PRIVATE, gate);
+    ur_futex(&ur_fork->unwind_gate, FUTEX_WAIT_PRIVATE, gate);
     errno = saved;
     __atomic_fetch_add(&ur_g.unwinders, 1, __ATOMIC_SEQ_CST);
   }
@@ -63,7 +63,7 @@ void ur_unwind_wake_gate(void) {
  * waiting at the gate then holds none that the fork still needs. The forker's
  * own count stays (a signal handler's fork that interrupted its own unwind). */
 void ur_unwind_gate_close(uint32_t tid) {
-  __atomic_store_n(&ur_g.unwind_gate, tid, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&ur_fork->unwind_gate, tid, __ATOMIC_SEQ_CST);
   uint32_t n;
   while ((n = __atomic_load_n(&ur_g.unwinders, __ATOMIC_SEQ_CST)) > ur_tls.unwinding) {
     int saved = errno;
@@ -77,15 +77,17 @@ void ur_unwind_gate_close(uint32_t tid) {
  * let threads in that no longer wake it as they leave. */
 void ur_unwind_gate_open(uint32_t tid) {
   uint32_t mine = tid;
-  __atomic_compare_exchange_n(&ur_g.unwind_gate, &mine, 0, 0, __ATOMIC_SEQ_CST,
+  __atomic_compare_exchange_n(&ur_fork->unwind_gate, &mine, 0, 0, __ATOMIC_SEQ_CST,
                               __ATOMIC_SEQ_CST);
   int saved = errno;
-  ur_futex(&ur_g.unwind_gate, FUTEX_WAKE_PRIVATE, INT_MAX);
-  errno = saved;
+  ur_futex(&ur_fork->unwind_gate, FUTEX_WAKE_PRIVATE, INT_MAX);
+  /* Only if changed: errno's page, shared with a child just forked, would
+   * take a fault and a copy for a store of the same value. */
+  if (errno != saved) errno = saved;
 }
 
 /* Only the forking thread is left, with whatever unwind it was inside. */
 void ur_unwind_gate_after_fork_child(void) {
   ur_g.unwinders = ur_tls.unwinding;
-  ur_g.unwind_gate = 0;
+  ur_fork->unwind_gate = 0;
 }

@@ -36,13 +36,13 @@ void ur_unwind_gate_after_fork_child(void);
 static inline void ur_unwind_enter(void) {
   ur_tls.unwinding++;
   __atomic_fetch_add(&ur_g.unwinders, 1, __ATOMIC_SEQ_CST);
-  if (UR_UNLIKELY(__atomic_load_n(&ur_g.unwind_gate, __ATOMIC_SEQ_CST))) ur_unwind_wait_gate();
+  if (UR_UNLIKELY(__atomic_load_n(&ur_fork->unwind_gate, __ATOMIC_SEQ_CST))) ur_unwind_wait_gate();
 }
 
 static inline void ur_unwind_leave(void) {
   __atomic_fetch_sub(&ur_g.unwinders, 1, __ATOMIC_SEQ_CST);
   ur_tls.unwinding--;
-  if (UR_UNLIKELY(__atomic_load_n(&ur_g.unwind_gate, __ATOMIC_SEQ_CST))) ur_unwind_wake_gate();
+  if (UR_UNLIKELY(__atomic_load_n(&ur_fork->unwind_gate, __ATOMIC_SEQ_CST))) ur_unwind_wake_gate();
 }
 
 /* ur_unwind inlined into its caller: one frame fewer to unwind and skip. */

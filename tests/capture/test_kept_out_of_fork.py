@@ -28,6 +28,7 @@ from unreachable.capture.kept_out_of_fork import (
     fork_flags,
     kept_out_of_fork,
     read_kept_out,
+    shim_regions,
 )
 from unreachable.capture.target import open_target
 from unreachable.capture.write_tracking import tracked_writes
@@ -198,30 +199,37 @@ def test_memory_wiped_in_forks_is_read_in_the_pause(targets):
     _untouched(target)
 
 
+def flags_of(pid: int) -> ForkFlags:
+    """fork_flags as a scan reads them: the shim's own memory left out."""
+    return fork_flags(pid, shim_regions(pid, open_target(pid).shim.descriptor_addr))
+
+
 def test_smaps_sizes_the_room_before_the_stop(targets):
     """The pause reads kept-out memory into room made (and its pages
     touched) before the stop, as big as smaps says is resident there."""
     plain = targets.start(PROGRAMS / "queued_signal.c")
-    assert fork_flags(plain.pid) == ForkFlags()
-    kept = fork_flags(targets.start(PROGRAMS / "dontfork_page.c").pid)
+    assert flags_of(plain.pid) == ForkFlags()
+    # The shim's own fork words are wiped in every child, and left out.
+    assert fork_flags(plain.pid).wiped
+    kept = flags_of(targets.start(PROGRAMS / "dontfork_page.c").pid)
     assert kept.room is None  # made only once a fork is chosen
     kept.make_room()
     assert kept.wiped == [] and kept.room is not None and len(kept.room) >= 4096
     wiped_target = targets.start(PROGRAMS / "wipeonfork_page.c")
-    wiped = fork_flags(wiped_target.pid)
+    wiped = flags_of(wiped_target.pid)
     page = wiped_target.int("page")
     assert [(b, e) for b, e in wiped.wiped if b <= page < e]
     wiped.make_room()
     assert wiped.room is not None and len(wiped.room) >= 4096
     assert not kept.prefers_copy and not kept.too_big
-    big = fork_flags(targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY).pid)
+    big = flags_of(targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY).pid)
     assert big.prefers_copy and not big.too_big
     big.make_room()
     assert big.room is not None and len(big.room) > int(PAST_COPY) * MIB
     # Past what the scanner may hold (its budget, as under a memory cgroup): no room.
     _native.set_cache_budget(MIB)
     try:
-        held = fork_flags(targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY).pid)
+        held = flags_of(targets.start(PROGRAMS / "dontfork_page.c", PAST_COPY).pid)
         assert held.too_big
         held.make_room()
         assert held.room is None

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from unreachable.capture.kept_out_of_fork import fork_flags
+from unreachable.capture.kept_out_of_fork import fork_flags, shim_regions
 from unreachable.capture.stop_world import SnapshotMode
+from unreachable.capture.target import open_target
 from unreachable.model.report import ScanReport
 from unreachable.process.status import read_status
 from unreachable.scan import ScanOptions, scan
@@ -268,7 +269,8 @@ def test_node(service, tmp_path: Path):
     # V8 (node 20 here: ~8 MiB) keeps its heap out of forks: a fork snapshot
     # reads it from the target in the pause, into room smaps sized before
     # the stop (tests/capture/test_kept_out_of_fork.py).
-    kept_out = fork_flags(proc.pid).resident > 0
+    own = shim_regions(proc.pid, open_target(proc.pid).shim.descriptor_addr)
+    kept_out = fork_flags(proc.pid, own).resident > 0
     report = _clean_scan(proc.pid, "fork")
     assert report.snapshot == "fork"
     assert ("kept out of fork" in report.roots) == kept_out

@@ -42,6 +42,9 @@ from unreachable.process.memory import present_ranges
 # Past this much (~5-7 ms of reading here), "auto" prefers a copy snapshot.
 KEPT_OUT_PREFER_COPY_BYTES = 16 << 20
 
+# abi.h UR_MAX_REGIONS.
+_MAX_REGIONS = 4096
+
 # The kernel gives every process its own of these.
 _PER_PROCESS = ("[vvar]", "[vdso]", "[vsyscall]", "[vvar_vclock]")
 
@@ -110,21 +113,44 @@ class ForkFlags:
             self.room = bytearray(self.resident)  # zeroed: every page touched
 
 
-def fork_flags(pid: int) -> ForkFlags:
+def shim_regions(pid: int, descriptor_addr: int) -> list[tuple[int, int]]:
+    """The shim's own memory (abi.h ur_region_span), [] if unreadable."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        size = _native.abi_sizeof("ur_descriptor")
+        raw = _native.abi_decode("ur_descriptor", os.pread(fd, size, descriptor_addr))
+        n = min(int(raw["num_regions"]), _MAX_REGIONS)
+        data = os.pread(fd, 16 * n, int(raw["regions"])) if n else b""
+    except (OSError, ValueError):
+        return []
+    finally:
+        os.close(fd)
+    return [struct.unpack_from("<QQ", data, at) for at in range(0, len(data) - 15, 16)]
+
+
+def fork_flags(pid: int, own: list[tuple[int, int]] | None = None) -> ForkFlags:
     """The target's mappings a fork leaves out or wipes, from smaps (read
-    while it runs). Unreadable smaps: none known."""
+    while it runs). Unreadable smaps: none known. Those inside own (the
+    shim's regions: its fork words are wiped in every child, docs/shim.md)
+    are left out: the shim's memory is never a root."""
     try:
         with open(f"/proc/{pid}/smaps", errors="surrogateescape") as f:
             text = f.read()
     except OSError:
         return ForkFlags()
-    if " wf" not in text and " dc" not in text:  # the usual case: no need to parse
+    if " wf" not in text and " dc" not in text:  # without the shim, the usual case
         return ForkFlags()
+    own = own or []
     flags, current, rss = ForkFlags(), (0, 0), 0
     for line in text.splitlines():
         first, _, rest = line.partition(" ")
         if first == "VmFlags:":
             names = rest.split()
+            if any(b <= current[0] and current[1] <= e for b, e in own):
+                continue
             if "wf" in names:
                 flags.wiped.append(current)
             if "wf" in names or "dc" in names:

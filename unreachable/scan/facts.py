@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from unreachable import _native
 from unreachable.capture.copy_snapshot import COPY_FROM_BYTES, copy_pays_off, cow_possible
-from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags
+from unreachable.capture.kept_out_of_fork import ForkFlags, fork_flags, shim_regions
 from unreachable.capture.target import Target, open_target, runs_without_shim
 from unreachable.errors import ScannerOutOfMemory, TargetNotShimmed
 from unreachable.process.cgroup_memory import (
@@ -175,7 +175,7 @@ def gather_facts(pid: int, options: ScanOptions) -> Facts:
     if options.snapshot in ("auto", "fork"):
         budget = options.max_pause_ms is not None
         if budget or not (auto and copy_pays_off(anonymous, allocations, cow=cow)):
-            kept_out = fork_flags(pid)
+            kept_out = fork_flags(pid, shim_regions(pid, target.shim.descriptor_addr))
     if auto and allocations is None and kept_out.prefers_copy:
         allocations = expected_allocations(target.pid, target.shim.descriptor_addr)
     return Facts(

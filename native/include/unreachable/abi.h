@@ -265,7 +265,7 @@ struct ur_size_maps {      /* 32 bytes, in shim memory */
 struct ur_shard {          /* 64 bytes, one cache line */
   uint32_t lock;           /* 0 unlocked, else the holder's tid, | 0x80000000 while others
                               wait (futex); a shard one thread owns is updated without it:
-                              diagnostics only */
+                              diagnostics only. 0 when descriptor.shard_locks holds them */
   uint32_t owner_tid;      /* 0 (the lock word names its holder) */
   uint64_t table;          /* address of struct ur_entry[capacity] */
   uint64_t capacity;       /* power of two, 0 if table not yet allocated */
@@ -550,7 +550,10 @@ struct ur_descriptor {
   uint64_t unregistered;   /* blocks left out of the registry: no memory to hold them */
   uint64_t helper_frames;  /* the helper's stack below this holds its frames, the shim's values
                               only: no root, nor are its registers; 0: take its whole stack */
-  uint64_t reserved[2];
+  uint64_t shard_locks;    /* address of uint32_t[num_shards], the shards' lock words (each
+                              shard's own lock field then stays 0); 0: in each shard. On a
+                              page a forked child does not inherit: zero there */
+  uint64_t reserved[1];
 };
 
 #ifdef __cplusplus

@@ -37,6 +37,13 @@ static inline struct ur_descriptor *shim_desc(void) {
 
 #define SHIM_FN(name) ((__typeof__(&name))shim_sym(#name))
 
+/* Shard i's lock word: apart from the shards where the shim says so.
+ * No dlsym: signal handlers call it (d from shim_desc() beforehand). */
+static inline uint32_t *shim_shard_lock(const struct ur_descriptor *d, unsigned i) {
+  if (d->shard_locks) return &((uint32_t *)(uintptr_t)d->shard_locks)[i];
+  return &((struct ur_shard *)(uintptr_t)d->shards)[i].lock;
+}
+
 /* Whether the block at a is in a size map, and its size there (read as the
  * scanner reads them: the list of refs, not the shim's directory). */
 static inline int size_map_entry(uint64_t a, uint64_t *size) {

@@ -27,6 +27,7 @@
 #define POOL 32
 
 static struct ur_shard *shards;
+static const struct ur_descriptor *desc;
 static unsigned target;      /* the loop block's shard */
 static void *pool[POOL];     /* blocks in the target shard */
 static volatile int npool;
@@ -44,7 +45,7 @@ static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)context;
   const struct ur_shard *s = &shards[target];
   /* The thread is stopped here: the two words cannot change under us. */
-  uint32_t lock = __atomic_load_n(&s->lock, __ATOMIC_RELAXED);
+  uint32_t lock = __atomic_load_n(shim_shard_lock(desc, target), __ATOMIC_RELAXED);
   uint32_t owner = __atomic_load_n(&s->owner_tid, __ATOMIC_RELAXED);
   if (lock == 0 || owner == me || npool <= 1 || hits >= want) return;
   npool--;
@@ -72,7 +73,8 @@ int main(int argc, char **argv) {
   long seconds = argc > 2 ? atol(argv[2]) : 60;
   CHECK(want < POOL - 1);
   me = (uint32_t)gettid();
-  shards = (struct ur_shard *)(uintptr_t)shim_desc()->shards;
+  desc = shim_desc();
+  shards = (struct ur_shard *)(uintptr_t)desc->shards;
   void *p = malloc(LOOP_SIZE);
   int k = shard_of(p);
   CHECK(k >= 0); /* backtraces on: every block in a shard */

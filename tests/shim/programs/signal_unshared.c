@@ -32,6 +32,7 @@
 #define STACK_SIZE ((size_t)64 << 10)
 
 static struct ur_shard *shards;
+static const struct ur_descriptor *desc;
 static int target = -1; /* the loop block's shard */
 static uint32_t me;
 static volatile long hits, found, captured;
@@ -44,7 +45,7 @@ static void on_alarm(int sig, siginfo_t *info, void *context) {
   (void)info;
   (void)context;
   /* The thread is stopped here: the lock word cannot change under us. */
-  uint32_t lock = __atomic_load_n(&shards[target].lock, __ATOMIC_RELAXED) & 0x7fffffffu;
+  uint32_t lock = __atomic_load_n(shim_shard_lock(desc, (unsigned)target), __ATOMIC_RELAXED) & 0x7fffffffu;
   if (lock != me) return;
   void *volatile p = malloc(BIG);
   uint32_t id = 0;
@@ -90,7 +91,8 @@ int main(int argc, char **argv) {
    * (a freed mapping would raise glibc's threshold, and the next one could
    * come from the loop's heap, in the shard its thread holds). */
   CHECK(mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1);
-  shards = (struct ur_shard *)(uintptr_t)shim_desc()->shards;
+  desc = shim_desc();
+  shards = (struct ur_shard *)(uintptr_t)desc->shards;
   uint32_t slots = shim_desc()->max_threads;
   CHECK(sem_init(&reported, 0, 0) == 0);
   sigset_t alarm;
