@@ -127,3 +127,21 @@ def test_a_size_map_list_longer_than_the_shim_makes_is_refused_unallocated(targe
     assert CORRUPT in err
     assert peak <= base + SLACK_BYTES, (peak >> 20, base >> 20)
     left_as_found(target)
+
+
+@pytest.mark.parametrize(
+    ("what", "says"),
+    [
+        ("magic", "the shim's registry descriptor is not one (magic"),
+        ("version", "runs a shim with registry ABI"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["stopped", "auto"])
+def test_a_descriptor_of_another_magic_or_version_is_refused_in_one_line(targets, mode, what, says):
+    target = targets.start(PROGRAM, what, options="")
+    rc, err, _ = scan(target, mode)
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert says in err
+    assert "internal error" not in err and "Traceback" not in err
+    left_as_found(target)

@@ -314,7 +314,14 @@ def parse_descriptor_header(raw: bytes, where: str) -> DescriptorHeader:
     if len(raw) != DESCRIPTOR_SIZE:
         raise TargetNotShimmed(f"cannot read the shim's descriptor in {where}")
     d = _native.abi_decode("ur_descriptor", raw)
-    if d["magic"] != _native.ABI_MAGIC or d["version"] != _native.ABI_VERSION:
+    if d["magic"] != _native.ABI_MAGIC:
+        # Its version is then no more to be believed than the rest.
+        raise TargetNotShimmed(
+            f"{where}: the shim's registry descriptor is not one (magic {d['magic']:#x},"
+            f" not {_native.ABI_MAGIC:#x}): the process overwrote it, so nothing in it"
+            " can be read"
+        )
+    if d["version"] != _native.ABI_VERSION:
         raise TargetNotShimmed(
             f"{where} runs a shim with registry ABI {d['version']}, this scanner reads "
             f"ABI {_native.ABI_VERSION}: scan it with the unreachable version it was started with"

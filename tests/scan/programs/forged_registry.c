@@ -11,6 +11,8 @@
  *             entries (64 GiB, mapped but never touched) of its own
  *   maplist N a size-map list claiming N refs (the shim makes 2^16), its
  *             first refs the real ones
+ *   magic     the descriptor's magic changed (one bit)
+ *   version   the descriptor's ABI version one past this shim's
  *   stacks    a stack table claiming 2^28 stacks of 4096 frames each
  *   threads   2^22 thread slots (256 MiB, mapped but never touched)
  *   regions   one more span of "the shim's memory" (never a root) over the
@@ -153,6 +155,10 @@ int main(int argc, char **argv) {
     forge_shards(d, (uint32_t)n);
   else if (!strcmp(what, "maps"))
     forge_maps(d, n);
+  else if (!strcmp(what, "magic"))
+    d->magic ^= 1;
+  else if (!strcmp(what, "version"))
+    d->version += 1;
   else if (!strcmp(what, "tables"))
     forge_tables(d, (uint32_t)n);
   else if (!strcmp(what, "maplist"))
