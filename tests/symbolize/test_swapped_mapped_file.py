@@ -21,10 +21,11 @@ from unreachable.process import mapped_file
 from unreachable.process.mapped_file import MappedFile
 from unreachable.process.maps import Mapping, find_mapping, read_maps
 from unreachable.retention.loads import object_loads
+from unreachable.retention.unwind import _load_cfi
 from unreachable.symbolize import frames
 from unreachable.symbolize.data_symbols import load_data_symbols
 from unreachable.symbolize.elf_file import read_elf
-from unreachable.symbolize.files import UnsafeFile
+from unreachable.symbolize.files import UnsafeFile, stat_checked
 from unreachable.symbolize.frames import Symbolizer
 
 WAITER = Path(__file__).resolve().parent / "programs" / "waiter.c"
@@ -105,6 +106,9 @@ READERS: dict[str, Callable[[MappedFile], object]] = {
     "elf headers": lambda f: read_elf(f.path, mapped=f.mapped),
     "data symbols": lambda f: load_data_symbols(f.path, f.mapped),
     "glibc facts": lambda f: libc_facts(f.path, "", f.mapped),
+    # keyed by the (device, inode) the walk stat'ed and checked
+    "unwind tables": lambda f: _load_cfi(f.path, *(f.mapped or (0, 0)), 0),
+    "stat for the unwinder": lambda f: stat_checked(f.path, mapped=f.mapped),
 }
 
 
@@ -118,7 +122,7 @@ def test_each_reader_refuses_a_file_swapped_in(target, reader):
     except UnsafeFile as e:
         assert "not the file the process maps" in str(e)
     else:
-        assert result is None
+        assert result is None, result
 
 
 def test_the_loads_of_globals_read_nothing_swapped_in(target, monkeypatch):

@@ -167,8 +167,7 @@ def _identity(f: BinaryIO) -> tuple[int, ...]:
 
 def read_elf(path: str, policy: FilePolicy = ANY_OWNER, mapped: Mapped = None) -> ElfImage:
     """Parse the headers of the ELF file at `path`, which must pass `policy`
-    and be the file mapped, if given (unreachable.symbolize.files; NotElf,
-    OSError). Later reads check the identity it was read with."""
+    and be the file `mapped`, if given (files.check_mapped; NotElf, OSError)."""
     with open_checked(path, policy, mapped=mapped) as f:
         head = f.read(_EHDR.size)
         if len(head) < _EHDR.size or head[:4] != b"\x7fELF":
