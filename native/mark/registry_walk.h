@@ -54,7 +54,6 @@ static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uin
 
 /* ---- size maps (abi.h v5: three levels) ---- */
 
-#define UR_SIZE_MAP_MAX_REFS (UINT64_C(1) << 24)
 /* Pages of a map's level 0 between the one read and the one touched early
  * (a prefetch): in a forked child each page's first load waits for its
  * accessed bit (ref_graph.c's PAGES_AHEAD). 1024 maps of blocks every 256

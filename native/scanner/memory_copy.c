@@ -478,14 +478,20 @@ size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len)
   return got;
 }
 
-size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t len) {
-  if (r->copy || len == 0) return ur_reader_read(r, addr, buf, len);
+/* The live process's pagemap, opened on first use (-2: unavailable). */
+static int reader_pagemap(struct ur_reader *r) {
   if (r->pagemap_fd == -1) {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/pagemap", r->pid);
     r->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (r->pagemap_fd < 0) r->pagemap_fd = -2;
   }
+  return r->pagemap_fd;
+}
+
+size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t len) {
+  if (r->copy || len == 0) return ur_reader_read(r, addr, buf, len);
+  reader_pagemap(r);
   uint64_t span[2] = {addr, addr + len}, *parts = NULL;
   size_t n = 0;
   if (r->pagemap_fd < 0 || span[1] < addr || ur_present_pages(r->pagemap_fd, span, 1, &parts, &n) < 0)
@@ -558,6 +564,58 @@ static int with_sealed(struct ur_cow *cow, const uint64_t *in, size_t n, uint64_
   }
   *parts = all;
   *np = k;
+  return 0;
+}
+
+/* A finished copy's chunks held over [b, e), appended to *parts (*n pairs,
+ * room for *cap). 0 or -ENOMEM. */
+static int copy_held(struct ur_pread_mem *m, uint64_t b, uint64_t e, uint64_t **parts, size_t *n,
+                     size_t *cap) {
+  for (uint64_t pos = b; pos < e;) {
+    uint64_t base = pos & ~(UR_CHUNK_SIZE - 1), next = base + UR_CHUNK_SIZE;
+    uint64_t end = next < e && next > base ? next : e;
+    if (!ur_mem_find(m, base)) {
+      pos = end;
+      continue;
+    }
+    if (*n && (*parts)[2 * *n - 1] == pos) {
+      (*parts)[2 * *n - 1] = end;
+    } else {
+      if (*n == *cap) {
+        size_t grown = *cap ? 2 * *cap : 16;
+        uint64_t *v = realloc(*parts, grown * 2 * sizeof(uint64_t));
+        if (!v) return -ENOMEM;
+        *parts = v;
+        *cap = grown;
+      }
+      (*parts)[2 * *n] = pos;
+      (*parts)[2 * *n + 1] = end;
+      (*n)++;
+    }
+    pos = end;
+  }
+  return 0;
+}
+
+int ur_reader_present(struct ur_reader *r, uint64_t addr, uint64_t len, uint64_t **parts,
+                      size_t *n) {
+  *parts = NULL;
+  *n = 0;
+  size_t cap = 0;
+  if (!len || addr + len < addr) return 0;
+  if (r->copy) return copy_held(r->copy, addr, addr + len, parts, n, &cap);
+  uint64_t span[2] = {addr, addr + len};
+  int rc = reader_pagemap(r) < 0 ? -ENOTTY : ur_present_pages(r->pagemap_fd, span, 1, parts, n);
+  if (rc == 0 && r->cow) rc = with_sealed(r->cow, span, 1, parts, n);
+  if (rc == 0) return 0;
+  free(*parts);
+  *parts = NULL;
+  *n = 0;
+  if (rc == -ENOMEM) return rc;
+  /* No PAGEMAP_SCAN (before Linux 6.7) or no pagemap: all of it. */
+  if (!(*parts = malloc(sizeof span))) return -ENOMEM;
+  memcpy(*parts, span, sizeof span);
+  *n = 1;
   return 0;
 }
 

@@ -39,6 +39,13 @@ size_t ur_reader_read(struct ur_reader *r, uint64_t addr, void *buf, size_t len)
  * does not have are zero and not read, since reading them through /proc
  * would map the zero page into it. */
 size_t ur_reader_read_anon(struct ur_reader *r, uint64_t addr, void *buf, size_t len);
+/* The parts of [addr, addr + len) the source has pages for, as sorted
+ * (begin, end) pairs in *parts (the caller frees them): a process's present
+ * or swapped pages (and those a copy-on-write snapshot sealed), a finished
+ * copy's chunks; all of it where that cannot be known (no PAGEMAP_SCAN).
+ * The rest reads as zero. 0 or -ENOMEM. */
+int ur_reader_present(struct ur_reader *r, uint64_t addr, uint64_t len, uint64_t **parts,
+                      size_t *n);
 /* The finished copy's cache, or NULL if obj is not a finished MemoryCopy. */
 struct ur_pread_mem *ur_memory_copy_mem(PyObject *obj);
 /* A taken copy-on-write snapshot's saved pages (and its pid), or NULL. */

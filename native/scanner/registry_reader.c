@@ -34,11 +34,19 @@ static const char bad_descriptor[] = "registry descriptor not found or incompati
 #define RC_FORGED_TABLES (-1000 - UR_FORGED_TABLES)
 #define RC_FORGED_MAPS (-1000 - UR_FORGED_MAPS)
 
+/* A size-map list longer than the shim makes (UR_SIZE_MAP_MAX_REFS). */
+#define RC_FORGED_MAP_LIST (-2000)
+
 static int forged_rc(int forged) { return forged > 0 ? -1000 - forged : forged; }
 
 /* The Python error for a failed read: rc is RC_FORGED_* or -ENOMEM. */
 static void set_read_error(int rc) {
-  if (rc == RC_FORGED_TABLES || rc == RC_FORGED_MAPS)
+  if (rc == RC_FORGED_MAP_LIST)
+    PyErr_Format(PyExc_ValueError,
+                 "it is corrupt (its size maps' list claims more than the %llu maps the shim "
+                 "makes): the process overwrote it, so nothing read from it can be trusted",
+                 (unsigned long long)UR_SIZE_MAP_MAX_REFS);
+  else if (rc == RC_FORGED_TABLES || rc == RC_FORGED_MAPS)
     PyErr_Format(PyExc_ValueError,
                  "it is corrupt (%s overlap, which the shim never makes): the process "
                  "overwrote it, so nothing read from it can be trusted",
@@ -112,41 +120,92 @@ static void read_shard_locks(struct ur_reader *r, const struct ur_descriptor *d,
   free(locks);
 }
 
-static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards, struct entries *e) {
-  int forged = forged_rc(ur_registry_forged(shards, nshards, NULL, 0));
-  if (forged) return forged;
-  /* Size the arrays once from the shards' counts: growing them by doubling
-   * touches (and has the kernel zero) several times the final memory. */
-  uint64_t expected = ur_registry_expected(shards, nshards);
-  if (entries_reserve(e, e->n + (size_t)expected + expected / 64 + 16) < 0) return -ENOMEM;
-  struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
-  if (!buf) return -ENOMEM;
+/* The present runs of each shard's table (ur_reader_present), entry
+ * aligned; runs[s] NULL for a shard without a table. How many entries they
+ * hold in all, or -ENOMEM. A table may claim 2^32 entries (64 GiB) of
+ * memory never touched, or its process swap out: only what it has is
+ * read, so a forged capacity costs a walk of page tables, not a pass over
+ * 64 GiB of zeros. */
+static int64_t present_runs(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards,
+                            uint64_t **runs, size_t *nruns) {
+  int64_t entries = 0;
   for (uint32_t s = 0; s < nshards; s++) {
     uint64_t cap, table;
     if (!ur_registry_table(&shards[s], &table, &cap)) continue;
-    for (uint64_t first = 0; first < cap; first += READ_BATCH) {
-      size_t cnt = (size_t)(cap - first < READ_BATCH ? cap - first : READ_BATCH);
-      /* Unreadable pages read as zero = empty keys. */
-      ur_reader_read_anon(r, table + first * sizeof(*buf), buf, cnt * sizeof(*buf));
-      if (e->n + cnt > e->cap && entries_reserve(e, 2 * (e->n + cnt)) < 0) {
-        free(buf);
-        return -ENOMEM;
-      }
-      e->n += ur_registry_collect(buf, cnt, e->pairs + 2 * e->n, e->stack_ids + e->n);
+    uint64_t len = cap * sizeof(struct ur_entry);
+    if (ur_reader_present(r, table, len, &runs[s], &nruns[s]) < 0) return -ENOMEM;
+    for (size_t k = 0; k < nruns[s]; k++) {
+      uint64_t *b = &runs[s][2 * k], *e = &runs[s][2 * k + 1];
+      *b = table + (*b - table) / sizeof(struct ur_entry) * sizeof(struct ur_entry);
+      uint64_t up = (*e - table + sizeof(struct ur_entry) - 1) / sizeof(struct ur_entry);
+      *e = table + (up < cap ? up : cap) * sizeof(struct ur_entry);
+      entries += (int64_t)((*e - *b) / sizeof(struct ur_entry));
     }
   }
-  free(buf);
+  return entries;
+}
+
+/* The live entries of [b, e) of a table, in reads of READ_BATCH entries. */
+static int read_run(struct ur_reader *r, uint64_t b, uint64_t e, struct ur_entry *buf,
+                    struct entries *out) {
+  for (uint64_t pos = b; pos < e;) {
+    uint64_t left = (e - pos) / sizeof(*buf);
+    size_t cnt = (size_t)(left < READ_BATCH ? left : READ_BATCH);
+    /* Unreadable pages read as zero = empty keys. */
+    ur_reader_read_anon(r, pos, buf, cnt * sizeof(*buf));
+    if (out->n + cnt > out->cap && entries_reserve(out, 2 * (out->n + cnt)) < 0) return -ENOMEM;
+    out->n += ur_registry_collect(buf, cnt, out->pairs + 2 * out->n, out->stack_ids + out->n);
+    pos += cnt * sizeof(*buf);
+  }
   return 0;
 }
 
+/* The shards' entries, appended to e; *read: the bytes of tables read. */
+static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards,
+                       struct entries *e, uint64_t *read) {
+  int forged = forged_rc(ur_registry_forged(shards, nshards, NULL, 0));
+  if (forged) return forged;
+  uint64_t **runs = calloc(nshards ? nshards : 1, sizeof(*runs));
+  size_t *nruns = calloc(nshards ? nshards : 1, sizeof(*nruns));
+  struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
+  int64_t present = runs && nruns && buf ? present_runs(r, shards, nshards, runs, nruns) : -ENOMEM;
+  int rc = present < 0 ? (int)present : 0;
+  /* Size the arrays once from the shards' counts (no more than the entries
+   * present): growing them by doubling touches (and has the kernel zero)
+   * several times the final memory. */
+  uint64_t expected = ur_registry_expected(shards, nshards);
+  if (rc == 0 && expected > (uint64_t)present) expected = (uint64_t)present;
+  if (rc == 0 && entries_reserve(e, e->n + (size_t)expected + expected / 64 + 16) < 0) rc = -ENOMEM;
+  for (uint32_t s = 0; rc == 0 && s < nshards; s++)
+    for (size_t k = 0; rc == 0 && k < nruns[s]; k++) {
+      rc = read_run(r, runs[s][2 * k], runs[s][2 * k + 1], buf, e);
+      *read += runs[s][2 * k + 1] - runs[s][2 * k];
+    }
+  for (uint32_t s = 0; runs && s < nshards; s++) free(runs[s]);
+  free(runs);
+  free(nruns);
+  free(buf);
+  return rc;
+}
+
+/* How many refs the size maps' list holds (0: none yet), or
+ * RC_FORGED_MAP_LIST: the shim makes its list once, of UR_SIZE_MAP_MAX_REFS,
+ * so a longer one (up to 2^64 refs to allocate for) was forged. */
+static int64_t refs_count(const struct ur_size_maps *h) {
+  if (!h->refs || !h->count) return 0;
+  if (h->count > h->capacity || h->capacity > UR_SIZE_MAP_MAX_REFS) return RC_FORGED_MAP_LIST;
+  return (int64_t)h->count;
+}
+
 /* The size maps' entries (abi.h v5): appended to e, or with e NULL only
- * counted. Returns the live entries seen, or -ENOMEM. */
+ * counted. Returns the live entries seen, RC_FORGED_* or -ENOMEM. */
 static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entries *e) {
   struct ur_size_maps h = {0};
   if (!header_addr) return 0;
   ur_reader_read_anon(r, header_addr, &h, sizeof(h));
-  uint64_t nrefs = h.refs && h.count <= h.capacity && h.count <= UR_SIZE_MAP_MAX_REFS ? h.count : 0;
-  if (!nrefs) return 0;
+  int64_t listed = refs_count(&h);
+  if (listed <= 0) return listed;
+  uint64_t nrefs = (uint64_t)listed;
   struct ur_size_map_ref *refs = malloc(nrefs * sizeof(*refs));
   uint64_t *map = malloc(UR_SIZE_MAP_BYTES); /* words: read a word at a time */
   uint32_t *order = NULL;
@@ -290,7 +349,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   int rc = 0;
   char options[MAX_OPTIONS + 1] = "";
   struct ur_stack_table st = {0};
-  uint64_t expected = 0;
+  uint64_t expected = 0, tables_read = 0;
   Py_BEGIN_ALLOW_THREADS
   if (d.shards) ur_reader_read_anon(&rd, d.shards, shards, nshards * sizeof(*shards));
   read_shard_locks(&rd, &d, shards, nshards);
@@ -312,7 +371,7 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   /* The shards' entries after the maps': few without backtraces, and
    * merged in from the back (sort_by_address). */
   size_t from_shards = e.n;
-  if (rc == 0 && with_entries) rc = read_tables(&rd, shards, nshards, &e);
+  if (rc == 0 && with_entries) rc = read_tables(&rd, shards, nshards, &e, &tables_read);
   if (rc == 0 && with_entries) rc = sort_by_address(&e, from_shards);
   nspans = d.regions && d.num_regions <= UR_MAX_REGIONS ? (uint32_t)d.num_regions : 0;
   if (nspans && (spans = malloc(nspans * sizeof(*spans))) != NULL)
@@ -377,6 +436,9 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     }
   }
   if (result && add_regions(result, &d, spans, nspans) < 0) Py_CLEAR(result);
+  /* The shards' table bytes read: what is present, not what they claim. */
+  if (result && set_item(result, "tables_read", PyLong_FromUnsignedLongLong(tables_read)) < 0)
+    Py_CLEAR(result);
 out:
   free(spans);
   Py_XDECREF(threads);
@@ -546,12 +608,17 @@ static int load_refs(struct ur_reader *rd, unsigned long long addr, struct ur_si
   if (read_descriptor(rd, addr, &d) < 0) return -1;
   struct ur_size_maps h = {0};
   if (d.size_maps) ur_reader_read_anon(rd, d.size_maps, &h, sizeof(h));
-  if (!h.refs || h.count > h.capacity || h.count > UR_SIZE_MAP_MAX_REFS || !h.count) return 0;
-  if (!(*refs = malloc(h.count * sizeof(**refs)))) {
+  int64_t listed = refs_count(&h);
+  if (listed < 0) {
+    set_read_error((int)listed);
+    return -1;
+  }
+  if (!listed) return 0;
+  if (!(*refs = malloc((size_t)listed * sizeof(**refs)))) {
     PyErr_NoMemory();
     return -1;
   }
-  *nrefs = h.count;
+  *nrefs = (uint64_t)listed;
   int rc;
   Py_BEGIN_ALLOW_THREADS
   ur_reader_read_anon(rd, h.refs, *refs, *nrefs * sizeof(**refs));

@@ -9,7 +9,7 @@
 /* One map per 1 MiB of address space a process ever allocates in: 2^16 of
  * them (64 GiB of heap) in a list of 1 MiB. Past that, blocks go to the
  * shards. */
-#define MAX_REFS (UINT64_C(1) << 16)
+#define MAX_REFS UR_SIZE_MAP_MAX_REFS
 #define MAP_BYTES UR_SIZE_MAP_ALLOC
 
 ur_size_map_mid **ur_size_dir;

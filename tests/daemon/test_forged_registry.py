@@ -25,3 +25,22 @@ def test_a_forged_registry_is_a_failed_precondition(daemon, targets, what, snaps
     assert CORRUPT in details and "\n" not in details.strip()
     assert target.alive()
     assert wait_untraced(target.pid) in "SR"
+
+
+@pytest.mark.parametrize(
+    ("what", "says"),
+    [
+        ("magic", "the shim's registry descriptor is not one (magic"),
+        ("version", "runs a shim with registry ABI"),
+    ],
+)
+def test_a_descriptor_of_another_magic_or_version_is_a_failed_precondition(
+    daemon, targets, what, says
+):
+    target = targets.start(PROGRAM, what, options="")
+    request = pb.ScanRequest(pid=target.pid, snapshot=pb.SNAPSHOT_AUTO)
+    code, details = rpc_code(stub(daemon.address).Scan, request, timeout=120)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    assert says in details and "\n" not in details.strip()
+    assert target.alive()
+    assert wait_untraced(target.pid) in "SR"

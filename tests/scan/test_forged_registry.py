@@ -83,3 +83,65 @@ def test_a_stack_table_claiming_millions_of_stacks_reads_only_those_asked(target
     assert rc == 1, err
     assert peak <= base + SLACK_BYTES, (peak >> 20, base >> 20)
     left_as_found(target)
+
+
+# Four shards more than the shim's, each claiming 2^32 entries (64 GiB) of
+# memory the process never touched: 256 GiB of tables that read as empty.
+HUGE_TABLES = 4
+TABLE_CLAIM = (1 << 32) * 16
+
+
+def test_shard_tables_claiming_64_gib_each_read_only_what_is_present(targets):
+    """The reader walks the page tables and reads the pages there are: the
+    real tables' few KiB, not a quarter of a TiB of zeros."""
+    from unreachable import _native
+    from unreachable.capture.target import open_target
+
+    target = targets.start(PROGRAM, "tables", str(HUGE_TABLES))
+    addr = open_target(target.pid).shim.descriptor_addr
+    read = _native.read_registry(target.pid, addr)
+    assert read["tables_read"] < 16 << 20, read["tables_read"]
+    assert read["tables_read"] < TABLE_CLAIM * HUGE_TABLES // 1000
+    left_as_found(target)
+
+
+@pytest.mark.parametrize("mode", ["stopped", "copy", "concurrent"])
+def test_a_scan_of_shard_tables_claiming_64_gib_each_finds_the_leak(targets, mode):
+    base = clean_peak(targets, mode, "")
+    target = targets.start(PROGRAM, "tables", str(HUGE_TABLES), options="")
+    rc, err, peak = scan(target, mode)
+    assert rc == 1, err  # the real leak, the forged tables read as empty
+    assert peak <= base + SLACK_BYTES, (peak >> 20, base >> 20)
+    left_as_found(target)
+
+
+@pytest.mark.parametrize("mode", ["stopped", "auto"])
+def test_a_size_map_list_longer_than_the_shim_makes_is_refused_unallocated(targets, mode):
+    """2^24 refs (256 MiB of list, the old bound) where the shim makes at
+    most 2^16: refused before the list is allocated or read."""
+    base = clean_peak(targets, mode, "")
+    target = targets.start(PROGRAM, "maplist", str(1 << 24), options="")
+    rc, err, peak = scan(target, mode)
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert CORRUPT in err
+    assert peak <= base + SLACK_BYTES, (peak >> 20, base >> 20)
+    left_as_found(target)
+
+
+@pytest.mark.parametrize(
+    ("what", "says"),
+    [
+        ("magic", "the shim's registry descriptor is not one (magic"),
+        ("version", "runs a shim with registry ABI"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["stopped", "auto"])
+def test_a_descriptor_of_another_magic_or_version_is_refused_in_one_line(targets, mode, what, says):
+    target = targets.start(PROGRAM, what, options="")
+    rc, err, _ = scan(target, mode)
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert says in err
+    assert "internal error" not in err and "Traceback" not in err
+    left_as_found(target)

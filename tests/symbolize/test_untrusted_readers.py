@@ -18,7 +18,10 @@ import pytest
 TIMEOUT = 30.0
 READ = {
     "tls segment": "from unreachable.symbolize.data_symbols import _tls_segment as f",
-    "call frames": "from unreachable.retention.unwind import _cfi_for as f",
+    "call frames": "from unreachable.retention.unwind import _load_cfi\n"
+    "def f(p):\n"
+    "    import os; s = os.stat(p)\n"
+    "    return _load_cfi(p, s.st_dev, s.st_ino, s.st_mtime_ns)",
     "glibc facts": "from unreachable.allocations.glibc_libc import libc_facts as f",
 }
 

@@ -98,14 +98,14 @@ def find_libc(pid: int, mappings: Sequence[Mapping]) -> GlibcLibc:
         m for m in mappings if m.offset == 0 and LIBC.match(os.path.basename(mapped_path(m)))
     )
     root = f"/proc/{pid}/root"
-    path, exact = file_for(pid, first, root)
+    path, exact, mapped = file_for(pid, first, root)
     if not exact:
         raise TargetNotShimmed(
             f"pid {pid} runs a libc replaced on disk since it started ({mapped_path(first)}),"
             f" and its mapped copy cannot be read; {UNDER_SHIM}"
         )
     try:
-        facts = libc_facts(path, root)
+        facts = libc_facts(path, root, mapped)
     except (OSError, LibcUnsupported) as e:
         raise TargetNotShimmed(
             f"pid {pid}: glibc's heap cannot be walked without the shim ({mapped_path(first)}:"

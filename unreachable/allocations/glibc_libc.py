@@ -23,7 +23,6 @@ are recognised in the file itself (docs/glibc-heap.md):
 from __future__ import annotations
 
 import io
-import os
 import re
 import struct
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from unreachable.symbolize.config import default_debug_dirs
 from unreachable.symbolize.elf_file import NotElf, read_elf
-from unreachable.symbolize.files import FilePolicy, open_checked
+from unreachable.symbolize.files import FilePolicy, Mapped, open_checked, stat_checked
 
 if TYPE_CHECKING:
     from elftools.elf.elffile import ELFFile
@@ -235,7 +234,7 @@ def _dynsym_span(elf: ELFFile) -> tuple[int, int]:
     return (lo, hi)
 
 
-def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
+def _debug_symbols(path: str, root: str, mapped: Mapped) -> dict[str, tuple[int, int]] | None:
     """{name: (value, size)} of the few symbols needed, from the debug file."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
@@ -244,7 +243,7 @@ def _debug_symbols(path: str, root: str) -> dict[str, tuple[int, int]] | None:
     from unreachable.symbolize.debuginfo import find_debug_file
 
     try:
-        image = read_elf(path)
+        image = read_elf(path, mapped=mapped)
     except (OSError, NotElf, ValueError):
         return None
     found = find_debug_file(image, path, default_debug_dirs(), root)
@@ -280,17 +279,17 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
-    del dev, ino, mtime_ns  # cache key only
+    del mtime_ns  # cache key only
     # The path is the target's: it may be swapped for a FIFO or a huge sparse
     # file after the stat above, so the one inode read is checked and bounded.
-    with open_checked(path, LIBC_FILE) as f:
+    with open_checked(path, LIBC_FILE, mapped=(dev, ino)) as f:
         data = f.read()
     try:
         elf = ELFFile(io.BytesIO(data))
     except ELFError as e:
         raise LibcUnsupported(f"not an ELF file: {e}") from None
     try:
-        return _facts_of(elf, data, path, root)
+        return _facts_of(elf, data, path, root, (dev, ino))
     except LibcUnsupported:
         raise
     except Exception as e:  # noqa: BLE001 - see below
@@ -304,7 +303,7 @@ def _facts(path: str, root: str, dev: int, ino: int, mtime_ns: int) -> LibcFacts
         elf.stream.close()
 
 
-def _facts_of(elf: ELFFile, data: bytes, path: str, root: str) -> LibcFacts:
+def _facts_of(elf: ELFFile, data: bytes, path: str, root: str, mapped: Mapped) -> LibcFacts:
     """The facts, by debug symbols, else by heuristics."""
     from elftools.elf.sections import NoteSection
 
@@ -320,7 +319,7 @@ def _facts_of(elf: ELFFile, data: bytes, path: str, root: str) -> LibcFacts:
         (g["p_vaddr"] + g["p_memsz"] for g in elf.iter_segments() if g["p_type"] == "PT_LOAD"),
         default=0,
     )
-    syms = _debug_symbols(path, root)
+    syms = _debug_symbols(path, root, mapped)
     if syms and "main_arena" in syms and "mp_" in syms:
         code = [v for n, v in syms.items() if n not in ("main_arena", "mp_", "tcache")]
         span = (min(v for v, _ in code), max(v + s for v, s in code)) if code else (0, 0)
@@ -352,8 +351,9 @@ def _facts_of(elf: ELFFile, data: bytes, path: str, root: str) -> LibcFacts:
     )
 
 
-def libc_facts(path: str, root: str = "") -> LibcFacts:
+def libc_facts(path: str, root: str = "", mapped: Mapped = None) -> LibcFacts:
     """Facts of the libc at path (opened as given: /proc/PID/root/... or a
-    map_files entry); root is the target's root, for its debug files."""
-    st = os.stat(path)
+    map_files entry), which must be the file mapped, if given
+    (files.check_mapped); root is the target's root, for its debug files."""
+    st = stat_checked(path, mapped=mapped)
     return _facts(path, root, st.st_dev, st.st_ino, st.st_mtime_ns)

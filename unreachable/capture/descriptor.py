@@ -32,6 +32,7 @@ from unreachable.process.mapped_file import file_for, mapped_path
 from unreachable.process.maps import Mapping
 from unreachable.process.secure_exec import runs_secure, why_secure
 from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_DYNSYM, ElfImage, read_elf
+from unreachable.symbolize.files import Mapped, stat_checked
 
 DESCRIPTOR_SYMBOL = _native.DESCRIPTOR_SYMBOL
 SHIM_PREFIX = "libunreachable_shim"
@@ -77,8 +78,9 @@ def shim_image(path: str, st_dev: int, st_ino: int, mtime: int) -> ShimImage:
     With the struct-based reader, not pyelftools: every scan does this, and
     the leak check at exit runs a scan in every process that exits, where
     importing pyelftools alone cost more than the rest of the lookup."""
-    del st_dev, st_ino, mtime  # cache key only
-    elf = read_elf(path)  # NotElf is a ValueError
+    del mtime  # cache key only
+    # The inode stat'ed for the key (and checked as the one mapped) is read.
+    elf = read_elf(path, mapped=(st_dev, st_ino))  # NotElf is a ValueError
     first_vaddr = next((seg.vaddr for seg in elf.loads if seg.offset == 0), 0)
     bss = next(
         (
@@ -111,11 +113,12 @@ def shim_named(m: Mapping) -> bool:
     return os.path.basename(mapped_path(m)).startswith(SHIM_PREFIX)
 
 
-def shim_exported(real: str, m: Mapping) -> ShimLocation | None:
+def shim_exported(real: str, m: Mapping, mapped: Mapped = None) -> ShimLocation | None:
     """Where the shim lies if the file real, mapped by m (its first mapping),
-    exports the descriptor; None if it does not or cannot be read."""
+    exports the descriptor; None if it does not or cannot be read, or is not
+    the file mapped, if given (files.check_mapped)."""
     try:
-        st = os.stat(real)
+        st = stat_checked(real, mapped=mapped)
         image = shim_image(real, st.st_dev, st.st_ino, int(st.st_mtime))
     except (OSError, ValueError):
         return None
@@ -157,12 +160,12 @@ def _located(pid: int, found: list[Mapping]) -> tuple[ShimLocation | None, str]:
     stale = ""
     for m in found:
         # Through the target's root, so processes in other mount namespaces work.
-        real, exact = file_for(pid, m, f"/proc/{pid}/root")
+        real, exact, mapped = file_for(pid, m, f"/proc/{pid}/root")
         if not exact:
             # Its symbol table may not be the one mapped: never guess.
             stale = mapped_path(m)
             continue
-        shim = shim_exported(real, m)
+        shim = shim_exported(real, m, mapped)
         if shim is not None:
             return shim, stale
     return None, stale
@@ -311,7 +314,14 @@ def parse_descriptor_header(raw: bytes, where: str) -> DescriptorHeader:
     if len(raw) != DESCRIPTOR_SIZE:
         raise TargetNotShimmed(f"cannot read the shim's descriptor in {where}")
     d = _native.abi_decode("ur_descriptor", raw)
-    if d["magic"] != _native.ABI_MAGIC or d["version"] != _native.ABI_VERSION:
+    if d["magic"] != _native.ABI_MAGIC:
+        # Its version is then no more to be believed than the rest.
+        raise TargetNotShimmed(
+            f"{where}: the shim's registry descriptor is not one (magic {d['magic']:#x},"
+            f" not {_native.ABI_MAGIC:#x}): the process overwrote it, so nothing in it"
+            " can be read"
+        )
+    if d["version"] != _native.ABI_VERSION:
         raise TargetNotShimmed(
             f"{where} runs a shim with registry ABI {d['version']}, this scanner reads "
             f"ABI {_native.ABI_VERSION}: scan it with the unreachable version it was started with"

@@ -92,13 +92,14 @@ def _cached(cache: ObjectCache) -> FileVtables | None:
     return out
 
 
-def _file_vtables(path: str) -> FileVtables:
+def _file_vtables(path: str, identity: tuple[int, ...]) -> FileVtables:
     """The vtable symbols of one file (mangled names), from its .symtab when
     it has one, else the ones .dynsym exports."""
     # Imported on a cache miss only: a scan's imports are part of its time.
     from unreachable.symbolize.data_symbols import load_data_symbols
 
-    symbols = load_data_symbols(path)
+    # The file whose headers named the cache entry (a swap since is refused).
+    symbols = load_data_symbols(path, (identity[0], identity[1]))
     if symbols is None:
         return []
     return [
@@ -124,16 +125,16 @@ def load_vtables(pid: int, mappings: list[Mapping]) -> Vtables:
         if not m.path.startswith("/") or m.path in seen:
             continue
         seen.add(m.path)  # the lowest mapping of a file gives its load bias
-        path, _ = file_for(pid, m, root)
+        path, _, mapped = file_for(pid, m, root)
         try:
-            image = read_elf(path)
+            image = read_elf(path, mapped=mapped)
             bias = m.start - image.file_offset_to_vaddr(m.offset)
         except (OSError, NotElf, ValueError):
             continue
         cache = ObjectCache(cache_dir, f"{object_key(image)}-{CACHE_ENTRY}")
         vtables = _cached(cache)
         if vtables is None:
-            misses.append((cache, bias, _file_vtables(path)))
+            misses.append((cache, bias, _file_vtables(path, image.identity)))
             continue
         found += [(start + bias, end + bias, name) for start, end, name in vtables]
     # Every file read afresh is demangled in one batch (one c++filt),

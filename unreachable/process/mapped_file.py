@@ -10,6 +10,7 @@ opens only for CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE).
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 from unreachable.process.maps import Mapping
 
@@ -21,23 +22,50 @@ def mapped_path(m: Mapping) -> str:
     return m.path[: -len(DELETED)] if m.path.endswith(DELETED) else m.path
 
 
-def file_for(pid: int | None, m: Mapping, root: str) -> tuple[str, bool]:
-    """(the path to open, whether it is the file mapped). root prefixes the
-    mapping's path (/proc/PID/root for another mount namespace, or ""). When
-    the path no longer names the mapped file, the mapping's own entry in
+class MappedFile(NamedTuple):
+    path: str  # the path to open
+    exact: bool  # whether it named the file mapped when looked at
+    # (device, inode) the file opened must have (files.check_mapped): the path
+    # is the target's, which its user can rename another file over at any
+    # time after this look. None: the kernel's own link, or no live process.
+    mapped: tuple[int, int] | None
+
+
+def _same_user(pid: int | None) -> bool:
+    """Whether this scanner runs as the target's user, not as root: it can
+    read nothing through the target's paths that the user could not."""
+    try:
+        return bool(pid) and os.geteuid() != 0 and os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
+def file_for(pid: int | None, m: Mapping, root: str) -> MappedFile:
+    """The file to open for m. root prefixes the mapping's path
+    (/proc/PID/root for another mount namespace, or ""). When the path no
+    longer names the mapped file, the mapping's own entry in
     /proc/PID/map_files stands in; if that cannot be read either, the stale
-    path comes back with False."""
+    path comes back with exact False (and a `mapped` no file there has)."""
     full = f"{root}{mapped_path(m)}"
+    mapped = (m.dev, m.inode) if pid and m.inode and m.dev else None
     stale = m.path.endswith(DELETED)
     if not stale and m.inode:
         try:
-            stale = os.stat(full).st_ino != m.inode
+            st = os.stat(full)
         except OSError:
             stale = True
+        else:
+            stale = st.st_ino != m.inode
+            if not stale and mapped is not None and st.st_dev != m.dev:
+                # overlayfs and btrfs subvolumes may stat another device than
+                # the maps give. Only a scanner that may read more than the
+                # target's user needs the kernel's link then.
+                stale = not _same_user(pid)
+                mapped = mapped if stale else (st.st_dev, m.inode)
     if not stale:
-        return full, True
+        return MappedFile(full, True, mapped)
     if pid:
-        mapped = f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}"
-        if os.access(mapped, os.R_OK):
-            return mapped, True
-    return full, False
+        link = f"/proc/{pid}/map_files/{m.start:x}-{m.end:x}"
+        if os.access(link, os.R_OK):
+            return MappedFile(link, True, None)
+    return MappedFile(full, False, mapped)

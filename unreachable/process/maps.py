@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from unreachable.errors import TargetNotFound, TargetPermissionDenied
@@ -21,6 +22,7 @@ class Mapping:
     offset: int
     inode: int
     path: str
+    dev: int = 0  # the file's device (os.makedev), 0 where not known (dumps, cores)
 
     @property
     def readable(self) -> bool:
@@ -61,7 +63,9 @@ def parse_maps(text: str) -> list[Mapping]:
             continue
         start, end = (int(x, 16) for x in parts[0].split("-"))
         path = parts[5].strip() if len(parts) == 6 else ""
-        mappings.append(Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path))
+        major, _, minor = parts[3].partition(":")
+        dev = os.makedev(int(major, 16), int(minor or "0", 16))
+        mappings.append(Mapping(start, end, parts[1], int(parts[2], 16), int(parts[4]), path, dev))
     return mappings
 
 

@@ -434,8 +434,8 @@ def _exe_symbols(pid: int, mappings: list[Mapping], root: str) -> DataSymbols | 
     exe = _exe(pid)
     for m in mappings:
         if m.path == exe:
-            path, _ = file_for(pid, m, root)
-            return load_data_symbols(path)
+            file = file_for(pid, m, root)
+            return load_data_symbols(file.path, file.mapped)
     return None
 
 
@@ -447,7 +447,7 @@ def _bss_regions(labels: _Labels, loads: Loads) -> list[tuple[int, int, int]]:
     out: list[tuple[int, int, int]] = []
     for load in every_load(loads):
         try:
-            segments = read_elf(load.file).loads
+            segments = read_elf(load.file, mapped=load.mapped).loads
         except (OSError, NotElf, ValueError):
             continue
         for seg in segments:
@@ -481,7 +481,7 @@ def _special_intervals(
     tls_total = 0
     loaded: list[tuple[ObjectLoad, DataSymbols]] = []
     for load in every_load(loads):
-        symbols = load_data_symbols(load.file)
+        symbols = load_data_symbols(load.file, load.mapped)
         if symbols is None:
             continue
         if symbols.tls_memsz and load is loads[load.object][0]:

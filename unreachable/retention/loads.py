@@ -32,6 +32,9 @@ class ObjectLoad:
     end: int  # end of its last segment's memory, .bss included
     data_start: int = 0  # its lowest writable address (0: none seen)
     copies: int = 1  # loads of this object in the process
+    # (device, inode) of the file read for its headers: later reads of
+    # `file` must find it (files.check_mapped).
+    mapped: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -63,7 +66,8 @@ def object_loads(mappings: Sequence[Mapping], pid: int, root: str) -> Loads:
             continue
         bias = m.start - _page_down(first.vaddr)
         end = bias + max(seg.vaddr + seg.memsz for seg in image.loads)
-        loads.setdefault(m.path, []).append(ObjectLoad(m.path, file, bias, end))
+        read = (image.identity[0], image.identity[1])
+        loads.setdefault(m.path, []).append(ObjectLoad(m.path, file, bias, end, mapped=read))
     for m in mappings:
         load = load_of(loads, m) if m.writable else None
         if load is not None and (not load.data_start or m.start < load.data_start):
@@ -88,12 +92,12 @@ def load_of(loads: Loads, m: Mapping) -> ObjectLoad | None:
 
 
 def _image(m: Mapping, pid: int, root: str) -> tuple[ElfImage, str] | None:
-    file, _ = file_for(pid, m, root)
+    file = file_for(pid, m, root)
     try:
-        image = read_elf(file)
+        image = read_elf(file.path, mapped=file.mapped)
     except (OSError, NotElf, ValueError):
         return None
-    return (image, file) if image.loads else None
+    return (image, file.path) if image.loads else None
 
 
 def _page_down(n: int) -> int:

@@ -17,7 +17,6 @@ the stack ends the walk; the words above it stay unattributed.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 from unreachable.process.mapped_file import file_for
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.symbolize.elf_file import NotElf, read_elf
-from unreachable.symbolize.files import open_checked
+from unreachable.symbolize.files import open_checked, stat_checked
 
 # DWARF register numbers (x86-64 psABI) of the user_regs_struct fields.
 _DWARF = {"rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6, "rsp": 7}
@@ -57,15 +56,15 @@ class _Cfi:
 
 @lru_cache(maxsize=64)
 def _load_cfi(path: str, dev: int, ino: int, mtime: int) -> _Cfi | None:
-    del dev, ino, mtime  # cache key only
+    del mtime  # cache key only
     from elftools.common.exceptions import ELFError
     from elftools.dwarf.callframe import FDE
     from elftools.elf.elffile import ELFFile
 
     try:
-        # open_checked: the path may have become a FIFO or a device since
-        # the stat that keyed this cache.
-        with open_checked(path) as f:
+        # open_checked: the path may have become a FIFO, a device or another
+        # file since the stat that keyed this cache; the inode stat'ed is read.
+        with open_checked(path, mapped=(dev, ino)) as f:
             elf = ELFFile(f)
             dwarf = elf.get_dwarf_info(follow_links=False)
             entries = dwarf.EH_CFI_entries() if dwarf.has_EH_CFI() else []
@@ -80,19 +79,11 @@ def _load_cfi(path: str, dev: int, ino: int, mtime: int) -> _Cfi | None:
     return _Cfi([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], 0)
 
 
-def _cfi_for(path: str) -> _Cfi | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return _load_cfi(path, st.st_dev, st.st_ino, st.st_mtime_ns)
-
-
 @lru_cache(maxsize=256)
-def _file_to_vaddr(path: str, mtime: int) -> Callable[[int], int] | None:
+def _file_to_vaddr(path: str, dev: int, ino: int, mtime: int) -> Callable[[int], int] | None:
     del mtime
     try:
-        return read_elf(path).file_offset_to_vaddr
+        return read_elf(path, mapped=(dev, ino)).file_offset_to_vaddr
     except (OSError, NotElf, ValueError):
         return None
 
@@ -122,13 +113,13 @@ def unwind(
         m = find_mapping(mappings, pc)
         if m is None or not m.path.startswith("/"):
             break
-        path, _ = file_for(pid, m, root)
+        path, _, mapped = file_for(pid, m, root)
         try:
-            mtime = os.stat(path).st_mtime_ns
+            st = stat_checked(path, mapped=mapped)
         except OSError:
             break
-        to_vaddr = _file_to_vaddr(path, mtime)
-        cfi = _cfi_for(path)
+        to_vaddr = _file_to_vaddr(path, st.st_dev, st.st_ino, st.st_mtime_ns)
+        cfi = _load_cfi(path, st.st_dev, st.st_ino, st.st_mtime_ns)
         if to_vaddr is None or cfi is None:
             break
         # A return address points after the call: look the call up.

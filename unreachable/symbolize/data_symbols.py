@@ -9,13 +9,12 @@ word in .data or .bss is named by the object symbol that covers it:
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
 from unreachable.symbolize.elf_file import SHN_UNDEF, SHT_NOBITS, ElfImage, NotElf, read_elf
-from unreachable.symbolize.files import open_checked
+from unreachable.symbolize.files import Mapped, open_checked, stat_checked
 
 STT_OBJECT = 1
 STT_TLS = 6
@@ -74,11 +73,11 @@ def _symbols(
     return objects, tls
 
 
-def _tls_segment(path: str) -> tuple[int, int]:
+def _tls_segment(path: str, mapped: Mapped = None) -> tuple[int, int]:
     # Opened again by path, which the target's user may have swapped for a
     # FIFO or a huge file since read_elf: the inode is checked again, and the
     # table read no longer than read_elf reads one.
-    with open_checked(path) as f:
+    with open_checked(path, mapped=mapped) as f:
         head = f.read(_EHDR.size)
         if len(head) < _EHDR.size:
             return 0, 0
@@ -99,13 +98,14 @@ def _tls_segment(path: str) -> tuple[int, int]:
 
 @lru_cache(maxsize=128)
 def _load(path: str, dev: int, ino: int, mtime: int) -> DataSymbols | None:
-    del dev, ino, mtime  # cache key only
+    del mtime  # cache key only
     try:
-        image = read_elf(path)
+        # The inode stat'ed (and checked) for the key is the one read.
+        image = read_elf(path, mapped=(dev, ino))
         objects, tls = _symbols(image, ".symtab")
         if not objects and not tls:
             objects, tls = _symbols(image, ".dynsym")
-        memsz, align = _tls_segment(path)
+        memsz, align = _tls_segment(path, (dev, ino))
     except (OSError, NotElf, ValueError, struct.error):
         return None
     best: dict[int, tuple[int, str]] = {}
@@ -123,9 +123,11 @@ def _load(path: str, dev: int, ino: int, mtime: int) -> DataSymbols | None:
     )
 
 
-def load_data_symbols(path: str) -> DataSymbols | None:
+def load_data_symbols(path: str, mapped: Mapped = None) -> DataSymbols | None:
+    """The data symbols of the file at `path`, which must be the file mapped,
+    if given (files.check_mapped); None if it cannot be read."""
     try:
-        st = os.stat(path)
+        st = stat_checked(path, mapped=mapped)
     except OSError:
         return None
     return _load(path, st.st_dev, st.st_ino, st.st_mtime_ns)

@@ -18,6 +18,7 @@ from unreachable.symbolize.files import (
     ANY_OWNER,
     MAX_SECTION_BYTES,
     FilePolicy,
+    Mapped,
     file_identity,
     open_checked,
 )
@@ -164,10 +165,10 @@ def _identity(f: BinaryIO) -> tuple[int, ...]:
     return file_identity(os.fstat(f.fileno()))
 
 
-def read_elf(path: str, policy: FilePolicy = ANY_OWNER) -> ElfImage:
+def read_elf(path: str, policy: FilePolicy = ANY_OWNER, mapped: Mapped = None) -> ElfImage:
     """Parse the headers of the ELF file at `path`, which must pass `policy`
-    (unreachable.symbolize.files; NotElf, OSError)."""
-    with open_checked(path, policy) as f:
+    and be the file `mapped`, if given (files.check_mapped; NotElf, OSError)."""
+    with open_checked(path, policy, mapped=mapped) as f:
         head = f.read(_EHDR.size)
         if len(head) < _EHDR.size or head[:4] != b"\x7fELF":
             raise NotElf(f"{path}: not an ELF file")

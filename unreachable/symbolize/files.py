@@ -68,13 +68,32 @@ def trusted_owners(*uids: int | None) -> FilePolicy:
     return FilePolicy(frozenset({0, os.geteuid(), *(u for u in uids if u is not None)}))
 
 
-def stat_checked(path: str, policy: FilePolicy = ANY_OWNER) -> os.stat_result:
-    """The stat of the file at `path`, which must pass `policy` (UnsafeFile)."""
+# (device, inode) of the file a process maps, from /proc/PID/maps
+# (mapped_file.file_for); None where the path is the kernel's own link to it
+# or no process maps it.
+Mapped = tuple[int, int] | None
+
+
+def check_mapped(path: str, st: os.stat_result, mapped: Mapped) -> None:
+    """UnsafeFile unless the file stat'ed is the one mapped: a target's user
+    may rename another file over the path between the check of its inode
+    and its opening (one only root can read, whose symbols would then reach
+    the user's report)."""
+    if mapped is not None and (st.st_dev, st.st_ino) != mapped:
+        raise UnsafeFile(f"{path}: not the file the process maps (replaced since it was mapped)")
+
+
+def stat_checked(
+    path: str, policy: FilePolicy = ANY_OWNER, mapped: Mapped = None
+) -> os.stat_result:
+    """The stat of the file at `path`, which must pass `policy` and be the
+    file mapped, if given (UnsafeFile)."""
     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
     finally:
         os.close(fd)
+    check_mapped(path, st, mapped)
     policy.check(path, st)
     return st
 
@@ -85,15 +104,20 @@ def file_identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 def open_checked(
-    path: str, policy: FilePolicy = ANY_OWNER, identity: tuple[int, ...] = ()
+    path: str,
+    policy: FilePolicy = ANY_OWNER,
+    identity: tuple[int, ...] = (),
+    mapped: Mapped = None,
 ) -> BinaryIO:
     """The file at `path` opened for reading, if it passes `policy` (OSError).
     identity: the file's when it was first read (file_identity); a file
     replaced or written since is refused, so that a target's user cannot
-    swap it between the headers' read and a section's."""
+    swap it between the headers' read and a section's. mapped: the
+    (device, inode) the process maps (check_mapped)."""
     pinned = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
         st = os.fstat(pinned)
+        check_mapped(path, st, mapped)
         policy.check(path, st)
         if identity and file_identity(st) != identity:
             raise UnsafeFile(f"{path}: replaced or changed since its headers were read")

@@ -112,15 +112,16 @@ class Symbolizer:
 
     def _object(self, m: Mapping) -> SymbolObject | None:
         if m not in self._objects:
-            path, _ = file_for(self._pid, m, self._root)
+            file = file_for(self._pid, m, self._root)
             self._objects[m] = _objects().get_object(
-                path,
+                file.path,
                 mapped_path(m),
                 self._root,
                 self._config,
                 self._policy,
                 self._deadline,
                 self._refused,
+                file.mapped,
             )
         return self._objects[m]
 

@@ -18,7 +18,7 @@ from unreachable.symbolize.debuginfo import DebugFile, find_debug_file
 from unreachable.symbolize.dwarf_lines import LineTable
 from unreachable.symbolize.elf_file import ElfImage, NotElf, read_elf
 from unreachable.symbolize.elf_symbols import ElfSymbols, symbols_from_images
-from unreachable.symbolize.files import ANY_OWNER, FilePolicy, UnsafeFile, stat_checked
+from unreachable.symbolize.files import ANY_OWNER, FilePolicy, Mapped, UnsafeFile, stat_checked
 
 # vaddr -> (function, offset, file, line); function already demangled
 Resolved = tuple[str, int, str, int]
@@ -126,13 +126,15 @@ def get_object(
     policy: FilePolicy = ANY_OWNER,
     deadline: float | None = None,
     refused: list[str] | None = None,
+    mapped: Mapped = None,
 ) -> SymbolObject | None:
     """The object for the file opened at `path` (known in its process as obj_path),
-    if it and its debug file pass `policy` (refusals are added to `refused`).
+    if it and its debug file pass `policy` and it is the file mapped
+    (files.check_mapped; refusals are added to `refused`).
     OutOfTime when looking for its debug file runs past `deadline`; the half-done
     object is then not remembered."""
     try:
-        st = stat_checked(path, policy)
+        st = stat_checked(path, policy, mapped)
     except UnsafeFile as e:
         if refused is not None:
             refused.append(str(e))
@@ -146,7 +148,7 @@ def get_object(
             return _objects[key]
         try:
             obj: SymbolObject | None = SymbolObject(
-                read_elf(path, policy), obj_path, root, config, deadline, refused
+                read_elf(path, policy, mapped), obj_path, root, config, deadline, refused
             )
         except UnsafeFile as e:
             if refused is not None:

@@ -255,6 +255,11 @@ struct ur_size_map_ref {   /* 16 bytes */
   uint64_t map;            /* address of its UR_SIZE_MAP_BYTES (levels 0, 1, 2) */
 };
 
+/* The most maps the shim makes (one per 1 MiB of address space blocks
+ * begin in: 64 GiB), and the capacity of its list: a list claiming more
+ * was forged, and readers refuse it rather than allocate for it. */
+#define UR_SIZE_MAP_MAX_REFS (UINT64_C(1) << 16)
+
 struct ur_size_maps {      /* 32 bytes, in shim memory */
   uint64_t refs;           /* address of struct ur_size_map_ref[capacity], 0 before the first map */
   uint64_t capacity;

@@ -7,6 +7,12 @@
  *             fullest real shard: N times its entries for one table's bytes
  *   maps N    N size-map refs of distinct bases, every one naming the
  *             fullest real map
+ *   tables N  the real shards and N more, each claiming a table of 2^32
+ *             entries (64 GiB, mapped but never touched) of its own
+ *   maplist N a size-map list claiming N refs (the shim makes 2^16), its
+ *             first refs the real ones
+ *   magic     the descriptor's magic changed (one bit)
+ *   version   the descriptor's ABI version one past this shim's
  *   stacks    a stack table claiming 2^28 stacks of 4096 frames each
  *   threads   2^22 thread slots (256 MiB, mapped but never touched)
  *   regions   one more span of "the shim's memory" (never a root) over the
@@ -26,6 +32,8 @@
 #include "unreachable/abi.h"
 
 #define BLOCKS 20000
+/* The most entries a shard's table may claim (the shim's own limit). */
+#define TABLE_ENTRIES (UINT64_C(1) << 32)
 
 void *kept[BLOCKS]; /* not static: the compiler would drop the mallocs */
 void *held = &held; /* in .data: a page of the program's file mapping */
@@ -50,6 +58,38 @@ static void forge_shards(struct ur_descriptor *d, uint32_t n) {
   }
   d->shards = (uintptr_t)forged;
   d->num_shards = n;
+}
+
+static void forge_tables(struct ur_descriptor *d, uint32_t n) {
+  uint32_t real = d->num_shards;
+  struct ur_shard *shards = room((size_t)(real + n) * sizeof(*shards));
+  memcpy(shards, (void *)(uintptr_t)d->shards, real * sizeof(*shards));
+  size_t bytes = (size_t)TABLE_ENTRIES * sizeof(struct ur_entry);
+  for (uint32_t i = real; i < real + n; i++) {
+    void *t = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (t == MAP_FAILED) {
+      perror("mmap");
+      exit(1);
+    }
+    shards[i].table = (uintptr_t)t;
+    shards[i].capacity = TABLE_ENTRIES;
+  }
+  d->shards = (uintptr_t)shards;
+  d->num_shards = real + n;
+}
+
+static void forge_map_list(struct ur_descriptor *d, uint64_t n) {
+  struct ur_size_maps *h = (struct ur_size_maps *)(uintptr_t)d->size_maps;
+  /* Mapped but never touched past the real refs: zeros, no map. */
+  struct ur_size_map_ref *refs = mmap(NULL, n * sizeof(*refs), PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (refs == MAP_FAILED) {
+    perror("mmap");
+    exit(1);
+  }
+  memcpy(refs, (void *)(uintptr_t)h->refs, h->count * sizeof(*refs));
+  h->refs = (uintptr_t)refs;
+  h->capacity = h->count = n;
 }
 
 static void forge_maps(struct ur_descriptor *d, uint64_t n) {
@@ -115,6 +155,14 @@ int main(int argc, char **argv) {
     forge_shards(d, (uint32_t)n);
   else if (!strcmp(what, "maps"))
     forge_maps(d, n);
+  else if (!strcmp(what, "magic"))
+    d->magic ^= 1;
+  else if (!strcmp(what, "version"))
+    d->version += 1;
+  else if (!strcmp(what, "tables"))
+    forge_tables(d, (uint32_t)n);
+  else if (!strcmp(what, "maplist"))
+    forge_map_list(d, n);
   else if (!strcmp(what, "stacks"))
     forge_stacks(d);
   else if (!strcmp(what, "threads"))
