@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.support.cbuild import build
 from unreachable.process.maps import Mapping
 from unreachable.symbolize import objects
+from unreachable.symbolize.cache import object_key
 from unreachable.symbolize.elf_file import read_elf
 from unreachable.symbolize.frames import Symbolizer
 
@@ -95,3 +96,15 @@ def test_a_debug_file_claiming_the_build_id_keeps_its_own_names(tmp_path):
 
     assert name_with(target_root) == "forged_target_function"
     assert name_with(system) == "genuine_library_function"
+
+
+def test_the_key_is_the_sha1_of_the_files_identity(tmp_path):
+    """The key is hashed without hashlib (OpenSSL's libcrypto at every scan):
+    the same SHA-1 digest, so entries written by earlier versions stay found."""
+    import hashlib
+
+    lib = build(Path(__file__).parent.parent / "scan" / "programs" / "graph.c")
+    image = read_elf(str(lib))
+    ident = "\0".join(str(v) for v in image.identity).encode()
+    digest = hashlib.sha1(ident, usedforsecurity=False).hexdigest()[:16]
+    assert object_key(image) == f"{image.build_id}-{digest}"
