@@ -116,11 +116,16 @@ def test_the_classic_copys_stop_leaves_shared_memory_to_after_it(targets):
     assert target.tracer() == 0
     wait_untracked(target.pid)
     assert stats["pages_untracked"] < shared_pages // 4, stats
-    copy_snapshot._classic_next.add(target.pid)
-    report = scan(target.pid, ScanOptions(snapshot="copy"))
-    assert report.snapshot == "copy" and report.snapshot_note == ""
-    exact(target, report)
-    wait_untracked(target.pid)
+    _classic_scans_are_exact(target, 1)
+
+
+def _classic_scans_are_exact(target: Target, scans: int) -> None:
+    for _ in range(scans):
+        copy_snapshot._classic_next.add(target.pid)
+        report = scan(target.pid, ScanOptions(snapshot="copy"))
+        assert report.snapshot == "copy" and report.snapshot_note == ""
+        exact(target, report)
+        wait_untracked(target.pid)
     assert target.alive() and target.tracer() == 0
 
 
@@ -780,10 +785,4 @@ def test_the_classic_copy_reads_untouched_private_memory_as_zero(targets):
     memory after the stop took that knowledge away (the sweep failed with
     EFAULT, `sweep failed`)."""
     target = targets.start(HERE / "programs" / "sparse_big_block.c")
-    for _ in range(2):
-        copy_snapshot._classic_next.add(target.pid)
-        report = scan(target.pid, ScanOptions(snapshot="copy"))
-        assert report.snapshot == "copy" and report.snapshot_note == ""
-        exact(target, report)
-        wait_untracked(target.pid)
-    assert target.alive() and target.tracer() == 0
+    _classic_scans_are_exact(target, 2)
