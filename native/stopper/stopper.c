@@ -27,7 +27,8 @@
  *     UNREAD threads could not be asked, WHY says why)
  *   clone TID FLAGS -> "ok CHILD": the child is frozen, the target still
  *     stopped (a failed clone lets it go)
- *   release     -> "ok PAUSE_NS": the target runs
+ *   release     -> "ok PAUSE_NS HOLD_NS": the target runs (the pause from the
+ *     first seize, the hold from the last thread stopped: docs/pause.md)
  *   close       -> "ok" (the child killed and reaped), and the stopper exits
  * UNREACHABLE_TEST_KILL_AT=sigaltstack|clone|wait4 (tests only): with the injected
  * registers in place, the stopper says "hold STEP" and waits for a line or
@@ -373,7 +374,8 @@ int main(int argc, char **argv) {
       cmd_clone(ip, line + 6);
     } else if (strcmp(line, "release") == 0) {
       release();
-      say("ok %llu", (unsigned long long)(pause_end - cap.t_first_seize_ns));
+      say("ok %llu %llu", (unsigned long long)(pause_end - cap.t_first_seize_ns),
+          (unsigned long long)(pause_end - cap.t_last_stop_ns));
     } else if (strcmp(line, "close") == 0) {
       release();
       int rc = close_child(pid, ip);

@@ -5,9 +5,10 @@ scanner (docs/glibc-heap.md, "The snapshot").
 
 Stopper(pid, syscall_ip) starts it; stop() stops every thread (running
 those inside malloc out of it), signal_stacks() asks each its sigaltstack,
-clone() makes the frozen child and leaves
-the target stopped (what the child lacks is read from it then), release()
-lets it go, close() kills the child and has the target reap it. Closing
+clone() makes the frozen child and leaves the target stopped (what the
+child lacks is read from it then; the whole copy, scan/glibc.py, copies
+the memory instead, from this process), release() lets it go, close()
+kills the child and has the target reap it. Closing
 the pipe in any state (the scanner killed) makes the stopper put
 everything back by itself.
 """
@@ -26,7 +27,8 @@ from unreachable.capture.signal_stacks import RECORD, SignalStacks
 
 STOPPER_NAME = "unreachable-stopper"
 # Tests only: the step at which the scanner kills itself ("stopped",
-# "sigaltstack", "clone", "child", "wait4"); the stopper holds its injections there.
+# "sigaltstack", "clone", "child", "wait4", "copied"); the stopper holds its
+# injections there.
 KILL_AT = "UNREACHABLE_TEST_KILL_AT"
 _THREAD = struct.Struct("<iiQII")  # tid, pad, sp, regs length, xstate length
 
@@ -58,7 +60,8 @@ class Stopper:
     def __init__(self, pid: int, syscall_ip: int) -> None:
         self.pid = pid
         self.child = 0
-        self.pause_ns = 0
+        self.pause_ns = 0  # the stop's, once released (docs/pause.md)
+        self.hold_ns = 0
         self._proc = subprocess.Popen(
             [stopper_path(), str(pid), f"{syscall_ip:x}"],
             stdin=subprocess.PIPE,
@@ -125,8 +128,8 @@ class Stopper:
         return child
 
     def release(self) -> None:
-        (pause,) = self._ask("release")
-        self.pause_ns = int(pause)
+        pause, hold = self._ask("release")
+        self.pause_ns, self.hold_ns = int(pause), int(hold)
 
     def close(self) -> None:
         """The child killed and reaped, the stopper gone. Raises OSError

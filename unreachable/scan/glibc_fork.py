@@ -188,7 +188,7 @@ def injected_fork(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
         held = Capture(
             None, got.threads, "fork", mappings=got.mappings, kernel_held=got.held,
             kept_out=got.kept_out, frozen_pid=got.memory,
-            frozen_pause_ns=got.stopper.pause_ns,
+            stopper_pause_ns=got.stopper.pause_ns, stopper_hold_ns=got.stopper.hold_ns,
         )  # fmt: skip
         yield no_shim_captured(pid, proc, libc, held, allocs, stats)
     finally:
