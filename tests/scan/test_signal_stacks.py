@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -106,4 +107,4 @@ def test_a_thread_switching_signal_stacks_is_asked_in_the_copys_own_stop(targets
         target.send("")
         switched.append(int(target.read_line().removeprefix("switches=")))
     # The thread went on switching between the scans.
-    assert all(b > a for a, b in zip(switched, switched[1:]))
+    assert all(b > a for a, b in pairwise(switched))

@@ -112,14 +112,13 @@ class Stopper:
             threads.append((t, sp, self._read(regs_len), self._read(xstate_len)))
         return Stopped(left, threads, tid, " ".join(words[4:]), self._read(8 * nsig))
 
-    def signal_stacks(self, tids: frozenset[int] | None = None) -> SignalStacks:
-        """Each stopped thread's sigaltstack; tids: the threads of this stop,
-        when the scan's own stop comes later. Before clone(): the words the
-        answers were written to are back by then."""
+    def signal_stacks(self) -> SignalStacks:
+        """Each stopped thread's sigaltstack, asked in this stop. Before
+        clone(): the words the answers were written to are back by then."""
         words = self._ask("signal-stacks")
         n, unread = int(words[0]), int(words[1])
         records = self._read(n * RECORD.size)
-        return SignalStacks(records, unread, " ".join(words[2:]), tids)
+        return SignalStacks(records, unread, " ".join(words[2:]))
 
     def clone(self, tid: int, flags: int) -> int:
         """The frozen child's pid; the target stays stopped until release()."""

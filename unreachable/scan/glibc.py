@@ -144,11 +144,13 @@ def _stop_and_copy(pid: int, libc: GlibcLibc, ip: int = 0) -> _Copied | str:
         if got.left:
             return f"{got.left} thread(s) stayed inside malloc"  # let go by the close
         kill_here("stopped")
-        held.read_in_pause()
+        try:
+            held.read_in_pause()
+        except OSError as e:
+            raise stop_error(pid, e) from None
         held.signals = got.signal_values
         held.take_signal_stacks(_ask_signal_stacks(pid, stopper, ip))
-        copy = _native.MemoryCopy(pid)
-        mappings, tls = _copy_in_stop(pid, libc, copy)
+        copy, mappings, tls = _copy_in_stop(pid, libc)
         try:
             stopper.release()
         except OSError as e:
@@ -170,19 +172,23 @@ def _stop_and_copy(pid: int, libc: GlibcLibc, ip: int = 0) -> _Copied | str:
 
 
 def _copy_in_stop(
-    pid: int, libc: GlibcLibc, copy: _native.MemoryCopy
-) -> tuple[list[Mapping], list[tuple[int, int]]]:
-    """The maps, libc's TLS offsets and the whole writable memory, read into
-    copy while the stopper holds every thread. The pin gate is opened for
-    just this (a stop of another process's, which the gate cannot see) and
+    pid: int, libc: GlibcLibc
+) -> tuple[_native.MemoryCopy, list[Mapping], list[tuple[int, int]]]:
+    """The whole writable memory, the maps and libc's TLS offsets, read
+    while the stopper holds every thread. The pin gate is opened for just
+    this (a stop of another process's, which the gate cannot see) and
     shut, the reads past it done, before the release is asked."""
+    copy: _native.MemoryCopy | None = None
+    done = False
     _native.pin_open(pid)
     try:
+        copy = _native.MemoryCopy(pid)
         mappings = read_maps(pid)
         tls = tls_offsets(pid, libc)
         copy.sync(sync_ranges(mappings), threads=_copy_threads())
         kill_here("copied")
         copy.finish()
+        done = True
     except MemoryError:
         raise ScannerOutOfMemory(
             "the copy of the target's memory would take more than the scanner may (half of"
@@ -192,7 +198,9 @@ def _copy_in_stop(
         raise stop_error(pid, e) from None
     finally:
         _native.pin_shut(pid)
-    return mappings, tls
+        if copy is not None and not done:
+            copy.close()
+    return copy, mappings, tls
 
 
 class SnapshotLacksHeap(Exception):
