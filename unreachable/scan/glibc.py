@@ -21,7 +21,6 @@ copy, with chunk usable sizes and no backtraces.
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -74,6 +73,7 @@ RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped aga
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
 RETRY_DELAY_S = 0.02  # times the attempt: the moment a thread needs to leave malloc
 ALLOCATIONS = "glibc heap"
+_NOT_ASKED = SignalStacks(b"", -1, "no syscall instruction was found to ask them from")
 NO_SHIM_PATH = "\0"  # a path no mapping has ("" would name every anonymous one)
 
 
@@ -122,8 +122,9 @@ def _stop_and_copy(pid: int, libc: GlibcLibc, ip: int = 0) -> _Copied | str:
     """The process's memory as it was with every thread stopped, or why this
     stop was no good (a thread inside malloc). One stop, the stopper's
     (capture/stopper.py): it stops every thread, runs those inside malloc
-    out of it and asks each its sigaltstack (ip: a syscall instruction to
-    ask from; 0: none found, not asked), then this process copies the
+    out of it and asks each its sigaltstack in the same command (ip: a
+    syscall instruction to ask from; 0: none found, not asked), then this
+    process copies the
     memory and the stopper lets the process go. Injected by the stopper, a
     call in progress is finished and the thread's registers put back even
     when this process dies."""
@@ -137,7 +138,7 @@ def _stop_and_copy(pid: int, libc: GlibcLibc, ip: int = 0) -> _Copied | str:
     done: _Copied | None = None
     try:
         try:
-            got = stopper.stop(libc.malloc_code, RUN_OUT_ROUNDS, 0)
+            got = stopper.stop(libc.malloc_code, RUN_OUT_ROUNDS, 0, bool(ip))
         except OSError as e:
             raise stop_error(pid, e) from None
         threads = [CapturedThread(*t) for t in got.threads]
@@ -149,7 +150,7 @@ def _stop_and_copy(pid: int, libc: GlibcLibc, ip: int = 0) -> _Copied | str:
         except OSError as e:
             raise stop_error(pid, e) from None
         held.signals = got.signal_values
-        held.take_signal_stacks(_ask_signal_stacks(pid, stopper, ip))
+        held.take_signal_stacks(got.signal_stacks if ip else _NOT_ASKED)
         copy, mappings, tls = _copy_in_stop(pid, libc)
         try:
             stopper.release()
@@ -207,18 +208,6 @@ class SnapshotLacksHeap(Exception):
     """A walk refused over a snapshot that lacks some of the process's
     memory (a frozen child: what the process keeps out of forks), which may
     be glibc's own: only a snapshot that has it all can tell."""
-
-
-def _ask_signal_stacks(pid: int, stopper: Stopper, ip: int) -> SignalStacks:
-    """Each stopped thread's sigaltstack, asked by the stopper, or why not."""
-    if not ip:
-        return SignalStacks(b"", -1, "no syscall instruction was found to ask them from")
-    try:
-        return stopper.signal_stacks()
-    except OSError as e:
-        if e.errno == errno.EPIPE:
-            raise stop_error(pid, e) from None
-        return SignalStacks(b"", -1, f"the stopper could not ask them: {e.strerror or e}")
 
 
 def walked(
