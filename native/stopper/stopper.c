@@ -173,8 +173,9 @@ static size_t ask_signal_stacks(uint64_t ip, int left, char *line, size_t len,
                                 struct ur_signal_stack **out) {
   size_t n = 0;
   char why[160];
-  *out = left ? NULL : calloc(cap.n + 1, sizeof(**out));
-  if (left) snprintf(line, len, "0 -1 threads stayed inside malloc");
+  *out = left || !ip ? NULL : calloc(cap.n + 1, sizeof(**out));
+  if (!ip) snprintf(line, len, "0 -1 no syscall instruction was given to ask them from");
+  else if (left) snprintf(line, len, "0 -1 threads stayed inside malloc");
   else if (!*out) snprintf(line, len, "0 -1 out of memory");
   else {
     size_t unread = ur_query_signal_stacks(&cap, ip, hold, *out, &n, why, sizeof(why));
