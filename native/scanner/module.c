@@ -34,6 +34,12 @@ static PyMethodDef methods[] = {
      "tee(fd_in, fd_out, len, flags) -> int\n\n"
      "Copy up to len bytes of pipe fd_in into pipe fd_out without consuming them (tee(2)); "
      "the bytes copied, OSError on failure."},
+    {"pin_open", ur_py_pin_open, METH_VARARGS,
+     "pin_open(pid): every thread of pid is held stopped (by the stopper process): its "
+     "pages may be read with process_vm_readv's pin (native/scanner/pin_gate.h)."},
+    {"pin_shut", ur_py_pin_shut, METH_VARARGS,
+     "pin_shut(pid): a thread of pid is about to run: no new pin; returns once the reads "
+     "that passed the gate are done."},
     {"present_ranges", ur_py_present_ranges, METH_VARARGS,
      "present_ranges(memory, ranges) -> bytes\n\n"
      "The parts of the sorted (begin, end) ranges (packed u64) that hold pages: present or "

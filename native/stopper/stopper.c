@@ -16,18 +16,22 @@
  * Commands and replies (errors: "err ERRNO message"):
  * Started as "unreachable-stopper PID SYSCALL_IP" (a syscall instruction
  * in the target's code, hex).
- *   stop LO HI ROUNDS FLAGS (malloc's code, rounds to run threads out of
- *   it, the clone flags the filters are checked for)
+ *   stop LO HI ROUNDS FLAGS ASK (malloc's code, rounds to run threads out
+ *   of it, the clone flags the filters are checked for, 1 to ask each
+ *   thread's sigaltstack once none is inside malloc)
  *     -> "ok LEFT NTHREADS INJECT_TID NSIGNALS REASON..." then, per thread,
  *        a header (tid, sp, regs length, xstate length) and its regs and
  *        xstate, then NSIGNALS 64-bit sigvals. INJECT_TID 0: no thread can
- *        take the clone (REASON says why); release and copy instead.
- *   signal-stacks -> "ok N UNREAD WHY..." then N records of struct
- *     ur_signal_stack (each thread's sigaltstack, asked by an injected call;
- *     UNREAD threads could not be asked, WHY says why)
+ *        take the clone (REASON says why); release and copy instead. With
+ *        ASK, then "N UNREAD WHY..." and N records of struct
+ *        ur_signal_stack (each thread's sigaltstack, asked by an injected
+ *        call; UNREAD threads could not be asked, WHY says why; UNREAD -1:
+ *        none was). Asked in the stop's own command: the scanner waits for
+ *        one reply, not two, while the target is held.
  *   clone TID FLAGS -> "ok CHILD": the child is frozen, the target still
  *     stopped (a failed clone lets it go)
- *   release     -> "ok PAUSE_NS": the target runs
+ *   release     -> "ok PAUSE_NS HOLD_NS": the target runs (the pause from the
+ *     first seize, the hold from the last thread stopped: docs/pause.md)
  *   close       -> "ok" (the child killed and reaped), and the stopper exits
  * UNREACHABLE_TEST_KILL_AT=sigaltstack|clone|wait4 (tests only): with the injected
  * registers in place, the stopper says "hold STEP" and waits for a line or
@@ -162,10 +166,30 @@ static void release(void) {
   stopped = false;
 }
 
-static void cmd_stop(pid_t pid, const char *args) {
+/* Each thread's alternate signal stack (signal_stack_query.h), asked
+ * before the clone so the scratch words are back when the child copies
+ * them: "N UNREAD WHY..." into line, the records into *out (to free). */
+static size_t ask_signal_stacks(uint64_t ip, int left, char *line, size_t len,
+                                struct ur_signal_stack **out) {
+  size_t n = 0;
+  char why[160];
+  *out = left || !ip ? NULL : calloc(cap.n + 1, sizeof(**out));
+  if (!ip) snprintf(line, len, "0 -1 no syscall instruction was given to ask them from");
+  else if (left) snprintf(line, len, "0 -1 threads stayed inside malloc");
+  else if (!*out) snprintf(line, len, "0 -1 out of memory");
+  else {
+    size_t unread = ur_query_signal_stacks(&cap, ip, hold, *out, &n, why, sizeof(why));
+    snprintf(line, len, "%zu %zu %s", n, unread, why);
+  }
+  return n;
+}
+
+static void cmd_stop(pid_t pid, uint64_t ip, const char *args) {
   unsigned long long lo, hi, flags;
   unsigned rounds;
-  if (stopped || child || sscanf(args, "%llx %llx %u %llx", &lo, &hi, &rounds, &flags) != 4) {
+  int ask;
+  if (stopped || child ||
+      sscanf(args, "%llx %llx %u %llx %d", &lo, &hi, &rounds, &flags, &ask) != 5) {
     say("err %d bad stop command", EINVAL);
     return;
   }
@@ -182,9 +206,13 @@ static void cmd_stop(pid_t pid, const char *args) {
     say("err %d running a thread out of malloc failed", -rc);
     return;
   }
+  struct ur_signal_stack *stacks = NULL;
+  char asked[200];
+  size_t nstacks = ask ? ask_signal_stacks(ip, left, asked, sizeof(asked), &stacks) : 0;
   uint64_t *sigvals = NULL;
   long nsig = ur_pending_signal_values(&cap, &sigvals);
   if (nsig < 0) {
+    free(stacks);
     release();
     say("err %d cannot read the target's queued signals", (int)-nsig);
     return;
@@ -206,27 +234,11 @@ static void cmd_stop(pid_t pid, const char *args) {
   }
   put(sigvals, (size_t)nsig * sizeof(*sigvals));
   free(sigvals);
-}
-
-/* Each thread's alternate signal stack (signal_stack_query.h), asked
- * before the clone so the scratch words are back when the child copies
- * them. */
-static void cmd_signal_stacks(uint64_t ip) {
-  if (!stopped || child) {
-    say("err %d bad signal-stacks command", EINVAL);
-    return;
+  if (ask) {
+    say("%s", asked);
+    put(stacks, nstacks * sizeof(*stacks));
   }
-  struct ur_signal_stack *out = calloc(cap.n + 1, sizeof(*out));
-  if (!out) {
-    say("err %d out of memory", ENOMEM);
-    return;
-  }
-  size_t n = 0;
-  char why[160];
-  size_t unread = ur_query_signal_stacks(&cap, ip, hold, out, &n, why, sizeof(why));
-  say("ok %zu %zu %s", n, unread, why);
-  put(out, n * sizeof(*out));
-  free(out);
+  free(stacks);
 }
 
 static void cmd_clone(uint64_t ip, const char *args) {
@@ -366,14 +378,13 @@ int main(int argc, char **argv) {
   char line[256];
   while (get_line(line, sizeof(line))) {
     if (strncmp(line, "stop ", 5) == 0) {
-      cmd_stop(pid, line + 5);
-    } else if (strcmp(line, "signal-stacks") == 0) {
-      cmd_signal_stacks(ip);
+      cmd_stop(pid, ip, line + 5);
     } else if (strncmp(line, "clone ", 6) == 0) {
       cmd_clone(ip, line + 6);
     } else if (strcmp(line, "release") == 0) {
       release();
-      say("ok %llu", (unsigned long long)(pause_end - cap.t_first_seize_ns));
+      say("ok %llu %llu", (unsigned long long)(pause_end - cap.t_first_seize_ns),
+          (unsigned long long)(pause_end - cap.t_last_stop_ns));
     } else if (strcmp(line, "close") == 0) {
       release();
       int rc = close_child(pid, ip);

@@ -188,6 +188,22 @@ def test_a_scanner_killed_at_any_step_leaves_the_target_as_found(targets, step):
     _left_as_found(target, "read", before)
 
 
+@pytest.mark.parametrize("step", ["stopped", "sigaltstack", "copied"])
+def test_a_scanner_killed_in_the_whole_copys_stop_leaves_the_target_as_found(targets, step):
+    """--snapshot stopped: the stopper holds the one stop the copy is made
+    in. stopped: the target stopped, nothing asked yet; sigaltstack: a
+    thread holding the injected query's registers; copied: the memory read
+    from the scanner, the pin gate open."""
+    target = _start(targets, "read")
+    before = _registers(target.pid)[target.pid]
+    env = dict(os.environ, UNREACHABLE_TEST_KILL_AT=step)
+    command = [*CLI, "scan", "--snapshot", "stopped", str(target.pid)]
+    run = subprocess.run(command, env=env, capture_output=True, timeout=120)
+    assert run.returncode == -9, run.stderr.decode()
+    wait_untraced(target)
+    _left_as_found(target, "read", before)
+
+
 @pytest.mark.parametrize(
     "program",
     ["globals.c", "arena_heap.c", "graph.c", "big_block.c", "epoll_data.c", "queued_signal.c"],

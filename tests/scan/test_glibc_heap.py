@@ -60,11 +60,14 @@ MMAPPED = {
     "program",
     [*SCENARIOS, "arena_heap.c", "graph.c", "aligned_big.c", "split_mapping.c", "mapping_end.c"],
 )
-def test_scenario_without_shim(targets, program):
+# auto: a copy-on-write child made by an injected clone
+# (tests/capture/test_injected_fork.py); stopped: the whole copy, made in
+# the stopper's one stop.
+@pytest.mark.parametrize(("snapshot", "made"), [("auto", "fork"), ("stopped", "stopped")])
+def test_scenario_without_shim(targets, program, snapshot, made):
     target = targets.start(PROGRAMS / program, preload=False, wait_helper=False)
-    report = scan(target.pid, ScanOptions())
-    # A copy-on-write child made by an injected clone (tests/capture/test_injected_fork.py).
-    assert report.allocations == "glibc heap" and report.snapshot == "fork", report.snapshot_note
+    report = scan(target.pid, ScanOptions(snapshot=snapshot))
+    assert report.allocations == "glibc heap" and report.snapshot == made, report.snapshot_note
     count = EXPECTED.get(program, target.int("leak_count"))
     assert report.leak_count == count, [(hex(e.address), e.size) for e in report.leaks]
     if program not in EXPECTED:
@@ -77,12 +80,13 @@ def test_scenario_without_shim(targets, program):
 def test_churning_threads_invent_no_leak(targets):
     """Four threads in malloc, realloc and free without pause: every scan
     gives exactly the 5 dropped blocks (a thread stopped inside malloc is
-    stepped out of it first), or says the heap stayed mid-update."""
+    stepped out of it first, by the stopper in both snapshots), or says the
+    heap stayed mid-update."""
     target = targets.start(PROGRAMS / "churn.c", preload=False, wait_helper=False)
     exact = 0
-    for _ in range(50):
+    for snapshot in ("auto", "stopped") * 25:
         try:
-            report = scan(target.pid, ScanOptions())
+            report = scan(target.pid, ScanOptions(snapshot=snapshot))
         except TargetUnscannable as e:
             assert "mid-update" in str(e), e
             continue

@@ -79,6 +79,10 @@ def test_scenario_on_another_glibc(targets, release, program):
         slack = MMAPPED.get(program, HEAP_SLACK)
         assert requested <= report.leak_bytes <= requested + count * slack
     assert target.alive() and target.tracer() == 0
+    whole = scan(target.pid, ScanOptions(snapshot="stopped"))  # the copy, in the stopper's stop
+    assert (whole.snapshot, whole.leak_count) == ("stopped", report.leak_count)
+    assert whole.leak_bytes == report.leak_bytes
+    assert target.alive() and target.tracer() == 0
     if release.suite in SHIM_RUNS:
         shimmed = start(targets, release, program, shim=True)
         assert libc_of(shimmed.pid) == str(release.libc)
@@ -94,9 +98,9 @@ def test_churning_threads_on_another_glibc(targets, release):
     arenas of their own): every scan exact, or the heap mid-update."""
     target = start(targets, release, "churn.c")
     exact = 0
-    for _ in range(10):
+    for snapshot in ("auto", "stopped") * 5:
         try:
-            report = scan(target.pid, ScanOptions())
+            report = scan(target.pid, ScanOptions(snapshot=snapshot))
         except TargetUnscannable as e:
             assert "mid-update" in str(e), e
             continue

@@ -1,13 +1,14 @@
 """Without the shim, each thread's alternate signal stack as the kernel
 answered an injected sigaltstack(NULL, &old) in it (native/scanner/
 signal_stack_query.c, run by the stopper): the only record of a stack a
-program malloc'ed, installed and dropped (Erlang's VM, for each thread)."""
+program malloc'ed, installed and dropped (Erlang's VM, for each thread).
+Asked in the stop the snapshot is made in: the stacks are the ones
+installed when the memory is read."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 RECORD = struct.Struct("<iiQQ")  # struct ur_signal_stack: tid, pad, sp, size
 
@@ -17,17 +18,6 @@ class SignalStacks:
     records: bytes = b""  # struct ur_signal_stack, one per thread with a stack
     unread: int = 0  # threads not asked (-1: none was)
     why: str = ""  # why the first of them was not
-    tids: frozenset[int] | None = None  # the threads stopped when asked (None: these)
-
-    def of(self, tids: Iterable[int]) -> SignalStacks:
-        """Asked in an earlier stop: the threads of the later one not asked then count as unread."""
-        if self.tids is None or self.unread < 0:
-            return self
-        new = [t for t in tids if t not in self.tids]
-        if not new:
-            return self
-        why = self.why or "started after they were asked"
-        return replace(self, unread=self.unread + len(new), why=why, tids=None)
 
     def words(self) -> bytes:
         """Each enabled stack's address, as a 64-bit word (a root, as the shim's record is)."""

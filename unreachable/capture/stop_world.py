@@ -82,10 +82,12 @@ class Capture:
     kept_out: KeptOut = field(default_factory=KeptOut)
     # pointers the kernel holds for the target (read in or around the pause)
     kernel_held: KernelHeld | None = None
-    # A child frozen by a process of the scanner's own, with no session here
-    # (capture/stopper.py): where the scan reads, and the pause it took.
+    # A stop held by a process of the scanner's own, with no session here
+    # (capture/stopper.py): the child it froze (where the scan reads; 0 for
+    # the whole copy's), and the pause and hold it took.
     frozen_pid: int = 0
-    frozen_pause_ns: int = 0
+    stopper_pause_ns: int = 0
+    stopper_hold_ns: int = 0
 
     @property
     def tracer(self) -> _native.Session:
@@ -105,15 +107,14 @@ class Capture:
     @property
     def pause_ms(self) -> float:
         if self.session is None:
-            return self.frozen_pause_ns / 1e6
+            return self.stopper_pause_ns / 1e6
         return self.session.pause_ns / 1e6
 
     @property
     def hold_ms(self) -> float:
-        """The pause from its last thread stopped to the end of the release;
-        the whole pause where its steps are not timed (a stopper's)."""
+        """The pause from its last thread stopped to the end of the release."""
         if self.session is None:
-            return self.pause_ms
+            return self.stopper_hold_ns / 1e6
         return hold_ms(self.session.timings)
 
 

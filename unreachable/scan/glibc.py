@@ -3,12 +3,14 @@
 copy of its memory (docs/glibc-heap.md). Also the walk over a core of such
 a process (scan/core.py).
 
-capture: every thread stopped, registers read; threads inside malloc.c's
-code are let run alone and stopped again until none is (one that stays
-inside lets the process go and the stop is tried again a moment later);
-then the pointers the kernel holds are read, the writable memory is copied
-whole (native MemoryCopy) and the process is let go. The pause is that
-copy. allocations: the walk over the copy (allocations/glibc_heap.py);
+capture: the stopper process (capture/stopper.py) stops every thread and
+reads its registers; threads inside malloc.c's code are let run alone and
+stopped again until none is (one that stays inside lets the process go and
+the stop is tried again a moment later); it asks each thread its
+sigaltstack; then, in the same stop, the pointers the kernel holds are
+read, the writable memory is copied whole from here (native MemoryCopy)
+and the stopper lets the process go. The pause is that one stop.
+allocations: the walk over the copy (allocations/glibc_heap.py);
 a walk that finds an arena locked, or fails a check, is tried again from a
 new stop, a bounded number of times, and never becomes leaks. Both are
 done here, as the walk needs what only the pause shows (libc's TLS
@@ -22,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol, TypeVar
@@ -51,7 +53,7 @@ from unreachable.capture.core_file import CoreFile
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.signal_stacks import SignalStacks
 from unreachable.capture.stop_world import Capture, CapturedThread, stop_error
-from unreachable.capture.stopper import Stopper
+from unreachable.capture.stopper import Stopper, kill_here, stopper_path
 from unreachable.capture.target import command_line
 from unreachable.errors import (
     ScannerOutOfMemory,
@@ -71,12 +73,14 @@ RUN_OUT_ROUNDS = 64  # times threads inside malloc are run alone and stopped aga
 ATTEMPTS = 5  # stops tried before a heap that stays mid-update is given up
 RETRY_DELAY_S = 0.02  # times the attempt: the moment a thread needs to leave malloc
 ALLOCATIONS = "glibc heap"
+_NOT_ASKED = SignalStacks(b"", -1, "no syscall instruction was found to ask them from")
 NO_SHIM_PATH = "\0"  # a path no mapping has ("" would name every anonymous one)
 
 
 @dataclass(slots=True)
 class _Copied:
-    session: _native.Session  # closed: the process runs again; its pause_ns stays
+    pause_ns: int  # the stopper's stop (docs/pause.md), the process running again
+    hold_ns: int
     threads: list[CapturedThread]
     copy: _native.MemoryCopy
     mappings: list[Mapping]
@@ -116,82 +120,94 @@ def _copy_threads() -> int:
 
 def _stop_and_copy(pid: int, libc: GlibcLibc, ip: int = 0) -> _Copied | str:
     """The process's memory as it was with every thread stopped, or why this
-    stop was no good (a thread inside malloc). ip: a syscall instruction
-    each thread is asked its sigaltstack from (0: none found, not asked)."""
+    stop was no good (a thread inside malloc). One stop, the stopper's
+    (capture/stopper.py): it stops every thread, runs those inside malloc
+    out of it and asks each its sigaltstack in the same command (ip: a
+    syscall instruction to ask from; 0: none found, not asked), then this
+    process copies the
+    memory and the stopper lets the process go. Injected by the stopper, a
+    call in progress is finished and the thread's registers put back even
+    when this process dies."""
     held = KernelHeld.before_stop(pid)
-    asked = _ask_signal_stacks(pid, ip)
-    session = _native.Session(pid)
+    try:
+        stopper = Stopper(pid, ip)
+    except OSError as e:
+        held.close()
+        raise TargetUnscannable(f"the stopper ({stopper_path()}) did not start: {e}") from None
     copy: _native.MemoryCopy | None = None
     done: _Copied | None = None
     try:
         try:
-            threads = [CapturedThread(*t) for t in session.stop()]
+            got = stopper.stop(libc.malloc_code, RUN_OUT_ROUNDS, 0, bool(ip))
         except OSError as e:
             raise stop_error(pid, e) from None
-        lo, hi = libc.malloc_code
-        if hi:
-            # Let just those threads run out of malloc.
-            try:
-                left, raw = session.run_out(lo, hi, RUN_OUT_ROUNDS)
-            except OSError as e:
-                raise stop_error(pid, e) from None
-            threads = [CapturedThread(*t) for t in raw]
-            if left:
-                inside = [t.tid for t in threads if lo <= program_counter(t.regs) < hi]
-                return f"thread {inside[0] if inside else '?'} stayed inside malloc"
+        threads = [CapturedThread(*t) for t in got.threads]
+        if got.left:
+            return f"{got.left} thread(s) stayed inside malloc"  # let go by the close
+        kill_here("stopped")
         try:
             held.read_in_pause()
-            held.signals = session.pending_signal_values()
-            held.take_signal_stacks(asked.of(t.tid for t in threads))
-            mappings = read_maps(pid)
-            tls = tls_offsets(pid, libc)
-            copy = _native.MemoryCopy(pid)
-            copy.sync(sync_ranges(mappings), threads=_copy_threads())
-            copy.finish()
-        except MemoryError:
-            raise ScannerOutOfMemory(
-                "the copy of the target's memory would take more than the scanner may (half of"
-                " what is available, or of the room left in its own memory cgroup)"
-            ) from None
         except OSError as e:
             raise stop_error(pid, e) from None
-        session.release()
-        done = _Copied(session, threads, copy, mappings, held, tls)
+        held.signals = got.signal_values
+        held.take_signal_stacks(got.signal_stacks if ip else _NOT_ASKED)
+        copy, mappings, tls = _copy_in_stop(pid, libc)
+        try:
+            stopper.release()
+        except OSError as e:
+            raise stop_error(pid, e) from None
+        done = _Copied(stopper.pause_ns, stopper.hold_ns, threads, copy, mappings, held, tls)
         return done
     finally:
-        session.close()
-        if done is None:
-            if copy is not None:
-                copy.close()
-            held.close()
+        try:
+            # Lets the process go if it still holds it. It made no child
+            # to reap: a stopper that ended meanwhile let the process go
+            # as it ended.
+            with suppress(OSError):
+                stopper.close()
+        finally:
+            if done is None:
+                if copy is not None:
+                    copy.close()
+                held.close()
+
+
+def _copy_in_stop(
+    pid: int, libc: GlibcLibc
+) -> tuple[_native.MemoryCopy, list[Mapping], list[tuple[int, int]]]:
+    """The whole writable memory, the maps and libc's TLS offsets, read
+    while the stopper holds every thread. The pin gate is opened for just
+    this (a stop of another process's, which the gate cannot see) and
+    shut, the reads past it done, before the release is asked."""
+    copy: _native.MemoryCopy | None = None
+    done = False
+    _native.pin_open(pid)
+    try:
+        copy = _native.MemoryCopy(pid)
+        mappings = read_maps(pid)
+        tls = tls_offsets(pid, libc)
+        copy.sync(sync_ranges(mappings), threads=_copy_threads())
+        kill_here("copied")
+        copy.finish()
+        done = True
+    except MemoryError:
+        raise ScannerOutOfMemory(
+            "the copy of the target's memory would take more than the scanner may (half of"
+            " what is available, or of the room left in its own memory cgroup)"
+        ) from None
+    except OSError as e:
+        raise stop_error(pid, e) from None
+    finally:
+        _native.pin_shut(pid)
+        if copy is not None and not done:
+            copy.close()
+    return copy, mappings, tls
 
 
 class SnapshotLacksHeap(Exception):
     """A walk refused over a snapshot that lacks some of the process's
     memory (a frozen child: what the process keeps out of forks), which may
     be glibc's own: only a snapshot that has it all can tell."""
-
-
-def _ask_signal_stacks(pid: int, ip: int) -> SignalStacks:
-    """Each thread's sigaltstack, asked in a short stop of the stopper's
-    just before the copy's: run by this process's Session, an injected call
-    would leave a thread running the scanner's registers if the scanner died
-    in it, where the stopper finishes the call and puts them back."""
-    if not ip:
-        return SignalStacks(b"", -1, "no syscall instruction was found to ask them from")
-    try:
-        stopper = Stopper(pid, ip)
-    except OSError as e:
-        return SignalStacks(b"", -1, f"the stopper did not start: {e.strerror or e}")
-    try:
-        got = stopper.stop((0, 0), 0, 0)
-        asked = stopper.signal_stacks(frozenset(t[0] for t in got.threads))
-        stopper.release()
-    except OSError as e:
-        return SignalStacks(b"", -1, f"the stop to ask them failed: {e.strerror or e}")
-    finally:
-        stopper.close()
-    return asked
 
 
 def walked(
@@ -273,8 +289,8 @@ def whole_copy(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
         # Made in the pause and let go: the stages read the copy, as a
         # stopped scan's would read the target.
         held = Capture(
-            got.session, got.threads, "stopped", copy=got.copy, mappings=got.mappings,
-            kernel_held=got.held,
+            None, got.threads, "stopped", copy=got.copy, mappings=got.mappings,
+            kernel_held=got.held, stopper_pause_ns=got.pause_ns, stopper_hold_ns=got.hold_ns,
         )  # fmt: skip
         yield no_shim_captured(pid, proc, libc, held, allocs, stats)
     finally:

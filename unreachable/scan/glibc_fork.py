@@ -123,7 +123,7 @@ def _stop_and_fork(pid: int, libc: GlibcLibc, ip: int, flags: ForkFlags) -> _For
     done: _Forked | None = None
     try:
         try:
-            got = stopper.stop(libc.malloc_code, RUN_OUT_ROUNDS, CLONE_FILES)
+            got = stopper.stop(libc.malloc_code, RUN_OUT_ROUNDS, CLONE_FILES, True)
         except OSError as e:
             raise stop_error(pid, e) from None
         threads = [CapturedThread(*t) for t in got.threads]
@@ -136,7 +136,7 @@ def _stop_and_fork(pid: int, libc: GlibcLibc, ip: int, flags: ForkFlags) -> _For
         kill_here("stopped")
         held.read_in_pause()
         held.signals = got.signal_values
-        held.take_signal_stacks(stopper.signal_stacks())
+        held.take_signal_stacks(got.signal_stacks)
         target_maps = read_maps_text(pid)
         tls = tls_offsets(pid, libc)
         try:
@@ -188,7 +188,7 @@ def injected_fork(facts: Facts, plan: Plan) -> Iterator[Captured | Retry]:
         held = Capture(
             None, got.threads, "fork", mappings=got.mappings, kernel_held=got.held,
             kept_out=got.kept_out, frozen_pid=got.memory,
-            frozen_pause_ns=got.stopper.pause_ns,
+            stopper_pause_ns=got.stopper.pause_ns, stopper_hold_ns=got.stopper.hold_ns,
         )  # fmt: skip
         yield no_shim_captured(pid, proc, libc, held, allocs, stats)
     finally:
