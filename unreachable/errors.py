@@ -6,6 +6,8 @@ maps `grpc_status` onto its reply. Anything else escaping is a bug.
 
 from __future__ import annotations
 
+import errno
+
 EXIT_NO_LEAKS = 0
 EXIT_LEAKS = 1
 EXIT_FAILED = 2
@@ -44,3 +46,21 @@ class ScannerOutOfMemory(ScanError):
     """The scanner's own memory limit cannot hold the sweep this target needs."""
 
     grpc_status = "RESOURCE_EXHAUSTED"
+
+
+class MarkReadsTooMuch(ScanError):
+    """The mark, reading the target through a cache smaller than the heap,
+    would read its memory over and over (the heap's order defeats the cache)."""
+
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
+def mark_reads_too_much(e: OSError) -> MarkReadsTooMuch | None:
+    """What a mark's ERANGE means (a reader loaded its bound: 4 times what
+    the mark touches, native/scanner/sweep.c), or None for another error."""
+    if e.errno != errno.ERANGE:
+        return None
+    return MarkReadsTooMuch(
+        f"{e.strerror}: the heap's order defeats the scanner's cache of the target's"
+        " memory; scan with --snapshot fork"
+    )

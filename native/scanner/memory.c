@@ -742,6 +742,10 @@ static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end,
         m->frozen_miss = 1;
         return NULL;
       }
+      if (m->read_budget && m->bytes_loaded >= m->read_budget) {
+        m->over_budget = 1;
+        return NULL;
+      }
       c = load_chunk(m, base);
     }
     if (!c) return NULL;

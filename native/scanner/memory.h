@@ -86,6 +86,12 @@ struct ur_pread_mem {
   uint64_t bytes_loaded;
   uint64_t bytes_vm_read;   /* of what was read, by process_vm_readv (atomic) */
   uint64_t chunk_loads;
+  /* 0, or the most bytes this reader loads: a view that would load past it
+   * fails (NULL, over_budget set). A mark whose access pattern keeps
+   * evicting what it comes back to then ends instead of reading on, which
+   * a target stopped for the sweep would wait out (sweep.c). */
+  uint64_t read_budget;
+  int over_budget;
   int frozen;               /* ur_mem_freeze ran: load nothing more */
   int frozen_miss;          /* a view was asked outside what was preloaded */
   /* Frozen: a chunk not held inside one of these sorted (begin, end) pairs

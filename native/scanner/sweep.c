@@ -74,6 +74,36 @@ static uint64_t cache_bytes_for(uint64_t chunks) {
   return bytes < least ? least : bytes;
 }
 
+/* A mark that reads through a cache smaller than what it touches (a target
+ * swept stopped in place: UR_STOPPED_CACHE) takes the reference graph
+ * whenever it can: the graph's pass reads memory once, in address order,
+ * where a walk loads a 1 MiB chunk for nearly every block it reaches in the
+ * heap's own order. A server's caches (hash buckets, tree and list nodes,
+ * the strings they hold, made in the order of the requests) hold more
+ * pointers than the default budget of UR_GRAPH_EDGES_PER_ALLOC a block
+ * (PowerDNS's query and packet caches about 4): the budget is then
+ * GRAPH_EDGES_BOUNDED a block, the graph's 28 bytes a block still within
+ * the scanner's memory per allocation (docs/pause.md). */
+#define GRAPH_EDGES_BOUNDED 6
+/* Whatever the heap's order, a reader loads at most this many times what
+ * the mark touches (and 64 chunks more): past it a view fails and the sweep
+ * ends (-ERANGE), rather than hold a stopped target while the cache evicts
+ * what the mark comes back to. The graph's pass reads each chunk about
+ * once; a walk over a cache holding everything reads each once. */
+#define READ_BUDGET_TIMES 4
+
+static uint64_t read_budget(uint64_t touched) {
+  return (touched + 64) * READ_BUDGET_TIMES << UR_CHUNK_SHIFT;
+}
+
+/* The graph's budget and the reader's for a mark over mem that touches
+ * `touched` chunks. */
+static void bound_reads(struct ur_walker *w, struct ur_pread_mem *mem, uint64_t touched) {
+  mem->read_budget = read_budget(touched);
+  uint64_t bounded = GRAPH_EDGES_BOUNDED * (uint64_t)w->n + UR_GRAPH_EDGES_FIXED;
+  if (mem->max_chunks < touched && w->max_edges && w->max_edges < bounded) w->max_edges = bounded;
+}
+
 /* Buffers from Python may be unaligned (memoryview slices): copy those. */
 static const uint64_t *aligned_words(Py_buffer *b, uint64_t **owned) {
   *owned = NULL;
@@ -528,6 +558,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
      * through /proc would map the zero page into the target. */
     if (rc == 0 && live) ur_mem_skip_absent(mem);
   }
+  uint64_t touched = rc == 0 ? chunks_spanned(w.pairs, w.pairs + 1, 2, w.n, 1) + root_chunks : 0;
+  if (rc == 0 && !copy) bound_reads(&w, mem, touched);
   /* Several marking threads only over a frozen cache: each reads it through
    * a view of its own, and nothing is loaded any more. */
   team_size = rc == 0 && mem->frozen ? threads : 1;
@@ -540,6 +572,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
                             (size_t)zb.len / 24);
     for (unsigned k = 1; k < nreaders; k++) {
       readers[k].cow = cow;
+      readers[k].read_budget = read_budget(touched);
       ur_mem_skip_absent(&readers[k]);
     }
     team_size = nreaders;
@@ -569,6 +602,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
   if (nreaders == 1)
     for (unsigned k = 1; k < team_size; k++) mem->mem.pages_skipped += views[k].mem.pages_skipped;
   if (rc == -ENOMEM && mem->frozen_miss) rc = -EFAULT; /* a bug: reported as such, not as OOM */
+  for (unsigned k = 0; k < nreaders; k++)
+    if (rc == -ENOMEM && (k ? readers[k].over_budget : mem->over_budget)) rc = -ERANGE;
   if (rc == 0 && gq.on) graph_run(&w, ranges, in.nranges, values, in.nvalues, ids, &gq, &res, &ga);
   Py_END_ALLOW_THREADS
   if (rc == 0 && gq.on && ga.rc) {
@@ -596,6 +631,8 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     PyObject *graph = result && gq.on ? graph_result(&w, &gq, &ga) : NULL;
     if (result && gq.on && (!graph || PyDict_SetItemString(result, "graph", graph))) Py_CLEAR(result);
     Py_XDECREF(graph);
+  } else if (rc == -ERANGE) {
+    ur_py_raise(rc, "the mark would read the heap's memory more than 4 times over");
   } else if (!opened && rc != -ENOMEM) {
     ur_py_raise(rc, rc == -ESRCH ? "no such process" : "cannot open the process's memory");
   } else {

@@ -62,6 +62,7 @@ from unreachable.capture.write_tracking import (
     tracked_writes,
     wait_untracked,
 )
+from unreachable.errors import mark_reads_too_much
 from unreachable.process.cgroup_memory import memory_headroom, scanner_cache_budget
 from unreachable.process.maps import SPECIAL, Mapping, parse_maps, read_maps, read_maps_text
 from unreachable.process.memory import present_ranges
@@ -692,6 +693,10 @@ def _mark(
             layout=layout(maps1),
             live=True,
         )
+    except OSError as e:
+        if (why := mark_reads_too_much(e)) is None:
+            raise
+        raise why from None
     finally:
         # The registry copies are bounded by the scanner's own room only.
         _native.set_cache_budget(scanner_cache_budget(memory_headroom(os.getpid())))

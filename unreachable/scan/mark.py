@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from unreachable import _native
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import Capture, CapturedThread
+from unreachable.errors import mark_reads_too_much
 from unreachable.process.cgroup_memory import (
     no_room_for_child_sweep,
 )
@@ -108,14 +109,19 @@ def mark(
             over.memory,
             over.kernel_held,
         )
-    return sweep(
-        over.memory,
-        registry,
-        roots.ranges,
-        roots.words,
-        over.release,
-        threads,
-        mappings,
-        frozen=over.frozen,
-        graph=graph_args,
-    )
+    try:
+        return sweep(
+            over.memory,
+            registry,
+            roots.ranges,
+            roots.words,
+            over.release,
+            threads,
+            mappings,
+            frozen=over.frozen,
+            graph=graph_args,
+        )
+    except OSError as e:
+        if (why := mark_reads_too_much(e)) is None:
+            raise
+        raise why from None

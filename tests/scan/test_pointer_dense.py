@@ -1,0 +1,55 @@
+"""A stopped scan of a heap past the copy bound, swept in place through a
+32 MiB chunk cache (docs/pause.md, "Bounding a stopped scan's pause"), on a
+heap dense in pointers in random order (pointer_dense.c: PowerDNS's caches'
+shape). With a few pointers a block the mark takes the reference graph and
+finds the leaks exactly; with more than the graph's budget a reader reaches
+its read bound, and the scan ends with one line and exit 2, the target
+released as found (tests/scanner/test_bounded_cache_mark.py counts the
+bytes read)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from unreachable.scan import ScanOptions, scan
+
+PROGRAM = Path(__file__).parent / "programs" / "pointer_dense.c"
+CLI = [sys.executable, "-m", "unreachable.cli.main"]
+
+
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def test_a_heap_of_five_pointers_a_block_is_swept_in_place(targets):
+    # 1.5M blocks of 40 bytes: 72 MB, past the copy bound; 7.5M edges.
+    target = targets.start(PROGRAM, "1500000", "5")
+    report = scan(target.pid, ScanOptions(snapshot="stopped"))
+    assert report.snapshot == "stopped"
+    assert (report.leak_count, report.leak_bytes) == (
+        target.int("leak_count"),
+        target.int("leak_bytes"),
+    )
+
+
+def test_a_mark_that_would_reread_the_heap_ends_with_one_line(targets):
+    # 600,000 blocks of 128 bytes: 77 MB, 9.6M edges, over every budget.
+    target = targets.start(PROGRAM, "600000", "16")
+    done = subprocess.run(
+        [*CLI, "scan", "--snapshot", "stopped", str(target.pid)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "more than 4 times over" in done.stderr
+    assert "--snapshot fork" in done.stderr
+    status = _status(target.pid)
+    assert status["State"][0] in "SR" and status["TracerPid"] == "0"
+    # The scan it names works.
+    report = scan(target.pid, ScanOptions(snapshot="fork"))
+    assert report.leak_count == target.int("leak_count")
