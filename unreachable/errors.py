@@ -50,9 +50,14 @@ class ScannerOutOfMemory(ScanError):
 
 class MarkReadsTooMuch(ScanError):
     """The mark, reading the target through a cache smaller than the heap,
-    would read its memory over and over (the heap's order defeats the cache)."""
+    would read its memory over and over (the heap's order defeats the cache).
+    why: that, without the advice to fork (auto takes its next plan)."""
 
     grpc_status = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"{why}; scan with --snapshot fork")
+        self.why = why
 
 
 def mark_reads_too_much(e: OSError) -> MarkReadsTooMuch | None:
@@ -61,6 +66,5 @@ def mark_reads_too_much(e: OSError) -> MarkReadsTooMuch | None:
     if e.errno != errno.ERANGE:
         return None
     return MarkReadsTooMuch(
-        f"{e.strerror}: the heap's order defeats the scanner's cache of the target's"
-        " memory; scan with --snapshot fork"
+        f"{e.strerror}: the heap's order defeats the scanner's cache of the target's memory"
     )

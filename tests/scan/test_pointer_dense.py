@@ -53,3 +53,16 @@ def test_a_mark_that_would_reread_the_heap_ends_with_one_line(targets):
     # The scan it names works.
     report = scan(target.pid, ScanOptions(snapshot="fork"))
     assert report.leak_count == target.int("leak_count")
+
+
+def test_auto_takes_the_next_snapshot_when_the_mark_would_reread_the_heap(targets):
+    """auto with a pause budget no plan meets tries the copy first (the
+    shortest pause expected); its mark reaches the read bound, and the scan
+    goes on with a fork, whose child reads its own memory, and says why."""
+    target = targets.start(PROGRAM, "600000", "16")
+    report = scan(target.pid, ScanOptions(max_pause_ms=0.001))
+    assert report.snapshot == "fork", report.snapshot_note
+    assert "more than 4 times over" in report.snapshot_note, report.snapshot_note
+    assert report.leak_count == target.int("leak_count")
+    status = _status(target.pid)
+    assert status["State"][0] in "SR" and status["TracerPid"] == "0"

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from unreachable import _native
 from unreachable.capture.copy_snapshot import cow_broken
 from unreachable.capture.target import still_running
 from unreachable.capture.write_tracking import TrackingUnavailable, ended
-from unreachable.errors import InvalidArgument, TargetNotFound, TargetUnscannable
+from unreachable.errors import (
+    InvalidArgument,
+    MarkReadsTooMuch,
+    TargetNotFound,
+    TargetUnscannable,
+)
 from unreachable.model.report import ScanReport
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.roots import sources
@@ -162,7 +167,12 @@ def run_plan(
             held, subject = got.held, got.subject
             pid, tgid, addr = subject.pid, subject.tgid, subject.descriptor_addr
             forked = held.snapshot == "fork"
-            swept = _sweep(facts, planned, got, options, note, graph)
+            try:
+                swept = _sweep(facts, planned, got, options, note, graph)
+            except MarkReadsTooMuch as e:
+                if options.snapshot != "auto":
+                    raise
+                return _reads_too_much(e, planned)
             if isinstance(swept, Retry):
                 return swept
             memory, mappings = held.memory, swept.mappings
@@ -217,6 +227,13 @@ def run_plan(
     return build_report(scanned, swept.result, folded, symbolized, roots, got.source.name)
 
 
+def _reads_too_much(e: MarkReadsTooMuch, planned: Plan) -> Retry:
+    """auto's next plan after a mark whose reads of the target would not
+    end (a fork's child reads its own memory, no cache between)."""
+    rules_out: Literal["fork", "copy"] = "fork" if planned.snapshot == "fork" else "copy"
+    return Retry(f"{e.why}; took the next snapshot", rules_out, "snapshot")
+
+
 def _read_by_the_scan(swept: _Swept) -> list[tuple[int, int]]:
     """Where the scan read the target's memory for what it reports: the
     roots, the heap's blocks and the shim's own memory (the registry, the
@@ -263,6 +280,10 @@ def run_concurrent(
         if planned.must:
             raise TargetUnscannable(f"{planned.must}{e}") from None
         return Retry(f"no concurrent snapshot: {e}", "copy", "snapshot")
+    except MarkReadsTooMuch as e:
+        if options.snapshot != "auto":
+            raise
+        return _reads_too_much(e, planned)
     except GaveWay as e:
         instead = {"fork": "forked", "stopped": "scanned it stopped"}.get(
             planned.give_way_to or "", "took the next snapshot"
