@@ -167,12 +167,7 @@ def run_plan(
             held, subject = got.held, got.subject
             pid, tgid, addr = subject.pid, subject.tgid, subject.descriptor_addr
             forked = held.snapshot == "fork"
-            try:
-                swept = _sweep(facts, planned, got, options, note, graph)
-            except MarkReadsTooMuch as e:
-                if options.snapshot != "auto":
-                    raise
-                return _reads_too_much(e, planned)
+            swept = _sweep(facts, planned, got, options, note, graph)
             if isinstance(swept, Retry):
                 return swept
             memory, mappings = held.memory, swept.mappings
@@ -366,4 +361,8 @@ def _sweep(
             if not e.frozen:  # nothing left to sweep from outside either
                 return Retry(str(e), "child", "sweep")
             sweep_note = str(e)
+        except MarkReadsTooMuch as e:
+            if options.snapshot != "auto":
+                raise
+            return _reads_too_much(e, planned)
     raise TargetUnscannable(sweep_note)
