@@ -35,10 +35,6 @@ static void *rewrite(void *arg) {
   return NULL;
 }
 
-__attribute__((noinline)) static void drop(void) {
-  for (int i = 0; i < 5; i++) KEEP(malloc(1000 + (size_t)i));
-}
-
 int main(int argc, char **argv) {
   nblocks = argc > 1 ? (size_t)atol(argv[1]) : 200000;
   blocks = malloc(nblocks * sizeof(*blocks));
@@ -46,12 +42,11 @@ int main(int argc, char **argv) {
     blocks[i] = malloc(WORDS * 8);
     fill(blocks[i], i, 0);
   }
-  drop();
+  drop_five_leaks();
   wipe();
   pthread_t t[THREADS];
   for (size_t i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, rewrite, (void *)i);
-  ready("leak_count=5 leak_bytes=%d rounds=%p bad=%p", 1000 + 1001 + 1002 + 1003 + 1004,
-        (void *)&rounds, (void *)&bad);
+  ready(FIVE_LEAKS " rounds=%p bad=%p", (void *)&rounds, (void *)&bad);
   wait_for_test();
   return 0;
 }

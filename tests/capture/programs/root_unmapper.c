@@ -37,10 +37,6 @@ static void *replace(void *arg) {
   return NULL;
 }
 
-__attribute__((noinline)) static void drop(void) {
-  for (int i = 0; i < 5; i++) KEEP(malloc(1000 + (size_t)i));
-}
-
 int main(void) {
   reserved = mmap(NULL, (size_t)SLOTS * PAGES, PROT_NONE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -50,11 +46,11 @@ int main(void) {
     if (ring[i] == MAP_FAILED) return 1;
     ring[i][0] = malloc(64);
   }
-  drop();
+  drop_five_leaks();
   wipe();
   pthread_t t;
   pthread_create(&t, NULL, replace, NULL);
-  ready("leak_count=5 leak_bytes=%d", 1000 + 1001 + 1002 + 1003 + 1004);
+  ready(FIVE_LEAKS);
   wait_for_test();
   return 0;
 }

@@ -10,10 +10,6 @@
 
 #define WORDS (1024 / 8)
 
-__attribute__((noinline)) static void drop(void) {
-  for (int i = 0; i < 5; i++) KEEP(malloc(1000 + (size_t)i));
-}
-
 int main(int argc, char **argv) {
   size_t nblocks = argc > 1 ? (size_t)atol(argv[1]) : 20000;
   uint64_t **blocks = malloc(nblocks * sizeof(*blocks));
@@ -21,7 +17,7 @@ int main(int argc, char **argv) {
     blocks[i] = malloc(WORDS * 8);
     for (size_t w = 0; w < WORDS; w++) blocks[i][w] = (i << 20) ^ (w << 8) ^ 1;
   }
-  drop();
+  drop_five_leaks();
   wipe();
   int gate[2];
   if (pipe(gate) != 0) return 1;
@@ -35,7 +31,7 @@ int main(int argc, char **argv) {
     _exit(0);
   }
   close(gate[0]);
-  ready("leak_count=5 leak_bytes=%d child=%d", 1000 + 1001 + 1002 + 1003 + 1004, (int)child);
+  ready(FIVE_LEAKS " child=%d", (int)child);
   wait_for_test();
   KEEP(blocks);
   return 0;

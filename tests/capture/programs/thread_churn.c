@@ -31,16 +31,12 @@ static void *spawner(void *arg) {
   return NULL;
 }
 
-__attribute__((noinline)) static void drop(void) {
-  for (int i = 0; i < 5; i++) KEEP(malloc(1000 + (size_t)i));
-}
-
 int main(void) {
-  drop();
+  drop_five_leaks();
   wipe();
   pthread_t s;
   pthread_create(&s, NULL, spawner, NULL);
-  ready("leak_count=5 leak_bytes=%d", 1000 + 1001 + 1002 + 1003 + 1004);
+  ready(FIVE_LEAKS);
   wait_for_test();
   return 0;
 }

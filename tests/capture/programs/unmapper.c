@@ -27,10 +27,6 @@ static void *replace(void *arg) {
   return NULL;
 }
 
-__attribute__((noinline)) static void drop(void) {
-  for (int i = 0; i < 5; i++) KEEP(malloc(1000 + (size_t)i));
-}
-
 int main(void) {
   /* A fixed threshold: glibc's own rises past BIG at the first free of a
    * mapped block, and the blocks after it came from an arena, unmapped
@@ -40,11 +36,11 @@ int main(void) {
     ring[i] = calloc(1, BIG);
     ring[i][0] = malloc(64);
   }
-  drop();
+  drop_five_leaks();
   wipe();
   pthread_t t;
   pthread_create(&t, NULL, replace, NULL);
-  ready("leak_count=5 leak_bytes=%d", 1000 + 1001 + 1002 + 1003 + 1004);
+  ready(FIVE_LEAKS);
   wait_for_test();
   return 0;
 }

@@ -36,16 +36,12 @@ static void *churn(void *arg) {
   return NULL;
 }
 
-__attribute__((noinline)) static void drop(void) {
-  for (int i = 0; i < 5; i++) KEEP(malloc(1000 + (size_t)i));
-}
-
 int main(void) {
-  drop();
+  drop_five_leaks();
   wipe();
   pthread_t t[THREADS];
   for (size_t i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, churn, (void *)i);
-  ready("leak_count=5 leak_bytes=%d", 1000 + 1001 + 1002 + 1003 + 1004);
+  ready(FIVE_LEAKS);
   wait_for_test();
   return 0;
 }
