@@ -33,6 +33,7 @@
 
 #include "memory.h"
 #include "native.h"
+#include "range_list.h"
 #include "sorted_blocks.h"
 
 #define WORD 8u
@@ -78,20 +79,7 @@ static int written_runs(int pm, uint64_t begin, uint64_t end, int clear, uint64_
     for (long i = 0; i < r; i++) {
       uint64_t c = vec[i].categories;
       if (!(c & (PAGE_IS_PRESENT | PAGE_IS_SWAPPED))) continue;
-      if (*n && (*out)[2 * *n - 1] == vec[i].start) {
-        (*out)[2 * *n - 1] = vec[i].end;
-        continue;
-      }
-      if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 256;
-        uint64_t *p = realloc(*out, nc * 2 * sizeof(uint64_t));
-        if (!p) return -ENOMEM;
-        *out = p;
-        *cap = nc;
-      }
-      (*out)[2 * *n] = vec[i].start;
-      (*out)[2 * *n + 1] = vec[i].end;
-      (*n)++;
+      if (ur_ranges_push(out, n, cap, vec[i].start, vec[i].end) < 0) return -ENOMEM;
     }
     uint64_t walked = a.walk_end > end ? end : a.walk_end;
     if (walked <= pos) return -EIO;

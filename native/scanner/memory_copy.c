@@ -15,6 +15,7 @@
 #include "cow.h"
 #include "page_sync.h"
 #include "present_pages.h"
+#include "range_list.h"
 
 typedef struct {
   PyObject_HEAD
@@ -578,20 +579,7 @@ static int copy_held(struct ur_pread_mem *m, uint64_t b, uint64_t e, uint64_t **
       pos = end;
       continue;
     }
-    if (*n && (*parts)[2 * *n - 1] == pos) {
-      (*parts)[2 * *n - 1] = end;
-    } else {
-      if (*n == *cap) {
-        size_t grown = *cap ? 2 * *cap : 16;
-        uint64_t *v = realloc(*parts, grown * 2 * sizeof(uint64_t));
-        if (!v) return -ENOMEM;
-        *parts = v;
-        *cap = grown;
-      }
-      (*parts)[2 * *n] = pos;
-      (*parts)[2 * *n + 1] = end;
-      (*n)++;
-    }
+    if (ur_ranges_push(parts, n, cap, pos, end) < 0) return -ENOMEM;
     pos = end;
   }
   return 0;

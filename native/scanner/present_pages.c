@@ -3,36 +3,15 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "range_list.h"
 #include "unreachable/write_protect.h"
 
 #define VEC 512
 
-struct pairs {
-  uint64_t *v;
-  size_t n, cap;
-};
-
-static int push(struct pairs *p, uint64_t b, uint64_t e) {
-  if (p->n && p->v[2 * p->n - 1] == b) { /* adjacent: one range */
-    p->v[2 * p->n - 1] = e;
-    return 0;
-  }
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? p->cap * 2 : 64;
-    uint64_t *v = realloc(p->v, cap * 2 * sizeof(uint64_t));
-    if (!v) return -ENOMEM;
-    p->v = v;
-    p->cap = cap;
-  }
-  p->v[2 * p->n] = b;
-  p->v[2 * p->n + 1] = e;
-  p->n++;
-  return 0;
-}
-
 int ur_present_pages(int pagemap_fd, const uint64_t *in, size_t n, uint64_t **out, size_t *n_out) {
   struct page_region vec[VEC];
-  struct pairs p = {0};
+  uint64_t *v = NULL;
+  size_t np = 0, cap = 0;
   int rc = 0;
   for (size_t i = 0; rc == 0 && i < n; i++) {
     uint64_t pos = in[2 * i] & ~(uint64_t)4095, end = in[2 * i + 1];
@@ -40,7 +19,7 @@ int ur_present_pages(int pagemap_fd, const uint64_t *in, size_t n, uint64_t **ou
       uint64_t walk_end;
       int got = ur_pages_ahead(pagemap_fd, pos, end, vec, VEC, &walk_end);
       if (got < 0 && errno == EFAULT) { /* not the process's to walk: keep it all */
-        rc = push(&p, pos > in[2 * i] ? pos : in[2 * i], end);
+        rc = ur_ranges_push(&v, &np, &cap, pos > in[2 * i] ? pos : in[2 * i], end);
         break;
       }
       if (got < 0 && errno == EIO) break; /* no progress: the rest of the range is gone */
@@ -52,16 +31,16 @@ int ur_present_pages(int pagemap_fd, const uint64_t *in, size_t n, uint64_t **ou
         /* The ranges need not be page aligned (a root after a hole). */
         uint64_t b = vec[k].start < in[2 * i] ? in[2 * i] : vec[k].start;
         uint64_t e = vec[k].end > end ? end : vec[k].end;
-        if (e > b) rc = push(&p, b, e);
+        if (e > b) rc = ur_ranges_push(&v, &np, &cap, b, e);
       }
       pos = walk_end;
     }
   }
   if (rc < 0) {
-    free(p.v);
+    free(v);
     return rc;
   }
-  *out = p.v;
-  *n_out = p.n;
+  *out = v;
+  *n_out = np;
   return 0;
 }
