@@ -203,29 +203,6 @@ static PyObject *thread_list(Session *s) {
   return list;
 }
 
-static PyObject *session_run_out(Session *s, PyObject *args) {
-  unsigned long long lo, hi;
-  unsigned rounds;
-  if (!PyArg_ParseTuple(args, "KKI", &lo, &hi, &rounds)) return NULL;
-  if (check_owner(s) < 0) return NULL;
-  if (s->state != ST_STOPPED) {
-    PyErr_SetString(PyExc_RuntimeError, "run_out() needs a stopped Session");
-    return NULL;
-  }
-  int rc;
-  s->busy = 1;
-  Py_BEGIN_ALLOW_THREADS
-  ur_pin_forbid(s->pid);
-  rc = ur_capture_run_out(&s->cap, lo, hi, rounds);
-  if (rc >= 0) ur_pin_allow(s->pid);
-  Py_END_ALLOW_THREADS
-  s->busy = 0;
-  if (rc < 0) return ur_py_raise(rc, "running a thread out of malloc failed");
-  PyObject *threads = thread_list(s);
-  if (!threads) return NULL;
-  return Py_BuildValue("(iN)", rc, threads);
-}
-
 static PyObject *session_snapshot(Session *s, PyObject *args, PyObject *kwargs) {
   static char *kwlist[] = {"helper_tid", "cmd_addr", NULL};
   int helper;
@@ -488,11 +465,6 @@ static PyMethodDef session_methods[] = {
     {"stop", (PyCFunction)(void (*)(void))session_stop, METH_VARARGS | METH_KEYWORDS,
      "stop(urgent=False) -> list[tuple[tid, sp, regs, xstate]]: stop every thread, read "
      "registers; urgent: the calling thread runs SCHED_FIFO until the release, where allowed."},
-    {"run_out", (PyCFunction)session_run_out, METH_VARARGS,
-     "run_out(lo, hi, rounds) -> (inside, threads): let the stopped threads inside [lo, hi) "
-     "(pc there, or a return address there on top of the stack) run alone and stop them "
-     "again, up to `rounds` times, until none is inside; inside: threads still there; "
-     "threads: as stop() returns them, registers read again."},
     {"snapshot", (PyCFunction)(void (*)(void))session_snapshot, METH_VARARGS | METH_KEYWORDS,
      "snapshot(helper_tid, cmd_addr) -> int: fork a frozen copy through the shim's helper; "
      "returns the child pid (also mem_pid)."},

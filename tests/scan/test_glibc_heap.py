@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -35,6 +36,7 @@ from unreachable.process.status import read_status
 from unreachable.report.json_report import report_to_dict
 from unreachable.rpc.convert import report_from_dict, report_to_model
 from unreachable.scan import ScanOptions, scan
+from unreachable.scan.glibc import RUN_OUT_ROUNDS
 
 PROGRAMS = Path(__file__).parent / "programs"
 CLI = [sys.executable, "-m", "unreachable.cli.main"]
@@ -230,22 +232,22 @@ def test_scanner_killed_mid_scan_leaves_target_running(targets):
     assert target.alive() and target.tracer() == 0
 
 
-def test_scanner_killed_while_running_threads_out_of_malloc(targets):
-    """The scanner dies while it lets threads run alone out of malloc (here
-    every address counts as inside, so it never ends): the threads go on as
-    they were. Single-stepping them instead left the trap flag set and the
-    target died of SIGTRAP with its tracer."""
+def test_scanner_killed_while_the_stopper_runs_threads_out_of_malloc(targets):
+    """The scanner dies while the stopper lets threads run alone out of
+    malloc (here every address counts as inside, so every round runs): the
+    stopper ends its rounds, finds the scanner gone and lets the threads go
+    on as they were. Single-stepping them instead left the trap flag set
+    and the target died of SIGTRAP with its tracer."""
     target = targets.start(PROGRAMS / "churn.c", preload=False, wait_helper=False)
     code = (
-        "from unreachable import _native\n"
-        f"s = _native.Session({target.pid})\n"
-        "s.stop()\n"
-        "print('running', flush=True)\n"
-        "s.run_out(0, 1 << 63, 1 << 31)\n"
+        "from unreachable.capture.stopper import Stopper\n"
+        f"Stopper({target.pid}, 0).stop((0, 1 << 63), {RUN_OUT_ROUNDS}, 0, False)\n"
     )
-    scanner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    scanner = subprocess.Popen([sys.executable, "-c", code])
     try:
-        assert scanner.stdout is not None and scanner.stdout.readline() == b"running\n"
+        while target.tracer() == 0 and scanner.poll() is None:
+            time.sleep(0.001)
+        assert target.tracer() != 0, "the stopper never stopped the target"
     finally:
         scanner.kill()
         scanner.wait()
