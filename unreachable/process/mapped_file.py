@@ -31,15 +31,6 @@ class MappedFile(NamedTuple):
     mapped: tuple[int, int] | None
 
 
-def _same_user(pid: int | None) -> bool:
-    """Whether this scanner runs as the target's user, not as root: it can
-    read nothing through the target's paths that the user could not."""
-    try:
-        return bool(pid) and os.geteuid() != 0 and os.stat(f"/proc/{pid}").st_uid == os.geteuid()
-    except OSError:
-        return False
-
-
 def file_for(pid: int | None, m: Mapping, root: str) -> MappedFile:
     """The file to open for m. root prefixes the mapping's path
     (/proc/PID/root for another mount namespace, or ""). When the path no
@@ -55,13 +46,9 @@ def file_for(pid: int | None, m: Mapping, root: str) -> MappedFile:
         except OSError:
             stale = True
         else:
+            # Not the device: overlayfs and btrfs subvolumes stat another
+            # than the maps give (files.check_mapped asks the kernel).
             stale = st.st_ino != m.inode
-            if not stale and mapped is not None and st.st_dev != m.dev:
-                # overlayfs and btrfs subvolumes may stat another device than
-                # the maps give. Only a scanner that may read more than the
-                # target's user needs the kernel's link then.
-                stale = not _same_user(pid)
-                mapped = mapped if stale else (st.st_dev, m.inode)
     if not stale:
         return MappedFile(full, True, mapped)
     if pid:

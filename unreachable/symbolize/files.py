@@ -74,13 +74,49 @@ def trusted_owners(*uids: int | None) -> FilePolicy:
 Mapped = tuple[int, int] | None
 
 
-def check_mapped(path: str, st: os.stat_result, mapped: Mapped) -> None:
-    """UnsafeFile unless the file stat'ed is the one mapped: a target's user
-    may rename another file over the path between the check of its inode
-    and its opening (one only root can read, whose symbols would then reach
-    the user's report)."""
-    if mapped is not None and (st.st_dev, st.st_ino) != mapped:
-        raise UnsafeFile(f"{path}: not the file the process maps (replaced since it was mapped)")
+def check_mapped(path: str, pinned: int, st: os.stat_result, mapped: Mapped) -> None:
+    """UnsafeFile unless the file pinned (an O_PATH descriptor, stat `st`) is
+    the one mapped: a target's user may rename another file over the path
+    between the check of its inode and its opening (one only root can read,
+    whose symbols would then reach the user's report)."""
+    if mapped is None or (st.st_dev, st.st_ino) == mapped:
+        return
+    # overlayfs stats a file with its layer's device but maps it with the
+    # overlay's, as btrfs does with subvolumes: the kernel then says which
+    # (device, inode) its maps give this very file.
+    if st.st_ino == mapped[1] and stat.S_ISREG(st.st_mode) and _as_mapped(pinned, st) == mapped:
+        return
+    raise UnsafeFile(f"{path}: not the file the process maps (replaced since it was mapped)")
+
+
+def _as_mapped(pinned: int, st: os.stat_result) -> tuple[int, int] | None:
+    """(device, inode) /proc/self/maps gives for a page of the pinned file
+    mapped here, as the target's maps give theirs; None if it cannot be mapped."""
+    import ctypes
+    import mmap
+
+    if st.st_size == 0:
+        return None
+    fd = os.open(f"/proc/self/fd/{pinned}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        page = mmap.mmap(fd, min(st.st_size, mmap.PAGESIZE), access=mmap.ACCESS_COPY)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    try:
+        view = ctypes.c_char.from_buffer(page)
+        start = f"{ctypes.addressof(view):x}-"
+        del view
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if line.startswith(start):
+                    fields = line.split()
+                    major, minor = fields[3].split(":")
+                    return os.makedev(int(major, 16), int(minor, 16)), int(fields[4])
+        return None
+    finally:
+        page.close()
 
 
 def stat_checked(
@@ -91,10 +127,10 @@ def stat_checked(
     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
+        policy.check(path, st)
+        check_mapped(path, fd, st, mapped)
     finally:
         os.close(fd)
-    check_mapped(path, st, mapped)
-    policy.check(path, st)
     return st
 
 
@@ -117,8 +153,8 @@ def open_checked(
     pinned = os.open(path, os.O_PATH | os.O_CLOEXEC)
     try:
         st = os.fstat(pinned)
-        check_mapped(path, st, mapped)
         policy.check(path, st)
+        check_mapped(path, pinned, st, mapped)
         if identity and file_identity(st) != identity:
             raise UnsafeFile(f"{path}: replaced or changed since its headers were read")
         fd = os.open(f"/proc/self/fd/{pinned}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
