@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cgroups import memory_cgroup
 from tests.support.targets import Target, TargetFactory
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "forged_registry.c"
@@ -144,4 +145,30 @@ def test_a_descriptor_of_another_magic_or_version_is_refused_in_one_line(targets
     assert len(err.strip().splitlines()) == 1, err
     assert says in err
     assert "internal error" not in err and "Traceback" not in err
+    left_as_found(target)
+
+
+@pytest.mark.parametrize("mode", ["stopped", "fork"])
+def test_forged_shard_counts_do_not_make_the_scanners_memory_estimate(targets, mode):
+    """Every shard claiming 2^32 - 1 live entries (2^40 in all) over its real
+    table: the scanner's estimate of its sweep's memory, made before it
+    reads the tables, took the counts as they were and refused a 20,001
+    allocation sweep as needing terabytes. It counts no more entries than
+    the tables' present pages hold: the scan fits and finds the leak."""
+    target = targets.start(PROGRAM, "counts", options="backtrace=4")
+    with memory_cgroup("ur-forged-counts") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        cg.limit(160 << 20)
+        cli = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid)]
+        res = subprocess.run(
+            [*cli, "--snapshot", mode, "--sweep", "scanner", "--json"],
+            preexec_fn=cg.enter,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert res.returncode == 1, res.stderr
+        assert json.loads(res.stdout)["leak_count"] == 1
+        assert cg.oom_kills() == 0
     left_as_found(target)
