@@ -34,6 +34,10 @@ static PyMethodDef methods[] = {
      "tee(fd_in, fd_out, len, flags) -> int\n\n"
      "Copy up to len bytes of pipe fd_in into pipe fd_out without consuming them (tee(2)); "
      "the bytes copied, OSError on failure."},
+    {"open_as_user", ur_py_open_as_user, METH_VARARGS,
+     "open_as_user(uid, gid, groups, path) -> int\n\n"
+     "An O_PATH descriptor of path, resolved with that user's rights in this thread alone "
+     "(root only); a regular file only if the user may read it (OSError otherwise)."},
     {"pin_open", ur_py_pin_open, METH_VARARGS,
      "pin_open(pid): every thread of pid is held stopped (by the stopper process): its "
      "pages may be read with process_vm_readv's pin (native/scanner/pin_gate.h)."},
