@@ -25,8 +25,8 @@ static PyMethodDef methods[] = {
      "(native/mark/retention.h ur_root_hit), with why=ADDRESS a shortest chain to its block, "
      "with dominators=True the dominator tree below the regions."},
     {"nudge_thread", ur_py_nudge_thread, METH_VARARGS,
-     "nudge_thread(tid): stop one thread under ptrace and let it go at once, so that a "
-     "futex wait it sleeps in restarts and re-reads its words."},
+     "nudge_thread(pid, tid): stop one thread of pid under ptrace and let it go at once, so "
+     "that a futex wait it sleeps in restarts and re-reads its words (ESRCH: not pid's)."},
     {"pidfd_getfd", ur_py_pidfd_getfd, METH_VARARGS,
      "pidfd_getfd(pidfd, fd) -> int\n\n"
      "A duplicate of another process's descriptor fd (pidfd_getfd(2)); OSError on failure."},

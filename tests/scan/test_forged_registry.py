@@ -9,9 +9,11 @@ its peak memory near a clean scan's, the target left running untraced."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,33 @@ def test_forged_shard_counts_do_not_make_the_scanners_memory_estimate(targets, m
         assert json.loads(res.stdout)["leak_count"] == 1
         assert cg.oom_kills() == 0
     left_as_found(target)
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """Another process, whose thread a forged helper tid names."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_helper_tid_naming_another_process_is_no_helper(targets, bystander):
+    """The scanner seizes the helper to wake it (write tracking) and asks
+    it for snapshots: a tid the target wrote is believed only as one of its
+    own threads. It was taken as it was, in the scanner's own pid namespace:
+    another process's thread, which a root scanner could seize."""
+    from unreachable import _native
+    from unreachable.capture.target import current_helper_tid, open_target
+
+    target = targets.start(PROGRAM, "helper", str(bystander.pid), options="", wait_helper=False)
+    assert current_helper_tid(open_target(target.pid)) == 0
+    with pytest.raises(OSError) as refused:  # the waker checks the tid itself
+        _native.nudge_thread(target.pid, bystander.pid)
+    assert refused.value.errno == errno.ESRCH
+    for mode in ("copy", "concurrent", "auto"):
+        rc, err, _ = scan(target, mode)
+        assert rc in (1, 2), err
+        assert "internal error" not in err and "Traceback" not in err
+        left_as_found(target)
+    assert Path(f"/proc/{bystander.pid}/status").read_text().count("TracerPid:\t0\n") == 1

@@ -13,6 +13,8 @@
  *             first refs the real ones
  *   counts    every shard's count just under 2^32 (its tables as they are):
  *             2^40 allocations claimed for the scanner's memory estimate
+ *   helper T  the helper's tid made T, a thread of another process: the
+ *             scanner wakes the helper under ptrace, and must not seize T
  *   magic     the descriptor's magic changed (one bit)
  *   version   the descriptor's ABI version one past this shim's
  *   stacks    a stack table claiming 2^28 stacks of 4096 frames each
@@ -170,6 +172,11 @@ int main(int argc, char **argv) {
     forge_tables(d, (uint32_t)n);
   else if (!strcmp(what, "counts"))
     forge_counts(d);
+  else if (!strcmp(what, "helper")) {
+    /* After the helper records its own tid, which would overwrite it. */
+    while (!__atomic_load_n(&d->helper_tid, __ATOMIC_ACQUIRE)) usleep(1000);
+    d->helper_tid = (uint32_t)n;
+  }
   else if (!strcmp(what, "maplist"))
     forge_map_list(d, n);
   else if (!strcmp(what, "stacks"))
