@@ -83,7 +83,9 @@ def test_the_users_groups_count(tree):
 
 
 def test_root_is_itself_again_after_each_pin(tree):
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: as a process starts
     before = _credentials()
+    assert before["dumpable"] == "1"
     pinner = UserPinner(NOBODY)
     for path in (tree / "missing", _file(tree / "secret", 0o700), _file(tree / "pub", 0o644)):
         try:
