@@ -27,14 +27,6 @@ static inline int ur_registry_table(const struct ur_shard *s, uint64_t *table, u
   return *table && *cap && *cap <= UR_REGISTRY_MAX_CAPACITY;
 }
 
-/* Upper bound on live entries (the shards' counts), for sizing. */
-static inline uint64_t ur_registry_expected(const struct ur_shard *shards, uint32_t n) {
-  uint64_t total = 0;
-  for (uint32_t s = 0; s < n; s++)
-    if (shards[s].count < UR_REGISTRY_MAX_CAPACITY) total += shards[s].count;
-  return total;
-}
-
 /* Appends the live entries among e[0, n) as unmangled (begin, size) pairs and
  * stack ids (ids may be NULL); room for n is the caller's. Returns how many. */
 static inline size_t ur_registry_collect(const struct ur_entry *e, size_t n, uint64_t *pairs,

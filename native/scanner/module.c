@@ -25,8 +25,8 @@ static PyMethodDef methods[] = {
      "(native/mark/retention.h ur_root_hit), with why=ADDRESS a shortest chain to its block, "
      "with dominators=True the dominator tree below the regions."},
     {"nudge_thread", ur_py_nudge_thread, METH_VARARGS,
-     "nudge_thread(tid): stop one thread under ptrace and let it go at once, so that a "
-     "futex wait it sleeps in restarts and re-reads its words."},
+     "nudge_thread(pid, tid): stop one thread of pid under ptrace and let it go at once, so "
+     "that a futex wait it sleeps in restarts and re-reads its words (ESRCH: not pid's)."},
     {"pidfd_getfd", ur_py_pidfd_getfd, METH_VARARGS,
      "pidfd_getfd(pidfd, fd) -> int\n\n"
      "A duplicate of another process's descriptor fd (pidfd_getfd(2)); OSError on failure."},
@@ -34,6 +34,10 @@ static PyMethodDef methods[] = {
      "tee(fd_in, fd_out, len, flags) -> int\n\n"
      "Copy up to len bytes of pipe fd_in into pipe fd_out without consuming them (tee(2)); "
      "the bytes copied, OSError on failure."},
+    {"open_as_user", ur_py_open_as_user, METH_VARARGS,
+     "open_as_user(uid, gid, groups, path) -> int\n\n"
+     "An O_PATH descriptor of path, resolved with that user's rights in this thread alone "
+     "(root only); a regular file only if the user may read it (OSError otherwise)."},
     {"pin_open", ur_py_pin_open, METH_VARARGS,
      "pin_open(pid): every thread of pid is held stopped (by the stopper process): its "
      "pages may be read with process_vm_readv's pin (native/scanner/pin_gate.h)."},

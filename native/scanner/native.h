@@ -57,6 +57,7 @@ PyObject *ur_py_sweep(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *ur_py_nudge_thread(PyObject *self, PyObject *args);
 PyObject *ur_py_pidfd_getfd(PyObject *self, PyObject *args);
 PyObject *ur_py_tee(PyObject *self, PyObject *args);
+PyObject *ur_py_open_as_user(PyObject *self, PyObject *args);
 PyObject *ur_py_pin_open(PyObject *self, PyObject *args);
 PyObject *ur_py_pin_shut(PyObject *self, PyObject *args);
 PyObject *ur_py_present_ranges(PyObject *self, PyObject *args);

@@ -145,6 +145,22 @@ static int64_t present_runs(struct ur_reader *r, const struct ur_shard *shards, 
   return entries;
 }
 
+/* The shards' counts, each no more than the entries its table's present
+ * runs hold: the count is the target's word, and a forged one (2^32 a
+ * shard, 2^48 in all) must not size the arrays or make the scanner's
+ * memory estimate before the tables are read. */
+static uint64_t present_expected(const struct ur_shard *shards, uint32_t nshards,
+                                 uint64_t *const *runs, const size_t *nruns) {
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < nshards; s++) {
+    uint64_t present = 0;
+    for (size_t k = 0; k < nruns[s]; k++)
+      present += (runs[s][2 * k + 1] - runs[s][2 * k]) / sizeof(struct ur_entry);
+    total += shards[s].count < present ? shards[s].count : present;
+  }
+  return total;
+}
+
 /* The live entries of [b, e) of a table, in reads of READ_BATCH entries. */
 static int read_run(struct ur_reader *r, uint64_t b, uint64_t e, struct ur_entry *buf,
                     struct entries *out) {
@@ -160,30 +176,58 @@ static int read_run(struct ur_reader *r, uint64_t b, uint64_t e, struct ur_entry
   return 0;
 }
 
-/* The shards' entries, appended to e; *read: the bytes of tables read. */
-static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards,
-                       struct entries *e, uint64_t *read) {
+/* The shards' tables: refused if forged, else their present runs
+ * (present_runs; free_runs after) and *expected, the live entries they may
+ * hold (present_expected). */
+static int table_runs(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards,
+                      uint64_t ***runs, size_t **nruns, uint64_t *expected) {
   int forged = forged_rc(ur_registry_forged(shards, nshards, NULL, 0));
   if (forged) return forged;
-  uint64_t **runs = calloc(nshards ? nshards : 1, sizeof(*runs));
-  size_t *nruns = calloc(nshards ? nshards : 1, sizeof(*nruns));
+  *runs = calloc(nshards ? nshards : 1, sizeof(**runs));
+  *nruns = calloc(nshards ? nshards : 1, sizeof(**nruns));
+  int64_t present = *runs && *nruns ? present_runs(r, shards, nshards, *runs, *nruns) : -ENOMEM;
+  if (present < 0) return (int)present;
+  *expected = present_expected(shards, nshards, *runs, *nruns);
+  return 0;
+}
+
+static void free_runs(uint64_t **runs, size_t *nruns, uint32_t nshards) {
+  for (uint32_t s = 0; runs && s < nshards; s++) free(runs[s]);
+  free(runs);
+  free(nruns);
+}
+
+/* The live entries the shards' tables may hold, for the memory estimate
+ * made before they are read (read_registry without entries), or RC_FORGED_*
+ * or -ENOMEM. */
+static int64_t tables_expected(struct ur_reader *r, const struct ur_shard *shards,
+                               uint32_t nshards) {
+  uint64_t **runs = NULL, expected = 0;
+  size_t *nruns = NULL;
+  int rc = table_runs(r, shards, nshards, &runs, &nruns, &expected);
+  free_runs(runs, nruns, nshards);
+  return rc < 0 ? rc : (int64_t)expected;
+}
+
+/* The shards' entries, appended to e; *read: the bytes of tables read;
+ * *expected: what tables_expected says of them. */
+static int read_tables(struct ur_reader *r, const struct ur_shard *shards, uint32_t nshards,
+                       struct entries *e, uint64_t *read, uint64_t *expected) {
+  uint64_t **runs = NULL;
+  size_t *nruns = NULL;
   struct ur_entry *buf = malloc(READ_BATCH * sizeof(*buf));
-  int64_t present = runs && nruns && buf ? present_runs(r, shards, nshards, runs, nruns) : -ENOMEM;
-  int rc = present < 0 ? (int)present : 0;
+  int rc = buf ? table_runs(r, shards, nshards, &runs, &nruns, expected) : -ENOMEM;
   /* Size the arrays once from the shards' counts (no more than the entries
    * present): growing them by doubling touches (and has the kernel zero)
    * several times the final memory. */
-  uint64_t expected = ur_registry_expected(shards, nshards);
-  if (rc == 0 && expected > (uint64_t)present) expected = (uint64_t)present;
-  if (rc == 0 && entries_reserve(e, e->n + (size_t)expected + expected / 64 + 16) < 0) rc = -ENOMEM;
+  size_t want = e->n + (size_t)*expected + (size_t)(*expected / 64) + 16;
+  if (rc == 0 && entries_reserve(e, want) < 0) rc = -ENOMEM;
   for (uint32_t s = 0; rc == 0 && s < nshards; s++)
     for (size_t k = 0; rc == 0 && k < nruns[s]; k++) {
       rc = read_run(r, runs[s][2 * k], runs[s][2 * k + 1], buf, e);
       *read += runs[s][2 * k + 1] - runs[s][2 * k];
     }
-  for (uint32_t s = 0; runs && s < nshards; s++) free(runs[s]);
-  free(runs);
-  free(nruns);
+  free_runs(runs, nruns, nshards);
   free(buf);
   return rc;
 }
@@ -359,10 +403,10 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
     options[MAX_OPTIONS] = 0;
   }
   if (d.stacks) ur_reader_read(&rd, d.stacks, &st, sizeof(st));
-  expected = ur_registry_expected(shards, nshards);
   /* Without entries (the snapshot child sweeps itself): threads, shards,
-   * options and, unless count_maps is false, the maps' count (a read of
-   * every map: an eighth of the heap's span). */
+   * options and, unless count_maps is false, `expected`: the maps' count (a
+   * read of every map: an eighth of the heap's span) and the tables' as
+   * their present pages bound it. */
   if (with_entries || count_maps) {
     int64_t in_maps = read_maps(&rd, d.size_maps, with_entries ? &e : NULL);
     if (in_maps < 0) rc = (int)in_maps;
@@ -371,8 +415,15 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   /* The shards' entries after the maps': few without backtraces, and
    * merged in from the back (sort_by_address). */
   size_t from_shards = e.n;
-  if (rc == 0 && with_entries) rc = read_tables(&rd, shards, nshards, &e, &tables_read);
+  uint64_t in_tables = 0;
+  if (rc == 0 && with_entries) rc = read_tables(&rd, shards, nshards, &e, &tables_read, &in_tables);
   if (rc == 0 && with_entries) rc = sort_by_address(&e, from_shards);
+  if (rc == 0 && !with_entries && count_maps) {
+    int64_t counted = tables_expected(&rd, shards, nshards);
+    if (counted < 0) rc = (int)counted;
+    else in_tables = (uint64_t)counted;
+  }
+  expected += in_tables;
   nspans = d.regions && d.num_regions <= UR_MAX_REGIONS ? (uint32_t)d.num_regions : 0;
   if (nspans && (spans = malloc(nspans * sizeof(*spans))) != NULL)
     ur_reader_read_anon(&rd, d.regions, spans, nspans * sizeof(*spans));

@@ -531,10 +531,10 @@ PyTypeObject ur_session_type = {
 };
 
 PyObject *ur_py_nudge_thread(PyObject *Py_UNUSED(self), PyObject *args) {
-  int tid, rc;
-  if (!PyArg_ParseTuple(args, "i", &tid)) return NULL;
+  int pid, tid, rc;
+  if (!PyArg_ParseTuple(args, "ii", &pid, &tid)) return NULL;
   Py_BEGIN_ALLOW_THREADS
-  rc = ur_nudge_thread((pid_t)tid);
+  rc = ur_nudge_thread((pid_t)pid, (pid_t)tid);
   Py_END_ALLOW_THREADS
   if (rc < 0) return ur_py_raise(rc, "cannot wake the thread");
   Py_RETURN_NONE;

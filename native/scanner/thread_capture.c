@@ -72,8 +72,22 @@ int ur_wait_stop_every(pid_t tid, int *status, uint64_t timeout_ns, uint64_t pol
   }
 }
 
-int ur_nudge_thread(pid_t tid) {
+/* Whether tid is a thread of pid (/proc/PID/task lists only its own). */
+static int thread_of(pid_t pid, pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task/%d", (int)pid, (int)tid);
+  return access(path, F_OK) == 0;
+}
+
+int ur_nudge_thread(pid_t pid, pid_t tid) {
+  /* tid is the target's word: another process's thread is never stopped.
+   * Checked again once seized, when the tid can no longer be reused. */
+  if (!thread_of(pid, tid)) return -ESRCH;
   if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) return -errno;
+  if (!thread_of(pid, tid)) {
+    ptrace(PTRACE_DETACH, tid, NULL, NULL);
+    return -ESRCH;
+  }
   int status = 0, sig = 0, rc = -ESRCH;
   if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) == 0) rc = ur_wait_stop(tid, &status, 1000000000ull);
   if (rc == 1) {

@@ -79,7 +79,7 @@ int ur_wait_stop_every(pid_t tid, int *status, uint64_t timeout_ns, uint64_t pol
  * futex wait it sleeps in is restarted and compares its words again. The
  * rest of the process runs on. A signal caught meanwhile is handed back.
  * Returns 0 or -errno (-ETIMEDOUT: it did not stop within a second). */
-int ur_nudge_thread(pid_t tid);
+int ur_nudge_thread(pid_t pid, pid_t tid);
 
 /* Let the threads inside [lo, hi) (a function's code: malloc's) run alone,
  * the others staying stopped, and stop them again a moment later, until none

@@ -9,8 +9,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from tests.daemon.test_daemon import rpc_code, stub, wait_untraced
+from tests.daemon.test_daemon import rpc_code, scan_report, stub, wait_untraced
 from tests.scan.test_forged_registry import CORRUPT, PROGRAM
+from tests.support.cgroups import memory_cgroup
 from unreachable.v1 import unreachable_pb2 as pb
 
 
@@ -42,5 +43,25 @@ def test_a_descriptor_of_another_magic_or_version_is_a_failed_precondition(
     code, details = rpc_code(stub(daemon.address).Scan, request, timeout=120)
     assert code == grpc.StatusCode.FAILED_PRECONDITION, details
     assert says in details and "\n" not in details.strip()
+    assert target.alive()
+    assert wait_untraced(target.pid) in "SR"
+
+
+def test_forged_shard_counts_do_not_make_the_daemons_memory_estimate(daemon, targets):
+    """Shards claiming 2^40 live entries over their real tables: the daemon
+    under a memory limit refused the sweep as RESOURCE_EXHAUSTED, needing
+    terabytes; the tables' present pages bound the count, and the scan
+    finds the one real leak."""
+    target = targets.start(PROGRAM, "counts", options="backtrace=4")
+    with memory_cgroup("ur-daemon-counts") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        cg.move(daemon.proc.pid)
+        cg.limit(cg.usage() + 160 * (1 << 20))
+        s = stub(daemon.address)
+        for snapshot in (pb.SNAPSHOT_STOPPED, pb.SNAPSHOT_FORK):
+            request = {"pid": target.pid, "snapshot": snapshot, "sweep": pb.SWEEP_SCANNER}
+            assert scan_report(s, **request).leak_count == 1
+        assert cg.oom_kills() == 0
     assert target.alive()
     assert wait_untraced(target.pid) in "SR"

@@ -9,13 +9,16 @@ its peak memory near a clean scan's, the target left running untraced."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.cgroups import memory_cgroup
 from tests.support.targets import Target, TargetFactory
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "forged_registry.c"
@@ -145,3 +148,59 @@ def test_a_descriptor_of_another_magic_or_version_is_refused_in_one_line(targets
     assert says in err
     assert "internal error" not in err and "Traceback" not in err
     left_as_found(target)
+
+
+@pytest.mark.parametrize("mode", ["stopped", "fork"])
+def test_forged_shard_counts_do_not_make_the_scanners_memory_estimate(targets, mode):
+    """Every shard claiming 2^32 - 1 live entries (2^40 in all) over its real
+    table: the scanner's estimate of its sweep's memory, made before it
+    reads the tables, took the counts as they were and refused a 20,001
+    allocation sweep as needing terabytes. It counts no more entries than
+    the tables' present pages hold: the scan fits and finds the leak."""
+    target = targets.start(PROGRAM, "counts", options="backtrace=4")
+    with memory_cgroup("ur-forged-counts") as cg:
+        if cg is None:
+            pytest.skip("no cgroup v1 memory hierarchy to make a cgroup in here")
+        cg.limit(160 << 20)
+        cli = [sys.executable, "-m", "unreachable.cli.main", "scan", str(target.pid)]
+        res = subprocess.run(
+            [*cli, "--snapshot", mode, "--sweep", "scanner", "--json"],
+            preexec_fn=cg.enter,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert res.returncode == 1, res.stderr
+        assert json.loads(res.stdout)["leak_count"] == 1
+        assert cg.oom_kills() == 0
+    left_as_found(target)
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """Another process, whose thread a forged helper tid names."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_helper_tid_naming_another_process_is_no_helper(targets, bystander):
+    """The scanner seizes the helper to wake it (write tracking) and asks
+    it for snapshots: a tid the target wrote is believed only as one of its
+    own threads. It was taken as it was, in the scanner's own pid namespace:
+    another process's thread, which a root scanner could seize."""
+    from unreachable import _native
+    from unreachable.capture.target import current_helper_tid, open_target
+
+    target = targets.start(PROGRAM, "helper", str(bystander.pid), options="", wait_helper=False)
+    assert current_helper_tid(open_target(target.pid)) == 0
+    with pytest.raises(OSError) as refused:  # the waker checks the tid itself
+        _native.nudge_thread(target.pid, bystander.pid)
+    assert refused.value.errno == errno.ESRCH
+    for mode in ("copy", "concurrent", "auto"):
+        rc, err, _ = scan(target, mode)
+        assert rc in (1, 2), err
+        assert "internal error" not in err and "Traceback" not in err
+        left_as_found(target)
+    assert Path(f"/proc/{bystander.pid}/status").read_text().count("TracerPid:\t0\n") == 1

@@ -177,9 +177,9 @@ def _snapshot_from_json(value: Any, source: str) -> Snapshot:
 
 def snapshot_from_dump(dump: Any, source: str, pid: int | None = None) -> Snapshot:
     """A parsed heap dump (unreachable.heapdump.dump_format.HeapDumpFile), symbolized."""
-    from unreachable.heapdump.viewer import SymbolizedDump, dump_owner
+    from unreachable.heapdump.viewer import SymbolizedDump
 
-    sym = SymbolizedDump(dump, pid, dump_owner(source))
+    sym = SymbolizedDump(dump, pid)
     snap = Snapshot(source, "heapdump", note=sym.note, warnings=list(dump.warnings))
     for sid in range(len(dump.stacks)):
         snap.add(sym.frames(sid), sym.counts[sid], sym.bytes[sid])

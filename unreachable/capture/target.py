@@ -13,6 +13,7 @@ from unreachable.capture.descriptor import (
     shim_mapped,
 )
 from unreachable.errors import ScanError, TargetNotShimmed
+from unreachable.printable import printable
 from unreachable.process.maps import Mapping, read_maps
 from unreachable.process.secure_exec import runs_secure
 from unreachable.process.status import ProcessStatus, check_scannable, host_tid
@@ -69,10 +70,11 @@ class Target:
 
 
 def command_line(pid: int) -> str:
-    """/proc/PID/cmdline with spaces between the arguments; "" if unreadable."""
+    """/proc/PID/cmdline with spaces between the arguments, printable; "" if
+    unreadable."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            return printable(f.read().replace(b"\0", b" ").decode(errors="replace").strip())
     except OSError:
         return ""
 

@@ -204,7 +204,7 @@ class _Tracking:
     def nudge(self) -> None:
         for attempt in range(NUDGE_TRIES):
             try:
-                _native.nudge_thread(self.helper)
+                _native.nudge_thread(self.pid, self.helper)
                 return
             except OSError as e:
                 # Gone: stepped aside, and its successor may be asleep already.

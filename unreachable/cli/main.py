@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from unreachable.errors import EXIT_FAILED, ScanError
+from unreachable.printable import printable
 
 # The command modules (unreachable/cli/NAME.py, command NAME with '-' for
 # '_'), in the order --help lists them. A command line that names one
@@ -140,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ScanError as e:
-        print(f"unreachable-cli: error: {e}", file=sys.stderr)
+        # One line, whatever a path or name of the target's it quotes holds.
+        print(f"unreachable-cli: error: {printable(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("unreachable-cli: interrupted", file=sys.stderr)
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("UNREACHABLE_DEBUG"):
             raise
         print(
-            f"unreachable-cli: internal error: {type(e).__name__}: {e} "
+            f"unreachable-cli: internal error: {type(e).__name__}: {printable(str(e))} "
             "(set UNREACHABLE_DEBUG=1 for a traceback)",
             file=sys.stderr,
         )

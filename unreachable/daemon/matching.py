@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from unreachable.daemon.config import TargetSpec
+from unreachable.printable import printable
 
 ProcessKey = tuple[int, int]  # (pid, start time in clock ticks after boot)
 
@@ -97,13 +98,14 @@ def read_process(pid: int) -> ProcessInfo | None:
         ppid, start = parse_stat(stat)
     except (IndexError, ValueError):
         return None
-    args = [a.decode(errors="replace") for a in cmdline.rstrip(b"\0").split(b"\0")]
+    # What the process wrote there is logged and labels metrics: printable.
+    args = [printable(a.decode(errors="replace")) for a in cmdline.rstrip(b"\0").split(b"\0")]
     cgroup = cgroup_path(_read(f"/proc/{pid}/cgroup").decode(errors="replace"))
     return ProcessInfo(
         pid=pid,
         start_time=start,
         ppid=ppid,
-        name=_read(f"/proc/{pid}/comm").decode(errors="replace").strip(),
+        name=printable(_read(f"/proc/{pid}/comm").decode(errors="replace").strip()),
         argv0=os.path.basename(args[0]) if args else "",
         command=" ".join(args),
         cgroup=cgroup,

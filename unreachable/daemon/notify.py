@@ -26,6 +26,7 @@ import socket
 import stat
 import struct
 from collections.abc import Callable
+from functools import partial
 
 from unreachable.daemon.config import ConfigError
 from unreachable.daemon.matching import ProcessInfo, read_process
@@ -93,16 +94,22 @@ def parse_request(line: bytes) -> int:
     return int(parts[1])
 
 
-class NotifyListener:
-    """Accepts scan requests; `request(pid, identity)` returns False when one
-    is already pending."""
+# Queues the scan of (pid, identity); False when one is already pending.
+# done(ok, why) is called when it ends.
+Request = Callable[[int, ProcessInfo, Callable[[bool, str], None]], bool]
 
-    def __init__(self, path: str, mode: int, request: Callable[[int, ProcessInfo], bool]) -> None:
+
+class NotifyListener:
+    """Accepts scan requests, at most `per_uid` pending for one user other
+    than root (notify_limits.py)."""
+
+    def __init__(self, path: str, mode: int, request: Request, per_uid: int) -> None:
         self.path = path
         self._mode = mode
         self._request = request
         self._server: asyncio.base_events.Server | None = None
         self._gate = ConnectionGate()
+        self._scans = ConnectionGate(per_uid=per_uid, total=1 << 30)
         self._warnings = WarningBudget()
 
     def _warn(self, message: str, *args: object) -> None:
@@ -181,10 +188,21 @@ class NotifyListener:
         if identity is None:
             self._warn("notify: pid %d (uid %d) exited before its request was read", peer_pid, uid)
             return "ERR the process that connected has exited"
-        if not self._request(peer_pid, identity):
+        if uid != 0 and not self._scans.enter(uid):
+            self._warn("notify: uid %d has as many scans pending as allowed: pid %d", uid, peer_pid)
+            return "BUSY"
+        if not self._request(peer_pid, identity, partial(self._ended, peer_pid, uid)):
+            if uid != 0:
+                self._scans.leave(uid)
             return "BUSY"
         log.info("notify: pid %d (uid %d) asked for a scan", peer_pid, uid)
         return "OK"
+
+    def _ended(self, pid: int, uid: int, ok: bool, why: str) -> None:
+        if uid != 0:
+            self._scans.leave(uid)
+        if not ok:
+            self._warn("signal scan of pid %d failed: %s", pid, why)
 
 
 def _remove_stale_socket(path: str) -> None:

@@ -3,7 +3,11 @@
 Every local user may connect, and a connection is held until its request
 line or READ_TIMEOUT: without a bound, one user holding a thousand
 connections took every file descriptor of the daemon (its scans then failed
-with EMFILE), and a stream of bad requests wrote a warning each.
+with EMFILE), and a stream of bad requests wrote a warning each. A user's
+processes asking each for a scan of itself (a fork loop) queued a scan each
+and took every scan slot, other users' scans waiting behind them: a user
+other than root has at most half the slots' worth of them queued or running
+(pending_per_uid), and their failures are warnings under the same budget.
 """
 
 from __future__ import annotations
@@ -16,8 +20,16 @@ TOTAL = 64  # and all users together
 WARNINGS_PER_MINUTE = 10
 
 
+def pending_per_uid(max_concurrent_scans: int) -> int:
+    """Scans one user's processes may have queued or running through the
+    notify socket: half the daemon's slots, so that one user never holds
+    them all."""
+    return max(1, max_concurrent_scans // 2)
+
+
 class ConnectionGate:
-    """Counts the connections waiting for their request line, per uid."""
+    """Counts, per uid, the connections waiting for their request line (or,
+    as NotifyListener's scan gate, the scans asked for and not ended)."""
 
     def __init__(self, per_uid: int = PER_UID, total: int = TOTAL) -> None:
         self._per_uid = per_uid

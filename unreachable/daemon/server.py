@@ -30,6 +30,7 @@ from unreachable.daemon.matching import read_process
 from unreachable.daemon.metrics import Metrics
 from unreachable.daemon.monitor import Monitor
 from unreachable.daemon.notify import NotifyListener
+from unreachable.daemon.notify_limits import pending_per_uid
 from unreachable.daemon.producer import ReportProducer
 from unreachable.daemon.scans import ScanFailed, ScanRunner
 from unreachable.daemon.schedule import Scheduler
@@ -450,7 +451,8 @@ async def _start_listening(
             notify = NotifyListener(
                 safe_socket_path(config.notify_socket, "notify socket"),
                 config.notify_mode,
-                lambda pid, info: producer.request(pid, pb.TRIGGER_SIGNAL, info),
+                lambda pid, info, done: producer.request(pid, pb.TRIGGER_SIGNAL, info, done),
+                pending_per_uid(config.max_concurrent_scans),
             )
         await server.start()
         if notify is not None:

@@ -17,6 +17,7 @@ from unreachable.capture.descriptor import (
     shim_mapped,
 )
 from unreachable.errors import ScanError
+from unreachable.printable import printable
 from unreachable.process.maps import parse_maps, read_maps, read_maps_text
 
 OPTIONS_MAX = 4096
@@ -35,7 +36,7 @@ class TargetInfo:
 def _read_text(path: str) -> str:
     try:
         with open(path, "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            return printable(f.read().replace(b"\0", b" ").decode(errors="replace").strip())
     except OSError:
         return ""
 

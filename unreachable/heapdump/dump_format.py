@@ -119,6 +119,9 @@ class HeapDumpFile:
     bt_infos: dict[int, list[BtInfo]] = field(default_factory=dict)  # stack id -> bt_info
     warnings: list[str] = field(default_factory=list)  # e.g. a truncated file
     maps: list[Mapping] = field(default_factory=list)  # MAPS, parsed
+    # The file's owner, from the descriptor read (None: not read from a
+    # file): its writer, with whose rights its MAPS's files are opened.
+    owner: int | None = None
 
     def stack(self, stack_id: int) -> tuple[int, ...]:
         return tuple(array("Q", self.stacks[stack_id]))
@@ -338,7 +341,12 @@ def parse_dump_file(f: IO[bytes]) -> HeapDumpFile:
     lineno = 0
     for lineno, line in iter_lines(f):
         parser.line(line, lineno)
-    return parser.finish(lineno)
+    dump = parser.finish(lineno)
+    try:
+        dump.owner = os.fstat(f.fileno()).st_uid
+    except (OSError, ValueError):  # io.UnsupportedOperation: not a file
+        pass
+    return dump
 
 
 def read_dump(path: str) -> HeapDumpFile:

@@ -11,7 +11,6 @@ distinct pc is symbolized once, and the text is written a group at a time.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -63,14 +62,17 @@ class SymbolizedDump:
         self,
         dump: HeapDumpFile,
         pid: int | None = None,
-        trust_uids: tuple[int, ...] = (),
         budget: float | None | bool = True,
     ) -> None:
         self.dump = dump
         pcs: set[int] = set()
         for packed in dump.stacks:
             pcs.update(array("Q", packed))
-        symbolizer = Symbolizer(pid, dump.mappings, trust_uids=trust_uids, budget=budget)
+        # The files its MAPS names: its owner's, opened with its owner's rights.
+        owner = () if dump.owner is None else (dump.owner,)
+        symbolizer = Symbolizer(
+            pid, dump.mappings, trust_uids=owner, as_user=dump.owner, budget=budget
+        )
         self._frames = symbolizer.resolve(pcs)
         self.note = symbolizer.note
         n = len(dump.stacks)
@@ -207,14 +209,6 @@ def iter_text(sym: SymbolizedDump) -> Iterator[str]:
         yield "\n".join(_group_lines(g, total)) + "\n"
 
 
-def dump_owner(path: str) -> tuple[int, ...]:
-    """The dump file's owner, whose files its MAPS may name (see Symbolizer's trust_uids)."""
-    try:
-        return (os.stat(path).st_uid,)
-    except OSError:
-        return ()
-
-
 def render_dump_chunks(
     path: str, fmt: str = "text", pid: int | None = None, budget: float | None | bool = True
 ) -> tuple[HeapDumpFile, str, Iterator[str] | bytes | str]:
@@ -223,7 +217,7 @@ def render_dump_chunks(
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
     dump = read_dump(path)
-    sym = SymbolizedDump(dump, pid, dump_owner(path), budget)
+    sym = SymbolizedDump(dump, pid, budget)
     if fmt == "collapsed":
         from unreachable.report.collapsed import samples_to_collapsed
 

@@ -102,9 +102,13 @@ def pid_namespace(pid: int | str) -> str:
 
 def host_tid(pid: int, ns_tid: int) -> int:
     """The thread of `pid` that gettid() names ns_tid in the process's own pid
-    namespace (a container's), by this process's name for it; 0 if none."""
-    if not ns_tid or pid_namespace(pid) == pid_namespace("self"):
-        return ns_tid
+    namespace (a container's), by this process's name for it; 0 if none.
+    ns_tid is the target's word (the shim's descriptor): a tid of another
+    process is none (/proc/PID/task lists only the process's own)."""
+    if not ns_tid:
+        return 0
+    if pid_namespace(pid) == pid_namespace("self"):
+        return ns_tid if os.path.exists(f"/proc/{pid}/task/{ns_tid}") else 0
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:

@@ -7,6 +7,7 @@ line precedes the contents, and bytes >= 0x80 print as two hex digits.
 from __future__ import annotations
 
 from unreachable.model.report import LeakEntry, ScanReport
+from unreachable.printable import printable
 from unreachable.symbolize.frames import Frame
 from unreachable.triage import output as triage
 
@@ -23,7 +24,7 @@ def format_frame(index: int, frame: Frame) -> str:
         line += f" ({frame.function}+{frame.offset})"
     if frame.file:
         line += f" {frame.file}:{frame.line}"
-    return line
+    return printable(line)  # the map, function and file names are the target's
 
 
 def format_leak(leak: LeakEntry) -> list[str]:

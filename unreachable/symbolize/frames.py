@@ -73,6 +73,9 @@ class Symbolizer:
     objects dlclose'd since.
     trust_uids: owners whose files are read besides root, this process's user
     and the live target's user (a heap dump file's owner, say).
+    as_user: the user whose rights every file is opened with, when this
+    process is root and that user is not (a heap dump's owner: its MAPS is
+    text the user wrote, which may name files only root can read).
     budget: seconds each symbolize call may spend on files (None: no limit;
     default UNREACHABLE_SYMBOL_BUDGET, or 30).
     """
@@ -87,10 +90,15 @@ class Symbolizer:
         debug_dirs: Sequence[str] | None = None,
         unloaded: Sequence[LoadedObject] = (),
         trust_uids: Sequence[int] = (),
+        as_user: int | None = None,
         budget: float | None | bool = True,
     ) -> None:
         self._pid = pid if pid and os.path.isdir(f"/proc/{pid}") else None
         self._policy = trusted_owners(_owner_of(self._pid), *trust_uids)
+        if as_user not in (None, 0) and os.geteuid() == 0:
+            from unreachable.symbolize.as_user import UserPinner
+
+            self._policy = dataclasses.replace(self._policy, pin=UserPinner(as_user).pin)
         self._budget = default_symbol_budget() if budget is True else (budget or None)
         self._deadline: float | None = None
         self._refused: list[str] = []

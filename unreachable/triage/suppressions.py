@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from unreachable.errors import InvalidArgument
 from unreachable.model.report import LeakEntry, ScanReport, export_weights, leak_counts
+from unreachable.printable import printable
 from unreachable.symbolize.frames import Frame
 from unreachable.triage import SUPPRESSIONS_ENV
 
@@ -317,7 +318,8 @@ def generate(report: ScanReport, entries: Sequence[tuple[LeakEntry, int, int]]) 
             where = frame.function or f"{os.path.basename(frame.map)}+0x{frame.rel_pc:x}"
             lines.append(f"#   {where}" + (f" {frame.file}:{frame.line}" if frame.file else ""))
         lines.append(f"leak:{pattern}")
-    return "\n".join(lines) + "\n"
+    # The command line, names and patterns are the target's: one line each.
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def format_used(suppressed: Suppressed) -> list[str]:

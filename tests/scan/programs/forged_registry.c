@@ -11,6 +11,10 @@
  *             entries (64 GiB, mapped but never touched) of its own
  *   maplist N a size-map list claiming N refs (the shim makes 2^16), its
  *             first refs the real ones
+ *   counts    every shard's count just under 2^32 (its tables as they are):
+ *             2^40 allocations claimed for the scanner's memory estimate
+ *   helper T  the helper's tid made T, a thread of another process: the
+ *             scanner wakes the helper under ptrace, and must not seize T
  *   magic     the descriptor's magic changed (one bit)
  *   version   the descriptor's ABI version one past this shim's
  *   stacks    a stack table claiming 2^28 stacks of 4096 frames each
@@ -76,6 +80,11 @@ static void forge_tables(struct ur_descriptor *d, uint32_t n) {
   }
   d->shards = (uintptr_t)shards;
   d->num_shards = real + n;
+}
+
+static void forge_counts(struct ur_descriptor *d) {
+  struct ur_shard *shards = (struct ur_shard *)(uintptr_t)d->shards;
+  for (uint32_t i = 0; i < d->num_shards; i++) shards[i].count = TABLE_ENTRIES - 1;
 }
 
 static void forge_map_list(struct ur_descriptor *d, uint64_t n) {
@@ -161,6 +170,13 @@ int main(int argc, char **argv) {
     d->version += 1;
   else if (!strcmp(what, "tables"))
     forge_tables(d, (uint32_t)n);
+  else if (!strcmp(what, "counts"))
+    forge_counts(d);
+  else if (!strcmp(what, "helper")) {
+    /* After the helper records its own tid, which would overwrite it. */
+    while (!__atomic_load_n(&d->helper_tid, __ATOMIC_ACQUIRE)) usleep(1000);
+    d->helper_tid = (uint32_t)n;
+  }
   else if (!strcmp(what, "maplist"))
     forge_map_list(d, n);
   else if (!strcmp(what, "stacks"))
