@@ -82,13 +82,20 @@ static inline size_t ur_size_map_live(const void *map) {
   return n;
 }
 
+/* Level 0 is UR_SIZE_MAP_L0_PAGES pages; a mask with every one of them. */
+#define UR_SIZE_MAP_L0_PAGES (UR_SIZE_MAP_L0_ENTRIES / 4096u)
+#define UR_SIZE_MAP_L0_ALL ((UINT32_C(1) << UR_SIZE_MAP_L0_PAGES) - 1)
+
 /* Appends the blocks of one map as (begin, size) pairs in address order,
  * with stack id 0 (ids may be NULL); room for ur_size_map_live(map) is the
  * caller's. Returns how many. The three levels are merged granule by
  * granule: a level-2 block waits (next2) until the walk passes its address,
- * a level-1 block (next1) likewise within its 256 bytes. */
-static inline size_t ur_size_map_collect(const void *map, uint64_t base, uint64_t *pairs,
-                                         uint32_t *ids) {
+ * a level-1 block (next1) likewise within its 256 bytes. Level 0 is read
+ * only in the pages l0_pages names (bit i: its page i), the others taken
+ * as zero: a copy holding a few pages of the maps reads as zero elsewhere,
+ * and walking those zeros was most of its decoding. */
+static inline size_t ur_size_map_collect_held(const void *map, uint64_t base, uint64_t *pairs,
+                                              uint32_t *ids, uint32_t l0_pages) {
   const uint8_t *m = (const uint8_t *)map;
   const uint64_t *l0 = (const uint64_t *)map;
   const uint16_t *l1 = (const uint16_t *)(const void *)(m + UR_SIZE_MAP_L1_OFFSET);
@@ -132,13 +139,14 @@ static inline size_t ur_size_map_collect(const void *map, uint64_t base, uint64_
       next2 = ur_size_map_l2_block(base, g2, v2);
       size2 = ur_size_map_l2_size(v2);
     }
+    const uint32_t l0_words = (l0_pages >> (g2 / l2_per_page)) & 1 ? words_per_l1 : 0;
     for (uint32_t g1 = g2 * l1_per_l2; g1 < (g2 + 1) * l1_per_l2; g1++) {
       uint16_t v1 = l1[g1];
       if (v1) {
         next1 = ur_size_map_l1_block(base, g1, v1);
         size1 = ur_size_map_l1_size(v1);
       }
-      for (uint32_t w = g1 * words_per_l1; w < (g1 + 1) * words_per_l1; w++) {
+      for (uint32_t w = g1 * words_per_l1; w < g1 * words_per_l1 + l0_words; w++) {
         /* From set byte to set byte by the lowest set bit (bsf, baseline
          * x86-64): one or two bytes of a word are set, and a test of each
          * byte in turn mispredicted about once a block. */
@@ -157,6 +165,12 @@ static inline size_t ur_size_map_collect(const void *map, uint64_t base, uint64_
 #undef UR_FLUSH_
 #undef UR_EMIT_
   return k;
+}
+
+/* Every block of one map (ur_size_map_collect_held with all of level 0). */
+static inline size_t ur_size_map_collect(const void *map, uint64_t base, uint64_t *pairs,
+                                         uint32_t *ids) {
+  return ur_size_map_collect_held(map, base, pairs, ids, UR_SIZE_MAP_L0_ALL);
 }
 
 #endif

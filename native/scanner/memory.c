@@ -566,6 +566,22 @@ static struct ur_chunk *find_chunk(struct ur_pread_mem *m, uint64_t base) {
 
 struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base) { return find_chunk(m, base); }
 
+int ur_mem_holds_page(struct ur_pread_mem *m, uint64_t addr) {
+  struct ur_chunk *c = find_chunk(m, addr & ~(UR_CHUNK_SIZE - 1));
+  size_t page = (size_t)((addr & (UR_CHUNK_SIZE - 1)) >> UR_PAGE_SHIFT);
+  return c && !(c->bad[page / 64] & (UINT64_C(1) << (page % 64)));
+}
+
+const uint8_t *ur_mem_held_bytes(struct ur_pread_mem *m, uint64_t addr, size_t len) {
+  uint64_t base = addr & ~(UR_CHUNK_SIZE - 1);
+  if (!len || addr + len < addr || ((addr + len - 1) & ~(UR_CHUNK_SIZE - 1)) != base) return NULL;
+  struct ur_chunk *c = find_chunk(m, base);
+  if (!c) return NULL;
+  for (uint64_t p = (addr - base) >> UR_PAGE_SHIFT; p <= (addr + len - 1 - base) >> UR_PAGE_SHIFT; p++)
+    if (c->bad[p / 64] & (UINT64_C(1) << (p % 64))) return NULL;
+  return c->data + (addr - base);
+}
+
 static int copy_pairs(uint64_t **to, size_t *n_to, const uint64_t *pairs, size_t n) {
   uint64_t *copy = n ? malloc(n * 2 * sizeof(uint64_t)) : NULL;
   if (n && !copy) return -ENOMEM;

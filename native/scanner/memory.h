@@ -193,6 +193,14 @@ void ur_mem_read_runs_into(const struct ur_pread_mem *m, struct ur_chunk *c, con
 /* The slot holding the chunk at base, or NULL. */
 struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base);
 
+/* Whether a finished copy holds the page at addr: one it does not hold
+ * reads as zero (ur_mem_read_cached). */
+int ur_mem_holds_page(struct ur_pread_mem *m, uint64_t addr);
+
+/* The copy's own bytes of [addr, addr + len) where one chunk holds every
+ * page of it (read in place, not copied out), else NULL. */
+const uint8_t *ur_mem_held_bytes(struct ur_pread_mem *m, uint64_t addr, size_t len);
+
 /* Set the zero ranges (sorted (begin, end) pairs, copied). 0 or -ENOMEM. */
 int ur_mem_set_zero_ranges(struct ur_pread_mem *m, const uint64_t *pairs, size_t n);
 

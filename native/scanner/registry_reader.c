@@ -241,6 +241,35 @@ static int64_t refs_count(const struct ur_size_maps *h) {
   return (int64_t)h->count;
 }
 
+/* The bytes of the map at addr, and in *l0_pages the pages of its level 0
+ * they hold (bit i: page i; the others read as zero, and the walk passes
+ * over them). A copy's map held whole in one chunk is read in place; of one
+ * it holds in part (the concurrent mark's second registry copy holds the
+ * pages of its candidates' entries), only the pages it holds are read into
+ * buf, with the levels above; anything else is read into buf whole. */
+static const void *map_bytes(struct ur_reader *r, uint64_t addr, uint8_t *buf, uint32_t *l0_pages) {
+  *l0_pages = UR_SIZE_MAP_L0_ALL;
+  if (r->copy && !(addr & (UR_PAGE_SIZE - 1))) {
+    const uint8_t *in_place = ur_mem_held_bytes(r->copy, addr, UR_SIZE_MAP_BYTES);
+    if (in_place) return in_place;
+    uint32_t held = 0;
+    for (uint32_t i = 0; i < UR_SIZE_MAP_L0_PAGES; i++)
+      if (ur_mem_holds_page(r->copy, addr + (uint64_t)i * UR_PAGE_SIZE)) held |= UINT32_C(1) << i;
+    if (held != UR_SIZE_MAP_L0_ALL) {
+      for (uint32_t i = 0; i < UR_SIZE_MAP_L0_PAGES; i++)
+        if (held & (UINT32_C(1) << i))
+          ur_reader_read(r, addr + (uint64_t)i * UR_PAGE_SIZE, buf + i * UR_PAGE_SIZE,
+                         UR_PAGE_SIZE);
+      ur_reader_read(r, addr + UR_SIZE_MAP_L1_OFFSET, buf + UR_SIZE_MAP_L1_OFFSET,
+                     UR_SIZE_MAP_BYTES - UR_SIZE_MAP_L1_OFFSET);
+      *l0_pages = held;
+      return buf;
+    }
+  }
+  ur_reader_read_anon(r, addr, buf, UR_SIZE_MAP_BYTES);
+  return buf;
+}
+
 /* The size maps' entries (abi.h v5): appended to e, or with e NULL only
  * counted. Returns the live entries seen, RC_FORGED_* or -ENOMEM. */
 static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entries *e) {
@@ -265,9 +294,14 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
     const struct ur_size_map_ref *ref = &refs[order[k]];
     if (!ref->map) continue;
     /* Unreadable pages read as zero: no entries. */
-    ur_reader_read_anon(r, ref->map, map, UR_SIZE_MAP_BYTES);
+    uint32_t l0_pages;
+    const void *bytes = map_bytes(r, ref->map, (uint8_t *)map, &l0_pages);
     if (!e) {
-      total += (int64_t)ur_size_map_live(map);
+      if (l0_pages != UR_SIZE_MAP_L0_ALL) { /* counted whole: what it does not hold as zero */
+        ur_reader_read(r, ref->map, map, UR_SIZE_MAP_BYTES);
+        bytes = map;
+      }
+      total += (int64_t)ur_size_map_live(bytes);
       continue;
     }
     /* Room for a whole map (only what is written is backed): the walk
@@ -281,7 +315,7 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
      * memory (mapped, never written: the maps are read before the shards):
      * not written, its pages are never touched (4 bytes per allocation the
      * kernel would zero, and the scanner hold). */
-    size_t live = ur_size_map_collect(map, ref->base, e->pairs + 2 * e->n, NULL);
+    size_t live = ur_size_map_collect_held(bytes, ref->base, e->pairs + 2 * e->n, NULL, l0_pages);
     e->n += live;
     total += (int64_t)live;
   }

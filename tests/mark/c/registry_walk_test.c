@@ -1,8 +1,10 @@
 /* native/mark/registry_walk.h's counts under ASan+UBSan
  * (tests/mark/test_registry_walk_c.py): ur_nonzero_bytes, which sizes the
  * size maps' decoding by counting a word's nonzero bytes with one multiply,
- * against a byte-by-byte count; and ur_size_map_live against the entries
- * ur_size_map_collect emits from a map of every level. */
+ * against a byte-by-byte count; ur_size_map_live against the entries
+ * ur_size_map_collect emits from a map of every level; and
+ * ur_size_map_collect_held, which reads level 0 only in the pages it is
+ * given, against the whole walk of the map with the other pages zero. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,9 +70,42 @@ static void map_live_matches_collect(void) {
   free(pairs);
 }
 
+/* A copy holding some pages of a map: the walk over the pages held, with
+ * garbage in the others (a copy's buffer where it holds nothing), emits what
+ * the whole walk emits with those pages zero, in the same order. */
+static void held_pages_walk_as_zero(void) {
+  uint8_t *map = calloc(1, UR_SIZE_MAP_BYTES), *zeroed = calloc(1, UR_SIZE_MAP_BYTES);
+  size_t room = UR_SIZE_MAP_MAX_LIVE;
+  uint64_t *pairs = calloc(2 * room, sizeof(*pairs)), *want = calloc(2 * room, sizeof(*want));
+  CHECK(map && zeroed && pairs && want);
+  CHECK_EQ(UR_SIZE_MAP_L0_PAGES, 16);
+  uint16_t *l1 = (uint16_t *)(void *)(map + UR_SIZE_MAP_L1_OFFSET);
+  uint32_t *l2 = (uint32_t *)(void *)(map + UR_SIZE_MAP_L2_OFFSET);
+  for (int round = 0; round < 6; round++) {
+    for (uint32_t i = 0; i < UR_SIZE_MAP_L0_ENTRIES; i++)
+      map[i] = test_random() % 5 ? 0 : (uint8_t)(1 + test_random() % 15);
+    memset(map + UR_SIZE_MAP_L1_OFFSET, 0, UR_SIZE_MAP_BYTES - UR_SIZE_MAP_L1_OFFSET);
+    for (uint32_t i = 0; i < UR_SIZE_MAP_L1_ENTRIES; i += 61) l1[i] = (uint16_t)(1 + i % 4000);
+    for (uint32_t i = 0; i < UR_SIZE_MAP_L2_ENTRIES; i += 7) l2[i] = 4089 + i;
+    uint32_t held = round == 0 ? 0 : round == 1 ? UR_SIZE_MAP_L0_ALL : (uint32_t)test_random();
+    held &= UR_SIZE_MAP_L0_ALL;
+    memcpy(zeroed, map, UR_SIZE_MAP_BYTES);
+    for (uint32_t p = 0; p < UR_SIZE_MAP_L0_PAGES; p++)
+      if (!(held & (UINT32_C(1) << p))) memset(zeroed + p * 4096, 0, 4096);
+    size_t n = ur_size_map_collect(zeroed, 0x7f0000000000, want, NULL);
+    CHECK_EQ(ur_size_map_collect_held(map, 0x7f0000000000, pairs, NULL, held), n);
+    CHECK(memcmp(pairs, want, 2 * n * sizeof(*pairs)) == 0);
+  }
+  free(map);
+  free(zeroed);
+  free(pairs);
+  free(want);
+}
+
 int main(void) {
   nonzero_bytes();
   map_live_matches_collect();
+  held_pages_walk_as_zero();
   printf("ok registry_walk\n");
   return 0;
 }
