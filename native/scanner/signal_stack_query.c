@@ -2,12 +2,16 @@
 #include "signal_stack_query.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "seccomp_check.h"
 #include "syscall_inject.h"
@@ -17,15 +21,29 @@
 #define RED_ZONE 128
 #define OLD_WORDS 3 /* stack_t: ss_sp, ss_flags (and padding), ss_size */
 
-static const char *seccomp_refuses(pid_t pid, pid_t tid, uint64_t old) {
-  char path[96], line[256];
+/* The Seccomp: field of a thread's status (0 none, 1 strict, 2 filter), or
+ * -1. Read whole with read(): it is asked of every thread in the stop. */
+static int seccomp_mode(pid_t pid, pid_t tid) {
+  char path[96], text[4096];
   snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-  FILE *f = fopen(path, "re");
-  if (!f) return "its status cannot be read";
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t n = 0;
+  ssize_t r;
+  while (n < sizeof(text) - 1 && ((r = read(fd, text + n, sizeof(text) - 1 - n)) > 0 ||
+                                  (r < 0 && errno == EINTR)))
+    if (r > 0) n += (size_t)r;
+  close(fd);
+  text[n] = 0;
+  const char *at = strstr(text, "\nSeccomp:");
   int mode = -1;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "Seccomp: %d", &mode) == 1) break;
-  fclose(f);
+  if (!at || sscanf(at + 1, "Seccomp: %d", &mode) != 1) return -1;
+  return mode;
+}
+
+static const char *seccomp_refuses(pid_t pid, pid_t tid, uint64_t old) {
+  int mode = seccomp_mode(pid, tid);
+  if (mode < 0) return "its status cannot be read";
   if (mode == 0) return "";
   if (mode == 1) return "it runs in seccomp's strict mode";
   const uint64_t args[UR_SECCOMP_ARGS_KNOWN] = {0, old, 0, 0, 0};
@@ -34,7 +52,11 @@ static const char *seccomp_refuses(pid_t pid, pid_t tid, uint64_t old) {
   return ok ? "" : "its seccomp filter does not provably allow sigaltstack()";
 }
 
+/* The words at `at` (in one page): one process_vm_readv, which costs a
+ * third of the ptrace calls word by word, those where it is refused. */
 static bool peek(pid_t tid, uint64_t at, uint64_t w[OLD_WORDS]) {
+  struct iovec local = {w, 8u * OLD_WORDS}, remote = {(void *)at, 8u * OLD_WORDS};
+  if (process_vm_readv(tid, &local, 1, &remote, 1, 0) == (ssize_t)(8u * OLD_WORDS)) return true;
   for (int i = 0; i < OLD_WORDS; i++) {
     errno = 0;
     long v = ptrace(PTRACE_PEEKDATA, tid, (void *)(at + 8u * (unsigned)i), NULL);
@@ -44,58 +66,156 @@ static bool peek(pid_t tid, uint64_t at, uint64_t w[OLD_WORDS]) {
   return true;
 }
 
-/* Put back the words of w that differ from now (all when now is unknown). */
+/* Put back the words w when any differs from now (all when now is
+ * unknown): one process_vm_writev, else the forced writes of
+ * PTRACE_POKEDATA, word by word. */
 static void poke(pid_t tid, uint64_t at, const uint64_t w[OLD_WORDS], const uint64_t *now) {
+  if (now && memcmp(now, w, 8u * OLD_WORDS) == 0) return;
+  struct iovec local = {(void *)w, 8u * OLD_WORDS}, remote = {(void *)at, 8u * OLD_WORDS};
+  if (process_vm_writev(tid, &local, 1, &remote, 1, 0) == (ssize_t)(8u * OLD_WORDS)) return;
   for (int i = 0; i < OLD_WORDS; i++)
     if (!now || now[i] != w[i])
       ptrace(PTRACE_POKEDATA, tid, (void *)(at + 8u * (unsigned)i), (void *)w[i]);
 }
 
-/* One thread's stack into *s: 1 with one, 0 without (or gone), or -1 with
- * *why set. */
-static int ask(struct ur_capture *c, struct ur_thread *t, uint64_t ip,
-               void (*hold)(const char *step), struct ur_signal_stack *s, const char **why) {
+/* One thread's query: where its answer goes, and the words there before. */
+struct query {
+  struct ur_injection j;
+  uint64_t old, saved[OLD_WORDS];
+  unsigned batch; /* asked with the others of its batch */
+  bool began;
+};
+
+/* The injected call put in place in t, its answer's words saved first;
+ * false with *why set when t cannot be asked. */
+static bool begin(struct ur_capture *c, struct ur_thread *t, uint64_t ip, struct query *q,
+                  const char **why) {
   if (!t->attached || t->running || t->group_stop || t->resume_sig) {
     *why = "a thread was taking a signal or in a group stop";
-    return -1;
+    return false;
   }
-  /* 32-byte aligned: the 24 bytes lie in one page, so the kernel's write
-   * is whole or none. */
-  uint64_t old = (t->regs.rsp - RED_ZONE - 8u * OLD_WORDS) & ~UINT64_C(31);
-  if (*(*why = seccomp_refuses(c->pid, t->tid, old))) return -1;
-  uint64_t saved[OLD_WORDS], got[OLD_WORDS];
-  if (!peek(t->tid, old, saved)) {
+  if (*(*why = seccomp_refuses(c->pid, t->tid, q->old))) return false;
+  if (!peek(t->tid, q->old, q->saved)) {
     *why = "the stack below a thread's SP cannot be read";
-    return -1;
+    return false;
   }
-  const uint64_t a[5] = {0, old, 0, 0, 0};
-  int fail;
-  long rc = ur_inject_syscall(t, ip, SYS_sigaltstack, a, hold, "sigaltstack", NULL, &fail);
+  const uint64_t a[5] = {0, q->old, 0, 0, 0};
+  ur_inject_begin(&q->j, t, ip, SYS_sigaltstack, a, false);
+  q->began = true;
+  return true;
+}
+
+/* The answer of a query the thread is back from into *s, its registers and
+ * the words it answered in put back: 1 with a stack, 0 without (or gone),
+ * -1 with *why set. */
+static int answer(struct query *q, struct ur_signal_stack *s, const char **why) {
+  long rc = ur_inject_end(&q->j);
+  int fail = q->j.fail;
+  pid_t tid = q->j.t->tid;
   if (fail == -ESRCH) return 0; /* exited: its stack is nobody's root */
-  bool read = !fail && rc == 0 && peek(t->tid, old, got);
+  uint64_t got[OLD_WORDS];
+  bool read = !fail && rc == 0 && peek(tid, q->old, got);
   /* A failed call wrote nothing (EFAULT on a guard page, which a forced
    * write would fill with a page of its own); else the words it changed. */
-  if (fail || rc == 0) poke(t->tid, old, saved, read ? got : NULL);
+  if (fail || rc == 0) poke(tid, q->old, q->saved, read ? got : NULL);
   if (!read) {
     *why = fail || rc ? "the injected sigaltstack() failed" : "the answer could not be read";
     return -1;
   }
   if ((got[1] & SS_DISABLE) || !got[0]) return 0;
-  *s = (struct ur_signal_stack){t->tid, 0, got[0], got[2]};
+  *s = (struct ur_signal_stack){tid, 0, got[0], got[2]};
   return 1;
+}
+
+static int by_slot(const void *a, const void *b) {
+  const struct query *x = *(struct query *const *)a, *y = *(struct query *const *)b;
+  return x->old < y->old ? -1 : x->old > y->old;
+}
+
+/* Where each thread's answer goes, 32-byte aligned so the 24 bytes lie in
+ * one page (the kernel's write is whole or none). Threads whose words would
+ * fall in the same place (stacks a program shares between threads) are
+ * asked in batches of their own, one after another: else one's answer would
+ * be read as the other's. Returns the number of batches. */
+static unsigned place(struct ur_capture *c, struct query *qs) {
+  unsigned batches = 1;
+  struct query **order = malloc(c->n * sizeof(*order));
+  for (size_t i = 0; i < c->n; i++) {
+    qs[i].old = (c->threads[i].regs.rsp - RED_ZONE - 8u * OLD_WORDS) & ~UINT64_C(31);
+    qs[i].batch = order ? 0 : (unsigned)i; /* no room to sort: one at a time */
+    if (order) order[i] = &qs[i];
+  }
+  if (!order) return (unsigned)c->n;
+  qsort(order, c->n, sizeof(*order), by_slot);
+  for (size_t i = 1; i < c->n; i++)
+    if (order[i]->old == order[i - 1]->old) {
+      order[i]->batch = order[i - 1]->batch + 1;
+      if (order[i]->batch >= batches) batches = order[i]->batch + 1;
+    }
+  free(order);
+  return batches;
+}
+
+/* One call's asking of every thread, and what it found. */
+struct asking {
+  struct ur_capture *c;
+  uint64_t ip;
+  void (*hold)(const char *step);
+  struct query *qs;
+  struct ur_signal_stack *out;
+  size_t nout, unread;
+  char *why;
+  size_t why_len;
+};
+
+static void unread(struct asking *k, const char *reason) {
+  if (k->unread++ == 0 && k->why_len) snprintf(k->why, k->why_len, "%s", reason);
+}
+
+/* Every thread of batch b asked at once: each is given the call, all run
+ * to it, then all run back from it, and each is read and put back.
+ * hold("sigaltstack") sees every one inside the call. */
+static void ask_batch(struct asking *k, unsigned b) {
+  struct query *qs = k->qs;
+  size_t n = k->c->n;
+  bool any = false;
+  for (size_t i = 0; i < n; i++) {
+    const char *reason = "";
+    if (qs[i].batch != b) continue;
+    if (begin(k->c, &k->c->threads[i], k->ip, &qs[i], &reason)) any = true;
+    else unread(k, reason);
+  }
+  for (int stops = 1; any && stops <= 2; stops++) {
+    /* All resumed before any is waited for: they run to the call and back
+     * side by side, on as many cores as there are. */
+    for (size_t i = 0; i < n; i++)
+      if (qs[i].batch == b && qs[i].began) ur_inject_resume(&qs[i].j);
+    for (size_t i = 0; i < n; i++)
+      if (qs[i].batch == b && qs[i].began) ur_inject_wait(&qs[i].j, stops, NULL);
+    if (stops == 1 && k->hold) k->hold("sigaltstack");
+  }
+  for (size_t i = 0; i < n; i++) {
+    const char *reason = "";
+    if (qs[i].batch != b || !qs[i].began) continue;
+    int got = answer(&qs[i], &k->out[k->nout], &reason);
+    if (got > 0) k->nout++;
+    if (got < 0) unread(k, reason);
+  }
 }
 
 size_t ur_query_signal_stacks(struct ur_capture *c, uint64_t ip, void (*hold)(const char *step),
                               struct ur_signal_stack *out, size_t *nout, char *why,
                               size_t why_len) {
-  size_t unread = 0;
+  struct asking k = {c, ip, hold, NULL, out, 0, 0, why, why_len};
   *nout = 0;
   if (why_len) why[0] = 0;
-  for (size_t i = 0; i < c->n; i++) {
-    const char *reason = "";
-    int got = ask(c, &c->threads[i], ip, hold, &out[*nout], &reason);
-    if (got > 0) (*nout)++;
-    if (got < 0 && unread++ == 0 && why_len) snprintf(why, why_len, "%s", reason);
+  if (!(k.qs = calloc(c->n ? c->n : 1, sizeof(*k.qs)))) {
+    if (why_len) snprintf(why, why_len, "out of memory");
+    return c->n;
   }
-  return unread;
+  unsigned batches = place(c, k.qs);
+  for (unsigned b = 0; b < batches; b++) ask_batch(&k, b);
+  free(k.qs);
+  *nout = k.nout;
+  return k.unread;
 }

@@ -34,8 +34,9 @@
  *     first seize, the hold from the last thread stopped: docs/pause.md)
  *   close       -> "ok" (the child killed and reaped), and the stopper exits
  * UNREACHABLE_TEST_KILL_AT=sigaltstack|clone|wait4 (tests only): with the injected
- * registers in place, the stopper says "hold STEP" and waits for a line or
- * the end of the pipe before it goes on.
+ * registers in place (sigaltstack: every thread asked inside its call), the
+ * stopper says "hold STEP" and waits for a line or the end of the pipe
+ * before it goes on.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -79,6 +79,48 @@ def test_dropped_signal_stacks_are_not_leaks_without_the_shim(targets, snapshot,
 
 
 @pytest.mark.parametrize(("snapshot", "made"), [("auto", "fork"), ("stopped", "stopped")])
+def test_every_stack_is_found_when_many_threads_are_asked_at_once(targets, snapshot, made):
+    """96 threads, each with a stack of its own kept nowhere else, all
+    asked in one batch (tests/capture/test_signal_stack_query.py): each
+    answer is its own thread's, each stack found, each word below an SP
+    put back."""
+    threads = 96
+    target = targets.start(
+        PROGRAMS / "dropped_signal_stacks.c",
+        preload=False,
+        wait_helper=False,
+        cflags=[f"-DTHREADS={threads}"],
+    )
+    before = _below_sps(target.pid)
+    for _ in range(3):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert report.snapshot == made and report.snapshot_note == ""
+        assert report.leak_count == target.int("leak_count") == 1, _leaks(report)
+        assert report.roots["signal stacks"] == 8 * threads
+        assert target.alive() and target.tracer() == 0
+    assert _below_sps(target.pid) == before
+    target.send("signal")
+    assert target.read_line() == f"on_altstack={threads}"
+
+
+@pytest.mark.parametrize(("snapshot", "made"), [("auto", "fork"), ("stopped", "stopped")])
+def test_threads_stopped_on_one_stack_are_asked_one_after_the_other(targets, snapshot, made):
+    """Two threads parked on one stack, so each one's answer would be
+    written to the same place: asked at once, one stack was read twice and
+    the other reported leaked (13,504 bytes)."""
+    target = targets.start(PROGRAMS / "shared_slot_stacks.c", preload=False, wait_helper=False)
+    sps = _sps(target.pid)
+    del sps[target.pid]
+    assert len(sps) == 2 and len(set(sps.values())) == 1, sps
+    for _ in range(2):
+        report = scan(target.pid, ScanOptions(snapshot=snapshot))
+        assert report.snapshot == made and report.snapshot_note == ""
+        assert report.leak_count == target.int("leak_count") == 1, _leaks(report)
+        assert report.roots["signal stacks"] == 16
+        assert target.alive() and target.tracer() == 0
+
+
+@pytest.mark.parametrize(("snapshot", "made"), [("auto", "fork"), ("stopped", "stopped")])
 def test_a_filter_refusing_sigaltstack_is_said_and_the_process_left_alone(targets, snapshot, made):
     """A filter that kills on sigaltstack(): the threads are not asked, the
     stacks are reported as before, and the note says why."""
