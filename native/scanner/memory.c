@@ -25,6 +25,7 @@ static size_t hash_slot(const struct ur_pread_mem *m, uint64_t base) {
 static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *avail);
 
 static void update_room(struct ur_pread_mem *m) { m->mem.room = m->max_chunks - m->used_chunks; }
+static int chunk_held(struct ur_mem *mm, uint64_t addr);
 
 static uint64_t cache_budget;
 
@@ -51,6 +52,7 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
   m->pagemap_fd = -1;
   m->pid = pid;
   m->mem.slow = chunk_view;
+  m->mem.holds = chunk_held;
   if (cache_bytes == 0) cache_bytes = DEFAULT_CACHE_BYTES;
   m->max_chunks = (size_t)(cache_bytes >> UR_CHUNK_SHIFT);
   if (m->max_chunks < 4) m->max_chunks = 4;
@@ -565,6 +567,13 @@ static struct ur_chunk *find_chunk(struct ur_pread_mem *m, uint64_t base) {
 }
 
 struct ur_chunk *ur_mem_find(struct ur_pread_mem *m, uint64_t base) { return find_chunk(m, base); }
+
+/* Whether a view at addr loads nothing: its chunk is held, or the cache is
+ * frozen (it loads nothing any more). */
+static int chunk_held(struct ur_mem *mm, uint64_t addr) {
+  struct ur_pread_mem *m = (struct ur_pread_mem *)mm;
+  return m->frozen || find_chunk(m, addr & ~(UR_CHUNK_SIZE - 1)) != NULL;
+}
 
 static int copy_pairs(uint64_t **to, size_t *n_to, const uint64_t *pairs, size_t n) {
   uint64_t *copy = n ? malloc(n * 2 * sizeof(uint64_t)) : NULL;
