@@ -403,15 +403,20 @@ static int defer(struct marker *m, size_t idx) {
   return m->passing ? push_todo(m, (uint32_t)idx) : 0;
 }
 
-static int graph_hit(void *ctx, size_t idx) {
-  struct marker *m = ctx;
+/* partial: the graph has dense blocks (a constant where inlined, so a
+ * whole graph's mark pays nothing for them). */
+static inline __attribute__((always_inline)) int graph_hit_in(struct marker *m, size_t idx,
+                                                              int partial) {
   if (!claim(m, idx)) return 0;
-  if (ur_ref_graph_dense(&m->w->graph, idx)) return defer(m, idx);
+  if (partial && ur_ref_graph_dense(&m->w->graph, idx)) return defer(m, idx);
   __builtin_prefetch(&m->w->graph.first[idx]);
   return push_todo(m, (uint32_t)idx);
 }
 
-static int graph_drain(struct marker *m) {
+static int graph_hit(void *ctx, size_t idx) { return graph_hit_in(ctx, idx, 0); }
+static int partial_hit(void *ctx, size_t idx) { return graph_hit_in(ctx, idx, 1); }
+
+static inline __attribute__((always_inline)) int graph_drain_in(struct marker *m, int partial) {
   const struct ur_ref_graph *g = &m->w->graph;
   while (m->todo_len) {
     if (m->pool && m->todo_len >= SHARE_MIN && ur_work_pool_hungry(m->pool)) {
@@ -428,11 +433,15 @@ static int graph_drain(struct marker *m) {
     }
     for (size_t i = 0; i < k; i++)
       for (size_t e = 0; e < count[i]; e++) {
-        int r = graph_hit(m, to[i][e]);
+        int r = graph_hit_in(m, to[i][e], partial);
         if (r) return r;
       }
   }
   return 0;
+}
+
+static int graph_drain(struct marker *m) {
+  return m->w->graph.dense ? graph_drain_in(m, 1) : graph_drain_in(m, 0);
 }
 
 /*
@@ -451,7 +460,7 @@ static int graph_drain(struct marker *m) {
 static int read_dense(struct marker *m, size_t idx) {
   m->w->marked[idx] = 1;
   return scan_range(m->w, m->mem, &m->bytes_scanned, ur_walker_begin(m->w, idx),
-                    ur_walker_end(m->w, idx), graph_hit, m);
+                    ur_walker_end(m->w, idx), partial_hit, m);
 }
 
 static int pass_drain(struct marker *m) {
@@ -462,7 +471,7 @@ static int pass_drain(struct marker *m) {
     if (!ur_ref_graph_dense(&w->graph, idx)) {
       size_t count;
       const uint32_t *to = ur_ref_graph_edges(&w->graph, idx, &count);
-      for (size_t e = 0; e < count && !r; e++) r = graph_hit(m, to[e]);
+      for (size_t e = 0; e < count && !r; e++) r = partial_hit(m, to[e]);
     } else if (w->marked[idx] == 2 && ur_mem_holds(m->mem, ur_walker_begin(w, idx))) {
       r = read_dense(m, idx);
     }
@@ -523,7 +532,7 @@ static int work(struct marker *m) {
  * given work as its stack grows. */
 static int mark_roots(struct marker *m, const uint64_t *ranges, size_t nranges,
                       const uint64_t *values, size_t nvalues) {
-  ur_hit_fn hit = m->graph ? graph_hit : mark_hit;
+  ur_hit_fn hit = !m->graph ? mark_hit : m->w->graph.dense ? partial_hit : graph_hit;
   for (size_t i = 0; i < nranges; i++) {
     int r = scan_range(m->w, m->mem, &m->bytes_scanned, ranges[2 * i], ranges[2 * i + 1], hit, m);
     if (!r) r = m->graph ? graph_drain(m) : drain(m);

@@ -48,7 +48,10 @@ struct builder {
   size_t next_first; /* the next block whose first edge is still to be set */
   size_t block;      /* the long block scan_part reads */
   uint64_t ahead;    /* the page last touched early (PAGES_AHEAD) */
-  uint64_t chunk_start, chunk_budget; /* a partial graph: the chunk's first edge, its budget */
+  /* Edges past this end the build (max_edges) or, in a partial graph, make
+   * the block dense (the chunk's share); dense_src: the last such block. */
+  uint64_t limit;
+  size_t dense_src;
   uint64_t cand[BATCH];
   uint32_t src[BATCH];
   size_t nc;
@@ -81,17 +84,18 @@ static int flush(struct builder *b) {
     if (t < 0 || (size_t)t == src) continue;
     /* Every block of the batch before src is done: its edges end here. */
     open_blocks_up_to(b, src);
-    struct ur_ref_graph *g = b->s->g;
-    if (ur_ref_graph_dense(g, src)) continue;
-    if (b->len > g->first[src] && b->to[b->len - 1] == (uint32_t)t) continue;
-    if (b->s->partial && b->len - b->chunk_start >= b->chunk_budget) {
+    if (src == b->dense_src) continue;
+    if (b->len > b->s->g->first[src] && b->to[b->len - 1] == (uint32_t)t) continue;
+    if (b->len >= b->limit) {
+      if (!b->s->partial) return -E2BIG;
       /* Over the chunk's share: src keeps no edge (blocks after it in the
        * chunk may still fit in what it gives back). */
+      struct ur_ref_graph *g = b->s->g;
       g->dense[src >> 3] |= (uint8_t)(1u << (src & 7));
       b->len = g->first[src];
+      b->dense_src = src;
       continue;
     }
-    if (b->len >= b->s->max_edges) return -E2BIG;
     b->to[b->len++] = (uint32_t)t;
   }
   b->nc = 0;
@@ -219,8 +223,9 @@ static int build_chunk(struct builder *b, size_t c) {
   if (last > g->n) last = g->n;
   uint64_t start = b->len;
   b->next_first = first;
-  b->chunk_start = start;
-  b->chunk_budget = b->s->max_edges * (last - first) / (g->n ? g->n : 1);
+  b->limit = b->s->max_edges;
+  if (b->s->partial) b->limit = start + b->s->max_edges * (last - first) / (g->n ? g->n : 1);
+  b->dense_src = SIZE_MAX;
   int r = scan_blocks(b, first, last);
   if (r) return r;
   r = flush(b);
