@@ -83,7 +83,9 @@ static uint64_t cache_bytes_for(uint64_t chunks) {
  * pointers than the default budget of UR_GRAPH_EDGES_PER_ALLOC a block
  * (PowerDNS's query and packet caches about 4): the budget is then
  * GRAPH_EDGES_BOUNDED a block, the graph's 28 bytes a block still within
- * the scanner's memory per allocation (docs/pause.md). */
+ * the scanner's memory per allocation (docs/pause.md), and the graph is
+ * partial: a heap denser still keeps that many and has the blocks past it
+ * read again in passes in address order (heap_walker.c), never walked. */
 #define GRAPH_EDGES_BOUNDED 6
 /* Whatever the heap's order, a reader loads at most this many times what
  * the mark touches (and 64 chunks more): past it a view fails and the sweep
