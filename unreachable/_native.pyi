@@ -426,6 +426,9 @@ class _SweepResultBase(TypedDict):
     allocation_bytes: int
     released_early: bool
     mark_threads: int
+    # Passes over the blocks a partial reference graph left out (dense in
+    # pointers, read again in address order); 0 when it left none.
+    mark_passes: int
     # What the mark's own arrays took at their largest: the walker's (mark
     # bytes, and a sorted copy of the pairs only when they came unsorted),
     # the allocation index's (page entries and buckets), the reference

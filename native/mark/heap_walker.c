@@ -95,6 +95,7 @@ void ur_walker_free(struct ur_walker *w) {
   ur_big_free(w->own);
   ur_big_free(w->orig);
   ur_big_free(w->marked);
+  ur_big_free(w->pending);
   ur_alloc_index_free(&w->index);
   ur_ref_graph_free(&w->graph);
   memset(w, 0, sizeof(*w));
@@ -171,6 +172,7 @@ struct marker {
   size_t todo_len, todo_cap;
   uint64_t bytes_scanned;
   int graph; /* follow the reference graph's edges, not the blocks' words */
+  int passing; /* reading a partial graph's dense blocks (read_passes) */
 };
 
 /* Room for n more entries on the work stack. */
@@ -392,14 +394,29 @@ static int drain(struct marker *m) {
  */
 #define GRAPH_BATCH 64
 
-static int graph_hit(void *ctx, size_t idx) {
-  struct marker *m = ctx;
+/* A partial graph's dense block, reached: marked 2 (its words still to be
+ * read) and its chunk flagged for the next pass over it; in a pass it goes
+ * on the stack too, to be read at once if its memory is held by then. */
+static int defer(struct marker *m, size_t idx) {
+  __atomic_store_n(&m->w->marked[idx], 2, __ATOMIC_RELAXED);
+  __atomic_store_n(&m->w->pending[idx >> UR_GRAPH_CHUNK_SHIFT], 1, __ATOMIC_RELAXED);
+  return m->passing ? push_todo(m, (uint32_t)idx) : 0;
+}
+
+/* partial: the graph has dense blocks (a constant where inlined, so a
+ * whole graph's mark pays nothing for them). */
+static inline __attribute__((always_inline)) int graph_hit_in(struct marker *m, size_t idx,
+                                                              int partial) {
   if (!claim(m, idx)) return 0;
+  if (partial && ur_ref_graph_dense(&m->w->graph, idx)) return defer(m, idx);
   __builtin_prefetch(&m->w->graph.first[idx]);
   return push_todo(m, (uint32_t)idx);
 }
 
-static int graph_drain(struct marker *m) {
+static int graph_hit(void *ctx, size_t idx) { return graph_hit_in(ctx, idx, 0); }
+static int partial_hit(void *ctx, size_t idx) { return graph_hit_in(ctx, idx, 1); }
+
+static inline __attribute__((always_inline)) int graph_drain_in(struct marker *m, int partial) {
   const struct ur_ref_graph *g = &m->w->graph;
   while (m->todo_len) {
     if (m->pool && m->todo_len >= SHARE_MIN && ur_work_pool_hungry(m->pool)) {
@@ -416,11 +433,87 @@ static int graph_drain(struct marker *m) {
     }
     for (size_t i = 0; i < k; i++)
       for (size_t e = 0; e < count[i]; e++) {
-        int r = graph_hit(m, to[i][e]);
+        int r = graph_hit_in(m, to[i][e], partial);
         if (r) return r;
       }
   }
   return 0;
+}
+
+static int graph_drain(struct marker *m) {
+  return m->w->graph.dense ? graph_drain_in(m, 1) : graph_drain_in(m, 0);
+}
+
+/*
+ * A partial graph's dense blocks (ref_graph.h), read after the team has
+ * followed every edge it has. A pass reads the waiting ones in address
+ * order, chunk by chunk: a reader of live memory then loads each 1 MiB
+ * piece at most once a pass, as the graph's build did. What a block points
+ * to is marked as the team marks: along the edges, and a dense block met on
+ * the way is read at once when its memory is held already (so a chain of
+ * dense blocks within the cache is one walk), else it waits for the next
+ * pass. Passes alternate up and down, so a chain laid out in either
+ * direction is one pass; one in random order takes a pass per link that
+ * leaves the cache, and the reader's read bound (or UR_WALKER_EXTRA_PASSES
+ * more passes than chunks) ends it.
+ */
+static int read_dense(struct marker *m, size_t idx) {
+  m->w->marked[idx] = 1;
+  return scan_range(m->w, m->mem, &m->bytes_scanned, ur_walker_begin(m->w, idx),
+                    ur_walker_end(m->w, idx), partial_hit, m);
+}
+
+static int pass_drain(struct marker *m) {
+  const struct ur_walker *w = m->w;
+  while (m->todo_len) {
+    uint32_t idx = m->todo[--m->todo_len];
+    int r = 0;
+    if (!ur_ref_graph_dense(&w->graph, idx)) {
+      size_t count;
+      const uint32_t *to = ur_ref_graph_edges(&w->graph, idx, &count);
+      for (size_t e = 0; e < count && !r; e++) r = partial_hit(m, to[e]);
+    } else if (w->marked[idx] == 2 && ur_mem_holds(m->mem, ur_walker_begin(w, idx))) {
+      r = read_dense(m, idx);
+    }
+    if (r) return r;
+  }
+  return 0;
+}
+
+/* The waiting blocks of graph chunk c, upward or downward; *any set when
+ * there was one (a chunk flagged again for a block this pass then read
+ * has none). */
+static int pass_chunk(struct marker *m, size_t c, int down, int *any) {
+  struct ur_walker *w = m->w;
+  size_t first = c << UR_GRAPH_CHUNK_SHIFT, last = first + ((size_t)1 << UR_GRAPH_CHUNK_SHIFT);
+  if (last > w->n) last = w->n;
+  for (size_t j = 0; j < last - first; j++) {
+    size_t i = down ? last - 1 - j : first + j;
+    if (w->marked[i] != 2) continue;
+    *any = 1;
+    int r = read_dense(m, i);
+    if (!r) r = pass_drain(m);
+    if (r) return r;
+  }
+  return 0;
+}
+
+static int read_passes(struct marker *m) {
+  struct ur_walker *w = m->w;
+  size_t nchunks = w->graph.nchunks;
+  m->passing = 1;
+  for (w->passes = 0;; w->passes++) {
+    int any = 0, down = w->passes & 1;
+    for (size_t k = 0; k < nchunks; k++) {
+      size_t c = down ? nchunks - 1 - k : k;
+      if (!w->pending[c]) continue;
+      w->pending[c] = 0;
+      int r = pass_chunk(m, c, down, &any);
+      if (r) return r;
+    }
+    if (!any) return 0;
+    if (w->passes >= nchunks + UR_WALKER_EXTRA_PASSES) return -ERANGE;
+  }
 }
 
 /* Drain, then take from the pool, until the team has nothing left. */
@@ -439,7 +532,7 @@ static int work(struct marker *m) {
  * given work as its stack grows. */
 static int mark_roots(struct marker *m, const uint64_t *ranges, size_t nranges,
                       const uint64_t *values, size_t nvalues) {
-  ur_hit_fn hit = m->graph ? graph_hit : mark_hit;
+  ur_hit_fn hit = !m->graph ? mark_hit : m->w->graph.dense ? partial_hit : graph_hit;
   for (size_t i = 0; i < nranges; i++) {
     int r = scan_range(m->w, m->mem, &m->bytes_scanned, ranges[2 * i], ranges[2 * i + 1], hit, m);
     if (!r) r = m->graph ? graph_drain(m) : drain(m);
@@ -481,10 +574,15 @@ int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigne
     /* A heap denser in pointers than the budget is marked by walking, as
      * is one whose graph finds no memory (the walk needs less). */
     w->has_graph = 0;
-    int rc = ur_ref_graph_build(&w->graph, &w->index, mems, n, ops, w->max_edges,
+    int rc = ur_ref_graph_build(&w->graph, &w->index, mems, n, ops, w->max_edges, w->partial_graph,
                                 &w->bytes_scanned, &w->marked_by);
     if (rc != 0 && rc != -E2BIG && rc != -ENOMEM) return rc;
     graph = w->has_graph = rc == 0;
+    ur_big_free(w->pending);
+    w->pending = NULL;
+    w->passes = 0;
+    if (graph && w->graph.dense && !(w->pending = ur_big_calloc(w->graph.nchunks + 1, 1)))
+      return -ENOMEM;
   }
   if (n > UR_WALKER_MAX_TEAM) n = UR_WALKER_MAX_TEAM;
   if (!ops || n < 1) n = 1;
@@ -516,5 +614,11 @@ int ur_walker_mark_team(struct ur_walker *w, struct ur_mem *const *mems, unsigne
   w->handed_over += pool.given;
   w->marked_by = 1 + started;
   ur_work_pool_free(&pool);
+  if (!rc && w->pending) {
+    struct marker solo = {.w = w, .mem = mems[0], .graph = 1};
+    rc = read_passes(&solo);
+    w->bytes_scanned += solo.bytes_scanned;
+    ur_big_free(solo.todo);
+  }
   return rc;
 }

@@ -9,8 +9,10 @@
  * Marking: first the reference graph (ref_graph.h: every block read once in
  * address order, by a team), then a breadth-first walk of its edges from
  * the roots. Past the graph's budget the mark walks the heap itself from
- * the roots instead, a team sharing work stacks. Either is iterative, so
- * depth (a 10M-element linked list) costs memory, never C stack.
+ * the roots instead, a team sharing work stacks; or, with a partial graph,
+ * follows the edges it has and reads the blocks it left out (dense ones)
+ * in passes in address order. Each is iterative, so depth (a 10M-element
+ * linked list) costs memory, never C stack.
  *
  * Shared by the scanner and the forked snapshot child (native/shim/child.c):
  * memory comes from alloc.h (mmap, never malloc) and is read through mem.h.
@@ -28,6 +30,9 @@
 #include "team.h"
 
 #define UR_WALKER_MAX_ALLOCS (UINT32_MAX - 1)
+/* Passes over a partial graph's dense blocks, besides one per graph chunk
+ * (heap_walker.c, read_passes). */
+#define UR_WALKER_EXTRA_PASSES 64
 
 struct ur_walker {
   size_t n;            /* accepted allocations, sorted by begin */
@@ -50,6 +55,12 @@ struct ur_walker {
   uint64_t max_edges;        /* the reference graph's budget; 0: mark by walking */
   struct ur_ref_graph graph; /* valid when has_graph: built by the last mark */
   int has_graph;
+  /* Set by the caller: build a partial graph within max_edges rather than
+   * walk past it (ref_graph.h), for a reader whose cache cannot hold what
+   * the mark touches. Its dense blocks are read in passes (heap_walker.c). */
+  int partial_graph;
+  uint8_t *pending;    /* per graph chunk: a dense block in it waits for a pass */
+  unsigned passes;     /* passes over the dense blocks the last mark took */
 };
 
 /* allocs: n pairs (begin, size), any order; must outlive the walker.
@@ -94,7 +105,8 @@ typedef int (*ur_hit_fn)(void *ctx, size_t idx);
 int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn fn, void *ctx);
 
 /* Mark everything reachable from the root ranges (pairs begin, end) and the
- * root values (register words). Returns 0 or -ENOMEM. */
+ * root values (register words). Returns 0, -ENOMEM, or -ERANGE: a partial
+ * graph's dense blocks took more than UR_WALKER_MAX_PASSES passes. */
 int ur_walker_mark(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
                    const uint64_t *values, size_t nvalues);
 

@@ -225,7 +225,7 @@ int ur_fold_leaks(struct ur_walker *w, uint32_t **unreachable_out, size_t *nunre
     off[v] = ec.nadj;
     ec.self = (uint32_t)v;
     uint32_t i = sorted_idx[v];
-    if (w->has_graph) {
+    if (w->has_graph && !ur_ref_graph_dense(&w->graph, i)) {
       size_t count;
       const uint32_t *to = ur_ref_graph_edges(&w->graph, i, &count);
       for (size_t e = 0; e < count; e++)

@@ -36,6 +36,9 @@ struct ur_mem {
    * it all. Asked only for long spans (UR_SPARSE_MIN). */
   int (*present)(struct ur_mem *m, uint64_t addr, uint64_t end, uint64_t *out, int cap,
                  uint64_t *done);
+  /* Optional (NULL: everything is): whether a view at addr costs no load
+   * now (a partial graph's mark reads a dense block at once only then). */
+  int (*holds)(struct ur_mem *m, uint64_t addr);
 };
 
 /* Spans at least this long are read only where the backend says pages
@@ -96,6 +99,11 @@ static inline int ur_mem_each_part(struct ur_mem *m, uint64_t a, uint64_t end, u
     a = (done + 7) & ~UINT64_C(7);
   }
   return a < end ? fn(ctx, a, end) : 0;
+}
+
+static inline int ur_mem_holds(struct ur_mem *m, uint64_t addr) {
+  if (addr - m->win_lo < m->win_hi - m->win_lo || !m->holds) return 1;
+  return m->holds(m, addr);
 }
 
 /* Start loading the line at addr if it is in the window (a hint; never faults). */

@@ -36,6 +36,7 @@ struct build_shared {
   unsigned nshares;
   uint64_t edges;    /* atomic: edges of the finished chunks */
   int failed;        /* atomic: 0, or the first error */
+  int partial;
 };
 
 struct builder {
@@ -47,6 +48,10 @@ struct builder {
   size_t next_first; /* the next block whose first edge is still to be set */
   size_t block;      /* the long block scan_part reads */
   uint64_t ahead;    /* the page last touched early (PAGES_AHEAD) */
+  /* Edges past this end the build (max_edges) or, in a partial graph, make
+   * the block dense (the chunk's share); dense_src: the last such block. */
+  uint64_t limit;
+  size_t dense_src;
   uint64_t cand[BATCH];
   uint32_t src[BATCH];
   size_t nc;
@@ -79,8 +84,18 @@ static int flush(struct builder *b) {
     if (t < 0 || (size_t)t == src) continue;
     /* Every block of the batch before src is done: its edges end here. */
     open_blocks_up_to(b, src);
+    if (src == b->dense_src) continue;
     if (b->len > b->s->g->first[src] && b->to[b->len - 1] == (uint32_t)t) continue;
-    if (b->len >= b->s->max_edges) return -E2BIG;
+    if (b->len >= b->limit) {
+      if (!b->s->partial) return -E2BIG;
+      /* Over the chunk's share: src keeps no edge (blocks after it in the
+       * chunk may still fit in what it gives back). */
+      struct ur_ref_graph *g = b->s->g;
+      g->dense[src >> 3] |= (uint8_t)(1u << (src & 7));
+      b->len = g->first[src];
+      b->dense_src = src;
+      continue;
+    }
     b->to[b->len++] = (uint32_t)t;
   }
   b->nc = 0;
@@ -208,6 +223,9 @@ static int build_chunk(struct builder *b, size_t c) {
   if (last > g->n) last = g->n;
   uint64_t start = b->len;
   b->next_first = first;
+  b->limit = b->s->max_edges;
+  if (b->s->partial) b->limit = start + b->s->max_edges * (last - first) / (g->n ? g->n : 1);
+  b->dense_src = SIZE_MAX;
   int r = scan_blocks(b, first, last);
   if (r) return r;
   r = flush(b);
@@ -264,12 +282,14 @@ void ur_ref_graph_free(struct ur_ref_graph *g) {
   ur_big_free(g->first);
   ur_big_free(g->chunk_end);
   ur_big_free(g->chunk_array);
+  ur_big_free(g->dense);
   memset(g, 0, sizeof(*g));
 }
 
 int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
                        struct ur_mem *const *mems, unsigned n, const struct ur_team_ops *ops,
-                       uint64_t max_edges, uint64_t *bytes_scanned, unsigned *threads) {
+                       uint64_t max_edges, int partial, uint64_t *bytes_scanned,
+                       unsigned *threads) {
   ur_ref_graph_free(g);
   if (max_edges > UINT32_MAX - 1) max_edges = UINT32_MAX - 1;
   if (!ops || n < 1) n = 1;
@@ -284,7 +304,10 @@ int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
   struct builder *bs = ur_big_calloc(n, sizeof(*bs));
   uint64_t *shares = ur_big_calloc(n, sizeof(*shares));
   int rc = -ENOMEM;
-  if (!g->first || !g->chunk_end || !g->chunk_array || !g->arrays || !bs || !shares) goto out;
+  if (partial) g->dense = ur_big_calloc(ix->n / 8 + 1, 1);
+  if (!g->first || !g->chunk_end || !g->chunk_array || !g->arrays || !bs || !shares ||
+      (partial && !g->dense))
+    goto out;
   /* Each array could hold the whole budget: address space only, pages
    * appear as edges are written. */
   for (unsigned k = 0; k < n; k++)
@@ -293,7 +316,8 @@ int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
   for (unsigned k = 0; k < n; k++)
     shares[k] = ((uint64_t)(g->nchunks * k / n) << 32) | (uint64_t)(g->nchunks * (k + 1) / n);
   struct build_shared s = {
-      .ix = ix, .g = g, .max_edges = max_edges, .shares = shares, .nshares = n};
+      .ix = ix, .g = g, .max_edges = max_edges, .shares = shares, .nshares = n,
+      .partial = partial};
   unsigned started = 0;
   for (unsigned k = 0; k < n; k++)
     bs[k] = (struct builder){.s = &s, .mem = mems[k], .id = k, .to = g->arrays[k]};

@@ -13,7 +13,10 @@
  *
  * The graph costs 4 bytes per allocation and 4 per edge; past a budget (on
  * average UR_GRAPH_EDGES_PER_ALLOC edges per allocation) the build gives up
- * and the walker marks by walking (heap_walker.c).
+ * and the walker marks by walking (heap_walker.c). A partial graph never
+ * gives up: each chunk of blocks keeps edges up to its share of the budget,
+ * and a block whose edges would pass it keeps none and is marked dense, to
+ * be read again when the mark reaches it (heap_walker.c's passes).
  */
 #ifndef UR_MARK_REF_GRAPH_H
 #define UR_MARK_REF_GRAPH_H
@@ -41,17 +44,28 @@ struct ur_ref_graph {
   unsigned narrays;
   size_t n, nchunks;
   uint64_t edges;
+  /* A partial graph's bit per block whose edges are not kept (NULL: every
+   * block's are). A chunk's bytes are written by the thread building it. */
+  uint8_t *dense;
 };
 
 /* Build g over the index's allocations, reading memory through mems[0..n)
  * (thread k reads through mems[k]; threads beyond the first started through
  * ops, as ur_walker_mark_team does). Adds the bytes read to *bytes_scanned
  * and sets *threads to the threads that took part. Returns 0, -ENOMEM, or
- * -E2BIG: more edges than max_edges (nothing is kept then). */
+ * -E2BIG: more edges than max_edges (nothing is kept then). partial: never
+ * -E2BIG; each chunk keeps up to max_edges * its blocks / all blocks, the
+ * blocks past it dense (ur_ref_graph_dense). */
 int ur_ref_graph_build(struct ur_ref_graph *g, const struct ur_alloc_index *ix,
                        struct ur_mem *const *mems, unsigned n, const struct ur_team_ops *ops,
-                       uint64_t max_edges, uint64_t *bytes_scanned, unsigned *threads);
+                       uint64_t max_edges, int partial, uint64_t *bytes_scanned,
+                       unsigned *threads);
 void ur_ref_graph_free(struct ur_ref_graph *g);
+
+/* Whether block i's edges were left out (a partial graph): read it again. */
+static inline int ur_ref_graph_dense(const struct ur_ref_graph *g, size_t i) {
+  return g->dense && (g->dense[i >> 3] >> (i & 7) & 1);
+}
 
 /* The targets of sorted block i. */
 static inline const uint32_t *ur_ref_graph_edges(const struct ur_ref_graph *g, size_t i,

@@ -25,6 +25,7 @@ static size_t hash_slot(const struct ur_pread_mem *m, uint64_t base) {
 static const uint8_t *chunk_view(struct ur_mem *mm, uint64_t addr, uint64_t end, uint64_t *avail);
 
 static void update_room(struct ur_pread_mem *m) { m->mem.room = m->max_chunks - m->used_chunks; }
+static int chunk_held(struct ur_mem *mm, uint64_t addr);
 
 static uint64_t cache_budget;
 
@@ -51,6 +52,7 @@ int ur_mem_open(struct ur_pread_mem *m, pid_t pid, uint64_t cache_bytes) {
   m->pagemap_fd = -1;
   m->pid = pid;
   m->mem.slow = chunk_view;
+  m->mem.holds = chunk_held;
   if (cache_bytes == 0) cache_bytes = DEFAULT_CACHE_BYTES;
   m->max_chunks = (size_t)(cache_bytes >> UR_CHUNK_SHIFT);
   if (m->max_chunks < 4) m->max_chunks = 4;
@@ -580,6 +582,13 @@ const uint8_t *ur_mem_held_bytes(struct ur_pread_mem *m, uint64_t addr, size_t l
   for (uint64_t p = (addr - base) >> UR_PAGE_SHIFT; p <= (addr + len - 1 - base) >> UR_PAGE_SHIFT; p++)
     if (c->bad[p / 64] & (UINT64_C(1) << (p % 64))) return NULL;
   return c->data + (addr - base);
+}
+
+/* Whether a view at addr loads nothing: its chunk is held, or the cache is
+ * frozen (it loads nothing any more). */
+static int chunk_held(struct ur_mem *mm, uint64_t addr) {
+  struct ur_pread_mem *m = (struct ur_pread_mem *)mm;
+  return m->frozen || find_chunk(m, addr & ~(UR_CHUNK_SIZE - 1)) != NULL;
 }
 
 static int copy_pairs(uint64_t **to, size_t *n_to, const uint64_t *pairs, size_t n) {

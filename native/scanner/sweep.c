@@ -83,7 +83,9 @@ static uint64_t cache_bytes_for(uint64_t chunks) {
  * pointers than the default budget of UR_GRAPH_EDGES_PER_ALLOC a block
  * (PowerDNS's query and packet caches about 4): the budget is then
  * GRAPH_EDGES_BOUNDED a block, the graph's 28 bytes a block still within
- * the scanner's memory per allocation (docs/pause.md). */
+ * the scanner's memory per allocation (docs/pause.md), and the graph is
+ * partial: a heap denser still keeps that many and has the blocks past it
+ * read again in passes in address order (heap_walker.c), never walked. */
 #define GRAPH_EDGES_BOUNDED 6
 /* Whatever the heap's order, a reader loads at most this many times what
  * the mark touches (and 64 chunks more): past it a view fails and the sweep
@@ -101,7 +103,10 @@ static uint64_t read_budget(uint64_t touched) {
 static void bound_reads(struct ur_walker *w, struct ur_pread_mem *mem, uint64_t touched) {
   mem->read_budget = read_budget(touched);
   uint64_t bounded = GRAPH_EDGES_BOUNDED * (uint64_t)w->n + UR_GRAPH_EDGES_FIXED;
-  if (mem->max_chunks < touched && w->max_edges && w->max_edges < bounded) w->max_edges = bounded;
+  if (mem->max_chunks < touched && w->max_edges && w->max_edges < bounded) {
+    w->max_edges = bounded;
+    w->partial_graph = 1;
+  }
 }
 
 /* Buffers from Python may be unaligned (memoryview slices): copy those. */
@@ -125,6 +130,7 @@ static void held_bytes(const struct ur_walker *w, size_t nallocs, uint64_t out[3
            (ix->buckets ? (ix->bucket_mask + 1) * sizeof(struct ur_bucket) : 0);
   const struct ur_ref_graph *g = &w->graph;
   out[2] = w->has_graph ? 4 * (uint64_t)g->n + 5 * (uint64_t)g->nchunks + 4 * g->edges : 0;
+  if (w->has_graph && g->dense) out[2] += g->n / 8 + 1 + g->nchunks + 1; /* dense bits, pending */
 }
 
 /* Threads that read a stopped target's memory: the copy is the pause, and
@@ -316,7 +322,7 @@ static void graph_run(struct ur_walker *w, const uint64_t *ranges, size_t nrange
                       const uint64_t *values, size_t nvalues, const uint32_t *ids,
                       const struct graph_query *q, const struct ur_sweep_out *res,
                       struct graph_answer *a) {
-  if (!w->has_graph && w->n) {
+  if ((!w->has_graph || w->graph.dense) && w->n) {
     a->rc = -E2BIG;
     return;
   }
@@ -613,7 +619,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     uint64_t held[3];
     held_bytes(&w, nallocs, held);
     result = Py_BuildValue(
-        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:K,s:n,s:K,s:O,s:I,s:K,s:K,s:K}", "unreachable",
+        "{s:y#,s:y#,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:K,s:K,s:n,s:K,s:O,s:I,s:I,s:K,s:K,s:K}", "unreachable",
         res.unreachable ? (const char *)res.unreachable : "", (Py_ssize_t)(res.nunreachable * 4),
         "leaks", res.leaks ? (const char *)res.leaks : "",
         (Py_ssize_t)(res.nleaks * sizeof(*res.leaks)), "unreachable_count",
@@ -626,6 +632,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
         (unsigned long long)mem->bytes_vm_read, "allocation_count",
         (Py_ssize_t)w.distinct, "allocation_bytes", (unsigned long long)w.distinct_bytes,
         "released_early", released ? Py_True : Py_False, "mark_threads", w.marked_by,
+        "mark_passes", w.passes,
         "walker_bytes", (unsigned long long)held[0], "index_bytes", (unsigned long long)held[1],
         "graph_bytes", (unsigned long long)held[2]);
     PyObject *graph = result && gq.on ? graph_result(&w, &gq, &ga) : NULL;

@@ -33,7 +33,10 @@ CORE = [
 # "frozen": the /proc reader loaded once and frozen, the team reading it
 # through views of their own, as a copy snapshot (or stopped mode once
 # released) is swept. "graph": the reference graph (the default); "walk":
-# its fallback for heaps too dense in pointers, marking from the roots.
+# its fallback for heaps too dense in pointers, marking from the roots;
+# "partial": a graph of one edge in all, so every block that points
+# anywhere is dense and read again in passes (a reader that cannot hold the
+# heap has one, within 6 edges a block).
 VARIANTS = [
     ("proc", 1, "graph"),
     ("proc", 4, "graph"),
@@ -42,6 +45,10 @@ VARIANTS = [
     ("tsan", 4, "graph"),
     ("frozen", 4, "graph"),
     ("tsan-frozen", 4, "graph"),
+    ("proc", 1, "partial"),
+    ("frozen", 4, "partial"),
+    ("direct", 4, "partial"),
+    ("tsan", 4, "partial"),
     ("proc", 1, "walk"),
     ("direct", 4, "walk"),
     ("tsan", 4, "walk"),
@@ -88,6 +95,7 @@ def test_c_unit(harness: tuple[Path, int, str], case: str) -> None:
     exe, team, mark = harness
     env = {
         **({"UR_TEST_MAX_EDGES": "0"} if mark == "walk" else {}),
+        **({"UR_TEST_MAX_EDGES": "1", "UR_TEST_PARTIAL": "1"} if mark == "partial" else {}),
         "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
         "UBSAN_OPTIONS": "print_stacktrace=1",
         "TSAN_OPTIONS": "halt_on_error=1",

@@ -3,7 +3,11 @@
  * blocks of WORDS words each; every block's first word points to the next
  * block made (all are reachable from the first, which a global holds), the
  * other words to blocks picked at random. LEAKED more blocks are dropped.
- *   pointer_dense COUNT WORDS [LEAKED] */
+ * With `chain`, only the even blocks hold pointers: the first word to the
+ * next even block of a random order (a list as deep as half the heap, laid
+ * out at random), the others to the odd block after it and to odd blocks
+ * picked at random, which hold none.
+ *   pointer_dense COUNT WORDS [LEAKED [chain]] */
 #include "scenario.h"
 
 static void **first;
@@ -13,6 +17,26 @@ static uint64_t next_random(uint64_t *s) {
   *s ^= *s >> 7;
   *s ^= *s << 17;
   return *s;
+}
+
+/* The even blocks linked in a random order (shuffled in place: blocks
+ * keeps only what it is freed with), each pointing to its odd neighbour and
+ * odd blocks at random. Returns the list's head. */
+static void **chain(void ***blocks, long count, long words, uint64_t *s) {
+  long links = count / 2;
+  for (long i = 0; i < links; i++) {
+    void **b = blocks[2 * i];
+    b[1] = 2 * i + 1 < count ? (void *)blocks[2 * i + 1] : NULL;
+    for (long w = 2; w < words; w++) b[w] = blocks[2 * (long)(next_random(s) % (uint64_t)links) + 1];
+  }
+  for (long i = links - 1; i > 0; i--) {
+    long j = (long)(next_random(s) % (uint64_t)(i + 1));
+    void **t = blocks[2 * i];
+    blocks[2 * i] = blocks[2 * j];
+    blocks[2 * j] = t;
+  }
+  for (long i = 0; i + 1 < links; i++) blocks[2 * i][0] = blocks[2 * (i + 1)];
+  return links ? (void **)blocks[0] : NULL;
 }
 
 int main(int argc, char **argv) {
@@ -25,11 +49,15 @@ int main(int argc, char **argv) {
   for (long i = 0; i < count; i++)
     if (!(blocks[i] = calloc(1, size))) return 3;
   uint64_t s = 88172645463325252ULL;
-  for (long i = 0; i < count; i++) {
-    blocks[i][0] = i + 1 < count ? (void *)blocks[i + 1] : NULL;
-    for (long w = 1; w < words; w++) blocks[i][w] = blocks[next_random(&s) % (uint64_t)count];
+  if (argc > 4 && strcmp(argv[4], "chain") == 0) {
+    first = chain(blocks, count, words, &s);
+  } else {
+    for (long i = 0; i < count; i++) {
+      blocks[i][0] = i + 1 < count ? (void *)blocks[i + 1] : NULL;
+      for (long w = 1; w < words; w++) blocks[i][w] = blocks[next_random(&s) % (uint64_t)count];
+    }
+    first = (void **)blocks[0];
   }
-  first = (void **)blocks[0];
   free(blocks);
   for (long j = 0; j < leaked; j++) KEEP(malloc(size));
   wipe();
