@@ -18,11 +18,6 @@
  * /proc/self/status says so as the shim starts, and where it cannot be
  * read (no /proc) the process is taken as filtered. A filter is for good,
  * and a forked child inherits both the filter and this flag.
- *
- * The same syscall() sees a program fork by a raw clone (no new stack, no
- * shared memory: vsftpd's isolated session processes, made with
- * CLONE_NEWPID or CLONE_NEWIPC), past glibc's fork and so past the shim's
- * fork handlers: it runs them around the call, as glibc's fork would.
  */
 #include "sandbox.h"
 
@@ -30,7 +25,6 @@
 #include <fcntl.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -84,32 +78,6 @@ void ur_sandbox_init(void) {
   if (seccomp_mode("/proc/self/status") != 0) note_filter();
 }
 
-static void (*clone_prepare)(void), (*clone_parent)(void), (*clone_child)(void);
-
-void ur_sandbox_on_clone(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
-  clone_prepare = prepare;
-  clone_parent = parent;
-  __atomic_store_n(&clone_child, child, __ATOMIC_RELEASE);
-}
-
-/* clone(flags, stack, ...) as fork: a new process on a copy of this one's
- * memory, the calling thread its only thread. */
-static int fork_like(long flags, long stack) {
-  return stack == 0 && !(flags & (CLONE_VM | CLONE_THREAD | CLONE_VFORK | CLONE_SETTLS));
-}
-
-static long fork_by_clone(long a, long b, long c, long d, long e, long f) {
-  void (*child)(void) = __atomic_load_n(&clone_child, __ATOMIC_ACQUIRE);
-  if (!child) return ur_sys6(SYS_clone, a, b, c, d, e, f);
-  clone_prepare();
-  long r = ur_sys6(SYS_clone, a, b, c, d, e, f);
-  int saved = errno;
-  if (r == 0) child();
-  else clone_parent();
-  errno = saved;
-  return r;
-}
-
 UR_EXPORT int prctl(int option, ...) {
   va_list ap;
   va_start(ap, option);
@@ -142,8 +110,7 @@ UR_EXPORT long syscall(long nr, ...) {
       if (confine) confine();
     }
   }
-  long r = UR_UNLIKELY(nr == SYS_clone) && fork_like(a, b) ? fork_by_clone(a, b, c, d, e, f)
-                                                            : ur_sys6(nr, a, b, c, d, e, f);
+  long r = ur_sys6(nr, a, b, c, d, e, f);
   if (ur_sys_failed(r)) {
     errno = (int)-r;
     return -1;

@@ -25,12 +25,6 @@ extern int ur_sandbox_helper_confined;
  * (helper.c: the helper, woken, sees it is confined before its next call). */
 void ur_sandbox_on_confine(void (*fn)(void));
 
-/* glibc's fork handlers, for a fork made by syscall(SYS_clone, ...) with
- * no new stack (vsftpd's isolated session processes), which glibc's
- * pthread_atfork list never sees: the child would keep the parent's
- * descriptor (its pid, its helper's tid) and any lock the helper held. */
-void ur_sandbox_on_clone(void (*prepare)(void), void (*parent)(void), void (*child)(void));
-
 /* Called on the thread that starts the helper, before it does. */
 void ur_sandbox_helper_starting(void);
 

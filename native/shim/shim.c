@@ -27,7 +27,6 @@
 #include "other_malloc.h"
 #include "region.h"
 #include "registry.h"
-#include "sandbox.h"
 #include "single_thread.h"
 #include "stacks.h"
 #include "state.h"
@@ -363,7 +362,6 @@ __attribute__((constructor)) static void ur_constructor(void) {
   }
   ur_debug_start(prog); /* signal handlers, the verbose "Run:" lines */
   pthread_atfork(fork_prepare, fork_parent, fork_child);
-  ur_sandbox_on_clone(fork_prepare, fork_parent, fork_child);
   /* The helper's DTV is registered but the shim's own (helper.c): never a
    * leak to leak_track, nor a block in a heap dump or malloc_iterate. */
   ur_tls.busy++;
