@@ -388,6 +388,10 @@ static void confine(void);
 
 void ur_helper_start(void) {
   int none = HELPER_NONE;
+  /* A filter the program made for itself with no helper running (a forked
+   * child's sandbox, vsftpd's): starting a thread would make calls its
+   * allowlist kills on (rt_sigprocmask first). Scans sweep it stopped. */
+  if (__atomic_load_n(&ur_sandbox_own_filter, __ATOMIC_RELAXED)) return;
   if (!ur_g.helper_cmd || !__atomic_compare_exchange_n(&g_running, &none, HELPER_STARTING, 0,
                                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return;

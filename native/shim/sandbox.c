@@ -34,9 +34,15 @@
 #include "raw_syscall.h"
 
 int ur_sandbox_filtered;
+int ur_sandbox_own_filter;
 int ur_sandbox_helper_confined;
 
 static void note_filter(void) { __atomic_store_n(&ur_sandbox_filtered, 1, __ATOMIC_RELAXED); }
+
+static void note_own_filter(void) {
+  note_filter();
+  __atomic_store_n(&ur_sandbox_own_filter, 1, __ATOMIC_RELAXED);
+}
 
 /* The "Seccomp:" field of a status file: 0 none, 1 strict, 2 filter; -1
  * unreadable (a chroot without /proc). */
@@ -80,7 +86,7 @@ UR_EXPORT int prctl(int option, ...) {
   va_end(ap);
   /* Set before the call: once it returns, every call this thread makes is
    * the filter's to judge. */
-  if (option == PR_SET_SECCOMP) note_filter();
+  if (option == PR_SET_SECCOMP) note_own_filter();
   return (int)syscall(SYS_prctl, option, a2, a3, a4, a5);
 }
 
@@ -96,7 +102,7 @@ UR_EXPORT long syscall(long nr, ...) {
   if (UR_UNLIKELY(nr == SYS_seccomp || nr == SYS_prctl) &&
       ((nr == SYS_seccomp && (a == SECCOMP_SET_MODE_FILTER || a == SECCOMP_SET_MODE_STRICT)) ||
        (nr == SYS_prctl && a == PR_SET_SECCOMP))) {
-    note_filter();
+    note_own_filter();
     /* Every thread of the process, the helper too (helper.c: confined). */
     if (nr == SYS_seccomp && a == SECCOMP_SET_MODE_FILTER && (b & SECCOMP_FILTER_FLAG_TSYNC)) {
       __atomic_store_n(&ur_sandbox_helper_confined, 1, __ATOMIC_RELAXED);

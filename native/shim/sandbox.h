@@ -10,6 +10,11 @@
 
 extern int ur_sandbox_filtered;
 
+/* The program installed a filter in this process (or in its parent before
+ * the fork): an allowlist of its own calls, as a rule, which names none of
+ * the calls starting a thread makes. No helper is started under it. */
+extern int ur_sandbox_own_filter;
+
 /* The helper thread is under a filter (one it inherited from the thread
  * that started it, or one the program put on every thread with
  * SECCOMP_FILTER_FLAG_TSYNC): it makes only the calls every allowlist

@@ -32,6 +32,7 @@ from unreachable.daemon.config import ConfigError
 from unreachable.daemon.matching import ProcessInfo, read_process
 from unreachable.daemon.notify_limits import ConnectionGate, WarningBudget
 from unreachable.daemon.sockets import created_as
+from unreachable.process.status import innermost_pid
 
 log = logging.getLogger("unreachabled.notify")
 LINE_MAX = 64
@@ -71,17 +72,6 @@ def _peer_identity(pid: int, pidfd: int | None) -> ProcessInfo | None:
     if pidfd is not None and not _alive(pidfd):
         return None
     return info
-
-
-def _innermost_pid(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", errors="surrogateescape") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return int(line.split()[-1])
-    except (OSError, ValueError):
-        pass
-    return pid
 
 
 def parse_request(line: bytes) -> int:
@@ -179,7 +169,7 @@ class NotifyListener:
         except ValueError as e:
             self._warn("notify: bad request from pid %d: %s", peer_pid, e)
             return f"ERR {e}"
-        if pid != peer_pid and pid != _innermost_pid(peer_pid):
+        if pid != peer_pid and pid != innermost_pid(peer_pid):
             self._warn(
                 "notify: pid %d (uid %d) asked for a scan of pid %d: refused", peer_pid, uid, pid
             )

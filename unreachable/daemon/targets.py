@@ -19,6 +19,7 @@ from unreachable.capture.descriptor import (
 from unreachable.errors import ScanError
 from unreachable.printable import printable
 from unreachable.process.maps import parse_maps, read_maps, read_maps_text
+from unreachable.process.status import innermost_pid
 
 OPTIONS_MAX = 4096
 
@@ -77,7 +78,8 @@ def target_info(pid: int) -> TargetInfo | None:
         header = read_descriptor_header(pid, shim.descriptor_addr)
     except ScanError:
         return None
-    if header.pid and header.pid != pid:
+    # The shim records getpid(), which in a container is its own namespace's id.
+    if header.pid and header.pid != innermost_pid(pid):
         return None  # a scan's frozen copy-on-write snapshot of another process
     return TargetInfo(
         pid=pid,

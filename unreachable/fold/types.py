@@ -19,14 +19,13 @@ bytes are shown, and suppression rules that name contents match each block.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from unreachable import _native
 from unreachable.fold.dedup import Leak, dedup
-from unreachable.process.mapped_file import file_for
+from unreachable.process.mapped_file import file_for, fs_root
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory, memory_reader
 from unreachable.symbolize.cache import ObjectCache, object_key
@@ -58,14 +57,6 @@ class Vtables:
         i = bisect.bisect_right(self.starts, word - FIRST_SLOT) - 1
         if i >= 0 and word < self.ends[i]:
             return self.names[i]
-        return ""
-
-
-def _root(pid: int) -> str:
-    root = f"/proc/{pid}/root"
-    try:
-        return "" if os.path.realpath(root) == "/" else root
-    except OSError:
         return ""
 
 
@@ -116,7 +107,7 @@ def load_vtables(pid: int, mappings: list[Mapping]) -> Vtables:
     (symbolize/cache.py): reading its symbols in Python, and demangling them in a c++filt
     process, took milliseconds of every scan; a rebuilt file has a key of
     its own."""
-    root = _root(pid)
+    root = fs_root(pid)
     cache_dir = default_cache_dir()
     found: list[tuple[int, int, str]] = []
     misses: list[tuple[ObjectCache, int, FileVtables]] = []

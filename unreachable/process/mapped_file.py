@@ -31,6 +31,20 @@ class MappedFile(NamedTuple):
     mapped: tuple[int, int] | None
 
 
+def fs_root(pid: int) -> str:
+    """The prefix under which pid's paths name its files: "" where they name
+    this process's (the same mount namespace and root), else /proc/PID/root.
+    A container's root is often "/" too (unshare --mount, a pivot_root'ed
+    namespace seen from inside), so the root's path alone does not tell: its
+    mounts (an overlay over /usr, a bind mount) give the same paths other files."""
+    root = f"/proc/{pid}/root"
+    try:
+        same = os.stat(f"/proc/{pid}/ns/mnt").st_ino == os.stat("/proc/self/ns/mnt").st_ino
+        return "" if same and os.path.realpath(root) == "/" else root
+    except OSError:
+        return root
+
+
 def file_for(pid: int | None, m: Mapping, root: str) -> MappedFile:
     """The file to open for m. root prefixes the mapping's path
     (/proc/PID/root for another mount namespace, or ""). When the path no

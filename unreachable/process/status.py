@@ -100,6 +100,19 @@ def pid_namespace(pid: int | str) -> str:
         return ""
 
 
+def innermost_pid(pid: int) -> int:
+    """What getpid() returns in pid: its id in its own pid namespace (a
+    container's), the last of NSpid's; pid itself if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", errors="surrogateescape") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
 def host_tid(pid: int, ns_tid: int) -> int:
     """The thread of `pid` that gettid() names ns_tid in the process's own pid
     namespace (a container's), by this process's name for it; 0 if none.

@@ -31,7 +31,7 @@ from unreachable.allocations.registry import Registry
 from unreachable.capture.kernel_held import KernelHeld
 from unreachable.capture.stop_world import CapturedThread
 from unreachable.errors import ScannerOutOfMemory, TargetUnscannable
-from unreachable.process.mapped_file import file_for
+from unreachable.process.mapped_file import file_for, fs_root
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.process.memory import Memory, read_anonymous
 from unreachable.retention.loads import Loads, ObjectLoad, every_load, load_of, object_loads
@@ -134,7 +134,7 @@ class GraphCollector:
 
     def __init__(self, pid: int, why: int | None = None, dominators: bool = False) -> None:
         self.pid = pid
-        self.root = _fs_root(pid)
+        self.root = fs_root(pid)
         self.why_address = why
         self.dominators = dominators
         self.regions: list[RootRegion] = []
@@ -394,15 +394,6 @@ def _epoll_owners(held: KernelHeld) -> dict[int, list[tuple[int, int]]]:
         for fd, data in _REGISTRATION.findall(text):
             out.setdefault(int(data, 16), []).append((epfd, int(fd)))
     return out
-
-
-def _fs_root(pid: int) -> str:
-    """Where the target's files are: its own root (a container's), or ""."""
-    root = f"/proc/{pid}/root"
-    try:
-        return "" if os.path.realpath(root) == "/" else root
-    except OSError:
-        return ""
 
 
 def _round_up(n: int, align: int) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from unreachable.process.mapped_file import file_for, mapped_path
+from unreachable.process.mapped_file import file_for, fs_root, mapped_path
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.symbolize.config import SymbolConfig, default_symbol_budget
 from unreachable.symbolize.files import OutOfTime, trusted_owners
@@ -105,9 +105,8 @@ class Symbolizer:
         self._left_raw = 0
         self.note = ""  # what the last symbolize call left out and why ("" if nothing)
         if root is None:
-            root = f"/proc/{self._pid}/root" if self._pid else ""
-            if root and os.path.realpath(root) == "/":
-                root = ""  # same mount namespace root: plain paths give nicer cache keys
+            # Plain paths where they name the target's files give nicer cache keys.
+            root = fs_root(self._pid) if self._pid else ""
         self._root = root.rstrip("/")
         env = SymbolConfig.from_env()
         self._config = SymbolConfig(
