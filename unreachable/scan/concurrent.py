@@ -1022,6 +1022,8 @@ def _finish(
         fold_ms=fold["fold_ns"] / 1e6,
         place="scanner",
         mark_threads=raw["mark_threads"],
+        mark_passes=raw["mark_passes"],
+        mark_bytes_read=raw["bytes_read"],
     )
     counts = {k: len(v) for k, v in values1.items() if v and k != "registers"}
     return ConcurrentSweep(
