@@ -12,6 +12,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The Seccomp: field of thread tid's /proc status (0 none, 1 strict, 2
+ * filter), or -1 when it cannot be read. No filter means nothing to read
+ * (reading one takes CAP_SYS_ADMIN); the scanner and the stopper ask it of
+ * every thread they would inject a call into. */
+int ur_seccomp_mode(pid_t pid, pid_t tid);
+
 /* The helper's call: clone(0, 0, NULL, NULL, 0) (native/shim/helper.c). */
 #define UR_SECCOMP_ARGS_KNOWN 5 /* the sixth register is whatever syscall() left there */
 

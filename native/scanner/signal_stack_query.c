@@ -2,7 +2,6 @@
 #include "signal_stack_query.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,28 +20,8 @@
 #define RED_ZONE 128
 #define OLD_WORDS 3 /* stack_t: ss_sp, ss_flags (and padding), ss_size */
 
-/* The Seccomp: field of a thread's status (0 none, 1 strict, 2 filter), or
- * -1. Read whole with read(): it is asked of every thread in the stop. */
-static int seccomp_mode(pid_t pid, pid_t tid) {
-  char path[96], text[4096];
-  snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t n = 0;
-  ssize_t r;
-  while (n < sizeof(text) - 1 && ((r = read(fd, text + n, sizeof(text) - 1 - n)) > 0 ||
-                                  (r < 0 && errno == EINTR)))
-    if (r > 0) n += (size_t)r;
-  close(fd);
-  text[n] = 0;
-  const char *at = strstr(text, "\nSeccomp:");
-  int mode = -1;
-  if (!at || sscanf(at + 1, "Seccomp: %d", &mode) != 1) return -1;
-  return mode;
-}
-
 static const char *seccomp_refuses(pid_t pid, pid_t tid, uint64_t old) {
-  int mode = seccomp_mode(pid, tid);
+  int mode = ur_seccomp_mode(pid, tid);
   if (mode < 0) return "its status cannot be read";
   if (mode == 0) return "";
   if (mode == 1) return "it runs in seccomp's strict mode";

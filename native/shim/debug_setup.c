@@ -40,6 +40,38 @@ static void log_stats(void) {
   fflush(stderr);
 }
 
+/* The daemon's reply, up to its close: a code line, and after BUSY a line
+ * saying why (a daemon older than that line sends the code alone). */
+static size_t read_reply(int fd, char *reply, size_t size) {
+  size_t got = 0;
+  ssize_t r;
+  while (got < size - 1 &&
+         ((r = read(fd, reply + got, size - 1 - got)) > 0 || (r < 0 && errno == EINTR)))
+    if (r > 0) got += (size_t)r;
+  reply[got] = '\0';
+  return got;
+}
+
+static void say_reply(const char *path, char *reply, size_t got) {
+  char *why = strchr(reply, '\n');
+  if (why) {
+    *why++ = '\0';
+    why[strcspn(why, "\n")] = '\0';
+  }
+  if (strcmp(reply, "OK") == 0 || strncmp(reply, "OK ", 3) == 0) {
+    if (ur_debug.o.verbose) ur_dlog("Unreachable check requested from unreachabled at %s", path);
+  } else if (strcmp(reply, "BUSY") == 0 && why && strcmp(why, "user") == 0) {
+    ur_dlog("Unreachable check not queued: unreachabled at %s is busy with as many scans"
+            " of this user's processes as it takes; try again later", path);
+  } else if (strcmp(reply, "BUSY") == 0) {
+    ur_dlog("Unreachable check already pending");
+  } else if (got) {
+    ur_dlog("Unreachable check failed: unreachabled at %s replied: %s", path, reply);
+  } else {
+    ur_dlog("Unreachable check failed: no reply from unreachabled at %s", path);
+  }
+}
+
 static void check_unreachable(void) {
   ur_dlog("Starting to check for unreachable memory.");
   const char *path = ur_debug.notify_path;
@@ -59,25 +91,10 @@ static void check_unreachable(void) {
   char req[32], reply[128];
   int len = snprintf(req, sizeof req, "SCAN %d\n", (int)getpid());
   size_t got = 0;
-  if (send(fd, req, (size_t)len, MSG_NOSIGNAL) == len) {
-    ssize_t r;
-    while (got < sizeof reply - 1 && !memchr(reply, '\n', got) &&
-           ((r = read(fd, reply + got, sizeof reply - 1 - got)) > 0 || (r < 0 && errno == EINTR)))
-      if (r > 0) got += (size_t)r;
-  }
+  reply[0] = '\0';
+  if (send(fd, req, (size_t)len, MSG_NOSIGNAL) == len) got = read_reply(fd, reply, sizeof reply);
   close(fd);
-  reply[got] = '\0';
-  char *nl = strchr(reply, '\n');
-  if (nl) *nl = '\0';
-  if (strcmp(reply, "OK") == 0 || strncmp(reply, "OK ", 3) == 0) {
-    if (ur_debug.o.verbose) ur_dlog("Unreachable check requested from unreachabled at %s", path);
-  } else if (strcmp(reply, "BUSY") == 0) {
-    ur_dlog("Unreachable check already pending");
-  } else if (got) {
-    ur_dlog("Unreachable check failed: unreachabled at %s replied: %s", path, reply);
-  } else {
-    ur_dlog("Unreachable check failed: no reply from unreachabled at %s", path);
-  }
+  say_reply(path, reply, got);
 }
 
 /* On the helper thread: the requests the signal handlers posted. */

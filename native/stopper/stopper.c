@@ -127,27 +127,13 @@ static struct ur_thread *pick(void) {
   return NULL;
 }
 
-/* The Seccomp: line of the thread's status (0 none, 1 strict, 2 filter),
- * or -1. */
-static int seccomp_mode(pid_t pid, pid_t tid) {
-  char path[96], line[256];
-  snprintf(path, sizeof(path), "/proc/%d/task/%d/status", (int)pid, (int)tid);
-  FILE *f = fopen(path, "re");
-  if (!f) return -1;
-  int mode = -1;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "Seccomp: %d", &mode) == 1) break;
-  fclose(f);
-  return mode;
-}
-
 /* Why the filters of t could stop the clone or the reap ("" when they
  * cannot). The reap's pid is not known yet: a filter that reads it is
  * refused. */
 static const char *filter_refuses(pid_t pid, pid_t tid, uint64_t flags) {
   /* No filter: nothing to read (reading one takes CAP_SYS_ADMIN and a
    * reader under no filter of its own, which a hardened service is not). */
-  int mode = seccomp_mode(pid, tid);
+  int mode = ur_seccomp_mode(pid, tid);
   if (mode == 0) return "";
   if (mode == 1) return "it runs in seccomp's strict mode";
   const uint64_t clone_args[UR_SECCOMP_ARGS_KNOWN] = {flags, 0, 0, 0, 0};

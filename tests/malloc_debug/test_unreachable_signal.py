@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -104,4 +107,58 @@ def test_default_socket_path(procs):
     os.kill(p.pid, CHECK)
     m = p.wait_stderr(r"^malloc_debug: Unreachable check failed: no unreachabled at (\S+): ")
     assert m.group(1) == default
+    assert p.alive()
+
+
+def _answering(path: str, reply: bytes) -> threading.Thread:
+    """A notify socket answering one request with `reply`, then closing: the
+    replies of this daemon and of one older than BUSY's reason line."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def answer() -> None:
+        with server, server.accept()[0] as conn:
+            conn.makefile("rb").readline()
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return thread
+
+
+USER_SHARE = (
+    "malloc_debug: Unreachable check not queued: unreachabled at {} is busy with as many"
+    " scans of this user's processes as it takes; try again later"
+)
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (b"BUSY\nuser\n", USER_SHARE),
+        (b"BUSY\npending\n", "malloc_debug: Unreachable check already pending"),
+        (b"BUSY\n", "malloc_debug: Unreachable check already pending"),
+    ],
+)
+def test_busy_says_which_limit(procs, tmp_path, reply, said):
+    """BUSY for the user's share of the daemon's scans is not "already
+    pending"; a daemon sending BUSY alone still means a scan pending."""
+    path = str(tmp_path / "notify.sock")
+    answered = _answering(path, reply)
+    p = procs.start(
+        PROGRAM,
+        "idle",
+        options="check_unreachable_on_signal",
+        env={"UNREACHABLE_NOTIFY_SOCKET": path},
+    )
+    p.read_line()
+    os.kill(p.pid, CHECK)
+    said = said.format(path)
+    p.wait_stderr("^" + re.escape(said) + "$")
+    answered.join(timeout=20)
+    assert p.stderr().splitlines() == [
+        "malloc_debug: Starting to check for unreachable memory.",
+        said,
+    ]
     assert p.alive()

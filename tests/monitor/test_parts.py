@@ -227,6 +227,27 @@ def test_stderr_lines_carry_priority_prefixes():
     assert plain.getvalue() == "unreachabled: INFO: c\n"
 
 
+def test_a_records_arguments_are_escaped_its_format_kept(journal):
+    """What a target named (an argument) cannot start a line or reach the
+    terminal, on stderr or in MESSAGE; the daemon's own format keeps its lines."""
+    out = io.StringIO()
+    h = JournalHandler(out, journal_socket=str(journal.path), prefix=True)
+    logger = logging.getLogger("unreachabled.test")
+    args = ("x\n<3>forged\x1b[2J", 7)
+    h.emit(logger.makeRecord(logger.name, logging.INFO, __file__, 1, "%s: %d\nend", args, None))
+    assert out.getvalue().splitlines() == [
+        "<6>unreachabled: INFO: x\\x0a<3>forged\\x1b[2J: 7",
+        "<6>end",
+    ]
+    record = logger.makeRecord(
+        logger.name, logging.INFO, __file__, 1, "%s", ("a\nb",), None, extra=fields(LEAK_BYTES=1)
+    )
+    h.emit(record)
+    got = parse_journal(journal.wait_for(lambda d: b"LEAK_BYTES" in d, timeout=10))
+    assert got["MESSAGE"] == "a\\x0ab"
+    h.close()
+
+
 def test_structured_records_go_to_the_journal_socket(journal):
     out = io.StringIO()
     h = JournalHandler(out, journal_socket=str(journal.path), prefix=True)

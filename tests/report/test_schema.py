@@ -83,6 +83,8 @@ def full_report() -> ScanReport:
         sweep="child",
         sweep_note="sweep note",
         mark_threads=4,
+        mark_passes=2,
+        mark_bytes_read=1 << 20,
         snapshot_note="snapshot note",
         symbol_note="1 of 2 frames left unsymbolized",
     )

@@ -13,12 +13,15 @@ counts the bytes read)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from unreachable.report.schema import report_from_json
+from unreachable.report.text import format_summary
 from unreachable.scan import ScanOptions, scan
 
 PROGRAM = Path(__file__).parent / "programs" / "pointer_dense.c"
@@ -86,3 +89,34 @@ def test_auto_takes_the_next_snapshot_when_the_mark_would_reread_the_heap(target
     assert report.leak_count == target.int("leak_count")
     status = _status(target.pid)
     assert status["State"][0] in "SR" and status["TracerPid"] == "0"
+
+
+def _json_scan(pid: int) -> dict:
+    done = subprocess.run(
+        [*CLI, "scan", "--snapshot", "stopped", "--json", str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_report_counts_the_marks_passes_and_reads(targets):
+    """A heap over every graph budget is read again in passes: the JSON
+    report says how many and what the readers loaded, and the one-line
+    summary says so; an ordinary heap's report has no pass and no word."""
+    dense = targets.start(PROGRAM, "600000", "16")
+    doc = _json_scan(dense.pid)
+    assert doc["leak_count"] == dense.int("leak_count")
+    assert doc["mark_passes"] > 0, doc["mark_passes"]
+    # Blocks left out of the graph are read again: more than the heap once.
+    assert doc["mark_bytes_read"] > doc["allocation_bytes"]
+    summary = format_summary(report_from_json(doc))
+    assert f"mark: {doc['mark_passes']} pass" in summary, summary
+    plain = targets.start(PROGRAM, "20000", "2")
+    doc = _json_scan(plain.pid)
+    assert doc["leak_count"] == plain.int("leak_count")
+    assert doc["mark_passes"] == 0
+    assert doc["mark_bytes_read"] >= doc["allocation_bytes"] > 0
+    assert "mark:" not in format_summary(report_from_json(doc))

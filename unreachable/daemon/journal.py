@@ -8,6 +8,13 @@ socket when it exists (MESSAGE, PRIORITY, SYSLOG_IDENTIFIER, CODE_* and the
 fields), so `journalctl -o verbose` and `journalctl TARGET_UNIT=x.service`
 see them. When stderr is itself connected to the journal ($JOURNAL_STREAM),
 such a record is not written to stderr again.
+
+A record's arguments are what a target named (its comm, the files it maps,
+a scan's error quoting them) and are written with printable()'s `\\xNN`
+escapes, on stderr and in MESSAGE alike: a newline there would start a log
+line of the target's choosing, an escape sequence would reach the terminal
+reading the log. The format strings are the daemon's own and keep their
+lines, as a traceback does (each of its lines escaped).
 """
 
 from __future__ import annotations
@@ -19,7 +26,10 @@ import socket
 import struct
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import Any, TextIO
+
+from unreachable.printable import printable
 
 IDENTIFIER = "unreachabled"
 FIELDS_ATTR = "journal_fields"
@@ -65,6 +75,23 @@ def encode_fields(entries: dict[str, Any]) -> bytes:
     return bytes(out)
 
 
+def _escaped(value: Any) -> Any:
+    return value if isinstance(value, (int, float)) else printable(str(value))
+
+
+def message(record: logging.LogRecord) -> str:
+    """The record's message with its arguments escaped, and its traceback."""
+    text, args = str(record.msg), record.args
+    if isinstance(args, Mapping) and args:
+        text %= {k: _escaped(v) for k, v in args.items()}
+    elif isinstance(args, tuple) and args:
+        text %= tuple(map(_escaped, args))
+    if record.exc_info:
+        trace = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+        text += "\n" + "\n".join(map(printable, trace.split("\n")))
+    return text
+
+
 def stream_is_journal(stream: TextIO) -> bool:
     """True when `stream` is the journal stream systemd connected ($JOURNAL_STREAM=dev:ino)."""
     dev, sep, ino = os.environ.get("JOURNAL_STREAM", "").partition(":")
@@ -93,7 +120,7 @@ class JournalHandler(logging.Handler):
         self._sock: socket.socket | None = None
 
     def line(self, record: logging.LogRecord) -> str:
-        text = f"{IDENTIFIER}: {record.levelname}: {self.format(record)}"
+        text = f"{IDENTIFIER}: {record.levelname}: {message(record)}"
         if self.prefix:
             n = priority(record.levelno)
             # journald reads the prefix of each line separately.
@@ -101,11 +128,8 @@ class JournalHandler(logging.Handler):
         return text
 
     def entry(self, record: logging.LogRecord) -> dict[str, Any]:
-        message = record.getMessage()
-        if record.exc_info:
-            message += "\n" + "".join(traceback.format_exception(*record.exc_info)).rstrip()
         entry: dict[str, Any] = {
-            "MESSAGE": message,
+            "MESSAGE": message(record),
             "PRIORITY": priority(record.levelno),
             "SYSLOG_IDENTIFIER": IDENTIFIER,
             "CODE_FILE": record.pathname,

@@ -2,8 +2,12 @@
 
 Protocol, one request per connection on a unix STREAM socket:
     client -> daemon: `SCAN <pid>\\n`
-    daemon -> client: `OK\\n` (scan queued), `BUSY\\n` (one is already pending for
-                      this pid), or `ERR <reason>\\n`; then the daemon closes.
+    daemon -> client: `OK\\n` (scan queued), `BUSY\\n` then a line saying why
+                      (`pending\\n`: one is already pending for this pid;
+                      `user\\n`: the caller's user has as many pending as it
+                      may), or `ERR <reason>\\n`; then the daemon closes. A
+                      client reading one line (a shim older than the reason
+                      line) sees the BUSY it knew.
 The daemon checks with SO_PEERCRED that the peer is the process it asks about
 (pid in the daemon's namespace, or the innermost NSpid for a peer inside a pid
 namespace), so a peer can only have itself scanned. SO_PEERCRED is the pid
@@ -39,6 +43,10 @@ LINE_MAX = 64
 READ_TIMEOUT = 5.0
 _UCRED = struct.Struct("3i")
 SO_PEERPIDFD = 77  # Linux 6.5; the socket module does not name it
+# BUSY's second line says which limit: a shim tells its user "already pending"
+# from "this user's share of the scans is taken, try later".
+BUSY_PENDING = "BUSY\npending"
+BUSY_USER = "BUSY\nuser"
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -180,11 +188,11 @@ class NotifyListener:
             return "ERR the process that connected has exited"
         if uid != 0 and not self._scans.enter(uid):
             self._warn("notify: uid %d has as many scans pending as allowed: pid %d", uid, peer_pid)
-            return "BUSY"
+            return BUSY_USER
         if not self._request(peer_pid, identity, partial(self._ended, peer_pid, uid)):
             if uid != 0:
                 self._scans.leave(uid)
-            return "BUSY"
+            return BUSY_PENDING
         log.info("notify: pid %d (uid %d) asked for a scan", peer_pid, uid)
         return "OK"
 

@@ -87,6 +87,11 @@ class ScanReport:
     sweep: str = "scanner"
     sweep_note: str = ""  # why a fork snapshot was not swept in the child, if it was meant to be
     mark_threads: int = 1  # threads that marked (in the child: at most the target's CPUs)
+    # Passes over the blocks a partial reference graph left out (a heap dense
+    # in pointers, read again in address order; 0 when the graph was whole),
+    # and the bytes the mark's readers loaded (0 when the child marked itself).
+    mark_passes: int = 0
+    mark_bytes_read: int = 0
     snapshot_note: str = ""  # why the scan fell back to this snapshot, if it did
     symbol_note: str = ""  # frames left unsymbolized (time budget) or files not read, and why
     # Set when suppressions were given: what they took out of leaks and the

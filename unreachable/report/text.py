@@ -117,6 +117,17 @@ def _held(report: ScanReport) -> str:
     return f" (held {report.hold_ms:.2f} ms)" if report.hold_ms > 0 else ""
 
 
+def _passes(report: ScanReport) -> str:
+    # Said only when the mark read blocks again: a heap dense in pointers took
+    # a partial reference graph (docs/pause.md), the reason a scan read more
+    # than its heap; an ordinary scan makes no pass.
+    if report.mark_passes <= 0:
+        return ""
+    passes = f"{report.mark_passes} pass{'es' if report.mark_passes > 1 else ''}"
+    mib = report.mark_bytes_read / (1 << 20)
+    return f"; mark: {passes} over blocks left out of its graph, {mib:.1f} MiB read"
+
+
 def format_summary(report: ScanReport) -> str:
     """One line for logs: libmemunreachable's closing summary plus timings,
     and why the scan fell back to the snapshot it took, or to sweeping it
@@ -127,6 +138,7 @@ def format_summary(report: ScanReport) -> str:
         stopped += f"; swept from outside: {report.sweep_note}"
     if report.symbol_note:
         stopped += f"; symbols: {report.symbol_note}"
+    stopped += _passes(report)
     return (
         f"{report.leak_bytes} bytes in {report.leak_count}"
         f" allocation{_plural(report.leak_count)} unreachable out of"

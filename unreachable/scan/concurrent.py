@@ -960,6 +960,26 @@ def _fold_left(
     )
 
 
+def _result(raw: _native.SweepResult, fold: _native.SweepResult, rounds: list[int]) -> SweepResult:
+    """The first mark's counts (its passes and reads included), the fold's
+    of what is left, and the bytes the rounds re-read."""
+    return SweepResult(
+        unreachable_count=fold["unreachable_count"],
+        unreachable_bytes=fold["unreachable_bytes"],
+        allocation_count=raw["allocation_count"],
+        allocation_bytes=raw["allocation_bytes"],
+        leaks=fold["leaks"],
+        bytes_scanned=raw["bytes_scanned"] + sum(rounds),
+        pages_skipped=raw["pages_skipped"],
+        mark_ms=raw["mark_ns"] / 1e6,
+        fold_ms=fold["fold_ns"] / 1e6,
+        place="scanner",
+        mark_threads=raw["mark_threads"],
+        mark_passes=raw["mark_passes"],
+        mark_bytes_read=raw["bytes_read"],
+    )
+
+
 def _finish(
     target: Target,
     pid: int,
@@ -1010,19 +1030,7 @@ def _finish(
     rescued += got
     rescued += _resolve(target, pid, final, maps2, threads2, cands, state, store, pending)
     fold = _fold_left(pid, raw, cands, cand_ids, state, maps2)
-    result = SweepResult(
-        unreachable_count=fold["unreachable_count"],
-        unreachable_bytes=fold["unreachable_bytes"],
-        allocation_count=raw["allocation_count"],
-        allocation_bytes=raw["allocation_bytes"],
-        leaks=fold["leaks"],
-        bytes_scanned=raw["bytes_scanned"] + sum(rounds),
-        pages_skipped=raw["pages_skipped"],
-        mark_ms=raw["mark_ns"] / 1e6,
-        fold_ms=fold["fold_ns"] / 1e6,
-        place="scanner",
-        mark_threads=raw["mark_threads"],
-    )
+    result = _result(raw, fold, rounds)
     counts = {k: len(v) for k, v in values1.items() if v and k != "registers"}
     return ConcurrentSweep(
         result,

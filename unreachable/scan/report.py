@@ -69,6 +69,8 @@ def build_report(
         sweep=result.place,
         sweep_note=scanned.sweep_note,
         mark_threads=result.mark_threads,
+        mark_passes=result.mark_passes,
+        mark_bytes_read=result.mark_bytes_read,
         snapshot_note=scanned.snapshot_note,
         symbol_note=symbolized.note,
     )

@@ -38,6 +38,11 @@ class SweepResult:
     fold_ms: float
     place: SweepPlace  # where the mark ran: in the snapshot child, or here
     mark_threads: int = 1  # threads that marked, here or in the child
+    # Passes over the blocks a partial reference graph left out, and the bytes
+    # the mark's readers loaded from the process or copy (both 0 in the child,
+    # which reads its own memory and keeps a whole graph).
+    mark_passes: int = 0
+    mark_bytes_read: int = 0
     # Graph mode (unreachable/retention): the root words that hit the heap and
     # the answers asked of the reference graph (_native.sweep's "graph").
     graph: dict[str, Any] | None = None
@@ -122,6 +127,8 @@ def sweep(
         fold_ms=raw["fold_ns"] / 1e6,
         place="scanner",
         mark_threads=raw["mark_threads"],
+        mark_passes=raw["mark_passes"],
+        mark_bytes_read=raw["bytes_read"],
         graph=raw.get("graph"),
     )
 

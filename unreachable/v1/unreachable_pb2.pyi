@@ -223,7 +223,7 @@ class RootBytes(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class ScanReport(_message.Message):
-    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads", "allocations", "symbol_note", "suppressed", "baseline", "hold_ms")
+    __slots__ = ("schema", "pid", "command", "leak_count", "leak_bytes", "allocation_count", "allocation_bytes", "pause_ms", "scan_ms", "snapshot", "threads", "bytes_scanned", "pages_skipped", "roots", "leaks", "sweep", "snapshot_note", "sweep_note", "mark_threads", "allocations", "symbol_note", "suppressed", "baseline", "hold_ms", "mark_passes", "mark_bytes_read")
     SCHEMA_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -248,6 +248,8 @@ class ScanReport(_message.Message):
     SUPPRESSED_FIELD_NUMBER: _ClassVar[int]
     BASELINE_FIELD_NUMBER: _ClassVar[int]
     HOLD_MS_FIELD_NUMBER: _ClassVar[int]
+    MARK_PASSES_FIELD_NUMBER: _ClassVar[int]
+    MARK_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     schema: int
     pid: int
     command: str
@@ -272,7 +274,9 @@ class ScanReport(_message.Message):
     suppressed: Suppressed
     baseline: BaselineComparison
     hold_ms: float
-    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ..., allocations: _Optional[str] = ..., symbol_note: _Optional[str] = ..., suppressed: _Optional[_Union[Suppressed, _Mapping]] = ..., baseline: _Optional[_Union[BaselineComparison, _Mapping]] = ..., hold_ms: _Optional[float] = ...) -> None: ...
+    mark_passes: int
+    mark_bytes_read: int
+    def __init__(self, schema: _Optional[int] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., leak_count: _Optional[int] = ..., leak_bytes: _Optional[int] = ..., allocation_count: _Optional[int] = ..., allocation_bytes: _Optional[int] = ..., pause_ms: _Optional[float] = ..., scan_ms: _Optional[float] = ..., snapshot: _Optional[str] = ..., threads: _Optional[int] = ..., bytes_scanned: _Optional[int] = ..., pages_skipped: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[RootBytes, _Mapping]]] = ..., leaks: _Optional[_Iterable[_Union[Leak, _Mapping]]] = ..., sweep: _Optional[str] = ..., snapshot_note: _Optional[str] = ..., sweep_note: _Optional[str] = ..., mark_threads: _Optional[int] = ..., allocations: _Optional[str] = ..., symbol_note: _Optional[str] = ..., suppressed: _Optional[_Union[Suppressed, _Mapping]] = ..., baseline: _Optional[_Union[BaselineComparison, _Mapping]] = ..., hold_ms: _Optional[float] = ..., mark_passes: _Optional[int] = ..., mark_bytes_read: _Optional[int] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("pid", "name", "contents")
