@@ -34,6 +34,8 @@ from unreachable.symbolize.elf_file import NotElf, read_elf
 from unreachable.symbolize.files import FilePolicy, Mapped, open_checked, stat_checked
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from elftools.elf.elffile import ELFFile
 
 # A libc of a few MiB, or tens with its DWARF left in; _facts reads it whole.
@@ -234,11 +236,39 @@ def _dynsym_span(elf: ELFFile) -> tuple[int, int]:
     return (lo, hi)
 
 
+STT_FUNC, STT_FILE = 2, 4
+_SYM = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, shndx, value, size
+
+
+def _symtab_rows(elf: ELFFile) -> Iterator[tuple[str, int, int, int]] | None:
+    """(name, type, value, size) of each .symtab entry, unpacked from the
+    section's bytes in one pass: libc's debug file has some 10,000 symbols,
+    and pyelftools' per-symbol parse cost a third of a second on every scan
+    without the shim. Only names a caller can want are decoded."""
+    from elftools.elf.sections import SymbolTableSection
+
+    symtab = elf.get_section_by_name(".symtab")
+    if not isinstance(symtab, SymbolTableSection) or symtab["sh_entsize"] != _SYM.size:
+        return None
+    raw = symtab.data()
+    names = elf.get_section(symtab["sh_link"]).data()
+    return (
+        (_name(names, st_name), info & 0xF, value, size)
+        for st_name, info, _other, _shndx, value, size in _SYM.iter_unpack(
+            raw[: len(raw) // _SYM.size * _SYM.size]
+        )
+    )
+
+
+def _name(table: bytes, at: int) -> str:
+    end = table.find(b"\0", at)
+    return table[at : end if end >= 0 else len(table)].decode("utf-8", "replace")
+
+
 def _debug_symbols(path: str, root: str, mapped: Mapped) -> dict[str, tuple[int, int]] | None:
     """{name: (value, size)} of the few symbols needed, from the debug file."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
-    from elftools.elf.sections import SymbolTableSection
 
     from unreachable.symbolize.debuginfo import find_debug_file
 
@@ -253,20 +283,19 @@ def _debug_symbols(path: str, root: str, mapped: Mapped) -> dict[str, tuple[int,
     out: dict[str, tuple[int, int]] = {}
     try:
         with open_checked(found.path) as f:
-            symtab = ELFFile(f).get_section_by_name(".symtab")
-            if not isinstance(symtab, SymbolTableSection):
+            rows = _symtab_rows(ELFFile(f))
+            if rows is None:
                 return None
             source = ""
-            for sym in symtab.iter_symbols():
-                kind = sym["st_info"]["type"]
-                if kind == "STT_FILE":
-                    source = sym.name  # the local symbols that follow are its
-                elif kind == "STT_FUNC" and source == "malloc.c" and sym["st_value"]:
+            for name, kind, value, size in rows:
+                if kind == STT_FILE:
+                    source = name  # the local symbols that follow are its
+                elif kind == STT_FUNC and source == "malloc.c" and value:
                     # Its static helpers, whatever suffix the compiler gave
                     # them (unlink_chunk.constprop.0, tcache_init.part.0).
-                    out.setdefault(sym.name, (sym["st_value"], sym["st_size"]))
-                if sym.name in wanted and (sym["st_value"] or sym.name == "tcache"):
-                    out.setdefault(sym.name, (sym["st_value"], sym["st_size"]))
+                    out.setdefault(name, (value, size))
+                if name in wanted and (value or name == "tcache"):
+                    out.setdefault(name, (value, size))
     except (OSError, ELFError):
         return None
     except Exception:  # noqa: BLE001 - a made-up debug file (_facts): the heuristics then
