@@ -72,7 +72,7 @@ from unreachable.roots.glibc_arena import find_main_arena
 from unreachable.roots.glibc_heaps import heap_parts, registry_blocks_in
 from unreachable.roots.heap_words import heap_spans
 from unreachable.sweep.child import mark_threads_beside, words
-from unreachable.sweep.mark import SweepResult, layout
+from unreachable.sweep.mark import SweepResult, from_native, layout
 
 # The mark reads the live heap through a chunk cache: this bounds it (the
 # scanner's memory is the allocation index, the candidates' bytes and this).
@@ -960,26 +960,6 @@ def _fold_left(
     )
 
 
-def _result(raw: _native.SweepResult, fold: _native.SweepResult, rounds: list[int]) -> SweepResult:
-    """The first mark's counts (its passes and reads included), the fold's
-    of what is left, and the bytes the rounds re-read."""
-    return SweepResult(
-        unreachable_count=fold["unreachable_count"],
-        unreachable_bytes=fold["unreachable_bytes"],
-        allocation_count=raw["allocation_count"],
-        allocation_bytes=raw["allocation_bytes"],
-        leaks=fold["leaks"],
-        bytes_scanned=raw["bytes_scanned"] + sum(rounds),
-        pages_skipped=raw["pages_skipped"],
-        mark_ms=raw["mark_ns"] / 1e6,
-        fold_ms=fold["fold_ns"] / 1e6,
-        place="scanner",
-        mark_threads=raw["mark_threads"],
-        mark_passes=raw["mark_passes"],
-        mark_bytes_read=raw["bytes_read"],
-    )
-
-
 def _finish(
     target: Target,
     pid: int,
@@ -1030,7 +1010,7 @@ def _finish(
     rescued += got
     rescued += _resolve(target, pid, final, maps2, threads2, cands, state, store, pending)
     fold = _fold_left(pid, raw, cands, cand_ids, state, maps2)
-    result = _result(raw, fold, rounds)
+    result = from_native(raw, fold, sum(rounds))
     counts = {k: len(v) for k, v in values1.items() if v and k != "registers"}
     return ConcurrentSweep(
         result,

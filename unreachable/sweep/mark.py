@@ -115,16 +115,26 @@ def sweep(
         usable=registry.usable_sizes,
         **(graph or {}),
     )
+    return from_native(raw)
+
+
+def from_native(
+    raw: _native.SweepResult, fold: _native.SweepResult | None = None, rescanned: int = 0
+) -> SweepResult:
+    """A mark made here: its counts, passes and reads from raw; what is
+    unreachable from fold, a later fold of what the mark left (raw's own by
+    default); rescanned: bytes read again after the mark (a re-mark's)."""
+    fold = raw if fold is None else fold
     return SweepResult(
-        unreachable_count=raw["unreachable_count"],
-        unreachable_bytes=raw["unreachable_bytes"],
+        unreachable_count=fold["unreachable_count"],
+        unreachable_bytes=fold["unreachable_bytes"],
         allocation_count=raw["allocation_count"],
         allocation_bytes=raw["allocation_bytes"],
-        leaks=raw["leaks"],
-        bytes_scanned=raw["bytes_scanned"],
+        leaks=fold["leaks"],
+        bytes_scanned=raw["bytes_scanned"] + rescanned,
         pages_skipped=raw["pages_skipped"],
         mark_ms=raw["mark_ns"] / 1e6,
-        fold_ms=raw["fold_ns"] / 1e6,
+        fold_ms=fold["fold_ns"] / 1e6,
         place="scanner",
         mark_threads=raw["mark_threads"],
         mark_passes=raw["mark_passes"],
