@@ -6,12 +6,15 @@ runs the same reader."""
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 import pytest
 
 from tests.daemon.test_daemon import rpc_code, scan_report, stub, wait_untraced
 from tests.scan.test_forged_registry import CORRUPT, PROGRAM
 from tests.support.cgroups import memory_cgroup
+from unreachable.daemon.targets import target_info
 from unreachable.v1 import unreachable_pb2 as pb
 
 
@@ -65,3 +68,14 @@ def test_forged_shard_counts_do_not_make_the_daemons_memory_estimate(daemon, tar
         assert cg.oom_kills() == 0
     assert target.alive()
     assert wait_untraced(target.pid) in "SR"
+
+
+def test_a_shimmed_process_left_unlisted_says_why_at_debug(targets, caplog):
+    """A shimmed process whose descriptor cannot be read is not listed, as a
+    snapshot copy is not; the reason is logged, so that a target the daemon
+    never watches (its files refused, say) does not vanish without a word."""
+    target = targets.start(PROGRAM, "magic", options="")
+    with caplog.at_level(logging.DEBUG, logger="unreachabled.targets"):
+        assert target_info(target.pid) is None
+    assert f"pid {target.pid} maps the shim but is not listed" in caplog.text
+    assert "is not one (magic" in caplog.text

@@ -6,6 +6,7 @@ Reads /proc only (maps, cmdline, comm, and the option string through
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from unreachable.process.maps import parse_maps, read_maps, read_maps_text
 from unreachable.process.status import innermost_pid
 
 OPTIONS_MAX = 4096
+log = logging.getLogger("unreachabled.targets")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,10 @@ def target_info(pid: int) -> TargetInfo | None:
     try:
         shim = locate_shim(pid, read_maps(pid))
         header = read_descriptor_header(pid, shim.descriptor_addr)
-    except ScanError:
+    except ScanError as e:
+        # Not listed, as a snapshot copy is not: say why, or a target the
+        # scanner cannot read (a file check refused) vanishes without a word.
+        log.debug("pid %d maps the shim but is not listed: %s", pid, e)
         return None
     # The shim records getpid(), which in a container is its own namespace's id.
     if header.pid and header.pid != innermost_pid(pid):
