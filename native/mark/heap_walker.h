@@ -106,7 +106,8 @@ int ur_walker_scan(struct ur_walker *w, uint64_t begin, uint64_t end, ur_hit_fn 
 
 /* Mark everything reachable from the root ranges (pairs begin, end) and the
  * root values (register words). Returns 0, -ENOMEM, or -ERANGE: a partial
- * graph's dense blocks took more than UR_WALKER_MAX_PASSES passes. */
+ * graph's dense blocks took more passes than its chunks and
+ * UR_WALKER_EXTRA_PASSES. */
 int ur_walker_mark(struct ur_walker *w, const uint64_t *ranges, size_t nranges,
                    const uint64_t *values, size_t nvalues);
 
