@@ -17,6 +17,7 @@
 #include "entry_order.h"
 #include "memory.h"
 #include "native.h"
+#include "range_list.h"
 #include "registry_walk.h"
 #include "unreachable/abi.h"
 
@@ -241,20 +242,26 @@ static int64_t refs_count(const struct ur_size_maps *h) {
   return (int64_t)h->count;
 }
 
+/* The level-0 pages of the map at addr a copy holds (bit i: page i). */
+static uint32_t held_l0_pages(struct ur_pread_mem *copy, uint64_t addr) {
+  uint32_t held = 0;
+  for (uint32_t i = 0; i < UR_SIZE_MAP_L0_PAGES; i++)
+    if (ur_mem_holds_page(copy, addr + (uint64_t)i * UR_PAGE_SIZE)) held |= UINT32_C(1) << i;
+  return held;
+}
+
 /* The bytes of the map at addr, and in *l0_pages the pages of its level 0
  * they hold (bit i: page i; the others read as zero, and the walk passes
  * over them). A copy's map held whole in one chunk is read in place; of one
  * it holds in part (the concurrent mark's second registry copy holds the
  * pages of its candidates' entries), only the pages it holds are read into
- * buf, with the levels above; anything else is read into buf whole. */
+ * buf, with the levels above; anything else, and any map asked with
+ * l0_pages NULL (a count, which reads every page), is read into buf whole. */
 static const void *map_bytes(struct ur_reader *r, uint64_t addr, uint8_t *buf, uint32_t *l0_pages) {
-  *l0_pages = UR_SIZE_MAP_L0_ALL;
   if (r->copy && !(addr & (UR_PAGE_SIZE - 1))) {
     const uint8_t *in_place = ur_mem_held_bytes(r->copy, addr, UR_SIZE_MAP_BYTES);
     if (in_place) return in_place;
-    uint32_t held = 0;
-    for (uint32_t i = 0; i < UR_SIZE_MAP_L0_PAGES; i++)
-      if (ur_mem_holds_page(r->copy, addr + (uint64_t)i * UR_PAGE_SIZE)) held |= UINT32_C(1) << i;
+    uint32_t held = l0_pages ? held_l0_pages(r->copy, addr) : UR_SIZE_MAP_L0_ALL;
     if (held != UR_SIZE_MAP_L0_ALL) {
       for (uint32_t i = 0; i < UR_SIZE_MAP_L0_PAGES; i++)
         if (held & (UINT32_C(1) << i))
@@ -294,13 +301,9 @@ static int64_t read_maps(struct ur_reader *r, uint64_t header_addr, struct entri
     const struct ur_size_map_ref *ref = &refs[order[k]];
     if (!ref->map) continue;
     /* Unreadable pages read as zero: no entries. */
-    uint32_t l0_pages;
-    const void *bytes = map_bytes(r, ref->map, (uint8_t *)map, &l0_pages);
+    uint32_t l0_pages = UR_SIZE_MAP_L0_ALL;
+    const void *bytes = map_bytes(r, ref->map, (uint8_t *)map, e ? &l0_pages : NULL);
     if (!e) {
-      if (l0_pages != UR_SIZE_MAP_L0_ALL) { /* counted whole: what it does not hold as zero */
-        ur_reader_read(r, ref->map, map, UR_SIZE_MAP_BYTES);
-        bytes = map;
-      }
       total += (int64_t)ur_size_map_live(bytes);
       continue;
     }
@@ -639,20 +642,6 @@ out:
   return result;
 }
 
-static int append_range(uint64_t **out, size_t *n, size_t *cap, uint64_t b, uint64_t e) {
-  if (*n == *cap) {
-    size_t c = *cap ? 2 * *cap : 256;
-    uint64_t *p = realloc(*out, c * 2 * sizeof(uint64_t));
-    if (!p) return -ENOMEM;
-    *out = p;
-    *cap = c;
-  }
-  (*out)[2 * *n] = b;
-  (*out)[2 * *n + 1] = e;
-  (*n)++;
-  return 0;
-}
-
 /* A level of a map: the largest block it holds, its granule, where its
  * entries start and their width (abi.h). */
 static const struct {
@@ -757,7 +746,7 @@ PyObject *ur_py_size_map_pages(PyObject *Py_UNUSED(self), PyObject *args) {
     if (!refs[k].map) continue;
     uint64_t lo = (refs[k].map + 4095) & ~(uint64_t)4095;
     uint64_t hi = (refs[k].map + UR_SIZE_MAP_BYTES) & ~(uint64_t)4095;
-    if (lo < hi) rc = append_range(&bodies, &nb, &cb, lo, hi);
+    if (lo < hi) rc = ur_ranges_append(&bodies, &nb, &cb, lo, hi);
   }
   for (size_t i = 0; rc == 0 && i < n; i++) {
     uint64_t begin = b[2 * i], size = b[2 * i + 1];
@@ -766,7 +755,8 @@ PyObject *ur_py_size_map_pages(PyObject *Py_UNUSED(self), PyObject *args) {
     const struct ur_size_map_ref *ref = ref_at(refs, nrefs, base);
     if (!ref) continue;
     uint64_t page = entry_page(ref->map, base, begin, size);
-    if (!np || pages[2 * np - 2] != page) rc = append_range(&pages, &np, &cp, page, page + 4096);
+    if (!np || pages[2 * np - 2] != page)
+      rc = ur_ranges_append(&pages, &np, &cp, page, page + 4096);
   }
   Py_END_ALLOW_THREADS
   if (rc) {
@@ -797,7 +787,7 @@ static int around(const struct ur_size_map_ref *refs, uint64_t nrefs, uint64_t l
       if (!ref) continue;
       uint64_t a = from > base ? from - base : 0, b = hi - base < span ? hi - base : span;
       uint64_t first = entry_at(ref->map, l, a), last = entry_at(ref->map, l, b - 1);
-      int rc = append_range(out, n, cap, first & ~(uint64_t)4095,
+      int rc = ur_ranges_append(out, n, cap, first & ~(uint64_t)4095,
                             (last + levels[l].width + 4095) & ~(uint64_t)4095);
       if (rc) return rc;
     }
