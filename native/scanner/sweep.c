@@ -93,6 +93,8 @@ static uint64_t cache_bytes_for(uint64_t chunks) {
  * what the mark comes back to. The graph's pass reads each chunk about
  * once; a walk over a cache holding everything reads each once. */
 #define READ_BUDGET_TIMES 4
+#define UR_STRINGIFY(x) #x
+#define UR_STR(x) UR_STRINGIFY(x)
 
 static uint64_t read_budget(uint64_t touched) {
   return (touched + 64) * READ_BUDGET_TIMES << UR_CHUNK_SHIFT;
@@ -639,7 +641,7 @@ PyObject *ur_py_sweep(PyObject *Py_UNUSED(self), PyObject *args, PyObject *kwarg
     if (result && gq.on && (!graph || PyDict_SetItemString(result, "graph", graph))) Py_CLEAR(result);
     Py_XDECREF(graph);
   } else if (rc == -ERANGE) {
-    ur_py_raise(rc, "the mark would read the heap's memory more than 4 times over");
+    ur_py_raise(rc, "the mark would read the heap's memory more than " UR_STR(READ_BUDGET_TIMES) " times over");
   } else if (!opened && rc != -ENOMEM) {
     ur_py_raise(rc, rc == -ESRCH ? "no such process" : "cannot open the process's memory");
   } else {
