@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "raw_syscall.h"
+#include "stacks.h"
 
 int ur_sandbox_filtered;
 int ur_sandbox_own_filter;
@@ -49,6 +50,7 @@ static void note_filter(void) { __atomic_store_n(&ur_sandbox_filtered, 1, __ATOM
 
 static void note_own_filter(void) {
   note_filter();
+  ur_stacks_stop_growing();
   __atomic_store_n(&ur_sandbox_own_filter, 1, __ATOMIC_RELAXED);
 }
 

@@ -26,6 +26,13 @@ def test_registry_and_stack_table_under_sanitizers() -> None:
     assert run_ok(exe, shim=None) == "OK\n"
 
 
+def test_the_stack_table_grows_as_stacks_come_under_sanitizers() -> None:
+    """backtrace=16 reserved the whole table (266 MiB of address space) at
+    start: a program that lowers RLIMIT_AS later (vsftpd) had no room left."""
+    exe = unit("stack_growth_unit.c", "region.c", "stacks.c", "modules.c")
+    assert run_ok(exe, shim=None) == "OK\n"
+
+
 def test_a_registry_out_of_room_counts_and_says_what_it_left_out() -> None:
     srcs = [
         PROGRAMS / "region_full.c",
