@@ -5,6 +5,7 @@
  * same frames, and once it may grow no more the stacks past its room are
  * counted as lost, never stored. Built with the shim's sources under
  * ASan/UBSan. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -53,6 +54,22 @@ static void check_as_scanner(const struct ur_stack_table *t, uint32_t id, const 
                n * sizeof *f) == 0);
 }
 
+#define THREADS 4
+static uint32_t ids[THREADS][STACKS];
+
+/* Every thread interns every stack, each in its own order, while the
+ * others add segments and grow the index under it. */
+static void *intern_all(void *arg) {
+  uintptr_t t = (uintptr_t)arg, f[MAX_FRAMES];
+  ur_self_tid();
+  static const uint32_t strides[THREADS] = {1, 7, 11, 13};
+  for (uint32_t j = 0; j < STACKS; j++) {
+    uint32_t i = (uint32_t)((j * (uint64_t)strides[t] + t * 977) % STACKS);
+    ids[t][i] = ur_stacks_intern(f, make(i, f));
+  }
+  return NULL;
+}
+
 int main(void) {
   ur_self_tid();
   CHECK(ur_region_init() == 0);
@@ -61,20 +78,22 @@ int main(void) {
   /* The whole capacity would take 146 MiB; its start, its first segment. */
   CHECK(reserved() - before < (UINT64_C(2) << 20));
   struct ur_stack_table *t = ur_g.stacks;
-  uintptr_t f[MAX_FRAMES], out[MAX_FRAMES];
-  for (uint32_t i = 0; i < STACKS; i++) {
-    uint32_t n = make(i, f);
-    CHECK_EQ(ur_stacks_intern(f, n), i + 1); /* ids in order, none lost */
-  }
-  CHECK_EQ(t->count, STACKS + 1);
+  pthread_t th[THREADS];
+  for (uintptr_t i = 0; i < THREADS; i++)
+    CHECK(pthread_create(&th[i], NULL, intern_all, (void *)i) == 0);
+  for (int i = 0; i < THREADS; i++) CHECK(pthread_join(th[i], NULL) == 0);
+  CHECK_EQ(t->count, STACKS + 1); /* each stack once, none lost */
   CHECK_EQ(t->overflowed, 0);
   CHECK(ur_stack_segment(STACKS) == 4);
+  uintptr_t f[MAX_FRAMES], out[MAX_FRAMES];
   for (uint32_t i = STACKS; i-- > 0;) {
-    uint32_t n = make(i, f);
-    CHECK_EQ(ur_stacks_intern(f, n), i + 1); /* found again, not added */
-    CHECK_EQ(ur_stacks_get(i + 1, out, MAX_FRAMES), n);
+    uint32_t n = make(i, f), id = ids[0][i];
+    CHECK(id >= 1 && id <= STACKS);
+    for (int k = 1; k < THREADS; k++) CHECK_EQ(ids[k][i], id); /* one id for all */
+    CHECK_EQ(ur_stacks_intern(f, n), id); /* found again, not added */
+    CHECK_EQ(ur_stacks_get(id, out, MAX_FRAMES), n);
     CHECK(memcmp(out, f, n * sizeof *f) == 0);
-    check_as_scanner(t, i + 1, f, n);
+    check_as_scanner(t, id, f, n);
   }
   CHECK_EQ(t->count, STACKS + 1);
   /* Grown as filled: the segments made hold 64K ids, not the million. */
@@ -87,7 +106,7 @@ int main(void) {
   CHECK_EQ(ur_stacks_intern(f, make(room, f)), 0);
   CHECK_EQ(t->overflowed, 1);
   CHECK_EQ(t->count, room);
-  CHECK_EQ(ur_stacks_intern(f, make(7, f)), 8); /* known stacks are still found */
+  CHECK_EQ(ur_stacks_intern(f, make(7, f)), ids[0][7]); /* known stacks are still found */
   printf("OK\n");
   return 0;
 }
