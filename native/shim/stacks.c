@@ -114,15 +114,11 @@ static int same(uint32_t id, const uintptr_t *f, uint32_t n, uint64_t h) {
          memcmp(frames_of(id, t->max_frames), f, n * sizeof *f) == 0;
 }
 
-/* Probe for the stack; returns its id, or 0 with *slot set to the empty index slot. */
-static uint32_t probe(const struct stack_index *ix, const uintptr_t *f, uint32_t n, uint64_t h,
-                      uint64_t *slot) {
+/* Probe for the stack; returns its id, or 0 at the first empty slot. */
+static uint32_t probe(const struct stack_index *ix, const uintptr_t *f, uint32_t n, uint64_t h) {
   for (uint64_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
     uint32_t id = __atomic_load_n(&ix->slot[i], __ATOMIC_ACQUIRE);
-    if (id == 0) {
-      *slot = i;
-      return 0;
-    }
+    if (id == 0) return 0;
     if (same(id, f, n, h)) return id;
   }
 }
@@ -169,8 +165,7 @@ static int make_room(struct ur_stack_table *t, uint32_t next) {
  * lock): store a new stack, or count it as lost (0). */
 static uint32_t add(const uintptr_t *f, uint32_t n, uint64_t h) {
   struct ur_stack_table *t = ur_g.stacks;
-  uint64_t slot;
-  uint32_t id = probe(st.index, f, n, h, &slot); /* someone may have added it meanwhile */
+  uint32_t id = probe(st.index, f, n, h); /* someone may have added it meanwhile */
   if (id) return id;
   uint32_t next = t->count;
   if (next >= t->capacity || make_room(t, next)) {
@@ -190,8 +185,8 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
   if (!n || !t || !t->max_frames) return 0;
   if (n > t->max_frames) n = t->max_frames;
   if (same_as_last(f, n)) return last.id;
-  uint64_t h = hash_frames(f, n), slot;
-  uint32_t id = probe(__atomic_load_n(&st.index, __ATOMIC_ACQUIRE), f, n, h, &slot);
+  uint64_t h = hash_frames(f, n);
+  uint32_t id = probe(__atomic_load_n(&st.index, __ATOMIC_ACQUIRE), f, n, h);
   if (id) return remember(f, n, id);
   /* A signal handler's call landing inside this thread's add() would take
    * the lock as its own and write the same id or segment. */
@@ -201,9 +196,11 @@ uint32_t ur_stacks_intern(const uintptr_t *f, uint32_t n) {
   }
   ur_modules_note(); /* its pcs' objects, while they are loaded */
   last.adding = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST); /* set before add() begins, for a handler */
   int locked = ur_lock(&ur_fork->stacks_lock, ur_tls.tid);
   id = add(f, n, h);
   ur_unlock(&ur_fork->stacks_lock, locked);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   last.adding = 0;
   return remember(f, n, id);
 }
