@@ -34,7 +34,8 @@ from tests.support.cbuild import build  # noqa: E402
 from unreachable._paths import shim_path  # noqa: E402
 
 TARGETS = {"default": 1.2, "backtrace=16": 3.0}
-REPORTED = {*TARGETS, "compared"}  # with a slowdown; only TARGETS have a verdict
+# with a slowdown; only TARGETS have a verdict
+REPORTED = {*TARGETS, "compared", "compared backtrace=16"}
 
 # One configuration per malloc_debug option that costs something per call
 # (the signal-driven ones cost nothing until their signal arrives).
@@ -83,7 +84,7 @@ def main() -> int:
         "--compare",
         type=Path,
         default=None,
-        help="another build of the shim, measured (default options) in the same rounds",
+        help="another build of the shim, measured (default, backtrace=16) in the same rounds",
     )
     args = ap.parse_args()
 
@@ -96,6 +97,7 @@ def main() -> int:
     ]
     if args.compare is not None:
         configs.append(("compared", args.compare, ""))
+        configs.append(("compared backtrace=16", args.compare, "backtrace=16"))
     ok = True
     print(f"load average {load():.1f} before the rounds")
     for threads in (1, 2):
@@ -110,7 +112,7 @@ def main() -> int:
                 best[name] = max(best[name], rate)
         print(f"threads={threads}")
         for name, _, _ in configs:
-            line = f"  {name:14s} {best[name] / 1e6:8.2f} Mops/s"
+            line = f"  {name:21s} {best[name] / 1e6:8.2f} Mops/s"
             if name in REPORTED:
                 # Two estimators: best against best, and the median of each
                 # round's ratio (glibc and the shim measured seconds apart),

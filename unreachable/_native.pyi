@@ -394,6 +394,7 @@ class RegistryRead(TypedDict):
     options: str
     max_frames: int
     stack_count: int
+    stacks_dropped: int  # allocations the shim kept no stack for (its table full or not grown)
     expected: int
     regions: list[tuple[int, int]]
     disabled: int

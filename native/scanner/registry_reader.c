@@ -527,6 +527,9 @@ PyObject *ur_py_read_registry(PyObject *Py_UNUSED(self), PyObject *args) {
   /* The shards' table bytes read: what is present, not what they claim. */
   if (result && set_item(result, "tables_read", PyLong_FromUnsignedLongLong(tables_read)) < 0)
     Py_CLEAR(result);
+  /* Allocations the shim kept no stack for: its table full, or not grown. */
+  if (result && set_item(result, "stacks_dropped", PyLong_FromUnsignedLong(st.overflowed)) < 0)
+    Py_CLEAR(result);
 out:
   free(spans);
   Py_XDECREF(threads);
@@ -542,6 +545,33 @@ out:
 }
 
 #define MAX_WHOLE_FRAMES (UINT64_C(64) << 20)
+
+/* The stack table's segments (abi.h): the addresses of each one's frames
+ * and counts, 0 for one not made (or not readable). */
+struct stack_segments {
+  uint64_t frames[UR_STACK_SEGMENTS], counts[UR_STACK_SEGMENTS];
+};
+
+/* The address of id's frames in the target. */
+static uint64_t frames_addr(const struct stack_segments *s, uint32_t id, uint32_t maxf) {
+  uint32_t k = ur_stack_segment(id);
+  return s->frames[k] + (uint64_t)(id - ur_stack_segment_base(k)) * maxf * sizeof(uint64_t);
+}
+
+/* counts[id] for ids [0, count), and (frames not NULL) their frames at
+ * frames[id * maxf], segment by segment. */
+static void read_segments(struct ur_reader *rd, const struct stack_segments *s, uint32_t count,
+                          uint32_t maxf, uint16_t *counts, uint64_t *frames) {
+  for (uint32_t k = 0; k < UR_STACK_SEGMENTS; k++) {
+    uint32_t base = ur_stack_segment_base(k);
+    if (base >= count) break;
+    uint32_t n = count - base < ur_stack_segment_ids(k) ? count - base : ur_stack_segment_ids(k);
+    if (s->counts[k]) ur_reader_read(rd, s->counts[k], counts + base, n * sizeof(*counts));
+    if (frames && s->frames[k])
+      ur_reader_read_anon(rd, s->frames[k], frames + (size_t)base * maxf,
+                          (size_t)n * maxf * sizeof(*frames));
+  }
+}
 
 PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
   PyObject *source;
@@ -581,11 +611,15 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
     goto out;
   }
   uint64_t whole = (uint64_t)count * maxf * sizeof(uint64_t);
+  struct stack_segments segs = {{0}, {0}};
   Py_BEGIN_ALLOW_THREADS
-  if (count) ur_reader_read(&rd, st.frame_counts, counts, count * sizeof(*counts));
-  /* One read for the whole frame table when it is of sane size, else per id. */
-  if (count && whole <= MAX_WHOLE_FRAMES && (frames = malloc(whole)) != NULL)
-    ur_reader_read_anon(&rd, st.frames, frames, whole);
+  if (count) {
+    ur_reader_read(&rd, st.frames, segs.frames, sizeof(segs.frames));
+    ur_reader_read(&rd, st.frame_counts, segs.counts, sizeof(segs.counts));
+    /* One read a segment for the frames when they are of sane size, else per id. */
+    if (whole <= MAX_WHOLE_FRAMES) frames = calloc(1, whole);
+    read_segments(&rd, &segs, count, maxf, counts, frames);
+  }
   Py_END_ALLOW_THREADS
   if (!(result = PyDict_New())) goto out;
   size_t nids = (size_t)ids.len / 4;
@@ -607,7 +641,7 @@ PyObject *ur_py_read_stacks(PyObject *Py_UNUSED(self), PyObject *args) {
       if (frames) {
         pcs = frames + (size_t)id * maxf;
       } else {
-        ur_reader_read(&rd, st.frames + (uint64_t)id * maxf * 8, one, nf * 8);
+        ur_reader_read(&rd, frames_addr(&segs, id, maxf), one, nf * 8);
         pcs = one;
       }
     }

@@ -9,7 +9,14 @@
  * the process alive, the login hung). Once the process is under a filter,
  * libunwind's checks are answered "not mapped" without the call: the
  * backtrace ends at that frame, as at any address it cannot read. Its pipe
- * is not made either (unwinder_fds.c asks ur_unwinder_sandboxed).
+ * is not made either (unwinder_fds.c asks ur_unwinder_sandboxed). Looking
+ * up the unwind tables of code it has not unwound before, libunwind blocks
+ * every signal around dl_iterate_phdr (sigprocmask, twice), which an
+ * allowlist of the program's own calls rarely grants (vsftpd's pre-login
+ * child): under a filter those calls of libunwind's are answered without
+ * the call. The mask guards against a signal handler's unwind nesting in
+ * the lookup; the shim's never does (a nested call takes no backtrace,
+ * unwind.h), and glibc's dl_iterate_phdr lock is recursive.
  *
  * A filter comes three ways, all seen here: prctl(PR_SET_SECCOMP); the
  * seccomp() system call through syscall() (glibc has no wrapper; libseccomp
@@ -25,6 +32,7 @@
 #include <fcntl.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -32,6 +40,7 @@
 #include <unistd.h>
 
 #include "raw_syscall.h"
+#include "stacks.h"
 
 int ur_sandbox_filtered;
 int ur_sandbox_own_filter;
@@ -41,6 +50,7 @@ static void note_filter(void) { __atomic_store_n(&ur_sandbox_filtered, 1, __ATOM
 
 static void note_own_filter(void) {
   note_filter();
+  ur_stacks_stop_growing();
   __atomic_store_n(&ur_sandbox_own_filter, 1, __ATOMIC_RELAXED);
 }
 
@@ -136,4 +146,17 @@ UR_EXPORT int msync(void *addr, size_t length, int flags) {
    * the next point). */
   pthread_testcancel();
   return (int)syscall(SYS_msync, addr, length, flags);
+}
+
+UR_EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+  if (UR_UNLIKELY(ur_unwinder_sandboxed())) {
+    if (old) sigemptyset(old); /* restored by a call answered the same way */
+    return 0;
+  }
+  /* glibc's sigprocmask is its pthread_sigmask with errno (which keeps
+   * its own cancellation and set*id signals out of the set). */
+  int r = pthread_sigmask(how, set, old);
+  if (r == 0) return 0;
+  errno = r;
+  return -1;
 }

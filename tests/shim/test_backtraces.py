@@ -105,3 +105,14 @@ def test_a_program_in_its_own_seccomp_sandbox_is_not_killed_by_the_unwinder(
     exe = program("seccomp_sandbox.c")
     assert run_ok(exe, how, shim=shim, options=options).strip() == "ok"
     assert run_ok(exe, how, shim=None).strip() == "ok"
+
+
+@pytest.mark.parametrize("how", ["prctl", "syscall"])
+def test_an_allowlist_without_sigprocmask_does_not_kill_the_unwinder(shim: Path, how: str) -> None:
+    """vsftpd's pre-login child: an allowlist of its own calls without
+    rt_sigprocmask, then allocations through code not unwound before.
+    libunwind blocks signals around its unwind-table lookup with
+    sigprocmask, and the kernel killed the process with SIGSYS."""
+    exe = program("unwind_allowlist.c")
+    assert run_ok(exe, how, shim=None).strip() == "ok"
+    assert run_ok(exe, how, shim=shim, options="backtrace=16").strip() == "ok"

@@ -73,12 +73,7 @@ CASES: dict[str, Case] = {
     "tst-mallocfork3": Case(("tst-mallocfork3.c",)),
     "tst-malloc-fork-deadlock": Case(("tst-malloc-fork-deadlock.c",)),
     "tst-malloc-thread-exit": Case(("tst-malloc-thread-exit.c",)),
-    "tst-malloc-thread-fail": Case(
-        ("tst-malloc-thread-fail.c",),
-        diverges="RLIMIT_AS of 200 MiB: the backtrace table's address space leaves too little "
-        "for the test's threads (README.md: known divergences)",
-        diverges_under=("backtrace=16",),
-    ),
+    "tst-malloc-thread-fail": Case(("tst-malloc-thread-fail.c",)),
     "tst-malloc-backtrace": Case(("tst-malloc-backtrace.c",)),
     "tst-mallopt": Case(("tst-mallopt.c",)),
     "tst-trim1": Case(("tst-trim1.c",)),

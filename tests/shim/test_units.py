@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.shim.support import PROGRAMS, SHIM_SRC, run, run_ok, unit
+from tests.shim.support import PROGRAMS, SHIM_SRC, UNIT_TEST_INCLUDE, run, run_ok, unit
 from tests.support.cbuild import build, native_sources
 from tests.support.tracking import copy_unsupported
 from unreachable.capture.copy_snapshot import cow_possible
@@ -23,6 +23,25 @@ def test_registry_and_stack_table_under_sanitizers() -> None:
         "stacks.c",
         "modules.c",
     )
+    assert run_ok(exe, shim=None) == "OK\n"
+
+
+def test_the_stack_table_grows_as_stacks_come_under_sanitizers() -> None:
+    """backtrace=16 reserved the whole table (266 MiB of address space) at
+    start: a program that lowers RLIMIT_AS later (vsftpd) had no room left."""
+    exe = unit("stack_growth_unit.c", "region.c", "stacks.c", "modules.c")
+    assert run_ok(exe, shim=None) == "OK\n"
+
+
+def test_the_stack_table_grows_under_threads_under_tsan() -> None:
+    """Lookups without the lock while other threads add segments and
+    replace the index."""
+    srcs = [
+        PROGRAMS / "stack_growth_unit.c",
+        *native_sources("shim", "region.c", "stacks.c", "modules.c"),
+    ]
+    tsan = ["-fsanitize=thread"]
+    exe = build(srcs, cflags=[f"-I{SHIM_SRC}", f"-I{UNIT_TEST_INCLUDE}", *tsan], ldflags=tsan)
     assert run_ok(exe, shim=None) == "OK\n"
 
 

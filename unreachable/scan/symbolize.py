@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from unreachable import _native
 from unreachable.fold.dedup import Leak
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
@@ -21,6 +22,7 @@ class Backtraces:
 
     stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # return addresses by id
     loaded: list[LoadedObject] = field(default_factory=list)  # every object ever loaded
+    dropped: int = 0  # allocations the shim kept no stack for, when a leak has none
 
 
 def read_backtraces(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak]) -> Backtraces:
@@ -29,7 +31,28 @@ def read_backtraces(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak])
         memory, descriptor_addr, {leak.stack_id for leak in leaks if leak.stack_id}
     )
     loaded = read_loaded_objects(memory, descriptor_addr) if stacks else []
-    return Backtraces(stacks, loaded)
+    return Backtraces(stacks, loaded, _dropped(memory, descriptor_addr, leaks))
+
+
+def _dropped(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak]) -> int:
+    """How many allocations the shim's stack table could not take (it grows
+    as stacks come, and stops where it cannot: an address-space limit, the
+    program's own seccomp filter), asked only when a leak has no stack."""
+    if all(leak.stack_id for leak in leaks):
+        return 0
+    try:
+        return _native.read_registry(memory, descriptor_addr, False, False)["stacks_dropped"]
+    except (OSError, ValueError):
+        return 0  # read whole before this, in the same capture: a target that went meanwhile
+
+
+def dropped_note(dropped: int) -> str:
+    if not dropped:
+        return ""
+    return (
+        f"{dropped} allocations have no backtrace: the shim's stack table could not grow "
+        "(an address-space limit, or the program's own seccomp filter)"
+    )
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -48,8 +71,9 @@ def symbolize(
     root: str | None = None,
 ) -> Symbolized:
     """pid None: no live process (a core): the mappings' paths are read as given."""
+    dropped = dropped_note(backtraces.dropped)
     if not backtraces.stacks:
-        return Symbolized({}, "")
+        return Symbolized({}, dropped)
     symbolizer = Symbolizer(pid, mappings, unloaded=backtraces.loaded, root=root, budget=budget)
     frames = symbolizer.symbolize(backtraces.stacks)
-    return Symbolized(frames, symbolizer.note)
+    return Symbolized(frames, "; ".join(n for n in (symbolizer.note, dropped) if n))

@@ -110,9 +110,10 @@
 #include <stdint.h>
 
 #define UR_ABI_MAGIC UINT64_C(0x3142484341455255) /* "UREACHB1" little endian */
-#define UR_ABI_VERSION 5u /* 2: 16-byte entries (size and stack id packed in meta); 3: size maps;
+#define UR_ABI_VERSION 6u /* 2: 16-byte entries (size and stack id packed in meta); 3: size maps;
                              4: the shim's memory in several regions, why it is disabled;
-                             5: size maps of three levels */
+                             5: size maps of three levels; 6: the stack table in
+                             segments */
 
 /* The exported symbol the scanner looks up in the shim's ELF dynsym. */
 #define UR_DESCRIPTOR_SYMBOL "unreachable_descriptor"
@@ -293,19 +294,48 @@ struct ur_thread_slot {    /* 64 bytes */
 };
 
 /*
- * Deduplicated backtraces. Stack id N (N >= 1) has num_frames at
- * frame_counts[N] and its pcs at frames[N * max_frames ...]. Ids are
- * published with a release store of `count` after the frames are written,
- * so ids < count are complete.
+ * Deduplicated backtraces, kept in segments made as stacks are interned, so
+ * the table takes address space as it fills (a program that lowers
+ * RLIMIT_AS after its start still has it). Segment 0 holds ids
+ * [0, 2^UR_STACK_SEGMENT0_SHIFT) (id 0 is reserved); segment k >= 1 holds
+ * [2^(SHIFT+k-1), 2^(SHIFT+k)), as many as all before it
+ * (ur_stack_segment, ur_stack_segment_base). frames[k] and frame_counts[k]
+ * are segment k's arrays, 0 until it is made: stack id N of segment k has
+ * its num_frames at counts_k[N - base_k] and its pcs at
+ * frames_k[(N - base_k) * max_frames ...]. A segment's addresses are
+ * stored before any of its ids is published; ids are published with a
+ * release store of `count` after their frames are written, so ids < count
+ * are complete.
  */
+#define UR_STACK_SEGMENT0_SHIFT 12u
+#define UR_STACK_SEGMENTS 21u /* segments 0..20 cover every 32-bit id */
+
 struct ur_stack_table {
-  uint64_t frames;         /* address of uint64_t[capacity * max_frames] */
-  uint64_t frame_counts;   /* address of uint16_t[capacity] */
+  uint64_t frames;         /* address of uint64_t[UR_STACK_SEGMENTS]: each segment's
+                              uint64_t[ids * max_frames] */
+  uint64_t frame_counts;   /* address of uint64_t[UR_STACK_SEGMENTS]: each segment's uint16_t[ids] */
   uint32_t capacity;       /* max number of distinct stacks; id 0 is reserved */
   uint32_t max_frames;     /* frames per stack (backtrace=N) */
   uint32_t count;          /* next id to hand out; ids [1, count) are valid */
-  uint32_t overflowed;     /* allocations whose stack could not be stored */
+  uint32_t overflowed;     /* allocations whose stack could not be stored: the table full,
+                              or no segment could be added */
 };
+
+/* The segment holding stack id `id`, and the first id of segment k. */
+static inline uint32_t ur_stack_segment(uint32_t id) {
+  return id >> UR_STACK_SEGMENT0_SHIFT
+             ? (uint32_t)(32 - __builtin_clz(id)) - UR_STACK_SEGMENT0_SHIFT
+             : 0;
+}
+
+static inline uint32_t ur_stack_segment_base(uint32_t k) {
+  return k ? UINT32_C(1) << (k + UR_STACK_SEGMENT0_SHIFT - 1) : 0;
+}
+
+/* How many ids segment k holds. */
+static inline uint32_t ur_stack_segment_ids(uint32_t k) {
+  return k ? ur_stack_segment_base(k) : UINT32_C(1) << UR_STACK_SEGMENT0_SHIFT;
+}
 
 /* The in-child sweep's mailbox (see the top of this file). */
 #define UR_CHILD_GO UINT32_C(0x50455753) /* "SWEP" */

@@ -122,8 +122,14 @@ static void forge_stacks(struct ur_descriptor *d) {
   uint32_t stacks = UINT32_C(1) << 28; /* 512 MiB of counts (2^32: 8 GiB) */
   size_t counts = (size_t)stacks * 2;
   struct ur_stack_table *st = room(sizeof(*st));
-  st->frames = (uintptr_t)room(4096);
-  st->frame_counts = (uintptr_t)mmap(NULL, counts, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  uint64_t *frame_segs = room(UR_STACK_SEGMENTS * 8), *count_segs = room(UR_STACK_SEGMENTS * 8);
+  char *all = mmap(NULL, counts, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  for (uint32_t k = 0; k <= ur_stack_segment(stacks - 1); k++) {
+    frame_segs[k] = (uintptr_t)room(4096);
+    count_segs[k] = (uintptr_t)(all + (size_t)ur_stack_segment_base(k) * 2);
+  }
+  st->frames = (uintptr_t)frame_segs;
+  st->frame_counts = (uintptr_t)count_segs;
   st->capacity = stacks;
   st->count = stacks;
   st->max_frames = 4096;

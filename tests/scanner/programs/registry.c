@@ -16,6 +16,7 @@ static struct ur_shard shards[2];
 static struct ur_thread_slot slots[4];
 static uint64_t frames[8 * 4];
 static uint16_t frame_counts[8];
+static uint64_t frame_segments[UR_STACK_SEGMENTS], count_segments[UR_STACK_SEGMENTS];
 static struct ur_stack_table stacks;
 static uint32_t cmd;
 static const char options[] = "backtrace=4 helper=1";
@@ -58,8 +59,10 @@ int main(void) {
   frame_counts[2] = 4;
   for (int i = 0; i < 4; i++) frames[2 * 4 + i] = (uint64_t)i + 1;
   frame_counts[3] = 1; /* id 3 >= count: not yet published */
-  stacks = (struct ur_stack_table){(uint64_t)(uintptr_t)frames, (uint64_t)(uintptr_t)frame_counts,
-                                   8, 4, 3, 0};
+  frame_segments[0] = (uint64_t)(uintptr_t)frames; /* segment 0 alone, 8 ids of it */
+  count_segments[0] = (uint64_t)(uintptr_t)frame_counts;
+  stacks = (struct ur_stack_table){(uint64_t)(uintptr_t)frame_segments,
+                                   (uint64_t)(uintptr_t)count_segments, 8, 4, 3, 0};
   /* Maps over [0, 1 MiB) and [1 GiB, 1 GiB + 1 MiB), every level's
    * smallest and largest size, interleaved: the reader merges the levels in
    * address order. 0x3000 is also in shard 1, which the reader reads first:

@@ -54,8 +54,10 @@ int check_full(void) {
   uint32_t id = 0;
   CHECK(registry_find(a[0], NULL, &id) && id >= 1 && id < st->count);
   CHECK(st->max_frames == 16 && st->capacity > 1);
-  uint16_t count = ((uint16_t *)(uintptr_t)st->frame_counts)[id];
-  uint64_t *tf = (uint64_t *)(uintptr_t)st->frames + (uint64_t)id * st->max_frames;
+  uint32_t seg = ur_stack_segment(id), off = id - ur_stack_segment_base(seg);
+  uint16_t count = ((uint16_t *)(uintptr_t)((uint64_t *)(uintptr_t)st->frame_counts)[seg])[off];
+  uint64_t *tf = (uint64_t *)(uintptr_t)((uint64_t *)(uintptr_t)st->frames)[seg] +
+                 (uint64_t)off * st->max_frames;
   CHECK(count == n);
   CHECK(SHIM_FN(malloc_backtrace)(a[0], frames, 64) == n);
   for (int i = 0; i < count; i++) CHECK(tf[i] == frames[i]);
