@@ -1,6 +1,6 @@
 """What the shim exports: the malloc family (with jemalloc's extensions and C++
 operator new and delete), the malloc_debug interface and the descriptor,
-what guards the unwinder's descriptors, sigaltstack, unshare and setns, nothing
+what guards the unwinder's descriptors and signal mask, sigaltstack, unshare and setns, nothing
 else."""
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ EXPECTED_FUNCS = {
     "pipe2", "close", "close_range", "closefrom",
     # libunwind's address check is not made under the program's seccomp filter (sandbox.c)
     "prctl", "syscall", "mincore", "msync",
+    # libunwind's signal mask around its table lookup, answered without the call there
+    # under the program's own seccomp filter (sandbox.c)
+    "sigprocmask",
     # records each thread's alternate signal stack for the scanner (altstack.c)
     "sigaltstack",
     # the helper thread steps aside for calls that need a single thread (namespaces.c)
