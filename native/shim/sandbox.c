@@ -31,6 +31,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "raw_clone.h"
 #include "raw_syscall.h"
 
 int ur_sandbox_filtered;
@@ -92,7 +93,8 @@ UR_EXPORT int prctl(int option, ...) {
 
 /* glibc's syscall() as its assembly does it: six arguments taken whatever
  * the caller passed (the unused ones are registers and the caller's stack),
- * -1 and errno for the kernel's -4095..-1. */
+ * -1 and errno for the kernel's -4095..-1. A clone() that forks runs the
+ * shim's fork handlers around it (raw_clone.c). */
 UR_EXPORT long syscall(long nr, ...) {
   va_list ap;
   va_start(ap, nr);
@@ -110,7 +112,8 @@ UR_EXPORT long syscall(long nr, ...) {
       if (confine) confine();
     }
   }
-  long r = ur_sys6(nr, a, b, c, d, e, f);
+  long r = UR_UNLIKELY(ur_raw_clone_forks(nr, a, b)) ? ur_raw_clone_fork(nr, a, b, c, d, e, f)
+                                                     : ur_sys6(nr, a, b, c, d, e, f);
   if (ur_sys_failed(r)) {
     errno = (int)-r;
     return -1;
