@@ -34,6 +34,10 @@
 #include "raw_clone.h"
 #include "raw_syscall.h"
 
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+
 int ur_sandbox_filtered;
 int ur_sandbox_own_filter;
 int ur_sandbox_helper_confined;
@@ -112,8 +116,9 @@ UR_EXPORT long syscall(long nr, ...) {
       if (confine) confine();
     }
   }
-  long r = UR_UNLIKELY(ur_raw_clone_forks(nr, a, b)) ? ur_raw_clone_fork(nr, a, b, c, d, e, f)
-                                                     : ur_sys6(nr, a, b, c, d, e, f);
+  long r = UR_UNLIKELY(nr == SYS_clone || nr == SYS_clone3) && ur_raw_clone_forks(nr, a, b)
+               ? ur_raw_clone_fork(nr, a, b, c, d, e, f)
+               : ur_sys6(nr, a, b, c, d, e, f);
   if (ur_sys_failed(r)) {
     errno = (int)-r;
     return -1;

@@ -17,7 +17,14 @@ import sys
 
 import pytest
 
-from tests.support.raw_clone import CHURN_SIZES, LEAK_SIZE, THREADS, raw_clone_family
+from tests.support.raw_clone import (
+    CHURN_SIZES,
+    GRANDCHILD_LEAK,
+    LEAK_SIZE,
+    THREADS,
+    raw_clone_family,
+)
+from tests.support.targets import wait_for_helper
 from unreachable import _native
 from unreachable.capture.target import open_target
 from unreachable.daemon.targets import list_targets, target_info
@@ -101,3 +108,21 @@ def test_a_clone_sharing_descriptors_is_left_alone(shim):
     with raw_clone_family(shim, "files") as family:
         assert len(family.children) == 4
         assert scan(family.parent.pid, "fork").returncode == 0
+
+
+def test_a_childs_own_fork_has_a_helper_again(shim):
+    """glibc's fork() in the child forgets the threads it never had: the
+    grandchild gets a helper, and a fork scan, exactly."""
+    with raw_clone_family(shim, "newipc", children=4, grandchildren=True) as family:
+        assert len(family.grandchildren) == 2  # one per quiet child
+        for grandchild in family.grandchildren:
+            assert wait_for_helper(grandchild.pid)
+            assert open_target(grandchild.pid).header.no_helper == 0
+        grandchild = family.grandchildren[0]
+        res = scan(grandchild.pid, "fork")
+        assert json.loads(res.stdout)["snapshot"] == "fork"
+        # Its parent's leak is its own too: the same address in its copy.
+        quiet = {(c.leak, LEAK_SIZE) for c in family.children if c.quiet}
+        found = leaks(res)
+        assert (grandchild.leak, GRANDCHILD_LEAK) in found and len(found) == 2
+        assert found - {(grandchild.leak, GRANDCHILD_LEAK)} <= quiet

@@ -18,6 +18,7 @@ from tests.support.cbuild import build
 
 PROGRAM = Path(__file__).resolve().parents[1] / "shim" / "programs" / "raw_clone.c"
 LEAK_SIZE = 4321
+GRANDCHILD_LEAK = 1234
 THREADS = 4  # the parent's threads allocating and freeing meanwhile
 CHURN_SIZES = range(16, 2016)  # the sizes of their blocks
 
@@ -31,9 +32,16 @@ class Child:
 
 
 @dataclass(frozen=True)
+class Grandchild:
+    pid: int
+    leak: int  # the block it dropped (GRANDCHILD_LEAK bytes)
+
+
+@dataclass(frozen=True)
 class Family:
     parent: subprocess.Popen[bytes]
     children: list[Child]
+    grandchildren: list[Grandchild]
 
     def quiet(self) -> Child:
         return next(c for c in self.children if c.quiet)
@@ -70,25 +78,35 @@ def _child(line: str) -> Child:
 
 @contextmanager
 def raw_clone_family(
-    shim: Path, how: str = "newipc", children: int = 4, timeout: float = 30.0
+    shim: Path,
+    how: str = "newipc",
+    children: int = 4,
+    timeout: float = 30.0,
+    grandchildren: bool = False,
 ) -> Iterator[Family]:
+    """grandchildren: each child forks one through glibc's fork()."""
     exe = build(PROGRAM)
     proc = subprocess.Popen(
-        [str(exe), how, str(children)],
+        [str(exe), how, str(children), "grandchild" if grandchildren else "-"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=dict(os.environ, LD_PRELOAD=str(shim)),
     )
     found: list[Child] = []
+    below: list[Grandchild] = []
     try:
         for line in _lines(proc, timeout):
             if line.startswith("CHILD"):
                 found.append(_child(line))
-        yield Family(proc, found)
+            elif line.startswith("GRANDCHILD"):
+                f = dict(kv.split("=", 1) for kv in line.split()[1:])
+                below.append(Grandchild(int(f["pid"]), int(f["leak"], 16)))
+        yield Family(proc, found, below)
     finally:
         # Every child, announced or not (one stuck before its line): the
         # parent's, and CLONE_PARENT's, which are this process's.
-        family = {c.pid for c in found} | _made_by(exe, {proc.pid, os.getpid()})
+        family = {c.pid for c in found} | {g.pid for g in below}
+        family |= _made_by(exe, {proc.pid, os.getpid(), *family})
         for pid in family:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -12,7 +12,13 @@
  *   parent   CLONE_PARENT | SIGCHLD (the child is the caller's sibling)
  *   clone3   clone3() with CLONE_NEWIPC, exit signal SIGCHLD
  *   files    CLONE_FILES | SIGCHLD (the child shares the descriptor table)
- * argv[2] how many children. Each child prints
+ * argv[2] how many children; argv[3] "grandchild": each quiet child (below)
+ * also forks (glibc's fork()) a grandchild, which drops a block of
+ * GRANDCHILD_LEAK bytes and prints "GRANDCHILD pid=<pid> leak=<address>
+ * size=<bytes>". Not the others: glibc's fork() takes every arena's lock,
+ * and a thread the child lacks may have held one at the clone (glibc's
+ * locks, which no fork handler of glibc's took: the shim or not).
+ * Each child prints
  * "CHILD pid=<its pid as /proc names it> leak=<address> size=<bytes>
  * setgroups=<0 or errno> quiet=<1: cloned with the threads parked>"; then
  * the parent prints READY; every process waits for stdin to close. */
@@ -28,6 +34,7 @@
 #include "../../scan/programs/scenario.h"
 
 #define LEAK_SIZE 4321
+#define GRANDCHILD_LEAK 1234
 #define MASK ((uintptr_t)0x5a5a5a5a5a5a5a5aULL) /* the address, never held as itself */
 #define THREADS 4
 
@@ -83,18 +90,38 @@ static int proc_pid(void) {
   return n > 0 ? atoi(buf) : -1;
 }
 
-__attribute__((noinline)) static uintptr_t drop_leak(void) {
-  char *p = malloc(LEAK_SIZE);
+__attribute__((noinline)) static uintptr_t drop_leak(size_t size) {
+  char *p = malloc(size);
   if (!p) _exit(3);
-  memset(p, 0x33, LEAK_SIZE);
+  memset(p, 0x33, size);
   uintptr_t masked = (uintptr_t)p ^ MASK;
   KEEP(p);
   return masked;
 }
 
-__attribute__((noreturn)) static void child(int done_fd, int quiet) {
+/* A fork() through glibc, which makes glibc forget the threads its parent
+ * never had: the shim starts a helper here again. */
+static void grandchild(void) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid != 0) return;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  uintptr_t masked = drop_leak();
+  uintptr_t masked = drop_leak(GRANDCHILD_LEAK);
+  wipe();
+  char line[160] = {0};
+  int n = snprintf(line, sizeof line, "GRANDCHILD pid=%d leak=%#lx size=%d\n", proc_pid(),
+                   (unsigned long)(masked ^ MASK), GRANDCHILD_LEAK);
+  masked = 0;
+  if (write(1, line, (size_t)n) != n) _exit(4);
+  memset(line, 0, sizeof line);
+  wipe();
+  wait_for_test();
+  _exit(0);
+}
+
+__attribute__((noreturn)) static void child(int done_fd, int quiet, int fork_one) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  uintptr_t masked = drop_leak(LEAK_SIZE);
   wipe();
   int err = setgroups(0, NULL) == 0 ? 0 : errno;
   for (size_t i = 1; i <= 100; i++) free(malloc(i * 40));
@@ -102,6 +129,7 @@ __attribute__((noreturn)) static void child(int done_fd, int quiet) {
   int n = snprintf(line, sizeof line, "CHILD pid=%d leak=%#lx size=%d setgroups=%d quiet=%d\n",
                    proc_pid(), (unsigned long)(masked ^ MASK), LEAK_SIZE, err, quiet);
   masked = 0;
+  if (fork_one && quiet) grandchild();
   if (write(1, line, (size_t)n) != n || write(done_fd, "c", 1) != 1) _exit(4);
   memset(line, 0, sizeof line);
   wipe();
@@ -112,6 +140,7 @@ __attribute__((noreturn)) static void child(int done_fd, int quiet) {
 int main(int argc, char **argv) {
   const char *how = argc > 1 ? argv[1] : "newipc";
   int children = argc > 2 ? atoi(argv[2]) : 4;
+  int fork_one = argc > 3 && strcmp(argv[3], "grandchild") == 0;
   int done[2];
   if (pipe(done) != 0) return 2;
   pthread_t t[THREADS];
@@ -131,7 +160,7 @@ int main(int argc, char **argv) {
       while (__atomic_load_n(&parked, __ATOMIC_ACQUIRE) < THREADS) sched_yield();
     }
     long pid = raw_clone(how);
-    if (pid == 0) child(done[1], quiet);
+    if (pid == 0) child(done[1], quiet, fork_one);
     parking = 0;
     if (pid < 0) {
       printf("READY error=%d\n", errno);
