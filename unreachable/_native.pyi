@@ -21,6 +21,8 @@ DISABLED_NONE: int
 DISABLED_OPTIONS: int
 DISABLED_NO_MEMORY: int
 DISABLED_OTHER_MALLOC: int
+NO_HELPER_OWN_FILTER: int
+NO_HELPER_RAW_CLONE: int
 TRACK_IDLE: int
 TRACK_START: int
 TRACK_ON: int
@@ -73,6 +75,7 @@ class Descriptor(TypedDict):
     unregistered: int
     helper_frames: int
     shard_locks: int
+    no_helper: int
 
 class WriteTracker(TypedDict):
     cmd: int

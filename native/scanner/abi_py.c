@@ -51,6 +51,7 @@ static const struct abi_field descriptor_fields[] = {
     FIELD(ur_descriptor, unregistered, ABI_U64),
     FIELD(ur_descriptor, helper_frames, ABI_U64),
     FIELD(ur_descriptor, shard_locks, ABI_U64),
+    FIELD(ur_descriptor, no_helper, ABI_U32),
 };
 
 static const struct abi_field write_tracker_fields[] = {
@@ -550,6 +551,8 @@ int ur_abi_add_constants(PyObject *m) {
       {"DISABLED_OPTIONS", UR_DISABLED_OPTIONS},
       {"DISABLED_NO_MEMORY", UR_DISABLED_NO_MEMORY},
       {"DISABLED_OTHER_MALLOC", UR_DISABLED_OTHER_MALLOC},
+      {"NO_HELPER_OWN_FILTER", UR_NO_HELPER_OWN_FILTER},
+      {"NO_HELPER_RAW_CLONE", UR_NO_HELPER_RAW_CLONE},
       {"TRACK_IDLE", UR_TRACK_IDLE},
       {"TRACK_START", UR_TRACK_START},
       {"TRACK_ON", UR_TRACK_ON},

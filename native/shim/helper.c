@@ -19,6 +19,7 @@
 #include "give_back.h"
 #include "huge_arenas.h"
 #include "last_thread.h"
+#include "raw_syscall.h"
 #include "sandbox.h"
 #include "self_maps.h"
 #include "single_thread.h"
@@ -51,9 +52,10 @@ static pid_t snapshot(void) {
    * reporting its events under a descriptor number the target reuses
    * (haproxy answered 502). Under a seccomp filter the call stays the one
    * the scanner proves the filter allows (clone with no flag, then nothing
-   * new in the child). */
+   * new in the child). Not through syscall(), whose fork handlers
+   * (raw_clone.c) would wait for the locks stopped threads hold. */
   int filtered = __atomic_load_n(&ur_sandbox_filtered, __ATOMIC_RELAXED);
-  long pid = syscall(SYS_clone, filtered ? 0UL : (unsigned long)CLONE_FILES, 0, NULL, NULL, 0);
+  long pid = ur_sys2(SYS_clone, filtered ? 0UL : (unsigned long)CLONE_FILES, 0);
   if (pid == 0) {
     if (!filtered && own_empty_table() < 0) syscall(SYS_exit_group, 0);
     ur_child_run();
@@ -339,6 +341,11 @@ static uint32_t g_own_n, g_own_mark;
  * for the child's own helper to start (ur_helper_after_fork_child). */
 static int g_own_stale;
 static void *g_stack; /* the helper's stack, made once and reused */
+/* A child of a raw clone (raw_clone.c), or of one of its descendants made
+ * the same way: glibc's list of threads is the parent's, and a thread
+ * started here would corrupt it. No helper, as under the program's own
+ * filter; a fork() through glibc clears it. */
+static int g_barred;
 #define HELPER_STACK (256 * 1024 + 64 * 1024) /* room for static TLS above it */
 
 void ur_helper_note_own(const void *p) {
@@ -391,7 +398,11 @@ void ur_helper_start(void) {
   /* A filter the program made for itself with no helper running (a forked
    * child's sandbox, vsftpd's): starting a thread would make calls its
    * allowlist kills on (rt_sigprocmask first). Scans sweep it stopped. */
-  if (__atomic_load_n(&ur_sandbox_own_filter, __ATOMIC_RELAXED)) return;
+  if (__atomic_load_n(&ur_sandbox_own_filter, __ATOMIC_RELAXED) && !g_barred) {
+    unreachable_descriptor.no_helper = UR_NO_HELPER_OWN_FILTER;
+    return;
+  }
+  if (g_barred) return;
   if (!ur_g.helper_cmd || !__atomic_compare_exchange_n(&g_running, &none, HELPER_STARTING, 0,
                                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return;
@@ -510,7 +521,7 @@ static void clear_parent_frames(void) {
   errno = saved;
 }
 
-void ur_helper_after_fork_child(void) {
+void ur_helper_after_fork_child(int glibc_forked) {
   if (g_running == HELPER_RUNNING) clear_parent_frames();
   /* The parent's helper did not come along, and glibc forgets a thread on
    * a stack of the caller's without freeing its DTV: give it back, through
@@ -529,5 +540,7 @@ void ur_helper_after_fork_child(void) {
   ur_write_tracking_after_fork_child();
   ur_self_maps_after_fork_child();
   ur_last_thread_after_fork_child();
-  __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
+  g_barred = !glibc_forked;
+  unreachable_descriptor.no_helper = glibc_forked ? UR_NO_HELPER_NONE : UR_NO_HELPER_RAW_CLONE;
+  if (glibc_forked) __atomic_fetch_or(&ur_g.slow, UR_SLOW_HELPER, __ATOMIC_RELEASE);
 }

@@ -37,7 +37,8 @@ int ur_helper_step_aside(void);
 void ur_helper_note_own(const void *p);
 int ur_helper_owns(uint64_t key);
 
-/* fork child: the helper did not survive; the next allocation starts one. */
-void ur_helper_after_fork_child(void);
+/* fork child: the helper did not survive. glibc_forked: the next allocation
+ * starts one; 0 (a raw clone's child, raw_clone.c): none is ever started. */
+void ur_helper_after_fork_child(int glibc_forked);
 
 #endif

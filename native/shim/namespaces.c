@@ -29,8 +29,9 @@ static pthread_mutex_t aside_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *next_definition(const char *name) { return ur_sym_next(name); }
 
 /* The shim is on, and this is the process it last set up: not the child of
- * a vfork() or a raw clone(), which runs no fork handler and has none of
- * the parent's threads (the helper included) in its own group. */
+ * a vfork() or of a raw clone() left to the kernel (raw_clone.c), which
+ * runs no fork handler and has none of the parent's threads (the helper
+ * included) in its own group. */
 static int helper_is_ours(void) {
   return !(ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) &&
          (uint64_t)getpid() == unreachable_descriptor.pid;

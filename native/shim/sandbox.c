@@ -39,8 +39,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "raw_clone.h"
 #include "raw_syscall.h"
 #include "stacks.h"
+
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
 
 int ur_sandbox_filtered;
 int ur_sandbox_own_filter;
@@ -102,7 +107,8 @@ UR_EXPORT int prctl(int option, ...) {
 
 /* glibc's syscall() as its assembly does it: six arguments taken whatever
  * the caller passed (the unused ones are registers and the caller's stack),
- * -1 and errno for the kernel's -4095..-1. */
+ * -1 and errno for the kernel's -4095..-1. A clone() that forks runs the
+ * shim's fork handlers around it (raw_clone.c). */
 UR_EXPORT long syscall(long nr, ...) {
   va_list ap;
   va_start(ap, nr);
@@ -120,7 +126,9 @@ UR_EXPORT long syscall(long nr, ...) {
       if (confine) confine();
     }
   }
-  long r = ur_sys6(nr, a, b, c, d, e, f);
+  long r = UR_UNLIKELY(nr == SYS_clone || nr == SYS_clone3) && ur_raw_clone_forks(nr, a, b)
+               ? ur_raw_clone_fork(nr, a, b, c, d, e, f)
+               : ur_sys6(nr, a, b, c, d, e, f);
   if (ur_sys_failed(r)) {
     errno = (int)-r;
     return -1;

@@ -25,6 +25,7 @@
 #include "modules.h"
 #include "options.h"
 #include "other_malloc.h"
+#include "raw_clone.h"
 #include "region.h"
 #include "registry.h"
 #include "single_thread.h"
@@ -250,7 +251,9 @@ static void fork_parent(void) {
   *fork_depth_of(fork_token) = 0;
 }
 
-static void fork_child(void) {
+/* glibc_forked: 0 in the child of a raw clone (raw_clone.c), which glibc's
+ * fork did not make. */
+static void after_fork_child(int glibc_forked) {
   if (ur_load32(&ur_g.slow) & (UR_SLOW_INERT | UR_SLOW_UNINIT)) return;
   /* Forked from a handler inside our own prepare: the one thread left holds
    * some of the locks, in no update of what they guard; all are free here. */
@@ -289,10 +292,14 @@ static void fork_child(void) {
   __atomic_store_n(&ur_fork->excl_tid, owner, __ATOMIC_RELEASE);
   ur_threads_after_fork_child(tid);
   unreachable_descriptor.pid = (uint64_t)getpid();
-  ur_helper_after_fork_child();
+  ur_helper_after_fork_child(glibc_forked);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   *fork_depth_of(fork_token) = 0;
 }
+
+static void fork_child(void) { after_fork_child(1); }
+
+static void raw_clone_child(void) { after_fork_child(0); }
 
 /* ---- constructor --------------------------------------------------------- */
 
@@ -362,6 +369,7 @@ __attribute__((constructor)) static void ur_constructor(void) {
   }
   ur_debug_start(prog); /* signal handlers, the verbose "Run:" lines */
   pthread_atfork(fork_prepare, fork_parent, fork_child);
+  ur_raw_clone_handlers(fork_prepare, fork_parent, raw_clone_child);
   /* The helper's DTV is registered but the shim's own (helper.c): never a
    * leak to leak_track, nor a block in a heap dump or malloc_iterate. */
   ur_tls.busy++;

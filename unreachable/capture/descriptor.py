@@ -270,6 +270,23 @@ class DescriptorHeader:
     unregistered: int = 0  # blocks the shim had no memory to register
     options: int = 0  # address of the option string in effect
     modules: int = 0  # address of the loaded-object table; 0: none kept
+    no_helper: int = 0  # abi.h enum ur_no_helper: why no helper thread will run
+
+
+def no_helper_why(header: DescriptorHeader) -> str:
+    """Why the shim starts no helper thread in the process, as a clause to
+    follow "... is not running" ("" when it does not say)."""
+    if header.no_helper == _native.NO_HELPER_RAW_CLONE:
+        return (
+            " (the process was made by a raw clone(), past glibc's fork(): glibc still"
+            " lists its parent's threads, so the shim starts no thread in it)"
+        )
+    if header.no_helper == _native.NO_HELPER_OWN_FILTER:
+        return (
+            " (the process put itself under a seccomp filter, whose allowlist would kill"
+            " a thread's start, so the shim starts no thread in it)"
+        )
+    return ""
 
 
 def disabled_reason(disabled: int, err: int) -> str:
@@ -340,4 +357,5 @@ def parse_descriptor_header(raw: bytes, where: str) -> DescriptorHeader:
         unregistered=d["unregistered"],
         options=d["options"],
         modules=d["modules"],
+        no_helper=d["no_helper"],
     )

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 from unreachable import _native
+from unreachable.capture.descriptor import no_helper_why
 from unreachable.capture.helper_free import wait_helper_free
 from unreachable.capture.kept_out_of_fork import read_kept_out
 from unreachable.capture.stop_world import Capture, CaptureRequest, stop_world
@@ -41,12 +42,13 @@ def _clone_verdict(session: _native.Session, pid: int, helper_tid: int) -> bool 
         return None
 
 
-def _why_no_fork(capture: Capture, pid: int, helper_tid: int, unread_filter_ok: bool) -> str:
+def _why_no_fork(capture: Capture, target: Target, helper_tid: int, unread_filter_ok: bool) -> str:
     """Why the helper cannot be asked for a child ("" when it can). Never
     asked when its filter would kill the target; asked all the same when the
     filter cannot be read, if unread_filter_ok."""
+    pid = target.pid
     if not helper_tid:
-        return "the shim's snapshot helper thread is not running"
+        return "the shim's snapshot helper thread is not running" + no_helper_why(target.header)
     if helper_tid not in {t.tid for t in capture.threads}:
         return "the shim's snapshot helper thread ended before the stop"
     clone_ok = _clone_verdict(capture.tracer, pid, helper_tid)
@@ -72,7 +74,7 @@ def capture(target: Target, request: CaptureRequest) -> Iterator[Capture]:
         if helper_tid not in {t.tid for t in capture.threads}:
             helper_tid = current_helper_tid(target)  # replaced since it was read
         capture.snapshot_error = busy or _why_no_fork(
-            capture, pid, helper_tid, request.unread_filter_ok
+            capture, target, helper_tid, request.unread_filter_ok
         )
         if not capture.snapshot_error:
             session = capture.tracer

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from unreachable import _native
+from unreachable.capture.descriptor import no_helper_why
 from unreachable.capture.in_flight import _getfd, _pidfd
 from unreachable.capture.target import Target, current_helper_tid
 from unreachable.errors import ScanError
@@ -82,7 +83,9 @@ def _trackable_helper(target: Target) -> int:
     if not helper or not os.path.exists(f"/proc/{pid}/task/{helper}"):
         helper = current_helper_tid(target)  # replaced since it was read
     if not helper:
-        raise TrackingUnavailable("the shim's helper thread is not running")
+        raise TrackingUnavailable(
+            "the shim's helper thread is not running" + no_helper_why(target.header)
+        )
     if thread_seccomp(pid, helper) != 0:
         # A filter might kill the process on userfaultfd(); unlike the fork
         # snapshot's clone(), nothing here proves it will not.

@@ -556,6 +556,14 @@ enum ur_disabled {
   UR_DISABLED_OTHER_MALLOC = 3, /* the program's malloc is another object's, found before ours */
 };
 
+/* ur_descriptor.no_helper: why the shim starts no helper thread in this
+ * process (its scans are swept stopped). */
+enum ur_no_helper {
+  UR_NO_HELPER_NONE = 0,       /* one runs, or will (or a shim too old to say) */
+  UR_NO_HELPER_OWN_FILTER = 1, /* under a seccomp filter the program installed */
+  UR_NO_HELPER_RAW_CLONE = 2,  /* made by a raw clone(), past glibc's fork() */
+};
+
 struct ur_descriptor {
   uint64_t magic;          /* UR_ABI_MAGIC */
   uint32_t version;        /* UR_ABI_VERSION */
@@ -588,7 +596,8 @@ struct ur_descriptor {
   uint64_t shard_locks;    /* address of uint32_t[num_shards], the shards' lock words (each
                               shard's own lock field then stays 0); 0: in each shard. On a
                               page a forked child does not inherit: zero there */
-  uint64_t reserved[1];
+  uint32_t no_helper;      /* enum ur_no_helper */
+  uint32_t reserved;
 };
 
 #ifdef __cplusplus
