@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from unreachable.fold.dedup import Leak
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
-from unreachable.symbolize.frames import Frame, Symbolizer
+from unreachable.symbolize.frame import Frame
 from unreachable.symbolize.stacks import read_stacks
-from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
+
+if TYPE_CHECKING:
+    from unreachable.symbolize.unloaded import LoadedObject
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -28,8 +31,13 @@ def read_backtraces(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak])
     stacks = read_stacks(
         memory, descriptor_addr, {leak.stack_id for leak in leaks if leak.stack_id}
     )
-    loaded = read_loaded_objects(memory, descriptor_addr) if stacks else []
-    return Backtraces(stacks, loaded)
+    if not stacks:
+        return Backtraces(stacks)
+    # The symbolizer's modules are imported for leaks with a backtrace only:
+    # a scan's imports are part of its time.
+    from unreachable.symbolize.unloaded import read_loaded_objects
+
+    return Backtraces(stacks, read_loaded_objects(memory, descriptor_addr))
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -50,6 +58,8 @@ def symbolize(
     """pid None: no live process (a core): the mappings' paths are read as given."""
     if not backtraces.stacks:
         return Symbolized({}, "")
+    from unreachable.symbolize.frames import Symbolizer
+
     symbolizer = Symbolizer(pid, mappings, unloaded=backtraces.loaded, root=root, budget=budget)
     frames = symbolizer.symbolize(backtraces.stacks)
     return Symbolized(frames, symbolizer.note)
