@@ -38,6 +38,13 @@ void *ur_big_reserve(size_t len) {
   return (void *)p;
 }
 
+void *ur_small_reserve(size_t len) {
+  long p = SYS_MMAP(len);
+  if (p == -1 || ur_sys_failed(p)) return NULL;
+  ur_sys3(SYS_madvise, p, len, MADV_NOHUGEPAGE); /* advisory, as the other */
+  return (void *)p;
+}
+
 void ur_big_release(void *p, size_t len) {
   if (p) SYS_MUNMAP(p, len);
 }

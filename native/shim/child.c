@@ -318,7 +318,7 @@ static int serve_sweep(const uint8_t *in, uint64_t len) {
 
 __attribute__((noreturn)) static void child_main(void) {
   struct ur_child_box *b = &ur_child_box;
-  void *inbox = ur_big_reserve(INBOX_CAP);
+  void *inbox = ur_small_reserve(INBOX_CAP);
   int rc = inbox ? build_index() : -ENOMEM;
   b->in = (uint64_t)(uintptr_t)inbox;
   b->in_cap = inbox ? INBOX_CAP : 0;

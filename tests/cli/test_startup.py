@@ -22,15 +22,20 @@ code = main(sys.argv[1:])
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 sys.exit(code)
 """
-# Report formats other than the one asked for, and the ELF and DWARF readers
-# (a target without backtraces has no frame to resolve); the snapshots of a
-# process without the shim, and of a core, with glibc's heap walker; the
-# concurrent mark (the heap is too small for auto to take it).
+# Report formats other than the one asked for, and the symbolizer with the
+# ELF and DWARF readers (a target without backtraces has no frame to
+# resolve: the reports import the frame's record alone); the signal stacks
+# the stopper asks without the shim (the shim keeps its own record); the
+# snapshots of a process without the shim, and of a core, with glibc's
+# heap walker; the concurrent mark (the heap is too small for auto to take
+# it).
 UNUSED = (
     "unreachable.report.pprof",
     "unreachable.report.collapsed",
     "unreachable.report.lmu",
     "unreachable.report.text",
+    "unreachable.symbolize.frames",
+    "unreachable.symbolize.unloaded",
     "unreachable.symbolize.objects",
     "unreachable.symbolize.dwarf_lines",
     "unreachable.symbolize.elf_symbols",
@@ -40,6 +45,7 @@ UNUSED = (
     "unreachable.scan.glibc_fork",
     "unreachable.capture.core_file",
     "unreachable.capture.stopper",
+    "unreachable.capture.signal_stacks",
     "unreachable.allocations.glibc_heap",
     "unreachable.allocations.glibc_source",
     "unreachable.scan.concurrent",

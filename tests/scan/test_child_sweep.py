@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scanner.procs import children, exists, read_u32, state, wait_until
+from tests.scanner.procs import children, exists, read_u32, read_u64, state, wait_until
 from tests.support.cbuild import REPO_DIR
 from unreachable import _native
 from unreachable.capture.descriptor import locate_shim, read_descriptor_header
@@ -159,6 +159,47 @@ def test_waiting_for_the_child_looks_at_most_every_millisecond(targets):
         looks = _sleeps(tid) - before
     # The sleeps double from 2 us up to the longest: 10 before it is reached.
     assert looks <= waited_ms + 20, (looks, waited_ms)
+    _released(target)
+
+
+def _smaps_entry(pid: int, addr: int) -> dict[str, str]:
+    """The /proc/PID/smaps fields of the mapping that holds addr."""
+    entry: dict[str, str] = {}
+    holds = False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        first, _, rest = line.partition(" ")
+        if not first.endswith(":") and "-" in first:
+            if holds:
+                break
+            start, end = (int(x, 16) for x in first.split("-"))
+            holds = start <= addr < end
+        elif holds:
+            entry[first.rstrip(":")] = rest.strip()
+    assert entry, f"no mapping holds {addr:#x}"
+    return entry
+
+
+def test_a_request_faults_in_small_pages_of_the_childs_inbox(targets):
+    """The scanner writes each request into the child's inbox through
+    /proc/PID/mem, a few KiB at a time: the inbox is reserved in small pages
+    (not huge-page advised), so that write faults in 4 KiB, where a huge
+    page made the first write of a scan zero 2 MiB in the scanner's time
+    (native/mark/alloc.h ur_small_reserve)."""
+    target = targets.start(PROGRAMS / "many.c", "20000", "5000")
+    t = open_target(target.pid)
+    with _native.Session(t.pid) as s:
+        s.stop()
+        child = s.snapshot(t.header.helper_tid, t.header.helper_cmd)
+        s.release()
+        sweeper = child_mod.ChildSweeper(s, t.header.child_box)
+        assert sweeper.holds([(0, 4096)]) == [False]
+        # abi.h struct ur_child_box: the inbox's address and capacity at 16 and 24.
+        addr, cap = (read_u64(child, t.header.child_box + at) for at in (16, 24))
+        assert addr and cap
+        inbox = _smaps_entry(child, addr)
+    flags = inbox["VmFlags"].split()
+    assert "hg" not in flags and "nh" in flags, flags
+    assert inbox["AnonHugePages"] == "0 kB"
     _released(target)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from unreachable.model.report import LEAK_COUNTS, export_weights
 from unreachable.report.collapsed import UNLISTED_FRAME
-from unreachable.symbolize.frames import Frame, frame_to_dict
+from unreachable.symbolize.frame import Frame, frame_to_dict
 
 FrameKey = tuple[str, int]
 StackKey = tuple[FrameKey, ...]

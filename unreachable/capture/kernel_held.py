@@ -48,9 +48,14 @@ import os
 import re
 import struct
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from unreachable.capture.in_flight import InFlight
-from unreachable.capture.signal_stacks import SignalStacks
+
+if TYPE_CHECKING:
+    # Asked by the stopper only, without the shim: a shimmed scan does not
+    # import it (a frozen record made at import, ~1% of a scan's instructions).
+    from unreachable.capture.signal_stacks import SignalStacks
 
 IN_PAUSE_MAX = 4096  # registrations read in the pause (~5 ms)
 

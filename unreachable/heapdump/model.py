@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from unreachable.heapdump.dump_format import BtInfo, write_dump
 from unreachable.heapdump.model import HeapDump
-from unreachable.symbolize.frames import frame_to_dict
+from unreachable.symbolize.frame import frame_to_dict
 
 
 def dump_to_dict(dump: HeapDump) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from unreachable.heapdump.dump_format import BtInfo, HeapDumpFile, read_dump
-from unreachable.symbolize.frames import Frame, Symbolizer
+from unreachable.symbolize.frame import Frame
+from unreachable.symbolize.frames import Symbolizer
 
 FORMATS = ("text", "collapsed", "pprof")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from unreachable.model.wire import wire
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 
 if TYPE_CHECKING:
     from unreachable.triage.baseline import Comparison

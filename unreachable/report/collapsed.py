@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from unreachable.model.report import UNLISTED, report_weights
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 
 Weight = Literal["bytes", "count"]
 # (frames innermost first, as backtraces are stored; allocation count; bytes)

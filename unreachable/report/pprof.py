@@ -31,7 +31,7 @@ from typing import Any
 
 from unreachable.report.collapsed import Sample, heap_samples, report_samples
 from unreachable.symbolize.elf_file import Load
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 
 LEAK_TYPES = (("leak_objects", "count"), ("leak_space", "bytes"))
 INUSE_TYPES = (("inuse_objects", "count"), ("inuse_space", "bytes"))

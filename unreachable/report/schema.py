@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from unreachable.model.report import LeakEntry, ScanReport
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 
 SCHEMA_VERSION = 1
 T = TypeVar("T")

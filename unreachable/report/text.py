@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from unreachable.model.report import LeakEntry, ScanReport
 from unreachable.printable import printable
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 from unreachable.triage import output as triage
 
 CONTENTS_BYTES = 32

@@ -40,7 +40,8 @@ from unreachable.roots.classify import RED_ZONE, Roots
 from unreachable.symbolize.data_symbols import DataSymbols, load_data_symbols
 from unreachable.symbolize.demangle import demangle_all
 from unreachable.symbolize.elf_file import NotElf, read_elf
-from unreachable.symbolize.frames import Frame, Symbolizer
+from unreachable.symbolize.frame import Frame
+from unreachable.symbolize.frames import Symbolizer
 from unreachable.symbolize.stacks import read_stacks
 from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
 

@@ -23,7 +23,7 @@ from unreachable.model.report import ScanReport
 from unreachable.report.text import format_frame
 from unreachable.retention.collect import GraphCollector, RootRegion, graph_scan
 from unreachable.scan import ScanOptions
-from unreachable.symbolize.frames import Frame, frame_to_dict
+from unreachable.symbolize.frame import Frame, frame_to_dict
 
 SHARED = -2  # a block several root regions reach, none alone
 SITES_PER_ROOT = 3

@@ -12,7 +12,7 @@ from unreachable.model.report import ScanReport
 from unreachable.report.text import format_frame
 from unreachable.retention.collect import GraphCollector, graph_scan
 from unreachable.scan import ScanOptions
-from unreachable.symbolize.frames import Frame, frame_to_dict
+from unreachable.symbolize.frame import Frame, frame_to_dict
 
 TEXT_FRAMES = 4  # frames of each block's allocation site in the text report
 

@@ -19,7 +19,7 @@ from unreachable.report.schema import (
     report_from_json,
     to_proto,
 )
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 from unreachable.v1 import unreachable_pb2 as pb
 
 STAGES = {

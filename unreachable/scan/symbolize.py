@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from unreachable import _native
 from unreachable.fold.dedup import Leak
 from unreachable.process.maps import Mapping
 from unreachable.process.memory import Memory
-from unreachable.symbolize.frames import Frame, Symbolizer
+from unreachable.symbolize.frame import Frame
 from unreachable.symbolize.stacks import read_stacks
-from unreachable.symbolize.unloaded import LoadedObject, read_loaded_objects
+
+if TYPE_CHECKING:
+    from unreachable.symbolize.unloaded import LoadedObject
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -30,8 +33,14 @@ def read_backtraces(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak])
     stacks = read_stacks(
         memory, descriptor_addr, {leak.stack_id for leak in leaks if leak.stack_id}
     )
-    loaded = read_loaded_objects(memory, descriptor_addr) if stacks else []
-    return Backtraces(stacks, loaded, _dropped(memory, descriptor_addr, leaks))
+    dropped = _dropped(memory, descriptor_addr, leaks)
+    if not stacks:
+        return Backtraces(stacks, [], dropped)
+    # The symbolizer's modules are imported for leaks with a backtrace only:
+    # a scan's imports are part of its time.
+    from unreachable.symbolize.unloaded import read_loaded_objects
+
+    return Backtraces(stacks, read_loaded_objects(memory, descriptor_addr), dropped)
 
 
 def _dropped(memory: Memory, descriptor_addr: int, leaks: Sequence[Leak]) -> int:
@@ -74,6 +83,8 @@ def symbolize(
     dropped = dropped_note(backtraces.dropped)
     if not backtraces.stacks:
         return Symbolized({}, dropped)
+    from unreachable.symbolize.frames import Symbolizer
+
     symbolizer = Symbolizer(pid, mappings, unloaded=backtraces.loaded, root=root, budget=budget)
     frames = symbolizer.symbolize(backtraces.stacks)
     return Symbolized(frames, "; ".join(n for n in (symbolizer.note, dropped) if n))

@@ -20,7 +20,6 @@ import dataclasses
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -28,6 +27,7 @@ from unreachable.process.mapped_file import file_for, fs_root, mapped_path
 from unreachable.process.maps import Mapping, find_mapping
 from unreachable.symbolize.config import SymbolConfig, default_symbol_budget
 from unreachable.symbolize.files import OutOfTime, trusted_owners
+from unreachable.symbolize.frame import Frame
 from unreachable.symbolize.unloaded import LoadedObject, UnloadedObjects
 
 if TYPE_CHECKING:
@@ -41,24 +41,6 @@ def _objects() -> ModuleType:
     from unreachable.symbolize import objects
 
     return objects
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One frame of a backtrace, resolved as far as the files allowed."""
-
-    pc: int
-    map: str
-    rel_pc: int
-    function: str
-    offset: int
-    file: str = ""
-    line: int = 0
-
-
-def frame_to_dict(frame: Frame) -> dict[str, int | str]:
-    """A frame as JSON reports, heap dumps and diffs write it."""
-    return dataclasses.asdict(frame)
 
 
 class Symbolizer:

@@ -27,7 +27,7 @@ from typing import Any
 
 from unreachable.errors import InvalidArgument
 from unreachable.model.report import LEAK_COUNTS, LeakEntry, ScanReport, export_weights
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 from unreachable.triage.suppressions import weighted
 
 SiteKey = tuple[str, ...]

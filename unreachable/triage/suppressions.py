@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from unreachable.errors import InvalidArgument
 from unreachable.model.report import LeakEntry, ScanReport, export_weights, leak_counts
 from unreachable.printable import printable
-from unreachable.symbolize.frames import Frame
+from unreachable.symbolize.frame import Frame
 from unreachable.triage import SUPPRESSIONS_ENV
 
 ENV = SUPPRESSIONS_ENV
