@@ -398,6 +398,13 @@ static int tcache_size_fits(const struct ur_glibc_layout *L, unsigned i, uint64_
   return size > top_small && 63u - (unsigned)__builtin_clzll(size) == i - 54;
 }
 
+/* A tcache's chunk: its struct's size, or 16 more when glibc gave it the
+ * whole of a free chunk whose rest was smaller than a chunk (syslog-ng's
+ * worker threads had such). */
+static int is_tcache_chunk(const struct ur_glibc_layout *L, uint64_t size) {
+  return size >= L->tcache_chunk && size < L->tcache_chunk + MINSIZE;
+}
+
 /* Each thread's tcache: its structure is glibc's, its lists are free. */
 static int subtract_tcaches(struct walk *w) {
   const struct ur_glibc_layout *L = w->L;
@@ -405,7 +412,7 @@ static int subtract_tcaches(struct walk *w) {
     uint64_t tc = w->in->tcaches[t];
     if (!tc) continue;
     struct rec *r = find(w, tc - CHUNK_HDR);
-    if (!r || r->size != L->tcache_chunk || !(r->flags & R_INUSE) || (r->flags & R_MMAPPED))
+    if (!r || !is_tcache_chunk(L, r->size) || !(r->flags & R_INUSE) || (r->flags & R_MMAPPED))
       return fail(w, "a thread's tcache pointer %#lx names no tcache chunk", (unsigned long)tc);
     if (r->flags & R_INTERNAL) continue; /* two threads named the same one */
     r->flags |= R_INTERNAL;
@@ -546,7 +553,7 @@ static int run(struct walk *w, uint8_t **arena_bufs) {
   for (size_t k = 0; k < w->n; k++) {
     uint32_t f = w->recs[k].flags;
     if ((f & R_INUSE) && !(f & (R_LISTED | R_INTERNAL | R_TOP))) live++;
-    if ((f & R_INTERNAL) && !(f & R_MMAPPED) && w->recs[k].size != L->tcache_chunk)
+    if ((f & R_INTERNAL) && !(f & R_MMAPPED) && !is_tcache_chunk(L, w->recs[k].size))
       w->out->stats.internal++;
   }
   w->out->stats.chunks = w->n;

@@ -8,15 +8,18 @@
 
 #include "kept_file.h"
 
-/* The maps, opened as the helper starts and kept (kept_file.h). Opened by
- * /proc/self, the process's: its maps read on after its main thread's exit. */
+/* The maps, opened as the helper starts and in a forked child, and kept
+ * (kept_file.h). Opened by /proc/self, the process's: its maps read on
+ * after its main thread's exit. In the child at once, not as its helper
+ * starts: lldpd's privilege-separated child chroots before its first
+ * allocation, so its helper starts where /proc is not. */
 static struct ur_kept_file g_kept = UR_KEPT_FILE_NONE;
 
 void ur_self_maps_keep(void) { ur_kept_file_open(&g_kept, "/proc/self/maps"); }
 
 void ur_self_maps_after_fork_child(void) {
-  /* The parent's maps: the child's helper opens its own, if it still can. */
-  ur_kept_file_drop(&g_kept);
+  ur_kept_file_drop(&g_kept); /* the parent's */
+  ur_self_maps_keep();
 }
 
 int ur_self_maps_foreach(ur_maps_fn fn, void *arg) {

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.targets import wait_for_helper
 from tests.support.tracking import copy_unsupported, wait_untracked, write_protected
 from unreachable.capture import copy_snapshot
 from unreachable.errors import TargetUnscannable
+from unreachable.process.status import read_status
 from unreachable.scan import ScanOptions, scan
 
 PROGRAM = Path(__file__).parent / "programs" / "no_proc.c"
@@ -47,3 +49,23 @@ def test_the_real_reason_when_the_kept_maps_were_closed(targets, tmp_path):
     report = scan(target.pid, ScanOptions())
     assert report.snapshot == "fork" and (report.leak_count, report.leak_bytes) == (1, 4444)
     assert not write_protected(target.pid)
+
+
+@pytest.mark.parametrize("mode", ["classic", "copy", "concurrent"])
+def test_a_child_chrooted_before_its_first_allocation(targets, tmp_path, mode):
+    """lldpd's privilege-separated child chroots as soon as it is forked,
+    before its first allocation starts its own helper: the maps the shim
+    keeps are the child's, opened as it was forked, not as its helper
+    started (which was in the chroot)."""
+    target = targets.start(PROGRAM, "forkchroot", str(tmp_path))
+    child = target.int("child")
+    wait_for_helper(child)
+    assert not os.path.lexists(f"/proc/{child}/root/proc/self")
+    if mode == "classic":
+        copy_snapshot._classic_next.add(child)
+    snapshot = "copy" if mode == "classic" else mode
+    report = scan(child, ScanOptions(snapshot=snapshot))
+    assert report.snapshot == snapshot  # a concurrent scan's note lists its stops
+    assert (report.leak_count, report.leak_bytes) == (1, 4444)
+    wait_untracked(child)
+    assert read_status(child).state in "SR" and read_status(child).tracer_pid == 0

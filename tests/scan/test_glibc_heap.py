@@ -105,6 +105,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
 
 
+def test_a_tcache_in_a_wider_chunk(targets):
+    """glibc gives a thread's tcache a whole free chunk when the rest would
+    be too small to split off (0x2a0 where 0x290 is asked): it is that
+    thread's tcache all the same (syslog-ng's workers had such; every scan
+    without the shim failed while one ran)."""
+    target = targets.start(PROGRAMS / "wide_tcache.c", preload=False, wait_helper=False)
+    report = scan(target.pid, ScanOptions(snapshot="stopped"))
+    assert report.allocations == "glibc heap"
+    assert (report.leak_count, report.leak_bytes) == (1, 504)  # the chunk's usable size
+
+
 def test_cli_reports_glibc_heap(targets):
     target = targets.start(PROGRAMS / "globals.c", preload=False, wait_helper=False)
     res = _cli("scan", str(target.pid), "--json")

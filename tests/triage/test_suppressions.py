@@ -154,6 +154,25 @@ def test_a_stripped_programs_strdup_leak_is_not_suppressed_by_strdup(targets, tm
     assert (doc["leak_count"], doc["suppressed_count"]) == (1, 1), doc
 
 
+def test_a_block_rule_holds_no_address(targets, tmp_path):
+    """A stripped program's leak is named by its block; a pointer in the
+    block's first words (to its name, to a function) differs from block to
+    block of the same site and moves with ASLR. The rule stops before it,
+    and suppresses the next block leaked from that site."""
+    target = targets.start(PROGRAMS / "stripped_method.c", options="backtrace=16", ldflags=["-s"])
+    out = tmp_path / "gen.supp"
+    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
+    assert res.returncode == 1, res.stderr
+    rules = [line for line in out.read_text().splitlines() if line.startswith("leak:")]
+    assert rules == ["leak:size=96,contents=" + (0x504).to_bytes(8, "little").hex()], rules
+    target.send("grow")
+    assert target.read_line().startswith("GROWN")
+    again = cli("scan", str(target.pid), "--json", "--suppressions", str(out))
+    assert again.returncode == 0, again.stderr
+    doc = json.loads(again.stdout)
+    assert (doc["leak_count"], doc["suppressed_count"]) == (0, 4), doc
+
+
 @pytest.mark.parametrize(
     "strip,expected",
     [

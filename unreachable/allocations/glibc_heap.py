@@ -154,13 +154,18 @@ def tls_offsets(memory: Memory, libc: GlibcLibc) -> list[tuple[int, int]]:
     return out
 
 
+_MIN_CHUNK = 32  # glibc's MINSIZE on 64-bit: a smaller rest stays in the chunk
+
+
 def thread_tcaches(
     memory: Memory, libc: GlibcLibc, offsets: list[tuple[int, int]], tps: list[int]
 ) -> list[int]:
     """Each thread's `tcache` (0: none yet). With debug symbols the slot is
     the one they name; without, the one slot whose value in every thread is
     0 or a tcache chunk's user address (its header says 0x290; 0x300 from
-    2.42, whose tcache has 76 bins), in one thread at least. From 2.43 a
+    2.42, whose tcache has 76 bins; 16 more when glibc gave the whole of a
+    free chunk whose rest was too small to split off: syslog-ng's worker
+    threads had such), in one thread at least. From 2.43 a
     thread without a tcache points at a dummy in libc's own image: 0 too.
     Raises HeapWalkFailed when no slot, or more than one, qualifies."""
     chunk = 0x300 if libc.facts.minor >= 42 else 0x290
@@ -184,7 +189,9 @@ def thread_tcaches(
                     v = 0
                 if v:
                     header = word(v - 8) if v % 16 == 0 else None
-                    if header is None or header & ~7 != chunk or header & 2:
+                    if header is None or header & 2:
+                        return None
+                    if not chunk <= header & ~7 < chunk + _MIN_CHUNK:
                         return None
                 out.append(v)
             return out
