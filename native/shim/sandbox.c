@@ -41,6 +41,7 @@
 
 #include "raw_clone.h"
 #include "raw_syscall.h"
+#include "region.h"
 #include "stacks.h"
 
 #ifndef SYS_clone3
@@ -53,9 +54,12 @@ int ur_sandbox_helper_confined;
 
 static void note_filter(void) { __atomic_store_n(&ur_sandbox_filtered, 1, __ATOMIC_RELAXED); }
 
+/* Before the filter goes in: the region commits its room while it still
+ * may (region.h). */
 static void note_own_filter(void) {
   note_filter();
   ur_stacks_stop_growing();
+  ur_region_fix();
   __atomic_store_n(&ur_sandbox_own_filter, 1, __ATOMIC_RELAXED);
 }
 
