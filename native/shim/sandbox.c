@@ -153,7 +153,9 @@ UR_EXPORT long syscall(long nr, ...) {
       if (confine) confine();
     }
   }
-  long r = UR_UNLIKELY(nr == SYS_clone || nr == SYS_clone3) && ur_raw_clone_forks(nr, a, b)
+  int filtered = __atomic_load_n(&ur_sandbox_filtered, __ATOMIC_RELAXED);
+  long r = UR_UNLIKELY(nr == SYS_clone || nr == SYS_clone3) &&
+                   ur_raw_clone_forks(nr, a, b, filtered)
                ? ur_raw_clone_fork(nr, a, b, c, d, e, f)
                : ur_sys6(nr, a, b, c, d, e, f);
   if (ur_sys_failed(r)) {
