@@ -27,6 +27,7 @@
 #include <linux/sched.h>
 #include <stdint.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 
 #include "raw_syscall.h"
 
@@ -53,13 +54,33 @@ void ur_raw_clone_handlers(void (*prepare)(void), void (*parent)(void), void (*c
   __atomic_store_n(&on_prepare, prepare, __ATOMIC_RELEASE);
 }
 
-int ur_raw_clone_forks(long nr, long a, long b) {
+/* clone3's argument into *h: 1, or 0 when the kernel cannot read it either
+ * (the call then fails there with EFAULT, as without the shim). Read by
+ * process_vm_readv on the process's own pid, which never faults (and the
+ * kernel always allows within one process). Under a seccomp filter that
+ * call may be refused, or killed on, so there the argument is read
+ * directly: a correct program's is readable, and only a wrong one's (which
+ * the kernel would answer with EFAULT) crashes here instead. Read directly
+ * too where the kernel has no process_vm_readv (ENOSYS). */
+static int read_head(long a, int filtered, struct clone3_head *h) {
+  const struct clone3_head *in = (const struct clone3_head *)(uintptr_t)a;
+  if (!filtered) {
+    struct iovec local = {h, sizeof *h}, remote = {(void *)(uintptr_t)a, sizeof *h};
+    long n = ur_sys6(SYS_process_vm_readv, ur_sys6(SYS_getpid, 0, 0, 0, 0, 0, 0),
+                     (long)(uintptr_t)&local, 1, (long)(uintptr_t)&remote, 1, 0);
+    if (n == (long)sizeof *h) return 1;
+    if (n >= 0 || n == -EFAULT) return 0; /* a part or none readable */
+  }
+  *h = *in;
+  return 1;
+}
+
+int ur_raw_clone_forks(long nr, long a, long b, int filtered) {
   if (nr == SYS_clone) return !((uint64_t)a & NOT_A_FORK) && b == 0;
-  /* A clone3 whose argument is unreadable fails in the kernel as before
-   * (read here only once it is at least the size the kernel reads). */
-  if (nr != SYS_clone3 || !a || (unsigned long)b < sizeof(struct clone3_head)) return 0;
-  const struct clone3_head *h = (const struct clone3_head *)(uintptr_t)a;
-  return !(h->flags & NOT_A_FORK) && h->stack == 0;
+  /* Read here only once it is at least the size the kernel reads. */
+  struct clone3_head h;
+  if (nr != SYS_clone3 || (unsigned long)b < sizeof h || !read_head(a, filtered, &h)) return 0;
+  return !(h.flags & NOT_A_FORK) && h.stack == 0;
 }
 
 long ur_raw_clone_fork(long nr, long a, long b, long c, long d, long e, long f) {

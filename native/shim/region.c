@@ -27,6 +27,7 @@ static struct {
   size_t commit_step;   /* committed grows to a multiple of this (0: the page size) */
   size_t reserved;      /* every piece's size */
   int error;            /* errno of the last failed mmap or mprotect */
+  int fixed;            /* makes no system call (ur_region_fix): hands out committed pages */
   uint32_t lock;
   void *free_tables[64]; /* by log2(capacity); link in the table's first word */
 } region;
@@ -36,8 +37,8 @@ static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 /* Under region.lock: a new piece with room for size bytes at 64-byte
  * alignment, made current (the last one's rest is not used again). */
 static int add_piece(size_t size) {
-  if (num_spans == UR_MAX_REGIONS) {
-    region.error = ENOMEM;
+  if (num_spans == UR_MAX_REGIONS || region.fixed) {
+    region.error = region.fixed ? EPERM : ENOMEM;
     return -1;
   }
   size_t step = region.commit_step ? region.commit_step : page_size();
@@ -94,7 +95,7 @@ void *ur_region_alloc(size_t size) {
     p = region.next; /* a fresh piece: page aligned */
   if (region.begin && p <= region.end && size <= region.end - p) {
     uintptr_t end = p + size;
-    if (end > region.committed) {
+    if (end > region.committed && !region.fixed) {
       size_t ps = region.commit_step ? region.commit_step : page_size();
       uintptr_t new_committed = (end + ps - 1) & ~(uintptr_t)(ps - 1);
       if (new_committed > region.end) new_committed = region.end;
@@ -115,6 +116,7 @@ void *ur_region_alloc(size_t size) {
 }
 
 void *ur_region_alloc_unshared(size_t size) {
+  if (__atomic_load_n(&region.fixed, __ATOMIC_RELAXED)) return NULL; /* no madvise */
   size_t ps = page_size();
   size = (size + ps - 1) & ~(ps - 1);
   void *p = ur_region_alloc(size); /* a page or more starts on a page */
@@ -123,6 +125,36 @@ void *ur_region_alloc_unshared(size_t size) {
   if (p && madvise(p, size, MADV_WIPEONFORK) != 0) return NULL;
   return p;
 }
+
+/* Read/write from region.committed up to the piece's end, or as much of it
+ * as the kernel grants (strict overcommit: halves until it fits). */
+static void commit_rest(void) {
+  size_t step = region.commit_step ? region.commit_step : page_size();
+  size_t len = region.end - region.committed;
+  while (len >= step && mprotect((void *)region.committed, len, PROT_READ | PROT_WRITE) != 0) {
+    region.error = errno;
+    len = (len / 2) & ~(step - 1);
+  }
+  if (len >= step) region.committed += len;
+}
+
+void ur_region_fix(void) {
+  /* A signal handler's call nested in this thread's use of the region:
+   * fixed with the room there is. */
+  int locked = lock_region();
+  int saved = errno;
+  if (locked && !region.fixed && region.begin) {
+    /* Room for the registry to about double: the current piece's rest, or
+     * a fresh piece as large as all before when that rest is small. */
+    if (region.end - region.next < region.reserved / 4) add_piece(1);
+    commit_rest();
+  }
+  __atomic_store_n(&region.fixed, 1, __ATOMIC_RELAXED);
+  if (locked) ur_unlock(&region.lock, 1);
+  errno = saved;
+}
+
+int ur_region_fixed(void) { return __atomic_load_n(&region.fixed, __ATOMIC_RELAXED); }
 
 void ur_region_use_huge_pages(void) {
   /* Whole 2 MiB steps, so every range the kernel could back with a huge
@@ -152,7 +184,9 @@ void ur_region_table_put(void *table, uint64_t capacity) {
   /* Give the physical pages back; keep the first page (it holds the link). */
   uintptr_t lo = ((uintptr_t)table + ps + ps - 1) & ~(uintptr_t)(ps - 1);
   uintptr_t hi = ((uintptr_t)table + bytes) & ~(uintptr_t)(ps - 1);
-  if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+  /* Under the program's filter the pages stay: the table is reused. */
+  if (hi > lo && !__atomic_load_n(&region.fixed, __ATOMIC_RELAXED))
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
   unsigned cls = log2u(capacity);
   if (!lock_region()) return; /* the table stays in the region, never reused */
   *(void **)table = region.free_tables[cls];

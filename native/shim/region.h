@@ -36,6 +36,20 @@ void *ur_region_alloc(size_t size);
  * ur_region_alloc. */
 void *ur_region_alloc_unshared(size_t size);
 
+/* The program is about to install a seccomp filter of its own (sandbox.c),
+ * which may refuse any call the region makes to grow (vsftpd's grants
+ * mprotect only PROT_READ, and kills on the rest): the region commits its
+ * room now, while the calls still go through, and from then on hands out
+ * only pages already read/write, with no system call; past them
+ * ur_region_alloc returns NULL (ur_region_error: EPERM) and the registry
+ * counts the blocks it could not register. For good, in forked children
+ * too. Also MADV_WIPEONFORK pages (none: NULL) and a recycled table's
+ * pages (kept) make no call then. */
+void ur_region_fix(void);
+
+/* Whether ur_region_fix was called. */
+int ur_region_fixed(void);
+
 /* Shard tables: recycled by capacity class so resizes reuse old tables. */
 void *ur_region_table_get(uint64_t capacity);
 void ur_region_table_put(void *table, uint64_t capacity);

@@ -315,10 +315,15 @@ void ur_registry_insert_held(struct ur_shard *s, uint64_t hash, uint64_t key, ui
       static const char msg[] =
           "unreachable: no memory left for the registry (ulimit -v or strict overcommit): "
           "blocks from now on may go unregistered, and scans may miss or invent leaks\n";
+      static const char fixed[] =
+          "unreachable: the program's own seccomp filter may refuse the calls that grow the "
+          "registry, and its room is used up: blocks from now on may go unregistered, and "
+          "scans may miss or invent leaks\n";
       static const char nested[] =
           "unreachable: a signal handler allocated while its thread was extending the "
           "registry: its block went unregistered, and scans may miss or invent leaks\n";
       if (ur_region_held_here()) ur_write_stderr(nested, sizeof nested - 1);
+      else if (ur_region_fixed()) ur_write_stderr(fixed, sizeof fixed - 1);
       else ur_write_stderr(msg, sizeof msg - 1);
     }
     return;

@@ -115,6 +115,8 @@ struct ur_tls {
   uint32_t in_getattr;         /* >0: inside pthread_getattr_np (threads.c) */
   uint32_t own_alloc;          /* >0: starting the helper; its blocks are the shim's (helper.h) */
   uint32_t unwinding;          /* >0: inside libunwind (a signal handler may nest) */
+  uint16_t mask_depth;         /* libunwind's signal-blocking sections open (sandbox.c) */
+  uint16_t mask_real;          /* the outermost one's calls are made (sandbox.c) */
   struct ur_shard *resizing;   /* the shard whose table this thread rebuilds (registry.c) */
   /* The spare slot, where a call nested in another on this thread (or in
    * the shim's own work) announces, leaving the thread's slot alone

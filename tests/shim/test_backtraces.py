@@ -116,3 +116,17 @@ def test_an_allowlist_without_sigprocmask_does_not_kill_the_unwinder(shim: Path,
     exe = program("unwind_allowlist.c")
     assert run_ok(exe, how, shim=None).strip() == "ok"
     assert run_ok(exe, how, shim=shim, options="backtrace=16").strip() == "ok"
+
+
+def test_a_filter_between_the_unwinders_mask_and_its_restore_leaves_no_signal_blocked(
+    shim: Path,
+) -> None:
+    """A filter put on every thread (TSYNC) while another thread is inside
+    libunwind's signal-blocking section, held there on glibc's
+    dl_iterate_phdr lock: its blocking sigprocmask was made, its restoring
+    one was answered without the call (the process filtered by then), and
+    the thread kept every signal blocked. The section's restoring call
+    follows its blocking one, and the filter waits for the section's end
+    (programs/mask_across_filter.c)."""
+    exe = program("mask_across_filter.c")
+    assert run_ok(exe, shim=shim, options="backtrace=16").strip() == "ok"

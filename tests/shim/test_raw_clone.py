@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from tests.shim.support import program, run_ok
 from tests.support.raw_clone import (
     CHURN_SIZES,
     GRANDCHILD_LEAK,
@@ -126,3 +127,13 @@ def test_a_childs_own_fork_has_a_helper_again(shim):
         found = leaks(res)
         assert (grandchild.leak, GRANDCHILD_LEAK) in found and len(found) == 2
         assert found - {(grandchild.leak, GRANDCHILD_LEAK)} <= quiet
+
+
+def test_clone3_with_an_unreadable_argument_fails_as_the_kernel_says(shim):
+    """The shim reads clone3's argument to tell a fork from a thread: an
+    address the kernel cannot read (1; a struct running onto a PROT_NONE
+    page) crashed the program in the shim (SIGSEGV) instead of failing
+    with EFAULT (programs/clone3_fault.c)."""
+    exe = program("clone3_fault.c")
+    assert run_ok(exe, shim=None) == "EFAULT EFAULT\n"  # the kernel's answer
+    assert run_ok(exe, shim=shim) == "EFAULT EFAULT\n"

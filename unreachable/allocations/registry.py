@@ -93,7 +93,8 @@ def read_registry(memory: Memory, descriptor_addr: int, entries: bool = True) ->
         raise TargetNotShimmed(f"the shim in this process is inert: {why}")
     if raw["unregistered"]:
         raise TargetNotShimmed(
-            f"the shim in this process ran out of memory for its registry: "
+            "the shim in this process could not grow its registry (out of memory, or"
+            " under the program's own seccomp filter): "
             f"{raw['unregistered']} blocks are not registered, so a scan would miss or "
             "invent leaks (see the process's stderr; docs/design.md)"
         )

@@ -61,6 +61,32 @@ static inline int allow_only(const int *nrs, unsigned n, uint32_t action,
   return filter_calls(nrs, n, SECCOMP_RET_ALLOW, action, route, flags);
 }
 
+/* An allowlist (allow_only) that grants the call `limited` too, but only
+ * when its third argument is `value` (vsftpd's grants mprotect so, with
+ * PROT_READ alone). 0, or -1 with errno. */
+static inline int allow_only_with_arg(const int *nrs, unsigned n, int limited, uint32_t value,
+                                      uint32_t action, enum filter_route route, unsigned flags) {
+  struct sock_filter f[6 + 2 * FILTER_CALLS_MAX];
+  unsigned len = 0;
+  if (n > FILTER_CALLS_MAX) return -1;
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, nr));
+  for (unsigned i = 0; i < n; i++) {
+    f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
+    f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
+  /* Not `limited`: on to the last instruction, the refusal. */
+  f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)limited, 0, 3);
+  /* The argument's low word (little-endian x86-64). */
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                          offsetof(struct seccomp_data, args[2]));
+  f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, value, 0, 1);
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, action);
+  struct sock_fprog prog = {.len = (unsigned short)len, .filter = f};
+  return install_filter(&prog, route, flags);
+}
+
 static inline int refuse_call(int nr, uint32_t action, enum filter_route route, unsigned flags) {
   return refuse_calls(&nr, 1, action, route, flags);
 }
