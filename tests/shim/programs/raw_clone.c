@@ -103,8 +103,19 @@ __attribute__((noinline)) static uintptr_t drop_leak(size_t size) {
  * never had: the shim starts a helper here again. */
 static void grandchild(void) {
   fflush(stdout);
+  /* Its line is written before its parent's "done": the test reads lines
+   * until READY, which follows every child's done. */
+  int said[2];
+  if (pipe(said) != 0) _exit(5);
   pid_t pid = fork();
-  if (pid != 0) return;
+  if (pid != 0) {
+    char c;
+    close(said[1]);
+    if (pid < 0 || read(said[0], &c, 1) != 1) _exit(5);
+    close(said[0]);
+    return;
+  }
+  close(said[0]);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   uintptr_t masked = drop_leak(GRANDCHILD_LEAK);
   wipe();
@@ -112,7 +123,8 @@ static void grandchild(void) {
   int n = snprintf(line, sizeof line, "GRANDCHILD pid=%d leak=%#lx size=%d\n", proc_pid(),
                    (unsigned long)(masked ^ MASK), GRANDCHILD_LEAK);
   masked = 0;
-  if (write(1, line, (size_t)n) != n) _exit(4);
+  if (write(1, line, (size_t)n) != n || write(said[1], "g", 1) != 1) _exit(4);
+  close(said[1]);
   memset(line, 0, sizeof line);
   wipe();
   wait_for_test();
