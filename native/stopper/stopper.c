@@ -70,6 +70,7 @@
 static struct ur_capture cap;
 static bool stopped;       /* cap holds the target's threads */
 static pid_t child;        /* the frozen snapshot child, ours to kill */
+static pid_t child_there;  /* its pid in the target's pid namespace, for the reap */
 static pid_t cloner;       /* the thread that made it (first choice for the reap) */
 static uint64_t pause_end; /* when the target was let go */
 static const char *kill_at;
@@ -245,6 +246,9 @@ static void cmd_clone(uint64_t ip, const char *args) {
     /* Ours to kill and reap whatever happens next. Auto-attached, it stops
      * before its first instruction. */
     child = born;
+    /* The event names the child in our pid namespace, the clone's return
+     * value in the target's: a target in a container waits by that one. */
+    child_there = got > 0 ? (pid_t)got : born;
     cloner = t->tid;
     int status = 0;
     int w = ur_wait_stop(born, &status, STEP_NS);
@@ -332,15 +336,15 @@ static int close_child(pid_t pid, uint64_t ip) {
      * the kernel puts a detached thread of a stopped process back in its
      * group stop. */
     if (!t.resume_sig && !*filter_refuses(pid, tid, 0)) {
-      const uint64_t a[5] = {(uint64_t)child, 0, __WALL | WNOHANG, 0, 0};
+      const uint64_t a[5] = {(uint64_t)child_there, 0, __WALL | WNOHANG, 0, 0};
       int fail;
       long got = ur_inject_syscall(&t, ip, SYS_wait4, a, hold, "wait4", NULL, &fail);
-      if (!fail && (got == child || got == -ECHILD)) rc = 0;
+      if (!fail && (got == child_there || got == -ECHILD)) rc = 0;
       else if (!fail && got != 0) rc = (int)got;
     }
     if (t.attached) ptrace(PTRACE_DETACH, tid, NULL, (void *)(long)t.resume_sig);
   }
-  child = 0;
+  child = child_there = 0;
   return rc;
 }
 
