@@ -13,14 +13,7 @@
 
 #include "region.h"
 #include "registry.h"
-
-struct ur_globals ur_g;
-static struct ur_fork_words fork_words;
-struct ur_fork_words *ur_fork = &fork_words;
-__thread struct ur_tls ur_tls __attribute__((tls_model("initial-exec")));
-struct ur_descriptor unreachable_descriptor;
-uint32_t ur_self_tid(void) { return ur_tls.tid ? ur_tls.tid : (ur_tls.tid = (uint32_t)syscall(SYS_gettid)); }
-void ur_write_stderr(const char *buf, size_t len) { (void)!write(2, buf, len); }
+#include "shim_globals.h"
 
 #define CHECK(c)                                                      \
   do {                                                                \
