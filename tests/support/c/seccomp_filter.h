@@ -25,19 +25,27 @@ static inline int install_filter(struct sock_fprog *prog, enum filter_route rout
 
 #define FILTER_CALLS_MAX 48
 
-/* A filter that answers `matched` to the n system calls in nrs and
- * `otherwise` to every other one. 0, or -1 with errno. */
-static inline int filter_calls(const int *nrs, unsigned n, uint32_t matched, uint32_t otherwise,
-                               enum filter_route route, unsigned flags) {
-  struct sock_filter f[2 + 2 * FILTER_CALLS_MAX];
+/* The call number loaded, and `matched` answered to each of the n calls
+ * in nrs (the rest fall through past them). The instructions written. */
+static inline unsigned put_matches(struct sock_filter *f, const int *nrs, unsigned n,
+                                   uint32_t matched) {
   unsigned len = 0;
-  if (n > FILTER_CALLS_MAX) return -1;
   f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
                                           offsetof(struct seccomp_data, nr));
   for (unsigned i = 0; i < n; i++) {
     f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
     f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, matched);
   }
+  return len;
+}
+
+/* A filter that answers `matched` to the n system calls in nrs and
+ * `otherwise` to every other one. 0, or -1 with errno. */
+static inline int filter_calls(const int *nrs, unsigned n, uint32_t matched, uint32_t otherwise,
+                               enum filter_route route, unsigned flags) {
+  struct sock_filter f[2 + 2 * FILTER_CALLS_MAX];
+  if (n > FILTER_CALLS_MAX) return -1;
+  unsigned len = put_matches(f, nrs, n, matched);
   f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, otherwise);
   struct sock_fprog prog = {.len = (unsigned short)len, .filter = f};
   return install_filter(&prog, route, flags);
@@ -67,14 +75,8 @@ static inline int allow_only(const int *nrs, unsigned n, uint32_t action,
 static inline int allow_only_with_arg(const int *nrs, unsigned n, int limited, uint32_t value,
                                       uint32_t action, enum filter_route route, unsigned flags) {
   struct sock_filter f[6 + 2 * FILTER_CALLS_MAX];
-  unsigned len = 0;
   if (n > FILTER_CALLS_MAX) return -1;
-  f[len++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-                                          offsetof(struct seccomp_data, nr));
-  for (unsigned i = 0; i < n; i++) {
-    f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nrs[i], 0, 1);
-    f[len++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  }
+  unsigned len = put_matches(f, nrs, n, SECCOMP_RET_ALLOW);
   /* Not `limited`: on to the last instruction, the refusal. */
   f[len++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)limited, 0, 3);
   /* The argument's low word (little-endian x86-64). */
