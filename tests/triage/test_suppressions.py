@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cbuild import build
+from tests.support.targets import Target
 from unreachable.model.report import LeakEntry
 from unreachable.symbolize.frames import Frame
 from unreachable.triage.suppressions import rule_for, template_match
@@ -38,6 +39,23 @@ def one_line_error(res: subprocess.CompletedProcess[str]) -> str:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     return lines[0]
+
+
+def generated_rules(pid: int, out: Path) -> list[str]:
+    """The rules `--print-suppressions` writes to out for the target's leaks."""
+    res = cli("scan", str(pid), "--print-suppressions", str(out))
+    assert res.returncode == 1, res.stderr
+    return [line for line in out.read_text().splitlines() if line.startswith("leak:")]
+
+
+def rescan_after_growth(target: Target, supp: Path, status: int) -> dict:
+    """The target leaks once more from the same sites ("grow"); its JSON
+    report under those suppressions, the scan's exit status checked."""
+    target.send("grow")
+    assert target.read_line().startswith("GROWN")
+    again = cli("scan", str(target.pid), "--json", "--suppressions", str(supp))
+    assert again.returncode == status, again.stderr
+    return json.loads(again.stdout)
 
 
 @pytest.mark.parametrize(
@@ -142,15 +160,9 @@ def test_a_stripped_programs_strdup_leak_is_not_suppressed_by_strdup(targets, tm
     names the block instead, and a new strdup leak is still reported."""
     target = targets.start(PROGRAMS / "stripped_strdup.c", options="backtrace=16", ldflags=["-s"])
     out = tmp_path / "gen.supp"
-    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
-    assert res.returncode == 1, res.stderr
-    rules = [line for line in out.read_text().splitlines() if line.startswith("leak:")]
+    rules = generated_rules(target.pid, out)
     assert rules == ["leak:size=17,contents=" + b"mail_version=3.7\0".hex()], rules
-    target.send("grow")
-    assert target.read_line().startswith("GROWN")
-    again = cli("scan", str(target.pid), "--json", "--suppressions", str(out))
-    assert again.returncode == 1, again.stderr
-    doc = json.loads(again.stdout)
+    doc = rescan_after_growth(target, out, 1)
     assert (doc["leak_count"], doc["suppressed_count"]) == (1, 1), doc
 
 
@@ -161,15 +173,9 @@ def test_a_block_rule_holds_no_address(targets, tmp_path):
     and suppresses the next block leaked from that site."""
     target = targets.start(PROGRAMS / "stripped_method.c", options="backtrace=16", ldflags=["-s"])
     out = tmp_path / "gen.supp"
-    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
-    assert res.returncode == 1, res.stderr
-    rules = [line for line in out.read_text().splitlines() if line.startswith("leak:")]
+    rules = generated_rules(target.pid, out)
     assert rules == ["leak:size=96,contents=" + (0x504).to_bytes(8, "little").hex()], rules
-    target.send("grow")
-    assert target.read_line().startswith("GROWN")
-    again = cli("scan", str(target.pid), "--json", "--suppressions", str(out))
-    assert again.returncode == 0, again.stderr
-    doc = json.loads(again.stdout)
+    doc = rescan_after_growth(target, out, 0)
     assert (doc["leak_count"], doc["suppressed_count"]) == (0, 4), doc
 
 
@@ -191,17 +197,11 @@ def test_a_librarys_allocation_wrapper_is_not_the_rule(targets, tmp_path, strip,
     ldflags = ["-s"] * strip + [str(lib)]
     target = targets.start(PROGRAMS / "wrapped_leaks.c", options="backtrace=16", ldflags=ldflags)
     out = tmp_path / "gen.supp"
-    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
-    assert res.returncode == 1, res.stderr
+    rules = generated_rules(target.pid, out)
     text = out.read_text()
     assert "table_alloc" in text and "table_new" in text  # in the comments' backtrace
-    rules = [line for line in text.splitlines() if line.startswith("leak:")]
     assert rules == [expected], text
-    target.send("grow")
-    assert target.read_line().startswith("GROWN")
-    again = cli("scan", str(target.pid), "--json", "--suppressions", str(out))
-    assert again.returncode == 1, again.stderr
-    doc = json.loads(again.stdout)
+    doc = rescan_after_growth(target, out, 1)
     assert (doc["leak_count"], doc["leak_bytes"], doc["suppressed_count"]) == (1, 40, 1), doc
 
 
@@ -266,9 +266,7 @@ def test_block_rules_match_leaks_without_backtraces(targets, tmp_path):
 def test_generated_block_rules_name_size_and_contents(targets, tmp_path):
     target = targets.start(PROGRAMS / "sites.c")
     out = tmp_path / "gen.supp"
-    res = cli("scan", str(target.pid), "--print-suppressions", str(out))
-    assert res.returncode == 1, res.stderr
-    rules = sorted(line for line in out.read_text().splitlines() if line.startswith("leak:"))
+    rules = sorted(generated_rules(target.pid, out))
     config = b"listen=127.0.0.1:8080 workers=\0".hex()
     cache = "63" * 32  # 'c' x 32: the first 32 of its 48 bytes
     # One rule for the three 48-byte blocks, whose first bytes are the same.
