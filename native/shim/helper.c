@@ -398,11 +398,11 @@ void ur_helper_start(void) {
   /* A filter the program made for itself with no helper running (a forked
    * child's sandbox, vsftpd's): starting a thread would make calls its
    * allowlist kills on (rt_sigprocmask first). Scans sweep it stopped. */
-  if (__atomic_load_n(&ur_sandbox_own_filter, __ATOMIC_RELAXED) && !g_barred) {
+  if (g_barred) return;
+  if (__atomic_load_n(&ur_sandbox_own_filter, __ATOMIC_RELAXED)) {
     unreachable_descriptor.no_helper = UR_NO_HELPER_OWN_FILTER;
     return;
   }
-  if (g_barred) return;
   if (!ur_g.helper_cmd || !__atomic_compare_exchange_n(&g_running, &none, HELPER_STARTING, 0,
                                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return;
